@@ -1,0 +1,189 @@
+"""hosts.toml: the pinned stack, the hosts, the serve invocation and the named run matrices."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .problems import InputError, Problem, problems_from_validation
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Stack(_Input):
+    """The software every host pins, as the seed report states it."""
+
+    upstream_repo: str = Field(description="Git URL of vLLM-Omni.")
+    upstream_commit: str = Field(description="Pinned vLLM-Omni commit (abbreviated as stated).")
+    recipe_version: str
+    python: str = Field(description="Python version of the probe venv, e.g. '3.13'.")
+    torch: str = Field(description="torch build, e.g. '2.13.0+cu130'.")
+    torch_index: str = Field(description="Package index that serves the torch build.")
+    transformers: str
+    diffusers_repo: str
+    diffusers_commit: str
+    model_snapshot: str = Field(description="'repo@revision' of the digest-pinned snapshot.")
+    offline_env: dict[str, str] = Field(description="Environment that keeps the hub offline.")
+
+    @property
+    def model_repo(self) -> str:
+        return self.model_snapshot.split("@", 1)[0]
+
+    @property
+    def model_revision(self) -> str:
+        return self.model_snapshot.split("@", 1)[1]
+
+    @model_validator(mode="after")
+    def _snapshot_has_revision(self) -> Stack:
+        if "@" not in self.model_snapshot:
+            raise ValueError("model_snapshot must be 'repo@revision'")
+        return self
+
+
+class Serve(_Input):
+    """How the server is started; {model} is replaced by the snapshot path or repo id."""
+
+    command: list[str] = Field(min_length=1)
+    bind_host: Literal["127.0.0.1"] = "127.0.0.1"
+    port: int = Field(ge=1, le=65535)
+    enforce_eager: bool
+    served_model_name: str
+    health_path: str = "/health"
+    ready_path: str | None = Field(
+        default=None, description="Optional readiness endpoint of newer builds (e.g. /ready)."
+    )
+
+
+class DeployConfig(_Input):
+    """A deploy YAML a flag set passes with --deploy-config."""
+
+    path: str = Field(description="Path in this repository, relative to hosts.toml.")
+    content_known: bool = Field(
+        description="False when the source names the file but does not give its content."
+    )
+    description: str
+
+
+class FlagSet(_Input):
+    """One row of a run matrix: extra server arguments, environment and deploy configs."""
+
+    description: str
+    args: list[str] = []
+    env: dict[str, str] = {}
+    deploy_config: str | None = Field(
+        default=None, description="Name of a [deploy_configs] entry passed as --deploy-config."
+    )
+
+
+class OfflineKwargSet(_Input):
+    """Keyword arguments for an offline `Omni(...)` engine, plus environment."""
+
+    description: str
+    kwargs: dict | None = Field(
+        default=None,
+        description="Omni(...) kwargs; absent when the source does not state them (not runnable).",
+    )
+    env: dict[str, str] = {}
+
+
+class Host(_Input):
+    name: str = Field(description="Human name of the host, e.g. 'RTX 3090'.")
+    hostname: str
+    gpu: str
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    vram_gb: int = Field(gt=0, description="Nominal VRAM as marketed (GB).")
+    host_ram_gib: float | None = Field(default=None, description="null: not stated.")
+    host_ram_note: str | None = None
+    python_provider: str = Field(description="How the pinned Python is provided on this host.")
+    simulated: bool = False
+    serve_flag_sets: list[str]
+    offline_kwarg_sets: list[str] = []
+
+
+class Report(_Input):
+    """Identifiers the report cites (issue numbers in the downstream tracker)."""
+
+    title: str
+    downstream_repo: str
+    serving_profile_issue: int
+    topology_issue: int
+    retention_issue: int
+    upstream_issue: int
+    earlier_probe_issue: int
+
+
+class Probe(_Input):
+    target_reference_count: int = Field(ge=1)
+
+
+class HostsConfig(_Input):
+    stack: Stack
+    serve: Serve
+    probe: Probe
+    report: Report
+    hosts: dict[str, Host]
+    flag_sets: dict[str, FlagSet]
+    deploy_configs: dict[str, DeployConfig] = {}
+    offline_kwarg_sets: dict[str, OfflineKwargSet] = {}
+
+    def host(self, name: str) -> Host:
+        if name not in self.hosts:
+            raise KeyError(f"unknown host {name!r}; hosts.toml defines: {', '.join(self.hosts)}")
+        return self.hosts[name]
+
+    def real_hosts(self) -> dict[str, Host]:
+        return {k: h for k, h in self.hosts.items() if not h.simulated}
+
+
+def _toml_loc(loc) -> str:
+    """A pydantic location as the TOML table and key a user would look for."""
+    parts = [str(p) for p in loc]
+    if len(parts) >= 3 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets"}:
+        return f"[{parts[0]}.{parts[1]}] key '{'.'.join(parts[2:])}'"
+    if len(parts) >= 2:
+        return f"[{parts[0]}] key '{'.'.join(parts[1:])}'"
+    return f"key '{parts[0]}'" if parts else ""
+
+
+def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
+    problems = []
+    for name, host in cfg.hosts.items():
+        for flag_set in host.serve_flag_sets:
+            if flag_set not in cfg.flag_sets:
+                problems.append(Problem(file, f"[hosts.{name}] key 'serve_flag_sets'",
+                                        f"flag set {flag_set!r} is not defined under [flag_sets]"))
+        for kwarg_set in host.offline_kwarg_sets:
+            if kwarg_set not in cfg.offline_kwarg_sets:
+                problems.append(Problem(
+                    file, f"[hosts.{name}] key 'offline_kwarg_sets'",
+                    f"offline kwarg set {kwarg_set!r} is not defined under [offline_kwarg_sets]"))
+    for name, flag_set in cfg.flag_sets.items():
+        if flag_set.deploy_config and flag_set.deploy_config not in cfg.deploy_configs:
+            problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",
+                                    f"deploy config {flag_set.deploy_config!r} is not defined "
+                                    "under [deploy_configs]"))
+    return problems
+
+
+def load_hosts(path: str | Path) -> HostsConfig:
+    """Load and check hosts.toml; raise InputError listing every problem."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError([Problem(str(path), "", "file not found")]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError([Problem(str(path), "", f"not valid TOML: {exc}")]) from None
+    try:
+        cfg = HostsConfig.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(problems_from_validation(path, exc, _toml_loc)) from None
+    problems = _cross_references(cfg, str(path))
+    if problems:
+        raise InputError(problems)
+    return cfg
