@@ -1,0 +1,97 @@
+"""The `omniprobe` command line; nox sessions call into it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from .problems import InputError
+from .project import find_project
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from .schema import stale_schemas
+    from .validate import load_project
+
+    project = find_project()
+    loaded, problems = load_project(project)
+    stale = stale_schemas(project.schema_dir)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    for name in stale:
+        print(f"error: schemas/{name} is stale; run `omniprobe schema`", file=sys.stderr)
+    if problems or stale:
+        print(f"{len(problems) + len(stale)} problem(s) found", file=sys.stderr)
+        return 1
+    assert loaded is not None
+    print(f"valid: hosts.toml ({len(loaded.hosts.hosts)} hosts), "
+          f"{len(loaded.fixtures.fixtures)} fixtures, {len(loaded.evidence.attempts)} attempts")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from .schema import stale_schemas, write_schemas
+
+    project = find_project()
+    if args.check:
+        stale = stale_schemas(project.schema_dir)
+        for name in stale:
+            print(f"stale: schemas/{name}", file=sys.stderr)
+        return 1 if stale else 0
+    for path in write_schemas(project.schema_dir):
+        print(f"wrote {path.relative_to(project.root)}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .report import check_report, write_report
+
+    project = find_project()
+    if args.check:
+        diff = check_report(project)
+        if diff:
+            sys.stderr.write(diff)
+            print("REPORT.md is stale; run `nox -s report`", file=sys.stderr)
+            return 1
+        print("REPORT.md is fresh")
+        return 0
+    path = write_report(project)
+    print(f"wrote {path.relative_to(project.root)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="omniprobe", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check hosts.toml, fixtures/, evidence/ and schemas/")
+    p.set_defaults(func=_validate)
+
+    p = sub.add_parser("schema", help="write JSON Schema for every file format to schemas/")
+    p.add_argument("--check", action="store_true", help="exit 1 if the committed schemas are stale")
+    p.set_defaults(func=_schema)
+
+    p = sub.add_parser("report", help="render REPORT.md from the evidence")
+    p.add_argument("--check", action="store_true", help="exit 1 if REPORT.md differs from a fresh render")
+    p.set_defaults(func=_report)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

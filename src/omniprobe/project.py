@@ -1,0 +1,56 @@
+"""Where a project's inputs live: hosts.toml, fixtures/, evidence/, templates/."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Project:
+    root: Path
+
+    @property
+    def hosts_file(self) -> Path:
+        return self.root / "hosts.toml"
+
+    @property
+    def fixtures_file(self) -> Path:
+        return self.root / "fixtures" / "fixtures.json"
+
+    @property
+    def evidence_dir(self) -> Path:
+        return self.root / "evidence"
+
+    @property
+    def templates_dir(self) -> Path:
+        return self.root / "templates"
+
+    @property
+    def report_file(self) -> Path:
+        return self.root / "REPORT.md"
+
+    @property
+    def schema_dir(self) -> Path:
+        return self.root / "schemas"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        """Large outputs (logs, images, timelines) live outside git."""
+        return Path(os.environ.get("OMNIPROBE_ARTIFACTS", self.root / "artifacts"))
+
+
+def find_project(start: str | Path | None = None) -> Project:
+    """The nearest folder at or above `start` (default: cwd) that holds hosts.toml."""
+    env = os.environ.get("OMNIPROBE_ROOT")
+    if env:
+        return Project(Path(env).resolve())
+    here = Path(start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "hosts.toml").is_file():
+            return Project(folder)
+    raise FileNotFoundError(
+        f"no hosts.toml in {here} or any folder above it; run inside an omniprobe project "
+        "or set OMNIPROBE_ROOT"
+    )
