@@ -1,0 +1,144 @@
+import json
+import re
+
+import pytest
+
+from omniprobe import cli
+from omniprobe.evidence import Cell
+from omniprobe.quantities import Range
+from omniprobe.report import cell_text, check_report, num, render_report, span, write_report
+
+MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
+
+
+def test_committed_report_is_fresh(repo):
+    assert check_report(repo) == ""
+
+
+def test_report_carries_the_seed_sections(repo):
+    text = render_report(repo)
+    for heading in (
+        "## Verdicts",
+        "## Where the cache lives",
+        "## KV size",
+        "## Run matrix — RTX 3090",
+        "## Run matrix — RTX 5080",
+        "## Output structure and the FP8 quality collapse",
+        "## Offline engine runs",
+        "## Measured runs and PSNR",
+        "## Propagation gap",
+        "## Helper-system follow-through",
+        "## Out-of-scope confirmation",
+        "## Evidence and provenance",
+    ):
+        assert heading in text
+    assert "**RTX 3090 (24 GB): not-built, blocked at quality.**" in text
+    assert "**RTX 5080 (16 GB): not-built, blocked at init.**" in text
+    assert "194–438 MB" in text  # KV deltas computed from the 1→2 reference peaks
+    assert "26.09 / 28.75 / 26.51 / 28.92 | 27.57 |" in text  # mean computed from the rows
+
+
+def test_a_changed_figure_changes_the_report_and_check_fails(project, monkeypatch, capsys):
+    runs = project.root / MATRIX / "runs.json"
+    data = json.loads(runs.read_text())
+    data[1]["cells"][0]["wall_s"] = {"min": 31.5, "max": 31.5}
+    runs.write_text(json.dumps(data))
+    diff = check_report(project)
+    assert "+| seed-3090-1-serve-matrix | cpuoff |" in diff and "OK 31.5 s" in diff
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(project.root))
+    assert cli.main(["report", "--check"]) == 1
+    assert "REPORT.md is stale" in capsys.readouterr().err
+    write_report(project)
+    assert cli.main(["report", "--check"]) == 0
+
+
+def test_verdict_wording_follows_the_evidence(project):
+    folder = project.evidence_dir / "rtx5080" / "fixed"
+    folder.mkdir()
+    (folder / "attempt.json").write_text(
+        json.dumps(
+            {
+                "id": "fixed",
+                "host": "rtx5080",
+                "date": "2026-11-30",
+                "description": "x",
+                "provenance": {"kind": "transcribed", "source": "test", "section": "test"},
+            }
+        )
+    )
+    (folder / "runs.json").write_text(
+        json.dumps(
+            [
+                {
+                    "flag_set": "int8",
+                    "init": {"outcome": "ready"},
+                    "cells": [
+                        {"fixture": "edit-compose-four", "outcome": "ok", "quality": "sound"}
+                    ],
+                }
+            ]
+        )
+    )
+    text = render_report(project)
+    assert "**RTX 5080 (16 GB): built.**" in text
+    assert "4 references are served with sound output under int8" in text
+    assert "cannot host this stack" not in text
+
+
+def test_report_refuses_invalid_evidence(project):
+    (project.root / MATRIX / "runs.json").write_text("[{")
+    with pytest.raises(Exception, match="runs.json"):
+        render_report(project)
+
+
+def test_templates_hold_no_figures(repo):
+    for template in repo.templates_dir.glob("*.j2"):
+        words = re.sub(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", "", template.read_text(), flags=re.S)
+        figures = [
+            w
+            for w in re.findall(r"\S*\d\S*", words)
+            if not re.fullmatch(r"\(?(sha256|BF16|FP8|DiT-FP8)", w)
+        ]
+        assert figures == [], template.name
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(23444, "23,444"), (34.2, "34.2"), (81.16, "81.16"), (None, "unknown"), (0.035, "0.035")],
+)
+def test_num(value, text):
+    assert num(value) == text
+
+
+@pytest.mark.parametrize(
+    ("r", "digits", "text"),
+    [
+        (Range(min=34.62, max=35.05), None, "34.62–35.05"),
+        (Range(min=36.7, max=36.7), None, "36.7"),
+        (Range(min=2.199, max=2.217), 1, "2.2"),
+        (Range(min=3.287, max=3.309), 1, "3.3"),
+        (None, None, "unknown"),
+    ],
+)
+def test_span(r, digits, text):
+    assert span(r, digits) == text
+
+
+@pytest.mark.parametrize(
+    ("cell", "text"),
+    [
+        (None, "—"),
+        (Cell(fixture="f", outcome="oom", quality="unchecked"), "**OOM**"),
+        (
+            Cell(fixture="f", outcome="ok", quality="sound", wall_s=Range(min=34.2, max=34.2)),
+            "OK 34.2 s",
+        ),
+        (
+            Cell(fixture="f", outcome="ok", quality="broken", wall_s=Range(min=44.06, max=44.35)),
+            "OK 44.06–44.35 s — **output broken**",
+        ),
+        (Cell(fixture="f", outcome="ok", quality="unchecked"), "OK (output not checked)"),
+    ],
+)
+def test_cell_text(cell, text):
+    assert cell_text(cell) == text

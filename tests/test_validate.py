@@ -1,0 +1,141 @@
+import json
+
+import pytest
+
+from omniprobe import cli
+from omniprobe.evidence import write_section
+from omniprobe.validate import load_project
+
+MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
+
+
+def _edit(project, rel, mutate):
+    path = project.root / rel
+    data = json.loads(path.read_text())
+    mutate(data)
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_committed_project_is_valid(repo):
+    loaded, problems = load_project(repo)
+    assert problems == []
+    assert {a.host for a in loaded.evidence.attempts} == {"rtx3090", "rtx5080"}
+    assert all(a.meta.provenance.kind == "transcribed" for a in loaded.evidence.attempts)
+
+
+BAD_EVIDENCE = [
+    (
+        "missing field",
+        f"{MATRIX}/runs.json",
+        lambda d: d[1]["cells"][0].pop("outcome"),
+        "$[1].cells[0].outcome",
+        "required field is missing",
+    ),
+    (
+        "wrong type",
+        f"{MATRIX}/runs.json",
+        lambda d: d[1].update(gpu_peak_mib="lots"),
+        "$[1].gpu_peak_mib",
+        "valid integer",
+    ),
+    (
+        "unknown flag set",
+        f"{MATRIX}/propagation.json",
+        lambda d: d[0].update(flag_set_with="turbo"),
+        "$[0].flag_set_with",
+        "unknown flag set 'turbo'",
+    ),
+    (
+        "min exceeds max",
+        f"{MATRIX}/runs.json",
+        lambda d: d[5]["cells"][1].update(wall_s={"min": 35.05, "max": 34.62}),
+        "$[5].cells[1].wall_s",
+        "minimum 35.05 exceeds maximum 34.62",
+    ),
+    (
+        "unknown fixture",
+        f"{MATRIX}/psnr.json",
+        lambda d: d[0].update(fixture="edit-compose-nine"),
+        "$[0].fixture",
+        "unknown fixture 'edit-compose-nine'",
+    ),
+    (
+        "unknown baseline",
+        f"{MATRIX}/attempt.json",
+        lambda d: d.update(baseline="nowhere"),
+        "$.baseline",
+        "baseline attempt 'nowhere'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "rel", "mutate", "path", "message"), BAD_EVIDENCE, ids=[b[0] for b in BAD_EVIDENCE]
+)
+def test_bad_evidence_names_file_and_field(project, name, rel, mutate, path, message):
+    file = _edit(project, rel, mutate)
+    _, problems = load_project(project)
+    hits = [p for p in problems if p.file == str(file) and p.path == path and message in p.message]
+    assert hits, problems
+
+
+def test_truncated_json_is_named(project):
+    file = project.root / MATRIX / "runs.json"
+    file.write_text(file.read_text()[:500])
+    _, problems = load_project(project)
+    assert len(problems) == 1
+    assert problems[0].file == str(file)
+    assert "not valid JSON (truncated or malformed)" in problems[0].message
+
+
+def test_unknown_flag_set_in_a_run_is_named(project):
+    file = _edit(project, f"{MATRIX}/runs.json", lambda d: d[2].update(flag_set="turbo"))
+    _, problems = load_project(project)
+    assert [(p.file, p.path) for p in problems] == [(str(file), "$[2].flag_set")]
+
+
+def test_every_error_is_reported_and_cli_fails(project, monkeypatch, capsys):
+    for _, rel, mutate, _, _ in BAD_EVIDENCE:
+        _edit(project, rel, mutate)
+    before = {p: p.read_bytes() for p in project.evidence_dir.rglob("*.json")}
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(project.root))
+    assert cli.main(["validate"]) == 1
+    err = capsys.readouterr().err
+    for _, rel, _, path, message in BAD_EVIDENCE:
+        assert f"{project.root / rel}: {path}: " in err and message in err
+    assert {p: p.read_bytes() for p in project.evidence_dir.rglob("*.json")} == before
+
+
+def test_folder_and_id_must_agree(project):
+    _edit(project, f"{MATRIX}/attempt.json", lambda d: d.update(id="other", host="rtx5080"))
+    _, problems = load_project(project)
+    assert {p.path for p in problems} >= {"$.id", "$.host"}
+
+
+def test_unknown_evidence_file_is_named(project):
+    (project.root / MATRIX / "notes.json").write_text("[]")
+    _, problems = load_project(project)
+    assert any(
+        "unknown evidence file" in p.message and p.file.endswith("notes.json") for p in problems
+    )
+
+
+def test_bad_write_leaves_existing_evidence_untouched(project):
+    folder = project.root / MATRIX
+    before = (folder / "runs.json").read_bytes()
+    with pytest.raises(ValueError):
+        write_section(folder, "runs.json", [{"flag_set": "cpuoff"}])
+    assert (folder / "runs.json").read_bytes() == before
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_write_section_round_trips(project):
+    folder = project.root / MATRIX
+    _, problems = load_project(project)
+    from omniprobe.evidence import load_attempt
+
+    attempt, _ = load_attempt(folder)
+    write_section(folder, "runs.json", attempt.runs)
+    again, problems = load_attempt(folder)
+    assert problems == [] and again.runs == attempt.runs
