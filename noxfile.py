@@ -45,5 +45,5 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def lint(session: nox.Session) -> None:
     """Lint the package, tests and noxfile with ruff."""
-    session.install("ruff")
+    session.install("ruff==0.17.5")
     session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
