@@ -237,8 +237,10 @@ class PropagationCheck(_In):
 
 
 class CodeLocation(_In):
+    """A fact read off the upstream code, with where it was read when the source says."""
+
     key: str
-    ref: CodeRef
+    ref: CodeRef | None = None
     what: str
 
 
