@@ -202,7 +202,7 @@ def structure_reasons(opaque_fraction: float, flatness: float, cfg: QualityConfi
     if opaque_fraction < cfg.min_opaque_fraction:
         reasons.append(f"opaque fraction {opaque_fraction:.3f} < {cfg.min_opaque_fraction}")
     if flatness > cfg.max_flat_fraction:
-        reasons.append(f"flatness {flatness:.3f} > {cfg.max_flat_fraction} (blank)")
+        reasons.append(f"flatness {flatness:.3f} > {cfg.max_flat_fraction}: blank")
     return reasons
 
 
