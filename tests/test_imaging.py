@@ -200,7 +200,7 @@ def test_unreadable_files_name_the_file_and_the_reason(tmp_path):
     Image.fromarray(natural()).save(tmp_path / "good.png")
     (tmp_path / "cut.png").write_bytes((tmp_path / "good.png").read_bytes()[:2000])
     (tmp_path / "notes.png").write_text("not an image")
-    for name, reason in [("missing.png", "file not found"), ("cut.png", "cannot decode"),
+    for name, reason in [("missing.png", "file not found"), ("cut.png", "cannot read or decode"),
                          ("notes.png", "not an image")]:
         with pytest.raises(UnreadableImage) as err:
             load_pixels(tmp_path / name)

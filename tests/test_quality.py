@@ -12,13 +12,20 @@ from PIL import Image
 from skimage.metrics import peak_signal_noise_ratio
 
 from omniprobe.cli import main
-from omniprobe.evidence import ImageMetrics, RequestRecord, load_attempt
+from omniprobe.evidence import Attempt, ImageMetrics, LoadedAttempt, RequestRecord, load_attempt
 from omniprobe.fixtures import load_fixtures
 from omniprobe.gate import gate_record, quality_of
 from omniprobe.hosts import QualityConfig
 from omniprobe.imaging import load_pixels, measure, pixels_sha256, to_pixels
+from omniprobe.problems import InputError
 from omniprobe.project import Project
-from omniprobe.quality import Output, baseline_path, determinism_groups, pixel_hashes
+from omniprobe.quality import (
+    Output,
+    baseline_path,
+    determinism_groups,
+    latest_attempt_with_outputs,
+    pixel_hashes,
+)
 from omniprobe.validate import load_project
 from synthetic import broken_signature, natural, perturbed
 
@@ -139,6 +146,35 @@ def test_bad_layouts_are_refused(layout, message):
         QualityConfig(baseline_layout=layout)
 
 
+def _attempt(attempt_id: str, kind: str, started: str | None, artifact: str | None):
+    run = {"tool_version": "0.1.0", "command": ["omniprobe"], "started_at": started}
+    provenance = {
+        "transcribed": {"source": "seed report", "section": "x"},
+        "measured": {"host": "rtx3090", "hostname": "h", **run},
+        "simulated": {"model": "omniprobe.sim", **run},
+    }[kind]
+    meta = Attempt(id=attempt_id, host="rtx3090", date="2026-10-08", description="d",
+                   provenance={"kind": kind, **provenance})
+    return LoadedAttempt(Path(attempt_id), meta, requests=[record(artifact=artifact)])
+
+
+@pytest.mark.parametrize(("attempts", "expected"), [
+    ([_attempt("old", "measured", "2026-10-07T10:00:00Z", "a.png"),
+      _attempt("new", "measured", "2026-10-08T10:00:00+02:00", "b.png"),
+      _attempt("no-images", "measured", "2026-10-09T10:00:00Z", None),
+      _attempt("copied", "transcribed", None, "c.png")], "new"),
+    ([_attempt("sim", "simulated", "2026-10-08T10:00:00", "a.png"),
+      _attempt("real", "measured", "2026-10-01T10:00:00Z", "b.png")], "sim"),
+    ([_attempt("copied", "transcribed", None, "c.png")], None),
+])
+def test_the_default_attempt_is_the_latest_with_images(attempts, expected):
+    if expected is None:
+        with pytest.raises(InputError, match="pass --attempt ID"):
+            latest_attempt_with_outputs(attempts)
+    else:
+        assert latest_attempt_with_outputs(attempts).id == expected
+
+
 # --- omniprobe quality, end to end on a generated evidence tree ------------------------------
 
 
@@ -240,9 +276,24 @@ def test_missing_baseline_images_are_named_and_nothing_is_written(project, capsy
         "attempt.json", "requests.json"]
 
 
+def _repeat_first_request(p: Project) -> None:
+    path = p.evidence_dir / "rtx3090" / "run-1" / "requests.json"
+    requests = json.loads(path.read_text())
+    path.write_text(json.dumps([*requests, requests[0]]))
+
+
+def _drop_the_baseline_attempt(p: Project) -> None:
+    path = p.evidence_dir / "rtx3090" / "run-1" / "attempt.json"
+    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items()
+                                if k != "baseline"}))
+
+
 @pytest.mark.parametrize(("change", "args", "message"), [
     (lambda p: (p.artifacts_dir / "run-1" / "fp8-2301.png").unlink(), [],
      "$[2].artifact: image not found at"),
+    (_repeat_first_request, [], "$[5]: repeats flag set 'cpuoff-expandable', fixture "
+                                "'edit-compose-pair', seed 2301 of $[0]"),
+    (_drop_the_baseline_attempt, [], "$.baseline: the attempt names no baseline attempt"),
     (lambda p: _save(p.artifacts_dir / "run-1" / "fp8-2301.png", natural((10, 10))), [],
      "size 312x208 differs from 10x10"),
     (lambda p: None, ["--baseline-attempt", "nope"], "baseline attempt 'nope' is not under"),

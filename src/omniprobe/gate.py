@@ -1,7 +1,8 @@
 """The quality gate: a request that returned a broken image is quality-failed, never served.
 
-The probe calls `gate_record` on every request that returned an image; the verdict rules count a
-request as served only when its outcome is ok and its quality is sound.
+The probe calls `gate_record(record, image_metrics(path, hosts.quality))` on every request that
+returned an image; the verdict rules count a request as served only when its outcome is ok and its
+quality is sound.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def load_pixels(path: str | Path) -> Pixels:
         raise UnreadableImage(path, "not an image Pillow can identify") from None
     except (OSError, Image.DecompressionBombError, SyntaxError) as exc:
         # Pillow raises OSError for truncated data and SyntaxError for some corrupt headers.
-        raise UnreadableImage(path, f"cannot decode: {exc}") from None
+        raise UnreadableImage(path, f"cannot read or decode: {exc}") from None
 
 
 def pixels_sha256(px: Pixels) -> str:
