@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+from PIL import Image
 
 
 def broken_signature(opaque_fraction: float = 0.03, alpha_mean: float = 115.0,
@@ -48,3 +51,10 @@ def perturbed(rgba: np.ndarray, sigma: float, seed: int = 1) -> np.ndarray:
     noisy = rgba[..., :3] + rng.normal(0, sigma, rgba[..., :3].shape)
     out[..., :3] = np.clip(noisy, 0, 255).round()
     return out
+
+
+def save(path: Path, array: np.ndarray, **params) -> Path:
+    """Write `array` as an image file (format from the suffix), creating its folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(array).save(path, **params)
+    return path

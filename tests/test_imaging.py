@@ -24,7 +24,7 @@ from omniprobe.imaging import (
     to_pixels,
 )
 from omniprobe.problems import InputError
-from synthetic import broken_signature, natural, perturbed
+from synthetic import broken_signature, natural, perturbed, save
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGURED = load_hosts(ROOT / "hosts.toml").quality
@@ -300,15 +300,9 @@ def outside_project(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _save(path: Path, array: np.ndarray) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(array).save(path)
-    return path
-
-
 def test_image_check_table_and_exit_1_on_a_broken_image(outside_project, capsys):
-    _save(outside_project / "out" / "bf16" / "2301.png", natural())
-    _save(outside_project / "out" / "fp8" / "2301.webp", broken_signature())
+    save(outside_project / "out" / "bf16" / "2301.png", natural())
+    save(outside_project / "out" / "fp8" / "2301.webp", broken_signature(), lossless=True)
     (outside_project / "out" / "notes.txt").write_text("skipped: not an image suffix")
     assert main(["image-check", "out"]) == 1
     lines = capsys.readouterr().out.splitlines()
@@ -319,7 +313,7 @@ def test_image_check_table_and_exit_1_on_a_broken_image(outside_project, capsys)
 
 
 def test_image_check_json_and_exit_0_when_all_sound(outside_project, capsys):
-    path = _save(outside_project / "a.png", natural())
+    path = save(outside_project / "a.png", natural())
     assert main(["image-check", "--json", str(path)]) == 0
     payload = json.loads(capsys.readouterr().out)
     (image,) = payload["images"]
@@ -329,7 +323,7 @@ def test_image_check_json_and_exit_0_when_all_sound(outside_project, capsys):
 
 def test_image_check_uses_the_projects_thresholds(outside_project, monkeypatch, capsys):
     monkeypatch.setenv("OMNIPROBE_ROOT", str(ROOT))
-    _save(outside_project / "a.png", broken_signature())
+    save(outside_project / "a.png", broken_signature())
     assert main(["image-check", "--json", "a.png"]) == 1
     assert json.loads(capsys.readouterr().out)["thresholds_from"].endswith("hosts.toml [quality]")
 
@@ -340,7 +334,7 @@ def test_image_check_uses_the_projects_thresholds(outside_project, monkeypatch, 
     (lambda d: (d / "bad.png").write_text("x") and d / "bad.png", "not an image"),
 ])
 def test_image_check_exits_2_on_unreadable_input(outside_project, capsys, setup, message):
-    good = _save(outside_project / "good.png", natural())
+    good = save(outside_project / "good.png", natural())
     target = setup(outside_project)
     assert main(["image-check", str(good), str(target)]) == 2
     captured = capsys.readouterr()

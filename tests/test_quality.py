@@ -27,7 +27,7 @@ from omniprobe.quality import (
     pixel_hashes,
 )
 from omniprobe.validate import load_project
-from synthetic import broken_signature, natural, perturbed
+from synthetic import broken_signature, natural, perturbed, save
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = QualityConfig()
@@ -183,12 +183,6 @@ def _write_json(path: Path, value) -> None:
     path.write_text(json.dumps(value, indent=2))
 
 
-def _save(path: Path, array: np.ndarray, **params) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(array).save(path, **params)
-    return path
-
-
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     """hosts.toml and fixtures from the repository, a transcribed Diffusers baseline attempt, a
@@ -210,7 +204,7 @@ def project(tmp_path, monkeypatch):
                        "started_at": "2026-10-08T10:00:00Z"}})
     base = {seed: natural(seed=seed) for seed in (2301, 2302)}
     for seed, image in base.items():
-        _save(tmp_path / "baseline" / FIXTURE / f"{seed}.png", image)
+        save(tmp_path / "baseline" / FIXTURE / f"{seed}.png", image)
     images = {  # compress_level differs: same pixels, different bytes
         ("cpuoff-expandable", 2301): (perturbed(base[2301], 8), {"compress_level": 1}),
         ("cpuoff", 2301): (perturbed(base[2301], 8), {"compress_level": 9}),
@@ -219,7 +213,7 @@ def project(tmp_path, monkeypatch):
     }
     records = []
     for (flag_set, seed), (image, params) in images.items():
-        _save(artifacts / "run-1" / f"{flag_set}-{seed}.png", image, **params)
+        save(artifacts / "run-1" / f"{flag_set}-{seed}.png", image, **params)
         records.append(record(flag_set, seed, artifact=f"run-1/{flag_set}-{seed}.png"))
     records.append(record("cpuoff", 2302, outcome="oom"))
     _write_json(host / "run-1" / "requests.json",
@@ -294,7 +288,7 @@ def _drop_the_baseline_attempt(p: Project) -> None:
     (_repeat_first_request, [], "$[5]: repeats flag set 'cpuoff-expandable', fixture "
                                 "'edit-compose-pair', seed 2301 of $[0]"),
     (_drop_the_baseline_attempt, [], "$.baseline: the attempt names no baseline attempt"),
-    (lambda p: _save(p.artifacts_dir / "run-1" / "fp8-2301.png", natural((10, 10))), [],
+    (lambda p: save(p.artifacts_dir / "run-1" / "fp8-2301.png", natural((10, 10))), [],
      "size 312x208 differs from 10x10"),
     (lambda p: None, ["--baseline-attempt", "nope"], "baseline attempt 'nope' is not under"),
     (lambda p: None, ["--layout", "{seed}.png"], "must name {seed} and {fixture}"),
