@@ -36,6 +36,13 @@ def schema(session: nox.Session) -> None:
 
 
 @nox.session
+def quality(session: nox.Session) -> None:
+    """PSNR against a baseline's images and determinism groups (`-- --baseline DIR`)."""
+    _install(session)
+    session.run("omniprobe", "quality", *session.posargs)
+
+
+@nox.session
 def tests(session: nox.Session) -> None:
     """Run the test suite (pytest); GPU tests skip without CUDA."""
     _install(session, "test")

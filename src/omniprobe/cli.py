@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from .problems import InputError
 from .project import find_project
@@ -63,6 +64,47 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _image_check(args: argparse.Namespace) -> int:
+    from .hosts import QualityConfig, load_hosts
+    from .image_check import check_images, find_images, render_json, render_table
+
+    try:
+        hosts_file = find_project().hosts_file
+        cfg, source = load_hosts(hosts_file).quality, f"{hosts_file} [quality]"
+    except FileNotFoundError:
+        cfg, source = QualityConfig(), "built-in defaults (no hosts.toml found)"
+    except InputError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    paths, problems = find_images(args.paths)
+    checked, unreadable = check_images(paths, cfg)
+    problems += unreadable
+    if args.json:
+        sys.stdout.write(render_json(checked, problems, cfg, source))
+    else:
+        if checked:
+            print(render_table(checked))
+        print(f"thresholds: {source}")
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return 2
+    return 1 if any(c.metrics.verdict == "broken" for c in checked) else 0
+
+
+def _quality(args: argparse.Namespace) -> int:
+    from .quality import render, run_quality
+
+    project = find_project()
+    result = run_quality(project, args.baseline, attempt_id=args.attempt, layout=args.layout,
+                         comparator=args.comparator, baseline_attempt=args.baseline_attempt)
+    print(render(result))
+    for path in result.written:
+        print(f"wrote {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="omniprobe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,6 +119,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="render REPORT.md from the evidence")
     p.add_argument("--check", action="store_true", help="exit 1 if REPORT.md differs from a fresh render")
     p.set_defaults(func=_report)
+
+    p = sub.add_parser("image-check", help="metrics and structure verdict of image files or "
+                       "folders (exit 1: a broken image; 2: unreadable input)")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="image files, or folders to search "
+                   "recursively for .png/.jpg/.jpeg/.webp")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_image_check)
+
+    p = sub.add_parser("quality", help="PSNR of an attempt's outputs against a baseline attempt's "
+                       "images, and determinism groups; writes psnr.json and determinism.json")
+    p.add_argument("--baseline", type=Path, required=True, metavar="DIR",
+                   help="folder of the baseline attempt's images")
+    p.add_argument("--attempt", metavar="ID", help="attempt to check (default: the most recently "
+                   "started one with image artifacts)")
+    p.add_argument("--layout", metavar="PATTERN", help="baseline image path under DIR, e.g. "
+                   "'{fixture}/{seed}.png' (default: hosts.toml [quality] baseline_layout)")
+    p.add_argument("--comparator", choices=["rgba", "rgb"],
+                   help="channels compared (default: hosts.toml [quality] comparator)")
+    p.add_argument("--baseline-attempt", metavar="ID",
+                   help="attempt id of the baseline images (default: the attempt's baseline)")
+    p.set_defaults(func=_quality)
     return parser
 
 

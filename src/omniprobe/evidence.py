@@ -14,7 +14,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from .atomic import write_text_atomic
 from .problems import InputError, Problem, problems_from_validation
@@ -144,6 +152,7 @@ class ImageMetrics(_In):
     rgb_std: float
     flatness: float
     verdict: Literal["sound", "broken"]
+    reasons: list[str] = Field(default=[], description="Why the verdict is broken; empty if sound.")
 
 
 class RequestRecord(_In):
@@ -199,7 +208,8 @@ class PsnrRow(_In):
     flag_set: str
     fixture: str
     seeds: list[int] = Field(min_length=1)
-    psnr_db: Range
+    psnr_db: Range | None = Field(default=None, description="Absent only when identical.")
+    identical: bool = Field(default=False, description="Pixel-identical: PSNR is infinite.")
     stated_mean_db: float | None = Field(
         default=None, description="Only where per-seed values are not given."
     )
@@ -207,6 +217,12 @@ class PsnrRow(_In):
     baseline_attempt: str
     quality: Quality
     note: str | None = None
+
+    @model_validator(mode="after")
+    def _psnr_unless_identical(self) -> PsnrRow:
+        if (self.psnr_db is None) != self.identical:
+            raise ValueError("psnr_db is required, and only absent when identical is true")
+        return self
 
 
 class DeterminismGroup(_In):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import string
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -121,6 +122,61 @@ class Probe(_Input):
     target_reference_count: int = Field(ge=1)
 
 
+LAYOUT_PLACEHOLDERS = frozenset({"fixture", "source_name", "seed"})
+
+
+class QualityConfig(_Input):
+    """The output-structure check and the PSNR baseline layout (see imaging.py, quality.py).
+
+    Figures are on the 0-255 scale whatever the image's bit depth. The defaults are the values
+    hosts.toml states; they apply where a table omits a key or no hosts.toml is found.
+    """
+
+    opaque_alpha: int = Field(
+        default=255, ge=1, le=255, description="A pixel counts as opaque when its alpha is >= this."
+    )
+    min_opaque_fraction: float = Field(
+        default=0.9, ge=0, le=1, description="Below this opaque fraction an image is broken."
+    )
+    flat_tile: int = Field(default=8, ge=2, description="Edge (px) of the flatness tiles.")
+    flat_tolerance: int = Field(
+        default=2, ge=0, le=255,
+        description="A tile is near-constant when no RGB channel spans more than this many levels.",
+    )
+    max_flat_fraction: float = Field(
+        default=0.98, ge=0, le=1,
+        description="Above this fraction of near-constant tiles an image is broken (blank).",
+    )
+    comparator: Literal["rgba", "rgb"] = Field(
+        default="rgba", description="Channels PSNR compares; rgba is the seed report's comparator."
+    )
+    convert_modes: bool = Field(
+        default=False,
+        description="Compare images of different modes after converting both to RGBA; "
+        "false: a mode mismatch is an error.",
+    )
+    baseline_layout: str = Field(
+        default="{fixture}/{seed}.png",
+        description="Path of a baseline image under the baseline folder; placeholders {fixture} "
+        "(fixture id), {source_name} (the source's name for it) and {seed}.",
+    )
+
+    @model_validator(mode="after")
+    def _layout_placeholders(self) -> QualityConfig:
+        names = {name for _, name, _, _ in string.Formatter().parse(self.baseline_layout) if name}
+        unknown = names - LAYOUT_PLACEHOLDERS
+        if unknown:
+            raise ValueError(f"baseline_layout uses unknown placeholder(s) {sorted(unknown)}; "
+                             f"expected {sorted(LAYOUT_PLACEHOLDERS)}")
+        if "seed" not in names or not names & {"fixture", "source_name"}:
+            raise ValueError("baseline_layout must name {seed} and {fixture} or {source_name}, "
+                             f"got {self.baseline_layout!r}")
+        if Path(self.baseline_layout).is_absolute() or ".." in Path(self.baseline_layout).parts:
+            raise ValueError(f"baseline_layout must stay inside the baseline folder, "
+                             f"got {self.baseline_layout!r}")
+        return self
+
+
 class HostsConfig(_Input):
     stack: Stack
     serve: Serve
@@ -130,6 +186,7 @@ class HostsConfig(_Input):
     flag_sets: dict[str, FlagSet]
     deploy_configs: dict[str, DeployConfig] = {}
     offline_kwarg_sets: dict[str, OfflineKwargSet] = {}
+    quality: QualityConfig = QualityConfig()
 
     def host(self, name: str) -> Host:
         if name not in self.hosts:
