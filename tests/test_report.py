@@ -142,3 +142,13 @@ def test_span(r, digits, text):
 )
 def test_cell_text(cell, text):
     assert cell_text(cell) == text
+
+
+def test_identical_psnr_rows_render_without_a_mean(project):
+    rows = project.root / "evidence/rtx3090/seed-3090-2-measured-pair/psnr.json"
+    data = json.loads(rows.read_text())
+    data[0] = {**data[0], "identical": True}
+    del data[0]["psnr_db"]
+    rows.write_text(json.dumps(data))
+    text = render_report(project)
+    assert "| identical / 28.75 / 26.51 / 28.92 | — |" in text

@@ -49,12 +49,15 @@ class PsnrGroup:
 
     @property
     def per_seed(self) -> bool:
-        return all(len(r.seeds) == 1 and r.psnr_db.single for r in self.rows)
+        return all(len(r.seeds) == 1 and (r.identical or r.psnr_db.single) for r in self.rows)
 
     @property
     def mean_db(self) -> float | None:
-        """Computed from per-seed rows; else the source's own stated mean, if any."""
+        """Computed from per-seed rows (none if any pair is identical: the mean is infinite);
+        else the source's own stated mean, if any."""
         if self.per_seed:
+            if any(r.identical for r in self.rows):
+                return None
             return fmean(r.psnr_db.min for r in self.rows)
         stated = [r.stated_mean_db for r in self.rows if r.stated_mean_db is not None]
         return stated[0] if len(stated) == 1 else None
@@ -64,12 +67,12 @@ class PsnrGroup:
         return sorted({s for r in self.rows for s in r.seeds})
 
     @property
-    def low_db(self) -> float:
-        return min(r.psnr_db.min for r in self.rows)
+    def low_db(self) -> float | None:
+        return min((r.psnr_db.min for r in self.rows if r.psnr_db), default=None)
 
     @property
-    def high_db(self) -> float:
-        return max(r.psnr_db.max for r in self.rows)
+    def high_db(self) -> float | None:
+        return max((r.psnr_db.max for r in self.rows if r.psnr_db), default=None)
 
     @property
     def quality(self) -> str:
