@@ -51,7 +51,8 @@ def _stderr(line: str) -> None:
 
 
 def _python_find(uv: str, version: str) -> list[str]:
-    return [uv, "python", "find", version]
+    # --system: skip virtual environments (an active one, or a .venv near the working folder).
+    return [uv, "python", "find", "--system", version]
 
 
 def _python_install(uv: str, version: str) -> list[str]:
@@ -132,7 +133,7 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None) -> s
            f"# git cache: {paths.git_cache}",
            f"# stamp now: {state} (a current stamp makes a build only verify)",
            line(_python_find(uv, version)),
-           line(_python_install(uv, version), f"only if `uv python find {version}` finds none")]
+           line(_python_install(uv, version), "only if the line above finds none")]
     for step in git_steps:
         dest = paths.clone_dir(step)
         out += [line(_clone(step, dest), "only if not cloned yet"),
@@ -164,7 +165,7 @@ def _provide_python(uv: str, version: str, runner: Runner, echo: Echo) -> str:
     found = runner.run(_python_find(uv, version))
     if found.returncode == 0:
         return found.stdout.strip()
-    echo(f"$ {shlex.join(_python_install(uv, version))}  # Python {version} is not on this machine")
+    echo(f"$ {shlex.join(_python_install(uv, version))}  # no Python {version} found")
     installed = runner.run(_python_install(uv, version))
     if installed.returncode != 0:
         raise EnvBuildError(
@@ -174,8 +175,9 @@ def _provide_python(uv: str, version: str, runner: Runner, echo: Echo) -> str:
             "(a uv-managed or system interpreter uv can find) and re-run")
     found = runner.run(_python_find(uv, version))
     if found.returncode != 0:
-        raise EnvBuildError(f"uv installed Python {version} but `uv python find {version}` "
-                            f"still finds none: {found.stderr.strip()[-400:]}")
+        raise EnvBuildError(f"uv installed Python {version} but "
+                            f"`{shlex.join(_python_find(uv, version))}` still finds none: "
+                            f"{found.stderr.strip()[-400:]}")
     return found.stdout.strip()
 
 

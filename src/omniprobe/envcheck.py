@@ -154,7 +154,7 @@ def host_facts(nvml: Any) -> HostFacts:
                      memory_total_gib=_memory_total_gib(), gpu=gpu, nvml_error=error)
 
 
-def _gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]:
+def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]:
     if host.simulated:
         return [_check("gpu.nvml", "skip", "simulated host: its GPU is modelled, not checked")]
     gpu = facts.gpu
@@ -180,7 +180,7 @@ def _gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck
     ]
 
 
-def _torch_check(host: Host, probe: dict | None, torch_pinned: bool) -> EnvCheck:
+def torch_check(host: Host, probe: dict | None, torch_pinned: bool) -> EnvCheck:
     if not torch_pinned:
         return _check("torch.cuda", "skip", "torch is not among this env's pins")
     if host.simulated:
@@ -298,7 +298,7 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def _snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
+def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
     from huggingface_hub import scan_cache_dir
 
     repo, revision = cfg.stack.model_repo, cfg.stack.model_revision
@@ -368,7 +368,7 @@ def _manifest_check(path: Path, model_snapshot: str, revision: CachedRevisionInf
 # --- the reference suite ----------------------------------------------------------------
 
 
-def _references_check(project: Project) -> EnvCheck:
+def references_check(project: Project) -> EnvCheck:
     name = "fixtures.references"
     try:
         suite = load_fixtures(project.fixtures_file)
@@ -434,10 +434,10 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
         checks.append(check)
         pins.append(pin)
 
-    checks.extend(_gpu_checks(host, facts, env.checks.vram_tolerance))
-    checks.append(_torch_check(host, probe, torch_pinned))
-    checks.extend(timed("snapshot", _snapshot_checks, cfg, project))
-    checks.append(timed("references", _references_check, project))
+    checks.extend(gpu_checks(host, facts, env.checks.vram_tolerance))
+    checks.append(torch_check(host, probe, torch_pinned))
+    checks.extend(timed("snapshot", snapshot_checks, cfg, project))
+    checks.append(timed("references", references_check, project))
 
     uv = uv_command()
     freeze, uv_version = [], None
