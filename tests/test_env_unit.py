@@ -387,9 +387,11 @@ def test_manifest_summary():
     assert summary["packages"] == [{"name": "six", "pin": "1.16.0", "resolved": "1.16.0"}]
 
 
-def test_manifest_rejects_repeated_checks():
-    with pytest.raises(ValueError, match="check names repeat: gpu.name"):
-        _manifest(checks=[{"name": "gpu.name", "status": "pass", "detail": "x"}] * 2)
+def test_manifest_rejects_unknown_keys_and_bad_status():
+    with pytest.raises(ValueError, match="checks.0.status"):
+        _manifest(checks=[{"name": "gpu.name", "status": "passed", "detail": "x"}])
+    with pytest.raises(ValueError, match="colour"):
+        _manifest(colour="blue")
 
 
 def test_manifest_is_filed_once_per_state(tmp_path):

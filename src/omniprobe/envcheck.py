@@ -440,7 +440,7 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     checks.append(timed("references", references_check, project))
 
     uv = uv_command()
-    freeze, uv_version = [], None
+    freeze: list[str] = []
     if paths.python.exists():
         proc = timed("freeze", runner.run, [uv, "pip", "freeze", "--python", str(paths.python)])
         freeze = proc.stdout.splitlines() if proc.returncode == 0 else []

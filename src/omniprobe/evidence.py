@@ -14,15 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    RootModel,
-    TypeAdapter,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, RootModel, TypeAdapter, ValidationError
 
 from .atomic import write_text_atomic
 from .problems import InputError, Problem, problems_from_validation
@@ -372,14 +364,6 @@ class EnvManifest(_In):
     freeze: list[str] = Field(description="`uv pip freeze` of the venv, line by line.")
     checks: list[EnvCheck] = Field(min_length=1)
     timings: EnvTimings
-
-    @model_validator(mode="after")
-    def _unique_checks(self) -> EnvManifest:
-        names = [c.name for c in self.checks]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ValueError(f"check names repeat: {', '.join(dupes)}")
-        return self
 
     @property
     def failed_checks(self) -> list[EnvCheck]:
