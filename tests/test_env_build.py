@@ -232,6 +232,9 @@ def test_interrupted_build_is_marked_incomplete_and_repaired(world, tmp_path):
                   nvml=FakeNvml(), echo=_quiet)
     with pytest.raises(EnvNotReady, match="env.stamp failed: incomplete: the build started"):
         envcheck.require_env_ok(HOST, project=world.project, venv=venv, nvml=FakeNvml())
+    checked = check_env(HOST, project=world.project, venv=venv, nvml=FakeNvml())
+    assert not checked.verification.complete
+    assert checked.attempt is None  # no manifest is filed for an incomplete env
     repaired = build_env(HOST, project=world.project, venv=venv, nvml=FakeNvml(), echo=_quiet,
                          record=False)
     assert repaired.action == "built" and repaired.verification.ok

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .atomic import write_text_atomic
-from .envcheck import Verification, verify_env
+from .envcheck import Verification, expected_and_got, verify_env
 from .envmanifest import make_manifest, record_manifest
 from .envstate import (
     EnvBuildError,
@@ -281,7 +281,8 @@ def _verify_and_record(cfg: HostsConfig, project: Project, host: str, paths: Env
     manifest = make_manifest(verification, action, ran=runner.ran, build_s=build_s,
                              total_s=time.perf_counter() - start)
     attempt, written = None, False
-    if record:
+    # A manifest describes a built env; checks of one never completely built stay unfiled.
+    if record and verification.complete:
         attempt, written = record_manifest(project, cfg, manifest, command=command,
                                            started_at=started_at)
     return BuildResult(action=action, paths=paths, verification=verification, manifest=manifest,
@@ -295,13 +296,11 @@ def format_result(result: BuildResult, project: Project) -> str:
     lines = [f"env {v.host} ({result.action}) at {v.paths.venv}: {counts['pass']} pass, "
              f"{counts['fail']} fail, {counts['skip']} skip"]
     for c in v.checks:
-        seen = ""
-        if c.status == "fail" and (c.expected or c.actual):
-            seen = f" (expected {c.expected}, got {c.actual})"
-        elif c.actual:
-            seen = f" [{c.actual}]"
+        seen = expected_and_got(c) if c.status == "fail" else (f" [{c.actual}]" if c.actual else "")
         lines.append(f"  {c.status.upper():4} {c.name}: {c.detail}{seen}")
-    if result.attempt is not None:
+    if result.attempt is None:
+        lines.append("manifest: not filed (the env has no complete build)")
+    else:
         where = result.attempt
         if where.is_relative_to(project.root):
             where = where.relative_to(project.root)

@@ -83,6 +83,7 @@ class Verification:
     paths: EnvPaths
     pins_hash: str
     model_snapshot: str
+    complete: bool  # the stamp records a complete build of exactly these pins
     uv_version: str | None
     python: EnvPython
     facts: HostFacts
@@ -449,17 +450,21 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     python = EnvPython(pinned=cfg.stack.python, version=probe["version"] if probe else None,
                        executable=probe["executable"] if probe else None)
     return Verification(host=host_name, paths=paths, pins_hash=want,
-                        model_snapshot=cfg.stack.model_snapshot, uv_version=uv_version,
+                        model_snapshot=cfg.stack.model_snapshot, complete=current,
+                        uv_version=uv_version,
                         python=python, facts=facts, pins=pins, freeze=freeze, checks=checks,
                         phases=phases)
 
 
+def expected_and_got(check: EnvCheck) -> str:
+    if check.expected is None and check.actual is None:
+        return ""
+    return f" (expected {check.expected or 'nothing'}, got {check.actual or 'nothing'})"
+
+
 def describe_failures(verification: Verification) -> str:
-    lines = []
-    for c in verification.failed:
-        seen = f" (expected {c.expected}, got {c.actual})" if c.expected or c.actual else ""
-        lines.append(f"  {c.name} failed: {c.detail}{seen}")
-    return "\n".join(lines)
+    return "\n".join(f"  {c.name} failed: {c.detail}{expected_and_got(c)}"
+                     for c in verification.failed)
 
 
 def require_env_ok(host: str, *, project: Project | None = None, venv: str | Path | None = None,
