@@ -104,6 +104,43 @@ def _quality(args: argparse.Namespace) -> int:
         print(f"wrote {path}")
     return 0
 
+def _env_command(args: argparse.Namespace) -> list[str]:
+    return ["omniprobe", "env", args.env_command, "--host", args.host,
+            *(["--venv", args.venv] if args.venv else [])]
+
+
+def _env_build(args: argparse.Namespace) -> int:
+    from .envbuild import build_env, dry_run, format_result
+    from .envstate import EnvError
+
+    project = find_project()
+    try:
+        if args.dry_run:
+            print(dry_run(project, args.host, venv=args.venv), end="")
+            return 0
+        result = build_env(args.host, project=project, venv=args.venv,
+                           command=_env_command(args))
+    except (EnvError, KeyError) as exc:
+        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 1
+    print(format_result(result, project), end="")
+    return 0 if result.verification.ok else 1
+
+
+def _env_check(args: argparse.Namespace) -> int:
+    from .envbuild import check_env, format_result
+    from .envstate import EnvError
+
+    project = find_project()
+    try:
+        result = check_env(args.host, project=project, venv=args.venv,
+                           command=_env_command(args))
+    except (EnvError, KeyError) as exc:
+        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        return 1
+    print(format_result(result, project), end="")
+    return 0 if result.verification.ok else 1
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="omniprobe", description=__doc__)
@@ -140,6 +177,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline-attempt", metavar="ID",
                    help="attempt id of the baseline images (default: the attempt's baseline)")
     p.set_defaults(func=_quality)
+
+    p = sub.add_parser("env", help="build or check a host's pinned probe environment")
+    env_sub = p.add_subparsers(dest="env_command", required=True)
+    for name, func, text in (
+        ("build", _env_build, "build the env from hosts.toml (only verifies when nothing changed)"),
+        ("check", _env_check, "check the env and file its manifest; builds nothing"),
+    ):
+        q = env_sub.add_parser(name, help=text)
+        q.add_argument("--host", required=True, help="a hosts.toml host")
+        q.add_argument("--venv", help="venv path (default: <[env] root>/envs/<host>)")
+        if name == "build":
+            q.add_argument("--dry-run", action="store_true",
+                           help="print the commands a build runs; run nothing")
+        q.set_defaults(func=func)
     return parser
 
 

@@ -294,6 +294,104 @@ class StatedFigure(_In):
     statement: str
 
 
+# --- probe environment ------------------------------------------------------------------
+
+CheckStatus = Literal["pass", "fail", "skip"]
+
+
+class GpuFacts(_In):
+    """What NVML says about the host's GPU."""
+
+    index: int = Field(ge=0, description="NVML device index.")
+    device_count: int = Field(ge=1)
+    name: str
+    memory_total_mib: int = Field(ge=0)
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    driver_version: str
+    cuda_driver_version: str | None = Field(default=None, description="CUDA the driver supports.")
+
+
+class HostFacts(_In):
+    """Facts read off the machine while checking the environment."""
+
+    hostname: str
+    platform: str
+    machine: str
+    cpu_count: int | None = None
+    memory_total_gib: float | None = Field(default=None, description="null: not readable.")
+    gpu: GpuFacts | None = Field(default=None, description="null: NVML gave none (see nvml_error).")
+    nvml_error: str | None = None
+
+
+class EnvPython(_In):
+    pinned: str
+    version: str | None = Field(default=None, description="The venv interpreter's; null: none.")
+    executable: str | None = None
+
+
+class EnvPin(_In):
+    """One install step's pin and what the venv holds for it."""
+
+    name: str
+    kind: Literal["index", "git"]
+    pin: str = Field(description="The version, or the (abbreviated) commit.")
+    source: str = Field(description="Index URL, 'default index', or the git repository.")
+    editable: bool = False
+    installed_version: str | None = Field(default=None, description="null: not installed.")
+    resolved: str | None = Field(
+        default=None, description="Installed version, or the full installed commit for git pins."
+    )
+
+
+class EnvCheck(_In):
+    name: str = Field(pattern=r"^[a-z0-9_.:-]+$")
+    status: CheckStatus
+    expected: str | None = None
+    actual: str | None = None
+    detail: str
+
+
+class CommandTiming(_In):
+    command: list[str]
+    returncode: int
+    seconds: float = Field(ge=0)
+
+
+class EnvTimings(_In):
+    total_s: float = Field(ge=0)
+    build_s: float | None = Field(default=None, ge=0, description="null: nothing was built.")
+    verify_s: float = Field(ge=0)
+    phases: dict[str, float] = Field(default={}, description="Seconds per verification phase.")
+    commands: list[CommandTiming] = Field(default=[], description="Every command run, in order.")
+
+
+class EnvManifest(_In):
+    """environment.json: a host's probe environment as built and checked by `omniprobe env`."""
+
+    host: str
+    action: Literal["built", "verified"] = Field(
+        description="'built': this run installed; 'verified': a no-op re-run that only checked."
+    )
+    venv: str
+    pins_hash: str = Field(pattern=r"^[0-9a-f]{64}$", description="Hash of the pins built to.")
+    uv_version: str | None = None
+    python: EnvPython
+    host_facts: HostFacts
+    model_snapshot: str = Field(description="The pinned 'repo@revision'.")
+    pins: list[EnvPin]
+    freeze: list[str] = Field(description="`uv pip freeze` of the venv, line by line.")
+    checks: list[EnvCheck] = Field(min_length=1)
+    timings: EnvTimings
+
+    @property
+    def failed_checks(self) -> list[EnvCheck]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_checks
+
+
 # --- files ------------------------------------------------------------------------------
 
 SECTION_MODELS: dict[str, type[BaseModel]] = {
@@ -308,6 +406,7 @@ SECTION_MODELS: dict[str, type[BaseModel]] = {
     "baseline.json": Baseline,
     "corrections.json": RootModel[list[Correction]],
     "figures.json": RootModel[list[StatedFigure]],
+    "environment.json": EnvManifest,
 }
 ATTEMPT_FILE = "attempt.json"
 FILE_MODELS: dict[str, type[BaseModel]] = {ATTEMPT_FILE: Attempt, **SECTION_MODELS}
@@ -328,6 +427,7 @@ class LoadedAttempt:
     baseline: Baseline | None = None
     corrections: list[Correction] = field(default_factory=list)
     figures: list[StatedFigure] = field(default_factory=list)
+    environment: EnvManifest | None = None
 
     @property
     def id(self) -> str:

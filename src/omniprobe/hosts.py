@@ -177,6 +177,75 @@ class QualityConfig(_Input):
         return self
 
 
+class InstallStep(_Input):
+    """One `uv pip install` of the probe environment; [[env.install]] runs in file order."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Distribution name.")
+    version: str | None = Field(default=None, description="Exact version from an index (==).")
+    index: str | None = Field(
+        default=None, description="Index of this step only (uv --index-url); null: uv's default."
+    )
+    git: str | None = Field(default=None, description="Repository URL, cloned into the git cache.")
+    commit: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{7,40}$", description="Pinned commit, may be abbreviated."
+    )
+    editable: bool = Field(default=False, description="Install the clone in place (git only).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InstallStep:
+        if (self.version is None) == (self.git is None):
+            raise ValueError("give either 'version' (from an index) or 'git' with 'commit'")
+        if self.git is not None and self.commit is None:
+            raise ValueError("a git step needs 'commit'")
+        if self.git is None and (self.commit is not None or self.editable):
+            raise ValueError("'commit' and 'editable' apply to git steps only")
+        if self.git is not None and self.index is not None:
+            raise ValueError("'index' applies to version steps only")
+        return self
+
+    @property
+    def kind(self) -> Literal["index", "git"]:
+        return "git" if self.git is not None else "index"
+
+    @property
+    def pin(self) -> str:
+        return str(self.commit if self.git is not None else self.version)
+
+
+class EnvChecks(_Input):
+    """Settings of the checks run after an environment build."""
+
+    vram_tolerance: float = Field(
+        default=0.05, ge=0, lt=1,
+        description="Allowed relative difference between NVML's total memory (GiB) and vram_gb.",
+    )
+    snapshot_manifest: str | None = Field(
+        default=None,
+        description="JSON of the snapshot's file sha256 digests, relative to hosts.toml; "
+                    "null: not known (the seed states none).",
+    )
+
+
+class EnvConfig(_Input):
+    """How `omniprobe env build` makes each host's probe environment."""
+
+    root: str = Field(
+        default="~/.cache/omniprobe", pattern=r"^[~/]",
+        description="Outside git: venvs go to <root>/envs/<host>, clones to <root>/git. "
+                    "OMNIPROBE_ENV_ROOT overrides it.",
+    )
+    install: list[InstallStep] = Field(min_length=1, description="Install steps, in order.")
+    checks: EnvChecks = EnvChecks()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> EnvConfig:
+        names = [step.name for step in self.install]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"install steps name a package twice: {', '.join(dupes)}")
+        return self
+
+
 class HostsConfig(_Input):
     stack: Stack
     serve: Serve
@@ -187,6 +256,9 @@ class HostsConfig(_Input):
     deploy_configs: dict[str, DeployConfig] = {}
     offline_kwarg_sets: dict[str, OfflineKwargSet] = {}
     quality: QualityConfig = QualityConfig()
+    env: EnvConfig | None = Field(
+        default=None, description="The probe environment build; null: not configured."
+    )
 
     def host(self, name: str) -> Host:
         if name not in self.hosts:
@@ -200,6 +272,9 @@ class HostsConfig(_Input):
 def _toml_loc(loc) -> str:
     """A pydantic location as the TOML table and key a user would look for."""
     parts = [str(p) for p in loc]
+    if len(parts) >= 3 and parts[:2] == ["env", "install"]:
+        item = f"[[env.install]] item {parts[2]}"
+        return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
     if len(parts) >= 3 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets"}:
         return f"[{parts[0]}.{parts[1]}] key '{'.'.join(parts[2:])}'"
     if len(parts) >= 2:
@@ -224,6 +299,35 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
             problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",
                                     f"deploy config {flag_set.deploy_config!r} is not defined "
                                     "under [deploy_configs]"))
+    problems.extend(_env_against_stack(cfg, file))
+    return problems
+
+
+# Install steps that [stack] also pins: step field -> [stack] key that must hold the same value.
+_STACK_PINS = {
+    "torch": {"version": "torch", "index": "torch_index"},
+    "transformers": {"version": "transformers"},
+    "diffusers": {"git": "diffusers_repo", "commit": "diffusers_commit"},
+    "vllm-omni": {"git": "upstream_repo", "commit": "upstream_commit"},
+}
+
+
+def _env_against_stack(cfg: HostsConfig, file: str) -> list[Problem]:
+    """[stack] is what the report cites; [env] may not install anything else under those names."""
+    if cfg.env is None:
+        return []
+    problems = []
+    for i, step in enumerate(cfg.env.install):
+        for field, stack_key in _STACK_PINS.get(step.name, {}).items():
+            want, got = getattr(cfg.stack, stack_key), getattr(step, field)
+            if got != want:
+                problems.append(Problem(file, f"[[env.install]] item {i} key '{field}'",
+                                        f"{step.name}: expected [stack] {stack_key} {want!r}, "
+                                        f"got {got!r}"))
+    manifest = cfg.env.checks.snapshot_manifest
+    if manifest is not None and not (Path(file).parent / manifest).is_file():
+        problems.append(Problem(file, "[env.checks] key 'snapshot_manifest'",
+                                f"file {manifest!r} not found next to {Path(file).name}"))
     return problems
 
 

@@ -1,0 +1,421 @@
+"""Environment build and checks without the network: config, dry run, Python provisioning,
+NVML, the snapshot and reference checks, the stamp and the manifest evidence."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from env_scaffold import (
+    MODEL_REPO,
+    REPO_ROOT,
+    RTX5080,
+    SNAPSHOT_FILES,
+    FakeNvml,
+    World,
+    hosts_toml,
+    make_hf_cache,
+    revision_of,
+)
+from omniprobe import cli
+from omniprobe.envbuild import _provide_python
+from omniprobe.envcheck import (
+    gpu_checks,
+    host_facts,
+    read_gpu,
+    references_check,
+    snapshot_checks,
+)
+from omniprobe.envmanifest import manifest_summary, record_manifest
+from omniprobe.envstate import (
+    EnvBuildError,
+    EnvError,
+    Stamp,
+    env_paths,
+    pins_hash,
+    stamp_state,
+    uv_command,
+    write_stamp,
+)
+from omniprobe.evidence import EnvManifest, load_attempt
+from omniprobe.hosts import load_hosts
+from omniprobe.problems import InputError
+from omniprobe.project import Project
+
+REAL = Project(REPO_ROOT)
+
+
+def _world(tmp_path: Path, *, manifest: bool = True) -> World:
+    """A world on paper: files only, no repositories, enough for checks that need no venv."""
+    project = Project(tmp_path / "project")
+    (project.root / "fixtures" / "refs").mkdir(parents=True)
+    project.evidence_dir.mkdir()
+    world = World(root=tmp_path, project=project, env_root=tmp_path / "envroot",
+                  hf_cache=tmp_path / "hf", repo_a=tmp_path / "a", repo_b=tmp_path / "b",
+                  commits_a=["a" * 40], commits_b=["b" * 40], revision=revision_of("main"))
+    if manifest:
+        (project.root / "snapshot-manifest.json").write_text(json.dumps({
+            "model_snapshot": f"{MODEL_REPO}@{world.revision[:8]}",
+            "files": {r: hashlib.sha256(d).hexdigest() for r, d in SNAPSHOT_FILES.items()}}))
+    project.hosts_file.write_text(hosts_toml(world, manifest=manifest))
+    return world
+
+
+def _by_name(checks) -> dict:
+    return {c.name: c for c in checks}
+
+
+# --- hosts.toml [env] -------------------------------------------------------------------
+
+
+def test_real_hosts_toml_env_follows_the_recipe_order():
+    cfg = load_hosts(REAL.hosts_file)
+    assert [s.name for s in cfg.env.install] == ["torch", "transformers", "diffusers", "vllm-omni"]
+    assert cfg.env.checks.snapshot_manifest is None  # the seed states no file digests
+    assert [s.name for s in cfg.env.install if s.editable] == ["vllm-omni"]
+
+
+@pytest.mark.parametrize("edit, where, words", [
+    ('version = "2.13.0+cu130"', "[[env.install]] item 0 key 'version'",
+     "expected [stack] torch '2.13.0+cu130', got '2.12.0'"),
+    ('\ncommit = "122b1e11"', "[[env.install]] item 2 key 'commit'",
+     "expected [stack] diffusers_commit '122b1e11', got 'abcdef12'"),
+    ('editable = true', "[[env.install]] item 3 key 'colour'", "unknown key"),
+    ('name = "transformers"\nversion = "5.14.1"', "[[env.install]] item 1",
+     "give either 'version' (from an index) or 'git' with 'commit'"),
+    ('vram_tolerance = 0.05', "[env.checks] key 'snapshot_manifest'",
+     "file 'absent.json' not found"),
+])
+def test_env_config_errors_name_file_table_and_key(tmp_path, edit, where, words):
+    replacement = {
+        'version = "2.13.0+cu130"': 'version = "2.12.0"',
+        '\ncommit = "122b1e11"': '\ncommit = "abcdef12"',
+        'editable = true': 'editable = true\ncolour = "blue"',
+        'name = "transformers"\nversion = "5.14.1"':
+            'name = "transformers"\nversion = "5.14.1"\ngit = "x"\ncommit = "1234567"',
+        'vram_tolerance = 0.05': 'vram_tolerance = 0.05\nsnapshot_manifest = "absent.json"',
+    }[edit]
+    text = REAL.hosts_file.read_text()
+    assert edit in text
+    bad = tmp_path / "hosts.toml"
+    bad.write_text(text.replace(edit, replacement, 1))
+    with pytest.raises(InputError) as info:
+        load_hosts(bad)
+    message = str(info.value)
+    assert str(bad) in message and where in message and words in message, message
+
+
+def test_venv_inside_the_repository_is_refused(tmp_path):
+    cfg = load_hosts(REAL.hosts_file)
+    with pytest.raises(EnvError, match="inside the repository .* outside git"):
+        env_paths(cfg, REAL, "rtx3090", venv=REPO_ROOT / "venv")
+
+
+def test_unknown_host_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(REPO_ROOT))
+    assert cli.main(["env", "build", "--host", "rtx4090", "--dry-run"]) == 1
+
+
+# --- dry run ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["rtx3090", "rtx5080"])
+def test_dry_run_prints_the_pinned_commands_and_runs_nothing(host, tmp_path, monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"dry run ran {args}")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(REPO_ROOT))
+    monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(tmp_path / "envs"))
+    assert cli.main(["env", "build", "--host", host, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    commands = [shlex.split(line, comments=True) for line in out.splitlines()
+                if line and not line.startswith("#")]
+    venv = tmp_path / "envs" / "envs" / host
+    python = str(venv / "bin" / "python")
+    uv = uv_command()
+    installs = [c for c in commands if c[:3] == [uv, "pip", "install"]]
+    assert [c[-1] for c in installs] == [
+        "torch==2.13.0+cu130", "transformers==5.14.1",
+        f"diffusers @ git+file://{tmp_path}/envs/git/diffusers-122b1e11"
+        "@<full commit of 122b1e11>",
+        f"{tmp_path}/envs/git/vllm-omni-8484d85d1"]
+    assert installs[0][3:5] == ["--python", python]
+    assert installs[0][-3:-1] == ["--index-url", "https://download.pytorch.org/whl/cu130"]
+    assert installs[3][-2] == "--editable"
+    assert [uv, "python", "find", "--system", "3.13"] in commands
+    assert [uv, "python", "install", "3.13"] in commands
+    assert commands.index(["git", "-C", f"{tmp_path}/envs/git/vllm-omni-8484d85d1", "checkout",
+                           "--detach", "--quiet", "8484d85d1"]) < commands.index(installs[0])
+    assert ["git", "clone", "--no-checkout", "--quiet",
+            "https://github.com/huggingface/diffusers.git",
+            f"{tmp_path}/envs/git/diffusers-122b1e11"] in commands
+    assert [uv, "venv", "--clear", "--python", "<python 3.13 found by uv>", str(venv)] in commands
+    assert not venv.exists()
+
+
+# --- Python provisioning ----------------------------------------------------------------
+
+
+class ScriptedRunner:
+    """Answers commands from a script: argv tuple -> list of (returncode, stdout, stderr)."""
+
+    def __init__(self, script):
+        self.script, self.ran = script, []
+
+    def run(self, argv, **kwargs):
+        self.ran.append(tuple(argv))
+        rc, out, err = self.script[tuple(argv)].pop(0)
+        return SimpleNamespace(returncode=rc, stdout=out, stderr=err)
+
+
+FIND = ("uv", "python", "find", "--system", "3.13")
+INSTALL = ("uv", "python", "install", "3.13")
+
+
+def test_missing_python_is_installed_by_uv():
+    find, install = FIND, INSTALL
+    runner = ScriptedRunner({find: [(2, "", "no interpreter"), (0, "/uv/py3.13/bin/python\n", "")],
+                             install: [(0, "", "")]})
+    assert _provide_python("uv", "3.13", runner, lambda line: None) == "/uv/py3.13/bin/python"
+    assert runner.ran == [find, install, find]
+
+
+def test_python_that_uv_cannot_provide_fails_clearly():
+    find, install = FIND, INSTALL
+    runner = ScriptedRunner({find: [(2, "", "none")],
+                             install: [(1, "", "error: failed to download cpython-3.13")]})
+    with pytest.raises(EnvBuildError) as info:
+        _provide_python("uv", "3.13", runner, lambda line: None)
+    assert "Python 3.13 is not on this machine and uv could not install it" in str(info.value)
+    assert "uv python install 3.13" in str(info.value)
+    assert "failed to download cpython-3.13" in str(info.value)
+
+
+# --- GPU through NVML -------------------------------------------------------------------
+
+
+def test_nvml_facts_are_read_through_the_nvml_layer():
+    gpu = read_gpu(FakeNvml(**RTX5080))
+    assert (gpu.name, gpu.compute_capability, gpu.memory_total_mib) == (
+        "NVIDIA GeForce RTX 5080", "12.0", 16303)
+    assert (gpu.driver_version, gpu.cuda_driver_version) == ("999.1.2", "13.0")
+
+
+@pytest.mark.parametrize("host, fake, failed", [
+    ("rtx3090", FakeNvml(), set()),
+    ("rtx5080", FakeNvml(**RTX5080), set()),  # 16303 MiB is within 5% of 16 GB
+    ("rtx3090", FakeNvml(**RTX5080), {"gpu.name", "gpu.compute_capability", "gpu.memory"}),
+    ("rtx5080", FakeNvml(name="NVIDIA GeForce RTX 5080", memory_mib=12288, capability=(12, 0)),
+     {"gpu.memory"}),
+    ("rtx3090", FakeNvml(error=RuntimeError("NVML Shared Library Not Found")), {"gpu.nvml"}),
+])
+def test_gpu_checks_against_hosts_toml(host, fake, failed):
+    cfg = load_hosts(REAL.hosts_file)
+    checks = gpu_checks(cfg.host(host), host_facts(fake), cfg.env.checks.vram_tolerance)
+    assert {c.name for c in checks if c.status == "fail"} == failed
+    if not failed:
+        assert _by_name(checks)["gpu.driver"].actual == "999.1.2"
+
+
+# --- model snapshot ---------------------------------------------------------------------
+
+
+def _snapshot(world: World, monkeypatch) -> dict:
+    monkeypatch.setenv("HF_HUB_CACHE", str(world.hf_cache))
+    cfg = load_hosts(world.project.hosts_file)
+    return _by_name(snapshot_checks(cfg, world.project))
+
+
+def test_snapshot_at_the_pinned_revision_with_matching_files(tmp_path, monkeypatch):
+    world = _world(tmp_path)
+    make_hf_cache(world.hf_cache, MODEL_REPO, world.revision, SNAPSHOT_FILES)
+    checks = _snapshot(world, monkeypatch)
+    assert checks["model.snapshot"].status == "pass"
+    assert checks["model.snapshot"].actual == world.revision
+    assert checks["model.snapshot_files"].status == "pass"
+
+
+def test_snapshot_without_a_manifest_skips_the_file_check(tmp_path, monkeypatch):
+    world = _world(tmp_path, manifest=False)
+    make_hf_cache(world.hf_cache, MODEL_REPO, world.revision, SNAPSHOT_FILES)
+    checks = _snapshot(world, monkeypatch)
+    assert checks["model.snapshot"].status == "pass"
+    assert checks["model.snapshot_files"].status == "skip"
+
+
+def test_missing_snapshot(tmp_path, monkeypatch):
+    world = _world(tmp_path)
+    make_hf_cache(world.hf_cache, "otherorg/other-model", world.revision, SNAPSHOT_FILES)
+    checks = _snapshot(world, monkeypatch)
+    assert checks["model.snapshot"].status == "fail"
+    assert f"missing: {MODEL_REPO} is not in the cache" in checks["model.snapshot"].detail
+    assert checks["model.snapshot_files"].status == "fail"
+
+
+def test_missing_cache_folder(tmp_path, monkeypatch):
+    checks = _snapshot(_world(tmp_path), monkeypatch)
+    assert checks["model.snapshot"].status == "fail"
+    assert "no Hugging Face cache at" in checks["model.snapshot"].detail
+
+
+def test_snapshot_at_another_revision(tmp_path, monkeypatch):
+    world = _world(tmp_path)
+    other = revision_of("an older main")
+    make_hf_cache(world.hf_cache, MODEL_REPO, other, SNAPSHOT_FILES)
+    checks = _snapshot(world, monkeypatch)
+    assert checks["model.snapshot"].status == "fail"
+    assert f"cached at {other[:12]} (refs: main), not at the pinned {world.revision[:8]}" in (
+        checks["model.snapshot"].detail)
+
+
+def test_tampered_snapshot_file(tmp_path, monkeypatch):
+    world = _world(tmp_path)
+    snapshot = make_hf_cache(world.hf_cache, MODEL_REPO, world.revision, SNAPSHOT_FILES)
+    (snapshot / "weights" / "part-1.bin").resolve().write_bytes(b"\x00\x01weightz")
+    checks = _snapshot(world, monkeypatch)
+    assert checks["model.snapshot"].status == "pass"
+    files = checks["model.snapshot_files"]
+    assert files.status == "fail"
+    assert files.detail.startswith("weights/part-1.bin: sha256")
+    assert "config.json" not in files.detail
+
+
+def test_snapshot_file_missing_or_unlisted(tmp_path, monkeypatch):
+    world = _world(tmp_path)
+    files = {"config.json": SNAPSHOT_FILES["config.json"], "extra.txt": b"not in the manifest"}
+    make_hf_cache(world.hf_cache, MODEL_REPO, world.revision, files)
+    detail = _snapshot(world, monkeypatch)["model.snapshot_files"].detail
+    assert "weights/part-1.bin: missing" in detail
+    assert "extra.txt: not in the manifest" in detail
+
+
+# --- reference suite --------------------------------------------------------------------
+
+
+def test_real_fixtures_know_no_reference_digests():
+    check = references_check(REAL)
+    assert check.status == "skip"
+    assert "references-suite-2" in check.detail
+
+
+def test_reference_digests(tmp_path):
+    from env_scaffold import REFERENCE, fixtures_json
+
+    project = _world(tmp_path).project
+    project.fixtures_file.write_text(fixtures_json(hashlib.sha256(REFERENCE).hexdigest()))
+    ref = project.root / "fixtures" / "refs" / "ref-a.png"
+    assert references_check(project).status == "fail"  # not there yet
+    ref.write_bytes(REFERENCE)
+    assert references_check(project).status == "pass"
+    ref.write_bytes(REFERENCE + b"!")
+    check = references_check(project)
+    assert check.status == "fail"
+    assert "refs/ref-a.png: sha256 differs" in check.detail
+
+
+# --- stamp ------------------------------------------------------------------------------
+
+
+def test_stamp_states(tmp_path, monkeypatch):
+    world = _world(tmp_path)
+    monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(world.env_root))
+    cfg = load_hosts(world.project.hosts_file)
+    paths = env_paths(cfg, world.project, "testhost")
+    want = pins_hash(cfg, world.project)
+    assert stamp_state(paths, want) == (False, f"no build stamp at {paths.stamp}: the env was "
+                                               "never completely built")
+    stamp = Stamp(state="incomplete", host="testhost", pins_hash=want, python="py",
+                  started_at="2026-11-30T10:00:00Z")
+    write_stamp(paths, stamp)
+    assert stamp_state(paths, want)[1].startswith("incomplete: the build started 2026-11-30")
+    write_stamp(paths, stamp.model_copy(update={"state": "complete"}))
+    assert stamp_state(paths, want)[1].startswith("the venv interpreter")
+    paths.python.parent.mkdir(parents=True)
+    paths.python.write_text("")
+    assert stamp_state(paths, want)[0]
+    assert stamp_state(paths, "0" * 64)[1].startswith("stale: built for pins")
+    paths.stamp.write_text("{")
+    assert stamp_state(paths, want)[1].startswith("unreadable build stamp")
+
+
+def test_pins_hash_follows_the_pins(tmp_path):
+    world = _world(tmp_path)
+    before = pins_hash(load_hosts(world.project.hosts_file), world.project)
+    world.project.hosts_file.write_text(hosts_toml(world, idna="3.6"))
+    assert pins_hash(load_hosts(world.project.hosts_file), world.project) != before
+
+
+# --- manifest evidence ------------------------------------------------------------------
+
+
+def _manifest(**changes) -> EnvManifest:
+    data = {
+        "host": "testhost", "action": "built", "venv": "/v", "pins_hash": "a" * 64,
+        "uv_version": "uv 0.13.9",
+        "python": {"pinned": "3.13", "version": "3.13.0", "executable": "/v/bin/python"},
+        "host_facts": {"hostname": "box", "platform": "Linux", "machine": "x86_64",
+                       "gpu": {"index": 0, "device_count": 1, "name": "NVIDIA GeForce RTX 3090",
+                               "memory_total_mib": 24576, "compute_capability": "8.6",
+                               "driver_version": "999.1.2"}},
+        "model_snapshot": "Qwen/Qwen-Image-2.1@790c9263",
+        "pins": [{"name": "six", "kind": "index", "pin": "1.16.0", "source": "default index",
+                  "installed_version": "1.16.0", "resolved": "1.16.0"}],
+        "freeze": ["six==1.16.0"],
+        "checks": [{"name": "package.six", "status": "pass", "detail": "ok"},
+                   {"name": "gpu.name", "status": "fail", "detail": "NVML's device name",
+                    "expected": "a", "actual": "b"},
+                   {"name": "torch.cuda", "status": "skip", "detail": "no torch"}],
+        "timings": {"total_s": 1.5, "verify_s": 0.5, "build_s": 1.0},
+    }
+    return EnvManifest.model_validate({**data, **changes})
+
+
+def test_manifest_summary():
+    summary = manifest_summary(_manifest())
+    assert summary["ok"] is False
+    assert summary["failed"] == ["gpu.name: NVML's device name"]
+    assert summary["checks"] == {"pass": 1, "fail": 1, "skip": 1}
+    assert summary["gpu"] == "NVIDIA GeForce RTX 3090"
+    assert summary["packages"] == [{"name": "six", "pin": "1.16.0", "resolved": "1.16.0"}]
+
+
+def test_manifest_rejects_unknown_keys_and_bad_status():
+    with pytest.raises(ValueError, match="checks.0.status"):
+        _manifest(checks=[{"name": "gpu.name", "status": "passed", "detail": "x"}])
+    with pytest.raises(ValueError, match="colour"):
+        _manifest(colour="blue")
+
+
+def test_manifest_is_filed_once_per_state(tmp_path):
+    world = _world(tmp_path)
+    cfg = load_hosts(world.project.hosts_file)
+    started = "2026-11-30T10:00:00Z"
+    from datetime import datetime
+
+    at = datetime.fromisoformat(started)
+    folder, written = record_manifest(world.project, cfg, _manifest(), command=["x"],
+                                      started_at=at)
+    assert written and folder.name == "2026-11-30T100000Z-env-testhost"
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    assert attempt.environment.host == "testhost"
+    assert attempt.meta.provenance.kind == "measured"
+    # Same state again (only timings differ): nothing new is filed.
+    again = _manifest(timings={"total_s": 9.0, "verify_s": 9.0}, action="verified")
+    assert record_manifest(world.project, cfg, again, command=["x"], started_at=at) == (
+        folder, False)
+    # A changed state in the same second gets its own attempt beside the first.
+    changed = _manifest(freeze=["six==1.16.0", "idna==3.7"])
+    folder2, written2 = record_manifest(world.project, cfg, changed, command=["x"], started_at=at)
+    assert written2 and folder2.name == "2026-11-30T100000Z-env-testhost-2"
+    sim, _ = record_manifest(world.project, cfg, _manifest(host="simhost"), command=["x"],
+                             started_at=at)
+    assert load_attempt(sim)[0].meta.provenance.kind == "simulated"
