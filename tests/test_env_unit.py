@@ -32,7 +32,7 @@ from omniprobe.envcheck import (
     references_check,
     snapshot_checks,
 )
-from omniprobe.envmanifest import manifest_summary, record_manifest
+from omniprobe.envmanifest import record_manifest
 from omniprobe.envstate import (
     EnvBuildError,
     EnvError,
@@ -47,6 +47,7 @@ from omniprobe.evidence import EnvManifest, load_attempt
 from omniprobe.hosts import load_hosts
 from omniprobe.problems import InputError
 from omniprobe.project import Project
+from omniprobe.summaries import manifest_summary
 
 REAL = Project(REPO_ROOT)
 

@@ -152,3 +152,35 @@ def test_identical_psnr_rows_render_without_a_mean(project):
     rows.write_text(json.dumps(data))
     text = render_report(project)
     assert "| identical / 28.75 / 26.51 / 28.92 | — |" in text
+
+
+def test_a_filed_environment_manifest_is_shown(project):
+    from datetime import UTC, datetime
+
+    from omniprobe.envmanifest import record_manifest
+    from omniprobe.evidence import EnvManifest
+    from omniprobe.hosts import load_hosts
+
+    assert "## Probe environments" not in render_report(project)
+    manifest = EnvManifest.model_validate({
+        "host": "rtx3090", "action": "built", "venv": "/v", "pins_hash": "a" * 64,
+        "python": {"pinned": "3.13", "version": "3.13.16", "executable": "/v/bin/python"},
+        "host_facts": {"hostname": "box", "platform": "Linux", "machine": "x86_64",
+                       "gpu": {"index": 0, "device_count": 1, "name": "NVIDIA GeForce RTX 3090",
+                               "memory_total_mib": 24576, "compute_capability": "8.6",
+                               "driver_version": "999.1.2"}},
+        "model_snapshot": "Qwen/Qwen-Image-2.1@790c9263",
+        "pins": [{"name": "transformers", "kind": "index", "pin": "5.14.1", "source": "default index",
+                  "installed_version": "5.14.1", "resolved": "5.14.1"}],
+        "freeze": ["transformers==5.14.1"],
+        "checks": [{"name": "gpu.name", "status": "fail", "detail": "NVML's device name",
+                    "expected": "a", "actual": "b"}],
+        "timings": {"total_s": 1.5, "verify_s": 0.5, "build_s": 1.0},
+    })
+    record_manifest(project, load_hosts(project.hosts_file), manifest, command=["omniprobe", "env"],
+                    started_at=datetime(2026, 11, 30, tzinfo=UTC))
+    text = render_report(project)
+    assert "## Probe environments" in text
+    assert "| 3.13.16 | NVIDIA GeForce RTX 3090 | 24,576 | 8.6 | 999.1.2 |" in text
+    assert "0 pass, 1 fail, 0 skipped — **not ok**" in text
+    assert "transformers `5.14.1` → `5.14.1`" in text

@@ -112,26 +112,3 @@ def record_manifest(project: Project, cfg: HostsConfig, manifest: EnvManifest, *
         shutil.rmtree(scratch, ignore_errors=True)
     return host_dir / attempt_id, True
 
-
-def manifest_summary(manifest: EnvManifest) -> dict:
-    """The few facts the report shows for a host's environment."""
-    gpu = manifest.host_facts.gpu
-    counts = {status: sum(c.status == status for c in manifest.checks)
-              for status in ("pass", "fail", "skip")}
-    return {
-        "host": manifest.host,
-        "ok": manifest.ok,
-        "python": manifest.python.version,
-        "gpu": gpu.name if gpu else None,
-        "vram_mib": gpu.memory_total_mib if gpu else None,
-        "compute_capability": gpu.compute_capability if gpu else None,
-        "driver": gpu.driver_version if gpu else None,
-        "packages": [{"name": p.name, "pin": p.pin, "resolved": p.resolved}
-                     for p in manifest.pins],
-        "checks": counts,
-        "failed": [f"{c.name}: {c.detail}" for c in manifest.failed_checks],
-        "freeze_count": len(manifest.freeze),
-        "uv": manifest.uv_version,
-        "action": manifest.action,
-        "total_s": manifest.timings.total_s,
-    }

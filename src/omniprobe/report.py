@@ -14,7 +14,7 @@ from .figures import KvDelta, PsnrGroup, common_init_oom, kv_deltas, psnr_groups
 from .hosts import Host, HostsConfig
 from .project import Project
 from .quantities import Range, size_mib
-from .summaries import RunView, run_views
+from .summaries import RunView, manifest_summary, run_views
 from .validate import Loaded, load_valid_project
 from .verdicts import HostVerdict, all_verdicts
 
@@ -102,6 +102,15 @@ class HostSection:
     def baseline(self):
         ids = {a.meta.baseline for a in self.attempts if a.meta.baseline}
         return sorted(ids)[0] if ids else None
+
+    @property
+    def environment(self) -> dict | None:
+        """The latest environment manifest filed for this host, summarised."""
+        filed = [a for a in self.attempts if a.environment is not None]
+        if not filed:
+            return None
+        latest = max(filed, key=lambda a: (a.meta.date, a.id))
+        return {"attempt": latest.id, **manifest_summary(latest.environment)}
 
     @property
     def kv_range(self) -> Range | None:

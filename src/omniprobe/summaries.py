@@ -1,11 +1,12 @@
-"""Summaries derived from records: cells from per-request records, and runs with their cells."""
+"""Summaries derived from records: cells from per-request records, runs with their cells, and
+the facts of an environment manifest."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .evidence import Cell, LoadedAttempt, RequestRecord, ServeRun
+from .evidence import Cell, EnvManifest, LoadedAttempt, RequestRecord, ServeRun
 from .quantities import Range
 
 # Worst first: a cell's outcome is the worst of its requests'.
@@ -64,3 +65,27 @@ class RunView:
 def run_views(attempt: LoadedAttempt) -> list[RunView]:
     derived = cells_from_requests(attempt.requests)
     return [RunView(attempt, run, (*run.cells, *derived.get(run.flag_set, []))) for run in attempt.runs]
+
+
+def manifest_summary(manifest: EnvManifest) -> dict:
+    """The few facts the report shows for a host's environment."""
+    gpu = manifest.host_facts.gpu
+    counts = {status: sum(c.status == status for c in manifest.checks)
+              for status in ("pass", "fail", "skip")}
+    return {
+        "host": manifest.host,
+        "ok": manifest.ok,
+        "python": manifest.python.version,
+        "gpu": gpu.name if gpu else None,
+        "vram_mib": gpu.memory_total_mib if gpu else None,
+        "compute_capability": gpu.compute_capability if gpu else None,
+        "driver": gpu.driver_version if gpu else None,
+        "packages": [{"name": p.name, "pin": p.pin, "resolved": p.resolved}
+                     for p in manifest.pins],
+        "checks": counts,
+        "failed": [f"{c.name}: {c.detail}" for c in manifest.failed_checks],
+        "freeze_count": len(manifest.freeze),
+        "uv": manifest.uv_version,
+        "action": manifest.action,
+        "total_s": manifest.timings.total_s,
+    }
