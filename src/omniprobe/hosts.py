@@ -57,7 +57,7 @@ class Serve(_Input):
     ready_path: str | None = Field(
         default=None, description="Optional readiness endpoint of newer builds (e.g. /ready)."
     )
-    ready_timeout_s: float = Field(default=1200, gt=0, description="Init longer than this: timeout.")
+    ready_timeout_s: float = Field(default=1200, gt=0, description="Longer init: a timeout.")
     request_timeout_s: float = Field(default=900, gt=0)
     stop_grace_s: float = Field(default=15, ge=0, description="SIGTERM to SIGKILL.")
 
@@ -100,7 +100,7 @@ class SimCapacity(_Input):
     vram_mib: int = Field(gt=0, description="Memory of the modelled card.")
     context_mib: int = Field(ge=0, description="CUDA context and other non-PyTorch memory.")
     init_chunk_mib: int = Field(gt=0, description="Size of each parameter allocation at init.")
-    dit_mib: dict[str, int] = Field(description="Resident DiT weights by precision (bf16, fp8, ...).")
+    dit_mib: dict[str, int] = Field(description="Resident DiT weights by precision (bf16, ...).")
     encoder_mib: dict[str, int] = Field(
         description="Text-encoder weights by precision; off the GPU under --enable-cpu-offload."
     )
