@@ -14,11 +14,9 @@ import traceback
 from ..hosts import load_hosts
 from ..problems import InputError
 from .http import Faults, SimService, serve
-from .memory import MIB, Accounted, StateFile, Torch
+from .memory import MIB, STATE_ENV, Accounted, StateFile, Torch
 from .model import Flags, Pipeline, UnsupportedFlags
 
-# Where the harness asks the accounted backend to publish its memory (gpu.SimReader reads it).
-STATE_ENV = "OMNIPROBE_SIM_STATE"
 TIME_SCALE_ENV = "OMNIPROBE_SIM_TIME_SCALE"
 
 

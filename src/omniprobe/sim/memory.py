@@ -11,6 +11,8 @@ import struct
 from dataclasses import dataclass
 
 MIB = 1024**2
+# Where the harness asks the accounted backend to publish its memory (gpu.SimReader reads it).
+STATE_ENV = "OMNIPROBE_SIM_STATE"
 _STATE = struct.Struct("<qqq")  # pid, used bytes, total bytes: what the sim's NVML stand-in reads
 
 
