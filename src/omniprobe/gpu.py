@@ -138,26 +138,24 @@ def _proc_name(pid: int) -> str:
         return "not visible from here"
 
 
-def process_tree(root: int) -> set[int]:
-    """The pid and all its descendants, from /proc (Linux)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue
-        # The command name may hold spaces and parentheses: the fields start after the last ')'.
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    tree, todo = set(), [root]
-    while todo:
-        pid = todo.pop()
-        if pid not in tree:
-            tree.add(pid)
-            todo.extend(children.get(pid, ()))
-    return tree
+def parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the fields start after the last ')'.
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def descends_from(pid: int, root: int) -> bool:
+    """Whether pid is root or one of its descendants (Linux /proc; false for unseen pids)."""
+    seen = set()
+    while pid and pid not in seen:
+        if pid == root:
+            return True
+        seen.add(pid)
+        pid = parent_pid(pid)
+    return False
 
 
 def unique_processes(*lists: Iterable[ProcessMemory]) -> dict[int, int | None]:
@@ -224,8 +222,6 @@ def decimate(samples: list[Sample], buckets: int = 240) -> list[TimelinePoint]:
 class Sampler:
     """Samples a reader at `hz` in a thread, appending each sample to a JSONL file at once."""
 
-    TREE_REFRESH_S = 1.0  # rescanning /proc every sample would cost more than NVML does
-
     def __init__(self, reader: GpuReader, path: Path, *, hz: float = 10.0,
                  root_pid: Callable[[], int | None] = lambda: None, t0: float | None = None):
         self.reader, self.path, self.hz = reader, path, hz
@@ -234,8 +230,7 @@ class Sampler:
         self.samples: list[Sample] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
-        self._tree: set[int] = set()
-        self._tree_at = -1.0
+        self._owned: dict[tuple[int, int], bool] = {}  # a pid's ancestry is looked up once
         self.error: str | None = None
 
     def __enter__(self) -> Sampler:
@@ -261,19 +256,20 @@ class Sampler:
             summary = summary.model_copy(update={"reason": self.error})
         return summary
 
-    def _pids(self, now: float) -> set[int]:
+    def _mine(self, pid: int) -> bool:
         root = self.root_pid()
         if root is None:
-            return set()
-        if now - self._tree_at >= self.TREE_REFRESH_S:
-            self._tree, self._tree_at = process_tree(root), now
-        return self._tree
+            return False
+        if (pid, root) not in self._owned:
+            self._owned[pid, root] = descends_from(pid, root)
+        return self._owned[pid, root]
 
     def sample(self) -> Sample:
         now = time.monotonic()
         used, _ = self.reader.memory()
         compute, graphics = self.reader.processes()
-        owned = tree_memory(compute, graphics, self._pids(now))
+        mine = {pid for pid in unique_processes(compute, graphics) if self._mine(pid)}
+        owned = tree_memory(compute, graphics, mine)
         return Sample(t_s=now - self.t0, device_mib=used / MIB,
                       process_mib=None if owned is None else owned / MIB)
 

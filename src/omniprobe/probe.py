@@ -60,7 +60,7 @@ class ProbeOptions:
     grace_s: float
     sample_hz: float = 10.0
     idle_timeout_s: float = 60.0
-    poll_s: float = 0.5
+    poll_s: float = 0.25
     flag_sets: tuple[str, ...] = ()
     fixtures: tuple[str, ...] = ()
     max_restarts: int = 2
