@@ -37,7 +37,15 @@ from .gpu import (
 from .hosts import Host, HostsConfig, load_hosts
 from .oom import merge, parse_oom
 from .project import Project
-from .selection import INVOCATION_ENV, NoHost, read_state, resolve_host, state_path, update_state
+from .selection import (
+    INVOCATION_ENV,
+    NoHost,
+    check_host,
+    read_state,
+    resolve_host,
+    state_path,
+    update_state,
+)
 from .server import (
     Endpoints,
     FlagSetNotRunnable,
@@ -49,6 +57,10 @@ from .server import (
 from .sim.memory import STATE_ENV
 
 ReaderFactory = Callable[[Path], GpuReader]
+
+
+class PlanError(ValueError):
+    """A flag set or fixture asked for that the host or the fixtures do not have."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +104,8 @@ def serve_fixtures(suite: FixtureSuite, host: Host, wanted: tuple[str, ...] = ()
     """
     unknown = sorted(set(wanted) - set(suite.ids))
     if unknown:
-        raise KeyError(f"unknown fixture(s) {', '.join(unknown)}; fixtures: {', '.join(suite.ids)}")
+        raise PlanError(f"unknown fixture(s) {', '.join(unknown)}; "
+                        f"fixtures: {', '.join(suite.ids)}")
     chosen = [f for f in suite.fixtures
               if f.simulated == host.simulated and (not wanted or f.id in wanted)]
     refusals = [f for f in chosen if not f.runnable]
@@ -107,6 +120,15 @@ def serve_fixtures(suite: FixtureSuite, host: Host, wanted: tuple[str, ...] = ()
     if not chosen:
         raise FixtureNotRunnable(f"no {'simulated ' if host.simulated else ''}fixtures to run")
     return sorted(chosen, key=lambda f: f.reference_count)
+
+
+def check_flag_sets(host_name: str, host: Host, wanted: tuple[str, ...]) -> list[str]:
+    """The host's flag sets to run, in hosts.toml order (all of them unless some are wanted)."""
+    unknown = sorted(set(wanted) - set(host.serve_flag_sets))
+    if unknown:
+        raise PlanError(f"flag set(s) {', '.join(unknown)} are not run on host {host_name!r} "
+                       f"(its flag sets: {', '.join(host.serve_flag_sets)})")
+    return [f for f in host.serve_flag_sets if not wanted or f in wanted]
 
 
 def run_from_lifetimes(flag_set: str, lifetimes: list[ServerLifetime]) -> ServeRun:
@@ -167,13 +189,7 @@ class Probe:
     # --- plan ------------------------------------------------------------------------
 
     def flag_sets(self) -> list[str]:
-        wanted = self.options.flag_sets
-        unknown = sorted(set(wanted) - set(self.host.serve_flag_sets))
-        if unknown:
-            raise KeyError(f"flag set(s) {', '.join(unknown)} are not run on host "
-                           f"{self.host_name!r} (its flag sets: "
-                           f"{', '.join(self.host.serve_flag_sets)})")
-        return [f for f in self.host.serve_flag_sets if not wanted or f in wanted]
+        return check_flag_sets(self.host_name, self.host, self.options.flag_sets)
 
     def _command(self, flag_set: str) -> list[str] | None:
         try:
@@ -227,14 +243,14 @@ class Probe:
         server = ServerProcess(command, env, folder / "server.log",
                                Endpoints(self.base_url, serve.health_path, serve.ready_path),
                                grace_s=self.options.grace_s)
-        t0, started_at = time.monotonic(), datetime.now(UTC)
-        sampler = None if reader is None else Sampler(
-            reader, folder / "timeline.jsonl", hz=self.options.sample_hz,
-            root_pid=lambda: server.pid, t0=t0)
-        record = None
+        started_at = datetime.now(UTC)
+        record = sampler = None
         server.start()
+        t0 = server.started  # one origin for the init time, the series and the requests
         try:
-            if sampler is not None:
+            if reader is not None:
+                sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.options.sample_hz,
+                                  root_pid=lambda: server.pid, t0=t0)
                 sampler.start()
             init = server.wait_ready(self.options.ready_timeout_s, self.options.poll_s)
             record = ServerLifetime(session=session, started_at=started_at, command=command,
@@ -342,7 +358,7 @@ class Probe:
         oom = merge(reply.oom, parse_oom(log, "request")) if reply.outcome == "oom" else None
         error = reply.error
         if not up and reply.outcome != "timeout":
-            code = live.server.returncode()
+            code = live.server.wait_exit(2)  # a crashed server may take a moment to be reaped
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
                      + f"; its log ends: {_tail(log)}")
@@ -419,21 +435,28 @@ def run_probe(project: Project, session: str, args, *, readers: ReaderFactory | 
     """The probe-init / probe-serve command: 0 when everything planned was recorded."""
     cfg = load_hosts(project.hosts_file)
     suite = load_fixtures(project.fixtures_file)
+    options = options_from(args, cfg)
     try:
         host_name, why = resolve_host(project, cfg, args.host)
         print(f"host {host_name} ({why})", file=out)
+        host = cfg.host(host_name)
+        # Refuse before an attempt exists: a refused run leaves no evidence behind.
+        check_flag_sets(host_name, host, options.flag_sets)
+        if session == "probe-serve":
+            serve_fixtures(suite, host, options.fixtures)
+        _, problems = check_host(host, lambda: NvmlReader(args.gpu_index))
+        if problems:
+            raise NoHost(f"this machine is not host {host_name!r}: " + "; ".join(problems))
         store = _open(project, cfg, host_name, session, args)
-    except (NoHost, AttemptBusy) as exc:
+    except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable) as exc:
         print(f"error: {exc}", file=out)
         return 1
-    options = options_from(args, cfg)
     probe = Probe(cfg, suite, project.fixtures_file.parent, project.hosts_file, host_name, store,
-                  options, readers=readers or default_readers(cfg.host(host_name), args.gpu_index),
-                  out=out)
+                  options, readers=readers or default_readers(host, args.gpu_index), out=out)
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         (probe.probe_init if session == "probe-init" else probe.probe_serve)()
-    except (FixtureNotRunnable, KeyError, PortInUse, GpuBusy) as exc:
+    except (PortInUse, GpuBusy) as exc:
         print(f"error: {exc}", file=out)
         return 1
     except KeyboardInterrupt:

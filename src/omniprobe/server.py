@@ -132,6 +132,8 @@ class ServerProcess:
         self.stop()
 
     def start(self) -> None:
+        if self.proc is not None:
+            raise RuntimeError("this server lifetime has already been started")
         host, port = _host_port(self.endpoints.base_url)
         check_port(host, port)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -153,6 +155,13 @@ class ServerProcess:
 
     def returncode(self) -> int | None:
         return self.proc.poll() if self.proc else None
+
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """The exit status once the server has exited, or None if it still runs after timeout_s."""
+        try:
+            return self.proc.wait(timeout=timeout_s) if self.proc else None
+        except subprocess.TimeoutExpired:
+            return None
 
     def _get(self, path: str, timeout: float) -> int | None:
         try:
