@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -169,6 +170,30 @@ class Progress:
                  + (f" | ETA {clock(eta)}" if eta is not None else ""))
 
 
+class Recorder:
+    """Finishes each record off the request path, in order: decoding the image for its pixel
+    hash costs more than the rest of the harness, and overlaps the next request this way."""
+
+    def __init__(self):
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recorder")
+        self._pending: list[Future] = []
+
+    def submit(self, fn, *args) -> None:
+        self._pending.append(self._pool.submit(fn, *args))
+
+    def drain(self) -> None:
+        """Wait for every submitted record; a failure to write one is raised here."""
+        pending, self._pending = self._pending, []
+        for future in pending:
+            future.result()
+
+    def close(self) -> None:
+        try:
+            self.drain()
+        finally:
+            self._pool.shutdown()
+
+
 class Probe:
     def __init__(self, cfg: HostsConfig, suite: FixtureSuite, fixtures_dir: Path, hosts_file: Path,
                  host_name: str, store: AttemptStore, options: ProbeOptions, *,
@@ -183,6 +208,7 @@ class Probe:
         self.baseline: int | None = None
         self.base_url = f"http://{cfg.serve.bind_host}:{options.port}"
         self.http = requests.Session()
+        self.recorder = Recorder()
         self.refused: list[str] = []
         self.unfinished: list[str] = []
 
@@ -259,6 +285,7 @@ class Probe:
             yield Live(server, init, index, t0, folder)
         finally:
             ended = server.stop()
+            self.recorder.drain()
             timeline = self._timeline(sampler, reason)
             if record is not None:
                 log = file_ref(server.log_path, self.store.project.artifacts_dir)
@@ -323,9 +350,9 @@ class Probe:
                     return
                 while pending:
                     fixture, seed = pending.pop(0)
-                    record, up = self._request(live, flag_set, fixture, seed)
-                    progress.step(f"[{label}] {fixture.id} seed {seed}: {record.outcome} "
-                                  f"{record.wall_s:.2f} s" + _oom_text(record.oom)
+                    reply, up = self._request(live, flag_set, fixture, seed)
+                    progress.step(f"[{label}] {fixture.id} seed {seed}: {reply.outcome} "
+                                  f"{reply.wall_s:.2f} s" + _oom_text(reply.oom)
                                   + ("" if up else " (server down: restarting)"))
                     if not up:
                         break
@@ -346,8 +373,9 @@ class Probe:
         return status.status_code == 200
 
     def _request(self, live: Live, flag_set: str, fixture: Fixture,
-                 seed: int) -> tuple[RequestRecord, bool]:
-        """Send one request and record it; returns the record and whether the server can go on."""
+                 seed: int) -> tuple[client.Reply, bool]:
+        """Send one request and hand it to the recorder; returns the reply and whether the
+        server can go on."""
         log_start = live.server.log_path.stat().st_size
         started_s = time.monotonic() - live.t0
         reply = client.send(self.base_url, fixture, seed, self.suite.sampling, self.fixtures_dir,
@@ -362,20 +390,29 @@ class Probe:
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
                      + f"; its log ends: {_tail(log)}")
-        image = {}
-        if reply.image is not None:
-            path = live.folder / "images" / f"{fixture.id}-{seed}.png"
-            write_bytes_atomic(path, reply.image)
-            image = {"output_sha256": client.sha256(reply.image),
-                     "pixels_sha256": client.pixels_sha256(reply.image),
-                     "artifact": str(path.relative_to(self.store.project.artifacts_dir))}
-        record = RequestRecord(
-            flag_set=flag_set, fixture=fixture.id, seed=seed, outcome=reply.outcome,
-            quality="unchecked", wall_s=round(reply.wall_s, 4), server_peak_mb=reply.server_peak_mb,
-            denoise_step_latency_ms=reply.denoise_step_latency_ms, oom=oom, error=error,
-            started_s=round(started_s, 3), lifetime=live.index, **image)
-        self.store.add_request(record)
-        return record, up
+        fields = {"flag_set": flag_set, "fixture": fixture.id, "seed": seed,
+                  "outcome": reply.outcome, "quality": "unchecked",
+                  "wall_s": round(reply.wall_s, 4),
+                  "server_peak_mb": reply.server_peak_mb,
+                  "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
+                  "error": error, "started_s": round(started_s, 3), "lifetime": live.index}
+        path = live.folder / "images" / f"{fixture.id}-{seed}.png"
+        self.recorder.submit(self._record, fields, reply.image, path)
+        return reply, up
+
+    def _record(self, fields: dict, image: bytes | None, path: Path) -> None:
+        """Hash and save the image, then validate and write the record (on the recorder)."""
+        if image is not None:
+            try:
+                pixels = client.pixels_sha256(image)
+            except (OSError, ValueError) as exc:  # PIL's errors for bytes that are no image
+                fields.update(outcome="error",
+                              error=f"malformed response: the image does not decode: {exc}")
+            else:
+                write_bytes_atomic(path, image)
+                fields.update(output_sha256=client.sha256(image), pixels_sha256=pixels,
+                              artifact=str(path.relative_to(self.store.project.artifacts_dir)))
+        self.store.add_request(RequestRecord.model_validate(fields))
 
 
 def _read_from(path: Path, offset: int) -> str:
@@ -466,6 +503,7 @@ def run_probe(project: Project, session: str, args, *, readers: ReaderFactory | 
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        probe.recorder.close()
         store.close()
     print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(project.root)}, "
           f"artifacts in {store.artifacts}", file=out)
