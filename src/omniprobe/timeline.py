@@ -44,6 +44,13 @@ def _ticks(top: float, count: int) -> list[float]:
     return [round(i * step, 6) for i in range(int(top / step + 1e-9) + 1)]
 
 
+def _label(x: float, y: float, text: str, anchor: str = "start") -> str:
+    """Text over a white halo, drawn as two copies so that every SVG renderer shows it."""
+    at = f'x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}"'
+    return (f'<text {at} stroke="#fff" stroke-width="3" fill="#fff">{escape(text)}</text>'
+            f"<text {at}>{escape(text)}</text>")
+
+
 def _polyline(points: list[tuple[float, float]], css: str) -> str:
     coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
     return f'<polyline class="{css}" fill="none" points="{coords}"/>'
@@ -86,9 +93,8 @@ def render_svg(points: Sequence[TimelinePoint], *, title: str,
                      f'y2="{_H - _BOTTOM}"><title>{escape(label)}</title></line>')
     if capacity_mib:
         parts.append(f'<line class="cap" x1="{_LEFT}" x2="{_W - _RIGHT}" y1="{y(capacity_mib):.1f}"'
-                     f' y2="{y(capacity_mib):.1f}"/><text x="{_W - _RIGHT}" '
-                     f'y="{y(capacity_mib) - 4:.1f}" text-anchor="end">capacity '
-                     f"{capacity_mib:,.0f} MiB</text>")
+                     f' y2="{y(capacity_mib):.1f}"/>'
+                     + _label(_LEFT + 4, y(capacity_mib) - 4, f"capacity {capacity_mib:,.0f} MiB"))
     parts.append(_polyline([(x(p.t_s), y(p.device_mib)) for p in points], "device"))
     owned = [p for p in points if p.process_mib is not None]
     if owned:
@@ -96,9 +102,13 @@ def render_svg(points: Sequence[TimelinePoint], *, title: str,
     peak = max(owned, key=lambda p: p.process_mib) if owned else max(
         points, key=lambda p: p.device_mib)
     peak_mib = peak.process_mib if owned else peak.device_mib
+    # The label goes right of the dot, or left of it near the right edge, and under it (clear
+    # of the capacity line) rather than above.
+    anchor = "end" if x(peak.t_s) > _W - 180 else "start"
+    label_x = x(peak.t_s) + (-8 if anchor == "end" else 8)
     parts.append(f'<circle cx="{x(peak.t_s):.1f}" cy="{y(peak_mib):.1f}" r="3.5" fill="#c0392b"/>'
-                 f'<text x="{min(x(peak.t_s) + 6, _W - 150):.1f}" y="{y(peak_mib) - 6:.1f}">'
-                 f"peak {peak_mib:,.0f} MiB at {peak.t_s:.1f} s</text>")
+                 + _label(label_x, y(peak_mib) + 16,
+                          f"peak {peak_mib:,.0f} MiB at {peak.t_s:.1f} s", anchor))
     legend = "grey: device used" + ("; blue: server processes" if owned else "")
     parts.append(f'<text x="{_LEFT}" y="{_H - 6}">{escape(legend)}'
                  + (f" — {escape(note)}" if note else "") + "</text></svg>\n")
