@@ -206,3 +206,16 @@ def test_port_in_use_is_refused_before_anything_runs(project, port, session):
         holder.listen()
         code, out = probe(project, session, port, "--flag-set", "fp8", "--fixture", "sim-t2i")
     assert code == 1 and f"port {port} on 127.0.0.1 is already in use" in out
+
+
+def test_a_busy_gpu_stops_the_probe_naming_the_holder(project, port):
+    from omniprobe.fakenvml import FakeNvml, Frame
+    from omniprobe.gpu import MIB, NvmlReader
+
+    fake = FakeNvml([Frame(0.0, 9000 * MIB, compute=((4242, 8000 * MIB),))],
+                    names={4242: "python3"})
+    code, out = probe(project, "probe-init", port, "--flag-set", "fp8", "--idle-timeout", "0.3",
+                      readers=lambda folder: NvmlReader(nvml=fake))
+    assert code == 1
+    assert "the GPU is not idle after 0.3 s: pid 4242 (python3) holds 8,000 MiB" in out
+    assert attempts(project)[0].runs == [] and not processes_with(str(project.root))

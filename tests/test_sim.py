@@ -80,3 +80,19 @@ def test_images_are_deterministic_and_fp8_collapses():
     assert sound.shape == (64, 96, 4) and (sound[..., 3] == 255).all()
     assert (broken[..., 3] == 255).mean() < 0.04
     assert 100 < broken[..., 3].mean() < 130 and 115 < broken[..., :3].mean() < 135
+
+
+def test_hosts_toml_errors_name_the_capacity_table_and_key(project):
+    from omniprobe.problems import InputError
+
+    text = project.hosts_file.read_text()
+    project.hosts_file.write_text(text.replace("spike_mib = 1536", "spike_mb = 1536"))
+    with pytest.raises(InputError) as info:
+        load_hosts(project.hosts_file)
+    messages = [str(p) for p in info.value.problems]
+    assert any("[hosts.sim] key 'capacity.spike_mb': unknown key" in m for m in messages)
+    assert any("[hosts.sim] key 'capacity.spike_mib': required field is missing" in m
+               for m in messages)
+    project.hosts_file.write_text(text[:text.index("[hosts.sim.capacity]")])
+    with pytest.raises(InputError, match="a simulated host needs a \\[capacity\\] table"):
+        load_hosts(project.hosts_file)
