@@ -104,3 +104,13 @@ def test_check_host_through_nvml(cfg):
     summary, problems = check_host(cfg.hosts["rtx5080"], lambda: NvmlReader(nvml=missing))
     assert summary is None and "Driver Not Loaded" in problems[0]
     assert check_host(cfg.hosts["sim"], lambda: NvmlReader(nvml=missing)) == (None, [])
+
+
+def test_select_host_errors_are_messages_not_tracebacks(project, capsys):
+    from omniprobe.cli import main
+
+    assert main(["select-host", "h100"]) == 1
+    assert "select-host names host 'h100', which hosts.toml does not define" in (
+        capsys.readouterr().err)
+    assert main(["select-host"]) == 1
+    assert "no host selected" in capsys.readouterr().err

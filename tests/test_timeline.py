@@ -52,3 +52,14 @@ def test_read_series_skips_a_torn_last_line(tmp_path):
     samples = read_series(path)
     assert [(s.t_s, s.device_mib, s.process_mib) for s in samples] == [
         (0.0, 1.0, None), (0.1, 2.0, 1.5)]
+
+
+def test_timeline_command_writes_the_svg(tmp_path):
+    from omniprobe.cli import main
+
+    series = tmp_path / "timeline.jsonl"
+    series.write_text("".join(f'{{"t": {i / 10}, "device_mib": {100 * i}, "process_mib": '
+                              f'{90 * i}}}\n' for i in range(30)))
+    assert main(["timeline", str(series), "--title", "run"]) == 0
+    svg = ET.fromstring((tmp_path / "timeline.svg").read_text())
+    assert "peak 2,610 MiB at 2.9 s" in [t.text for t in svg.iter(f"{SVG}text")]

@@ -75,15 +75,27 @@ def _report(args: argparse.Namespace) -> int:
 def _select_host(args: argparse.Namespace) -> int:
     from .gpu import NvmlReader
     from .hosts import load_hosts
-    from .selection import INVOCATION_ENV, check_host, resolve_host, state_path, update_state
+    from .selection import (
+        INVOCATION_ENV,
+        NoHost,
+        check_host,
+        known_host,
+        resolve_host,
+        state_path,
+        update_state,
+    )
 
     project = find_project()
     cfg = load_hosts(project.hosts_file)
-    if args.name is None:
-        name, why = resolve_host(project, cfg, args.host)
-        print(f"host {name} ({why})")
-        return 0
-    host = cfg.host(args.name)
+    try:
+        if args.name is None:
+            name, why = resolve_host(project, cfg, args.host)
+            print(f"host {name} ({why})")
+            return 0
+        host = cfg.host(known_host(cfg, args.name, "select-host"))
+    except NoHost as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     facts, problems = check_host(host, lambda: NvmlReader(args.gpu_index))
     print(f"host {args.name}: " + (facts or "simulated, no GPU to check"))
     invocation = os.environ.get(INVOCATION_ENV)

@@ -54,7 +54,7 @@ def _hosts_list(cfg: HostsConfig) -> str:
                      for name, h in cfg.hosts.items())
 
 
-def _known(cfg: HostsConfig, name: str, where: str) -> str:
+def known_host(cfg: HostsConfig, name: str, where: str) -> str:
     if name not in cfg.hosts:
         raise NoHost(f"{where} names host {name!r}, which hosts.toml does not define; "
                      f"hosts: {_hosts_list(cfg)}")
@@ -65,9 +65,9 @@ def choose_host(cfg: HostsConfig, *, selected: str | None, requested: str | None
                 hostname: str) -> tuple[str, str]:
     """(host, why) in the documented order; NoHost listing the hosts when none applies."""
     if selected:
-        return _known(cfg, selected, "the env session"), "selected by an earlier env session"
+        return known_host(cfg, selected, "the env session"), "selected by an earlier env session"
     if requested:
-        return _known(cfg, requested, "--host"), "given with --host"
+        return known_host(cfg, requested, "--host"), "given with --host"
     short = hostname.split(".", 1)[0]
     for name, host in cfg.hosts.items():
         if not host.simulated and host.hostname in (hostname, short):
