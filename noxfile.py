@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import time
+import tomllib
+from pathlib import Path
+
 import nox
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["validate", "tests", "lint"]
 nox.options.reuse_venv = "yes"
+
+
+# One id per nox run, in every session's environment: an env-<host> session records its host under
+# it, and the probe sessions of the same run read it back (each session is its own process).
+INVOCATION = {"OMNIPROBE_INVOCATION": f"{os.getpid()}-{time.time_ns()}"}
+# Ctrl-C: nox waits this long for a probe to stop its server (SIGTERM, grace) before escalating.
+PROBE_STOP_S = 30
+
+
+def _host_names() -> list[str]:
+    with open(Path(__file__).parent / "hosts.toml", "rb") as handle:
+        return list(tomllib.load(handle).get("hosts", {}))
 
 
 def _install(session: nox.Session, *extras: str) -> None:
@@ -54,3 +71,32 @@ def lint(session: nox.Session) -> None:
     """Lint the package, tests and noxfile with ruff."""
     session.install("ruff==0.17.5")
     session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
+
+
+def _env_session(host: str):
+    def env(session: nox.Session) -> None:
+        _install(session)
+        session.run("omniprobe", "select-host", host, env=INVOCATION)
+
+    env.__doc__ = f"Select host {host} for the probe sessions that follow; check its GPU."
+    return env
+
+
+for _host in _host_names():
+    nox.session(name=f"env-{_host}")(_env_session(_host))
+
+
+@nox.session(name="probe-init")
+def probe_init(session: nox.Session) -> None:
+    """Start the server under each of the host's flag sets and record how init ends."""
+    _install(session)
+    session.run("omniprobe", "probe-init", *session.posargs, env=INVOCATION,
+                interrupt_timeout=PROBE_STOP_S)
+
+
+@nox.session(name="probe-serve")
+def probe_serve(session: nox.Session) -> None:
+    """Serve every runnable fixture x seed under each flag set and record each request."""
+    _install(session)
+    session.run("omniprobe", "probe-serve", *session.posargs, env=INVOCATION,
+                interrupt_timeout=PROBE_STOP_S)

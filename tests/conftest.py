@@ -1,30 +1,119 @@
+"""Shared helpers: a throw-away project with the sim host, free ports, and process checks."""
+
+from __future__ import annotations
+
+import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from omniprobe.cli import build_parser
 from omniprobe.project import Project
+from omniprobe.server import free_port
 
-REPO = Path(__file__).resolve().parents[1]
-PROJECT_PARTS = (
-    "hosts.toml",
-    "fixtures",
-    "evidence",
-    "templates",
-    "schemas",
-    "deploy",
-    "REPORT.md",
-)
+REPO = Path(__file__).resolve().parent.parent
+SRC = REPO / "src"
+
+
+def make_project(root: Path, *, faults: list[str] = (), seeds: list[int] = (2301,),
+                 size: tuple[int, int] = (64, 48)) -> Project:
+    """A copy of hosts.toml and fixtures/ with small simulated images and the given sim faults."""
+    shutil.copy(REPO / "hosts.toml", root / "hosts.toml")
+    shutil.copytree(REPO / "fixtures", root / "fixtures")
+    suite = json.loads((root / "fixtures" / "fixtures.json").read_text())
+    suite["sampling"]["seeds"] = list(seeds)
+    for fixture in suite["fixtures"]:
+        if fixture.get("simulated"):
+            fixture["width"], fixture["height"] = size
+    (root / "fixtures" / "fixtures.json").write_text(json.dumps(suite, indent=2))
+    if faults:
+        hosts = (root / "hosts.toml").read_text()
+        extra = "".join(f', "--fault", "{f}"' for f in faults)
+        hosts = hosts.replace('"--sim-host", "{host}"]', f'"--sim-host", "{{host}}"{extra}]')
+        (root / "hosts.toml").write_text(hosts)
+    return Project(root)
+
+
+def probe_args(session: str, port: int, *extra: str):
+    return build_parser().parse_args(
+        [session, "--host", "sim", "--port", str(port), "--grace", "2", *extra])
+
+
+def processes_with(marker: str) -> list[tuple[int, str]]:
+    """Live processes whose command line mentions marker (zombies have none and hold nothing)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline:
+            found.append((int(entry.name), cmdline.strip()))
+    return found
+
+
+def wait_for(predicate, timeout_s: float, poll_s: float = 0.05):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll_s)
+    return predicate()
+
+
+def harness(project: Project, session: str, port: int, *extra: str,
+            env: dict[str, str] | None = None) -> subprocess.Popen:
+    """The probe CLI as its own process, as nox would run it."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "omniprobe", session, "--host", "sim", "--port", str(port),
+         "--grace", "2", *extra],
+        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "PYTHONPATH": str(SRC), "OMNIPROBE_ROOT": str(project.root),
+             "OMNIPROBE_SIM_TIME_SCALE": "0", **(env or {})})
+
+
+@pytest.fixture(autouse=True)
+def _instant_sim(monkeypatch):
+    """Simulated model times are zero unless a test asks otherwise; the sim sees our PYTHONPATH."""
+    monkeypatch.setenv("OMNIPROBE_SIM_TIME_SCALE", "0")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    monkeypatch.delenv("OMNIPROBE_INVOCATION", raising=False)
+
+
+@pytest.fixture
+def port() -> int:
+    return free_port()
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch) -> Project:
+    proj = make_project(tmp_path)
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    monkeypatch.delenv("OMNIPROBE_ARTIFACTS", raising=False)
+    return proj
+
+
+PROJECT_PARTS = ("hosts.toml", "fixtures", "evidence", "templates", "schemas", "deploy", "REPORT.md")
 
 
 @pytest.fixture
 def repo() -> Project:
+    """The committed project itself: read it, never write to it."""
     return Project(REPO)
 
 
 @pytest.fixture
-def project(tmp_path: Path) -> Project:
-    """A private copy of the committed project, safe to break."""
+def repo_copy(tmp_path: Path) -> Project:
+    """A private copy of the committed project with its evidence and report, safe to break."""
     for part in PROJECT_PARTS:
         src = REPO / part
         if src.is_dir():

@@ -188,6 +188,20 @@ python_provider = "whatever uv finds"
 simulated = true
 serve_flag_sets = ["default"]
 
+[hosts.simhost.capacity]
+vram_mib = 24576
+context_mib = 512
+init_chunk_mib = 96
+dit_mib = {{ bf16 = 14336 }}
+encoder_mib = {{ bf16 = 12288 }}
+activation_mib = 1024
+reference_mib = 2048
+spike_mib = 1536
+layerwise_mib = 6144
+init_s = 0
+reference_s = 0
+step_s = 0
+
 [flag_sets.default]
 description = "(none)"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from env_scaffold import RTX5080, FakeNvml, World, git, make_world
+from .env_scaffold import RTX5080, FakeNvml, World, git, make_world
 from omniprobe import cli, envcheck
 from omniprobe.envbuild import build_env, check_env, dry_run
 from omniprobe.envstate import EnvBuildError, EnvNotReady, Runner, uv_command
@@ -177,7 +177,7 @@ def test_wrong_commit_or_local_edits_of_the_editable_pin_are_detected(world, fir
 
 
 def test_missing_snapshot_and_other_revision_in_the_built_env(world, tmp_path, monkeypatch):
-    from env_scaffold import MODEL_REPO, SNAPSHOT_FILES, make_hf_cache, revision_of
+    from .env_scaffold import MODEL_REPO, SNAPSHOT_FILES, make_hf_cache, revision_of
 
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
     (tmp_path / "empty").mkdir()
@@ -189,7 +189,7 @@ def test_missing_snapshot_and_other_revision_in_the_built_env(world, tmp_path, m
 
 
 def test_tampered_snapshot_file_in_the_built_env(world, tmp_path, monkeypatch):
-    from env_scaffold import MODEL_REPO, SNAPSHOT_FILES, make_hf_cache
+    from .env_scaffold import MODEL_REPO, SNAPSHOT_FILES, make_hf_cache
 
     snapshot = make_hf_cache(tmp_path / "hf", MODEL_REPO, world.revision, SNAPSHOT_FILES)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))

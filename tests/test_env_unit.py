@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from env_scaffold import (
+from .env_scaffold import (
     MODEL_REPO,
     REPO_ROOT,
     RTX5080,
@@ -307,8 +307,13 @@ def test_real_fixtures_know_no_reference_digests():
     assert "references-suite-2" in check.detail
 
 
+def test_simulated_fixtures_check_their_committed_references():
+    check = references_check(REAL, simulated=True)
+    assert check.status == "pass", check.detail
+
+
 def test_reference_digests(tmp_path):
-    from env_scaffold import REFERENCE, fixtures_json
+    from .env_scaffold import REFERENCE, fixtures_json
 
     project = _world(tmp_path).project
     project.fixtures_file.write_text(fixtures_json(hashlib.sha256(REFERENCE).hexdigest()))

@@ -38,10 +38,10 @@ def test_a_fully_stated_fixture_is_runnable(repo):
         (lambda d: d["sampling"].pop("seeds"), "$.sampling.seeds: required field is missing"),
     ],
 )
-def test_bad_fixtures_are_named(project, mutate, expected):
-    data = json.loads(project.fixtures_file.read_text())
+def test_bad_fixtures_are_named(repo_copy, mutate, expected):
+    data = json.loads(repo_copy.fixtures_file.read_text())
     mutate(data)
-    project.fixtures_file.write_text(json.dumps(data))
+    repo_copy.fixtures_file.write_text(json.dumps(data))
     with pytest.raises(InputError) as info:
-        load_fixtures(project.fixtures_file)
+        load_fixtures(repo_copy.fixtures_file)
     assert any(expected in str(p) for p in info.value.problems), info.value.problems

@@ -45,15 +45,15 @@ def _errors(path) -> list[str]:
         ("port = 8091", 'port = 8091\nbind_host = "0.0.0.0"', "[serve] key 'bind_host'"),
     ],
 )
-def test_bad_hosts_name_file_table_and_key(project, old, new, expected):
-    text = project.hosts_file.read_text()
+def test_bad_hosts_name_file_table_and_key(repo_copy, old, new, expected):
+    text = repo_copy.hosts_file.read_text()
     assert old in text
-    project.hosts_file.write_text(text.replace(old, new, 1))
-    errors = _errors(project.hosts_file)
-    assert any(str(project.hosts_file) in e and expected in e for e in errors), errors
+    repo_copy.hosts_file.write_text(text.replace(old, new, 1))
+    errors = _errors(repo_copy.hosts_file)
+    assert any(str(repo_copy.hosts_file) in e and expected in e for e in errors), errors
 
 
-def test_invalid_toml_is_named(project):
-    project.hosts_file.write_text("[stack\n")
-    errors = _errors(project.hosts_file)
-    assert "not valid TOML" in errors[0] and str(project.hosts_file) in errors[0]
+def test_invalid_toml_is_named(repo_copy):
+    repo_copy.hosts_file.write_text("[stack\n")
+    errors = _errors(repo_copy.hosts_file)
+    assert "not valid TOML" in errors[0] and str(repo_copy.hosts_file) in errors[0]

@@ -38,22 +38,22 @@ def test_report_carries_the_seed_sections(repo):
     assert "26.09 / 28.75 / 26.51 / 28.92 | 27.57 |" in text  # mean computed from the rows
 
 
-def test_a_changed_figure_changes_the_report_and_check_fails(project, monkeypatch, capsys):
-    runs = project.root / MATRIX / "runs.json"
+def test_a_changed_figure_changes_the_report_and_check_fails(repo_copy, monkeypatch, capsys):
+    runs = repo_copy.root / MATRIX / "runs.json"
     data = json.loads(runs.read_text())
     data[1]["cells"][0]["wall_s"] = {"min": 31.5, "max": 31.5}
     runs.write_text(json.dumps(data))
-    diff = check_report(project)
+    diff = check_report(repo_copy)
     assert "+| seed-3090-1-serve-matrix | cpuoff |" in diff and "OK 31.5 s" in diff
-    monkeypatch.setenv("OMNIPROBE_ROOT", str(project.root))
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
     assert cli.main(["report", "--check"]) == 1
     assert "REPORT.md is stale" in capsys.readouterr().err
-    write_report(project)
+    write_report(repo_copy)
     assert cli.main(["report", "--check"]) == 0
 
 
-def test_verdict_wording_follows_the_evidence(project):
-    folder = project.evidence_dir / "rtx5080" / "fixed"
+def test_verdict_wording_follows_the_evidence(repo_copy):
+    folder = repo_copy.evidence_dir / "rtx5080" / "fixed"
     folder.mkdir()
     (folder / "attempt.json").write_text(
         json.dumps(
@@ -79,16 +79,16 @@ def test_verdict_wording_follows_the_evidence(project):
             ]
         )
     )
-    text = render_report(project)
+    text = render_report(repo_copy)
     assert "**RTX 5080 (16 GB): built.**" in text
     assert "4 references are served with sound output under int8" in text
     assert "cannot host this stack" not in text
 
 
-def test_report_refuses_invalid_evidence(project):
-    (project.root / MATRIX / "runs.json").write_text("[{")
+def test_report_refuses_invalid_evidence(repo_copy):
+    (repo_copy.root / MATRIX / "runs.json").write_text("[{")
     with pytest.raises(Exception, match="runs.json"):
-        render_report(project)
+        render_report(repo_copy)
 
 
 def test_templates_hold_no_figures(repo):
@@ -144,24 +144,24 @@ def test_cell_text(cell, text):
     assert cell_text(cell) == text
 
 
-def test_identical_psnr_rows_render_without_a_mean(project):
-    rows = project.root / "evidence/rtx3090/seed-3090-2-measured-pair/psnr.json"
+def test_identical_psnr_rows_render_without_a_mean(repo_copy):
+    rows = repo_copy.root / "evidence/rtx3090/seed-3090-2-measured-pair/psnr.json"
     data = json.loads(rows.read_text())
     data[0] = {**data[0], "identical": True}
     del data[0]["psnr_db"]
     rows.write_text(json.dumps(data))
-    text = render_report(project)
+    text = render_report(repo_copy)
     assert "| identical / 28.75 / 26.51 / 28.92 | — |" in text
 
 
-def test_a_filed_environment_manifest_is_shown(project):
+def test_a_filed_environment_manifest_is_shown(repo_copy):
     from datetime import UTC, datetime
 
     from omniprobe.envmanifest import record_manifest
     from omniprobe.evidence import EnvManifest
     from omniprobe.hosts import load_hosts
 
-    assert "## Probe environments" not in render_report(project)
+    assert "## Probe environments" not in render_report(repo_copy)
     manifest = EnvManifest.model_validate({
         "host": "rtx3090", "action": "built", "venv": "/v", "pins_hash": "a" * 64,
         "python": {"pinned": "3.13", "version": "3.13.16", "executable": "/v/bin/python"},
@@ -177,9 +177,9 @@ def test_a_filed_environment_manifest_is_shown(project):
                     "expected": "a", "actual": "b"}],
         "timings": {"total_s": 1.5, "verify_s": 0.5, "build_s": 1.0},
     })
-    record_manifest(project, load_hosts(project.hosts_file), manifest, command=["omniprobe", "env"],
+    record_manifest(repo_copy, load_hosts(repo_copy.hosts_file), manifest, command=["omniprobe", "env"],
                     started_at=datetime(2026, 11, 30, tzinfo=UTC))
-    text = render_report(project)
+    text = render_report(repo_copy)
     assert "## Probe environments" in text
     assert "| 3.13.16 | NVIDIA GeForce RTX 3090 | 24,576 | 8.6 | 999.1.2 |" in text
     assert "0 pass, 1 fail, 0 skipped — **not ok**" in text

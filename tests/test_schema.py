@@ -14,9 +14,9 @@ def test_schemas_forbid_unknown_keys_and_carry_ranges():
     assert set(defs["Range"]["required"]) == {"min", "max"}
 
 
-def test_a_changed_schema_is_stale(project):
-    path = project.schema_dir / "evidence.runs.schema.json"
+def test_a_changed_schema_is_stale(repo_copy):
+    path = repo_copy.schema_dir / "evidence.runs.schema.json"
     data = json.loads(path.read_text())
     data["title"] = "edited"
     path.write_text(json.dumps(data))
-    assert stale_schemas(project.schema_dir) == ["evidence.runs.schema.json"]
+    assert stale_schemas(repo_copy.schema_dir) == ["evidence.runs.schema.json"]

@@ -9,8 +9,8 @@ from omniprobe.validate import load_project
 MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
 
 
-def _edit(project, rel, mutate):
-    path = project.root / rel
+def _edit(repo_copy, rel, mutate):
+    path = repo_copy.root / rel
     data = json.loads(path.read_text())
     mutate(data)
     path.write_text(json.dumps(data))
@@ -73,56 +73,56 @@ BAD_EVIDENCE = [
 @pytest.mark.parametrize(
     ("name", "rel", "mutate", "path", "message"), BAD_EVIDENCE, ids=[b[0] for b in BAD_EVIDENCE]
 )
-def test_bad_evidence_names_file_and_field(project, name, rel, mutate, path, message):
-    file = _edit(project, rel, mutate)
-    _, problems = load_project(project)
+def test_bad_evidence_names_file_and_field(repo_copy, name, rel, mutate, path, message):
+    file = _edit(repo_copy, rel, mutate)
+    _, problems = load_project(repo_copy)
     hits = [p for p in problems if p.file == str(file) and p.path == path and message in p.message]
     assert hits, problems
 
 
-def test_truncated_json_is_named(project):
-    file = project.root / MATRIX / "runs.json"
+def test_truncated_json_is_named(repo_copy):
+    file = repo_copy.root / MATRIX / "runs.json"
     file.write_text(file.read_text()[:500])
-    _, problems = load_project(project)
+    _, problems = load_project(repo_copy)
     assert len(problems) == 1
     assert problems[0].file == str(file)
     assert "not valid JSON (truncated or malformed)" in problems[0].message
 
 
-def test_unknown_flag_set_in_a_run_is_named(project):
-    file = _edit(project, f"{MATRIX}/runs.json", lambda d: d[2].update(flag_set="turbo"))
-    _, problems = load_project(project)
+def test_unknown_flag_set_in_a_run_is_named(repo_copy):
+    file = _edit(repo_copy, f"{MATRIX}/runs.json", lambda d: d[2].update(flag_set="turbo"))
+    _, problems = load_project(repo_copy)
     assert [(p.file, p.path) for p in problems] == [(str(file), "$[2].flag_set")]
 
 
-def test_every_error_is_reported_and_cli_fails(project, monkeypatch, capsys):
+def test_every_error_is_reported_and_cli_fails(repo_copy, monkeypatch, capsys):
     for _, rel, mutate, _, _ in BAD_EVIDENCE:
-        _edit(project, rel, mutate)
-    before = {p: p.read_bytes() for p in project.evidence_dir.rglob("*.json")}
-    monkeypatch.setenv("OMNIPROBE_ROOT", str(project.root))
+        _edit(repo_copy, rel, mutate)
+    before = {p: p.read_bytes() for p in repo_copy.evidence_dir.rglob("*.json")}
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
     assert cli.main(["validate"]) == 1
     err = capsys.readouterr().err
     for _, rel, _, path, message in BAD_EVIDENCE:
-        assert f"{project.root / rel}: {path}: " in err and message in err
-    assert {p: p.read_bytes() for p in project.evidence_dir.rglob("*.json")} == before
+        assert f"{repo_copy.root / rel}: {path}: " in err and message in err
+    assert {p: p.read_bytes() for p in repo_copy.evidence_dir.rglob("*.json")} == before
 
 
-def test_folder_and_id_must_agree(project):
-    _edit(project, f"{MATRIX}/attempt.json", lambda d: d.update(id="other", host="rtx5080"))
-    _, problems = load_project(project)
+def test_folder_and_id_must_agree(repo_copy):
+    _edit(repo_copy, f"{MATRIX}/attempt.json", lambda d: d.update(id="other", host="rtx5080"))
+    _, problems = load_project(repo_copy)
     assert {p.path for p in problems} >= {"$.id", "$.host"}
 
 
-def test_unknown_evidence_file_is_named(project):
-    (project.root / MATRIX / "notes.json").write_text("[]")
-    _, problems = load_project(project)
+def test_unknown_evidence_file_is_named(repo_copy):
+    (repo_copy.root / MATRIX / "notes.json").write_text("[]")
+    _, problems = load_project(repo_copy)
     assert any(
         "unknown evidence file" in p.message and p.file.endswith("notes.json") for p in problems
     )
 
 
-def test_bad_write_leaves_existing_evidence_untouched(project):
-    folder = project.root / MATRIX
+def test_bad_write_leaves_existing_evidence_untouched(repo_copy):
+    folder = repo_copy.root / MATRIX
     before = (folder / "runs.json").read_bytes()
     with pytest.raises(ValueError):
         write_section(folder, "runs.json", [{"flag_set": "cpuoff"}])
@@ -130,9 +130,9 @@ def test_bad_write_leaves_existing_evidence_untouched(project):
     assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_write_section_round_trips(project):
-    folder = project.root / MATRIX
-    _, problems = load_project(project)
+def test_write_section_round_trips(repo_copy):
+    folder = repo_copy.root / MATRIX
+    _, problems = load_project(repo_copy)
     from omniprobe.evidence import load_attempt
 
     attempt, _ = load_attempt(folder)

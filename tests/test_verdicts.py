@@ -3,7 +3,7 @@ import json
 import pytest
 
 from omniprobe.evidence import RequestRecord
-from omniprobe.summaries import cell_from_requests, cells_from_requests
+from omniprobe.summaries import cell_from, cells_from_requests
 from omniprobe.validate import load_valid_project
 from omniprobe.verdicts import all_verdicts
 
@@ -39,8 +39,8 @@ def cells(spec: dict[int, tuple[str, str]]) -> list[dict]:
     ]
 
 
-def add_attempt(project, host, attempt_id, runs=(), requests=(), provenance=None):
-    folder = project.evidence_dir / host / attempt_id
+def add_attempt(repo_copy, host, attempt_id, runs=(), requests=(), provenance=None):
+    folder = repo_copy.evidence_dir / host / attempt_id
     folder.mkdir(parents=True)
     prov = dict(provenance or MEASURED)
     if prov["kind"] == "measured":
@@ -63,8 +63,8 @@ def add_attempt(project, host, attempt_id, runs=(), requests=(), provenance=None
         (folder / "requests.json").write_text(json.dumps(list(requests)))
 
 
-def verdicts(project):
-    loaded = load_valid_project(project)
+def verdicts(repo_copy):
+    loaded = load_valid_project(repo_copy)
     return all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)
 
 
@@ -140,45 +140,45 @@ SCENARIOS = [
     SCENARIOS,
     ids=[s[0] for s in SCENARIOS],
 )
-def test_verdict_follows_new_evidence(project, name, host, flag_set, init, spec, expected):
+def test_verdict_follows_new_evidence(repo_copy, name, host, flag_set, init, spec, expected):
     add_attempt(
-        project,
+        repo_copy,
         host,
         "new-attempt",
         runs=[{"flag_set": flag_set, "init": {"outcome": init}, "cells": cells(spec)}],
     )
-    v = verdicts(project)[host]
+    v = verdicts(repo_copy)[host]
     assert (v.verdict, v.blocker, v.highest_served_refs) == expected
     if expected[0] == "built":
         assert v.served_by == (flag_set,)
 
 
-def test_fp8_with_sound_output_becomes_the_3090_capacity_unlock(project):
+def test_fp8_with_sound_output_becomes_the_3090_capacity_unlock(repo_copy):
     add_attempt(
-        project,
+        repo_copy,
         "rtx3090",
         "fp8-fixed",
         runs=[
             {"flag_set": "fp8", "init": {"outcome": "ready"}, "cells": cells({4: ("ok", "sound")})}
         ],
     )
-    v = verdicts(project)["rtx3090"]
+    v = verdicts(repo_copy)["rtx3090"]
     assert ("fp8", "fp8-fixed", "sound") in [
         (u.flag_set, u.attempt, u.quality) for u in v.capacity_unlocks
     ]
     assert v.verdict == "built"
 
 
-def test_without_the_fp8_row_the_3090_is_capacity_blocked(project):
-    runs = project.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "runs.json"
+def test_without_the_fp8_row_the_3090_is_capacity_blocked(repo_copy):
+    runs = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "runs.json"
     runs.write_text(json.dumps([r for r in json.loads(runs.read_text()) if r["flag_set"] != "fp8"]))
-    v = verdicts(project)["rtx3090"]
+    v = verdicts(repo_copy)["rtx3090"]
     assert (v.verdict, v.blocker, v.capacity_unlocks) == ("not-built", "capacity", ())
 
 
-def test_simulated_evidence_never_counts_for_a_real_host(project):
+def test_simulated_evidence_never_counts_for_a_real_host(repo_copy):
     add_attempt(
-        project,
+        repo_copy,
         "rtx5080",
         "sim-attempt",
         provenance=SIMULATED,
@@ -190,7 +190,7 @@ def test_simulated_evidence_never_counts_for_a_real_host(project):
             }
         ],
     )
-    v = verdicts(project)["rtx5080"]
+    v = verdicts(repo_copy)["rtx5080"]
     assert (v.verdict, v.blocker) == ("not-built", "init")
     assert "sim-attempt" not in v.attempts
 
@@ -207,20 +207,20 @@ def request(seed, outcome="ok", quality="sound", fixture="edit-compose-four", wa
     }
 
 
-def test_measured_requests_are_summarised_into_cells_that_decide_the_verdict(project):
+def test_measured_requests_are_summarised_into_cells_that_decide_the_verdict(repo_copy):
     reqs = [request(s, wall=40 + i, peak=15000 + i) for i, s in enumerate((2301, 2302, 2303, 2304))]
     add_attempt(
-        project,
+        repo_copy,
         "rtx5080",
         "measured",
         requests=reqs,
         runs=[{"flag_set": "cpuoff", "init": {"outcome": "ready"}}],
     )
-    v = verdicts(project)["rtx5080"]
+    v = verdicts(repo_copy)["rtx5080"]
     assert (v.verdict, v.highest_served_refs) == ("built", 4)
     broken = [*reqs[:3], request(2304, quality="broken")]
-    (project.evidence_dir / "rtx5080" / "measured" / "requests.json").write_text(json.dumps(broken))
-    assert verdicts(project)["rtx5080"].blocker == "quality"
+    (repo_copy.evidence_dir / "rtx5080" / "measured" / "requests.json").write_text(json.dumps(broken))
+    assert verdicts(repo_copy)["rtx5080"].blocker == "quality"
 
 
 CELL_TABLE = [
@@ -229,7 +229,7 @@ CELL_TABLE = [
     ([("ok", "sound"), ("ok", "broken")], ("ok", "broken")),
     ([("ok", "sound"), ("ok", "unchecked")], ("ok", "unchecked")),
     ([("ok", "sound"), ("oom", "unchecked")], ("oom", "unchecked")),
-    ([("error", "unchecked"), ("timeout", "unchecked")], ("timeout", "unchecked")),
+    ([("error", "unchecked"), ("timeout", "unchecked")], ("error", "unchecked")),
     ([("ok", "sound"), ("error", "unchecked")], ("error", "unchecked")),
 ]
 
@@ -239,7 +239,7 @@ def test_cell_from_requests(requests, expected):
     records = [
         RequestRecord.model_validate(request(2301 + i, o, q)) for i, (o, q) in enumerate(requests)
     ]
-    cell = cell_from_requests("edit-compose-four", records)
+    cell = cell_from(records)
     assert (cell.outcome, cell.quality) == expected
 
 

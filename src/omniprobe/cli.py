@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -141,6 +142,78 @@ def _env_check(args: argparse.Namespace) -> int:
     print(format_result(result, project), end="")
     return 0 if result.verification.ok else 1
 
+def _select_host(args: argparse.Namespace) -> int:
+    from .gpu import NvmlReader
+    from .hosts import load_hosts
+    from .selection import (
+        INVOCATION_ENV,
+        NoHost,
+        check_host,
+        known_host,
+        resolve_host,
+        state_path,
+        update_state,
+    )
+
+    project = find_project()
+    cfg = load_hosts(project.hosts_file)
+    try:
+        if args.name is None:
+            name, why = resolve_host(project, cfg, args.host)
+            print(f"host {name} ({why})")
+            return 0
+        host = cfg.host(known_host(cfg, args.name, "select-host"))
+    except NoHost as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    facts, problems = check_host(host, lambda: NvmlReader(args.gpu_index))
+    print(f"host {args.name}: " + (facts or "simulated, no GPU to check"))
+    invocation = os.environ.get(INVOCATION_ENV)
+    if invocation:
+        update_state(state_path(project), invocation, host=args.name, problems=problems)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from .probe import run_probe
+
+    return run_probe(find_project(), args.command, args)
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from .atomic import write_text_atomic
+    from .gpu import decimate
+    from .timeline import read_series, render_svg
+
+    svg = render_svg(decimate(read_series(args.series)), title=args.title or args.series.name)
+    out = args.output or args.series.with_suffix(".svg")
+    write_text_atomic(out, svg)
+    print(f"wrote {out}")
+    return 0
+
+
+def _probe_options(p: argparse.ArgumentParser) -> None:
+    """Options probe-init and probe-serve share (nox hands both the same arguments after --)."""
+    p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
+    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+    p.add_argument("--port", type=int, help="server port (default: [serve] port)")
+    p.add_argument("--model", help="model path or repo id for {model} (default: snapshot repo)")
+    p.add_argument("--flag-set", action="append", default=[],
+                   help="only this flag set (repeatable)")
+    p.add_argument("--fixture", action="append", default=[],
+                   help="probe-serve: only this fixture (repeatable)")
+    p.add_argument("--ready-timeout", type=float, help="seconds (default: [serve] ready_timeout_s)")
+    p.add_argument("--request-timeout", type=float,
+                   help="seconds (default: [serve] request_timeout_s)")
+    p.add_argument("--grace", type=float, help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
+    p.add_argument("--sample-hz", type=float, default=10.0, help="GPU memory sampling rate")
+    p.add_argument("--idle-timeout", type=float, default=60.0,
+                   help="seconds to wait for an idle GPU before each server start")
+    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU (PCI bus order)")
+    p.set_defaults(func=_probe)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="omniprobe", description=__doc__)
@@ -191,6 +264,23 @@ def build_parser() -> argparse.ArgumentParser:
             q.add_argument("--dry-run", action="store_true",
                            help="print the commands a build runs; run nothing")
         q.set_defaults(func=func)
+
+    p = sub.add_parser("select-host", help="select the probe host and check its GPU (env-<host>)")
+    p.add_argument("name", nargs="?", help="select this host; without it, show the probe's choice")
+    p.add_argument("--host", help="as the probe sessions take it, when NAME is not given")
+    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU")
+    p.set_defaults(func=_select_host)
+
+    p = sub.add_parser("probe-init", help="start the server under each flag set; record init")
+    _probe_options(p)
+    p = sub.add_parser("probe-serve", help="serve every runnable fixture x seed per flag set")
+    _probe_options(p)
+
+    p = sub.add_parser("timeline", help="render a recorded GPU memory series (JSONL) as SVG")
+    p.add_argument("series", type=Path)
+    p.add_argument("-o", "--output", type=Path)
+    p.add_argument("--title")
+    p.set_defaults(func=_timeline)
     return parser
 
 

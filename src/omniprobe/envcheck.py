@@ -369,14 +369,15 @@ def _manifest_check(path: Path, model_snapshot: str, revision: CachedRevisionInf
 # --- the reference suite ----------------------------------------------------------------
 
 
-def references_check(project: Project) -> EnvCheck:
+def references_check(project: Project, *, simulated: bool = False) -> EnvCheck:
+    """The reference images of the fixtures this host runs (simulated ones on a simulated host)."""
     name = "fixtures.references"
     try:
         suite = load_fixtures(project.fixtures_file)
     except InputError as exc:
         return _check(name, "fail", f"cannot read the fixtures: {exc}")
     known = {ref.file: ref.sha256 for fixture in suite.fixtures
-             for ref in fixture.references or []}
+             if fixture.simulated == simulated for ref in fixture.references or []}
     if not known:
         return _check(name, "skip", f"the fixtures record no reference digests "
                                     f"({suite.reference_suite} bindings unknown)")
@@ -438,7 +439,7 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     checks.extend(gpu_checks(host, facts, env.checks.vram_tolerance))
     checks.append(torch_check(host, probe, torch_pinned))
     checks.extend(timed("snapshot", snapshot_checks, cfg, project))
-    checks.append(timed("references", references_check, project))
+    checks.append(timed("references", lambda: references_check(project, simulated=host.simulated)))
 
     uv = uv_command()
     freeze: list[str] = []

@@ -131,8 +131,53 @@ class Cell(_In):
     note: str | None = None
 
 
+class ArtifactRef(_In):
+    """A large file kept outside git, in the project's artifacts folder."""
+
+    path: str = Field(description="Relative to the artifacts folder.")
+    sha256: Sha256
+    bytes: int = Field(ge=0)
+
+
+class TimelinePoint(_In):
+    t_s: float = Field(ge=0, description="Seconds since the server was started.")
+    device_mib: float = Field(ge=0)
+    process_mib: float | None = Field(default=None, ge=0, description="The server's processes.")
+
+
+class TimelineSummary(_In):
+    """A GPU memory series of one server lifetime, summarised; the full series is an artifact."""
+
+    sampler: str = Field(description="What was read, e.g. 'NVML' or the sim's modelled memory.")
+    state: Literal["sampled", "unavailable"]
+    reason: str | None = Field(default=None, description="Why nothing could be sampled.")
+    target_hz: float = Field(gt=0)
+    rate_hz: float | None = Field(default=None, ge=0, description="The rate achieved.")
+    samples: int = Field(ge=0)
+    peak_mib: float | None = Field(default=None, ge=0,
+                                   description="The server's own peak, else the device's.")
+    peak_source: Literal["process", "device"] | None = None
+    peak_t_s: float | None = Field(default=None, ge=0)
+    device_peak_mib: float | None = Field(default=None, ge=0)
+    series: ArtifactRef | None = Field(default=None, description="The JSONL series.")
+    points: list[TimelinePoint] = Field(
+        default=[], description="Peak-preserving reduction of the series, for the report's figure.")
+
+
+class ServerLifetime(_In):
+    """One start of the server under a flag set, as the probe ran it."""
+
+    session: Literal["probe-init", "probe-serve"]
+    started_at: datetime
+    command: list[str]
+    init: InitResult
+    ended: str | None = Field(default=None, description="How it ended, e.g. 'stopped', 'exited 1'.")
+    log: ArtifactRef | None = None
+    timeline: TimelineSummary | None = None
+
+
 class ServeRun(_In):
-    """One server lifetime under one flag set."""
+    """One server lifetime under one flag set (a probed run: its lifetimes, the latest last)."""
 
     flag_set: str
     init: InitResult
@@ -140,6 +185,8 @@ class ServeRun(_In):
     gpu_sampler: str | None = Field(default=None, description="What sampled the series.")
     cells: list[Cell] = []
     note: str | None = None
+    lifetimes: list[ServerLifetime] = Field(
+        default=[], description="Probed runs only; init is the latest lifetime's.")
 
 
 class ImageMetrics(_In):
@@ -172,6 +219,10 @@ class RequestRecord(_In):
     image: ImageMetrics | None = None
     oom: OomSignature | None = None
     error: str | None = None
+    started_s: float | None = Field(
+        default=None, ge=0, description="When it was sent, seconds since its server started.")
+    lifetime: int | None = Field(
+        default=None, ge=0, description="Index of its server in the run's lifetimes.")
 
 
 # --- offline, quality, reproducibility --------------------------------------------------

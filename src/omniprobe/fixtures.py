@@ -48,6 +48,9 @@ class Fixture(_Input):
         default=[], description="Reference names the source mentions, where the full binding is unknown."
     )
     derived_from: Derivation | None = None
+    simulated: bool = Field(
+        default=False, description="Made up for the sim host; runs only on simulated hosts."
+    )
     note: str | None = None
 
     @model_validator(mode="after")

@@ -58,6 +58,9 @@ class Serve(_Input):
     ready_path: str | None = Field(
         default=None, description="Optional readiness endpoint of newer builds (e.g. /ready)."
     )
+    ready_timeout_s: float = Field(default=1200, gt=0, description="Longer init: a timeout.")
+    request_timeout_s: float = Field(default=900, gt=0)
+    stop_grace_s: float = Field(default=15, ge=0, description="SIGTERM to SIGKILL.")
 
 
 class DeployConfig(_Input):
@@ -92,6 +95,34 @@ class OfflineKwargSet(_Input):
     env: dict[str, str] = {}
 
 
+class SimCapacity(_Input):
+    """The simulated server's capacity model (MiB and seconds); only a simulated host has one."""
+
+    vram_mib: int = Field(gt=0, description="Memory of the modelled card.")
+    context_mib: int = Field(ge=0, description="CUDA context and other non-PyTorch memory.")
+    init_chunk_mib: int = Field(gt=0, description="Size of each parameter allocation at init.")
+    dit_mib: dict[str, int] = Field(description="Resident DiT weights by precision (bf16, ...).")
+    encoder_mib: dict[str, int] = Field(
+        description="Text-encoder weights by precision; off the GPU under --enable-cpu-offload."
+    )
+    activation_mib: int = Field(ge=0, description="Working memory of every request.")
+    reference_mib: int = Field(ge=0, description="Conditioning cache per reference image.")
+    spike_mib: int = Field(gt=0, description="The per-step activation spike (image MLP).")
+    layerwise_mib: int = Field(ge=0, description="Extra staging under --enable-layerwise-offload.")
+    collapsed: list[str] = Field(default=[], description="Precisions whose outputs collapse.")
+    init_s: float = Field(ge=0, description="Modelled init time.")
+    reference_s: float = Field(ge=0, description="Modelled prefill time per reference.")
+    step_s: float = Field(ge=0, description="Modelled time per denoise step.")
+
+    @model_validator(mode="after")
+    def _precisions_match(self) -> SimCapacity:
+        if set(self.dit_mib) != set(self.encoder_mib):
+            raise ValueError("dit_mib and encoder_mib must list the same precisions")
+        if "bf16" not in self.dit_mib:
+            raise ValueError("dit_mib needs a 'bf16' entry (the precision without --quantization)")
+        return self
+
+
 class Host(_Input):
     name: str = Field(description="Human name of the host, e.g. 'RTX 3090'.")
     hostname: str
@@ -104,6 +135,20 @@ class Host(_Input):
     simulated: bool = False
     serve_flag_sets: list[str]
     offline_kwarg_sets: list[str] = []
+    serve_command: list[str] | None = Field(
+        default=None, min_length=1,
+        description="Replaces [serve] command on this host; {python}, {model}, {hosts_file} "
+                    "and {host} are filled in.",
+    )
+    capacity: SimCapacity | None = Field(default=None, description="Simulated hosts only.")
+
+    @model_validator(mode="after")
+    def _capacity_iff_simulated(self) -> Host:
+        if self.simulated and self.capacity is None:
+            raise ValueError("a simulated host needs a [capacity] table")
+        if not self.simulated and self.capacity is not None:
+            raise ValueError("only a simulated host has a [capacity] table")
+        return self
 
 
 class Report(_Input):

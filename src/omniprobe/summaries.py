@@ -1,52 +1,55 @@
-"""Summaries derived from records: cells from per-request records, runs with their cells, and
-the facts of an environment manifest."""
+"""Summaries derived from records: cells from per-request records (what the verdict rules read for
+attempts the package measured), runs with their cells, and the facts of an environment manifest."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass
 
-from .evidence import Cell, EnvManifest, LoadedAttempt, RequestRecord, ServeRun
+from .evidence import Cell, EnvManifest, LoadedAttempt, Outcome, Quality, RequestRecord, ServeRun
 from .quantities import Range
 
-# Worst first: a cell's outcome is the worst of its requests'.
-_OUTCOME_ORDER = ("oom", "timeout", "error", "ok")
+# The cell takes its worst request: one OOM among ok seeds still means the count does not fit.
+_OUTCOME_ORDER: tuple[Outcome, ...] = ("oom", "error", "timeout", "ok")
 
 
-def cell_from_requests(fixture: str, requests: list[RequestRecord]) -> Cell:
-    outcome = min((r.outcome for r in requests), key=_OUTCOME_ORDER.index)
-    qualities = {r.quality for r in requests}
-    if outcome != "ok":
-        quality = "unchecked"
-    elif "broken" in qualities:
-        quality = "broken"
-    elif qualities == {"sound"}:
-        quality = "sound"
-    else:
-        quality = "unchecked"
-    ok = [r for r in requests if r.outcome == "ok"]
-    peaks = [r.server_peak_mb for r in requests if r.server_peak_mb is not None]
-    ooms = [r.oom for r in requests if r.oom is not None]
-    return Cell(
-        fixture=fixture,
-        seeds=sorted({r.seed for r in requests}),
-        outcome=outcome,
-        quality=quality,
-        wall_s=Range.of(r.wall_s for r in ok) if ok else None,
-        server_peak_mb=Range.of(peaks) if peaks else None,
-        oom=ooms[0] if ooms else None,
-    )
+def cell_outcome(outcomes: list[Outcome]) -> Outcome:
+    return next(o for o in _OUTCOME_ORDER if o in outcomes)
+
+
+def cell_quality(records: list[RequestRecord]) -> Quality:
+    """Sound only when every request returned a sound image; broken when any image was broken."""
+    qualities = {r.quality for r in records}
+    if "broken" in qualities:
+        return "broken"
+    if qualities == {"sound"} and all(r.outcome == "ok" for r in records):
+        return "sound"
+    return "unchecked"
+
+
+def _range(values: list[float | None]) -> Range | None:
+    present = [v for v in values if v is not None]
+    return Range.of(present) if present else None
+
+
+def cell_from(records: list[RequestRecord]) -> Cell:
+    """One fixture under one flag set; wall and peak ranges are over the requests that succeeded."""
+    ok = [r for r in records if r.outcome == "ok"]
+    oom = next((r.oom for r in records if r.oom is not None), None)
+    return Cell(fixture=records[0].fixture, seeds=sorted({r.seed for r in records}),
+                outcome=cell_outcome([r.outcome for r in records]),
+                quality=cell_quality(records),
+                wall_s=_range([r.wall_s for r in ok]),
+                server_peak_mb=_range([r.server_peak_mb for r in ok]),
+                oom=oom)
 
 
 def cells_from_requests(requests: list[RequestRecord]) -> dict[str, list[Cell]]:
-    """Per flag set, one cell per fixture, in the order fixtures first appear."""
-    grouped: dict[str, dict[str, list[RequestRecord]]] = defaultdict(dict)
+    """flag set -> its cells, in the order the fixtures were first requested."""
+    grouped: dict[str, dict[str, list[RequestRecord]]] = {}
     for record in requests:
-        grouped[record.flag_set].setdefault(record.fixture, []).append(record)
-    return {
-        flag_set: [cell_from_requests(fixture, recs) for fixture, recs in by_fixture.items()]
-        for flag_set, by_fixture in grouped.items()
-    }
+        grouped.setdefault(record.flag_set, {}).setdefault(record.fixture, []).append(record)
+    return {flag_set: [cell_from(records) for records in fixtures.values()]
+            for flag_set, fixtures in grouped.items()}
 
 
 @dataclass(frozen=True)

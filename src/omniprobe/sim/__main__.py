@@ -1,0 +1,107 @@
+"""`python -m omniprobe.sim serve MODEL --omni --port P [flags]`: the simulated server's CLI.
+
+It takes the real server's flags, builds the capacity model's pipeline (allocating the weights,
+which may OOM at init like the real one), and only then binds the port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+
+from ..hosts import load_hosts
+from ..problems import InputError
+from .http import Faults, SimService, serve
+from .memory import MIB, STATE_ENV, Accounted, StateFile, Torch
+from .model import Flags, Pipeline, UnsupportedFlags
+
+TIME_SCALE_ENV = "OMNIPROBE_SIM_TIME_SCALE"
+
+
+def _faults(specs: list[str]) -> Faults:
+    faults = Faults()
+    for spec in specs:
+        kind, _, number = spec.partition("@")
+        if kind not in ("crash", "hang", "malformed") or not number.isdigit():
+            raise SystemExit(f"--fault expects crash@N, hang@N or malformed@N, got {spec!r}")
+        getattr(faults, kind).add(int(number))
+    return faults
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m omniprobe.sim", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("serve", help="serve the simulated model")
+    p.add_argument("model")
+    p.add_argument("--omni", action="store_true", required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--served-model-name")
+    p.add_argument("--enable-cpu-offload", action="store_true")
+    p.add_argument("--enable-layerwise-offload", action="store_true")
+    p.add_argument("--quantization")
+    p.add_argument("--deploy-config")
+    p.add_argument("--stage-init-timeout", type=float)
+    p.add_argument("--init-timeout", type=float)
+    p.add_argument("--log-stats", action="store_true")
+    p.add_argument("--hosts-file", required=True, help="hosts.toml holding the capacity model")
+    p.add_argument("--sim-host", required=True, help="the simulated host whose model to use")
+    p.add_argument("--torch", action="store_true",
+                   help="allocate the modelled memory on the CUDA device for real")
+    p.add_argument("--torch-cap-gib", type=float,
+                   help="per-process cap under --torch (default: the model's vram_mib)")
+    p.add_argument("--time-scale", type=float,
+                   default=float(os.environ.get(TIME_SCALE_ENV, "1")),
+                   help=f"multiplies modelled times (0: instant; default ${TIME_SCALE_ENV} or 1)")
+    p.add_argument("--fault", action="append", default=[],
+                   help="test fault: crash@N, hang@N or malformed@N (N: request number)")
+    return parser
+
+
+def _memory(args, cap):
+    if args.torch:
+        cap_gib = args.torch_cap_gib or cap.vram_mib / 1024
+        return Torch(int(cap_gib * 1024**3))
+    state_path = os.environ.get(STATE_ENV)
+    state = StateFile(state_path, cap.vram_mib * MIB) if state_path else None
+    return Accounted(cap.vram_mib * MIB, cap.context_mib * MIB, state)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        host = load_hosts(args.hosts_file).host(args.sim_host)
+    except (InputError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if host.capacity is None:
+        print(f"error: host {args.sim_host!r} has no capacity model", file=sys.stderr)
+        return 2
+    if args.deploy_config and not os.path.isfile(args.deploy_config):
+        print(f"error: deploy config {args.deploy_config} not found", file=sys.stderr)
+        return 2
+    flags = Flags(precision=args.quantization or "bf16", cpu_offload=args.enable_cpu_offload,
+                  layerwise=args.enable_layerwise_offload)
+    print(f"INFO: simulated server (omniprobe.sim) for {args.model}: {flags}", file=sys.stderr)
+    memory = _memory(args, host.capacity)
+    try:
+        pipeline = Pipeline(host.capacity, flags, memory, args.time_scale)
+        pipeline.init_parameters()
+    except UnsupportedFlags as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except memory.oom_error:
+        traceback.print_exc()
+        print("ERROR: Stage initialization failed; shutting down", file=sys.stderr, flush=True)
+        return 1
+    print(f"sim account: {memory.account().as_dict()}", file=sys.stderr, flush=True)
+    service = SimService(pipeline, args.served_model_name or args.model, _faults(args.fault))
+    serve(service, args.host, args.port)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,221 @@
+"""probe-init and probe-serve end to end against the simulated server, in process."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+
+import pytest
+
+from omniprobe.evidence import load_attempt
+from omniprobe.gpu import NvmlUnavailable
+from omniprobe.probe import run_probe
+from omniprobe.summaries import cells_from_requests
+from omniprobe.validate import load_project
+
+from .conftest import make_project, probe_args, processes_with
+
+
+def probe(project, session, port, *extra, readers=None):
+    out = io.StringIO()
+    code = run_probe(project, session, probe_args(session, port, *extra), readers=readers, out=out)
+    return code, out.getvalue()
+
+
+def attempts(project, host="sim"):
+    folders = sorted((project.evidence_dir / host).iterdir())
+    return [load_attempt(f)[0] for f in folders]
+
+
+def requests_of(project):
+    [attempt] = attempts(project)
+    return attempt.requests
+
+
+def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
+    code, out = probe(project, "probe-init", port)
+    assert code == 0, out
+    code, out = probe(project, "probe-serve", port)
+    assert code == 0, out
+    [attempt] = attempts(project)
+    assert attempt.meta.provenance.kind == "simulated" and attempt.simulated
+    runs = {r.flag_set: r for r in attempt.runs}
+    assert {f: r.init.outcome for f, r in runs.items()} == {
+        "default": "oom", "cpuoff": "ready", "cpuoff-layerwise": "ready", "fp8": "ready"}
+    assert runs["default"].init.oom.requested == "96.00 MiB"
+    assert [lt.session for lt in runs["cpuoff"].lifetimes] == ["probe-init", "probe-serve"]
+    assert [lt.session for lt in runs["default"].lifetimes] == ["probe-init"]
+    cells = {f: {c.fixture: c.outcome for c in cs}
+             for f, cs in cells_from_requests(attempt.requests).items()}
+    assert cells == {
+        "cpuoff": {"sim-t2i": "ok", "sim-single": "ok", "sim-pair": "ok", "sim-three": "ok",
+                   "sim-four": "oom"},
+        "cpuoff-layerwise": {"sim-t2i": "ok", "sim-single": "oom", "sim-pair": "oom",
+                             "sim-three": "oom", "sim-four": "oom"},
+        "fp8": {"sim-t2i": "ok", "sim-single": "ok", "sim-pair": "ok", "sim-three": "ok",
+                "sim-four": "ok"}}
+    four = next(r for r in attempt.requests if r.flag_set == "cpuoff" and r.fixture == "sim-four")
+    assert four.oom.location.function == "image_mlp" and four.oom.requested == "1.50 GiB"
+    _, problems = load_project(project)
+    assert problems == []
+    assert "| elapsed" in out and "ETA" in out and "[fp8 3/3] sim-four seed 2301: ok" in out
+
+
+def test_artifacts_are_referenced_by_path_and_sha256(project, port):
+    assert probe(project, "probe-serve", port, "--flag-set", "cpuoff",
+                 "--fixture", "sim-pair")[0] == 0
+    [attempt] = attempts(project)
+    [record] = attempt.requests
+    image = (project.artifacts_dir / record.artifact).read_bytes()
+    assert hashlib.sha256(image).hexdigest() == record.output_sha256
+    [lifetime] = attempt.runs[0].lifetimes
+    for ref in (lifetime.log, lifetime.timeline.series):
+        data = (project.artifacts_dir / ref.path).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == ref.sha256 and len(data) == ref.bytes
+    assert lifetime.ended == "stopped" and lifetime.timeline.state == "sampled"
+    assert record.lifetime == 0 and record.started_s >= lifetime.init.time_s - 0.01
+
+
+def test_rerun_resumes_and_fresh_starts_anew(project, port):
+    args = ("--flag-set", "fp8", "--fixture", "sim-single")
+    assert probe(project, "probe-serve", port, *args)[0] == 0
+    code, out = probe(project, "probe-serve", port, *args)
+    assert code == 0 and "0 request(s) in 0 run(s)" in out
+    [attempt] = attempts(project)
+    assert len(attempt.requests) == 1 and len(attempt.runs[0].lifetimes) == 1
+    assert probe(project, "probe-serve", port, *args, "--fresh")[0] == 0
+    assert [len(a.requests) for a in attempts(project)] == [1, 1]
+
+
+def test_fresh_is_shared_by_the_sessions_of_one_invocation(project, port, monkeypatch):
+    monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-1")
+    assert probe(project, "probe-init", port, "--fresh", "--flag-set", "fp8")[0] == 0
+    assert probe(project, "probe-serve", port, "--fresh", "--flag-set", "fp8",
+                 "--fixture", "sim-t2i")[0] == 0
+    [attempt] = attempts(project)
+    assert [lt.session for lt in attempt.runs[0].lifetimes] == ["probe-init", "probe-serve"]
+
+
+def test_server_crash_mid_request_is_recorded_and_the_rest_runs(tmp_path, port, monkeypatch):
+    project = make_project(tmp_path, faults=["crash@2"], seeds=[2301, 2302, 2303])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    code, out = probe(project, "probe-serve", port, "--flag-set", "cpuoff",
+                      "--fixture", "sim-single")
+    assert code == 0, out
+    records = requests_of(project)
+    assert [(r.seed, r.outcome, r.lifetime) for r in records] == [
+        (2301, "ok", 0), (2302, "error", 0), (2303, "ok", 1)]
+    assert "the server is down (exited 1)" in records[1].error
+    assert "illegal memory access" in records[1].error
+    [run] = attempts(project)[0].runs
+    assert [lt.ended for lt in run.lifetimes] == ["exited 1", "stopped"]
+    assert not processes_with(str(tmp_path))
+
+
+def test_request_timeout_restarts_the_server(tmp_path, port, monkeypatch):
+    project = make_project(tmp_path, faults=["hang@2"], seeds=[2301, 2302, 2303])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i",
+                      "--request-timeout", "1")
+    assert code == 0, out
+    records = requests_of(project)
+    assert [(r.outcome, r.lifetime) for r in records] == [("ok", 0), ("timeout", 0), ("ok", 1)]
+    assert records[1].error == "no answer within 1 s" and 1 <= records[1].wall_s < 3
+    assert not processes_with(str(tmp_path))
+
+
+def test_malformed_response_is_an_error_and_serving_goes_on(tmp_path, port, monkeypatch):
+    project = make_project(tmp_path, faults=["malformed@1"], seeds=[2301, 2302])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    assert probe(project, "probe-serve", port, "--flag-set", "cpuoff",
+                 "--fixture", "sim-pair")[0] == 0
+    records = requests_of(project)
+    assert [(r.outcome, r.lifetime) for r in records] == [("error", 0), ("ok", 0)]
+    assert records[0].error.startswith("malformed response: JSONDecodeError")
+    assert records[0].output_sha256 is None
+
+
+def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, port, monkeypatch):
+    project = make_project(tmp_path, faults=["crash@1"], seeds=[2301, 2302, 2303, 2304])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i")
+    assert code == 1
+    assert "not done: fp8: 1 request(s) not sent after 2 restart(s); re-run to resume" in out
+    assert [r.outcome for r in requests_of(project)] == ["error"] * 3
+
+
+def test_real_fixtures_are_refused_naming_what_is_missing(project, port):
+    code, out = probe(project, "probe-serve", port, "--host", "rtx3090")
+    assert code == 1
+    assert ("fixture 'single-reference' cannot run: its source does not state prompt, width, "
+            "height, references") in out
+    assert "fixture 't2i' cannot run: its source does not state prompt, width, height" in out
+    assert not (project.evidence_dir / "rtx3090").exists()
+
+
+def test_a_real_host_is_refused_on_a_machine_whose_gpu_cannot_be_checked(project, port):
+    code, out = probe(project, "probe-init", port, "--host", "rtx5080")
+    assert code == 1 and "this machine is not host 'rtx5080'" in out
+    assert not (project.evidence_dir / "rtx5080").exists()
+
+
+def test_unknown_flag_set_is_refused(project, port):
+    code, out = probe(project, "probe-init", port, "--flag-set", "int8")
+    assert code == 1 and "flag set(s) int8 are not run on host 'sim'" in out
+
+
+def test_without_nvml_the_run_records_why(project, port):
+    def no_nvml(folder):
+        raise NvmlUnavailable("NVML: Driver Not Loaded")
+
+    assert probe(project, "probe-init", port, "--flag-set", "fp8", readers=no_nvml)[0] == 0
+    [run] = attempts(project)[0].runs
+    timeline = run.lifetimes[0].timeline
+    assert timeline.state == "unavailable" and timeline.reason == "NVML: Driver Not Loaded"
+    assert run.gpu_peak_mib is None and run.init.outcome == "ready"
+
+
+def test_the_sampler_sees_the_modelled_peak(project, port, monkeypatch):
+    monkeypatch.setenv("OMNIPROBE_SIM_TIME_SCALE", "1")
+    assert probe(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture", "sim-three",
+                 "--sample-hz", "20")[0] == 0
+    [run] = attempts(project)[0].runs
+    timeline = run.lifetimes[0].timeline
+    # context 512 + weights 14336 + activation 1024 + 3 x 2048 + spike 1536 (hosts.toml)
+    assert timeline.peak_mib == 23552 and timeline.peak_source == "process"
+    assert run.gpu_peak_mib == 23552 and 15 <= timeline.rate_hz <= 21
+
+
+def test_evidence_written_is_what_validation_accepts(project, port):
+    assert probe(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture",
+                 "sim-four")[0] == 0
+    [attempt] = attempts(project)
+    raw = json.loads((attempt.path / "requests.json").read_text())
+    assert raw[0]["oom"]["phase"] == "request" and "pixels_sha256" not in raw[0]
+    _, problems = load_project(project)
+    assert problems == []
+
+
+@pytest.mark.parametrize("session", ["probe-init", "probe-serve"])
+def test_port_in_use_is_refused_before_anything_runs(project, port, session):
+    import socket
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        code, out = probe(project, session, port, "--flag-set", "fp8", "--fixture", "sim-t2i")
+    assert code == 1 and f"port {port} on 127.0.0.1 is already in use" in out
+
+
+def test_a_busy_gpu_stops_the_probe_naming_the_holder(project, port):
+    from omniprobe.fakenvml import FakeNvml, Frame
+    from omniprobe.gpu import MIB, NvmlReader
+
+    fake = FakeNvml([Frame(0.0, 9000 * MIB, compute=((4242, 8000 * MIB),))],
+                    names={4242: "python3"})
+    code, out = probe(project, "probe-init", port, "--flag-set", "fp8", "--idle-timeout", "0.3",
+                      readers=lambda folder: NvmlReader(nvml=fake))
+    assert code == 1
+    assert "the GPU is not idle after 0.3 s: pid 4242 (python3) holds 8,000 MiB" in out
+    assert attempts(project)[0].runs == [] and not processes_with(str(project.root))

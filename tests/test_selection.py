@@ -1,0 +1,116 @@
+"""Host selection order, the invocation state between nox sessions, and the GPU check."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from omniprobe.fakenvml import FakeNvml, Frame
+from omniprobe.gpu import GpuFacts, NvmlReader
+from omniprobe.hosts import load_hosts
+from omniprobe.selection import (
+    INVOCATION_ENV,
+    NoHost,
+    check_host,
+    choose_host,
+    gpu_problems,
+    read_state,
+    resolve_host,
+    state_path,
+    update_state,
+)
+
+from .conftest import SRC
+
+
+@pytest.fixture
+def cfg(project):
+    return load_hosts(project.hosts_file)
+
+
+def test_env_session_beats_host_beats_hostname(cfg):
+    assert choose_host(cfg, selected="sim", requested="rtx5080",
+                       hostname="cachyos-alexander")[0] == "sim"
+    assert choose_host(cfg, selected=None, requested="rtx5080",
+                       hostname="cachyos-alexander")[0] == "rtx5080"
+    assert choose_host(cfg, selected=None, requested=None,
+                       hostname="cachyos-alexander.lan")[0] == "rtx3090"
+
+
+def test_no_match_lists_the_hosts(cfg):
+    with pytest.raises(NoHost) as info:
+        choose_host(cfg, selected=None, requested=None, hostname="elsewhere")
+    message = str(info.value)
+    assert "--host NAME" in message and "elsewhere" in message
+    assert "rtx3090 (cachyos-alexander)" in message and "sim (simulated)" in message
+
+
+def test_unknown_name_is_named(cfg):
+    with pytest.raises(NoHost, match="--host names host 'h100'.*hosts: rtx3090"):
+        choose_host(cfg, selected=None, requested="h100", hostname="x")
+
+
+def test_simulated_host_never_matches_by_hostname(cfg):
+    with pytest.raises(NoHost):
+        choose_host(cfg, selected=None, requested=None, hostname="(simulated)")
+
+
+def test_state_belongs_to_one_invocation(project, cfg):
+    path = state_path(project)
+    update_state(path, "run-1", host="sim", problems=[])
+    assert read_state(path, "run-1")["host"] == "sim"
+    assert read_state(path, "run-2") == {} and read_state(path, None) == {}
+    env = {INVOCATION_ENV: "run-1"}
+    assert resolve_host(project, cfg, "rtx5080", env=env, hostname="x")[0] == "sim"
+    assert resolve_host(project, cfg, "rtx5080", env={INVOCATION_ENV: "run-2"},
+                        hostname="x")[0] == "rtx5080"
+    update_state(path, "run-3", host="rtx3090", problems=["GPU is 'X'"])
+    assert "host" not in read_state(path, "run-1")
+    with pytest.raises(NoHost, match="env-rtx3090 failed its GPU check: GPU is 'X'"):
+        resolve_host(project, cfg, None, env={INVOCATION_ENV: "run-3"}, hostname="x")
+
+
+def test_select_host_command_hands_the_host_to_a_later_session(project):
+    env = {**os.environ, "PYTHONPATH": str(SRC), INVOCATION_ENV: "nox-123"}
+    done = subprocess.run([sys.executable, "-m", "omniprobe", "select-host", "sim"], env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "simulated, no GPU to check" in done.stdout
+    shown = subprocess.run([sys.executable, "-m", "omniprobe", "select-host", "--host", "rtx3090"],
+                           env=env, capture_output=True, text=True, check=False)
+    assert shown.stdout.strip() == "host sim (selected by an earlier env session)"
+
+
+def test_gpu_check(cfg):
+    host = cfg.hosts["rtx3090"]
+    good = GpuFacts(name="NVIDIA GeForce RTX 3090", total=24576 * 1024**2,
+                    compute_capability="8.6", driver="580")
+    assert gpu_problems(host, good) == []
+    bad = GpuFacts(name="NVIDIA H200", total=143771 * 1024**2, compute_capability="9.0",
+                   driver="580")
+    problems = gpu_problems(host, bad)
+    assert len(problems) == 3 and "140.4 GiB" in problems[2]
+
+
+def test_check_host_through_nvml(cfg):
+    fake = FakeNvml([Frame(0.0, 0)], total=16303 * 1024**2, name="NVIDIA GeForce RTX 5080",
+                    compute_capability=(12, 0))
+    summary, problems = check_host(cfg.hosts["rtx5080"], lambda: NvmlReader(nvml=fake))
+    assert problems == [] and "RTX 5080, compute capability 12.0, 15.9 GiB" in summary
+    missing = FakeNvml([Frame(0.0, 0)], fail_init="Driver Not Loaded")
+    summary, problems = check_host(cfg.hosts["rtx5080"], lambda: NvmlReader(nvml=missing))
+    assert summary is None and "Driver Not Loaded" in problems[0]
+    assert check_host(cfg.hosts["sim"], lambda: NvmlReader(nvml=missing)) == (None, [])
+
+
+def test_select_host_errors_are_messages_not_tracebacks(project, capsys):
+    from omniprobe.cli import main
+
+    assert main(["select-host", "h100"]) == 1
+    assert "select-host names host 'h100', which hosts.toml does not define" in (
+        capsys.readouterr().err)
+    assert main(["select-host"]) == 1
+    assert "no host selected" in capsys.readouterr().err

@@ -1,0 +1,115 @@
+"""Server lifecycle against the simulated server: ready, init failures, timeout, port, stop."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from omniprobe import client
+from omniprobe.fixtures import load_fixtures
+from omniprobe.hosts import load_hosts
+from omniprobe.server import (
+    Endpoints,
+    FlagSetNotRunnable,
+    PortInUse,
+    ServerProcess,
+    server_command,
+    server_env,
+)
+
+from .conftest import processes_with, wait_for
+
+
+def start(project, port, flag_set="cpuoff", *extra, ready_path=None, env=None):
+    """A not yet started server lifetime; `with` starts it."""
+    cfg = load_hosts(project.hosts_file)
+    command = server_command(cfg, "sim", flag_set, port=port, model="Qwen/Qwen-Image-2.1",
+                             hosts_file=project.hosts_file) + list(extra)
+    return ServerProcess(command, server_env(cfg, flag_set, {**os.environ, **(env or {})}),
+                         project.root / "logs" / f"{flag_set}.log",
+                         Endpoints(f"http://127.0.0.1:{port}", "/health", ready_path),
+                         grace_s=2)
+
+
+def test_command_and_environment(project):
+    cfg = load_hosts(project.hosts_file)
+    command = server_command(cfg, "sim", "fp8", port=9, model="M", hosts_file=Path("/h.toml"))
+    assert command[1:] == ["-m", "omniprobe.sim", "serve", "M", "--omni", "--hosts-file",
+                           "/h.toml", "--sim-host", "sim", "--host", "127.0.0.1", "--port", "9",
+                           "--enforce-eager", "--served-model-name", "Qwen/Qwen-Image-2.1",
+                           "--enable-cpu-offload", "--quantization", "fp8"]
+    real = server_command(cfg, "rtx3090", "cpuoff", port=8091, model="M",
+                          hosts_file=Path("/h.toml"))
+    assert real[:5] == ["vllm", "serve", "M", "--omni", "--host"]
+    env = server_env(cfg, "cpuoff-expandable", {"PATH": "/bin"})
+    assert env == {"PATH": "/bin", "HF_HUB_OFFLINE": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                   "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def test_deploy_config_of_unknown_content_is_refused(project):
+    cfg = load_hosts(project.hosts_file)
+    with pytest.raises(FlagSetNotRunnable, match="deploy/deploy-fp8v.yaml, whose content"):
+        server_command(cfg, "rtx3090", "cpuoff-fp8v", port=1, model="M",
+                       hosts_file=project.hosts_file)
+
+
+def test_ready_then_stopped_with_its_whole_group(project, port):
+    with start(project, port, ready_path="/ready") as server:
+        init = server.wait_ready(20, 0.05)
+        assert init.outcome == "ready" and init.time_s < 20
+        assert processes_with(str(project.root))
+    assert server.ended == "stopped"
+    assert wait_for(lambda: not processes_with(str(project.root)), 5)
+
+
+def test_oom_at_init_is_classified_with_its_signature(project, port):
+    with start(project, port, "default") as server:
+        init = server.wait_ready(20, 0.05)
+    assert init.outcome == "oom"
+    assert init.oom.phase == "init" and init.oom.requested == "96.00 MiB"
+    assert init.oom.location.file == "omniprobe/sim/model.py"
+    assert init.oom.location.function == "init_parameters"
+    assert server.ended == "exited 1"
+
+
+def test_other_init_failure_is_an_error_with_the_reason(project, port):
+    with start(project, port, "cpuoff", "--quantization", "awq") as server:
+        init = server.wait_ready(20, 0.05)
+    assert init.outcome == "error"
+    assert "exited 2" in init.note and "'awq' is not in the capacity model" in init.note
+
+
+def test_init_timeout_and_the_slow_server_is_killed(project, port):
+    with start(project, port, env={"OMNIPROBE_SIM_TIME_SCALE": "1000"}) as server:
+        init = server.wait_ready(1.0, 0.1)
+        assert init.outcome == "timeout" and init.note == "not ready after 1 s"
+    assert server.ended == "stopped"
+    assert wait_for(lambda: not processes_with(str(project.root)), 5)
+
+
+def test_port_in_use_is_a_clear_error(project, port):
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", port))
+        holder.listen()
+        with pytest.raises(PortInUse, match=f"port {port} on 127.0.0.1 is already in use"):
+            start(project, port).start()
+    assert not processes_with(str(project.root))
+
+
+def test_request_oom_leaves_the_server_serving(project, port):
+    suite = load_fixtures(project.fixtures_file)
+    fixtures_dir = project.fixtures_file.parent
+    url = f"http://127.0.0.1:{port}"
+    with start(project, port) as server:
+        assert server.wait_ready(20, 0.05).outcome == "ready"
+        four = client.send(url, suite.get("sim-four"), 2301, suite.sampling, fixtures_dir, 30)
+        single = client.send(url, suite.get("sim-single"), 2301, suite.sampling, fixtures_dir, 30)
+        assert server.returncode() is None
+    assert four.outcome == "oom" and four.status == 500
+    assert four.oom.requested == "1.50 GiB" and four.oom.total_capacity == "24.00 GiB"
+    assert single.outcome == "ok" and single.server_peak_mb == 18944
+    assert single.denoise_step_latency_ms is not None
+    assert client.pixels_sha256(single.image) != client.sha256(single.image)

@@ -1,0 +1,98 @@
+"""The simulated server's pieces: capacity model, request parsing, images."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import requests
+from PIL import Image
+
+from omniprobe.hosts import load_hosts
+from omniprobe.sim import images
+from omniprobe.sim.http import BadRequest, build_request, parse_multipart
+from omniprobe.sim.model import Flags, UnsupportedFlags, request_peak_mib, resident_mib
+
+
+@pytest.fixture
+def cap(project):
+    return load_hosts(project.hosts_file).hosts["sim"].capacity
+
+
+def test_capacity_model_reproduces_the_3090_shape(cap):
+    budget = cap.vram_mib - cap.context_mib
+    bf16 = Flags("bf16", cpu_offload=True, layerwise=False)
+    assert resident_mib(cap, Flags("bf16", False, False)) > budget  # default: OOM at init
+    assert request_peak_mib(cap, bf16, 3) <= budget < request_peak_mib(cap, bf16, 4)
+    assert request_peak_mib(cap, Flags("bf16", True, True), 1) > budget
+    assert request_peak_mib(cap, Flags("fp8", True, False), 4) <= budget
+    with pytest.raises(UnsupportedFlags, match="'awq' is not in the capacity model"):
+        resident_mib(cap, Flags("awq", True, False))
+
+
+def test_margins_hold_under_a_24_gib_torch_cap(cap):
+    # Under --torch the cap is on PyTorch's allocations alone (the context comes on top).
+    bf16 = Flags("bf16", cpu_offload=True, layerwise=False)
+    assert request_peak_mib(cap, bf16, 3) <= 24 * 1024 - 1024
+    assert request_peak_mib(cap, bf16, 4) - cap.spike_mib <= 24 * 1024 - 512
+    assert request_peak_mib(cap, bf16, 4) > 24 * 1024
+
+
+def test_multipart_as_requests_sends_it():
+    prepared = requests.Request(
+        "POST", "http://x/v1/images/edits", data={"prompt": "p", "size": "64x48", "seed": "7"},
+        files=[("image", ("a.png", b"AAA", "image/png")), ("image", ("b.png", b"BB", "image/png"))],
+    ).prepare()
+    fields, parts = parse_multipart(prepared.headers["Content-Type"], prepared.body)
+    assert fields == {"prompt": "p", "size": "64x48", "seed": "7"}
+    assert parts == [b"AAA", b"BB"]
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({}, "prompt is required"),
+    ({"prompt": "p", "response_format": "url"}, "b64_json"),
+    ({"prompt": "p", "model": "other"}, "Model mismatch"),
+    ({"prompt": "p", "size": "wide"}, "WxH"),
+])
+def test_bad_requests_are_400s(fields, message):
+    with pytest.raises(BadRequest, match=message):
+        build_request(fields, [], "Qwen/Qwen-Image-2.1")
+
+
+def test_size_defaults_to_the_first_image():
+    buffer = io.BytesIO()
+    Image.new("RGB", (40, 30)).save(buffer, "PNG")
+    request, metrics = build_request({"prompt": "p", "return_stage_metrics": "true"},
+                                     [buffer.getvalue()], "m")
+    assert (request.width, request.height, metrics) == (40, 30, True)
+
+
+def test_images_are_deterministic_and_fp8_collapses():
+    ref = b"reference bytes"  # collapsed outputs hash their inputs without decoding them
+    one = images.png(images.sound("p", [], 2301, 96, 64))
+    assert one == images.png(images.sound("p", [], 2301, 96, 64))
+    assert one != images.png(images.sound("p", [], 2302, 96, 64))
+    assert images.png(images.collapsed("p", [], 1, 96, 64)) != images.png(
+        images.collapsed("p", [ref], 1, 96, 64))
+    sound = np.asarray(Image.open(io.BytesIO(one)))
+    broken = np.asarray(images.collapsed("p", [], 2301, 200, 150))
+    assert sound.shape == (64, 96, 4) and (sound[..., 3] == 255).all()
+    assert (broken[..., 3] == 255).mean() < 0.04
+    assert 100 < broken[..., 3].mean() < 130 and 115 < broken[..., :3].mean() < 135
+
+
+def test_hosts_toml_errors_name_the_capacity_table_and_key(project):
+    from omniprobe.problems import InputError
+
+    text = project.hosts_file.read_text()
+    project.hosts_file.write_text(text.replace("spike_mib = 1536", "spike_mb = 1536"))
+    with pytest.raises(InputError) as info:
+        load_hosts(project.hosts_file)
+    messages = [str(p) for p in info.value.problems]
+    assert any("[hosts.sim] key 'capacity.spike_mb': unknown key" in m for m in messages)
+    assert any("[hosts.sim] key 'capacity.spike_mib': required field is missing" in m
+               for m in messages)
+    project.hosts_file.write_text(text[:text.index("[hosts.sim.capacity]")])
+    with pytest.raises(InputError, match="a simulated host needs a \\[capacity\\] table"):
+        load_hosts(project.hosts_file)
