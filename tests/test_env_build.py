@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from .env_scaffold import RTX5080, FakeNvml, World, git, make_world
 from omniprobe import cli, envcheck
 from omniprobe.envbuild import build_env, check_env, dry_run
 from omniprobe.envstate import EnvBuildError, EnvNotReady, Runner, uv_command
 from omniprobe.evidence import load_evidence
 from omniprobe.validate import load_project
+
+from .env_scaffold import RTX5080, FakeNvml, World, git, make_world
 
 pytestmark = pytest.mark.network
 HOST = "testhost"

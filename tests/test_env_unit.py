@@ -12,17 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from .env_scaffold import (
-    MODEL_REPO,
-    REPO_ROOT,
-    RTX5080,
-    SNAPSHOT_FILES,
-    FakeNvml,
-    World,
-    hosts_toml,
-    make_hf_cache,
-    revision_of,
-)
 from omniprobe import cli
 from omniprobe.envbuild import _provide_python
 from omniprobe.envcheck import (
@@ -48,6 +37,18 @@ from omniprobe.hosts import load_hosts
 from omniprobe.problems import InputError
 from omniprobe.project import Project
 from omniprobe.summaries import manifest_summary
+
+from .env_scaffold import (
+    MODEL_REPO,
+    REPO_ROOT,
+    RTX5080,
+    SNAPSHOT_FILES,
+    FakeNvml,
+    World,
+    hosts_toml,
+    make_hf_cache,
+    revision_of,
+)
 
 REAL = Project(REPO_ROOT)
 

@@ -24,6 +24,7 @@ from omniprobe.imaging import (
     to_pixels,
 )
 from omniprobe.problems import InputError
+
 from .synthetic import broken_signature, natural, perturbed, save
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -27,6 +27,7 @@ from omniprobe.quality import (
     pixel_hashes,
 )
 from omniprobe.validate import load_project
+
 from .synthetic import broken_signature, natural, perturbed, save
 
 ROOT = Path(__file__).resolve().parents[1]
