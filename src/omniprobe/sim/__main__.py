@@ -7,6 +7,7 @@ which may OOM at init like the real one), and only then binds the port.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         print("ERROR: Stage initialization failed; shutting down", file=sys.stderr, flush=True)
         return 1
-    print(f"sim account: {memory.account().as_dict()}", file=sys.stderr, flush=True)
+    print(f"sim account: {json.dumps(memory.account().as_dict())}", file=sys.stderr, flush=True)
     service = SimService(pipeline, args.served_model_name or args.model, _faults(args.fault))
     serve(service, args.host, args.port)
     return 0
