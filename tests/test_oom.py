@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -153,3 +154,24 @@ def test_sim_message_round_trips():
     assert sig == OomSignature(phase="request", requested="1.50 GiB", total_capacity="24.00 GiB",
                                in_use="23.50 GiB", allowed="24.00 GiB", allocated="23.00 GiB",
                                reserved_unallocated="64.00 MiB")
+
+
+# PyTorch's own messages, captured on an NVIDIA H200 with torch 2.11.0+cu130 by
+# tests/data/capture_oom_texts.py: case -> (requested, allocated, reserved, in use, total, allowed).
+REAL = json.loads((Path(__file__).parent / "data" / "oom_real.json").read_text())
+REAL_EXPECTED = {
+    "capped_24gib": ("6.00 GiB", "20.00 GiB", "0 bytes", "20.51 GiB", "139.80 GiB", "24.00 GiB"),
+    "capped_24gib_expandable": ("6.00 GiB", "20.00 GiB", "0 bytes", "20.51 GiB", "139.80 GiB",
+                                "24.00 GiB"),
+    "uncapped_too_large": ("4096.00 GiB", "0 bytes", "0 bytes", "518.00 MiB", "139.80 GiB", None),
+    "capped_small_ask": ("490.00 MiB", "1000.00 MiB", "0 bytes", "1.48 GiB", "139.80 GiB",
+                         "1024.00 MiB"),
+}
+
+
+@pytest.mark.parametrize("case", REAL, ids=[c["case"] for c in REAL])
+def test_real_pytorch_messages(case):
+    body = json.dumps({"error": {"message": f"Image edit failed: {case['message']}", "code": 500}})
+    sig = parse_oom(error_message(body), "request")
+    assert (sig.requested, sig.allocated, sig.reserved_unallocated, sig.in_use,
+            sig.total_capacity, sig.allowed) == REAL_EXPECTED[case["case"]]
