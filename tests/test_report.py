@@ -184,3 +184,37 @@ def test_a_filed_environment_manifest_is_shown(repo_copy):
     assert "| 3.13.16 | NVIDIA GeForce RTX 3090 | 24,576 | 8.6 | 999.1.2 |" in text
     assert "0 pass, 1 fail, 0 skipped — **not ok**" in text
     assert "transformers `5.14.1` → `5.14.1`" in text
+
+
+def test_timeline_figures_are_rendered_and_checked(repo_copy):
+    folder = repo_copy.evidence_dir / "rtx3090" / "probed"
+    folder.mkdir()
+    (folder / "attempt.json").write_text(json.dumps({
+        "id": "probed", "host": "rtx3090", "date": "2026-11-30", "description": "x",
+        "provenance": {"kind": "measured", "host": "rtx3090", "hostname": "cachyos-alexander",
+                       "tool_version": "0.1.0", "command": ["omniprobe"],
+                       "started_at": "2026-11-30T09:00:00Z"}}))
+    points = [{"t_s": t / 10, "device_mib": 1000 + 100 * t, "process_mib": 900 + 100 * t}
+              for t in range(20)]
+    (folder / "runs.json").write_text(json.dumps([{
+        "flag_set": "cpuoff", "init": {"outcome": "ready"},
+        "lifetimes": [{"session": "probe-serve", "started_at": "2026-11-30T09:00:00Z",
+                       "command": ["vllm"], "init": {"outcome": "ready"},
+                       "timeline": {"sampler": "NVML", "state": "sampled", "target_hz": 10,
+                                    "rate_hz": 10.0, "samples": 20, "peak_mib": 2800,
+                                    "peak_source": "process", "peak_t_s": 1.9, "points": points}}]}]))
+    (folder / "requests.json").write_text(json.dumps([{
+        "flag_set": "cpuoff", "fixture": "edit-compose-pair", "seed": 2301, "outcome": "ok",
+        "quality": "sound", "wall_s": 1.0, "started_s": 0.5, "lifetime": 0}]))
+    figure = "report/timelines/rtx3090/probed/cpuoff-0.svg"
+    text = render_report(repo_copy)
+    assert f"]({figure})" in text
+    assert "NVML: peak 2,800 MiB (process) at 1.9 s; 20 samples at 10.0 Hz" in text
+    assert f"{figure} (fresh render)" in check_report(repo_copy)
+    write_report(repo_copy)
+    svg = (repo_copy.root / figure).read_text()
+    assert svg.startswith("<svg") and "edit-compose-pair seed 2301: ok" in svg
+    assert check_report(repo_copy) == ""
+    (folder / "runs.json").write_text("[]")
+    write_report(repo_copy)
+    assert not (repo_copy.root / figure).exists()

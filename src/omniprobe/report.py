@@ -15,10 +15,12 @@ from .hosts import Host, HostsConfig
 from .project import Project
 from .quantities import Range, size_mib
 from .summaries import RunView, manifest_summary, run_views
+from .timeline import render_svg
 from .validate import Loaded, load_valid_project
 from .verdicts import HostVerdict, all_verdicts
 
 TEMPLATE = "report.md.j2"
+FIGURES_DIR = Path("report") / "timelines"
 
 
 # --- formatting: every figure passes through one of these, so templates hold no numbers ----
@@ -73,6 +75,32 @@ def mib_as_gib(size: str) -> str:
 
 # --- the context ------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class TimelineFigure:
+    """One server lifetime's GPU memory series, drawn as an SVG beside the report."""
+
+    path: str
+    title: str
+    svg: str
+    summary: object
+
+
+def timeline_figures(view: RunView, capacity_mib: float | None) -> list[TimelineFigure]:
+    figures = []
+    for index, life in enumerate(view.run.lifetimes):
+        if life.timeline is None:
+            continue
+        markers = [(r.started_s, f"{r.fixture} seed {r.seed}: {r.outcome}")
+                   for r in view.attempt.requests
+                   if r.flag_set == view.flag_set and r.lifetime == index and r.started_s is not None]
+        title = f"{view.attempt.host} {view.attempt.id} {view.flag_set} #{index} ({life.session})"
+        svg = render_svg(life.timeline.points, title=title, capacity_mib=capacity_mib,
+                         markers=markers, note=life.timeline.reason)
+        path = FIGURES_DIR / view.attempt.host / view.attempt.id / f"{view.flag_set}-{index}.svg"
+        figures.append(TimelineFigure(path.as_posix(), title, svg, life.timeline))
+    return figures
+
+
 @dataclass
 class RunRow:
     view: RunView
@@ -94,6 +122,7 @@ class HostSection:
     target_ooms: list[tuple[str, Cell]]
     init_oom: object
     figures: dict[str, StatedFigure] = field(default_factory=dict)
+    timelines: list[TimelineFigure] = field(default_factory=list)
 
     def collect(self, section: str) -> list:
         return [item for a in self.attempts for item in getattr(a, section)]
@@ -155,6 +184,17 @@ def flags_text(hosts: HostsConfig, flag_set: str) -> str:
     return " ".join(f"`{p}`" for p in parts) if parts else "(none)"
 
 
+def serve_text(hosts: HostsConfig, host_key: str) -> str:
+    """The serve invocation as a person would type it, with the model as a placeholder."""
+    serve, host = hosts.serve, hosts.host(host_key)
+    command = " ".join(host.serve_command or serve.command)
+    for name, shown in (("{model}", "<snapshot>"), ("{python}", "python"),
+                        ("{hosts_file}", "hosts.toml"), ("{host}", host_key)):
+        command = command.replace(name, shown)
+    return (f"{command} --port {serve.port}" + (" --enforce-eager" if serve.enforce_eager else "")
+            + f" --served-model-name {serve.served_model_name}")
+
+
 def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     hosts, fixtures = loaded.hosts, loaded.fixtures
     host = hosts.host(key)
@@ -168,11 +208,13 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
             cells[fixtures.get(cell.fixture).reference_count] = cell
         rows.append(RunRow(view, flags_text(hosts, view.flag_set), cells))
     figures = {f.key: f for a in attempts for f in a.figures}
+    capacity = host.capacity.vram_mib if host.capacity else None
+    timelines = [t for v in views for t in timeline_figures(v, capacity)]
     return HostSection(
         key=key, host=host, verdict=verdict, attempts=attempts, views=views, ref_columns=refs,
         rows=rows, kv=kv_deltas(views, fixtures), psnr=psnr_groups(attempts),
         target_ooms=target_ooms(views, fixtures, hosts.probe.target_reference_count),
-        init_oom=common_init_oom([v.run for v in views]), figures=figures,
+        init_oom=common_init_oom([v.run for v in views]), figures=figures, timelines=timelines,
     )
 
 
@@ -207,29 +249,55 @@ def environment(project: Project) -> jinja2.Environment:
     env.filters.update(num=num, fixed=fixed, span=span, seeds=seeds_text, cell=cell_text,
                        gib=mib_as_gib)
     env.globals["flags"] = lambda flag_set: flags_text(env.globals["cfg"], flag_set)
+    env.globals["serve_text"] = lambda host_key: serve_text(env.globals["cfg"], host_key)
     return env
 
 
-def render_report(project: Project) -> str:
+def render_outputs(project: Project) -> dict[Path, str]:
+    """Every file the report consists of, relative to the project root: REPORT.md and its figures."""
     loaded = load_valid_project(project)
     env = environment(project)
     env.globals["cfg"] = loaded.hosts
-    text = env.get_template(TEMPLATE).render(**build_context(loaded))
+    context = build_context(loaded)
+    text = env.get_template(TEMPLATE).render(**context)
     # Collapse the blank runs that conditional blocks leave behind.
     while "\n\n\n" in text:
         text = text.replace("\n\n\n", "\n\n")
-    return text
+    outputs = {Path("REPORT.md"): text}
+    for section in context["sections"]:
+        outputs.update({Path(t.path): t.svg for t in section.timelines})
+    return outputs
+
+
+def render_report(project: Project) -> str:
+    return render_outputs(project)[Path("REPORT.md")]
+
+
+def _committed_figures(project: Project) -> set[Path]:
+    folder = project.root / FIGURES_DIR
+    return {p.relative_to(project.root) for p in folder.rglob("*.svg")} if folder.is_dir() else set()
 
 
 def write_report(project: Project) -> Path:
-    return write_text_atomic(project.report_file, render_report(project))
+    """Write REPORT.md and its figures; figures no longer rendered are removed."""
+    outputs = render_outputs(project)
+    for rel, text in outputs.items():
+        write_text_atomic(project.root / rel, text)
+    for stale in _committed_figures(project) - set(outputs):
+        (project.root / stale).unlink()
+    return project.report_file
 
 
 def check_report(project: Project) -> str:
-    """A unified diff between the committed report and a fresh render; empty when fresh."""
-    fresh = render_report(project)
-    committed = project.report_file.read_text(encoding="utf-8") if project.report_file.exists() else ""
-    if fresh == committed:
-        return ""
-    return "".join(difflib.unified_diff(committed.splitlines(True), fresh.splitlines(True),
-                                        "REPORT.md (committed)", "REPORT.md (fresh render)"))
+    """A unified diff between the committed report files and a fresh render; empty when fresh."""
+    outputs = render_outputs(project)
+    diffs = []
+    for rel in sorted(set(outputs) | _committed_figures(project)):
+        path = project.root / rel
+        committed = path.read_text(encoding="utf-8") if path.exists() else ""
+        fresh = outputs.get(rel, "")
+        if fresh != committed:
+            diffs.append("".join(difflib.unified_diff(
+                committed.splitlines(True), fresh.splitlines(True),
+                f"{rel} (committed)", f"{rel} (fresh render)")) or f"{rel} differs\n")
+    return "".join(diffs)
