@@ -76,9 +76,10 @@ def lint(session: nox.Session) -> None:
 def _env_session(host: str):
     def env(session: nox.Session) -> None:
         _install(session)
-        session.run("omniprobe", "select-host", host, env=INVOCATION)
+        session.run("omniprobe", "env", "build", "--host", host, "--select", env=INVOCATION)
 
-    env.__doc__ = f"Select host {host} for the probe sessions that follow; check its GPU."
+    env.__doc__ = (f"Build {host}'s pinned env (only verify it when nothing changed; a simulated "
+                   "host's is only checked) and select it for the probe sessions that follow.")
     return env
 
 
