@@ -10,7 +10,6 @@ digests.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass
 
@@ -42,7 +41,7 @@ class SimEnv:
 
 def interpreter_check(python: str, runner: Runner) -> EnvCheck:
     """Whether `python` imports the sim in a fresh process under this process's environment."""
-    proc = runner.run([python, "-c", _PROBE], env=os.environ)
+    proc = runner.run([python, "-c", _PROBE])
     if proc.returncode != 0:
         return EnvCheck(name="sim.interpreter", status="fail", expected=f"imports {SIM_MODULE}",
                         detail=f"{python} cannot import {SIM_MODULE}: "
