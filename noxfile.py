@@ -21,9 +21,11 @@ INVOCATION = {"OMNIPROBE_INVOCATION": f"{os.getpid()}-{time.time_ns()}"}
 PROBE_STOP_S = 30
 
 
-def _host_names() -> list[str]:
+def _hosts() -> dict[str, bool]:
+    """hosts.toml's hosts: name -> simulated."""
     with open(Path(__file__).parent / "hosts.toml", "rb") as handle:
-        return list(tomllib.load(handle).get("hosts", {}))
+        hosts = tomllib.load(handle).get("hosts", {})
+    return {name: bool(host.get("simulated")) for name, host in hosts.items()}
 
 
 def _install(session: nox.Session, *extras: str) -> None:
@@ -73,17 +75,19 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
 
 
-def _env_session(host: str):
+def _env_session(host: str, simulated: bool):
     def env(session: nox.Session) -> None:
         _install(session)
-        session.run("omniprobe", "select-host", host, env=INVOCATION)
+        session.run("omniprobe", "env", "build", "--host", host, "--select", env=INVOCATION)
 
-    env.__doc__ = f"Select host {host} for the probe sessions that follow; check its GPU."
+    built = ("Check the simulated host's env (omniprobe itself: nothing is installed)" if simulated
+             else f"Build {host}'s pinned env from hosts.toml (a re-run only verifies it)")
+    env.__doc__ = f"{built}, then select {host} for the probe sessions that follow."
     return env
 
 
-for _host in _host_names():
-    nox.session(name=f"env-{_host}")(_env_session(_host))
+for _host, _simulated in _hosts().items():
+    nox.session(name=f"env-{_host}")(_env_session(_host, _simulated))
 
 
 @nox.session(name="probe-init")

@@ -6,6 +6,7 @@ their own use their own venv. Needs the PyPI index (marked `network`); no GPU, n
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import subprocess
@@ -18,7 +19,9 @@ import pytest
 from omniprobe import cli, envcheck
 from omniprobe.envbuild import build_env, check_env, dry_run
 from omniprobe.envstate import EnvBuildError, EnvNotReady, Runner, uv_command
-from omniprobe.evidence import load_evidence
+from omniprobe.evidence import load_attempt, load_evidence
+from omniprobe.probe import run_probe
+from omniprobe.server import free_port
 from omniprobe.validate import load_project
 
 from .env_scaffold import RTX5080, FakeNvml, World, git, make_world
@@ -296,12 +299,82 @@ def test_cli_check_and_simulated_host(world, first, monkeypatch, capsys):
     assert cli.main(["env", "check", "--host", HOST]) == 0
     out = capsys.readouterr().out
     assert "PASS gpu.name" in out and "0 fail" in out and "(unchanged since that attempt)" in out
-    venv = str(first.paths.venv)
-    assert cli.main(["env", "check", "--host", "simhost", "--venv", venv]) == 0
+    # A simulated host's env is omniprobe itself: checked, never built from [env], not filed.
+    assert cli.main(["env", "check", "--host", "simhost"]) == 0
     out = capsys.readouterr().out
-    assert "SKIP gpu.nvml: simulated host" in out and "(new)" in out
-    sim = [a for a in load_evidence(world.project.evidence_dir)[0].attempts if a.host == "simhost"]
-    assert [a.meta.provenance.kind for a in sim] == ["simulated"]
+    assert "SKIP env.install: simulated host" in out and "manifest: not filed" in out
+    assert not (world.project.evidence_dir / "simhost").exists()
     monkeypatch.setattr(envcheck, "load_nvml", lambda: FakeNvml(**RTX5080))
     assert cli.main(["env", "check", "--host", HOST]) == 1
     assert "FAIL gpu.name" in capsys.readouterr().out
+
+
+# --- the probe runs from the env an env session built ----------------------------------------
+
+
+@pytest.fixture
+def stub_vllm(world, first):
+    """A `vllm` in the built env's bin that is the sim (with CPU offload, so that it fits), and
+    a file it notes how it was started in; removed afterwards, leaving the env as built."""
+    script, marker = first.paths.bin_dir / "vllm", world.root / "vllm-started-as"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$0 offline=$HF_HUB_OFFLINE" > "{marker}"\n'
+        f'exec "{sys.executable}" -m omniprobe.sim "$@" --hosts-file '
+        f'"{world.project.hosts_file}" --sim-host simhost --enable-cpu-offload\n')
+    script.chmod(0o755)
+    yield script, marker
+    script.unlink()
+    marker.unlink(missing_ok=True)
+
+
+def _probe_init(world: World, nvml) -> tuple[int, str]:
+    out = io.StringIO()
+    args = cli.build_parser().parse_args(["probe-init", "--port", str(free_port()), "--grace", "2"])
+    return run_probe(world.project, "probe-init", args, nvml=nvml, out=out), out.getvalue()
+
+
+def test_env_session_then_probe_runs_the_server_from_the_env(world, first, stub_vllm,
+                                                              monkeypatch, capsys):
+    script, marker = stub_vllm
+    monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-env")
+    monkeypatch.setattr(envcheck, "load_nvml", FakeNvml)
+    assert cli.main(["env", "build", "--host", HOST, "--select"]) == 0
+    assert f"selected host {HOST}" in capsys.readouterr().out
+    code, out = _probe_init(world, FakeNvml())
+    assert code == 0, out
+    assert f"host {HOST} (selected by an earlier env session)" in out
+    assert f"env {first.paths.venv}: every check passed" in out
+    folder = next((world.project.evidence_dir / HOST).glob("*-probe"))
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    [run] = attempt.runs
+    assert run.init.outcome == "ready"
+    assert run.lifetimes[0].command[0] == str(script)
+    assert marker.read_text().split() == [str(script), "offline=1"]
+
+
+def test_env_session_with_a_failed_check_makes_the_probe_refuse(world, first, stub_vllm,
+                                                                monkeypatch, capsys):
+    monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-wrong-gpu")
+    monkeypatch.setattr(envcheck, "load_nvml", lambda: FakeNvml(**RTX5080))
+    before = sorted((world.project.evidence_dir / HOST).glob("*-probe"))
+    assert cli.main(["env", "build", "--host", HOST, "--select"]) == 1
+    capsys.readouterr()
+    code, out = _probe_init(world, FakeNvml(**RTX5080))
+    assert code == 1
+    assert (f"error: env-{HOST} failed its checks: gpu.name failed: NVML's device name against "
+            "hosts.toml gpu (expected NVIDIA GeForce RTX 3090, got NVIDIA GeForce RTX 5080)") in out
+    assert sorted((world.project.evidence_dir / HOST).glob("*-probe")) == before
+    assert not stub_vllm[1].exists()
+
+
+def test_an_env_without_the_serve_program_is_refused_before_any_evidence(world, first,
+                                                                         monkeypatch):
+    monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-no-vllm")
+    before = sorted((world.project.evidence_dir / HOST).glob("*-probe"))
+    code, out = _probe_init(world, FakeNvml())
+    assert code == 1
+    assert (f"error: the serve command's program 'vllm' is not in the probe env: "
+            f"{first.paths.bin_dir}/vllm is missing") in out
+    assert sorted((world.project.evidence_dir / HOST).glob("*-probe")) == before

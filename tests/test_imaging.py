@@ -15,6 +15,7 @@ from omniprobe.hosts import QualityConfig, load_hosts
 from omniprobe.imaging import (
     ImageMismatch,
     UnreadableImage,
+    decode_pixels,
     flat_fraction,
     load_pixels,
     measure,
@@ -206,6 +207,18 @@ def test_unreadable_files_name_the_file_and_the_reason(tmp_path):
         with pytest.raises(UnreadableImage) as err:
             load_pixels(tmp_path / name)
         assert str(err.value).startswith(str(tmp_path / name)) and reason in str(err.value)
+
+
+def test_bytes_decode_as_their_file_does_and_garbage_is_named(tmp_path):
+    Image.fromarray(natural()).save(tmp_path / "good.png")
+    data = (tmp_path / "good.png").read_bytes()
+    np.testing.assert_array_equal(decode_pixels(data, "answer").rgba,
+                                  load_pixels(tmp_path / "good.png").rgba)
+    for garbage, reason in [(data[:2000], "cannot read or decode"),
+                            (b"\x89PNG but not really", "not an image")]:
+        with pytest.raises(UnreadableImage) as err:
+            decode_pixels(garbage, "answer")
+        assert str(err.value).startswith("answer: ") and reason in str(err.value)
 
 
 # --- PSNR ----------------------------------------------------------------------------------

@@ -8,18 +8,24 @@ import json
 
 import pytest
 
+from omniprobe.envstate import Stamp, env_paths, pins_hash, write_stamp
 from omniprobe.evidence import load_attempt
 from omniprobe.gpu import NvmlUnavailable
+from omniprobe.hosts import load_hosts
+from omniprobe.imaging import load_pixels, pixels_sha256
 from omniprobe.probe import run_probe
 from omniprobe.summaries import cells_from_requests
 from omniprobe.validate import load_project
+from omniprobe.verdicts import CapacityUnlock, host_verdict
 
 from .conftest import make_project, probe_args, processes_with
+from .env_scaffold import RTX5080, FakeNvml
 
 
-def probe(project, session, port, *extra, readers=None):
+def probe(project, session, port, *extra, readers=None, nvml=None):
     out = io.StringIO()
-    code = run_probe(project, session, probe_args(session, port, *extra), readers=readers, out=out)
+    code = run_probe(project, session, probe_args(session, port, *extra), readers=readers,
+                     nvml=nvml, out=out)
     return code, out.getvalue()
 
 
@@ -57,9 +63,27 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
                 "sim-four": "ok"}}
     four = next(r for r in attempt.requests if r.flag_set == "cpuoff" and r.fixture == "sim-four")
     assert four.oom.location.function == "image_mlp" and four.oom.requested == "1.50 GiB"
-    _, problems = load_project(project)
+    loaded, problems = load_project(project)
     assert problems == []
     assert "| elapsed" in out and "ETA" in out and "[fp8 3/3] sim-four seed 2301: ok" in out
+
+    # The gate: every image is measured; fp8's collapsed outputs are broken, bf16's sound.
+    ok = [r for r in attempt.requests if r.outcome == "ok"]
+    assert all(r.image is not None and r.quality == r.image.verdict for r in ok)
+    assert {r.quality for r in ok if r.flag_set == "fp8"} == {"broken"}
+    assert {r.quality for r in ok if r.flag_set != "fp8"} == {"sound"}
+    assert all(r.quality == "unchecked" and r.image is None
+               for r in attempt.requests if r.outcome != "ok")
+    # hosts.toml [hosts.sim.capacity]: cpuoff holds bf16 weights (14336 MiB) plus three
+    # references but not four; layerwise staging leaves room for none; fp8 halves the weights
+    # and fits four, but its outputs collapse. So three references are served, by cpuoff, and
+    # fp8 is the capacity unlock that quality blocks.
+    verdict = host_verdict("sim", loaded.hosts, loaded.fixtures, loaded.evidence)
+    assert (verdict.verdict, verdict.blocker) == ("not-built", "quality")
+    assert verdict.highest_served_refs == 3 and verdict.served_by == ("cpuoff",)
+    assert verdict.capacity_unlocks == (CapacityUnlock("fp8", attempt.id, "broken"),)
+    assert verdict.initialised == ("cpuoff", "cpuoff-layerwise", "fp8")
+    assert verdict.failed_init == ("default",)
 
 
 def test_artifacts_are_referenced_by_path_and_sha256(project, port):
@@ -69,6 +93,10 @@ def test_artifacts_are_referenced_by_path_and_sha256(project, port):
     [record] = attempt.requests
     image = (project.artifacts_dir / record.artifact).read_bytes()
     assert hashlib.sha256(image).hexdigest() == record.output_sha256
+    # The quality command's definition, so its determinism groups agree with the probe's.
+    assert pixels_sha256(load_pixels(project.artifacts_dir / record.artifact)) == (
+        record.pixels_sha256)
+    assert record.quality == "sound" and record.image.width == 64 and record.image.height == 48
     [lifetime] = attempt.runs[0].lifetimes
     for ref in (lifetime.log, lifetime.timeline.series):
         data = (project.artifacts_dir / ref.path).read_bytes()
@@ -154,10 +182,36 @@ def test_real_fixtures_are_refused_naming_what_is_missing(project, port):
     assert not (project.evidence_dir / "rtx3090").exists()
 
 
-def test_a_real_host_is_refused_on_a_machine_whose_gpu_cannot_be_checked(project, port):
-    code, out = probe(project, "probe-init", port, "--host", "rtx5080")
-    assert code == 1 and "this machine is not host 'rtx5080'" in out
+@pytest.fixture
+def env_root(tmp_path_factory, monkeypatch):
+    """Envs outside the project (and never the user's own), and an empty hub cache."""
+    root = tmp_path_factory.mktemp("envroot")
+    monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(root))
+    monkeypatch.setenv("HF_HUB_CACHE", str(root / "hf"))
+    return root
+
+
+def test_a_real_host_without_its_env_is_refused_naming_the_checks(project, port, env_root):
+    # The GPU is right (faked through NVML): only the env is missing.
+    code, out = probe(project, "probe-init", port, "--host", "rtx5080", nvml=FakeNvml(**RTX5080))
+    assert code == 1
+    assert f"error: the probe environment of host 'rtx5080' at {env_root}/envs/rtx5080" in out
+    assert "env.stamp failed: no build stamp" in out
+    assert "package.vllm-omni failed: vllm-omni is not installed" in out
+    assert "gpu.name failed" not in out
+    assert "run `omniprobe env build --host rtx5080`" in out
     assert not (project.evidence_dir / "rtx5080").exists()
+
+
+def test_an_incomplete_env_is_refused(project, port, env_root):
+    cfg = load_hosts(project.hosts_file)
+    paths = env_paths(cfg, project, "rtx3090")
+    write_stamp(paths, Stamp(state="incomplete", host="rtx3090", pins_hash=pins_hash(cfg, project),
+                             python="python3.13", started_at="2026-11-30T09:00:00Z"))
+    code, out = probe(project, "probe-init", port, "--host", "rtx3090", nvml=FakeNvml())
+    assert code == 1
+    assert "env.stamp failed: incomplete: the build started 2026-11-30 09:00:00 did not finish" in out
+    assert not (project.evidence_dir / "rtx3090").exists()
 
 
 def test_unknown_flag_set_is_refused(project, port):

@@ -18,7 +18,9 @@ from omniprobe.selection import (
     choose_host,
     gpu_problems,
     read_state,
+    record_selection,
     resolve_host,
+    session_venv,
     state_path,
     update_state,
 )
@@ -69,8 +71,17 @@ def test_state_belongs_to_one_invocation(project, cfg):
                         hostname="x")[0] == "rtx5080"
     update_state(path, "run-3", host="rtx3090", problems=["GPU is 'X'"])
     assert "host" not in read_state(path, "run-1")
-    with pytest.raises(NoHost, match="env-rtx3090 failed its GPU check: GPU is 'X'"):
+    with pytest.raises(NoHost, match="env-rtx3090 failed its checks: GPU is 'X'"):
         resolve_host(project, cfg, None, env={INVOCATION_ENV: "run-3"}, hostname="x")
+
+
+def test_the_env_sessions_venv_reaches_the_probe_of_the_same_run_only(project):
+    run_1, run_2 = {INVOCATION_ENV: "run-1"}, {INVOCATION_ENV: "run-2"}
+    assert record_selection(project, "rtx5080", [], venv="/opt/envs/5080", env=run_1)
+    assert session_venv(project, "rtx5080", env=run_1) == "/opt/envs/5080"
+    assert session_venv(project, "rtx3090", env=run_1) is None
+    assert session_venv(project, "rtx5080", env=run_2) is None
+    assert not record_selection(project, "rtx5080", [], env={})
 
 
 def test_select_host_command_hands_the_host_to_a_later_session(project):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,11 +12,14 @@ import pytest
 from omniprobe import client
 from omniprobe.fixtures import load_fixtures
 from omniprobe.hosts import load_hosts
+from omniprobe.imaging import decode_pixels, pixels_sha256
 from omniprobe.server import (
     Endpoints,
     FlagSetNotRunnable,
+    NotInEnv,
     PortInUse,
     ServerProcess,
+    in_env,
     server_command,
     server_env,
 )
@@ -47,6 +51,48 @@ def test_command_and_environment(project):
     env = server_env(cfg, "cpuoff-expandable", {"PATH": "/bin"})
     assert env == {"PATH": "/bin", "HF_HUB_OFFLINE": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
                    "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+
+
+def fake_vllm(bin_dir: Path, project, marker: Path) -> Path:
+    """A `vllm` that notes how it was started, then is the sim (the sim host's capacity model)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    script = bin_dir / "vllm"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$0 offline=$HF_HUB_OFFLINE path-vllm=$(command -v vllm)" > "{marker}"\n'
+        f'exec "{sys.executable}" -m omniprobe.sim "$@" --hosts-file "{project.hosts_file}" '
+        "--sim-host sim\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_the_program_resolves_in_the_env_bin_and_nowhere_else(tmp_path):
+    bin_dir = tmp_path / "venv" / "bin"
+    with pytest.raises(NotInEnv, match=f"'vllm' is not in the probe env: {bin_dir}/vllm is missing"):
+        in_env("vllm", bin_dir)
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "vllm").write_text("#!/bin/sh\n")
+    with pytest.raises(NotInEnv, match="missing or not executable"):
+        in_env("vllm", bin_dir)
+    (bin_dir / "vllm").chmod(0o755)
+    assert in_env("vllm", bin_dir) == str(bin_dir / "vllm")
+    assert in_env("/usr/bin/python3", bin_dir) == "/usr/bin/python3"
+    assert in_env("vllm", None) == "vllm"
+
+
+def test_a_real_hosts_server_runs_from_its_env(project, port, tmp_path):
+    cfg = load_hosts(project.hosts_file)
+    bin_dir, marker = tmp_path / "env" / "bin", tmp_path / "started-as"
+    script = fake_vllm(bin_dir, project, marker)
+    command = server_command(cfg, "rtx3090", "cpuoff", port=port, model="Qwen/Qwen-Image-2.1",
+                             hosts_file=project.hosts_file, bin_dir=bin_dir)
+    assert command[:4] == [str(script), "serve", "Qwen/Qwen-Image-2.1", "--omni"]
+    env = server_env(cfg, "cpuoff", {**os.environ, "PATH": "/usr/bin:/bin"}, bin_dir)
+    assert env["PATH"] == f"{bin_dir}:/usr/bin:/bin" and env["VIRTUAL_ENV"] == str(bin_dir.parent)
+    with ServerProcess(command, env, tmp_path / "server.log",
+                       Endpoints(f"http://127.0.0.1:{port}"), grace_s=2) as server:
+        assert server.wait_ready(20, 0.05).outcome == "ready"
+    assert marker.read_text().split() == [str(script), "offline=1", f"path-vllm={script}"]
 
 
 def test_deploy_config_of_unknown_content_is_refused(project):
@@ -112,4 +158,4 @@ def test_request_oom_leaves_the_server_serving(project, port):
     assert four.oom.requested == "1.50 GiB" and four.oom.total_capacity == "24.00 GiB"
     assert single.outcome == "ok" and single.server_peak_mb == 18944
     assert single.denoise_step_latency_ms is not None
-    assert client.pixels_sha256(single.image) != client.sha256(single.image)
+    assert pixels_sha256(decode_pixels(single.image, "single")) != client.sha256(single.image)

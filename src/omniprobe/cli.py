@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -110,50 +109,64 @@ def _env_command(args: argparse.Namespace) -> list[str]:
             *(["--venv", args.venv] if args.venv else [])]
 
 
-def _env_build(args: argparse.Namespace) -> int:
-    from .envbuild import build_env, dry_run, format_result
+def _sim_env(args: argparse.Namespace, project) -> tuple[int, list[str], str | None]:
+    """`env build|check` of a simulated host: no build, the checks of what its server runs on;
+    (exit status, failed checks, no venv)."""
+    from .envsim import check_sim_env, format_sim_env
+    from .hosts import load_hosts
+
+    if args.dry_run:
+        print(f"# omniprobe env build --host {args.host}: a simulated host; nothing to build "
+              f"(dry run: nothing was run)\n# checks: {sys.executable} imports omniprobe.sim; "
+              "the simulated fixtures' references")
+        return 0, [], None
+    env = check_sim_env(load_hosts(project.hosts_file), project, args.host)
+    print(format_sim_env(env), end="")
+    return (0 if env.ok else 1), env.problems, None
+
+
+def _pinned_env(args: argparse.Namespace, project) -> tuple[int, list[str], str | None]:
+    """`env build|check` of a real host: (exit status, failed checks, venv)."""
+    from .envbuild import build_env, check_env, dry_run, format_result
+    from .envcheck import failure_lines
     from .envstate import EnvError
 
-    project = find_project()
     try:
         if args.dry_run:
             print(dry_run(project, args.host, venv=args.venv), end="")
-            return 0
-        result = build_env(args.host, project=project, venv=args.venv,
-                           command=_env_command(args))
-    except (EnvError, KeyError) as exc:
-        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
-        return 1
+            return 0, [], None
+        run = build_env if args.env_command == "build" else check_env
+        result = run(args.host, project=project, venv=args.venv, command=_env_command(args))
+    except EnvError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1, [" ".join(str(exc).split())], None
     print(format_result(result, project), end="")
-    return 0 if result.verification.ok else 1
+    problems = failure_lines(result.verification.checks)
+    return (1 if problems else 0), problems, str(result.paths.venv)
 
 
-def _env_check(args: argparse.Namespace) -> int:
-    from .envbuild import check_env, format_result
-    from .envstate import EnvError
+def _env(args: argparse.Namespace) -> int:
+    from .hosts import load_hosts
+    from .selection import INVOCATION_ENV, record_selection
 
     project = find_project()
     try:
-        result = check_env(args.host, project=project, venv=args.venv,
-                           command=_env_command(args))
-    except (EnvError, KeyError) as exc:
-        print(f"error: {exc.args[0] if isinstance(exc, KeyError) else exc}", file=sys.stderr)
+        simulated = load_hosts(project.hosts_file).host(args.host).simulated
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
         return 1
-    print(format_result(result, project), end="")
-    return 0 if result.verification.ok else 1
+    code, problems, venv = (_sim_env if simulated else _pinned_env)(args, project)
+    if args.select and not args.dry_run:
+        handed = record_selection(project, args.host, problems, venv=venv)
+        print(f"selected host {args.host} for the probe sessions of this nox run" if handed else
+              f"--select: not in a nox run ({INVOCATION_ENV} unset); nothing handed on")
+    return code
+
 
 def _select_host(args: argparse.Namespace) -> int:
     from .gpu import NvmlReader
     from .hosts import load_hosts
-    from .selection import (
-        INVOCATION_ENV,
-        NoHost,
-        check_host,
-        known_host,
-        resolve_host,
-        state_path,
-        update_state,
-    )
+    from .selection import NoHost, check_host, known_host, record_selection, resolve_host
 
     project = find_project()
     cfg = load_hosts(project.hosts_file)
@@ -168,9 +181,7 @@ def _select_host(args: argparse.Namespace) -> int:
         return 1
     facts, problems = check_host(host, lambda: NvmlReader(args.gpu_index))
     print(f"host {args.name}: " + (facts or "simulated, no GPU to check"))
-    invocation = os.environ.get(INVOCATION_ENV)
-    if invocation:
-        update_state(state_path(project), invocation, host=args.name, problems=problems)
+    record_selection(project, args.name, problems)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     return 1 if problems else 0
@@ -198,6 +209,8 @@ def _probe_options(p: argparse.ArgumentParser) -> None:
     """Options probe-init and probe-serve share (nox hands both the same arguments after --)."""
     p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
     p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+    p.add_argument("--venv", help="the real host's probe env, when no env-<host> session built "
+                   "one (default: <[env] root>/envs/<host>)")
     p.add_argument("--port", type=int, help="server port (default: [serve] port)")
     p.add_argument("--model", help="model path or repo id for {model} (default: snapshot repo)")
     p.add_argument("--flag-set", action="append", default=[],
@@ -253,9 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("env", help="build or check a host's pinned probe environment")
     env_sub = p.add_subparsers(dest="env_command", required=True)
-    for name, func, text in (
-        ("build", _env_build, "build the env from hosts.toml (only verifies when nothing changed)"),
-        ("check", _env_check, "check the env and file its manifest; builds nothing"),
+    for name, text in (
+        ("build", "build the env from hosts.toml (only verifies when nothing changed); a "
+                  "simulated host's env is omniprobe itself: only checked, nothing installed"),
+        ("check", "check the env and file its manifest; builds nothing"),
     ):
         q = env_sub.add_parser(name, help=text)
         q.add_argument("--host", required=True, help="a hosts.toml host")
@@ -263,9 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "build":
             q.add_argument("--dry-run", action="store_true",
                            help="print the commands a build runs; run nothing")
-        q.set_defaults(func=func)
+            q.add_argument("--select", action="store_true",
+                           help="then select the host, and this env, for the probe sessions of "
+                                "the same nox run (env-<host>); failed checks make them refuse")
+        q.set_defaults(func=_env, dry_run=False, select=False)
 
-    p = sub.add_parser("select-host", help="select the probe host and check its GPU (env-<host>)")
+    p = sub.add_parser("select-host", help="select the probe host and check its GPU, without "
+                       "building its env")
     p.add_argument("name", nargs="?", help="select this host; without it, show the probe's choice")
     p.add_argument("--host", help="as the probe sessions take it, when NAME is not given")
     p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU")

@@ -1,8 +1,8 @@
 """One image request to the server, as the contract describes it, and what came back.
 
 Edits go to /v1/images/edits as multipart with one `image` part per reference; text-to-image goes
-to /v1/images/generations as JSON. The outcome is ok, oom, error or timeout; the output is saved
-and hashed (file bytes, and decoded pixels so that re-encodings compare equal).
+to /v1/images/generations as JSON. The outcome is ok, oom, error or timeout; the probe's
+recorder decodes, hashes, measures and saves the image that came back.
 """
 
 from __future__ import annotations
@@ -10,14 +10,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import io
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import requests
-from PIL import Image
 
 from .evidence import OomSignature, Outcome
 from .fixtures import Fixture, Sampling
@@ -44,15 +42,6 @@ class Reply:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def pixels_sha256(image: bytes) -> str:
-    """sha256 of the decoded pixel buffer (PIL's tobytes, in the image's own mode).
-
-    Decoding is also the check that the bytes are an image; raises PIL's errors when not.
-    """
-    with Image.open(io.BytesIO(image)) as decoded:
-        return hashlib.sha256(decoded.tobytes()).hexdigest()
 
 
 def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, bytes]]:

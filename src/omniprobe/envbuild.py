@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from .atomic import write_text_atomic
-from .envcheck import Verification, expected_and_got, verify_env
+from .envcheck import Verification, check_lines, verify_env
 from .envmanifest import make_manifest, record_manifest
 from .envstate import (
     EnvBuildError,
@@ -292,12 +292,7 @@ def _verify_and_record(cfg: HostsConfig, project: Project, host: str, paths: Env
 def format_result(result: BuildResult, project: Project) -> str:
     """What `omniprobe env build|check` prints: one line per check, then where the manifest is."""
     v = result.verification
-    counts = {s: sum(c.status == s for c in v.checks) for s in ("pass", "fail", "skip")}
-    lines = [f"env {v.host} ({result.action}) at {v.paths.venv}: {counts['pass']} pass, "
-             f"{counts['fail']} fail, {counts['skip']} skip"]
-    for c in v.checks:
-        seen = expected_and_got(c) if c.status == "fail" else (f" [{c.actual}]" if c.actual else "")
-        lines.append(f"  {c.status.upper():4} {c.name}: {c.detail}{seen}")
+    lines = check_lines(f"env {v.host} ({result.action}) at {v.paths.venv}", v.checks)
     if result.attempt is None:
         lines.append("manifest: not filed (the env has no complete build)")
     else:

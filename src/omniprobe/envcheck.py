@@ -463,9 +463,24 @@ def expected_and_got(check: EnvCheck) -> str:
     return f" (expected {check.expected or 'nothing'}, got {check.actual or 'nothing'})"
 
 
+def check_lines(heading: str, checks: list[EnvCheck]) -> list[str]:
+    """The heading with the pass/fail/skip counts, then one line per check."""
+    counts = {s: sum(c.status == s for c in checks) for s in ("pass", "fail", "skip")}
+    lines = [f"{heading}: {counts['pass']} pass, {counts['fail']} fail, {counts['skip']} skip"]
+    for c in checks:
+        seen = expected_and_got(c) if c.status == "fail" else (f" [{c.actual}]" if c.actual else "")
+        lines.append(f"  {c.status.upper():4} {c.name}: {c.detail}{seen}")
+    return lines
+
+
+def failure_lines(checks: list[EnvCheck]) -> list[str]:
+    """One line per failed check, naming it."""
+    return [f"{c.name} failed: {c.detail}{expected_and_got(c)}"
+            for c in checks if c.status == "fail"]
+
+
 def describe_failures(verification: Verification) -> str:
-    return "\n".join(f"  {c.name} failed: {c.detail}{expected_and_got(c)}"
-                     for c in verification.failed)
+    return "\n".join(f"  {line}" for line in failure_lines(verification.checks))
 
 
 def require_env_ok(host: str, *, project: Project | None = None, venv: str | Path | None = None,

@@ -75,7 +75,10 @@ class EnvPaths:
 def env_paths(cfg: HostsConfig, project: Project, host: str, venv: str | Path | None = None
               ) -> EnvPaths:
     """The venv (--venv, else <root>/envs/<host>) and git cache; both must lie outside git."""
-    cfg.host(host)
+    if cfg.host(host).simulated:
+        # [env] pins the real stack; a simulated host's server is omniprobe.sim (see envsim).
+        raise EnvError(f"host {host!r} is simulated: it has no pinned env to build or check; "
+                       f"`omniprobe env build --host {host}` checks what its server runs on")
     env = env_config(cfg, project.hosts_file)
     root = Path(os.environ.get(ENV_ROOT_VAR) or env.root).expanduser().resolve()
     paths = EnvPaths(

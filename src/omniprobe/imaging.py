@@ -30,6 +30,7 @@ Figures are on the 0-255 scale whatever the depth (16-bit values divided by 257,
 from __future__ import annotations
 
 import hashlib
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,18 +127,27 @@ def load_pixels(path: str | Path) -> Pixels:
     """Open and decode an image file; UnreadableImage names the file and what went wrong."""
     path = Path(path)
     try:
-        with Image.open(path) as img:
-            img.load()
-            return to_pixels(img, str(path))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise UnreadableImage(path, "file not found") from None
     except IsADirectoryError:
         raise UnreadableImage(path, "is a folder, not an image file") from None
-    except Image.UnidentifiedImageError:
-        raise UnreadableImage(path, "not an image Pillow can identify") from None
-    except (OSError, Image.DecompressionBombError, SyntaxError) as exc:
-        # Pillow raises OSError for truncated data and SyntaxError for some corrupt headers.
+    except OSError as exc:
         raise UnreadableImage(path, f"cannot read or decode: {exc}") from None
+    return decode_pixels(data, str(path))
+
+
+def decode_pixels(data: bytes, name: str) -> Pixels:
+    """Decode an encoded image (a file's bytes, a server's answer); `name` is what errors call it."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            return to_pixels(img, name)
+    except Image.UnidentifiedImageError:
+        raise UnreadableImage(name, "not an image Pillow can identify") from None
+    except (OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
+        # Pillow raises OSError for truncated data and SyntaxError for some corrupt headers.
+        raise UnreadableImage(name, f"cannot read or decode: {exc}") from None
 
 
 def pixels_sha256(px: Pixels) -> str:

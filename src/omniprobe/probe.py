@@ -21,8 +21,11 @@ import requests
 from . import client
 from .atomic import write_bytes_atomic
 from .attempts import AttemptBusy, AttemptStore, file_ref, open_attempt
+from .envcheck import require_env_ok
+from .envstate import EnvError
 from .evidence import InitResult, RequestRecord, ServerLifetime, ServeRun, TimelineSummary
 from .fixtures import Fixture, FixtureNotRunnable, FixtureSuite, load_fixtures
+from .gate import gate_record
 from .gpu import (
     MIB,
     GpuBusy,
@@ -36,23 +39,26 @@ from .gpu import (
     wait_idle,
 )
 from .hosts import Host, HostsConfig, load_hosts
+from .imaging import UnreadableImage, decode_pixels, measure, pixels_sha256
 from .oom import merge, parse_oom
 from .progress import Progress
 from .project import Project
 from .selection import (
     INVOCATION_ENV,
     NoHost,
-    check_host,
     read_state,
     resolve_host,
+    session_venv,
     state_path,
     update_state,
 )
 from .server import (
     Endpoints,
     FlagSetNotRunnable,
+    NotInEnv,
     PortInUse,
     ServerProcess,
+    base_command,
     server_command,
     server_env,
 )
@@ -145,7 +151,8 @@ def run_from_lifetimes(flag_set: str, lifetimes: list[ServerLifetime]) -> ServeR
 
 class Recorder:
     """Finishes each record off the request path, in order: decoding the image for its pixel
-    hash costs more than the rest of the harness, and overlaps the next request this way."""
+    hash and quality metrics costs more than the rest of the harness, and overlaps the next
+    request this way."""
 
     def __init__(self):
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="recorder")
@@ -171,8 +178,9 @@ class Probe:
     def __init__(self, cfg: HostsConfig, suite: FixtureSuite, fixtures_dir: Path, hosts_file: Path,
                  host_name: str, store: AttemptStore, options: ProbeOptions, *,
                  readers: ReaderFactory | None = None, base_env: dict[str, str] | None = None,
-                 out: TextIO = sys.stderr):
+                 env_bin: Path | None = None, out: TextIO = sys.stderr):
         self.cfg, self.suite = cfg, suite
+        self.env_bin = env_bin  # the probe env's bin folder: the server runs from it
         self.fixtures_dir, self.hosts_file = fixtures_dir, hosts_file
         self.host_name, self.host = host_name, cfg.host(host_name)
         self.store, self.options, self.out = store, options, out
@@ -193,7 +201,8 @@ class Probe:
     def _command(self, flag_set: str) -> list[str] | None:
         try:
             return server_command(self.cfg, self.host_name, flag_set, port=self.options.port,
-                                  model=self.options.model, hosts_file=self.hosts_file)
+                                  model=self.options.model, hosts_file=self.hosts_file,
+                                  bin_dir=self.env_bin)
         except FlagSetNotRunnable as exc:
             self.refused.append(str(exc))
             print(f"refused: {exc}", file=self.out, flush=True)
@@ -235,7 +244,7 @@ class Probe:
         folder.mkdir(parents=True, exist_ok=True)
         reader, reason = self._reader(folder)
         self._wait_idle(reader)
-        env = server_env(self.cfg, flag_set, self.base_env)
+        env = server_env(self.cfg, flag_set, self.base_env, self.env_bin)
         if self.host.simulated:
             env[STATE_ENV] = str(folder / "sim-memory.bin")
         serve = self.cfg.serve
@@ -374,18 +383,24 @@ class Probe:
         return reply, up
 
     def _record(self, fields: dict, image: bytes | None, path: Path) -> None:
-        """Hash and save the image, then validate and write the record (on the recorder)."""
+        """Decode the image once for its pixel hash and quality metrics, save it, then validate,
+        gate and write the record (on the recorder)."""
+        pixels = None
         if image is not None:
             try:
-                pixels = client.pixels_sha256(image)
-            except (OSError, ValueError) as exc:  # PIL's errors for bytes that are no image
+                pixels = decode_pixels(image, path.name)
+            except UnreadableImage as exc:
                 fields.update(outcome="error",
                               error=f"malformed response: the image does not decode: {exc}")
             else:
                 write_bytes_atomic(path, image)
-                fields.update(output_sha256=client.sha256(image), pixels_sha256=pixels,
+                fields.update(output_sha256=client.sha256(image),
+                              pixels_sha256=pixels_sha256(pixels),
                               artifact=str(path.relative_to(self.store.project.artifacts_dir)))
-        self.store.add_request(RequestRecord.model_validate(fields))
+        record = RequestRecord.model_validate(fields)
+        if pixels is not None:
+            record = gate_record(record, measure(pixels, self.cfg.quality))
+        self.store.add_request(record)
 
 
 def _read_from(path: Path, offset: int) -> str:
@@ -425,6 +440,20 @@ def options_from(args, cfg: HostsConfig) -> ProbeOptions:
         flag_sets=tuple(args.flag_set), fixtures=tuple(args.fixture))
 
 
+def probe_env(project: Project, cfg: HostsConfig, host_name: str, options: ProbeOptions, *,
+              venv: str | None, nvml=None) -> Path | None:
+    """The bin folder of the host's verified env, which the server runs from; None for a
+    simulated host, whose server is omniprobe's own sim. EnvNotReady names each failed check;
+    NotInEnv when the env lacks the serve command's program."""
+    if cfg.host(host_name).simulated:
+        return None
+    venv = session_venv(project, host_name) or venv
+    bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths.bin_dir
+    base_command(cfg, host_name, model=options.model, hosts_file=project.hosts_file,
+                 bin_dir=bin_dir)
+    return bin_dir
+
+
 def _open(project: Project, cfg: HostsConfig, host_name: str, session: str,
           args) -> AttemptStore:
     """This invocation's attempt: with --fresh, the first session creates it and the rest join."""
@@ -441,8 +470,10 @@ def _open(project: Project, cfg: HostsConfig, host_name: str, session: str,
 
 
 def run_probe(project: Project, session: str, args, *, readers: ReaderFactory | None = None,
-              out: TextIO = sys.stderr) -> int:
-    """The probe-init / probe-serve command: 0 when everything planned was recorded."""
+              nvml=None, out: TextIO = sys.stderr) -> int:
+    """The probe-init / probe-serve command: 0 when everything planned was recorded.
+
+    `nvml` stands in for pynvml in the env's GPU checks (tests fake the GPU there)."""
     cfg = load_hosts(project.hosts_file)
     suite = load_fixtures(project.fixtures_file)
     options = options_from(args, cfg)
@@ -454,15 +485,16 @@ def run_probe(project: Project, session: str, args, *, readers: ReaderFactory | 
         check_flag_sets(host_name, host, options.flag_sets)
         if session == "probe-serve":
             serve_fixtures(suite, host, options.fixtures)
-        _, problems = check_host(host, lambda: NvmlReader(args.gpu_index))
-        if problems:
-            raise NoHost(f"this machine is not host {host_name!r}: " + "; ".join(problems))
+        env_bin = probe_env(project, cfg, host_name, options, venv=args.venv, nvml=nvml)
         store = _open(project, cfg, host_name, session, args)
-    except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable) as exc:
+    except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable, EnvError, NotInEnv) as exc:
         print(f"error: {exc}", file=out)
         return 1
+    if env_bin is not None:
+        print(f"env {env_bin.parent}: every check passed; the server runs from it", file=out)
     probe = Probe(cfg, suite, project.fixtures_file.parent, project.hosts_file, host_name, store,
-                  options, readers=readers or default_readers(host, args.gpu_index), out=out)
+                  options, readers=readers or default_readers(host, args.gpu_index),
+                  env_bin=env_bin, out=out)
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         (probe.probe_init if session == "probe-init" else probe.probe_serve)()

@@ -1,4 +1,4 @@
-"""Which host a probe acts on, and the GPU check of an env-<host> session.
+"""Which host a probe acts on, and the GPU check of `select-host`.
 
 Order: the host an earlier env-<host> session of the same nox invocation selected, else
 `--host NAME`, else the hosts.toml host whose hostname is this machine's, else an error that
@@ -85,8 +85,27 @@ def resolve_host(project: Project, cfg: HostsConfig, requested: str | None,
     name, why = choose_host(cfg, selected=state.get("host"), requested=requested,
                             hostname=hostname or socket.gethostname())
     if state.get("host") == name and state.get("problems"):
-        raise NoHost(f"env-{name} failed its GPU check: " + "; ".join(state["problems"]))
+        raise NoHost(f"env-{name} failed its checks: " + "; ".join(state["problems"]))
     return name, why
+
+
+def record_selection(project: Project, host: str, problems: list[str], *, venv: str | None = None,
+                     env: dict[str, str] | None = None) -> bool:
+    """Hand the host (its failed checks, its env's venv) to the later sessions of this nox
+    invocation; False when there is no invocation to hand it to."""
+    env = os.environ if env is None else env
+    invocation = env.get(INVOCATION_ENV)
+    if not invocation:
+        return False
+    update_state(state_path(project), invocation, host=host, problems=problems, venv=venv)
+    return True
+
+
+def session_venv(project: Project, host: str, env: dict[str, str] | None = None) -> str | None:
+    """The venv an env session of this invocation recorded for `host`, if any."""
+    env = os.environ if env is None else env
+    state = read_state(state_path(project), env.get(INVOCATION_ENV))
+    return state.get("venv") if state.get("host") == host else None
 
 
 def gpu_problems(host: Host, facts: GpuFacts) -> list[str]:

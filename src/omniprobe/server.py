@@ -34,17 +34,41 @@ class FlagSetNotRunnable(RuntimeError):
     """A flag set needs something the source does not give (e.g. a deploy config's content)."""
 
 
+class NotInEnv(RuntimeError):
+    """The serve command's program is not in the host's probe environment."""
+
+
 _PLACEHOLDER = re.compile(r"\{(python|model|hosts_file|host)\}")
 
 
-def server_command(cfg: HostsConfig, host_name: str, flag_set: str, *, port: int, model: str,
-                   hosts_file: Path) -> list[str]:
-    """The argument list for one flag set: the host's command, the serve options, the flags."""
+def in_env(program: str, bin_dir: Path | None) -> str:
+    """A bare program name resolved in the env's bin folder, so the server is the env's `vllm`
+    and never another one on PATH; a path, or no env, leaves it as it is."""
+    if bin_dir is None or "/" in program:
+        return program
+    path = bin_dir / program
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise NotInEnv(f"the serve command's program {program!r} is not in the probe env: "
+                       f"{path} is missing or not executable (hosts.toml [serve] command; "
+                       "the env's packages should provide it)")
+    return str(path)
+
+
+def base_command(cfg: HostsConfig, host_name: str, *, model: str, hosts_file: Path,
+                 bin_dir: Path | None = None) -> list[str]:
+    """The host's serve command with its placeholders filled and its program resolved in the env."""
     host = cfg.host(host_name)
     fill = {"python": sys.executable, "model": model, "hosts_file": str(hosts_file),
             "host": host_name}
-    command = [_PLACEHOLDER.sub(lambda m: fill[m[1]], part)
-               for part in (host.serve_command or cfg.serve.command)]
+    program, *args = [_PLACEHOLDER.sub(lambda m: fill[m[1]], part)
+                      for part in (host.serve_command or cfg.serve.command)]
+    return [in_env(program, bin_dir), *args]
+
+
+def server_command(cfg: HostsConfig, host_name: str, flag_set: str, *, port: int, model: str,
+                   hosts_file: Path, bin_dir: Path | None = None) -> list[str]:
+    """The argument list for one flag set: the host's command, the serve options, the flags."""
+    command = base_command(cfg, host_name, model=model, hosts_file=hosts_file, bin_dir=bin_dir)
     command += ["--host", cfg.serve.bind_host, "--port", str(port)]
     if cfg.serve.enforce_eager:
         command.append("--enforce-eager")
@@ -64,11 +88,18 @@ def server_command(cfg: HostsConfig, host_name: str, flag_set: str, *, port: int
     return command
 
 
-def server_env(cfg: HostsConfig, flag_set: str, base: dict[str, str]) -> dict[str, str]:
-    """The environment: ours, the stack's offline variables, the flag set's, CUDA's bus order."""
+def server_env(cfg: HostsConfig, flag_set: str, base: dict[str, str],
+               bin_dir: Path | None = None) -> dict[str, str]:
+    """The environment: ours, the stack's offline variables, the flag set's, CUDA's bus order,
+    and with an env, its bin folder first on PATH."""
     # PCI bus order makes CUDA number the GPUs as NVML does, so the sampler watches the right one.
-    return {**base, **cfg.stack.offline_env, **cfg.flag_sets[flag_set].env,
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    env = {**base, **cfg.stack.offline_env, **cfg.flag_sets[flag_set].env,
+           "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if bin_dir is not None:
+        # What the server starts by name (its own workers, compilers) comes from the env too.
+        env["PATH"] = os.pathsep.join(filter(None, [str(bin_dir), base.get("PATH")]))
+        env["VIRTUAL_ENV"] = str(bin_dir.parent)
+    return env
 
 
 def check_port(host: str, port: int) -> None:

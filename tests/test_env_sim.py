@@ -1,0 +1,90 @@
+"""env-<host> for the simulated host: nothing is installed, the interpreter and the simulated
+fixtures are checked, and the selection reaches the probe sessions of the same nox run."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from omniprobe.cli import main
+from omniprobe.envbuild import build_env
+from omniprobe.envsim import check_sim_env
+from omniprobe.envstate import EnvError, Runner
+from omniprobe.hosts import load_hosts
+from omniprobe.probe import run_probe
+from omniprobe.selection import read_state, state_path
+
+from .conftest import probe_args
+
+
+@pytest.fixture
+def invocation(monkeypatch) -> str:
+    monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-7")
+    return "nox-run-7"
+
+
+def test_env_build_of_the_sim_installs_nothing_and_files_nothing(project, capsys):
+    assert main(["env", "build", "--host", "sim"]) == 0
+    out = capsys.readouterr().out
+    assert "env sim (simulated: nothing to build)" in out and "2 pass, 0 fail, 1 skip" in out
+    assert "SKIP env.install: simulated host: nothing is installed" in out
+    assert "PASS sim.interpreter" in out and "omniprobe/sim/__init__.py" in out
+    assert "PASS fixtures.references: 4 files match" in out
+    assert "manifest: not filed" in out
+    assert not (project.evidence_dir / "sim").exists()
+
+
+def test_the_pinned_env_machinery_refuses_a_simulated_host(project):
+    with pytest.raises(EnvError, match="host 'sim' is simulated: it has no pinned env"):
+        build_env("sim", project=project)
+
+
+def test_dry_run_of_the_sim_says_there_is_nothing_to_build(project, capsys):
+    assert main(["env", "build", "--host", "sim", "--dry-run"]) == 0
+    assert "a simulated host; nothing to build" in capsys.readouterr().out
+
+
+def test_an_interpreter_without_the_sim_fails_its_check(project, tmp_path):
+    python = tmp_path / "python"
+    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'omniprobe'\" >&2\n"
+                      "exit 1\n")
+    python.chmod(0o755)
+    env = check_sim_env(load_hosts(project.hosts_file), project, "sim", python=str(python),
+                        runner=Runner())
+    assert not env.ok
+    assert env.problems == [f"sim.interpreter failed: {python} cannot import omniprobe.sim: "
+                            "ModuleNotFoundError: No module named 'omniprobe' "
+                            "(expected imports omniprobe.sim, got nothing)"]
+
+
+def test_select_hands_the_sim_to_the_probe_sessions(project, invocation, capsys):
+    assert main(["env", "build", "--host", "sim", "--select"]) == 0
+    assert "selected host sim for the probe sessions of this nox run" in capsys.readouterr().out
+    state = read_state(state_path(project), invocation)
+    assert (state["host"], state["problems"], state["venv"]) == ("sim", [], None)
+    assert main(["select-host", "--host", "rtx3090"]) == 0
+    assert capsys.readouterr().out.strip() == "host sim (selected by an earlier env session)"
+
+
+def test_select_without_a_nox_run_says_so(project, capsys):
+    assert main(["env", "build", "--host", "sim", "--select"]) == 0
+    assert "not in a nox run (OMNIPROBE_INVOCATION unset)" in capsys.readouterr().out
+    assert not state_path(project).exists()
+
+
+def test_a_failed_env_session_makes_the_probe_refuse_naming_the_check(project, invocation,
+                                                                        port, capsys):
+    suite = json.loads(project.fixtures_file.read_text())
+    reference = next(f for f in suite["fixtures"] if f["id"] == "sim-single")["references"][0]
+    (project.fixtures_file.parent / reference["file"]).write_bytes(b"tampered")
+    assert main(["env", "build", "--host", "sim", "--select"]) == 1
+    assert f"FAIL fixtures.references: {reference['file']}: sha256 differs" in (
+        capsys.readouterr().out)
+    out = io.StringIO()
+    code = run_probe(project, "probe-init", probe_args("probe-init", port), out=out)
+    assert code == 1
+    assert (f"error: env-sim failed its checks: fixtures.references failed: {reference['file']}: "
+            "sha256 differs") in out.getvalue()
+    assert not (project.evidence_dir / "sim").exists()
