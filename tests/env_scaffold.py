@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from omniprobe.evidence import EnvManifest
 from omniprobe.project import Project
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -263,3 +264,26 @@ def make_world(root: Path) -> World:
     }))
     world.write_hosts()
     return world
+
+
+def sample_manifest(**changes) -> EnvManifest:
+    """A valid environment manifest of testhost with one failed check; `changes` override keys."""
+    data = {
+        "host": "testhost", "action": "built", "venv": "/v", "pins_hash": "a" * 64,
+        "uv_version": "uv 0.13.9",
+        "python": {"pinned": "3.13", "version": "3.13.0", "executable": "/v/bin/python"},
+        "host_facts": {"hostname": "box", "platform": "Linux", "machine": "x86_64",
+                       "gpu": {"index": 0, "device_count": 1, "name": "NVIDIA GeForce RTX 3090",
+                               "memory_total_mib": 24576, "compute_capability": "8.6",
+                               "driver_version": "999.1.2"}},
+        "model_snapshot": "Qwen/Qwen-Image-2.1@790c9263",
+        "pins": [{"name": "six", "kind": "index", "pin": "1.16.0", "source": "default index",
+                  "installed_version": "1.16.0", "resolved": "1.16.0"}],
+        "freeze": ["six==1.16.0"],
+        "checks": [{"name": "package.six", "status": "pass", "detail": "ok"},
+                   {"name": "gpu.name", "status": "fail", "detail": "NVML's device name",
+                    "expected": "a", "actual": "b"},
+                   {"name": "torch.cuda", "status": "skip", "detail": "no torch"}],
+        "timings": {"total_s": 1.5, "verify_s": 0.5, "build_s": 1.0},
+    }
+    return EnvManifest.model_validate({**data, **changes})

@@ -21,7 +21,6 @@ from omniprobe.envcheck import (
     references_check,
     snapshot_checks,
 )
-from omniprobe.envmanifest import record_manifest
 from omniprobe.envstate import (
     EnvBuildError,
     EnvError,
@@ -32,7 +31,7 @@ from omniprobe.envstate import (
     uv_command,
     write_stamp,
 )
-from omniprobe.evidence import EnvManifest, load_attempt
+from omniprobe.evidence import load_attempt
 from omniprobe.hosts import load_hosts
 from omniprobe.problems import InputError
 from omniprobe.project import Project
@@ -48,6 +47,7 @@ from .env_scaffold import (
     hosts_toml,
     make_hf_cache,
     revision_of,
+    sample_manifest,
 )
 
 REAL = Project(REPO_ROOT)
@@ -363,30 +363,10 @@ def test_pins_hash_follows_the_pins(tmp_path):
 # --- manifest evidence ------------------------------------------------------------------
 
 
-def _manifest(**changes) -> EnvManifest:
-    data = {
-        "host": "testhost", "action": "built", "venv": "/v", "pins_hash": "a" * 64,
-        "uv_version": "uv 0.13.9",
-        "python": {"pinned": "3.13", "version": "3.13.0", "executable": "/v/bin/python"},
-        "host_facts": {"hostname": "box", "platform": "Linux", "machine": "x86_64",
-                       "gpu": {"index": 0, "device_count": 1, "name": "NVIDIA GeForce RTX 3090",
-                               "memory_total_mib": 24576, "compute_capability": "8.6",
-                               "driver_version": "999.1.2"}},
-        "model_snapshot": "Qwen/Qwen-Image-2.1@790c9263",
-        "pins": [{"name": "six", "kind": "index", "pin": "1.16.0", "source": "default index",
-                  "installed_version": "1.16.0", "resolved": "1.16.0"}],
-        "freeze": ["six==1.16.0"],
-        "checks": [{"name": "package.six", "status": "pass", "detail": "ok"},
-                   {"name": "gpu.name", "status": "fail", "detail": "NVML's device name",
-                    "expected": "a", "actual": "b"},
-                   {"name": "torch.cuda", "status": "skip", "detail": "no torch"}],
-        "timings": {"total_s": 1.5, "verify_s": 0.5, "build_s": 1.0},
-    }
-    return EnvManifest.model_validate({**data, **changes})
 
 
 def test_manifest_summary():
-    summary = manifest_summary(_manifest())
+    summary = manifest_summary(sample_manifest())
     assert summary["ok"] is False
     assert summary["failed"] == ["gpu.name: NVML's device name"]
     assert summary["checks"] == {"pass": 1, "fail": 1, "skip": 1}
@@ -396,9 +376,9 @@ def test_manifest_summary():
 
 def test_manifest_rejects_unknown_keys_and_bad_status():
     with pytest.raises(ValueError, match="checks.0.status"):
-        _manifest(checks=[{"name": "gpu.name", "status": "passed", "detail": "x"}])
+        sample_manifest(checks=[{"name": "gpu.name", "status": "passed", "detail": "x"}])
     with pytest.raises(ValueError, match="colour"):
-        _manifest(colour="blue")
+        sample_manifest(colour="blue")
 
 
 def test_manifest_is_filed_once_per_state(tmp_path):
@@ -408,7 +388,7 @@ def test_manifest_is_filed_once_per_state(tmp_path):
     from datetime import datetime
 
     at = datetime.fromisoformat(started)
-    folder, written = record_manifest(world.project, cfg, _manifest(), command=["x"],
+    folder, written = record_manifest(world.project, cfg, sample_manifest(), command=["x"],
                                       started_at=at)
     assert written and folder.name == "2026-11-30T100000Z-env-testhost"
     attempt, problems = load_attempt(folder)
@@ -416,13 +396,13 @@ def test_manifest_is_filed_once_per_state(tmp_path):
     assert attempt.environment.host == "testhost"
     assert attempt.meta.provenance.kind == "measured"
     # Same state again (only timings differ): nothing new is filed.
-    again = _manifest(timings={"total_s": 9.0, "verify_s": 9.0}, action="verified")
+    again = sample_manifest(timings={"total_s": 9.0, "verify_s": 9.0}, action="verified")
     assert record_manifest(world.project, cfg, again, command=["x"], started_at=at) == (
         folder, False)
     # A changed state in the same second gets its own attempt beside the first.
-    changed = _manifest(freeze=["six==1.16.0", "idna==3.7"])
+    changed = sample_manifest(freeze=["six==1.16.0", "idna==3.7"])
     folder2, written2 = record_manifest(world.project, cfg, changed, command=["x"], started_at=at)
     assert written2 and folder2.name == "2026-11-30T100000Z-env-testhost-2"
-    sim, _ = record_manifest(world.project, cfg, _manifest(host="simhost"), command=["x"],
+    sim, _ = record_manifest(world.project, cfg, sample_manifest(host="simhost"), command=["x"],
                              started_at=at)
     assert load_attempt(sim)[0].meta.provenance.kind == "simulated"

@@ -158,25 +158,17 @@ def test_a_filed_environment_manifest_is_shown(repo_copy):
     from datetime import UTC, datetime
 
     from omniprobe.envmanifest import record_manifest
-    from omniprobe.evidence import EnvManifest
     from omniprobe.hosts import load_hosts
 
+    from .env_scaffold import sample_manifest
+
     assert "## Probe environments" not in render_report(repo_copy)
-    manifest = EnvManifest.model_validate({
-        "host": "rtx3090", "action": "built", "venv": "/v", "pins_hash": "a" * 64,
-        "python": {"pinned": "3.13", "version": "3.13.16", "executable": "/v/bin/python"},
-        "host_facts": {"hostname": "box", "platform": "Linux", "machine": "x86_64",
-                       "gpu": {"index": 0, "device_count": 1, "name": "NVIDIA GeForce RTX 3090",
-                               "memory_total_mib": 24576, "compute_capability": "8.6",
-                               "driver_version": "999.1.2"}},
-        "model_snapshot": "Qwen/Qwen-Image-2.1@790c9263",
-        "pins": [{"name": "transformers", "kind": "index", "pin": "5.14.1", "source": "default index",
-                  "installed_version": "5.14.1", "resolved": "5.14.1"}],
-        "freeze": ["transformers==5.14.1"],
-        "checks": [{"name": "gpu.name", "status": "fail", "detail": "NVML's device name",
-                    "expected": "a", "actual": "b"}],
-        "timings": {"total_s": 1.5, "verify_s": 0.5, "build_s": 1.0},
-    })
+    manifest = sample_manifest(
+        host="rtx3090", python={"pinned": "3.13", "version": "3.13.16", "executable": "/v/bin/python"},
+        pins=[{"name": "transformers", "kind": "index", "pin": "5.14.1", "source": "default index",
+               "installed_version": "5.14.1", "resolved": "5.14.1"}],
+        checks=[{"name": "gpu.name", "status": "fail", "detail": "NVML's device name",
+                 "expected": "a", "actual": "b"}])
     record_manifest(repo_copy, load_hosts(repo_copy.hosts_file), manifest, command=["omniprobe", "env"],
                     started_at=datetime(2026, 11, 30, tzinfo=UTC))
     text = render_report(repo_copy)
