@@ -21,6 +21,7 @@ from omniprobe.envcheck import (
     references_check,
     snapshot_checks,
 )
+from omniprobe.envmanifest import record_manifest
 from omniprobe.envstate import (
     EnvBuildError,
     EnvError,
