@@ -210,3 +210,25 @@ def test_timeline_figures_are_rendered_and_checked(repo_copy):
     (folder / "runs.json").write_text("[]")
     write_report(repo_copy)
     assert not (repo_copy.root / figure).exists()
+
+
+def test_measured_image_structure_is_tabulated(repo_copy):
+    folder = repo_copy.evidence_dir / "rtx3090" / "gated"
+    folder.mkdir()
+    (folder / "attempt.json").write_text(json.dumps({
+        "id": "gated", "host": "rtx3090", "date": "2026-11-30", "description": "x",
+        "provenance": {"kind": "measured", "host": "rtx3090", "hostname": "cachyos-alexander",
+                       "tool_version": "0.1.0", "command": ["omniprobe"],
+                       "started_at": "2026-11-30T09:00:00Z"}}))
+    (folder / "runs.json").write_text(json.dumps([{"flag_set": "fp8", "init": {"outcome": "ready"}}]))
+
+    def image(opaque, verdict):
+        return {"mode": "RGBA", "width": 8, "height": 8, "opaque_fraction": opaque, "alpha_mean": 115.0,
+                "rgb_mean": 124.5, "rgb_std": 3.0, "flatness": 0.0, "verdict": verdict}
+
+    (folder / "requests.json").write_text(json.dumps([
+        {"flag_set": "fp8", "fixture": "edit-compose-four", "seed": seed, "outcome": "ok",
+         "quality": "broken", "wall_s": 44.0, "image": image(opaque, "broken")}
+        for seed, opaque in ((2301, 0.008), (2302, 0.035))]))
+    text = render_report(repo_copy)
+    assert "| gated | fp8 | edit-compose-four | 2 | 2 | 0.008–0.035 | 115.0 | 124.5 | 0.000 |" in text

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from statistics import fmean
 
-from .evidence import Cell, LoadedAttempt, OomSignature, PsnrRow, ServeRun
+from .evidence import Cell, ImageMetrics, LoadedAttempt, OomSignature, PsnrRow, ServeRun
 from .fixtures import FixtureSuite
+from .quantities import Range
 from .summaries import RunView
 
 
@@ -110,3 +111,31 @@ def target_ooms(views: list[RunView], fixtures: FixtureSuite, target: int) -> li
     return [(v.flag_set, c) for v in views for c in v.cells
             if c.oom is not None and c.outcome == "oom"
             and fixtures.get(c.fixture).reference_count == target]
+
+
+@dataclass(frozen=True)
+class ImageStructure:
+    """The structure metrics of the images one flag set returned for one fixture, measured."""
+
+    attempt: str
+    flag_set: str
+    fixture: str
+    images: tuple[ImageMetrics, ...]
+
+    @property
+    def broken(self) -> int:
+        return sum(m.verdict == "broken" for m in self.images)
+
+    def spread(self, metric: str) -> Range:
+        return Range.of(getattr(m, metric) for m in self.images)
+
+
+def image_structures(attempts: list[LoadedAttempt]) -> list[ImageStructure]:
+    """Per attempt, flag set and fixture, the metrics of every image the gate measured."""
+    groups: dict[tuple[str, str, str], list[ImageMetrics]] = {}
+    for attempt in attempts:
+        for record in attempt.requests:
+            if record.image is not None:
+                key = (attempt.id, record.flag_set, record.fixture)
+                groups.setdefault(key, []).append(record.image)
+    return [ImageStructure(*key, tuple(images)) for key, images in groups.items()]

@@ -10,7 +10,16 @@ import jinja2
 
 from .atomic import write_text_atomic
 from .evidence import Cell, LoadedAttempt, StatedFigure
-from .figures import KvDelta, PsnrGroup, common_init_oom, kv_deltas, psnr_groups, target_ooms
+from .figures import (
+    ImageStructure,
+    KvDelta,
+    PsnrGroup,
+    common_init_oom,
+    image_structures,
+    kv_deltas,
+    psnr_groups,
+    target_ooms,
+)
 from .hosts import Host, HostsConfig
 from .project import Project
 from .quantities import Range, size_mib
@@ -123,6 +132,7 @@ class HostSection:
     init_oom: object
     figures: dict[str, StatedFigure] = field(default_factory=dict)
     timelines: list[TimelineFigure] = field(default_factory=list)
+    images: list[ImageStructure] = field(default_factory=list)
 
     def collect(self, section: str) -> list:
         return [item for a in self.attempts for item in getattr(a, section)]
@@ -215,6 +225,7 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
         rows=rows, kv=kv_deltas(views, fixtures), psnr=psnr_groups(attempts),
         target_ooms=target_ooms(views, fixtures, hosts.probe.target_reference_count),
         init_oom=common_init_oom([v.run for v in views]), figures=figures, timelines=timelines,
+        images=image_structures(attempts),
     )
 
 
