@@ -318,7 +318,8 @@ class PropagationCheck(_In):
     knob: str
     flag_set_with: str
     flag_set_without: str
-    bytes_identical: bool | None
+    # A default, because files are written without nulls: an unmeasured check must load back.
+    bytes_identical: bool | None = None
     pixels_identical: bool | None = None
     shapes_tried: list[str] = []
     offline_kwarg_accepted: bool | None = None

@@ -274,14 +274,14 @@ class OfflineProbe:
                 return pending
             while pending:
                 planned = pending[0]
-                log_start, waited_from = runner.log_path.stat().st_size, time.monotonic()
+                waited_from = time.monotonic()
                 event, why = self._next(runner, events, self.options.request_timeout_s)
                 if event is not None and (event["event"] != "request"
                                           or event.get("id") != planned.id):
                     raise RunnerProtocolError(f"{events.path}: expected the result of "
                                               f"{planned.id!r}, got {event}")
                 record = (self._record(name, planned, event, index) if event is not None else
-                          self._lost(name, planned, index, why, runner.log_path, log_start,
+                          self._lost(name, planned, index, why, runner.log_path,
                                      time.monotonic() - waited_from))
                 pending.pop(0)
                 progress.step(f"[{label}] {planned.fixture.id} seed {planned.seed}: "
@@ -344,8 +344,8 @@ class OfflineProbe:
                                  outcome="init-oom" if init.outcome == "oom" else "init-error",
                                  note=init.note)
         state.failure = failure
-        progress.say(f"[{label}] init {failure.outcome}"
-                     + (f": {failure.note}" if failure.note else ""))
+        progress.say(f"[{label}] the engine was not built: {failure.outcome}"
+                     + (f" ({failure.note})" if failure.note else ""))
         return False
 
     # --- records ----------------------------------------------------------------------------
@@ -383,7 +383,7 @@ class OfflineProbe:
                 "image": metrics, "quality": quality_of(metrics)}
 
     def _lost(self, name: str, planned: Planned, index: int, why: str | None, log_path: Path,
-              log_start: int, waited_s: float) -> OfflineRequest:
+              waited_s: float) -> OfflineRequest:
         """A request the runner never answered: it hung (timeout) or died."""
         fields = {"kwarg_set": name, "fixture": planned.fixture.id, "seed": planned.seed,
                   "quality": "unchecked", "lifetime": index, "wall_s": round(waited_s, 4)}
@@ -391,15 +391,19 @@ class OfflineProbe:
             fields.update(outcome="timeout",
                           error=f"no result within {self.options.request_timeout_s:g} s")
             return self._add(fields)
-        with open(log_path, "rb") as handle:
-            handle.seek(log_start)
-            log = handle.read().decode("utf-8", "replace")
+        log = _after_last_event(log_path.read_text(errors="replace"))
         tail = " | ".join([line.strip() for line in log.splitlines() if line.strip()][-2:])[:400]
         oom = parse_oom(log, "request")
         fields.update(outcome="oom" if oom else "error", oom=oom,
                       error=f"the runner {why} during the request; its log ends: "
                             f"{tail or '(nothing new)'}")
         return self._add(fields)
+
+
+def _after_last_event(log: str) -> str:
+    """The log after the runner's last echoed result line: what the lost request left there."""
+    at = log.rfind('{"event": ')
+    return log if at < 0 else log[at:].partition("\n")[2]
 
 
 def _interrupt(signum, frame) -> None:

@@ -84,11 +84,16 @@ def choose_knob(cfg: HostsConfig, flag_set_with: str, knob: str | None) -> str:
     return knob
 
 
-def choose_case(suite: FixtureSuite, host: Host, fixture: str | None,
+def choose_case(suite: FixtureSuite, host_name: str, host: Host, fixture: str | None,
                 seed: int | None) -> tuple[Fixture, int]:
     """The fixture (default: the runnable edit with the fewest references) and the seed
     (default: the first of the sampling seeds); refuses a fixture that cannot run."""
     if fixture is not None:
+        wanted = next((f for f in suite.fixtures if f.id == fixture), None)
+        if wanted is not None and wanted.simulated != host.simulated:
+            kind = "simulated" if host.simulated else "real"
+            raise PlanError(f"fixture {fixture!r} is not for host {host_name!r}, which runs "
+                            f"{kind} fixtures only")
         [chosen] = serve_fixtures(suite, host, (fixture,))
     else:
         mine = [f for f in suite.fixtures if f.simulated == host.simulated and f.runnable]
@@ -165,7 +170,7 @@ def run_propagation(project: Project, args, *, readers: ReaderFactory | None = N
         for flag_set in (with_, without):
             server_command(cfg, host_name, flag_set, port=port, model=model,
                            hosts_file=project.hosts_file)
-        fixture, seed = choose_case(suite, host, args.fixture, args.seed)
+        fixture, seed = choose_case(suite, host_name, host, args.fixture, args.seed)
         plan = Plan(choose_knob(cfg, with_, args.knob), with_, without, fixture, seed)
         _, problems = check_host(host, lambda: NvmlReader(args.gpu_index))
         if problems:

@@ -18,7 +18,7 @@ from ..hosts import load_hosts
 from ..problems import InputError
 from . import offline
 from .http import Faults, SimService, serve
-from .knobs import BRIDGE_ENV, BRIDGES, KV_KEY, DeployConfigError, deploy_extras, kv_dtype
+from .knobs import BRIDGE_ENV, BRIDGES, DeployConfigError, deploy_extras, kv_dtype
 from .memory import MIB, STATE_ENV, Accounted, StateFile, Torch
 from .model import Flags, Pipeline, UnsupportedFlags
 
@@ -115,7 +115,7 @@ def _kv_from_deploy(args) -> str:
         print(f"INFO: deploy config {args.deploy_config}: stage extras {extras} parsed; the "
               "simulated config bridge drops them", file=sys.stderr)
         return "auto"
-    return kv_dtype(extras, f"deploy config {args.deploy_config} stage extras ({KV_KEY})")
+    return kv_dtype(extras, f"deploy config {args.deploy_config} stages[].engine_extras.extras")
 
 
 def offline_main(argv: list[str]) -> int:
