@@ -409,3 +409,22 @@ def test_sigkill_of_the_harness_leaves_no_orphan_runner(tmp_path):
     run.kill()
     run.wait()
     assert wait_for(lambda: processes_with(runner) == [], 10), processes_with(runner)
+
+
+def test_a_runner_breaking_the_protocol_stops_the_run_naming_the_file(project, tmp_path):
+    script = tmp_path / "liar.py"
+    script.write_text(
+        "import json, sys\n"
+        "results = sys.argv[sys.argv.index('--results') + 1]\n"
+        "with open(results, 'a') as out:\n"
+        "    out.write(json.dumps({'event': 'init', 'outcome': 'ready', 'wall_s': 0}) + '\\n')\n"
+        "    out.write(json.dumps({'event': 'request', 'id': 'someone-else', 'outcome': 'ok',"
+        " 'wall_s': 0}) + '\\n')\n")
+    hosts = project.hosts_file.read_text().replace(
+        'offline_command = ["{python}", "-m", "omniprobe.sim", "offline", "--hosts-file", '
+        '"{hosts_file}", "--sim-host", "{host}"]', f'offline_command = ["{{python}}", "{script}"]')
+    project.hosts_file.write_text(hosts)
+    code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-t2i")
+    assert code == 1
+    assert "results.jsonl: expected the result of 'sim-t2i-2301'" in out
+    assert the_attempt(project).offline_requests == []

@@ -262,6 +262,10 @@ class OfflineProbe:
         args = self._write_inputs(name, folder, pending)
         self._wait_idle(folder)
         env = runner_env(self.cfg, name, self.base_env)
+        if self.host.offline_command is None:
+            # The pinned venv sees its own packages only, not whatever our environment adds.
+            env.pop("PYTHONPATH", None)
+            env.pop("PYTHONHOME", None)
         if self.host.simulated:
             env[STATE_ENV] = str(folder / "sim-memory.bin")
         runner = ServerProcess([*self.command, *args], env, folder / "runner.log", None,
@@ -276,10 +280,8 @@ class OfflineProbe:
                 planned = pending[0]
                 waited_from = time.monotonic()
                 event, why = self._next(runner, events, self.options.request_timeout_s)
-                if event is not None and (event["event"] != "request"
-                                          or event.get("id") != planned.id):
-                    raise RunnerProtocolError(f"{events.path}: expected the result of "
-                                              f"{planned.id!r}, got {event}")
+                if event is not None:
+                    _check_result(event, planned, events.path)
                 record = (self._record(name, planned, event, index) if event is not None else
                           self._lost(name, planned, index, why, runner.log_path,
                                      time.monotonic() - waited_from))
@@ -398,6 +400,16 @@ class OfflineProbe:
                       error=f"the runner {why} during the request; its log ends: "
                             f"{tail or '(nothing new)'}")
         return self._add(fields)
+
+
+def _check_result(event: dict, planned: Planned, path: Path) -> None:
+    """A request result as the protocol has it, for the request expected next."""
+    wall = event.get("wall_s")
+    if (event["event"] != "request" or event.get("id") != planned.id
+            or event.get("outcome") not in ("ok", "oom", "error")
+            or not isinstance(wall, int | float) or wall < 0):
+        raise RunnerProtocolError(f"{path}: expected the result of {planned.id!r} with outcome "
+                                  f"ok, oom or error and a wall_s, got {event}")
 
 
 def _after_last_event(log: str) -> str:
