@@ -24,7 +24,7 @@ from .atomic import write_text_atomic
 from .attempts import AttemptBusy, AttemptStore, file_ref, new_attempt
 from .client import ReferenceMismatch, load_references, sha256
 from .envstate import EnvError, env_paths, pins_hash, stamp_state
-from .evidence import OfflineRequest, OfflineRun, write_section
+from .evidence import ArtifactRef, OfflineRequest, OfflineRun, write_section
 from .fixtures import Fixture, FixtureNotRunnable, FixtureSuite, load_fixtures
 from .gate import quality_of
 from .gpu import GpuBusy, NvmlReader, NvmlUnavailable, wait_idle
@@ -164,7 +164,7 @@ class KwargSetState:
 
     init_s: float | None = None
     failure: OfflineRun | None = None
-    logs: list = field(default_factory=list)
+    logs: list[ArtifactRef] = field(default_factory=list)
 
 
 class OfflineProbe:
@@ -250,7 +250,7 @@ class OfflineProbe:
         try:
             reader = self.readers(folder)
         except NvmlUnavailable:
-            return  # nothing to wait on; the serve probe records why in its timeline
+            return  # no NVML here: nothing to wait on
         self.baseline = wait_idle(reader, self.baseline, timeout_s=self.options.idle_timeout_s,
                                   poll_s=0.25)
 
