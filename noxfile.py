@@ -104,3 +104,19 @@ def probe_serve(session: nox.Session) -> None:
     _install(session)
     session.run("omniprobe", "probe-serve", *session.posargs, env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
+
+
+@nox.session(name="probe-offline")
+def probe_offline(session: nox.Session) -> None:
+    """Generate the fixtures with an offline Omni(...) engine per kwarg set; a new attempt."""
+    _install(session)
+    session.run("omniprobe", "probe-offline", *session.posargs, env=INVOCATION,
+                interrupt_timeout=PROBE_STOP_S)
+
+
+@nox.session
+def propagation(session: nox.Session) -> None:
+    """Serve one fixture and seed with and without a deploy config: did its knob reach the model?"""
+    _install(session)
+    session.run("omniprobe", "propagation", *session.posargs, env=INVOCATION,
+                interrupt_timeout=PROBE_STOP_S)

@@ -25,6 +25,7 @@ def make_project(root: Path, *, faults: list[str] = (), seeds: list[int] = (2301
     """A copy of hosts.toml and fixtures/ with small simulated images and the given sim faults."""
     shutil.copy(REPO / "hosts.toml", root / "hosts.toml")
     shutil.copytree(REPO / "fixtures", root / "fixtures")
+    shutil.copytree(REPO / "deploy", root / "deploy")  # the sim host's deploy config
     suite = json.loads((root / "fixtures" / "fixtures.json").read_text())
     suite["sampling"]["seeds"] = list(seeds)
     for fixture in suite["fixtures"]:

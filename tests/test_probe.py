@@ -48,7 +48,8 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
     assert attempt.meta.provenance.kind == "simulated" and attempt.simulated
     runs = {r.flag_set: r for r in attempt.runs}
     assert {f: r.init.outcome for f, r in runs.items()} == {
-        "default": "oom", "cpuoff": "ready", "cpuoff-layerwise": "ready", "fp8": "ready"}
+        "default": "oom", "cpuoff": "ready", "cpuoff-layerwise": "ready", "fp8": "ready",
+        "sim-cpuoff-kvfp8v": "ready"}
     assert runs["default"].init.oom.requested == "96.00 MiB"
     assert [lt.session for lt in runs["cpuoff"].lifetimes] == ["probe-init", "probe-serve"]
     assert [lt.session for lt in runs["default"].lifetimes] == ["probe-init"]
@@ -60,12 +61,15 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
         "cpuoff-layerwise": {"sim-t2i": "ok", "sim-single": "oom", "sim-pair": "oom",
                              "sim-three": "oom", "sim-four": "oom"},
         "fp8": {"sim-t2i": "ok", "sim-single": "ok", "sim-pair": "ok", "sim-three": "ok",
-                "sim-four": "ok"}}
+                "sim-four": "ok"},
+        # fp8_v takes a quarter of the KV part off each reference: too little for four.
+        "sim-cpuoff-kvfp8v": {"sim-t2i": "ok", "sim-single": "ok", "sim-pair": "ok",
+                              "sim-three": "ok", "sim-four": "oom"}}
     four = next(r for r in attempt.requests if r.flag_set == "cpuoff" and r.fixture == "sim-four")
     assert four.oom.location.function == "image_mlp" and four.oom.requested == "1.50 GiB"
     loaded, problems = load_project(project)
     assert problems == []
-    assert "| elapsed" in out and "ETA" in out and "[fp8 3/3] sim-four seed 2301: ok" in out
+    assert "| elapsed" in out and "ETA" in out and "[fp8 3/4] sim-four seed 2301: ok" in out
 
     # The gate: every image is measured; fp8's collapsed outputs are broken, bf16's sound.
     ok = [r for r in attempt.requests if r.outcome == "ok"]

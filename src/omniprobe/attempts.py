@@ -38,10 +38,10 @@ class AttemptBusy(RuntimeError):
     pass
 
 
-def new_attempt_id(host_name: str, now: datetime, n: int = 1) -> str:
+def new_attempt_id(host_name: str, now: datetime, n: int = 1, suffix: str = SUFFIX) -> str:
     """`<UTC time>-<host>-probe`; the n-th attempt started within one second gets `-<n>`."""
     again = f"-{n}" if n > 1 else ""
-    return f"{now:%Y-%m-%dT%H%M%SZ}{again}-{host_name}{SUFFIX}"
+    return f"{now:%Y-%m-%dT%H%M%SZ}{again}-{host_name}{suffix}"
 
 
 def provenance(host_name: str, host: Host, command: list[str], now: datetime):
@@ -127,15 +127,16 @@ def _load(project: Project, folder: Path) -> AttemptStore:
     return AttemptStore(project, folder, loaded.meta, list(loaded.runs), list(loaded.requests))
 
 
-def _create(project: Project, host_name: str, host: Host, command: list[str]) -> AttemptStore:
+def _create(project: Project, host_name: str, host: Host, command: list[str],
+            suffix: str = SUFFIX, what: str = "probe-init / probe-serve") -> AttemptStore:
     now = datetime.now(UTC).replace(microsecond=0)
     n = 1
-    while (project.evidence_dir / host_name / new_attempt_id(host_name, now, n)).exists():
+    while (project.evidence_dir / host_name / new_attempt_id(host_name, now, n, suffix)).exists():
         n += 1
-    attempt_id = new_attempt_id(host_name, now, n)
+    attempt_id = new_attempt_id(host_name, now, n, suffix)
     folder = project.evidence_dir / host_name / attempt_id
     meta = Attempt(id=attempt_id, host=host_name, date=now.date().isoformat(),
-                   description=f"probe-init / probe-serve by omniprobe {__version__} on "
+                   description=f"{what} by omniprobe {__version__} on "
                                f"{host.name}" + (" (simulated)" if host.simulated else ""),
                    provenance=provenance(host_name, host, command, now))
     folder.mkdir(parents=True, exist_ok=False)
@@ -154,5 +155,16 @@ def open_attempt(project: Project, host_name: str, host: Host, command: list[str
         store = _create(project, host_name, host, command)
     else:
         store = _load(project, existing[-1])
+    store._take_lock()
+    return store
+
+
+def new_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
+                suffix: str, what: str) -> AttemptStore:
+    """A new attempt of another session (e.g. `-offline`); its suffix keeps probe-init and
+    probe-serve from resuming it."""
+    if suffix == SUFFIX:
+        raise ValueError(f"{SUFFIX!r} is the suffix of probe-init / probe-serve attempts")
+    store = _create(project, host_name, host, command, suffix, what)
     store._take_lock()
     return store

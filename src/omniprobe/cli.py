@@ -193,6 +193,18 @@ def _probe(args: argparse.Namespace) -> int:
     return run_probe(find_project(), args.command, args)
 
 
+def _probe_offline(args: argparse.Namespace) -> int:
+    from .offline import run_offline
+
+    return run_offline(find_project(), args)
+
+
+def _propagation(args: argparse.Namespace) -> int:
+    from .propagation import run_propagation
+
+    return run_propagation(find_project(), args)
+
+
 def _timeline(args: argparse.Namespace) -> int:
     from .atomic import write_text_atomic
     from .gpu import decimate
@@ -293,6 +305,49 @@ def build_parser() -> argparse.ArgumentParser:
     _probe_options(p)
     p = sub.add_parser("probe-serve", help="serve every runnable fixture x seed per flag set")
     _probe_options(p)
+
+    p = sub.add_parser("probe-offline", help="generate the fixtures with an offline Omni(...) "
+                       "engine per offline kwarg set of the host (a new attempt)")
+    p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
+    p.add_argument("--kwarg-set", action="append", default=[],
+                   help="only this offline kwarg set (repeatable; default: every runnable one)")
+    p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
+    p.add_argument("--seed", action="append", type=int, default=[],
+                   help="only this seed (repeatable; default: the fixtures' sampling seeds)")
+    p.add_argument("--model", help="model path or repo id (default: snapshot repo)")
+    p.add_argument("--venv", help="the pinned venv (default: <[env] root>/envs/<host>)")
+    p.add_argument("--ready-timeout", type=float,
+                   help="seconds to build the engine (default: [serve] ready_timeout_s)")
+    p.add_argument("--request-timeout", type=float,
+                   help="seconds (default: [serve] request_timeout_s)")
+    p.add_argument("--grace", type=float, help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
+    p.add_argument("--idle-timeout", type=float, default=60.0,
+                   help="seconds to wait for an idle GPU before each runner start")
+    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU (PCI bus order)")
+    p.set_defaults(func=_probe_offline)
+
+    p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "
+                       "config; record whether its knob reached the model (a new attempt)")
+    p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
+    p.add_argument("--with", dest="flag_set_with", metavar="FLAG_SET",
+                   help="flag set passing the deploy config (default: the host's only one)")
+    p.add_argument("--without", dest="flag_set_without", metavar="FLAG_SET",
+                   help="flag set without it (default: the one with the same args and env)")
+    p.add_argument("--knob", help="what the deploy config sets (default: its hosts.toml 'knob')")
+    p.add_argument("--fixture", help="fixture to serve (default: the runnable edit with the "
+                   "fewest references)")
+    p.add_argument("--seed", type=int, help="seed (default: the first sampling seed)")
+    p.add_argument("--port", type=int, help="server port (default: [serve] port)")
+    p.add_argument("--model", help="model path or repo id for {model} (default: snapshot repo)")
+    p.add_argument("--ready-timeout", type=float, help="seconds (default: [serve] ready_timeout_s)")
+    p.add_argument("--request-timeout", type=float,
+                   help="seconds (default: [serve] request_timeout_s)")
+    p.add_argument("--grace", type=float, help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
+    p.add_argument("--sample-hz", type=float, default=10.0, help="GPU memory sampling rate")
+    p.add_argument("--idle-timeout", type=float, default=60.0,
+                   help="seconds to wait for an idle GPU before each server start")
+    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU (PCI bus order)")
+    p.set_defaults(func=_propagation)
 
     p = sub.add_parser("timeline", help="render a recorded GPU memory series (JSONL) as SVG")
     p.add_argument("series", type=Path)

@@ -71,6 +71,9 @@ class DeployConfig(_Input):
         description="False when the source names the file but does not give its content."
     )
     description: str
+    knob: str | None = Field(
+        default=None, description="The setting it changes, e.g. 'extras.prefix_kv_cache_dtype': "
+                                  "what a propagation check of it names.")
 
 
 class FlagSet(_Input):
@@ -108,6 +111,9 @@ class SimCapacity(_Input):
     activation_mib: int = Field(ge=0, description="Working memory of every request.")
     reference_mib: int = Field(ge=0, description="Conditioning cache per reference image.")
     spike_mib: int = Field(gt=0, description="The per-step activation spike (image MLP).")
+    kv_reference_mib: int = Field(
+        default=0, ge=0, description="Of reference_mib, the conditioning KV cache that "
+                                     "prefix_kv_cache_dtype quantizes (fp8_v: its V half).")
     layerwise_mib: int = Field(ge=0, description="Extra staging under --enable-layerwise-offload.")
     collapsed: list[str] = Field(default=[], description="Precisions whose outputs collapse.")
     init_s: float = Field(ge=0, description="Modelled init time.")
@@ -120,6 +126,8 @@ class SimCapacity(_Input):
             raise ValueError("dit_mib and encoder_mib must list the same precisions")
         if "bf16" not in self.dit_mib:
             raise ValueError("dit_mib needs a 'bf16' entry (the precision without --quantization)")
+        if self.kv_reference_mib > self.reference_mib:
+            raise ValueError("kv_reference_mib is part of reference_mib and cannot exceed it")
         return self
 
 
@@ -139,6 +147,11 @@ class Host(_Input):
         default=None, min_length=1,
         description="Replaces [serve] command on this host; {python}, {model}, {hosts_file} "
                     "and {host} are filled in.",
+    )
+    offline_command: list[str] | None = Field(
+        default=None, min_length=1,
+        description="Runs the offline runner on this host; {python}, {runner}, {hosts_file} and "
+                    "{host} are filled in. Default: the host's pinned venv python and {runner}.",
     )
     capacity: SimCapacity | None = Field(default=None, description="Simulated hosts only.")
 

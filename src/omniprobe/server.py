@@ -143,7 +143,7 @@ class ServerProcess:
     """One server lifetime; as a context manager it stops the group however the block ends."""
 
     def __init__(self, command: list[str], env: dict[str, str], log_path: Path,
-                 endpoints: Endpoints, *, grace_s: float = 15):
+                 endpoints: Endpoints | None, *, grace_s: float = 15):
         self.command, self.env, self.log_path = command, env, log_path
         self.endpoints, self.grace_s = endpoints, grace_s
         self.proc: subprocess.Popen | None = None
@@ -165,8 +165,8 @@ class ServerProcess:
     def start(self) -> None:
         if self.proc is not None:
             raise RuntimeError("this server lifetime has already been started")
-        host, port = _host_port(self.endpoints.base_url)
-        check_port(host, port)
+        if self.endpoints is not None:  # None: a supervised process that serves no port
+            check_port(*_host_port(self.endpoints.base_url))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         read_end, self._lifeline = os.pipe()
         try:

@@ -70,6 +70,9 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     for i, run in enumerate(attempt.offline):
         kwarg_set("offline.json", f"$[{i}].kwarg_set", run.kwarg_set)
         fixture("offline.json", f"$[{i}].fixture", run.fixture)
+    for i, req in enumerate(attempt.offline_requests):
+        kwarg_set("offline-requests.json", f"$[{i}].kwarg_set", req.kwarg_set)
+        fixture("offline-requests.json", f"$[{i}].fixture", req.fixture)
     for i, obs in enumerate(attempt.structure):
         flag_set("structure.json", f"$[{i}].flag_set", obs.flag_set)
         kwarg_set("structure.json", f"$[{i}].kwarg_set", obs.kwarg_set)
@@ -86,6 +89,7 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     for i, check in enumerate(attempt.propagation):
         flag_set("propagation.json", f"$[{i}].flag_set_with", check.flag_set_with)
         flag_set("propagation.json", f"$[{i}].flag_set_without", check.flag_set_without)
+        fixture("propagation.json", f"$[{i}].fixture", check.fixture)
     if attempt.baseline is not None:
         for i, wall in enumerate(attempt.baseline.walls):
             fixture("baseline.json", f"$.walls[{i}].fixture", wall.fixture)

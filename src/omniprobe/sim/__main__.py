@@ -2,6 +2,9 @@
 
 It takes the real server's flags, builds the capacity model's pipeline (allocating the weights,
 which may OOM at init like the real one), and only then binds the port.
+
+`python -m omniprobe.sim offline --hosts-file F --sim-host H <runner arguments>` runs the offline
+runner's protocol over the same capacity model (see omniprobe.sim.offline).
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ import traceback
 
 from ..hosts import load_hosts
 from ..problems import InputError
+from . import offline
 from .http import Faults, SimService, serve
+from .knobs import BRIDGE_ENV, BRIDGES, DeployConfigError, deploy_extras, kv_dtype
 from .memory import MIB, STATE_ENV, Accounted, StateFile, Torch
 from .model import Flags, Pipeline, UnsupportedFlags
 
@@ -31,9 +36,35 @@ def _faults(specs: list[str]) -> Faults:
     return faults
 
 
+def _model_options(p: argparse.ArgumentParser) -> None:
+    """What selects and runs the capacity model, in serve and offline mode alike."""
+    p.add_argument("--hosts-file", required=True, help="hosts.toml holding the capacity model")
+    p.add_argument("--sim-host", required=True, help="the simulated host whose model to use")
+    p.add_argument("--torch", action="store_true",
+                   help="allocate the modelled memory on the CUDA device for real")
+    p.add_argument("--torch-cap-gib", type=float,
+                   help="per-process cap under --torch (default: the model's vram_mib)")
+    p.add_argument("--time-scale", type=float,
+                   default=float(os.environ.get(TIME_SCALE_ENV, "1")),
+                   help=f"multiplies modelled times (0: instant; default ${TIME_SCALE_ENV} or 1)")
+    p.add_argument("--fault", action="append", default=[],
+                   help="test fault: crash@N, hang@N or malformed@N (N: request number)")
+
+
+def build_offline_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m omniprobe.sim offline", allow_abbrev=False,
+        description="the offline runner's protocol over the capacity model; the runner's own "
+                    "arguments (--model, --kwargs/--kwargs-file, --requests, --results) follow")
+    _model_options(parser)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m omniprobe.sim", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("offline", help="run the offline runner protocol over the capacity model "
+                                   "(see `python -m omniprobe.sim offline --help`)")
     p = sub.add_parser("serve", help="serve the simulated model")
     p.add_argument("model")
     p.add_argument("--omni", action="store_true", required=True)
@@ -48,17 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage-init-timeout", type=float)
     p.add_argument("--init-timeout", type=float)
     p.add_argument("--log-stats", action="store_true")
-    p.add_argument("--hosts-file", required=True, help="hosts.toml holding the capacity model")
-    p.add_argument("--sim-host", required=True, help="the simulated host whose model to use")
-    p.add_argument("--torch", action="store_true",
-                   help="allocate the modelled memory on the CUDA device for real")
-    p.add_argument("--torch-cap-gib", type=float,
-                   help="per-process cap under --torch (default: the model's vram_mib)")
-    p.add_argument("--time-scale", type=float,
-                   default=float(os.environ.get(TIME_SCALE_ENV, "1")),
-                   help=f"multiplies modelled times (0: instant; default ${TIME_SCALE_ENV} or 1)")
-    p.add_argument("--fault", action="append", default=[],
-                   help="test fault: crash@N, hang@N or malformed@N (N: request number)")
+    p.add_argument("--deploy-bridge", choices=BRIDGES,
+                   default=os.environ.get(BRIDGE_ENV, "honour"),
+                   help="whether the simulated config bridge passes the deploy config's stage "
+                        f"extras to the model or drops them (default ${BRIDGE_ENV} or honour)")
+    _model_options(p)
     return parser
 
 
@@ -71,25 +96,59 @@ def _memory(args, cap):
     return Accounted(cap.vram_mib * MIB, cap.context_mib * MIB, state)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def _capacity(args):
+    """The sim host's capacity model, or an error message."""
     try:
         host = load_hosts(args.hosts_file).host(args.sim_host)
     except (InputError, KeyError) as exc:
+        return None, f"error: {exc}"
+    if host.capacity is None:
+        return None, f"error: host {args.sim_host!r} has no capacity model"
+    return host.capacity, None
+
+
+def _kv_from_deploy(args) -> str:
+    """The deploy config's conditioning-KV dtype as the model sees it after the config bridge."""
+    if not args.deploy_config:
+        return "auto"
+    extras = deploy_extras(args.deploy_config)
+    if args.deploy_bridge == "drop":
+        print(f"INFO: deploy config {args.deploy_config}: stage extras {extras} parsed; the "
+              "simulated config bridge drops them", file=sys.stderr)
+        return "auto"
+    return kv_dtype(extras, f"deploy config {args.deploy_config} stages[].engine_extras.extras")
+
+
+def offline_main(argv: list[str]) -> int:
+    args, runner_argv = build_offline_parser().parse_known_args(argv)
+    cap, error = _capacity(args)
+    if error:
+        print(error, file=sys.stderr)
+        return 2
+    print(f"INFO: simulated offline engine (omniprobe.sim) on {args.sim_host}", file=sys.stderr)
+    return offline.main(runner_argv, cap, _memory(args, cap), args.time_scale, _faults(args.fault))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["offline"]:
+        return offline_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    cap, error = _capacity(args)
+    if error:
+        print(error, file=sys.stderr)
+        return 2
+    try:
+        kv = _kv_from_deploy(args)
+    except (DeployConfigError, UnsupportedFlags) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if host.capacity is None:
-        print(f"error: host {args.sim_host!r} has no capacity model", file=sys.stderr)
-        return 2
-    if args.deploy_config and not os.path.isfile(args.deploy_config):
-        print(f"error: deploy config {args.deploy_config} not found", file=sys.stderr)
-        return 2
     flags = Flags(precision=args.quantization or "bf16", cpu_offload=args.enable_cpu_offload,
-                  layerwise=args.enable_layerwise_offload)
+                  layerwise=args.enable_layerwise_offload, kv_cache_dtype=kv)
     print(f"INFO: simulated server (omniprobe.sim) for {args.model}: {flags}", file=sys.stderr)
-    memory = _memory(args, host.capacity)
+    memory = _memory(args, cap)
     try:
-        pipeline = Pipeline(host.capacity, flags, memory, args.time_scale)
+        pipeline = Pipeline(cap, flags, memory, args.time_scale)
         pipeline.init_parameters()
     except UnsupportedFlags as exc:
         print(f"error: {exc}", file=sys.stderr)

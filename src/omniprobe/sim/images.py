@@ -54,6 +54,16 @@ def collapsed(prompt: str, references: list[bytes], seed: int, width: int,
     return Image.fromarray(pixels, "RGBA")
 
 
+def kv_rounding(image: Image.Image, dtype: str, seed: int) -> Image.Image:
+    """The same picture off by a level or two, as a quantized conditioning cache would leave it:
+    sound, but not pixel-identical, so a propagation check can tell the knob arrived."""
+    digest = hashlib.sha256(f"kv:{dtype}:{seed}".encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    pixels = np.asarray(image).astype(np.int16)
+    pixels[..., :3] += rng.integers(-2, 3, size=pixels[..., :3].shape, dtype=np.int16)
+    return Image.fromarray(pixels.clip(0, 255).astype(np.uint8), image.mode)
+
+
 def png(image: Image.Image) -> bytes:
     buffer = io.BytesIO()
     image.save(buffer, "PNG", compress_level=1)  # fast: the sim's own time is not the probe's

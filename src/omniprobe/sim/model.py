@@ -19,11 +19,16 @@ class UnsupportedFlags(ValueError):
     """The server flags ask for something the capacity model does not describe."""
 
 
+# prefix_kv_cache_dtype -> the share of the conditioning KV cache it saves (fp8_v: V in 8 bits).
+KV_SAVINGS = {"auto": 0.0, "fp8_v": 0.25, "fp8": 0.5, "fp8_e4m3": 0.5}
+
+
 @dataclass(frozen=True)
 class Flags:
     precision: str
     cpu_offload: bool
     layerwise: bool
+    kv_cache_dtype: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,14 @@ def resident_mib(cap: SimCapacity, flags: Flags) -> int:
     return cap.dit_mib[flags.precision] + encoder
 
 
+def reference_cost_mib(cap: SimCapacity, flags: Flags) -> int:
+    """Cache per reference image; a quantized conditioning KV takes part of it off."""
+    if flags.kv_cache_dtype not in KV_SAVINGS:
+        raise UnsupportedFlags(f"prefix_kv_cache_dtype {flags.kv_cache_dtype!r} is not in the "
+                               f"capacity model (modelled: {', '.join(KV_SAVINGS)})")
+    return cap.reference_mib - int(cap.kv_reference_mib * KV_SAVINGS[flags.kv_cache_dtype])
+
+
 def init_chunks(total_mib: int, chunk_mib: int) -> list[int]:
     full, rest = divmod(total_mib, chunk_mib)
     return [chunk_mib] * full + ([rest] if rest else [])
@@ -60,12 +73,14 @@ def init_chunks(total_mib: int, chunk_mib: int) -> list[int]:
 def request_peak_mib(cap: SimCapacity, flags: Flags, references: int) -> int:
     """The modelled allocated memory at a request's spike (weights included)."""
     working = cap.activation_mib + (cap.layerwise_mib if flags.layerwise else 0)
-    return resident_mib(cap, flags) + working + references * cap.reference_mib + cap.spike_mib
+    return (resident_mib(cap, flags) + working + references * reference_cost_mib(cap, flags)
+            + cap.spike_mib)
 
 
 class Pipeline:
     def __init__(self, cap: SimCapacity, flags: Flags, memory, time_scale: float = 1.0):
         resident_mib(cap, flags)
+        reference_cost_mib(cap, flags)
         self.cap, self.flags, self.memory, self.time_scale = cap, flags, memory, time_scale
         self.weights: list = []
 
@@ -96,11 +111,13 @@ class Pipeline:
         render = (images.collapsed if self.flags.precision in self.cap.collapsed else images.sound)
         image = render(request.prompt, request.references, request.seed, request.width,
                        request.height)
+        if self.flags.kv_cache_dtype != "auto":
+            image = images.kv_rounding(image, self.flags.kv_cache_dtype, request.seed)
         return Output(images.png(image), self.memory.request_peak_mib(), denoise_s)
 
     def encode_references(self, blocks: list, count: int) -> None:
         for _ in range(count):
-            blocks.append(self.memory.alloc(self.cap.reference_mib * MIB))
+            blocks.append(self.memory.alloc(reference_cost_mib(self.cap, self.flags) * MIB))
             self._sleep(self.cap.reference_s)
 
     def predict_noise(self) -> None:

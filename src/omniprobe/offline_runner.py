@@ -1,0 +1,222 @@
+"""The offline runner: builds one `Omni(...)` engine from a kwarg set and generates the requests
+it is given, writing one JSON result per request.
+
+It runs INSIDE the host's pinned venv (`<venv>/bin/python offline_runner.py ...`), so it imports
+the standard library only, plus vLLM-Omni, torch and Pillow from that venv when it builds the
+engine; never omniprobe or pydantic. The simulated host runs the same protocol through
+`python -m omniprobe.sim offline`, which reuses `main` with its own engine.
+
+    offline_runner.py --model PATH (--kwargs JSON | --kwargs-file FILE)
+                      --requests FILE --results FILE
+
+The requests file: {"requests": [{"id", "fixture", "seed", "prompt", "width", "height",
+"references": [image paths], "num_inference_steps", "true_cfg_scale", "output": PNG path}]}.
+The results file gets JSON lines, each flushed as it happens (also printed to stdout):
+
+    {"event": "init", "outcome": "ready" | "oom" | "error", "wall_s", "error", "traceback"}
+    {"event": "request", "id", "fixture", "seed", "outcome": "ok" | "oom" | "error", "wall_s",
+     "started_s", "image", "peak_mib", "error", "traceback"}
+    {"event": "done"}
+
+After a failed init nothing else is written and the exit status is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, Protocol
+
+MIB = 1024**2
+_TRACEBACK_CHARS = 20000  # the tail of a traceback: the OOM message and the frames near it
+
+
+class Engine(Protocol):
+    def generate(self, request: dict) -> float | None:
+        """Generate one request, write its image to request["output"], return the peak MiB."""
+
+    def recover(self) -> None:
+        """Tidy up after a failed request so the next one starts clean."""
+
+
+def is_oom(exc: BaseException) -> bool:
+    return type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(exc)
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    message = f"{type(exc).__name__}: {exc}"
+    return {"outcome": "oom" if is_oom(exc) else "error", "error": message[:2000],
+            "traceback": traceback.format_exc()[-_TRACEBACK_CHARS:]}
+
+
+class Results:
+    """The results file, one JSON line per event, echoed to stdout for the log. Each line is
+    appended and closed at once, so the harness sees it while the next request runs."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def emit(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, **fields})
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+        print(line, flush=True)
+
+
+def run(make_engine: Callable[[], Engine], requests: list[dict], results: Results) -> int:
+    """Build the engine, then generate every request in order; one event each."""
+    t0 = time.monotonic()
+    try:
+        engine = make_engine()
+    except Exception as exc:
+        results.emit("init", wall_s=round(time.monotonic() - t0, 3), **failure(exc))
+        return 1
+    results.emit("init", outcome="ready", wall_s=round(time.monotonic() - t0, 3), error=None,
+                 traceback=None)
+    for request in requests:
+        started = time.monotonic()
+        head = {"id": request["id"], "fixture": request["fixture"], "seed": request["seed"],
+                "started_s": round(started - t0, 3)}
+        try:
+            peak = engine.generate(request)
+        except Exception as exc:
+            results.emit("request", **head, wall_s=round(time.monotonic() - started, 4),
+                         image=None, peak_mib=None, **failure(exc))
+            engine.recover()
+        else:
+            results.emit("request", **head, wall_s=round(time.monotonic() - started, 4),
+                         outcome="ok", image=request["output"], peak_mib=peak, error=None,
+                         traceback=None)
+    results.emit("done")
+    return 0
+
+
+def save_png(image: Any, path: str) -> None:
+    """Write a Pillow image atomically: the harness never reads half a file."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        image.save(tmp, "PNG")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def first_image(outputs: Any) -> Any:
+    """The first image of `omni.generate(...)`; builds differ in where they put it."""
+    first = outputs[0] if isinstance(outputs, list | tuple) else outputs
+    if hasattr(first, "save"):
+        return first
+    for holder in (first, getattr(first, "request_output", None)):
+        if isinstance(holder, list | tuple) and holder:
+            holder = holder[0]
+        images = getattr(holder, "images", None)
+        if images:
+            return images[0]
+    raise TypeError(f"no image in the engine's output ({type(first).__name__})")
+
+
+class OmniEngine:
+    """vLLM-Omni's offline engine, as the contract shows it at the pinned commit."""
+
+    def __init__(self, model: str, kwargs: dict):
+        from vllm_omni import Omni
+        from vllm_omni.inputs.data import OmniDiffusionSamplingParams
+
+        self.params = OmniDiffusionSamplingParams
+        self.omni = Omni(model=model, **kwargs)
+
+    def generate(self, request: dict) -> float | None:
+        from PIL import Image
+
+        torch = sys.modules.get("torch")
+        cuda = torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        # RGB, as upstream's edit example and the server's upload path hand the pipeline.
+        images = [Image.open(path).convert("RGB") for path in request["references"]]
+        prompt: dict[str, Any] = {"prompt": request["prompt"]}
+        if images:
+            prompt["multi_modal_data"] = {"image": images}
+        params = self.params(height=request["height"], width=request["width"],
+                             seed=request["seed"],
+                             num_inference_steps=request["num_inference_steps"],
+                             true_cfg_scale=request["true_cfg_scale"])
+        outputs = self.omni.generate(prompt, sampling_params_list=[params])
+        save_png(first_image(outputs), request["output"])
+        # Zero when the diffusion worker runs in another process: then nothing is known here.
+        peak = torch.cuda.max_memory_allocated() / MIB if cuda else 0.0
+        return round(peak, 1) if peak > 0 else None
+
+    def recover(self) -> None:
+        torch = sys.modules.get("torch")
+        if torch is not None and torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def build_parser(prog: str = "offline_runner.py") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="model path or repo id")
+    kwargs = parser.add_mutually_exclusive_group(required=True)
+    kwargs.add_argument("--kwargs", help="Omni(...) keyword arguments as a JSON object")
+    kwargs.add_argument("--kwargs-file", help="file holding the JSON object")
+    parser.add_argument("--requests", required=True, help="JSON file of the requests")
+    parser.add_argument("--results", required=True, help="JSON-lines file the results go to")
+    return parser
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _read_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not valid JSON: {exc}") from None
+
+
+def load_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
+    """The kwargs and the requests; UsageError naming the file or option that is wrong."""
+    if args.kwargs_file:
+        with open(args.kwargs_file, encoding="utf-8") as handle:
+            kwargs = _read_json(handle.read(), args.kwargs_file)
+        where = args.kwargs_file
+    else:
+        kwargs, where = _read_json(args.kwargs, "--kwargs"), "--kwargs"
+    if not isinstance(kwargs, dict):
+        raise UsageError(f"{where}: expected a JSON object of Omni(...) keyword arguments")
+    if "model" in kwargs:
+        raise UsageError(f"{where}: 'model' is given with --model, not in the kwargs")
+    with open(args.requests, encoding="utf-8") as handle:
+        spec = _read_json(handle.read(), args.requests)
+    requests = spec.get("requests") if isinstance(spec, dict) else None
+    if not isinstance(requests, list):
+        raise UsageError(f"{args.requests}: expected {{\"requests\": [...]}}")
+    wanted = ("id", "fixture", "seed", "prompt", "width", "height", "references",
+              "num_inference_steps", "true_cfg_scale", "output")
+    for i, request in enumerate(requests):
+        missing = [k for k in wanted if not isinstance(request, dict) or k not in request]
+        if missing:
+            raise UsageError(f"{args.requests}: requests[{i}] lacks {', '.join(missing)}")
+    return kwargs, requests
+
+
+def main(argv: list[str] | None = None,
+         engine: Callable[[str, dict], Engine] = OmniEngine, prog: str = "offline_runner.py") -> int:
+    args = build_parser(prog).parse_args(argv)
+    try:
+        kwargs, requests = load_inputs(args)
+    except (OSError, UsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return run(lambda: engine(args.model, kwargs), requests, Results(args.results))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

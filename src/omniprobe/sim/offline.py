@@ -1,0 +1,50 @@
+"""`python -m omniprobe.sim offline --hosts-file F --sim-host H <runner arguments>`: the offline
+runner's protocol (omniprobe.offline_runner) over the capacity model instead of vLLM-Omni.
+
+The kwargs map onto the same flags the simulated server takes, so offline and serve runs of one
+configuration allocate alike and render the same pictures. Everything it writes is simulated.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .. import offline_runner
+from ..atomic import write_bytes_atomic
+from ..hosts import SimCapacity
+from .http import Faults
+from .knobs import flags_from_kwargs
+from .model import Pipeline, Request
+
+
+class SimEngine:
+    def __init__(self, cap: SimCapacity, kwargs: dict, memory, time_scale: float, faults: Faults):
+        self.memory, self.faults, self.count = memory, faults, 0
+        self.pipeline = Pipeline(cap, flags_from_kwargs(kwargs), memory, time_scale)
+        self.pipeline.init_parameters()
+
+    def generate(self, request: dict) -> float:
+        self.count += 1
+        if self.count in self.faults.crash:
+            raise SystemExit("RuntimeError: CUDA error: an illegal memory access was encountered")
+        if self.count in self.faults.hang:
+            time.sleep(3600)
+        if self.count in self.faults.malformed:
+            write_bytes_atomic(request["output"], b"\x89PNG not really")
+            return 0.0
+        references = [Path(p).read_bytes() for p in request["references"]]
+        output = self.pipeline.generate(Request(
+            prompt=request["prompt"], references=references, width=request["width"],
+            height=request["height"], seed=request["seed"], steps=request["num_inference_steps"]))
+        write_bytes_atomic(request["output"], output.png)
+        return round(output.peak_memory_mb, 1)
+
+    def recover(self) -> None:
+        """Nothing to tidy: the pipeline releases a failed request's blocks itself."""
+
+
+def main(argv: list[str], cap: SimCapacity, memory, time_scale: float, faults: Faults) -> int:
+    return offline_runner.main(
+        argv, engine=lambda model, kwargs: SimEngine(cap, kwargs, memory, time_scale, faults),
+        prog="python -m omniprobe.sim offline")

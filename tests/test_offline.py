@@ -1,0 +1,430 @@
+"""probe-offline end to end against the simulated engine, and the runner script on its own."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from omniprobe import offline_runner
+from omniprobe.attempts import probe_attempts
+from omniprobe.cli import build_parser
+from omniprobe.envstate import EnvError
+from omniprobe.evidence import load_attempt
+from omniprobe.hosts import load_hosts
+from omniprobe.imaging import load_pixels, pixels_sha256
+from omniprobe.offline import RUNNER, run_offline, runner_command
+from omniprobe.oom import parse_oom
+from omniprobe.validate import load_project
+
+from .conftest import make_project, processes_with, wait_for
+
+
+def offline(project, *extra, host="sim"):
+    out = io.StringIO()
+    args = build_parser().parse_args(["probe-offline", "--host", host, "--grace", "2", *extra])
+    return run_offline(project, args, out=out), out.getvalue()
+
+
+def the_attempt(project, host="sim"):
+    [folder] = sorted((project.evidence_dir / host).iterdir())
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    return attempt
+
+
+def add_to_hosts(project, text: str, kwarg_sets: list[str] = (), command_extra: str = "") -> None:
+    """Append tables to the project's hosts.toml, list kwarg sets on the sim host, and extend its
+    offline command (e.g. with sim faults)."""
+    hosts = project.hosts_file.read_text()
+    listed = '"sim-offline-bf16", "sim-offline-fp8v", "sim-offline-fp8"'
+    hosts = hosts.replace(listed, ", ".join([listed, *(f'"{k}"' for k in kwarg_sets)]))
+    if command_extra:
+        hosts = hosts.replace('"offline", "--hosts-file", "{hosts_file}", "--sim-host", "{host}"]',
+                              f'"offline", "--hosts-file", "{{hosts_file}}", "--sim-host", '
+                              f'"{{host}}", {command_extra}]')
+    project.hosts_file.write_text(hosts + "\n" + text)
+
+
+def test_the_sim_matrix_follows_the_capacity_model_and_validates(project, tmp_path):
+    code, out = offline(project, "--fixture", "sim-three", "--fixture", "sim-four")
+    assert code == 0, out
+    attempt = the_attempt(project)
+    assert attempt.id.endswith("-sim-offline") and attempt.simulated
+    assert attempt.meta.description.startswith("probe-offline by omniprobe")
+    # Not an attempt probe-init / probe-serve would resume.
+    assert probe_attempts(project.evidence_dir / "sim") == []
+    got = {(r.kwarg_set, r.fixture): (r.outcome, r.quality) for r in attempt.offline_requests}
+    assert got == {
+        ("sim-offline-bf16", "sim-three"): ("ok", "sound"),
+        ("sim-offline-bf16", "sim-four"): ("oom", "unchecked"),
+        ("sim-offline-fp8v", "sim-three"): ("ok", "sound"),
+        ("sim-offline-fp8v", "sim-four"): ("oom", "unchecked"),
+        ("sim-offline-fp8", "sim-three"): ("ok", "broken"),
+        ("sim-offline-fp8", "sim-four"): ("ok", "broken")}
+    oom = next(r for r in attempt.offline_requests if r.outcome == "oom")
+    assert oom.oom.phase == "request" and oom.oom.requested == "1.50 GiB"
+    assert oom.oom.location.function == "image_mlp" and "CUDA out of memory" in oom.error
+    broken = next(r for r in attempt.offline_requests if r.quality == "broken")
+    assert any("opaque fraction" in reason for reason in broken.image.reasons)
+    rows = {(r.kwarg_set, r.fixture): r for r in attempt.offline}
+    assert rows[("sim-offline-fp8", "sim-four")].quality == "broken"
+    assert rows[("sim-offline-bf16", "sim-four")].oom.requested == "1.50 GiB"
+    assert rows[("sim-offline-bf16", "sim-three")].wall_s is not None
+    for row in attempt.offline:
+        [log] = row.logs
+        data = (project.artifacts_dir / log.path).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == log.sha256
+    _, problems = load_project(project)
+    assert problems == []
+    assert "[sim-offline-fp8 3/3] sim-four seed 2301: ok" in out and "output broken" in out
+    assert not processes_with(str(tmp_path))
+
+
+def test_records_hash_the_saved_image_and_the_kv_knob_changes_its_pixels(project):
+    assert offline(project, "--fixture", "sim-pair", "--kwarg-set", "sim-offline-bf16",
+                   "--kwarg-set", "sim-offline-fp8v")[0] == 0
+    bf16, fp8v = the_attempt(project).offline_requests
+    for record in (bf16, fp8v):
+        path = project.artifacts_dir / record.artifact
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == record.output_sha256
+        assert pixels_sha256(load_pixels(path)) == record.pixels_sha256
+        assert record.quality == "sound" and record.peak_mib > 0
+    # fp8_v takes a quarter of the KV part (320 MiB) off each of the two references.
+    assert bf16.peak_mib - fp8v.peak_mib == 2 * 80
+    assert bf16.pixels_sha256 != fp8v.pixels_sha256
+
+
+def test_init_failures_are_runs_without_requests(project):
+    add_to_hosts(project, """
+[offline_kwarg_sets.sim-offline-resident]
+description = "test: no offload, the weights do not fit"
+kwargs = { enforce_eager = true }
+
+[offline_kwarg_sets.sim-offline-tiling]
+description = "test: a kwarg the capacity model does not describe"
+kwargs = { enable_cpu_offload = true, vae_use_tiling = true }
+""", ["sim-offline-resident", "sim-offline-tiling"])
+    code, out = offline(project, "--kwarg-set", "sim-offline-resident",
+                        "--kwarg-set", "sim-offline-tiling", "--fixture", "sim-single")
+    assert code == 0, out
+    attempt = the_attempt(project)
+    assert attempt.offline_requests == []
+    resident, tiling = attempt.offline
+    assert (resident.outcome, resident.fixture, resident.oom.phase) == ("init-oom", None, "init")
+    assert resident.oom.requested == "96.00 MiB"
+    assert resident.oom.location.function == "init_parameters"
+    assert tiling.outcome == "init-error" and "vae_use_tiling" in tiling.note
+    assert "[sim-offline-resident 1/2] the engine was not built: init-oom" in out
+
+
+def test_a_kwarg_set_without_kwargs_is_refused_by_name_and_skipped_otherwise(project):
+    add_to_hosts(project, """
+[offline_kwarg_sets.sim-offline-unstated]
+description = "test: the source does not give its kwargs"
+""", ["sim-offline-unstated"])
+    code, out = offline(project, "--kwarg-set", "sim-offline-unstated")
+    assert code == 1
+    assert ("offline kwarg set 'sim-offline-unstated' cannot run: hosts.toml "
+            "[offline_kwarg_sets.sim-offline-unstated] has no 'kwargs'") in out
+    assert not (project.evidence_dir / "sim").exists()
+    code, out = offline(project, "--fixture", "sim-t2i")
+    assert code == 0, out
+    assert "refused: offline kwarg set 'sim-offline-unstated' cannot run" in out
+    assert "not done: offline kwarg set 'sim-offline-unstated'" in out
+    assert {r.kwarg_set for r in the_attempt(project).offline_requests} == {
+        "sim-offline-bf16", "sim-offline-fp8v", "sim-offline-fp8"}
+
+
+@pytest.mark.parametrize(("host", "extra", "message"), [
+    ("rtx3090", ["--kwarg-set", "offline-fp8-encoder-only"],
+     "hosts.toml [offline_kwarg_sets.offline-fp8-encoder-only] has no 'kwargs'"),
+    ("rtx3090", ["--kwarg-set", "offline-fp8v"],
+     "fixture 'single-reference' cannot run: its source does not state prompt, width, height, "
+     "references"),
+    ("sim", ["--kwarg-set", "offline-fp8v"],
+     "offline kwarg set(s) offline-fp8v are not run on host 'sim'"),
+    ("sim", ["--fixture", "nope"], "unknown fixture(s) nope"),
+    ("rtx5080", [], "host 'rtx5080' has no offline kwarg sets"),
+])
+def test_refusals_leave_no_evidence(project, host, extra, message):
+    code, out = offline(project, *extra, host=host)
+    assert code == 1 and message in out
+    assert not project.evidence_dir.exists() or not any(project.evidence_dir.iterdir())
+
+
+def test_a_real_host_needs_its_built_env(project, tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(tmp_path_factory.mktemp("envroot")))
+    cfg = load_hosts(project.hosts_file)
+    with pytest.raises(EnvError, match=r"host 'rtx3090': the pinned environment .*envroot\d*/envs/"
+                                       r"rtx3090 is not ready \(no build stamp.*omniprobe env "
+                                       r"build --host rtx3090"):
+        runner_command(cfg, project, "rtx3090")
+    assert runner_command(cfg, project, "sim")[:4] == [sys.executable, "-m", "omniprobe.sim",
+                                                        "offline"]
+
+
+@pytest.mark.parametrize(("fault", "outcomes", "detail"), [
+    ("crash@2", [("ok", 0), ("error", 0), ("ok", 1)], "illegal memory access"),
+    ("malformed@2", [("ok", 0), ("error", 0), ("ok", 0)], "the runner's image is unreadable"),
+])
+def test_a_lost_request_is_recorded_and_the_rest_runs(tmp_path, monkeypatch, fault, outcomes,
+                                                      detail):
+    project = make_project(tmp_path, seeds=[2301, 2302, 2303])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    add_to_hosts(project, "", command_extra=f'"--fault", "{fault}"')
+    code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-single")
+    assert code == 0, out
+    records = the_attempt(project).offline_requests
+    assert [(r.outcome, r.lifetime) for r in records] == outcomes
+    assert detail in records[1].error and records[1].artifact is None
+    assert not processes_with(str(tmp_path))
+
+
+def test_a_hung_request_times_out_and_the_runner_restarts(tmp_path, monkeypatch):
+    project = make_project(tmp_path, seeds=[2301, 2302, 2303])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    add_to_hosts(project, "", command_extra='"--fault", "hang@2"')
+    code, out = offline(project, "--kwarg-set", "sim-offline-fp8", "--fixture", "sim-t2i",
+                        "--request-timeout", "1")
+    assert code == 0, out
+    records = the_attempt(project).offline_requests
+    assert [(r.outcome, r.lifetime) for r in records] == [("ok", 0), ("timeout", 0), ("ok", 1)]
+    assert records[1].error == "no result within 1 s" and 1 <= records[1].wall_s < 3
+    assert len(the_attempt(project).offline[0].logs) == 2
+    assert not processes_with(str(tmp_path))
+
+
+def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, monkeypatch):
+    project = make_project(tmp_path, seeds=[2301, 2302, 2303, 2304])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    add_to_hosts(project, "", command_extra='"--fault", "crash@1"')
+    code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-t2i")
+    assert code == 1
+    assert "not done: sim-offline-bf16: 1 request(s) not run after 2 restart(s)" in out
+    assert [r.outcome for r in the_attempt(project).offline_requests] == ["error"] * 3
+
+
+# --- the runner script itself, with a stand-in for vLLM-Omni ------------------------------
+
+FAKE_OMNI = '''
+import json, os
+from types import SimpleNamespace
+from PIL import Image
+
+
+class OutOfMemoryError(RuntimeError):
+    pass
+
+
+class Omni:
+    def __init__(self, model, **kwargs):
+        if "explode" in kwargs:
+            raise TypeError("Omni.__init__() got an unexpected keyword argument 'explode'")
+        self.model, self.kwargs = model, kwargs
+
+    def generate(self, prompt, sampling_params_list):
+        params = sampling_params_list[0]
+        images = prompt.get("multi_modal_data", {}).get("image", [])
+        with open(os.environ["FAKE_OMNI_CALLS"], "a") as log:
+            log.write(json.dumps({"model": self.model, "kwargs": self.kwargs,
+                                  "prompt": prompt["prompt"], "images": len(images),
+                                  "params": vars(params)}) + "\\n")
+        if len(images) > 1:
+            self.image_mlp()
+        image = Image.linear_gradient("L").resize((params.width, params.height)).convert("RGBA")
+        return [SimpleNamespace(images=[image])]
+
+    def image_mlp(self):
+        raise OutOfMemoryError(
+            "CUDA out of memory. Tried to allocate 490.00 MiB. GPU 0 has a total capacity of "
+            "23.56 GiB of which 203.00 MiB is free. Including non-PyTorch memory, this process "
+            "has 23.35 GiB memory in use. Of the allocated memory 20.86 GiB is allocated by "
+            "PyTorch, and 2.14 GiB is reserved by PyTorch but unallocated.")
+'''
+FAKE_PARAMS = '''
+class OmniDiffusionSamplingParams:
+    def __init__(self, **fields):
+        self.__dict__.update(fields)
+'''
+
+
+@pytest.fixture
+def fake_omni(tmp_path):
+    """A vllm_omni package with the contract's offline API, on a PYTHONPATH without omniprobe."""
+    root = tmp_path / "fake"
+    (root / "vllm_omni" / "inputs").mkdir(parents=True)
+    (root / "vllm_omni" / "__init__.py").write_text(FAKE_OMNI)
+    (root / "vllm_omni" / "inputs" / "__init__.py").write_text("")
+    (root / "vllm_omni" / "inputs" / "data.py").write_text(FAKE_PARAMS)
+    return root
+
+
+def requests_file(tmp_path, repo_fixtures: Path) -> Path:
+    refs = [str(repo_fixtures / "sim" / f"ref-{c}.png") for c in "ab"]
+    requests = [{"id": f"r{i}", "fixture": f"f{i}", "seed": 2301 + i, "prompt": "p",
+                 "width": 40, "height": 30, "references": refs[:i + 1],
+                 "num_inference_steps": 20, "true_cfg_scale": 1.0,
+                 "output": str(tmp_path / f"out-{i}.png")} for i in range(2)]
+    path = tmp_path / "requests.json"
+    path.write_text(json.dumps({"requests": requests}))
+    return path
+
+
+def run_runner(tmp_path, fake_omni, *args):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=str(fake_omni), FAKE_OMNI_CALLS=str(tmp_path / "calls.jsonl"))
+    return subprocess.run([sys.executable, str(RUNNER), *args], env=env, capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+
+
+def results(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_the_runner_generates_saves_and_reports_oom_from_the_exception(tmp_path, fake_omni, repo):
+    reqs = requests_file(tmp_path, repo.fixtures_file.parent)
+    done = run_runner(tmp_path, fake_omni, "--model", "/snap", "--kwargs",
+                      '{"enforce_eager": true, "extras": {"prefix_kv_cache_dtype": "fp8_v"}}',
+                      "--requests", str(reqs), "--results", str(tmp_path / "r.jsonl"))
+    assert done.returncode == 0, done.stderr
+    init, ok, oom, end = results(tmp_path / "r.jsonl")
+    assert (init["event"], init["outcome"], end["event"]) == ("init", "ready", "done")
+    assert (ok["id"], ok["outcome"], ok["image"]) == ("r0", "ok", str(tmp_path / "out-0.png"))
+    assert load_pixels(ok["image"]).width == 40
+    assert oom["outcome"] == "oom" and oom["image"] is None
+    assert oom["error"].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 490")
+    signature = parse_oom(oom["traceback"], "request")
+    assert signature.requested == "490.00 MiB" and signature.reserved_unallocated == "2.14 GiB"
+    assert signature.location.function == "image_mlp"
+    assert signature.location.file.startswith("vllm_omni/")
+    first, _ = results(tmp_path / "calls.jsonl")
+    assert first["kwargs"] == {"enforce_eager": True, "extras": {"prefix_kv_cache_dtype": "fp8_v"}}
+    assert first["model"] == "/snap" and first["images"] == 1
+    assert first["params"] == {"height": 30, "width": 40, "seed": 2301, "num_inference_steps": 20,
+                               "true_cfg_scale": 1.0}
+    assert done.stdout.count('"event": "request"') == 2  # echoed for the log
+
+
+def test_the_runner_reports_a_failed_init_and_stops(tmp_path, fake_omni, repo):
+    reqs = requests_file(tmp_path, repo.fixtures_file.parent)
+    (tmp_path / "kw.json").write_text('{"explode": 1}')
+    done = run_runner(tmp_path, fake_omni, "--model", "m", "--kwargs-file", str(tmp_path / "kw.json"),
+                      "--requests", str(reqs), "--results", str(tmp_path / "r.jsonl"))
+    assert done.returncode == 1
+    [init] = results(tmp_path / "r.jsonl")
+    assert init["outcome"] == "error" and "unexpected keyword argument 'explode'" in init["error"]
+    assert not (tmp_path / "out-0.png").exists()
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ("[1, 2]", "--kwargs: expected a JSON object"),
+    ("{nope", "--kwargs: not valid JSON"),
+    ('{"model": "x"}', "'model' is given with --model"),
+])
+def test_the_runner_refuses_bad_input_naming_it(tmp_path, fake_omni, repo, kwargs, message):
+    reqs = requests_file(tmp_path, repo.fixtures_file.parent)
+    done = run_runner(tmp_path, fake_omni, "--model", "m", "--kwargs", kwargs, "--requests",
+                      str(reqs), "--results", str(tmp_path / "r.jsonl"))
+    assert done.returncode == 2 and message in done.stderr
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_the_runner_refuses_a_request_missing_fields(tmp_path):
+    (tmp_path / "q.json").write_text('{"requests": [{"id": "x", "seed": 1}]}')
+    args = offline_runner.build_parser().parse_args(
+        ["--model", "m", "--kwargs", "{}", "--requests", str(tmp_path / "q.json"),
+         "--results", str(tmp_path / "r.jsonl")])
+    with pytest.raises(offline_runner.UsageError, match=r"requests\[0\] lacks fixture, prompt"):
+        offline_runner.load_inputs(args)
+
+
+def test_the_harness_runs_the_real_runner_script(project, fake_omni, monkeypatch, tmp_path):
+    """The sim host pointed at the runner script itself, with the stand-in vllm_omni."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(fake_omni), os.environ["PYTHONPATH"]]))
+    monkeypatch.setenv("FAKE_OMNI_CALLS", str(tmp_path / "calls.jsonl"))
+    hosts = project.hosts_file.read_text().replace(
+        'offline_command = ["{python}", "-m", "omniprobe.sim", "offline", "--hosts-file", '
+        '"{hosts_file}", "--sim-host", "{host}"]', 'offline_command = ["{python}", "{runner}"]')
+    project.hosts_file.write_text(hosts)
+    code, out = offline(project, "--kwarg-set", "sim-offline-fp8v", "--fixture", "sim-single",
+                        "--fixture", "sim-pair")
+    assert code == 0, out
+    single, pair = the_attempt(project).offline_requests
+    assert (single.outcome, single.quality, single.image.width) == ("ok", "sound", 64)
+    assert pair.outcome == "oom" and pair.oom.location.function == "image_mlp"
+    call = results(tmp_path / "calls.jsonl")[0]
+    assert call["kwargs"]["extras"] == {"prefix_kv_cache_dtype": "fp8_v"}
+
+
+def test_the_runner_imports_only_the_standard_library_and_the_pinned_env():
+    tree = ast.parse(RUNNER.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[0])
+    pinned_env = {"vllm_omni", "PIL", "torch"}
+    assert imported - set(sys.stdlib_module_names) <= pinned_env, imported
+    assert "vllm_omni" in imported
+
+
+# --- the harness interrupted or killed mid-request ---------------------------------------
+
+def _hanging_run(tmp_path):
+    """probe-offline as its own process, its runner hung in the first request."""
+    project = make_project(tmp_path)
+    add_to_hosts(project, "", command_extra='"--fault", "hang@1"')
+    run = subprocess.Popen(
+        [sys.executable, "-m", "omniprobe", "probe-offline", "--host", "sim", "--grace", "2",
+         "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-single"],
+        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "OMNIPROBE_ROOT": str(project.root)})
+    runner = f"{project.hosts_file} --sim-host sim --fault hang@1"
+    assert wait_for(lambda: processes_with(runner), 20)
+    assert wait_for(lambda: list(project.artifacts_dir.glob("sim/*/*/runner-1/results.jsonl")), 20)
+    return run, runner
+
+
+def test_ctrl_c_stops_the_runner_before_the_harness_exits(tmp_path):
+    run, runner = _hanging_run(tmp_path)
+    run.send_signal(signal.SIGINT)
+    out, _ = run.communicate(timeout=20)
+    assert run.returncode == 130, out
+    assert "interrupted: the runner was stopped" in out
+    assert processes_with(runner) == []
+
+
+def test_sigkill_of_the_harness_leaves_no_orphan_runner(tmp_path):
+    run, runner = _hanging_run(tmp_path)
+    run.kill()
+    run.wait()
+    assert wait_for(lambda: processes_with(runner) == [], 10), processes_with(runner)
+
+
+def test_a_runner_breaking_the_protocol_stops_the_run_naming_the_file(project, tmp_path):
+    script = tmp_path / "liar.py"
+    script.write_text(
+        "import json, sys\n"
+        "results = sys.argv[sys.argv.index('--results') + 1]\n"
+        "with open(results, 'a') as out:\n"
+        "    out.write(json.dumps({'event': 'init', 'outcome': 'ready', 'wall_s': 0}) + '\\n')\n"
+        "    out.write(json.dumps({'event': 'request', 'id': 'someone-else', 'outcome': 'ok',"
+        " 'wall_s': 0}) + '\\n')\n")
+    hosts = project.hosts_file.read_text().replace(
+        'offline_command = ["{python}", "-m", "omniprobe.sim", "offline", "--hosts-file", '
+        '"{hosts_file}", "--sim-host", "{host}"]', f'offline_command = ["{{python}}", "{script}"]')
+    project.hosts_file.write_text(hosts)
+    code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-t2i")
+    assert code == 1
+    assert "results.jsonl: expected the result of 'sim-t2i-2301'" in out
+    assert the_attempt(project).offline_requests == []

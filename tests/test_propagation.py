@@ -1,0 +1,120 @@
+"""The propagation check against the simulated server: a knob that arrives, one the simulated
+config bridge drops, one that cannot be measured, and the refusals."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from omniprobe.cli import build_parser
+from omniprobe.evidence import load_attempt
+from omniprobe.propagation import run_propagation
+from omniprobe.sim.knobs import BRIDGE_ENV
+from omniprobe.validate import load_project
+
+from .conftest import processes_with
+
+
+def check(project, port, *extra, host="sim"):
+    out = io.StringIO()
+    args = build_parser().parse_args(["propagation", "--host", host, "--port", str(port),
+                                      "--grace", "2", *extra])
+    return run_propagation(project, args, out=out), out.getvalue()
+
+
+def the_attempt(project, host="sim"):
+    [folder] = sorted((project.evidence_dir / host).iterdir())
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    return attempt
+
+
+def test_a_knob_the_bridge_honours_reaches_the_model(project, port, tmp_path):
+    code, out = check(project, port)
+    assert code == 0, out
+    attempt = the_attempt(project)
+    assert attempt.id.endswith("-sim-propagation") and attempt.simulated
+    [result] = attempt.propagation
+    assert (result.flag_set_with, result.flag_set_without) == ("sim-cpuoff-kvfp8v", "cpuoff")
+    assert (result.knob, result.fixture, result.seed) == (
+        "extras.prefix_kv_cache_dtype", "sim-single", 2301)
+    assert result.bytes_identical is False and result.pixels_identical is False
+    assert result.reached_model is True
+    served = {r.flag_set: r for r in attempt.requests}
+    assert set(served) == {"cpuoff", "sim-cpuoff-kvfp8v"}
+    assert all(r.outcome == "ok" and r.seed == 2301 for r in served.values())
+    assert "extras.prefix_kv_cache_dtype reached the model" in out
+    _, problems = load_project(project)
+    assert problems == []
+    assert not processes_with(str(tmp_path))
+
+
+def test_a_knob_the_bridge_drops_leaves_identical_outputs(project, port, monkeypatch):
+    monkeypatch.setenv(BRIDGE_ENV, "drop")
+    code, out = check(project, port, "--seed", "7")
+    assert code == 0, out
+    attempt = the_attempt(project)
+    [result] = attempt.propagation
+    assert result.bytes_identical is True and result.pixels_identical is True
+    assert result.reached_model is False and result.seed == 7
+    assert "did NOT reach the model: the outputs are byte-identical" in out
+    with_run = next(r for r in attempt.runs if r.flag_set == "sim-cpuoff-kvfp8v")
+    log = (project.artifacts_dir / with_run.lifetimes[0].log.path).read_text()
+    assert "the simulated config bridge drops them" in log
+
+
+def test_outputs_that_never_came_are_not_measured(project, port):
+    code, out = check(project, port, "--fixture", "sim-four")
+    assert code == 1
+    [result] = the_attempt(project).propagation
+    assert result.bytes_identical is None and result.reached_model is None
+    assert "not measured" in result.note and "cpuoff: request oom" in result.note
+    assert "sim-cpuoff-kvfp8v: request oom" in result.note
+
+
+@pytest.mark.parametrize(("host", "extra", "message"), [
+    ("rtx3090", [], "flag set 'cpuoff-fp8v' needs deploy/deploy-fp8v.yaml, whose content the "
+                    "source does not give ([deploy_configs.deploy-fp8v] content_known = false)"),
+    ("sim", ["--with", "cpuoff"], "flag set 'cpuoff' passes no deploy config"),
+    ("sim", ["--with", "int8"], "flag set 'int8' is not run on host 'sim'"),
+    ("sim", ["--without", "sim-cpuoff-kvfp8v"], "pass the same deploy config 'sim-kvfp8v'"),
+    ("sim", ["--fixture", "single-reference"],
+     "fixture 'single-reference' is not for host 'sim', which runs simulated fixtures only"),
+    ("sim", ["--fixture", "nope"], "unknown fixture(s) nope"),
+    ("rtx5080", [], "host 'rtx5080' has 0 flag sets with a deploy config (none)"),
+])
+def test_refusals_leave_no_evidence(project, port, host, extra, message):
+    code, out = check(project, port, *extra, host=host)
+    assert code == 1 and message in out, out
+    assert not project.evidence_dir.exists() or not any(project.evidence_dir.iterdir())
+
+
+def test_a_missing_deploy_file_is_refused(project, port):
+    (project.root / "deploy" / "sim-kvfp8v.yaml").unlink()
+    code, out = check(project, port)
+    assert code == 1 and "deploy/sim-kvfp8v.yaml, which does not exist" in out
+
+
+def test_the_knob_comes_from_hosts_toml_or_the_command_line(project, port):
+    hosts = project.hosts_file.read_text()
+    project.hosts_file.write_text(hosts.replace(
+        'content_known = true\nknob = "extras.prefix_kv_cache_dtype"\n', "content_known = true\n"))
+    code, out = check(project, port)
+    assert code == 1
+    assert "set 'knob' under [deploy_configs.sim-kvfp8v] in hosts.toml, or pass --knob" in out
+    code, out = check(project, port, "--knob", "the kv dtype")
+    assert code == 0, out
+    assert the_attempt(project).propagation[0].knob == "the kv dtype"
+
+
+def test_a_fixture_that_cannot_run_is_refused_and_passed_over_by_default(project, port):
+    suite = json.loads(project.fixtures_file.read_text())
+    next(f for f in suite["fixtures"] if f["id"] == "sim-single")["prompt"] = None
+    project.fixtures_file.write_text(json.dumps(suite))
+    code, out = check(project, port, "--fixture", "sim-single")
+    assert code == 1
+    assert "fixture 'sim-single' cannot run: its source does not state prompt" in out
+    assert check(project, port)[0] == 0
+    assert the_attempt(project).propagation[0].fixture == "sim-pair"
