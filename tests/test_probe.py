@@ -84,9 +84,10 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
     # fp8 is the capacity unlock that quality blocks.
     verdict = host_verdict("sim", loaded.hosts, loaded.fixtures, loaded.evidence)
     assert (verdict.verdict, verdict.blocker) == ("not-built", "quality")
-    assert verdict.highest_served_refs == 3 and verdict.served_by == ("cpuoff",)
+    assert verdict.highest_served_refs == 3
+    assert verdict.served_by == ("cpuoff", "sim-cpuoff-kvfp8v")
     assert verdict.capacity_unlocks == (CapacityUnlock("fp8", attempt.id, "broken"),)
-    assert verdict.initialised == ("cpuoff", "cpuoff-layerwise", "fp8")
+    assert verdict.initialised == ("cpuoff", "cpuoff-layerwise", "fp8", "sim-cpuoff-kvfp8v")
     assert verdict.failed_init == ("default",)
 
 
