@@ -116,6 +116,8 @@ SCENARIOS = [
         ("not-built", "quality", 0),
     ),
     ("5080 init fails again", "rtx5080", "fp8", "oom", {}, ("not-built", "init", 0)),
+    ("5080 serves two but four was never asked", "rtx5080", "cpuoff", "ready",
+     {1: ("ok", "sound"), 2: ("ok", "sound")}, ("not-built", "untested", 2)),
     (
         "3090 fp8 with sound outputs",
         "rtx3090",

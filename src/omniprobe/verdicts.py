@@ -3,7 +3,8 @@
 - A reference count is served by a run when every cell at that count is ok with sound output.
 - A host is built when some run serves the target reference count.
 - Otherwise the blocker is `init` when no run got past server start; `quality` when some run
-  fits the target count (every request ok) but its output is not sound; else `capacity`.
+  fits the target count (every request ok) but its output is not sound; `capacity` when a run
+  asked for the target count and did not fit; else `untested`: no run asked for it at all.
 - Simulated evidence counts only for a simulated host.
 """
 
@@ -19,7 +20,7 @@ from .quantities import Range
 from .summaries import RunView, run_views
 
 Verdict = Literal["built", "not-built", "no-evidence"]
-Blocker = Literal["init", "capacity", "quality"]
+Blocker = Literal["init", "capacity", "quality", "untested"]
 
 
 @dataclass(frozen=True)
@@ -141,8 +142,10 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
         verdict, blocker = "not-built", "init"
     elif unlocks:
         verdict, blocker = "not-built", "quality"
-    else:
+    elif any(target in cells_by_refs(r.view.cells, fixtures) for r in results):
         verdict, blocker = "not-built", "capacity"
+    else:
+        verdict, blocker = "not-built", "untested"
     return HostVerdict(
         host=name, verdict=verdict, blocker=blocker, target_refs=target,
         highest_served_refs=highest, served_by=served_by, capacity_unlocks=tuple(unlocks),
