@@ -164,9 +164,8 @@ def _env(args: argparse.Namespace) -> int:
 
 
 def _select_host(args: argparse.Namespace) -> int:
-    from .gpu import NvmlReader
     from .hosts import load_hosts
-    from .selection import NoHost, check_host, known_host, record_selection, resolve_host
+    from .selection import NoHost, known_host, record_selection, resolve_host
 
     project = find_project()
     cfg = load_hosts(project.hosts_file)
@@ -175,16 +174,15 @@ def _select_host(args: argparse.Namespace) -> int:
             name, why = resolve_host(project, cfg, args.host)
             print(f"host {name} ({why})")
             return 0
-        host = cfg.host(known_host(cfg, args.name, "select-host"))
+        known_host(cfg, args.name, "select-host")
     except NoHost as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    facts, problems = check_host(host, lambda: NvmlReader(args.gpu_index))
-    print(f"host {args.name}: " + (facts or "simulated, no GPU to check"))
-    record_selection(project, args.name, problems)
-    for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
-    return 1 if problems else 0
+    handed = record_selection(project, args.name, [])
+    print(f"selected host {args.name} for the probe sessions of this nox run (its env is checked "
+          "when a probe starts)" if handed else
+          "not in a nox run: nothing handed on; pass --host to the probe instead")
+    return 0
 
 
 def _probe(args: argparse.Namespace) -> int:
@@ -294,11 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 "the same nox run (env-<host>); failed checks make them refuse")
         q.set_defaults(func=_env, dry_run=False, select=False)
 
-    p = sub.add_parser("select-host", help="select the probe host and check its GPU, without "
-                       "building its env")
+    p = sub.add_parser("select-host", help="select the probe host without building its env "
+                       "(env-<host> builds and selects); without NAME, show the probe's choice")
     p.add_argument("name", nargs="?", help="select this host; without it, show the probe's choice")
     p.add_argument("--host", help="as the probe sessions take it, when NAME is not given")
-    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU")
     p.set_defaults(func=_select_host)
 
     p = sub.add_parser("probe-init", help="start the server under each flag set; record init")
@@ -337,6 +334,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fixture", help="fixture to serve (default: the runnable edit with the "
                    "fewest references)")
     p.add_argument("--seed", type=int, help="seed (default: the first sampling seed)")
+    p.add_argument("--venv", help="the real host's probe env, when no env-<host> session built "
+                   "it (default: [env] root)")
     p.add_argument("--port", type=int, help="server port (default: [serve] port)")
     p.add_argument("--model", help="model path or repo id for {model} (default: snapshot repo)")
     p.add_argument("--ready-timeout", type=float, help="seconds (default: [serve] ready_timeout_s)")

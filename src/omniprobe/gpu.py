@@ -28,14 +28,6 @@ class ProcessMemory:
     used: int | None  # bytes; None where NVML cannot tell (e.g. some containers)
 
 
-@dataclass(frozen=True)
-class GpuFacts:
-    name: str
-    total: int
-    compute_capability: str
-    driver: str
-
-
 class NvmlUnavailable(RuntimeError):
     """No NVML here (no driver, no GPU); the probe records that instead of crashing."""
 
@@ -84,15 +76,6 @@ class NvmlReader:
         except self._nvml.NVMLError:
             return _proc_name(pid)
         return name.decode() if isinstance(name, bytes) else name
-
-    def facts(self) -> GpuFacts:
-        nvml = self._nvml
-        name = nvml.nvmlDeviceGetName(self._handle)
-        major, minor = nvml.nvmlDeviceGetCudaComputeCapability(self._handle)
-        driver = nvml.nvmlSystemGetDriverVersion()
-        return GpuFacts(name=name.decode() if isinstance(name, bytes) else name,
-                        total=self.memory()[1], compute_capability=f"{major}.{minor}",
-                        driver=driver.decode() if isinstance(driver, bytes) else driver)
 
 
 class SimReader:

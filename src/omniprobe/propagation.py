@@ -15,16 +15,25 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from .attempts import AttemptBusy, AttemptStore, new_attempt
+from .envstate import EnvError
 from .evidence import PropagationCheck, RequestRecord, write_section
 from .fixtures import Fixture, FixtureNotRunnable, FixtureSuite, load_fixtures
-from .gpu import GpuBusy, NvmlReader
+from .gpu import GpuBusy
 from .hosts import Host, HostsConfig, load_hosts
 from .imaging import UnreadableImage, load_pixels, pixels_sha256
-from .probe import PlanError, Probe, ProbeOptions, ReaderFactory, default_readers, serve_fixtures
+from .probe import (
+    PlanError,
+    Probe,
+    ProbeOptions,
+    ReaderFactory,
+    default_readers,
+    probe_env,
+    serve_fixtures,
+)
 from .project import Project
 from .quality import resolve_artifact
-from .selection import NoHost, check_host, resolve_host
-from .server import FlagSetNotRunnable, PortInUse, server_command
+from .selection import NoHost, resolve_host
+from .server import FlagSetNotRunnable, NotInEnv, PortInUse, server_command
 
 ATTEMPT_SUFFIX = "-propagation"
 
@@ -153,8 +162,10 @@ def _interrupt(signum, frame) -> None:
 
 
 def run_propagation(project: Project, args, *, readers: ReaderFactory | None = None,
-                    out: TextIO = sys.stderr) -> int:
-    """The propagation command: 0 when the check was measured (whichever way it came out)."""
+                    nvml=None, out: TextIO = sys.stderr) -> int:
+    """The propagation command: 0 when the check was measured (whichever way it came out).
+
+    `nvml` stands in for pynvml in a real host's env checks, as for the probe."""
     cfg = load_hosts(project.hosts_file)
     suite = load_fixtures(project.fixtures_file)
     serve = cfg.serve
@@ -172,26 +183,25 @@ def run_propagation(project: Project, args, *, readers: ReaderFactory | None = N
                            hosts_file=project.hosts_file)
         fixture, seed = choose_case(suite, host_name, host, args.fixture, args.seed)
         plan = Plan(choose_knob(cfg, with_, args.knob), with_, without, fixture, seed)
-        _, problems = check_host(host, lambda: NvmlReader(args.gpu_index))
-        if problems:
-            raise NoHost(f"this machine is not host {host_name!r}: " + "; ".join(problems))
+        options = ProbeOptions(
+            port=port, model=model, ready_timeout_s=args.ready_timeout or serve.ready_timeout_s,
+            request_timeout_s=args.request_timeout or serve.request_timeout_s,
+            grace_s=serve.stop_grace_s if args.grace is None else args.grace,
+            sample_hz=args.sample_hz, idle_timeout_s=args.idle_timeout,
+            flag_sets=(with_, without), fixtures=(fixture.id,))
+        env_bin = probe_env(project, cfg, host_name, options, venv=args.venv, nvml=nvml)
         store = new_attempt(project, host_name, host, ["omniprobe", *sys.argv[1:]],
                             suffix=ATTEMPT_SUFFIX, what="propagation check")
-    except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable, FlagSetNotRunnable) as exc:
+    except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable, FlagSetNotRunnable, EnvError,
+            NotInEnv) as exc:
         print(f"error: {exc}", file=out)
         return 1
-    options = ProbeOptions(
-        port=port, model=model, ready_timeout_s=args.ready_timeout or serve.ready_timeout_s,
-        request_timeout_s=args.request_timeout or serve.request_timeout_s,
-        grace_s=serve.stop_grace_s if args.grace is None else args.grace,
-        sample_hz=args.sample_hz, idle_timeout_s=args.idle_timeout,
-        flag_sets=(with_, without), fixtures=(fixture.id,))
     # The probe serves every sampling seed: give it a suite of the one seed compared.
     one_seed = suite.model_copy(update={"sampling": suite.sampling.model_copy(
         update={"seeds": [seed]})})
     probe = Probe(cfg, one_seed, project.fixtures_file.parent, project.hosts_file, host_name,
                   store, options, readers=readers or default_readers(host, args.gpu_index),
-                  out=out)
+                  env_bin=env_bin, out=out)
     previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         probe.probe_serve()

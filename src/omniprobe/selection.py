@@ -1,4 +1,4 @@
-"""Which host a probe acts on, and the GPU check of `select-host`.
+"""Which host a probe acts on.
 
 Order: the host an earlier env-<host> session of the same nox invocation selected, else
 `--host NAME`, else the hosts.toml host whose hostname is this machine's, else an error that
@@ -11,16 +11,13 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Callable
 from pathlib import Path
 
 from .atomic import write_text_atomic
-from .gpu import GpuFacts, NvmlReader, NvmlUnavailable
-from .hosts import Host, HostsConfig
+from .hosts import HostsConfig
 from .project import Project
 
 INVOCATION_ENV = "OMNIPROBE_INVOCATION"
-VRAM_TOLERANCE = 0.10  # marketed GB against the GiB NVML reports: 24 GB -> 24.0 GiB, 141 -> 139.8
 
 
 class NoHost(RuntimeError):
@@ -107,29 +104,3 @@ def session_venv(project: Project, host: str, env: dict[str, str] | None = None)
     state = read_state(state_path(project), env.get(INVOCATION_ENV))
     return state.get("venv") if state.get("host") == host else None
 
-
-def gpu_problems(host: Host, facts: GpuFacts) -> list[str]:
-    """How the GPU differs from hosts.toml: name, compute capability, memory within tolerance."""
-    problems = []
-    if host.gpu.lower() not in facts.name.lower():
-        problems.append(f"GPU is {facts.name!r}, hosts.toml says {host.gpu!r}")
-    if facts.compute_capability != host.compute_capability:
-        problems.append(f"compute capability is {facts.compute_capability}, hosts.toml says "
-                        f"{host.compute_capability}")
-    total_gib = facts.total / 1024**3
-    if abs(total_gib - host.vram_gb) > VRAM_TOLERANCE * host.vram_gb:
-        problems.append(f"GPU memory is {total_gib:.1f} GiB, hosts.toml says {host.vram_gb} GB")
-    return problems
-
-
-def check_host(host: Host, reader: Callable[[], NvmlReader]) -> tuple[str | None, list[str]]:
-    """What the GPU is, and how it differs from hosts.toml; a simulated host has none to check."""
-    if host.simulated:
-        return None, []
-    try:
-        facts = reader().facts()
-    except NvmlUnavailable as exc:
-        return None, [f"cannot read the GPU to check it against hosts.toml: {exc}"]
-    summary = (f"{facts.name}, compute capability {facts.compute_capability}, "
-               f"{facts.total / 1024**3:.1f} GiB, driver {facts.driver}")
-    return summary, gpu_problems(host, facts)
