@@ -23,11 +23,12 @@ from typing import TextIO
 from .atomic import write_text_atomic
 from .attempts import AttemptBusy, AttemptStore, file_ref, new_attempt
 from .client import ReferenceMismatch, load_references, sha256
-from .envstate import EnvError, env_paths, pins_hash, stamp_state
+from .envcheck import require_env_ok
+from .envstate import EnvError
 from .evidence import ArtifactRef, OfflineRequest, OfflineRun, write_section
 from .fixtures import Fixture, FixtureNotRunnable, FixtureSuite, load_fixtures
 from .gate import quality_of
-from .gpu import GpuBusy, NvmlReader, NvmlUnavailable, wait_idle
+from .gpu import GpuBusy, NvmlUnavailable, wait_idle
 from .hosts import Host, HostsConfig, load_hosts
 from .imaging import UnreadableImage, load_pixels, measure, pixels_sha256
 from .oom import is_oom, parse_oom
@@ -35,7 +36,7 @@ from .probe import PlanError, ReaderFactory, default_readers, serve_fixtures
 from .progress import Progress
 from .project import Project
 from .quantities import Range
-from .selection import NoHost, check_host, resolve_host
+from .selection import NoHost, resolve_host, session_venv
 from .server import ServerProcess, classify_exit
 from .sim.memory import STATE_ENV
 from .summaries import cell_outcome, cell_quality
@@ -105,19 +106,16 @@ def check_kwarg_sets(cfg: HostsConfig, host_name: str, host: Host,
 
 
 def runner_command(cfg: HostsConfig, project: Project, host_name: str,
-                   venv: str | None = None) -> list[str]:
-    """The host's offline_command, else the pinned venv's python on the runner script; refuses a
-    venv that is not a complete build of the current pins."""
+                   venv: str | None = None, *, nvml=None) -> list[str]:
+    """The host's offline_command, else the pinned venv's python on the runner script; refuses an
+    env that fails any check (EnvNotReady names each), as the probe sessions do."""
     host = cfg.host(host_name)
     if host.offline_command:
         fill = {"python": sys.executable, "runner": str(RUNNER),
                 "hosts_file": str(project.hosts_file), "host": host_name}
         return [_PLACEHOLDER.sub(lambda m: fill[m[1]], part) for part in host.offline_command]
-    paths = env_paths(cfg, project, host_name, venv)
-    current, why = stamp_state(paths, pins_hash(cfg, project))
-    if not current:
-        raise EnvError(f"host {host_name!r}: the pinned environment {paths.venv} is not ready "
-                       f"({why}); build it with `omniprobe env build --host {host_name}`")
+    venv = session_venv(project, host_name) or venv
+    paths = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths
     return [str(paths.python), str(RUNNER)]
 
 
@@ -434,8 +432,10 @@ def options_from(args, cfg: HostsConfig) -> OfflineOptions:
 
 
 def run_offline(project: Project, args, *, readers: ReaderFactory | None = None,
-                out: TextIO = sys.stderr) -> int:
-    """The probe-offline command: 0 when every planned request was recorded."""
+                nvml=None, out: TextIO = sys.stderr) -> int:
+    """The probe-offline command: 0 when every planned request was recorded.
+
+    `nvml` stands in for pynvml in a real host's env checks, as for the probe."""
     cfg = load_hosts(project.hosts_file)
     suite = load_fixtures(project.fixtures_file)
     fixtures_dir = project.fixtures_file.parent
@@ -449,10 +449,7 @@ def run_offline(project: Project, args, *, readers: ReaderFactory | None = None,
         fixtures = serve_fixtures(suite, host, options.fixtures)
         for fixture in fixtures:
             load_references(fixture, fixtures_dir)
-        _, problems = check_host(host, lambda: NvmlReader(args.gpu_index))
-        if problems:
-            raise NoHost(f"this machine is not host {host_name!r}: " + "; ".join(problems))
-        command = runner_command(cfg, project, host_name, args.venv)
+        command = runner_command(cfg, project, host_name, args.venv, nvml=nvml)
         store = new_attempt(project, host_name, host, ["omniprobe", *sys.argv[1:]],
                             suffix=ATTEMPT_SUFFIX, what="probe-offline")
     except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable, ReferenceMismatch,
