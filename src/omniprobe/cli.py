@@ -215,18 +215,13 @@ def _timeline(args: argparse.Namespace) -> int:
     return 0
 
 
-def _probe_options(p: argparse.ArgumentParser) -> None:
-    """Options probe-init and probe-serve share (nox hands both the same arguments after --)."""
+def _server_options(p: argparse.ArgumentParser) -> None:
+    """Where the server runs from and how long it is given: every session that starts one."""
     p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
-    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
     p.add_argument("--venv", help="the real host's probe env, when no env-<host> session built "
                    "one (default: <[env] root>/envs/<host>)")
     p.add_argument("--port", type=int, help="server port (default: [serve] port)")
     p.add_argument("--model", help="model path or repo id for {model} (default: snapshot repo)")
-    p.add_argument("--flag-set", action="append", default=[],
-                   help="only this flag set (repeatable)")
-    p.add_argument("--fixture", action="append", default=[],
-                   help="probe-serve: only this fixture (repeatable)")
     p.add_argument("--ready-timeout", type=float, help="seconds (default: [serve] ready_timeout_s)")
     p.add_argument("--request-timeout", type=float,
                    help="seconds (default: [serve] request_timeout_s)")
@@ -235,6 +230,16 @@ def _probe_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--idle-timeout", type=float, default=60.0,
                    help="seconds to wait for an idle GPU before each server start")
     p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU (PCI bus order)")
+
+
+def _probe_options(p: argparse.ArgumentParser) -> None:
+    """Options probe-init and probe-serve share (nox hands both the same arguments after --)."""
+    _server_options(p)
+    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+    p.add_argument("--flag-set", action="append", default=[],
+                   help="only this flag set (repeatable)")
+    p.add_argument("--fixture", action="append", default=[],
+                   help="probe-serve: only this fixture (repeatable)")
     p.set_defaults(func=_probe)
 
 
@@ -325,7 +330,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "
                        "config; record whether its knob reached the model (a new attempt)")
-    p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
     p.add_argument("--with", dest="flag_set_with", metavar="FLAG_SET",
                    help="flag set passing the deploy config (default: the host's only one)")
     p.add_argument("--without", dest="flag_set_without", metavar="FLAG_SET",
@@ -334,18 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fixture", help="fixture to serve (default: the runnable edit with the "
                    "fewest references)")
     p.add_argument("--seed", type=int, help="seed (default: the first sampling seed)")
-    p.add_argument("--venv", help="the real host's probe env, when no env-<host> session built "
-                   "it (default: [env] root)")
-    p.add_argument("--port", type=int, help="server port (default: [serve] port)")
-    p.add_argument("--model", help="model path or repo id for {model} (default: snapshot repo)")
-    p.add_argument("--ready-timeout", type=float, help="seconds (default: [serve] ready_timeout_s)")
-    p.add_argument("--request-timeout", type=float,
-                   help="seconds (default: [serve] request_timeout_s)")
-    p.add_argument("--grace", type=float, help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
-    p.add_argument("--sample-hz", type=float, default=10.0, help="GPU memory sampling rate")
-    p.add_argument("--idle-timeout", type=float, default=60.0,
-                   help="seconds to wait for an idle GPU before each server start")
-    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU (PCI bus order)")
+    _server_options(p)
     p.set_defaults(func=_propagation)
 
     p = sub.add_parser("timeline", help="render a recorded GPU memory series (JSONL) as SVG")

@@ -13,7 +13,6 @@ import itertools
 import json
 import os
 import re
-import signal
 import sys
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from .progress import Progress
 from .project import Project
 from .quantities import Range
 from .selection import NoHost, resolve_host, session_venv
-from .server import ServerProcess, classify_exit
+from .server import ServerProcess, classify_exit, signals_interrupt
 from .sim.memory import STATE_ENV
 from .summaries import cell_outcome, cell_quality
 
@@ -416,9 +415,6 @@ def _after_last_event(log: str) -> str:
     return log if at < 0 else log[at:].partition("\n")[2]
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
 
 def options_from(args, cfg: HostsConfig) -> OfflineOptions:
     serve = cfg.serve
@@ -462,9 +458,9 @@ def run_offline(project: Project, args, *, readers: ReaderFactory | None = None,
     plan = [Planned(f, s) for f in fixtures for s in seeds]
     probe = OfflineProbe(cfg, suite, fixtures_dir, host_name, store, options, command,
                          readers=readers or default_readers(host, args.gpu_index), out=out)
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        probe.run(kwarg_sets, plan)
+        with signals_interrupt():
+            probe.run(kwarg_sets, plan)
     except (GpuBusy, RunnerProtocolError) as exc:
         print(f"error: {exc}", file=out)
         return 1
@@ -473,8 +469,6 @@ def run_offline(project: Project, args, *, readers: ReaderFactory | None = None,
               file=out)
         return 130
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         store.close()
     print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(project.root)}, "
           f"artifacts in {store.artifacts}", file=out)

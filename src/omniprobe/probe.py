@@ -5,7 +5,6 @@ fixtures, and record every lifetime and request in the current attempt as it hap
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -61,6 +60,7 @@ from .server import (
     base_command,
     server_command,
     server_env,
+    signals_interrupt,
 )
 from .sim.memory import STATE_ENV
 
@@ -425,9 +425,6 @@ def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
 
 def options_from(args, cfg: HostsConfig) -> ProbeOptions:
     serve = cfg.serve
@@ -495,9 +492,9 @@ def run_probe(project: Project, session: str, args, *, readers: ReaderFactory | 
     probe = Probe(cfg, suite, project.fixtures_file.parent, project.hosts_file, host_name, store,
                   options, readers=readers or default_readers(host, args.gpu_index),
                   env_bin=env_bin, out=out)
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        (probe.probe_init if session == "probe-init" else probe.probe_serve)()
+        with signals_interrupt():
+            (probe.probe_init if session == "probe-init" else probe.probe_serve)()
     except (PortInUse, GpuBusy) as exc:
         print(f"error: {exc}", file=out)
         return 1
@@ -506,8 +503,6 @@ def run_probe(project: Project, session: str, args, *, readers: ReaderFactory | 
               file=out)
         return 130
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         probe.recorder.close()
         store.close()
     print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(project.root)}, "

@@ -9,7 +9,6 @@ attempt (`-propagation`).
 
 from __future__ import annotations
 
-import signal
 import sys
 from dataclasses import dataclass
 from typing import TextIO
@@ -33,7 +32,7 @@ from .probe import (
 from .project import Project
 from .quality import resolve_artifact
 from .selection import NoHost, resolve_host
-from .server import FlagSetNotRunnable, NotInEnv, PortInUse, server_command
+from .server import FlagSetNotRunnable, NotInEnv, PortInUse, server_command, signals_interrupt
 
 ATTEMPT_SUFFIX = "-propagation"
 
@@ -157,9 +156,6 @@ def describe(check: PropagationCheck) -> str:
             f"({check.flag_set_with} against {check.flag_set_without})")
 
 
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
 
 def run_propagation(project: Project, args, *, readers: ReaderFactory | None = None,
                     nvml=None, out: TextIO = sys.stderr) -> int:
@@ -202,13 +198,13 @@ def run_propagation(project: Project, args, *, readers: ReaderFactory | None = N
     probe = Probe(cfg, one_seed, project.fixtures_file.parent, project.hosts_file, host_name,
                   store, options, readers=readers or default_readers(host, args.gpu_index),
                   env_bin=env_bin, out=out)
-    previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        probe.probe_serve()
-        probe.recorder.drain()
-        deploy = cfg.deploy_configs[cfg.flag_sets[with_].deploy_config]
-        check = compare(store, plan, deploy.path)
-        write_section(store.folder, "propagation.json", [check])
+        with signals_interrupt():
+            probe.probe_serve()
+            probe.recorder.drain()
+            deploy = cfg.deploy_configs[cfg.flag_sets[with_].deploy_config]
+            check = compare(store, plan, deploy.path)
+            write_section(store.folder, "propagation.json", [check])
     except (PortInUse, GpuBusy, UnreadableImage) as exc:
         print(f"error: {exc}", file=out)
         return 1
@@ -217,8 +213,6 @@ def run_propagation(project: Project, args, *, readers: ReaderFactory | None = N
               file=out)
         return 130
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         probe.recorder.close()
         store.close()
     print(describe(check), file=out)

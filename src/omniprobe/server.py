@@ -266,3 +266,18 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """SIGTERM and SIGHUP stop a run the way Ctrl-C does, so every cleanup path runs."""
+
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
