@@ -8,6 +8,8 @@ from omniprobe.evidence import Cell
 from omniprobe.quantities import Range
 from omniprobe.report import cell_text, check_report, num, render_report, span, write_report
 
+from .evidence_scaffold import add_attempt
+
 MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
 
 
@@ -53,32 +55,9 @@ def test_a_changed_figure_changes_the_report_and_check_fails(repo_copy, monkeypa
 
 
 def test_verdict_wording_follows_the_evidence(repo_copy):
-    folder = repo_copy.evidence_dir / "rtx5080" / "fixed"
-    folder.mkdir()
-    (folder / "attempt.json").write_text(
-        json.dumps(
-            {
-                "id": "fixed",
-                "host": "rtx5080",
-                "date": "2026-11-30",
-                "description": "x",
-                "provenance": {"kind": "transcribed", "source": "test", "section": "test"},
-            }
-        )
-    )
-    (folder / "runs.json").write_text(
-        json.dumps(
-            [
-                {
-                    "flag_set": "int8",
-                    "init": {"outcome": "ready"},
-                    "cells": [
-                        {"fixture": "edit-compose-four", "outcome": "ok", "quality": "sound"}
-                    ],
-                }
-            ]
-        )
-    )
+    add_attempt(repo_copy, "rtx5080", "fixed", runs=[{
+        "flag_set": "int8", "init": {"outcome": "ready"},
+        "cells": [{"fixture": "edit-compose-four", "outcome": "ok", "quality": "sound"}]}])
     text = render_report(repo_copy)
     assert "**RTX 5080 (16 GB): built.**" in text
     assert "4 references are served with sound output under int8" in text
@@ -179,13 +158,7 @@ def test_a_filed_environment_manifest_is_shown(repo_copy):
 
 
 def test_timeline_figures_are_rendered_and_checked(repo_copy):
-    folder = repo_copy.evidence_dir / "rtx3090" / "probed"
-    folder.mkdir()
-    (folder / "attempt.json").write_text(json.dumps({
-        "id": "probed", "host": "rtx3090", "date": "2026-11-30", "description": "x",
-        "provenance": {"kind": "measured", "host": "rtx3090", "hostname": "cachyos-alexander",
-                       "tool_version": "0.1.0", "command": ["omniprobe"],
-                       "started_at": "2026-11-30T09:00:00Z"}}))
+    folder = add_attempt(repo_copy, "rtx3090", "probed")
     points = [{"t_s": t / 10, "device_mib": 1000 + 100 * t, "process_mib": 900 + 100 * t}
               for t in range(20)]
     (folder / "runs.json").write_text(json.dumps([{
@@ -213,13 +186,7 @@ def test_timeline_figures_are_rendered_and_checked(repo_copy):
 
 
 def test_measured_image_structure_is_tabulated(repo_copy):
-    folder = repo_copy.evidence_dir / "rtx3090" / "gated"
-    folder.mkdir()
-    (folder / "attempt.json").write_text(json.dumps({
-        "id": "gated", "host": "rtx3090", "date": "2026-11-30", "description": "x",
-        "provenance": {"kind": "measured", "host": "rtx3090", "hostname": "cachyos-alexander",
-                       "tool_version": "0.1.0", "command": ["omniprobe"],
-                       "started_at": "2026-11-30T09:00:00Z"}}))
+    folder = add_attempt(repo_copy, "rtx3090", "gated")
     (folder / "runs.json").write_text(json.dumps([{"flag_set": "fp8", "init": {"outcome": "ready"}}]))
 
     def image(opaque, verdict):

@@ -7,22 +7,8 @@ from omniprobe.summaries import cell_from, cells_from_requests
 from omniprobe.validate import load_valid_project
 from omniprobe.verdicts import all_verdicts
 
-MEASURED = {
-    "kind": "measured",
-    "host": "rtx5080",
-    "hostname": "cachyos-9900x-o11d",
-    "tool_version": "0.1.0",
-    "command": ["omniprobe", "probe-serve"],
-    "started_at": "2026-11-30T09:00:00Z",
-}
-SIMULATED = {
-    "kind": "simulated",
-    "tool_version": "0.1.0",
-    "command": ["omniprobe", "probe-serve"],
-    "started_at": "2026-11-30T09:00:00Z",
-    "model": "test",
-}
-HOSTNAMES = {"rtx3090": "cachyos-alexander", "rtx5080": "cachyos-9900x-o11d"}
+from .evidence_scaffold import SIMULATED, add_attempt
+
 FIXTURE_OF = {
     1: "single-reference",
     2: "edit-compose-pair",
@@ -37,30 +23,6 @@ def cells(spec: dict[int, tuple[str, str]]) -> list[dict]:
         {"fixture": FIXTURE_OF[r], "outcome": o, "quality": q, "wall_s": {"min": 40, "max": 41}}
         for r, (o, q) in spec.items()
     ]
-
-
-def add_attempt(repo_copy, host, attempt_id, runs=(), requests=(), provenance=None):
-    folder = repo_copy.evidence_dir / host / attempt_id
-    folder.mkdir(parents=True)
-    prov = dict(provenance or MEASURED)
-    if prov["kind"] == "measured":
-        prov.update(host=host, hostname=HOSTNAMES[host])
-    (folder / "attempt.json").write_text(
-        json.dumps(
-            {
-                "id": attempt_id,
-                "host": host,
-                "date": "2026-11-30",
-                "description": "test attempt",
-                "provenance": prov,
-                "baseline": "2026-10-07T170729Z-q3-4r",
-            }
-        )
-    )
-    if runs:
-        (folder / "runs.json").write_text(json.dumps(list(runs)))
-    if requests:
-        (folder / "requests.json").write_text(json.dumps(list(requests)))
 
 
 def verdicts(repo_copy):
