@@ -37,27 +37,24 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
                                 f"host {attempt.host!r} is simulated; its evidence must be "
                                 "'simulated', not 'measured'"))
 
-    def flag_set(file: str, path: str, name: str | None) -> None:
-        if name is not None and name not in host.serve_flag_sets:
-            problems.append(Problem(str(folder / file), path,
-                                    f"unknown flag set {name!r} for host {attempt.host!r} "
-                                    f"(expected one of {', '.join(host.serve_flag_sets)})"))
+    def checker(known: list[str] | set[str], message):
+        """A check that a name used at (file, path) is one of `known`; None is always fine."""
+        known = set(known)
 
-    def kwarg_set(file: str, path: str, name: str | None) -> None:
-        if name is not None and name not in host.offline_kwarg_sets:
-            problems.append(Problem(str(folder / file), path,
-                                    f"unknown offline kwarg set {name!r} for host {attempt.host!r} "
-                                    f"(expected one of {', '.join(host.offline_kwarg_sets) or 'none'})"))
+        def check(file: str, path: str, name: str | None) -> None:
+            if name is not None and name not in known:
+                problems.append(Problem(str(folder / file), path, message(name)))
+        return check
 
-    def fixture(file: str, path: str, name: str | None) -> None:
-        if name is not None and name not in fixtures.ids:
-            problems.append(Problem(str(folder / file), path,
-                                    f"unknown fixture {name!r} (fixtures: {', '.join(fixtures.ids)})"))
-
-    def baseline(file: str, path: str, name: str | None) -> None:
-        if name is not None and name not in attempt_ids:
-            problems.append(Problem(str(folder / file), path,
-                                    f"baseline attempt {name!r} is not under evidence/"))
+    flag_set = checker(host.serve_flag_sets, lambda name: (
+        f"unknown flag set {name!r} for host {attempt.host!r} "
+        f"(expected one of {', '.join(host.serve_flag_sets)})"))
+    kwarg_set = checker(host.offline_kwarg_sets, lambda name: (
+        f"unknown offline kwarg set {name!r} for host {attempt.host!r} "
+        f"(expected one of {', '.join(host.offline_kwarg_sets) or 'none'})"))
+    fixture = checker(fixtures.ids, lambda name: (
+        f"unknown fixture {name!r} (fixtures: {', '.join(fixtures.ids)})"))
+    baseline = checker(attempt_ids, lambda name: f"baseline attempt {name!r} is not under evidence/")
 
     baseline("attempt.json", "$.baseline", attempt.meta.baseline)
     for i, run in enumerate(attempt.runs):
