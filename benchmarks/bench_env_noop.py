@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from env_scaffold import FakeNvml, make_world  # noqa: E402
-from omniprobe.envbuild import build_env  # noqa: E402
+from omniprobe.env.build import build_env  # noqa: E402
 
 HOST = "testhost"
 TESTS = Path(__file__).resolve().parents[1] / "tests"

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from omniprobe.hosts import QualityConfig
-from omniprobe.imaging import load_pixels, measure, psnr, to_pixels
+from omniprobe.analysis.imaging import load_pixels, measure, psnr, to_pixels
+from omniprobe.config.hosts import QualityConfig
 
 WIDTH, HEIGHT = 1248, 832
 TARGET_MS = 30.0

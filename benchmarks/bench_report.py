@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from omniprobe.project import Project
-from omniprobe.report import render_report
-from omniprobe.validate import load_project
+from omniprobe.config.project import Project
+from omniprobe.evidence.validate import load_project
+from omniprobe.report.render import render_report
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDS = 10_000

@@ -21,13 +21,13 @@ from pathlib import Path
 
 import requests
 
-from omniprobe import probe as probe_module
-from omniprobe.attempts import open_attempt
-from omniprobe.fixtures import load_fixtures
-from omniprobe.hosts import load_hosts
-from omniprobe.probe import Probe, ProbeOptions
-from omniprobe.project import Project
-from omniprobe.server import free_port, server_command
+from omniprobe.config.fixtures import load_fixtures
+from omniprobe.config.hosts import load_hosts
+from omniprobe.config.project import Project
+from omniprobe.evidence.attempts import open_attempt
+from omniprobe.harness import probe as probe_module
+from omniprobe.harness.probe import Probe, ProbeOptions
+from omniprobe.harness.server import free_port, server_command
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = "sim-pair"  # two references, 1248x832 output

@@ -16,8 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from omniprobe.fakenvml import FakeNvml, Frame
-from omniprobe.gpu import MIB, NvmlReader, NvmlUnavailable, Sampler
+from tests.fakenvml import FakeNvml, Frame
+
+from omniprobe.harness.sampler import MIB, NvmlReader, NvmlUnavailable, Sampler
 
 
 def reader_and_label(child: int) -> tuple[NvmlReader, str]:

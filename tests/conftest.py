@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from omniprobe.cli import build_parser
-from omniprobe.project import Project
-from omniprobe.server import free_port
+from omniprobe.config.project import Project
+from omniprobe.harness.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "src"

@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from omniprobe.evidence import EnvManifest
-from omniprobe.project import Project
+from omniprobe.config.project import Project
+from omniprobe.evidence.models import EnvManifest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPO = "testorg/tiny-model"

@@ -9,11 +9,11 @@ import json
 import pytest
 from PIL import Image
 
-from omniprobe.attempts import open_attempt
-from omniprobe.client import form_fields, parse_failure, parse_success
-from omniprobe.fixtures import load_fixtures
-from omniprobe.hosts import load_hosts
-from omniprobe.probe import Probe, ProbeOptions
+from omniprobe.config.fixtures import load_fixtures
+from omniprobe.config.hosts import load_hosts
+from omniprobe.evidence.attempts import open_attempt
+from omniprobe.harness.client import form_fields, parse_failure, parse_success
+from omniprobe.harness.probe import Probe, ProbeOptions
 
 from .test_oom import CONTRACT
 

@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe import cli, envcheck
-from omniprobe.envbuild import build_env, check_env, dry_run
-from omniprobe.envstate import EnvBuildError, EnvNotReady, Runner, uv_command
-from omniprobe.evidence import load_attempt, load_evidence
-from omniprobe.probe import run_probe
-from omniprobe.server import free_port
-from omniprobe.validate import load_project
+from omniprobe import cli
+from omniprobe.env import checks as envcheck
+from omniprobe.env.build import build_env, check_env, dry_run
+from omniprobe.env.state import EnvBuildError, EnvNotReady, Runner, uv_command
+from omniprobe.evidence.models import load_attempt, load_evidence
+from omniprobe.evidence.validate import load_project
+from omniprobe.harness.probe import run_probe
+from omniprobe.harness.server import free_port
 
 from .env_scaffold import RTX5080, FakeNvml, World, git, make_world
 

@@ -9,12 +9,12 @@ import json
 import pytest
 
 from omniprobe.cli import main
-from omniprobe.envbuild import build_env
-from omniprobe.envsim import check_sim_env
-from omniprobe.envstate import EnvError, Runner
-from omniprobe.hosts import load_hosts
-from omniprobe.probe import run_probe
-from omniprobe.selection import read_state, state_path
+from omniprobe.config.hosts import load_hosts
+from omniprobe.config.selection import read_state, state_path
+from omniprobe.env.build import build_env
+from omniprobe.env.simulated import check_sim_env
+from omniprobe.env.state import EnvError, Runner
+from omniprobe.harness.probe import run_probe
 
 from .conftest import probe_args
 

@@ -13,16 +13,19 @@ from types import SimpleNamespace
 import pytest
 
 from omniprobe import cli
-from omniprobe.envbuild import _provide_python
-from omniprobe.envcheck import (
+from omniprobe.analysis.summaries import manifest_summary
+from omniprobe.config.hosts import load_hosts
+from omniprobe.config.project import Project
+from omniprobe.env.build import _provide_python
+from omniprobe.env.checks import (
     gpu_checks,
     host_facts,
     read_gpu,
     references_check,
     snapshot_checks,
 )
-from omniprobe.envmanifest import record_manifest
-from omniprobe.envstate import (
+from omniprobe.env.manifest import record_manifest
+from omniprobe.env.state import (
     EnvBuildError,
     EnvError,
     Stamp,
@@ -32,11 +35,8 @@ from omniprobe.envstate import (
     uv_command,
     write_stamp,
 )
-from omniprobe.evidence import load_attempt
-from omniprobe.hosts import load_hosts
-from omniprobe.problems import InputError
-from omniprobe.project import Project
-from omniprobe.summaries import manifest_summary
+from omniprobe.errors import InputError
+from omniprobe.evidence.models import load_attempt
 
 from .env_scaffold import (
     MODEL_REPO,

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from omniprobe.fixtures import FixtureNotRunnable, load_fixtures
-from omniprobe.problems import InputError
+from omniprobe.config.fixtures import FixtureNotRunnable, load_fixtures
+from omniprobe.errors import InputError
 
 
 def test_unknowns_stay_unknown_and_refuse_to_run(repo):

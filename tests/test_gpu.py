@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from omniprobe import client
-from omniprobe.fixtures import load_fixtures
-from omniprobe.gpu import MIB, NvmlReader, Sampler
-from omniprobe.hosts import load_hosts
-from omniprobe.oom import parse_oom
-from omniprobe.server import Endpoints, ServerProcess, server_command, server_env
+from omniprobe.analysis.oom import parse_oom
+from omniprobe.config.fixtures import load_fixtures
+from omniprobe.config.hosts import load_hosts
+from omniprobe.harness import client
+from omniprobe.harness.sampler import MIB, NvmlReader, Sampler
+from omniprobe.harness.server import Endpoints, ServerProcess, server_command, server_env
 
 try:
     import torch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import signal
 
-from omniprobe.evidence import load_attempt
+from omniprobe.evidence.models import load_attempt
 
 from .conftest import harness, make_project, processes_with, wait_for
 

@@ -1,7 +1,7 @@
 import pytest
 
-from omniprobe.hosts import load_hosts
-from omniprobe.problems import InputError
+from omniprobe.config.hosts import load_hosts
+from omniprobe.errors import InputError
 
 
 def test_committed_hosts_load(repo):

@@ -10,9 +10,7 @@ import pytest
 from PIL import Image
 from skimage.metrics import peak_signal_noise_ratio
 
-from omniprobe.cli import main
-from omniprobe.hosts import QualityConfig, load_hosts
-from omniprobe.imaging import (
+from omniprobe.analysis.imaging import (
     ImageMismatch,
     UnreadableImage,
     decode_pixels,
@@ -24,7 +22,9 @@ from omniprobe.imaging import (
     structure_reasons,
     to_pixels,
 )
-from omniprobe.problems import InputError
+from omniprobe.cli import main
+from omniprobe.config.hosts import QualityConfig, load_hosts
+from omniprobe.errors import InputError
 
 from .synthetic import broken_signature, natural, perturbed, save
 

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe import offline_runner
-from omniprobe.attempts import probe_attempts
+from omniprobe.analysis.imaging import load_pixels, pixels_sha256
+from omniprobe.analysis.oom import parse_oom
 from omniprobe.cli import build_parser
-from omniprobe.envstate import EnvError
-from omniprobe.evidence import load_attempt
-from omniprobe.hosts import load_hosts
-from omniprobe.imaging import load_pixels, pixels_sha256
-from omniprobe.offline import RUNNER, run_offline, runner_command
-from omniprobe.oom import parse_oom
-from omniprobe.validate import load_project
+from omniprobe.config.hosts import load_hosts
+from omniprobe.env.state import EnvError
+from omniprobe.evidence.attempts import probe_attempts
+from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.validate import load_project
+from omniprobe.harness import offline_runner
+from omniprobe.harness.offline import RUNNER, run_offline, runner_command
 
 from .conftest import make_project, processes_with, wait_for
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe.evidence import CodeRef, OomSignature
-from omniprobe.oom import error_message, innermost_model_frame, is_oom, merge, parse_oom
-from omniprobe.quantities import size_bytes
+from omniprobe.analysis.oom import error_message, innermost_model_frame, is_oom, merge, parse_oom
+from omniprobe.evidence.models import CodeRef, OomSignature
+from omniprobe.evidence.quantities import size_bytes
 from omniprobe.sim.memory import format_size, oom_message
 
 # The contract's text, seen on a real GPU under a 24 GiB per-process cap (wrapped as quoted).

@@ -8,15 +8,15 @@ import json
 
 import pytest
 
-from omniprobe.envstate import Stamp, env_paths, pins_hash, write_stamp
-from omniprobe.evidence import load_attempt
-from omniprobe.gpu import NvmlUnavailable
-from omniprobe.hosts import load_hosts
-from omniprobe.imaging import load_pixels, pixels_sha256
-from omniprobe.probe import run_probe
-from omniprobe.summaries import cells_from_requests
-from omniprobe.validate import load_project
-from omniprobe.verdicts import CapacityUnlock, host_verdict
+from omniprobe.analysis.imaging import load_pixels, pixels_sha256
+from omniprobe.analysis.summaries import cells_from_requests
+from omniprobe.analysis.verdicts import CapacityUnlock, host_verdict
+from omniprobe.config.hosts import load_hosts
+from omniprobe.env.state import Stamp, env_paths, pins_hash, write_stamp
+from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.validate import load_project
+from omniprobe.harness.probe import run_probe
+from omniprobe.harness.sampler import NvmlUnavailable
 
 from .conftest import make_project, probe_args, processes_with
 from .env_scaffold import RTX5080, FakeNvml
@@ -268,8 +268,8 @@ def test_port_in_use_is_refused_before_anything_runs(project, port, session):
 
 
 def test_a_busy_gpu_stops_the_probe_naming_the_holder(project, port):
-    from omniprobe.fakenvml import FakeNvml, Frame
-    from omniprobe.gpu import MIB, NvmlReader
+    from omniprobe.harness.sampler import MIB, NvmlReader
+    from tests.fakenvml import FakeNvml, Frame
 
     fake = FakeNvml([Frame(0.0, 9000 * MIB, compute=((4242, 8000 * MIB),))],
                     names={4242: "python3"})

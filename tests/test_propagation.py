@@ -9,10 +9,10 @@ import json
 import pytest
 
 from omniprobe.cli import build_parser
-from omniprobe.evidence import load_attempt
-from omniprobe.propagation import run_propagation
+from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.validate import load_project
+from omniprobe.harness.propagation import run_propagation
 from omniprobe.sim.knobs import BRIDGE_ENV
-from omniprobe.validate import load_project
 
 from .conftest import processes_with
 

@@ -11,22 +11,22 @@ import pytest
 from PIL import Image
 from skimage.metrics import peak_signal_noise_ratio
 
+from omniprobe.analysis.imaging import load_pixels, measure, pixels_sha256, to_pixels
+from omniprobe.analysis.structure_gate import gate_record, quality_of
 from omniprobe.cli import main
-from omniprobe.evidence import Attempt, ImageMetrics, LoadedAttempt, RequestRecord, load_attempt
-from omniprobe.fixtures import load_fixtures
-from omniprobe.gate import gate_record, quality_of
-from omniprobe.hosts import QualityConfig
-from omniprobe.imaging import load_pixels, measure, pixels_sha256, to_pixels
-from omniprobe.problems import InputError
-from omniprobe.project import Project
-from omniprobe.quality import (
+from omniprobe.config.fixtures import load_fixtures
+from omniprobe.config.hosts import QualityConfig
+from omniprobe.config.project import Project
+from omniprobe.errors import InputError
+from omniprobe.evidence.models import Attempt, ImageMetrics, LoadedAttempt, RequestRecord, load_attempt
+from omniprobe.evidence.validate import load_project
+from omniprobe.harness.psnr_check import (
     Output,
     baseline_path,
     determinism_groups,
     latest_attempt_with_outputs,
     pixel_hashes,
 )
-from omniprobe.validate import load_project
 
 from .synthetic import broken_signature, natural, perturbed, save
 

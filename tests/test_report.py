@@ -4,9 +4,9 @@ import re
 import pytest
 
 from omniprobe import cli
-from omniprobe.evidence import Cell
-from omniprobe.quantities import Range
-from omniprobe.report import cell_text, check_report, num, render_report, span, write_report
+from omniprobe.evidence.models import Cell
+from omniprobe.evidence.quantities import Range
+from omniprobe.report.render import cell_text, check_report, num, render_report, span, write_report
 
 from .evidence_scaffold import add_attempt
 
@@ -136,8 +136,8 @@ def test_identical_psnr_rows_render_without_a_mean(repo_copy):
 def test_a_filed_environment_manifest_is_shown(repo_copy):
     from datetime import UTC, datetime
 
-    from omniprobe.envmanifest import record_manifest
-    from omniprobe.hosts import load_hosts
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.env.manifest import record_manifest
 
     from .env_scaffold import sample_manifest
 

@@ -10,22 +10,20 @@ import time
 
 import pytest
 
-from omniprobe.fakenvml import FakeNvml, Frame
-from omniprobe.gpu import (
+from omniprobe.analysis.series import Sample, decimate, summarise
+from omniprobe.harness.sampler import (
     MIB,
     GpuBusy,
     NvmlReader,
     NvmlUnavailable,
     ProcessMemory,
-    Sample,
     Sampler,
-    decimate,
     descends_from,
-    summarise,
     tree_memory,
     unique_processes,
     wait_idle,
 )
+from tests.fakenvml import FakeNvml, Frame
 
 ME = os.getpid()
 

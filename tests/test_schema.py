@@ -1,6 +1,6 @@
 import json
 
-from omniprobe.schema import all_schemas, stale_schemas
+from omniprobe.evidence.schema import all_schemas, stale_schemas
 
 
 def test_committed_schemas_are_fresh(repo):

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from omniprobe.hosts import load_hosts
-from omniprobe.selection import (
+from omniprobe.config.hosts import load_hosts
+from omniprobe.config.selection import (
     INVOCATION_ENV,
     NoHost,
     choose_host,

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe import client
-from omniprobe.fixtures import load_fixtures
-from omniprobe.hosts import load_hosts
-from omniprobe.imaging import decode_pixels, pixels_sha256
-from omniprobe.server import (
+from omniprobe.analysis.imaging import decode_pixels, pixels_sha256
+from omniprobe.config.fixtures import load_fixtures
+from omniprobe.config.hosts import load_hosts
+from omniprobe.harness import client
+from omniprobe.harness.server import (
     Endpoints,
     FlagSetNotRunnable,
     NotInEnv,

@@ -9,7 +9,7 @@ import pytest
 import requests
 from PIL import Image
 
-from omniprobe.hosts import load_hosts
+from omniprobe.config.hosts import load_hosts
 from omniprobe.sim import images
 from omniprobe.sim.http import BadRequest, build_request, parse_multipart
 from omniprobe.sim.model import Flags, UnsupportedFlags, request_peak_mib, resident_mib
@@ -83,7 +83,7 @@ def test_images_are_deterministic_and_fp8_collapses():
 
 
 def test_hosts_toml_errors_name_the_capacity_table_and_key(project):
-    from omniprobe.problems import InputError
+    from omniprobe.errors import InputError
 
     text = project.hosts_file.read_text()
     project.hosts_file.write_text(text.replace("spike_mib = 1536", "spike_mb = 1536"))

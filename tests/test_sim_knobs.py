@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from omniprobe.hosts import load_hosts
+from omniprobe.config.hosts import load_hosts
 from omniprobe.sim import images
 from omniprobe.sim.__main__ import main as sim_main
 from omniprobe.sim.knobs import DeployConfigError, deploy_extras, flags_from_kwargs

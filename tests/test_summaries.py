@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from omniprobe.evidence import OomSignature, RequestRecord
-from omniprobe.quantities import Range
-from omniprobe.summaries import cells_from_requests
+from omniprobe.analysis.summaries import cells_from_requests
+from omniprobe.evidence.models import OomSignature, RequestRecord
+from omniprobe.evidence.quantities import Range
 
 
 def rec(flag_set, fixture, seed, outcome="ok", quality="unchecked", wall=1.0, peak=None, oom=None):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from omniprobe.evidence import TimelinePoint
-from omniprobe.timeline import read_series, render_svg
+from omniprobe.analysis.series import read_series
+from omniprobe.evidence.models import TimelinePoint
+from omniprobe.report.timeline_svg import render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 POINTS = [TimelinePoint(t_s=0.0, device_mib=500, process_mib=None),

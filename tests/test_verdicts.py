@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from omniprobe.evidence import RequestRecord
-from omniprobe.summaries import cell_from, cells_from_requests
-from omniprobe.validate import load_valid_project
-from omniprobe.verdicts import all_verdicts
+from omniprobe.analysis.summaries import cell_from, cells_from_requests
+from omniprobe.analysis.verdicts import all_verdicts
+from omniprobe.evidence.models import RequestRecord
+from omniprobe.evidence.validate import load_valid_project
 
 from .evidence_scaffold import SIMULATED, add_attempt
 

@@ -15,13 +15,13 @@ import os
 import sys
 import traceback
 
-from ..hosts import load_hosts
-from ..problems import InputError
-from . import offline
-from .http import Faults, SimService, serve
-from .knobs import BRIDGE_ENV, BRIDGES, DeployConfigError, deploy_extras, kv_dtype
-from .memory import MIB, STATE_ENV, Accounted, StateFile, Torch
-from .model import Flags, Pipeline, UnsupportedFlags
+from omniprobe.config.hosts import load_hosts
+from omniprobe.errors import InputError
+from omniprobe.sim import offline
+from omniprobe.sim.http import Faults, SimService, serve
+from omniprobe.sim.knobs import BRIDGE_ENV, BRIDGES, DeployConfigError, deploy_extras, kv_dtype
+from omniprobe.sim.memory import MIB, STATE_ENV, Accounted, StateFile, Torch
+from omniprobe.sim.model import Flags, Pipeline, UnsupportedFlags
 
 TIME_SCALE_ENV = "OMNIPROBE_SIM_TIME_SCALE"
 

@@ -17,7 +17,7 @@ from io import BytesIO
 
 from PIL import Image
 
-from .model import Pipeline, Request
+from omniprobe.sim.model import Pipeline, Request
 
 
 class BadRequest(ValueError):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .model import Flags, UnsupportedFlags
+from omniprobe.sim.model import Flags, UnsupportedFlags
 
 # Where the serve path's bridge comes from unless --deploy-bridge says: honour or drop the extras.
 BRIDGE_ENV = "OMNIPROBE_SIM_DEPLOY_BRIDGE"

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from ..hosts import SimCapacity
-from . import images
-from .memory import MIB
+from omniprobe.config.hosts import SimCapacity
+from omniprobe.sim import images
+from omniprobe.sim.memory import MIB
 
 
 class UnsupportedFlags(ValueError):

@@ -10,12 +10,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .. import offline_runner
-from ..atomic import write_bytes_atomic
-from ..hosts import SimCapacity
-from .http import Faults
-from .knobs import flags_from_kwargs
-from .model import Pipeline, Request
+from omniprobe.atomic import write_bytes_atomic
+from omniprobe.config.hosts import SimCapacity
+from omniprobe.harness import offline_runner
+from omniprobe.sim.http import Faults
+from omniprobe.sim.knobs import flags_from_kwargs
+from omniprobe.sim.model import Pipeline, Request
 
 
 class SimEngine:

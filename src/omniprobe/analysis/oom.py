@@ -1,0 +1,112 @@
+"""PyTorch's CUDA out-of-memory text, from a server log or an HTTP error body, as a signature."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from omniprobe.evidence.models import CodeRef, OomSignature
+
+_SIZE = r"(\d+(?:\.\d+)? ?(?:bytes|KiB|MiB|GiB|TiB))"
+_FIELDS = {
+    "requested": rf"Tried to allocate {_SIZE}",
+    "total_capacity": rf"total capacity of {_SIZE}",
+    "in_use": rf"this process has {_SIZE} memory in use",
+    "allowed": rf"{_SIZE} allowed;",
+    "allocated": rf"Of the allocated memory {_SIZE} is allocated by PyTorch",
+    "reserved_unallocated": rf"and {_SIZE} is reserved by PyTorch but unallocated",
+}
+# PyTorch before 2.1 wrote "(GPU 0; 23.69 GiB total capacity; 21.83 GiB already allocated; ...)".
+_OLD_FIELDS = {
+    "total_capacity": rf"{_SIZE} total capacity",
+    "allocated": rf"{_SIZE} already allocated",
+}
+_MARKER = re.compile(r"CUDA out of memory|OutOfMemoryError")
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
+# Frames in these trees are the model's code; the sim's model stands in for vLLM-Omni's.
+MODEL_CODE = ("vllm_omni/", "omniprobe/sim/model")
+_LIBRARY = ("/torch/", "<frozen ", "/lib/python3", "omniprobe/sim/memory")
+
+
+def is_oom(text: str) -> bool:
+    return bool(_MARKER.search(text))
+
+
+def error_message(body: str) -> str:
+    """The message of `{"error": {"message": ...}}`, `{"detail": ...}` or a plain-text body."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return error["message"]
+        if isinstance(error, str):
+            return error
+        if isinstance(data.get("detail"), str):
+            return data["detail"]
+    return body
+
+
+def _sizes(message: str) -> dict[str, str]:
+    flat = " ".join(message.split())
+    found = {}
+    for name, pattern in _FIELDS.items():
+        match = re.search(pattern, flat)
+        if match:
+            found[name] = match.group(1)
+    if "total_capacity" not in found:
+        for name, pattern in _OLD_FIELDS.items():
+            match = re.search(pattern, flat)
+            if match:
+                found[name] = match.group(1)
+    return found
+
+
+def _short_path(path: str) -> str:
+    for marker in MODEL_CODE:
+        at = path.find(marker)
+        if at >= 0:
+            return path[at:]
+    return path
+
+
+def innermost_model_frame(traceback_text: str) -> CodeRef | None:
+    """The innermost frame in model code; else the innermost outside torch and the stdlib."""
+    frames = [m.groupdict() for m in _FRAME.finditer(traceback_text)]
+    for wanted in (lambda f: any(m in f["file"] for m in MODEL_CODE),
+                   lambda f: not any(m in f["file"] for m in _LIBRARY)):
+        for frame in reversed(frames):
+            if wanted(frame):
+                return CodeRef(file=_short_path(frame["file"]), lines=frame["line"],
+                               function=frame["func"])
+    return None
+
+
+def _last_oom_traceback(log: str) -> str:
+    """The traceback block that ends in the log's last OOM message."""
+    end = None
+    for match in _MARKER.finditer(log):
+        end = match.start()
+    if end is None:
+        return ""
+    start = log.rfind("Traceback (most recent call last):", 0, end)
+    return log[start:end] if start >= 0 else ""
+
+
+def parse_oom(text: str, phase: str) -> OomSignature | None:
+    """Parse an OOM message or a whole log; None when the text holds no CUDA OOM."""
+    if not is_oom(text):
+        return None
+    at = text.rfind("CUDA out of memory")
+    message = text[at:] if at >= 0 else text
+    return OomSignature(phase=phase, location=innermost_model_frame(_last_oom_traceback(text)),
+                        **_sizes(message))
+
+
+def merge(body: OomSignature | None, log: OomSignature | None) -> OomSignature | None:
+    """The HTTP body's figures with the log's code location (bodies carry no traceback)."""
+    if body is None or log is None:
+        return body or log
+    return body.model_copy(update={"location": body.location or log.location})

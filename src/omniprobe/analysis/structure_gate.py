@@ -1,0 +1,33 @@
+"""The quality gate: a request that returned a broken image is quality-failed, never served.
+
+The probe calls `gate_record(record, image_metrics(path, hosts.quality))` on every request that
+returned an image; the verdict rules count a request as served only when its outcome is ok and its
+quality is sound.
+"""
+
+from __future__ import annotations
+
+from omniprobe.analysis.imaging import structure_reasons
+from omniprobe.config.hosts import QualityConfig
+from omniprobe.evidence.models import ImageMetrics, Quality, RequestRecord
+
+
+def quality_of(metrics: ImageMetrics | None, thresholds: QualityConfig | None = None) -> Quality:
+    """The quality an image's metrics give: its recorded verdict, or re-derived under
+    `thresholds` from the recorded figures; no metrics is 'unchecked'."""
+    if metrics is None:
+        return "unchecked"
+    if thresholds is None:
+        return metrics.verdict
+    broken = structure_reasons(metrics.opaque_fraction, metrics.flatness, thresholds)
+    return "broken" if broken else "sound"
+
+
+def gate_record(record: RequestRecord, metrics: ImageMetrics) -> RequestRecord:
+    """The record with its image metrics attached and its quality set from them."""
+    if record.outcome != "ok":
+        raise ValueError(
+            f"request {record.flag_set}/{record.fixture}/seed {record.seed} has outcome "
+            f"{record.outcome!r}; only an ok request returns an image to gate"
+        )
+    return record.model_copy(update={"image": metrics, "quality": quality_of(metrics)})

@@ -1,0 +1,102 @@
+"""Summaries derived from records: cells from per-request records (what the verdict rules read for
+attempts the package measured), runs with their cells, and the facts of an environment manifest."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omniprobe.evidence.models import (
+    Cell,
+    EnvManifest,
+    LoadedAttempt,
+    Outcome,
+    Quality,
+    RequestRecord,
+    ServeRun,
+)
+from omniprobe.evidence.quantities import Range
+
+# The cell takes its worst request: one OOM among ok seeds still means the count does not fit.
+_OUTCOME_ORDER: tuple[Outcome, ...] = ("oom", "error", "timeout", "ok")
+
+
+def cell_outcome(outcomes: list[Outcome]) -> Outcome:
+    return next(o for o in _OUTCOME_ORDER if o in outcomes)
+
+
+def cell_quality(records: list[RequestRecord]) -> Quality:
+    """Sound only when every request returned a sound image; broken when any image was broken."""
+    qualities = {r.quality for r in records}
+    if "broken" in qualities:
+        return "broken"
+    if qualities == {"sound"} and all(r.outcome == "ok" for r in records):
+        return "sound"
+    return "unchecked"
+
+
+def _range(values: list[float | None]) -> Range | None:
+    present = [v for v in values if v is not None]
+    return Range.of(present) if present else None
+
+
+def cell_from(records: list[RequestRecord]) -> Cell:
+    """One fixture under one flag set; wall and peak ranges are over the requests that succeeded."""
+    ok = [r for r in records if r.outcome == "ok"]
+    oom = next((r.oom for r in records if r.oom is not None), None)
+    return Cell(fixture=records[0].fixture, seeds=sorted({r.seed for r in records}),
+                outcome=cell_outcome([r.outcome for r in records]),
+                quality=cell_quality(records),
+                wall_s=_range([r.wall_s for r in ok]),
+                server_peak_mb=_range([r.server_peak_mb for r in ok]),
+                oom=oom)
+
+
+def cells_from_requests(requests: list[RequestRecord]) -> dict[str, list[Cell]]:
+    """flag set -> its cells, in the order the fixtures were first requested."""
+    grouped: dict[str, dict[str, list[RequestRecord]]] = {}
+    for record in requests:
+        grouped.setdefault(record.flag_set, {}).setdefault(record.fixture, []).append(record)
+    return {flag_set: [cell_from(records) for records in fixtures.values()]
+            for flag_set, fixtures in grouped.items()}
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One server lifetime with all of its cells, stored or derived from request records."""
+
+    attempt: LoadedAttempt
+    run: ServeRun
+    cells: tuple[Cell, ...]
+
+    @property
+    def flag_set(self) -> str:
+        return self.run.flag_set
+
+
+def run_views(attempt: LoadedAttempt) -> list[RunView]:
+    derived = cells_from_requests(attempt.requests)
+    return [RunView(attempt, run, (*run.cells, *derived.get(run.flag_set, []))) for run in attempt.runs]
+
+
+def manifest_summary(manifest: EnvManifest) -> dict:
+    """The few facts the report shows for a host's environment."""
+    gpu = manifest.host_facts.gpu
+    counts = {status: sum(c.status == status for c in manifest.checks)
+              for status in ("pass", "fail", "skip")}
+    return {
+        "host": manifest.host,
+        "ok": manifest.ok,
+        "python": manifest.python.version,
+        "gpu": gpu.name if gpu else None,
+        "vram_mib": gpu.memory_total_mib if gpu else None,
+        "compute_capability": gpu.compute_capability if gpu else None,
+        "driver": gpu.driver_version if gpu else None,
+        "packages": [{"name": p.name, "pin": p.pin, "resolved": p.resolved}
+                     for p in manifest.pins],
+        "checks": counts,
+        "failed": [f"{c.name}: {c.detail}" for c in manifest.failed_checks],
+        "freeze_count": len(manifest.freeze),
+        "uv": manifest.uv_version,
+        "action": manifest.action,
+        "total_s": manifest.timings.total_s,
+    }

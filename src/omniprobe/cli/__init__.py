@@ -1,0 +1,366 @@
+"""The `omniprobe` command line; nox sessions call into it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from omniprobe.config.project import find_project
+from omniprobe.errors import InputError
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from omniprobe.evidence.schema import stale_schemas
+    from omniprobe.evidence.validate import load_project
+
+    project = find_project()
+    loaded, problems = load_project(project)
+    stale = stale_schemas(project.schema_dir)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    for name in stale:
+        print(f"error: schemas/{name} is stale; run `omniprobe schema`", file=sys.stderr)
+    if problems or stale:
+        print(f"{len(problems) + len(stale)} problem(s) found", file=sys.stderr)
+        return 1
+    assert loaded is not None
+    print(f"valid: hosts.toml ({len(loaded.hosts.hosts)} hosts), "
+          f"{len(loaded.fixtures.fixtures)} fixtures, {len(loaded.evidence.attempts)} attempts")
+    return 0
+
+
+def _schema(args: argparse.Namespace) -> int:
+    from omniprobe.evidence.schema import stale_schemas, write_schemas
+
+    project = find_project()
+    if args.check:
+        stale = stale_schemas(project.schema_dir)
+        for name in stale:
+            print(f"stale: schemas/{name}", file=sys.stderr)
+        return 1 if stale else 0
+    for path in write_schemas(project.schema_dir):
+        print(f"wrote {path.relative_to(project.root)}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from omniprobe.report.render import check_report, write_report
+
+    project = find_project()
+    if args.check:
+        diff = check_report(project)
+        if diff:
+            sys.stderr.write(diff)
+            print("REPORT.md is stale; run `nox -s report`", file=sys.stderr)
+            return 1
+        print("REPORT.md is fresh")
+        return 0
+    path = write_report(project)
+    print(f"wrote {path.relative_to(project.root)}")
+    return 0
+
+
+def _image_check(args: argparse.Namespace) -> int:
+    from omniprobe.cli.image_check import check_images, find_images, render_json, render_table
+    from omniprobe.config.hosts import QualityConfig, load_hosts
+
+    try:
+        hosts_file = find_project().hosts_file
+        cfg, source = load_hosts(hosts_file).quality, f"{hosts_file} [quality]"
+    except FileNotFoundError:
+        cfg, source = QualityConfig(), "built-in defaults (no hosts.toml found)"
+    except InputError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
+    paths, problems = find_images(args.paths)
+    checked, unreadable = check_images(paths, cfg)
+    problems += unreadable
+    if args.json:
+        sys.stdout.write(render_json(checked, problems, cfg, source))
+    else:
+        if checked:
+            print(render_table(checked))
+        print(f"thresholds: {source}")
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return 2
+    return 1 if any(c.metrics.verdict == "broken" for c in checked) else 0
+
+
+def _quality(args: argparse.Namespace) -> int:
+    from omniprobe.harness.psnr_check import render, run_quality
+
+    project = find_project()
+    result = run_quality(project, args.baseline, attempt_id=args.attempt, layout=args.layout,
+                         comparator=args.comparator, baseline_attempt=args.baseline_attempt)
+    print(render(result))
+    for path in result.written:
+        print(f"wrote {path}")
+    return 0
+
+def _env_command(args: argparse.Namespace) -> list[str]:
+    return ["omniprobe", "env", args.env_command, "--host", args.host,
+            *(["--venv", args.venv] if args.venv else [])]
+
+
+def _sim_env(args: argparse.Namespace, project) -> tuple[int, list[str], str | None]:
+    """`env build|check` of a simulated host: no build, the checks of what its server runs on;
+    (exit status, failed checks, no venv)."""
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.env.simulated import check_sim_env, format_sim_env
+
+    if args.dry_run:
+        print(f"# omniprobe env build --host {args.host}: a simulated host; nothing to build "
+              f"(dry run: nothing was run)\n# checks: {sys.executable} imports omniprobe.sim; "
+              "the simulated fixtures' references")
+        return 0, [], None
+    env = check_sim_env(load_hosts(project.hosts_file), project, args.host)
+    print(format_sim_env(env), end="")
+    return (0 if env.ok else 1), env.problems, None
+
+
+def _pinned_env(args: argparse.Namespace, project) -> tuple[int, list[str], str | None]:
+    """`env build|check` of a real host: (exit status, failed checks, venv)."""
+    from omniprobe.env.build import build_env, check_env, dry_run, format_result
+    from omniprobe.env.checks import failure_lines
+    from omniprobe.env.state import EnvError
+
+    try:
+        if args.dry_run:
+            print(dry_run(project, args.host, venv=args.venv), end="")
+            return 0, [], None
+        run = build_env if args.env_command == "build" else check_env
+        result = run(args.host, project=project, venv=args.venv, command=_env_command(args))
+    except EnvError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1, [" ".join(str(exc).split())], None
+    print(format_result(result, project), end="")
+    problems = failure_lines(result.verification.checks)
+    return (1 if problems else 0), problems, str(result.paths.venv)
+
+
+def _env(args: argparse.Namespace) -> int:
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.config.selection import INVOCATION_ENV, record_selection
+
+    project = find_project()
+    try:
+        simulated = load_hosts(project.hosts_file).host(args.host).simulated
+    except KeyError as exc:
+        print(f"error: {exc.args[0]}", file=sys.stderr)
+        return 1
+    code, problems, venv = (_sim_env if simulated else _pinned_env)(args, project)
+    if args.select and not args.dry_run:
+        handed = record_selection(project, args.host, problems, venv=venv)
+        print(f"selected host {args.host} for the probe sessions of this nox run" if handed else
+              f"--select: not in a nox run ({INVOCATION_ENV} unset); nothing handed on")
+    return code
+
+
+def _select_host(args: argparse.Namespace) -> int:
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.config.selection import NoHost, known_host, record_selection, resolve_host
+
+    project = find_project()
+    cfg = load_hosts(project.hosts_file)
+    try:
+        if args.name is None:
+            name, why = resolve_host(project, cfg, args.host)
+            print(f"host {name} ({why})")
+            return 0
+        known_host(cfg, args.name, "select-host")
+    except NoHost as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    handed = record_selection(project, args.name, [])
+    print(f"selected host {args.name} for the probe sessions of this nox run (its env is checked "
+          "when a probe starts)" if handed else
+          "not in a nox run: nothing handed on; pass --host to the probe instead")
+    return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    from omniprobe.harness.probe import run_probe
+
+    return run_probe(find_project(), args.command, args)
+
+
+def _probe_offline(args: argparse.Namespace) -> int:
+    from omniprobe.harness.offline import run_offline
+
+    return run_offline(find_project(), args)
+
+
+def _propagation(args: argparse.Namespace) -> int:
+    from omniprobe.harness.propagation import run_propagation
+
+    return run_propagation(find_project(), args)
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from omniprobe.analysis.series import decimate, read_series
+    from omniprobe.atomic import write_text_atomic
+    from omniprobe.report.timeline_svg import render_svg
+
+    svg = render_svg(decimate(read_series(args.series)), title=args.title or args.series.name)
+    out = args.output or args.series.with_suffix(".svg")
+    write_text_atomic(out, svg)
+    print(f"wrote {out}")
+    return 0
+
+
+def _server_options(p: argparse.ArgumentParser) -> None:
+    """Where the server runs from and how long it is given: every session that starts one."""
+    p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
+    p.add_argument("--venv", help="the real host's probe env, when no env-<host> session built "
+                   "one (default: <[env] root>/envs/<host>)")
+    p.add_argument("--port", type=int, help="server port (default: [serve] port)")
+    p.add_argument("--model", help="model path or repo id for {model} (default: snapshot repo)")
+    p.add_argument("--ready-timeout", type=float, help="seconds (default: [serve] ready_timeout_s)")
+    p.add_argument("--request-timeout", type=float,
+                   help="seconds (default: [serve] request_timeout_s)")
+    p.add_argument("--grace", type=float, help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
+    p.add_argument("--sample-hz", type=float, default=10.0, help="GPU memory sampling rate")
+    p.add_argument("--idle-timeout", type=float, default=60.0,
+                   help="seconds to wait for an idle GPU before each server start")
+    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU (PCI bus order)")
+
+
+def _probe_options(p: argparse.ArgumentParser) -> None:
+    """Options probe-init and probe-serve share (nox hands both the same arguments after --)."""
+    _server_options(p)
+    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+    p.add_argument("--flag-set", action="append", default=[],
+                   help="only this flag set (repeatable)")
+    p.add_argument("--fixture", action="append", default=[],
+                   help="probe-serve: only this fixture (repeatable)")
+    p.set_defaults(func=_probe)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="omniprobe", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check hosts.toml, fixtures/, evidence/ and schemas/")
+    p.set_defaults(func=_validate)
+
+    p = sub.add_parser("schema", help="write JSON Schema for every file format to schemas/")
+    p.add_argument("--check", action="store_true", help="exit 1 if the committed schemas are stale")
+    p.set_defaults(func=_schema)
+
+    p = sub.add_parser("report", help="render REPORT.md from the evidence")
+    p.add_argument("--check", action="store_true", help="exit 1 if REPORT.md differs from a fresh render")
+    p.set_defaults(func=_report)
+
+    p = sub.add_parser("image-check", help="metrics and structure verdict of image files or "
+                       "folders (exit 1: a broken image; 2: unreadable input)")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="image files, or folders to search "
+                   "recursively for .png/.jpg/.jpeg/.webp")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_image_check)
+
+    p = sub.add_parser("quality", help="PSNR of an attempt's outputs against a baseline attempt's "
+                       "images, and determinism groups; writes psnr.json and determinism.json")
+    p.add_argument("--baseline", type=Path, required=True, metavar="DIR",
+                   help="folder of the baseline attempt's images")
+    p.add_argument("--attempt", metavar="ID", help="attempt to check (default: the most recently "
+                   "started one with image artifacts)")
+    p.add_argument("--layout", metavar="PATTERN", help="baseline image path under DIR, e.g. "
+                   "'{fixture}/{seed}.png' (default: hosts.toml [quality] baseline_layout)")
+    p.add_argument("--comparator", choices=["rgba", "rgb"],
+                   help="channels compared (default: hosts.toml [quality] comparator)")
+    p.add_argument("--baseline-attempt", metavar="ID",
+                   help="attempt id of the baseline images (default: the attempt's baseline)")
+    p.set_defaults(func=_quality)
+
+    p = sub.add_parser("env", help="build or check a host's pinned probe environment")
+    env_sub = p.add_subparsers(dest="env_command", required=True)
+    for name, text in (
+        ("build", "build the env from hosts.toml (only verifies when nothing changed); a "
+                  "simulated host's env is omniprobe itself: only checked, nothing installed"),
+        ("check", "check the env and file its manifest; builds nothing"),
+    ):
+        q = env_sub.add_parser(name, help=text)
+        q.add_argument("--host", required=True, help="a hosts.toml host")
+        q.add_argument("--venv", help="venv path (default: <[env] root>/envs/<host>)")
+        if name == "build":
+            q.add_argument("--dry-run", action="store_true",
+                           help="print the commands a build runs; run nothing")
+            q.add_argument("--select", action="store_true",
+                           help="then select the host, and this env, for the probe sessions of "
+                                "the same nox run (env-<host>); failed checks make them refuse")
+        q.set_defaults(func=_env, dry_run=False, select=False)
+
+    p = sub.add_parser("select-host", help="select the probe host without building its env "
+                       "(env-<host> builds and selects); without NAME, show the probe's choice")
+    p.add_argument("name", nargs="?", help="select this host; without it, show the probe's choice")
+    p.add_argument("--host", help="as the probe sessions take it, when NAME is not given")
+    p.set_defaults(func=_select_host)
+
+    p = sub.add_parser("probe-init", help="start the server under each flag set; record init")
+    _probe_options(p)
+    p = sub.add_parser("probe-serve", help="serve every runnable fixture x seed per flag set")
+    _probe_options(p)
+
+    p = sub.add_parser("probe-offline", help="generate the fixtures with an offline Omni(...) "
+                       "engine per offline kwarg set of the host (a new attempt)")
+    p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
+    p.add_argument("--kwarg-set", action="append", default=[],
+                   help="only this offline kwarg set (repeatable; default: every runnable one)")
+    p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
+    p.add_argument("--seed", action="append", type=int, default=[],
+                   help="only this seed (repeatable; default: the fixtures' sampling seeds)")
+    p.add_argument("--model", help="model path or repo id (default: snapshot repo)")
+    p.add_argument("--venv", help="the pinned venv (default: <[env] root>/envs/<host>)")
+    p.add_argument("--ready-timeout", type=float,
+                   help="seconds to build the engine (default: [serve] ready_timeout_s)")
+    p.add_argument("--request-timeout", type=float,
+                   help="seconds (default: [serve] request_timeout_s)")
+    p.add_argument("--grace", type=float, help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
+    p.add_argument("--idle-timeout", type=float, default=60.0,
+                   help="seconds to wait for an idle GPU before each runner start")
+    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU (PCI bus order)")
+    p.set_defaults(func=_probe_offline)
+
+    p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "
+                       "config; record whether its knob reached the model (a new attempt)")
+    p.add_argument("--with", dest="flag_set_with", metavar="FLAG_SET",
+                   help="flag set passing the deploy config (default: the host's only one)")
+    p.add_argument("--without", dest="flag_set_without", metavar="FLAG_SET",
+                   help="flag set without it (default: the one with the same args and env)")
+    p.add_argument("--knob", help="what the deploy config sets (default: its hosts.toml 'knob')")
+    p.add_argument("--fixture", help="fixture to serve (default: the runnable edit with the "
+                   "fewest references)")
+    p.add_argument("--seed", type=int, help="seed (default: the first sampling seed)")
+    _server_options(p)
+    p.set_defaults(func=_propagation)
+
+    p = sub.add_parser("timeline", help="render a recorded GPU memory series (JSONL) as SVG")
+    p.add_argument("series", type=Path)
+    p.add_argument("-o", "--output", type=Path)
+    p.add_argument("--title")
+    p.set_defaults(func=_timeline)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

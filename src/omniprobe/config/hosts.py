@@ -1,0 +1,408 @@
+"""hosts.toml: the pinned stack, the hosts, the serve invocation and the named run matrices."""
+
+from __future__ import annotations
+
+import string
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from omniprobe.errors import InputError, Problem, problems_from_validation
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Stack(_Input):
+    """The software every host pins, as the seed report states it."""
+
+    upstream_repo: str = Field(description="Git URL of vLLM-Omni.")
+    upstream_commit: str = Field(description="Pinned vLLM-Omni commit (abbreviated as stated).")
+    recipe_version: str
+    python: str = Field(description="Python version of the probe venv, e.g. '3.13'.")
+    torch: str = Field(description="torch build, e.g. '2.13.0+cu130'.")
+    torch_index: str = Field(description="Package index that serves the torch build.")
+    transformers: str
+    diffusers_repo: str
+    diffusers_commit: str
+    model_snapshot: str = Field(description="'repo@revision' of the digest-pinned snapshot.")
+    offline_env: dict[str, str] = Field(description="Environment that keeps the hub offline.")
+
+    @property
+    def model_repo(self) -> str:
+        return self.model_snapshot.split("@", 1)[0]
+
+    @property
+    def model_revision(self) -> str:
+        return self.model_snapshot.split("@", 1)[1]
+
+    @model_validator(mode="after")
+    def _snapshot_has_revision(self) -> Stack:
+        if "@" not in self.model_snapshot:
+            raise ValueError("model_snapshot must be 'repo@revision'")
+        return self
+
+
+class Serve(_Input):
+    """How the server is started; {model} is replaced by the snapshot path or repo id."""
+
+    command: list[str] = Field(min_length=1)
+    bind_host: Literal["127.0.0.1"] = "127.0.0.1"
+    port: int = Field(ge=1, le=65535)
+    enforce_eager: bool
+    served_model_name: str
+    health_path: str = "/health"
+    ready_path: str | None = Field(
+        default=None, description="Optional readiness endpoint of newer builds (e.g. /ready)."
+    )
+    ready_timeout_s: float = Field(default=1200, gt=0, description="Longer init: a timeout.")
+    request_timeout_s: float = Field(default=900, gt=0)
+    stop_grace_s: float = Field(default=15, ge=0, description="SIGTERM to SIGKILL.")
+
+
+class DeployConfig(_Input):
+    """A deploy YAML a flag set passes with --deploy-config."""
+
+    path: str = Field(description="Path in this repository, relative to hosts.toml.")
+    content_known: bool = Field(
+        description="False when the source names the file but does not give its content."
+    )
+    description: str
+    knob: str | None = Field(
+        default=None, description="The setting it changes, e.g. 'extras.prefix_kv_cache_dtype': "
+                                  "what a propagation check of it names.")
+
+
+class FlagSet(_Input):
+    """One row of a run matrix: extra server arguments, environment and deploy configs."""
+
+    description: str
+    args: list[str] = []
+    env: dict[str, str] = {}
+    deploy_config: str | None = Field(
+        default=None, description="Name of a [deploy_configs] entry passed as --deploy-config."
+    )
+
+
+class OfflineKwargSet(_Input):
+    """Keyword arguments for an offline `Omni(...)` engine, plus environment."""
+
+    description: str
+    kwargs: dict | None = Field(
+        default=None,
+        description="Omni(...) kwargs; absent when the source does not state them (not runnable).",
+    )
+    env: dict[str, str] = {}
+
+
+class SimCapacity(_Input):
+    """The simulated server's capacity model (MiB and seconds); only a simulated host has one."""
+
+    vram_mib: int = Field(gt=0, description="Memory of the modelled card.")
+    context_mib: int = Field(ge=0, description="CUDA context and other non-PyTorch memory.")
+    init_chunk_mib: int = Field(gt=0, description="Size of each parameter allocation at init.")
+    dit_mib: dict[str, int] = Field(description="Resident DiT weights by precision (bf16, ...).")
+    encoder_mib: dict[str, int] = Field(
+        description="Text-encoder weights by precision; off the GPU under --enable-cpu-offload."
+    )
+    activation_mib: int = Field(ge=0, description="Working memory of every request.")
+    reference_mib: int = Field(ge=0, description="Conditioning cache per reference image.")
+    spike_mib: int = Field(gt=0, description="The per-step activation spike (image MLP).")
+    kv_reference_mib: int = Field(
+        default=0, ge=0, description="Of reference_mib, the conditioning KV cache that "
+                                     "prefix_kv_cache_dtype quantizes (fp8_v: its V half).")
+    layerwise_mib: int = Field(ge=0, description="Extra staging under --enable-layerwise-offload.")
+    collapsed: list[str] = Field(default=[], description="Precisions whose outputs collapse.")
+    init_s: float = Field(ge=0, description="Modelled init time.")
+    reference_s: float = Field(ge=0, description="Modelled prefill time per reference.")
+    step_s: float = Field(ge=0, description="Modelled time per denoise step.")
+
+    @model_validator(mode="after")
+    def _precisions_match(self) -> SimCapacity:
+        if set(self.dit_mib) != set(self.encoder_mib):
+            raise ValueError("dit_mib and encoder_mib must list the same precisions")
+        if "bf16" not in self.dit_mib:
+            raise ValueError("dit_mib needs a 'bf16' entry (the precision without --quantization)")
+        if self.kv_reference_mib > self.reference_mib:
+            raise ValueError("kv_reference_mib is part of reference_mib and cannot exceed it")
+        return self
+
+
+class Host(_Input):
+    name: str = Field(description="Human name of the host, e.g. 'RTX 3090'.")
+    hostname: str
+    gpu: str
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    vram_gb: int = Field(gt=0, description="Nominal VRAM as marketed (GB).")
+    host_ram_gib: float | None = Field(default=None, description="null: not stated.")
+    host_ram_note: str | None = None
+    python_provider: str = Field(description="How the pinned Python is provided on this host.")
+    simulated: bool = False
+    serve_flag_sets: list[str]
+    offline_kwarg_sets: list[str] = []
+    serve_command: list[str] | None = Field(
+        default=None, min_length=1,
+        description="Replaces [serve] command on this host; {python}, {model}, {hosts_file} "
+                    "and {host} are filled in.",
+    )
+    offline_command: list[str] | None = Field(
+        default=None, min_length=1,
+        description="Runs the offline runner on this host; {python}, {runner}, {hosts_file} and "
+                    "{host} are filled in. Default: the host's pinned venv python and {runner}.",
+    )
+    capacity: SimCapacity | None = Field(default=None, description="Simulated hosts only.")
+
+    @model_validator(mode="after")
+    def _capacity_iff_simulated(self) -> Host:
+        if self.simulated and self.capacity is None:
+            raise ValueError("a simulated host needs a [capacity] table")
+        if not self.simulated and self.capacity is not None:
+            raise ValueError("only a simulated host has a [capacity] table")
+        return self
+
+
+class Report(_Input):
+    """Identifiers the report cites (issue numbers in the downstream tracker)."""
+
+    title: str
+    downstream_repo: str
+    serving_profile_issue: int
+    topology_issue: int
+    retention_issue: int
+    upstream_issue: int
+    earlier_probe_issue: int
+
+
+class Probe(_Input):
+    target_reference_count: int = Field(ge=1)
+
+
+LAYOUT_PLACEHOLDERS = frozenset({"fixture", "source_name", "seed"})
+
+
+class QualityConfig(_Input):
+    """The output-structure check and the PSNR baseline layout (see imaging.py, quality.py).
+
+    Figures are on the 0-255 scale whatever the image's bit depth. The defaults are the values
+    hosts.toml states; they apply where a table omits a key or no hosts.toml is found.
+    """
+
+    opaque_alpha: int = Field(
+        default=255, ge=1, le=255, description="A pixel counts as opaque when its alpha is >= this."
+    )
+    min_opaque_fraction: float = Field(
+        default=0.9, ge=0, le=1, description="Below this opaque fraction an image is broken."
+    )
+    flat_tile: int = Field(default=8, ge=2, description="Edge (px) of the flatness tiles.")
+    flat_tolerance: int = Field(
+        default=2, ge=0, le=255,
+        description="A tile is near-constant when no RGB channel spans more than this many levels.",
+    )
+    max_flat_fraction: float = Field(
+        default=0.98, ge=0, le=1,
+        description="Above this fraction of near-constant tiles an image is broken (blank).",
+    )
+    comparator: Literal["rgba", "rgb"] = Field(
+        default="rgba", description="Channels PSNR compares; rgba is the seed report's comparator."
+    )
+    convert_modes: bool = Field(
+        default=False,
+        description="Compare images of different modes after converting both to RGBA; "
+        "false: a mode mismatch is an error.",
+    )
+    baseline_layout: str = Field(
+        default="{fixture}/{seed}.png",
+        description="Path of a baseline image under the baseline folder; placeholders {fixture} "
+        "(fixture id), {source_name} (the source's name for it) and {seed}.",
+    )
+
+    @model_validator(mode="after")
+    def _layout_placeholders(self) -> QualityConfig:
+        names = {name for _, name, _, _ in string.Formatter().parse(self.baseline_layout) if name}
+        unknown = names - LAYOUT_PLACEHOLDERS
+        if unknown:
+            raise ValueError(f"baseline_layout uses unknown placeholder(s) {sorted(unknown)}; "
+                             f"expected {sorted(LAYOUT_PLACEHOLDERS)}")
+        if "seed" not in names or not names & {"fixture", "source_name"}:
+            raise ValueError("baseline_layout must name {seed} and {fixture} or {source_name}, "
+                             f"got {self.baseline_layout!r}")
+        if Path(self.baseline_layout).is_absolute() or ".." in Path(self.baseline_layout).parts:
+            raise ValueError(f"baseline_layout must stay inside the baseline folder, "
+                             f"got {self.baseline_layout!r}")
+        return self
+
+
+class InstallStep(_Input):
+    """One `uv pip install` of the probe environment; [[env.install]] runs in file order."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Distribution name.")
+    version: str | None = Field(default=None, description="Exact version from an index (==).")
+    index: str | None = Field(
+        default=None, description="Index of this step only (uv --index-url); null: uv's default."
+    )
+    git: str | None = Field(default=None, description="Repository URL, cloned into the git cache.")
+    commit: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{7,40}$", description="Pinned commit, may be abbreviated."
+    )
+    editable: bool = Field(default=False, description="Install the clone in place (git only).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InstallStep:
+        if (self.version is None) == (self.git is None):
+            raise ValueError("give either 'version' (from an index) or 'git' with 'commit'")
+        if self.git is not None and self.commit is None:
+            raise ValueError("a git step needs 'commit'")
+        if self.git is None and (self.commit is not None or self.editable):
+            raise ValueError("'commit' and 'editable' apply to git steps only")
+        if self.git is not None and self.index is not None:
+            raise ValueError("'index' applies to version steps only")
+        return self
+
+    @property
+    def kind(self) -> Literal["index", "git"]:
+        return "git" if self.git is not None else "index"
+
+    @property
+    def pin(self) -> str:
+        return str(self.commit if self.git is not None else self.version)
+
+
+class EnvChecks(_Input):
+    """Settings of the checks run after an environment build."""
+
+    vram_tolerance: float = Field(
+        default=0.05, ge=0, lt=1,
+        description="Allowed relative difference between NVML's total memory (GiB) and vram_gb.",
+    )
+    snapshot_manifest: str | None = Field(
+        default=None,
+        description="JSON of the snapshot's file sha256 digests, relative to hosts.toml; "
+                    "null: not known (the seed states none).",
+    )
+
+
+class EnvConfig(_Input):
+    """How `omniprobe env build` makes each host's probe environment."""
+
+    root: str = Field(
+        default="~/.cache/omniprobe", pattern=r"^[~/]",
+        description="Outside git: venvs go to <root>/envs/<host>, clones to <root>/git. "
+                    "OMNIPROBE_ENV_ROOT overrides it.",
+    )
+    install: list[InstallStep] = Field(min_length=1, description="Install steps, in order.")
+    checks: EnvChecks = EnvChecks()
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> EnvConfig:
+        names = [step.name for step in self.install]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"install steps name a package twice: {', '.join(dupes)}")
+        return self
+
+
+class HostsConfig(_Input):
+    stack: Stack
+    serve: Serve
+    probe: Probe
+    report: Report
+    hosts: dict[str, Host]
+    flag_sets: dict[str, FlagSet]
+    deploy_configs: dict[str, DeployConfig] = {}
+    offline_kwarg_sets: dict[str, OfflineKwargSet] = {}
+    quality: QualityConfig = QualityConfig()
+    env: EnvConfig | None = Field(
+        default=None, description="The probe environment build; null: not configured."
+    )
+
+    def host(self, name: str) -> Host:
+        if name not in self.hosts:
+            raise KeyError(f"unknown host {name!r}; hosts.toml defines: {', '.join(self.hosts)}")
+        return self.hosts[name]
+
+    def real_hosts(self) -> dict[str, Host]:
+        return {k: h for k, h in self.hosts.items() if not h.simulated}
+
+
+def _toml_loc(loc) -> str:
+    """A pydantic location as the TOML table and key a user would look for."""
+    parts = [str(p) for p in loc]
+    if len(parts) >= 3 and parts[:2] == ["env", "install"]:
+        item = f"[[env.install]] item {parts[2]}"
+        return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
+    if len(parts) >= 3 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets"}:
+        return f"[{parts[0]}.{parts[1]}] key '{'.'.join(parts[2:])}'"
+    if len(parts) >= 2:
+        return f"[{parts[0]}] key '{'.'.join(parts[1:])}'"
+    return f"key '{parts[0]}'" if parts else ""
+
+
+def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
+    problems = []
+    for name, host in cfg.hosts.items():
+        for flag_set in host.serve_flag_sets:
+            if flag_set not in cfg.flag_sets:
+                problems.append(Problem(file, f"[hosts.{name}] key 'serve_flag_sets'",
+                                        f"flag set {flag_set!r} is not defined under [flag_sets]"))
+        for kwarg_set in host.offline_kwarg_sets:
+            if kwarg_set not in cfg.offline_kwarg_sets:
+                problems.append(Problem(
+                    file, f"[hosts.{name}] key 'offline_kwarg_sets'",
+                    f"offline kwarg set {kwarg_set!r} is not defined under [offline_kwarg_sets]"))
+    for name, flag_set in cfg.flag_sets.items():
+        if flag_set.deploy_config and flag_set.deploy_config not in cfg.deploy_configs:
+            problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",
+                                    f"deploy config {flag_set.deploy_config!r} is not defined "
+                                    "under [deploy_configs]"))
+    problems.extend(_env_against_stack(cfg, file))
+    return problems
+
+
+# Install steps that [stack] also pins: step field -> [stack] key that must hold the same value.
+_STACK_PINS = {
+    "torch": {"version": "torch", "index": "torch_index"},
+    "transformers": {"version": "transformers"},
+    "diffusers": {"git": "diffusers_repo", "commit": "diffusers_commit"},
+    "vllm-omni": {"git": "upstream_repo", "commit": "upstream_commit"},
+}
+
+
+def _env_against_stack(cfg: HostsConfig, file: str) -> list[Problem]:
+    """[stack] is what the report cites; [env] may not install anything else under those names."""
+    if cfg.env is None:
+        return []
+    problems = []
+    for i, step in enumerate(cfg.env.install):
+        for field, stack_key in _STACK_PINS.get(step.name, {}).items():
+            want, got = getattr(cfg.stack, stack_key), getattr(step, field)
+            if got != want:
+                problems.append(Problem(file, f"[[env.install]] item {i} key '{field}'",
+                                        f"{step.name}: expected [stack] {stack_key} {want!r}, "
+                                        f"got {got!r}"))
+    manifest = cfg.env.checks.snapshot_manifest
+    if manifest is not None and not (Path(file).parent / manifest).is_file():
+        problems.append(Problem(file, "[env.checks] key 'snapshot_manifest'",
+                                f"file {manifest!r} not found next to {Path(file).name}"))
+    return problems
+
+
+def load_hosts(path: str | Path) -> HostsConfig:
+    """Load and check hosts.toml; raise InputError listing every problem."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError([Problem(str(path), "", "file not found")]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError([Problem(str(path), "", f"not valid TOML: {exc}")]) from None
+    try:
+        cfg = HostsConfig.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(problems_from_validation(path, exc, _toml_loc)) from None
+    problems = _cross_references(cfg, str(path))
+    if problems:
+        raise InputError(problems)
+    return cfg

@@ -1,0 +1,106 @@
+"""Which host a probe acts on.
+
+Order: the host an earlier env-<host> session of the same nox invocation selected, else
+`--host NAME`, else the hosts.toml host whose hostname is this machine's, else an error that
+lists the hosts. Nox runs each session in its own venv and process, so the selection travels
+through a small state file keyed by the invocation id the noxfile puts in the environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+from omniprobe.atomic import write_text_atomic
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.config.project import Project
+
+INVOCATION_ENV = "OMNIPROBE_INVOCATION"
+
+
+class NoHost(RuntimeError):
+    """No host could be chosen, or the chosen one failed its check."""
+
+
+def state_path(project: Project) -> Path:
+    return project.artifacts_dir / "selection.json"
+
+
+def read_state(path: Path, invocation: str | None) -> dict:
+    """What earlier sessions of this invocation recorded; empty for another invocation or none."""
+    if not invocation:
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and data.get("invocation") == invocation else {}
+
+
+def update_state(path: Path, invocation: str, **values) -> dict:
+    """Merge values into this invocation's state (a new invocation starts it afresh)."""
+    state = {**read_state(path, invocation), **values, "invocation": invocation}
+    write_text_atomic(path, json.dumps(state, indent=2, sort_keys=True) + "\n")
+    return state
+
+
+def _hosts_list(cfg: HostsConfig) -> str:
+    return ", ".join(f"{name} ({'simulated' if h.simulated else h.hostname})"
+                     for name, h in cfg.hosts.items())
+
+
+def known_host(cfg: HostsConfig, name: str, where: str) -> str:
+    if name not in cfg.hosts:
+        raise NoHost(f"{where} names host {name!r}, which hosts.toml does not define; "
+                     f"hosts: {_hosts_list(cfg)}")
+    return name
+
+
+def choose_host(cfg: HostsConfig, *, selected: str | None, requested: str | None,
+                hostname: str) -> tuple[str, str]:
+    """(host, why) in the documented order; NoHost listing the hosts when none applies."""
+    if selected:
+        return known_host(cfg, selected, "the env session"), "selected by an earlier env session"
+    if requested:
+        return known_host(cfg, requested, "--host"), "given with --host"
+    short = hostname.split(".", 1)[0]
+    for name, host in cfg.hosts.items():
+        if not host.simulated and host.hostname in (hostname, short):
+            return name, f"this machine is {hostname}"
+    raise NoHost(f"no host selected: run an env-<host> session first, or pass --host NAME "
+                 f"(after -- under nox); this machine ({hostname}) matches no hostname in "
+                 f"hosts.toml; hosts: {_hosts_list(cfg)}")
+
+
+def resolve_host(project: Project, cfg: HostsConfig, requested: str | None,
+                 env: dict[str, str] | None = None, hostname: str | None = None) -> tuple[str, str]:
+    """The probe's host; refuses one whose env session failed its GPU check."""
+    env = os.environ if env is None else env
+    state = read_state(state_path(project), env.get(INVOCATION_ENV))
+    name, why = choose_host(cfg, selected=state.get("host"), requested=requested,
+                            hostname=hostname or socket.gethostname())
+    if state.get("host") == name and state.get("problems"):
+        raise NoHost(f"env-{name} failed its checks: " + "; ".join(state["problems"]))
+    return name, why
+
+
+def record_selection(project: Project, host: str, problems: list[str], *, venv: str | None = None,
+                     env: dict[str, str] | None = None) -> bool:
+    """Hand the host (its failed checks, its env's venv) to the later sessions of this nox
+    invocation; False when there is no invocation to hand it to."""
+    env = os.environ if env is None else env
+    invocation = env.get(INVOCATION_ENV)
+    if not invocation:
+        return False
+    update_state(state_path(project), invocation, host=host, problems=problems, venv=venv)
+    return True
+
+
+def session_venv(project: Project, host: str, env: dict[str, str] | None = None) -> str | None:
+    """The venv an env session of this invocation recorded for `host`, if any."""
+    env = os.environ if env is None else env
+    state = read_state(state_path(project), env.get(INVOCATION_ENV))
+    return state.get("venv") if state.get("host") == host else None
+

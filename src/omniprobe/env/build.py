@@ -1,0 +1,304 @@
+"""`omniprobe env build`: make a host's pinned probe environment from hosts.toml with uv.
+
+A build provides the pinned Python (uv installs it where the machine lacks it), clones each git
+pin into a cache and checks its commit out, creates the venv afresh, then runs the [[env.install]]
+steps in order, each constrained by every pin. The venv's stamp is written 'incomplete' before
+the first install and 'complete' after the last, so an interrupted or failed build is never
+taken for a good one, and the next build repairs it. When the stamp is complete for the current
+pins, a build only verifies. Every command is an argument list; `--dry-run` prints them.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from omniprobe.atomic import write_text_atomic
+from omniprobe.config.hosts import HostsConfig, InstallStep, load_hosts
+from omniprobe.config.project import Project, find_project
+from omniprobe.env.checks import Verification, check_lines, verify_env
+from omniprobe.env.manifest import make_manifest, record_manifest
+from omniprobe.env.state import (
+    EnvBuildError,
+    EnvPaths,
+    Ran,
+    Runner,
+    Stamp,
+    env_config,
+    env_paths,
+    pins_hash,
+    stamp_state,
+    uv_command,
+    write_stamp,
+)
+from omniprobe.evidence.models import EnvManifest
+
+Echo = Callable[[str], None]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+# --- the commands, shared by the build and its dry run ----------------------------------
+
+
+def _python_find(uv: str, version: str) -> list[str]:
+    # --system: skip virtual environments (an active one, or a .venv near the working folder).
+    return [uv, "python", "find", "--system", version]
+
+
+def _python_install(uv: str, version: str) -> list[str]:
+    return [uv, "python", "install", version]
+
+
+def _venv(uv: str, python: str, paths: EnvPaths) -> list[str]:
+    return [uv, "venv", "--clear", "--python", python, str(paths.venv)]
+
+
+def _clone(step: InstallStep, dest: Path) -> list[str]:
+    return ["git", "clone", "--no-checkout", "--quiet", str(step.git), str(dest)]
+
+
+def _has_commit(dest: Path, commit: str) -> list[str]:
+    return ["git", "-C", str(dest), "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"]
+
+
+def _fetch(dest: Path) -> list[str]:
+    return ["git", "-C", str(dest), "fetch", "--quiet", "origin"]
+
+
+def _checkout(dest: Path, commit: str) -> list[str]:
+    return ["git", "-C", str(dest), "checkout", "--detach", "--quiet", commit]
+
+
+def _head(dest: Path) -> list[str]:
+    return ["git", "-C", str(dest), "rev-parse", "HEAD"]
+
+
+def _requirement(step: InstallStep, paths: EnvPaths, commit: str) -> list[str]:
+    if step.kind == "index":
+        return [f"{step.name}=={step.version}"]
+    clone = paths.clone_dir(step)
+    if step.editable:
+        return ["--editable", str(clone)]
+    # From the verified local clone at its full commit: uv records that commit for the check.
+    return [f"{step.name} @ git+{clone.as_uri()}@{commit}"]
+
+
+def _install(uv: str, step: InstallStep, paths: EnvPaths, commit: str) -> list[str]:
+    index = ["--index-url", step.index] if step.index else []
+    return [uv, "pip", "install", "--python", str(paths.python),
+            "--constraint", str(paths.constraints), *index, *_requirement(step, paths, commit)]
+
+
+def _constraints(steps: list[InstallStep], paths: EnvPaths, commits: dict[str, str]) -> str:
+    # Every pin constrains every step, so a later step's dependencies cannot move an earlier
+    # pin; uv takes no editable constraint, and the editable step is the pin itself.
+    lines = [" ".join(_requirement(step, paths, commits.get(step.name, "")))
+             for step in steps if not step.editable]
+    return "".join(f"{line}\n" for line in lines)
+
+
+def _full_commit_placeholder(step: InstallStep) -> str:
+    return f"<full commit of {step.commit}>"
+
+
+# --- dry run ----------------------------------------------------------------------------
+
+
+def dry_run(project: Project, host: str, *, venv: str | Path | None = None) -> str:
+    """The commands a build of `host` runs, shell-quoted, in order; runs nothing."""
+    cfg = load_hosts(project.hosts_file)
+    env = env_config(cfg, project.hosts_file)
+    paths = env_paths(cfg, project, host, venv)
+    uv, version = uv_command(), cfg.stack.python
+    _, state = stamp_state(paths, pins_hash(cfg, project))
+    git_steps = [step for step in env.install if step.kind == "git"]
+    commits = {step.name: _full_commit_placeholder(step) for step in git_steps}
+
+    def line(argv: list[str], note: str = "") -> str:
+        return shlex.join(argv) + (f"  # {note}" if note else "")
+
+    out = [f"# omniprobe env build --host {host}: the commands a build runs, in order "
+           "(dry run: nothing was run)",
+           f"# venv: {paths.venv}",
+           f"# git cache: {paths.git_cache}",
+           f"# stamp now: {state} (a current stamp makes a build only verify)",
+           line(_python_find(uv, version)),
+           line(_python_install(uv, version), "only if the line above finds none")]
+    for step in git_steps:
+        dest = paths.clone_dir(step)
+        out += [line(_clone(step, dest), "only if not cloned yet"),
+                line(_has_commit(dest, str(step.commit))),
+                line(_fetch(dest), f"only if the clone lacks {step.commit}"),
+                line(_checkout(dest, str(step.commit))),
+                line(_head(dest), f"HEAD must start with {step.commit}")]
+    out.append(line(_venv(uv, f"<python {version} found by uv>", paths)))
+    out.append(f"# write {paths.stamp}: incomplete")
+    out.append(f"# write {paths.constraints}:")
+    out += [f"#   {c}" for c in _constraints(env.install, paths, commits).splitlines()]
+    out += [line(_install(uv, step, paths, commits.get(step.name, ""))) for step in env.install]
+    out.append(f"# write {paths.stamp}: complete; then the checks of `omniprobe env check`")
+    return "\n".join(out) + "\n"
+
+
+# --- the build --------------------------------------------------------------------------
+
+
+def _step(runner: Runner, echo: Echo, argv: list[str], what: str, *, after: str) -> None:
+    echo(f"$ {shlex.join(argv)}")
+    proc = runner.run(argv, capture=False)
+    if proc.returncode != 0:
+        raise EnvBuildError(f"{what} failed (exit {proc.returncode}; its output is above):\n"
+                            f"  {shlex.join(argv)}\n{after}")
+
+
+def _provide_python(uv: str, version: str, runner: Runner, echo: Echo) -> str:
+    found = runner.run(_python_find(uv, version))
+    if found.returncode == 0:
+        return found.stdout.strip()
+    echo(f"$ {shlex.join(_python_install(uv, version))}  # no Python {version} found")
+    installed = runner.run(_python_install(uv, version))
+    if installed.returncode != 0:
+        raise EnvBuildError(
+            f"Python {version} is not on this machine and uv could not install it "
+            f"(`{shlex.join(_python_install(uv, version))}` exit {installed.returncode}):\n"
+            f"{installed.stderr.strip()[-800:]}\nnothing was changed; provide Python {version} "
+            "(a uv-managed or system interpreter uv can find) and re-run")
+    found = runner.run(_python_find(uv, version))
+    if found.returncode != 0:
+        raise EnvBuildError(f"uv installed Python {version} but "
+                            f"`{shlex.join(_python_find(uv, version))}` still finds none: "
+                            f"{found.stderr.strip()[-400:]}")
+    return found.stdout.strip()
+
+
+def _check_out(step: InstallStep, paths: EnvPaths, runner: Runner, echo: Echo) -> str:
+    """Clone (once), check out the pinned commit, and return the verified full HEAD."""
+    dest, commit = paths.clone_dir(step), str(step.commit)
+    unchanged = "  nothing in the venv was changed."
+    if not (dest / ".git").is_dir():
+        if dest.exists():
+            shutil.rmtree(dest)  # a clone cut short; this cache folder is ours to redo
+        _step(runner, echo, _clone(step, dest), f"cloning {step.name}", after=unchanged)
+    if runner.run(_has_commit(dest, commit)).returncode != 0:
+        _step(runner, echo, _fetch(dest), f"fetching {step.name}", after=unchanged)
+        if runner.run(_has_commit(dest, commit)).returncode != 0:
+            raise EnvBuildError(f"{step.name}: commit {commit} is not in {step.git} (or the "
+                                f"abbreviation is ambiguous); check [[env.install]] {step.name}")
+    _step(runner, echo, _checkout(dest, commit), f"checking out {step.name} {commit}",
+          after=unchanged)
+    head = runner.run(_head(dest)).stdout.strip()
+    if not head.startswith(commit):
+        raise EnvBuildError(f"{dest}: HEAD is {head or 'unreadable'} after checkout, "
+                            f"not the pinned {commit}")
+    return head
+
+
+def _build(cfg: HostsConfig, project: Project, host: str, paths: EnvPaths, runner: Runner,
+           echo: Echo, want_hash: str) -> None:
+    env = env_config(cfg, project.hosts_file)
+    uv = uv_command()
+    python = _provide_python(uv, cfg.stack.python, runner, echo)
+    commits = {step.name: _check_out(step, paths, runner, echo)
+               for step in env.install if step.kind == "git"}
+    repair = (f"  the env at {paths.venv} is marked incomplete; fix the cause and re-run "
+              f"`omniprobe env build --host {host}` to repair it.")
+    _step(runner, echo, _venv(uv, python, paths), "creating the venv", after=repair)
+    started = datetime.now(UTC)
+    write_stamp(paths, Stamp(state="incomplete", host=host, pins_hash=want_hash, python=python,
+                             started_at=started))
+    write_text_atomic(paths.constraints, _constraints(env.install, paths, commits))
+    for step in env.install:
+        _step(runner, echo, _install(uv, step, paths, commits.get(step.name, "")),
+              f"installing {step.name} {step.pin}", after=repair)
+    write_stamp(paths, Stamp(state="complete", host=host, pins_hash=want_hash, python=python,
+                             started_at=started, finished_at=datetime.now(UTC)))
+
+
+@dataclass
+class BuildResult:
+    action: Literal["built", "verified"]
+    paths: EnvPaths
+    verification: Verification
+    manifest: EnvManifest
+    attempt: Path | None
+    attempt_written: bool
+    ran: list[Ran]
+
+
+def build_env(host: str, *, project: Project | None = None, venv: str | Path | None = None,
+              runner: Runner | None = None, nvml: Any = None, record: bool = True,
+              command: list[str] | None = None, echo: Echo = _stderr) -> BuildResult:
+    """Build `host`'s env unless its stamp is current, then check it and file the manifest."""
+    start, started_at = time.perf_counter(), datetime.now(UTC)
+    project = project or find_project()
+    cfg = load_hosts(project.hosts_file)
+    paths = env_paths(cfg, project, host, venv)
+    runner = runner or Runner()
+    want = pins_hash(cfg, project)
+    current, why = stamp_state(paths, want)
+    build_s = None
+    if current:
+        echo(f"# env {host}: {why}; only verifying")
+    else:
+        echo(f"# env {host}: building ({why})")
+        _build(cfg, project, host, paths, runner, echo, want)
+        build_s = time.perf_counter() - start
+    return _verify_and_record(
+        cfg, project, host, paths, runner, nvml, "verified" if current else "built",
+        build_s=build_s, start=start, started_at=started_at, record=record,
+        command=command or ["omniprobe", "env", "build", "--host", host])
+
+
+def check_env(host: str, *, project: Project | None = None, venv: str | Path | None = None,
+              runner: Runner | None = None, nvml: Any = None, record: bool = True,
+              command: list[str] | None = None) -> BuildResult:
+    """Check `host`'s env without building anything, and file the manifest."""
+    start, started_at = time.perf_counter(), datetime.now(UTC)
+    project = project or find_project()
+    cfg = load_hosts(project.hosts_file)
+    paths = env_paths(cfg, project, host, venv)
+    return _verify_and_record(
+        cfg, project, host, paths, runner or Runner(), nvml, "verified", build_s=None,
+        start=start, started_at=started_at, record=record,
+        command=command or ["omniprobe", "env", "check", "--host", host])
+
+
+def _verify_and_record(cfg: HostsConfig, project: Project, host: str, paths: EnvPaths,
+                       runner: Runner, nvml: Any, action: Literal["built", "verified"], *,
+                       build_s: float | None, start: float, started_at: datetime, record: bool,
+                       command: list[str]) -> BuildResult:
+    verification = verify_env(cfg, project, host, paths, runner=runner, nvml=nvml)
+    manifest = make_manifest(verification, action, ran=runner.ran, build_s=build_s,
+                             total_s=time.perf_counter() - start)
+    attempt, written = None, False
+    # A manifest describes a built env; checks of one never completely built stay unfiled.
+    if record and verification.complete:
+        attempt, written = record_manifest(project, cfg, manifest, command=command,
+                                           started_at=started_at)
+    return BuildResult(action=action, paths=paths, verification=verification, manifest=manifest,
+                       attempt=attempt, attempt_written=written, ran=list(runner.ran))
+
+
+def format_result(result: BuildResult, project: Project) -> str:
+    """What `omniprobe env build|check` prints: one line per check, then where the manifest is."""
+    v = result.verification
+    lines = check_lines(f"env {v.host} ({result.action}) at {v.paths.venv}", v.checks)
+    if result.attempt is None:
+        lines.append("manifest: not filed (the env has no complete build)")
+    else:
+        where = result.attempt
+        if where.is_relative_to(project.root):
+            where = where.relative_to(project.root)
+        state = "new" if result.attempt_written else "unchanged since that attempt"
+        lines.append(f"manifest: {where}/environment.json ({state})")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,114 @@
+"""The environment manifest as evidence: made from a verification, filed as a new attempt
+evidence/<host>/<attempt-id>/ (attempt.json + environment.json), and summarised for the report."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from omniprobe import __version__
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.config.project import Project
+from omniprobe.env.checks import Verification
+from omniprobe.env.state import Ran
+from omniprobe.errors import InputError
+from omniprobe.evidence.models import (
+    ATTEMPT_FILE,
+    Attempt,
+    CommandTiming,
+    EnvManifest,
+    EnvTimings,
+    Measured,
+    Simulated,
+    parse_file,
+    write_section,
+)
+
+MANIFEST_FILE = "environment.json"
+
+
+def make_manifest(verification: Verification, action: Literal["built", "verified"], *,
+                  ran: list[Ran], build_s: float | None, total_s: float) -> EnvManifest:
+    v = verification
+    return EnvManifest(
+        host=v.host, action=action, venv=str(v.paths.venv), pins_hash=v.pins_hash,
+        uv_version=v.uv_version, python=v.python, host_facts=v.facts,
+        model_snapshot=v.model_snapshot, pins=v.pins, freeze=v.freeze, checks=v.checks,
+        timings=EnvTimings(
+            total_s=round(total_s, 4),
+            build_s=None if build_s is None else round(build_s, 4),
+            verify_s=round(sum(v.phases.values()), 4),
+            phases=v.phases,
+            commands=[CommandTiming(command=list(r.argv), returncode=r.returncode,
+                                    seconds=round(r.seconds, 4)) for r in ran],
+        ),
+    )
+
+
+def fingerprint(manifest: EnvManifest) -> str:
+    """What the environment is, leaving out how long it took and whether this run installed."""
+    state = manifest.model_dump(mode="json", exclude={"timings", "action"})
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def latest_manifest(evidence_dir: Path, host: str) -> tuple[Path, EnvManifest] | None:
+    """The newest readable manifest filed for `host` (validate reports unreadable ones)."""
+    found = []
+    for path in (evidence_dir / host).glob(f"*/{MANIFEST_FILE}"):
+        try:
+            attempt = parse_file(path.parent / ATTEMPT_FILE, Attempt)
+            manifest = parse_file(path, EnvManifest)
+        except (InputError, FileNotFoundError):
+            continue
+        started = getattr(attempt.provenance, "started_at", None)
+        if started is not None:
+            found.append((started, path.parent, manifest))
+    if not found:
+        return None
+    _, folder, manifest = max(found, key=lambda item: item[0])
+    return folder, manifest
+
+
+def record_manifest(project: Project, cfg: HostsConfig, manifest: EnvManifest, *,
+                    command: list[str], started_at: datetime) -> tuple[Path, bool]:
+    """File the manifest as a new attempt unless the host's newest one says the same.
+
+    Returns the attempt folder holding it and whether this call wrote it.
+    """
+    latest = latest_manifest(project.evidence_dir, manifest.host)
+    if latest is not None and fingerprint(latest[1]) == fingerprint(manifest):
+        return latest[0], False
+    host = cfg.host(manifest.host)
+    if host.simulated:
+        provenance = Simulated(kind="simulated", tool_version=__version__, command=command,
+                               started_at=started_at,
+                               model="environment of a simulated host; GPU checks skipped")
+    else:
+        provenance = Measured(kind="measured", host=manifest.host, hostname=socket.gethostname(),
+                              tool_version=__version__, command=command, started_at=started_at)
+    host_dir = project.evidence_dir / manifest.host
+    base = f"{started_at:%Y-%m-%dT%H%M%SZ}-env-{manifest.host}"
+    attempt_id, n = base, 1
+    while (host_dir / attempt_id).exists():
+        n += 1
+        attempt_id = f"{base}-{n}"
+    attempt = Attempt(id=attempt_id, host=manifest.host, date=started_at.date().isoformat(),
+                      description=f"probe environment {manifest.action} and checked by "
+                                  "`omniprobe env`",
+                      provenance=provenance)
+    # Both files land in a scratch folder renamed into place, so no reader sees half an attempt.
+    scratch = host_dir / f".{attempt_id}.tmp"
+    try:
+        write_section(scratch, ATTEMPT_FILE, attempt)
+        write_section(scratch, MANIFEST_FILE, manifest)
+        os.rename(scratch, host_dir / attempt_id)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return host_dir / attempt_id, True
+

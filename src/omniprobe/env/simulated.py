@@ -1,0 +1,70 @@
+"""The environment of a simulated host: omniprobe itself, run by this interpreter.
+
+[env] pins the real stack (torch, vLLM-Omni, ...), which a simulated host never runs: its server is
+`{python} -m omniprobe.sim`. So `omniprobe env build|check --host <simulated host>` installs
+nothing and files no manifest. It checks that this interpreter starts the sim in a fresh process
+with our environment, as the probe will, and that the simulated fixtures' references match their
+digests.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.config.project import Project
+from omniprobe.env.checks import check_lines, failure_lines, references_check
+from omniprobe.env.state import Runner
+from omniprobe.evidence.models import EnvCheck
+
+SIM_MODULE = "omniprobe.sim"
+_PROBE = (f"import json, sys, {SIM_MODULE} as sim; print(json.dumps({{"
+          "'version': '%d.%d.%d' % sys.version_info[:3], 'module': sim.__file__}))")
+
+
+@dataclass(frozen=True)
+class SimEnv:
+    host: str
+    python: str
+    checks: list[EnvCheck]
+
+    @property
+    def problems(self) -> list[str]:
+        return failure_lines(self.checks)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def interpreter_check(python: str, runner: Runner) -> EnvCheck:
+    """Whether `python` imports the sim in a fresh process under this process's environment."""
+    proc = runner.run([python, "-c", _PROBE])
+    if proc.returncode != 0:
+        return EnvCheck(name="sim.interpreter", status="fail", expected=f"imports {SIM_MODULE}",
+                        detail=f"{python} cannot import {SIM_MODULE}: "
+                               f"{proc.stderr.strip()[-400:] or f'exit {proc.returncode}'}")
+    found = json.loads(proc.stdout)
+    return EnvCheck(name="sim.interpreter", status="pass", actual=f"Python {found['version']}",
+                    detail=f"{python} runs the simulated server from {found['module']}")
+
+
+def check_sim_env(cfg: HostsConfig, project: Project, host: str, *, python: str = sys.executable,
+                  runner: Runner | None = None) -> SimEnv:
+    """The checks of a simulated host's env; ValueError for a real host."""
+    if not cfg.host(host).simulated:
+        raise ValueError(f"host {host!r} is not simulated; its env is built from [env]")
+    skipped = EnvCheck(name="env.install", status="skip",
+                       detail="simulated host: nothing is installed ([env] pins the real stack; "
+                              f"its server is {SIM_MODULE} run by this interpreter)")
+    return SimEnv(host, python, [skipped, interpreter_check(python, runner or Runner()),
+                                 references_check(project, simulated=True)])
+
+
+def format_sim_env(env: SimEnv) -> str:
+    lines = check_lines(f"env {env.host} (simulated: nothing to build) for {env.python}",
+                        env.checks)
+    lines.append("manifest: not filed (a simulated host's env is omniprobe itself)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,174 @@
+"""Where a host's probe environment lives, the hash of what it pins, the stamp of its last
+complete build, and the runner every `omniprobe env` command goes through."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from omniprobe.atomic import write_text_atomic
+from omniprobe.config.hosts import EnvConfig, HostsConfig, InstallStep
+from omniprobe.config.project import Project
+
+ENV_ROOT_VAR = "OMNIPROBE_ENV_ROOT"
+STAMP_FILE = "omniprobe-env.json"
+CONSTRAINTS_FILE = "omniprobe-constraints.txt"
+# Bump when the meaning of a build changes, so every stamp made before is rebuilt.
+_HASH_SCHEME = 1
+
+
+class EnvError(Exception):
+    """The environment cannot be built, found or used; the message says why and what to do."""
+
+
+class EnvBuildError(EnvError):
+    """A build step failed; the env is left marked incomplete and the next build repairs it."""
+
+
+class EnvNotReady(EnvError):
+    """A probe asked for an environment that is incomplete or fails a check."""
+
+
+def env_config(cfg: HostsConfig, hosts_file: Path) -> EnvConfig:
+    if cfg.env is None:
+        raise EnvError(f"{hosts_file}: no [env] table; it says how to build the probe environment")
+    return cfg.env
+
+
+@dataclass(frozen=True)
+class EnvPaths:
+    venv: Path
+    git_cache: Path
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.venv / "bin"
+
+    @property
+    def stamp(self) -> Path:
+        return self.venv / STAMP_FILE
+
+    @property
+    def constraints(self) -> Path:
+        return self.venv / CONSTRAINTS_FILE
+
+    def clone_dir(self, step: InstallStep) -> Path:
+        # One clone per pinned commit: an editable install must never see its tree move.
+        return self.git_cache / f"{step.name}-{step.commit}"
+
+
+def env_paths(cfg: HostsConfig, project: Project, host: str, venv: str | Path | None = None
+              ) -> EnvPaths:
+    """The venv (--venv, else <root>/envs/<host>) and git cache; both must lie outside git."""
+    if cfg.host(host).simulated:
+        # [env] pins the real stack; a simulated host's server is omniprobe.sim (see envsim).
+        raise EnvError(f"host {host!r} is simulated: it has no pinned env to build or check; "
+                       f"`omniprobe env build --host {host}` checks what its server runs on")
+    env = env_config(cfg, project.hosts_file)
+    root = Path(os.environ.get(ENV_ROOT_VAR) or env.root).expanduser().resolve()
+    paths = EnvPaths(
+        venv=Path(venv).expanduser().resolve() if venv else root / "envs" / host,
+        git_cache=root / "git",
+    )
+    repo = project.root.resolve()
+    for what, path in (("venv", paths.venv), ("git cache", paths.git_cache)):
+        if path == repo or repo in path.parents:
+            raise EnvError(f"the {what} {path} is inside the repository {repo}; it must live "
+                           f"outside git: pass --venv, set {ENV_ROOT_VAR}, or change [env] root")
+    return paths
+
+
+def pins_hash(cfg: HostsConfig, project: Project) -> str:
+    """Changes exactly when a build would install something different."""
+    env = env_config(cfg, project.hosts_file)
+    pins = {
+        "scheme": _HASH_SCHEME,
+        "python": cfg.stack.python,
+        "install": [step.model_dump(mode="json") for step in env.install],
+    }
+    return hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()
+
+
+class Stamp(BaseModel):
+    """Written 'incomplete' before the first install and 'complete' only after the last."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: Literal["incomplete", "complete"]
+    host: str
+    pins_hash: str
+    python: str
+    started_at: datetime
+    finished_at: datetime | None = None
+
+
+def write_stamp(paths: EnvPaths, stamp: Stamp) -> None:
+    write_text_atomic(paths.stamp, stamp.model_dump_json(indent=2) + "\n")
+
+
+def stamp_state(paths: EnvPaths, want_hash: str) -> tuple[bool, str]:
+    """(current, why): current means a complete build of exactly these pins."""
+    try:
+        stamp = Stamp.model_validate_json(paths.stamp.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return False, f"no build stamp at {paths.stamp}: the env was never completely built"
+    except ValidationError as exc:
+        return False, f"unreadable build stamp {paths.stamp}: {exc.errors()[0]['msg']}"
+    if stamp.state != "complete":
+        return False, (f"incomplete: the build started {stamp.started_at:%Y-%m-%d %H:%M:%S} "
+                       "did not finish")
+    if stamp.pins_hash != want_hash:
+        return False, (f"stale: built for pins {stamp.pins_hash[:12]}, hosts.toml now pins "
+                       f"{want_hash[:12]}")
+    if not paths.python.exists():
+        return False, f"the venv interpreter {paths.python} is gone"
+    return True, f"complete build of pins {want_hash[:12]}, finished {stamp.finished_at}"
+
+
+def uv_command() -> str:
+    """`uv` from PATH, else the binary of the uv package omniprobe depends on."""
+    if shutil.which("uv"):
+        return "uv"
+    from uv import find_uv_bin
+
+    return find_uv_bin()
+
+
+@dataclass
+class Ran:
+    argv: tuple[str, ...]
+    returncode: int
+    seconds: float
+
+
+@dataclass
+class Runner:
+    """Runs argument lists, never a shell, and keeps a record of each for the manifest."""
+
+    ran: list[Ran] = field(default_factory=list)
+
+    def run(self, argv: Sequence[str], *, capture: bool = True,
+            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(list(argv), capture_output=capture, text=True, check=False,
+                                  env=None if env is None else dict(env))
+        except FileNotFoundError:
+            raise EnvError(f"{argv[0]!r} is not installed or not on PATH") from None
+        self.ran.append(Ran(tuple(argv), proc.returncode, time.perf_counter() - start))
+        return proc

@@ -1,0 +1,170 @@
+"""The attempt a probe writes: evidence/<host>/<id>/ with attempt.json, runs.json, requests.json.
+
+Every write validates and replaces the file atomically, so a probe killed at any moment leaves
+valid evidence of what it finished. Re-running resumes the host's newest probe attempt; `--fresh`
+starts a new one (once per nox invocation, so several sessions given --fresh share it).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import socket
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from omniprobe import __version__
+from omniprobe.config.hosts import Host
+from omniprobe.config.project import Project
+from omniprobe.errors import InputError
+from omniprobe.evidence.models import (
+    ATTEMPT_FILE,
+    ArtifactRef,
+    Attempt,
+    Measured,
+    RequestRecord,
+    ServeRun,
+    Simulated,
+    load_attempt,
+    write_section,
+)
+
+SUFFIX = "-probe"  # marks attempts this module made, apart from transcribed or other evidence
+
+
+class AttemptBusy(RuntimeError):
+    pass
+
+
+def new_attempt_id(host_name: str, now: datetime, n: int = 1, suffix: str = SUFFIX) -> str:
+    """`<UTC time>-<host>-probe`; the n-th attempt started within one second gets `-<n>`."""
+    again = f"-{n}" if n > 1 else ""
+    return f"{now:%Y-%m-%dT%H%M%SZ}{again}-{host_name}{suffix}"
+
+
+def provenance(host_name: str, host: Host, command: list[str], now: datetime):
+    if host.simulated:
+        return Simulated(kind="simulated", tool_version=__version__, command=command,
+                         started_at=now,
+                         model=f"omniprobe.sim capacity model ([hosts.{host_name}.capacity])")
+    return Measured(kind="measured", host=host_name, hostname=socket.gethostname(),
+                    tool_version=__version__, command=command, started_at=now)
+
+
+def probe_attempts(host_dir: Path) -> list[Path]:
+    """This host's probe attempt folders, oldest first (ids start with a UTC timestamp)."""
+    if not host_dir.is_dir():
+        return []
+    return sorted(p for p in host_dir.iterdir()
+                  if p.is_dir() and p.name.endswith(SUFFIX) and (p / ATTEMPT_FILE).is_file())
+
+
+def file_ref(path: Path, artifacts_dir: Path) -> ArtifactRef:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return ArtifactRef(path=str(path.relative_to(artifacts_dir)), sha256=digest.hexdigest(),
+                       bytes=path.stat().st_size)
+
+
+@dataclass
+class AttemptStore:
+    project: Project
+    folder: Path
+    meta: Attempt
+    runs: list[ServeRun] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    _lock: int | None = None
+
+    @property
+    def artifacts(self) -> Path:
+        """This attempt's folder of large files, outside git."""
+        return self.project.artifacts_dir / self.meta.host / self.meta.id
+
+    def run(self, flag_set: str) -> ServeRun | None:
+        return next((r for r in self.runs if r.flag_set == flag_set), None)
+
+    def put_run(self, run: ServeRun) -> None:
+        others = [r for r in self.runs if r.flag_set != run.flag_set]
+        position = next((i for i, r in enumerate(self.runs) if r.flag_set == run.flag_set),
+                        len(others))
+        self.runs = others[:position] + [run] + others[position:]
+        write_section(self.folder, "runs.json", self.runs)
+
+    def add_request(self, record: RequestRecord) -> None:
+        self.requests.append(record)
+        write_section(self.folder, "requests.json", self.requests)
+
+    def recorded(self, flag_set: str, fixture: str, seed: int) -> bool:
+        return any(r.flag_set == flag_set and r.fixture == fixture and r.seed == seed
+                   for r in self.requests)
+
+    def close(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
+
+    def _take_lock(self) -> None:
+        self.artifacts.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.artifacts / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AttemptBusy(f"another probe is writing attempt {self.meta.id}") from None
+        self._lock = fd
+
+
+def _load(project: Project, folder: Path) -> AttemptStore:
+    for stale in folder.glob(".*.tmp"):  # left by a probe killed mid-write; never valid evidence
+        stale.unlink()
+    loaded, problems = load_attempt(folder)
+    if problems or loaded is None:
+        raise InputError(problems)
+    return AttemptStore(project, folder, loaded.meta, list(loaded.runs), list(loaded.requests))
+
+
+def _create(project: Project, host_name: str, host: Host, command: list[str],
+            suffix: str = SUFFIX, what: str = "probe-init / probe-serve") -> AttemptStore:
+    now = datetime.now(UTC).replace(microsecond=0)
+    n = 1
+    while (project.evidence_dir / host_name / new_attempt_id(host_name, now, n, suffix)).exists():
+        n += 1
+    attempt_id = new_attempt_id(host_name, now, n, suffix)
+    folder = project.evidence_dir / host_name / attempt_id
+    meta = Attempt(id=attempt_id, host=host_name, date=now.date().isoformat(),
+                   description=f"{what} by omniprobe {__version__} on "
+                               f"{host.name}" + (" (simulated)" if host.simulated else ""),
+                   provenance=provenance(host_name, host, command, now))
+    folder.mkdir(parents=True, exist_ok=False)
+    write_section(folder, ATTEMPT_FILE, meta)
+    return AttemptStore(project, folder, meta)
+
+
+def open_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
+                 fresh: bool, fresh_id: str | None = None) -> AttemptStore:
+    """The attempt to write: this invocation's fresh one, a new one, or the newest to resume."""
+    host_dir = project.evidence_dir / host_name
+    existing = probe_attempts(host_dir)
+    if fresh_id and (host_dir / fresh_id).is_dir():
+        store = _load(project, host_dir / fresh_id)
+    elif fresh or not existing:
+        store = _create(project, host_name, host, command)
+    else:
+        store = _load(project, existing[-1])
+    store._take_lock()
+    return store
+
+
+def new_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
+                suffix: str, what: str) -> AttemptStore:
+    """A new attempt of another session (e.g. `-offline`); its suffix keeps probe-init and
+    probe-serve from resuming it."""
+    if suffix == SUFFIX:
+        raise ValueError(f"{SUFFIX!r} is the suffix of probe-init / probe-serve attempts")
+    store = _create(project, host_name, host, command, suffix, what)
+    store._take_lock()
+    return store

@@ -1,0 +1,619 @@
+"""The evidence file formats, one pydantic model per file, and loading them from evidence/.
+
+Layout: evidence/<host>/<attempt-id>/attempt.json plus one file per section (runs.json,
+requests.json, ...). A new run adds an attempt folder beside the old ones; nothing is
+overwritten. Every attempt says where it came from: transcribed from a source document,
+measured by this package on a named host, or simulated.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    RootModel,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
+
+from omniprobe.atomic import write_text_atomic
+from omniprobe.errors import InputError, Problem, problems_from_validation
+from omniprobe.evidence.quantities import Range, Size
+
+Outcome = Literal["ok", "oom", "error", "timeout"]
+InitOutcome = Literal["ready", "oom", "error", "timeout"]
+Quality = Literal["sound", "broken", "unchecked"]
+Sha256Prefix = Annotated[str, Field(pattern=r"^[0-9a-f]{8,64}$")]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- provenance -------------------------------------------------------------------------
+
+
+class Transcribed(_In):
+    kind: Literal["transcribed"]
+    source: str = Field(description="The document the figures were copied from.")
+    section: str = Field(description="Where in it.")
+
+
+class Measured(_In):
+    kind: Literal["measured"]
+    host: str
+    hostname: str = Field(description="What the machine called itself.")
+    tool_version: str
+    command: list[str]
+    started_at: datetime
+
+
+class Simulated(_In):
+    kind: Literal["simulated"]
+    tool_version: str
+    command: list[str]
+    started_at: datetime
+    model: str = Field(description="What was simulated, e.g. 'omniprobe.sim capacity model'.")
+
+
+Provenance = Annotated[Transcribed | Measured | Simulated, Field(discriminator="kind")]
+
+
+class Attempt(_In):
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Equals the folder name.")
+    host: str = Field(description="Equals the parent folder name; a hosts.toml host.")
+    date: str = Field(description="When it ran, as stated (ISO date, or a range like 2026-10-07/08).")
+    description: str
+    provenance: Provenance
+    baseline: str | None = Field(
+        default=None, description="Attempt id of the baseline that speed-ups and PSNR compare to."
+    )
+    note: str | None = None
+
+
+# --- shared pieces ----------------------------------------------------------------------
+
+
+class CodeRef(_In):
+    file: str
+    lines: str | None = Field(default=None, pattern=r"^\d+(-\d+)?(ff)?$")
+    function: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.lines}" if self.lines else self.file
+
+
+class OomSignature(_In):
+    """What PyTorch's CUDA OOM text says, field by field, sizes as written."""
+
+    phase: Literal["init", "request"]
+    requested: Size | None = None
+    allocated: Size | None = Field(default=None, description="Allocated by PyTorch.")
+    reserved_unallocated: Size | None = None
+    in_use: Size | None = Field(default=None, description="This process's memory in use.")
+    total_capacity: Size | None = None
+    allowed: Size | None = Field(default=None, description="Only under a per-process cap.")
+    location: CodeRef | None = Field(default=None, description="Innermost frame in model code.")
+    via: str | None = None
+    note: str | None = None
+
+
+# --- serve runs -------------------------------------------------------------------------
+
+
+class InitResult(_In):
+    outcome: InitOutcome
+    time_s: float | None = Field(default=None, ge=0)
+    time_approx: bool = False
+    oom: OomSignature | None = None
+    note: str | None = None
+
+
+class Cell(_In):
+    """One fixture under one flag set: the summary of its requests."""
+
+    fixture: str
+    seeds: list[int] | None = Field(default=None, description="null: not stated.")
+    outcome: Outcome
+    quality: Quality = Field(description="Output structure; only 'sound' counts as served.")
+    wall_s: Range | None = None
+    server_peak_mb: Range | None = Field(default=None, description="Server-reported peak (MB).")
+    oom: OomSignature | None = None
+    note: str | None = None
+
+
+class ArtifactRef(_In):
+    """A large file kept outside git, in the project's artifacts folder."""
+
+    path: str = Field(description="Relative to the artifacts folder.")
+    sha256: Sha256
+    bytes: int = Field(ge=0)
+
+
+class TimelinePoint(_In):
+    t_s: float = Field(ge=0, description="Seconds since the server was started.")
+    device_mib: float = Field(ge=0)
+    process_mib: float | None = Field(default=None, ge=0, description="The server's processes.")
+
+
+class TimelineSummary(_In):
+    """A GPU memory series of one server lifetime, summarised; the full series is an artifact."""
+
+    sampler: str = Field(description="What was read, e.g. 'NVML' or the sim's modelled memory.")
+    state: Literal["sampled", "unavailable"]
+    reason: str | None = Field(default=None, description="Why nothing could be sampled.")
+    target_hz: float = Field(gt=0)
+    rate_hz: float | None = Field(default=None, ge=0, description="The rate achieved.")
+    samples: int = Field(ge=0)
+    peak_mib: float | None = Field(default=None, ge=0,
+                                   description="The server's own peak, else the device's.")
+    peak_source: Literal["process", "device"] | None = None
+    peak_t_s: float | None = Field(default=None, ge=0)
+    device_peak_mib: float | None = Field(default=None, ge=0)
+    series: ArtifactRef | None = Field(default=None, description="The JSONL series.")
+    points: list[TimelinePoint] = Field(
+        default=[], description="Peak-preserving reduction of the series, for the report's figure.")
+
+
+class ServerLifetime(_In):
+    """One start of the server under a flag set, as the probe ran it."""
+
+    session: Literal["probe-init", "probe-serve"]
+    started_at: datetime
+    command: list[str]
+    init: InitResult
+    ended: str | None = Field(default=None, description="How it ended, e.g. 'stopped', 'exited 1'.")
+    log: ArtifactRef | None = None
+    timeline: TimelineSummary | None = None
+
+
+class ServeRun(_In):
+    """One server lifetime under one flag set (a probed run: its lifetimes, the latest last)."""
+
+    flag_set: str
+    init: InitResult
+    gpu_peak_mib: int | None = Field(default=None, ge=0, description="GPU memory series max.")
+    gpu_sampler: str | None = Field(default=None, description="What sampled the series.")
+    cells: list[Cell] = []
+    note: str | None = None
+    lifetimes: list[ServerLifetime] = Field(
+        default=[], description="Probed runs only; init is the latest lifetime's.")
+
+
+class ImageMetrics(_In):
+    mode: str
+    width: int
+    height: int
+    opaque_fraction: float = Field(ge=0, le=1)
+    alpha_mean: float
+    rgb_mean: float
+    rgb_std: float
+    flatness: float
+    verdict: Literal["sound", "broken"]
+    reasons: list[str] = Field(default=[], description="Why the verdict is broken; empty if sound.")
+
+
+class RequestRecord(_In):
+    """One request as the package measured it."""
+
+    flag_set: str
+    fixture: str
+    seed: int
+    outcome: Outcome
+    quality: Quality
+    wall_s: float = Field(ge=0)
+    server_peak_mb: float | None = None
+    denoise_step_latency_ms: float | None = None
+    output_sha256: Sha256 | None = None
+    pixels_sha256: Sha256 | None = None
+    artifact: str | None = Field(default=None, description="Image path outside git.")
+    image: ImageMetrics | None = None
+    oom: OomSignature | None = None
+    error: str | None = None
+    started_s: float | None = Field(
+        default=None, ge=0, description="When it was sent, seconds since its server started.")
+    lifetime: int | None = Field(
+        default=None, ge=0, description="Index of its server in the run's lifetimes.")
+
+
+# --- offline, quality, reproducibility --------------------------------------------------
+
+
+class OfflineRun(_In):
+    kwarg_set: str
+    fixture: str | None = None
+    seeds: list[int] | None = None
+    outcome: Literal["ok", "oom", "error", "timeout", "init-oom", "init-error"]
+    quality: Quality
+    oom: OomSignature | None = None
+    note: str | None = None
+    wall_s: Range | None = Field(default=None, description="Probed runs: walls of the ok requests.")
+    init_s: float | None = Field(default=None, ge=0,
+                                 description="Probed runs: seconds until the engine was built.")
+    logs: list[ArtifactRef] = Field(default=[], description="Probed runs: the runner's logs.")
+
+
+class OfflineRequest(_In):
+    """One fixture and seed generated by an offline `Omni(...)` engine, as the package measured it:
+    a serve RequestRecord's shape, keyed by the kwarg set instead of a flag set."""
+
+    kwarg_set: str
+    fixture: str
+    seed: int
+    outcome: Outcome
+    quality: Quality
+    wall_s: float = Field(ge=0)
+    peak_mib: float | None = Field(
+        default=None, ge=0, description="Peak allocated during the request as the runner read it "
+                                        "(torch in its own process, or the sim's model).")
+    output_sha256: Sha256 | None = None
+    pixels_sha256: Sha256 | None = Field(default=None, description="imaging.pixels_sha256.")
+    artifact: str | None = Field(default=None, description="Image path outside git.")
+    image: ImageMetrics | None = None
+    oom: OomSignature | None = None
+    error: str | None = None
+    started_s: float | None = Field(
+        default=None, ge=0, description="When it began, seconds since its runner started.")
+    lifetime: int | None = Field(
+        default=None, ge=0, description="Which runner process of the kwarg set (0: the first).")
+
+
+class StructureObservation(_In):
+    """Output-structure figures of a set of images, as measured or stated."""
+
+    scope: str
+    flag_set: str | None = None
+    kwarg_set: str | None = None
+    fixtures: list[str] = []
+    opaque_fraction: Range | None = None
+    transparent_fraction: Range | None = None
+    alpha_mean: Range | None = None
+    rgb_mean: Range | None = None
+    psnr_db: Range | None = None
+    approximate: bool = Field(default=False, description="The source gives these as approximate.")
+    quality: Quality
+    note: str | None = None
+
+
+class PsnrRow(_In):
+    flag_set: str
+    fixture: str
+    seeds: list[int] = Field(min_length=1)
+    psnr_db: Range | None = Field(default=None, description="Absent only when identical.")
+    identical: bool = Field(default=False, description="Pixel-identical: PSNR is infinite.")
+    stated_mean_db: float | None = Field(
+        default=None, description="Only where per-seed values are not given."
+    )
+    comparator: Literal["rgba", "rgb"]
+    baseline_attempt: str
+    quality: Quality
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _psnr_unless_identical(self) -> PsnrRow:
+        if (self.psnr_db is None) != self.identical:
+            raise ValueError("psnr_db is required, and only absent when identical is true")
+        return self
+
+
+class DeterminismGroup(_In):
+    fixture: str
+    seed: int
+    flag_sets: list[str] = Field(min_length=2)
+    sha256_prefix: Sha256Prefix
+    compared: Literal["bytes", "pixels"]
+    identical: bool
+
+
+class PropagationCheck(_In):
+    knob: str
+    flag_set_with: str
+    flag_set_without: str
+    # A default, because files are written without nulls: an unmeasured check must load back.
+    bytes_identical: bool | None = None
+    pixels_identical: bool | None = None
+    shapes_tried: list[str] = []
+    offline_kwarg_accepted: bool | None = None
+    dropped_at: str | None = Field(default=None, description="Where the knob is lost, if known.")
+    note: str | None = None
+    fixture: str | None = Field(default=None, description="Probed checks: the fixture served.")
+    seed: int | None = Field(default=None, description="Probed checks: the seed served.")
+
+    @property
+    def reached_model(self) -> bool | None:
+        if self.bytes_identical is None and self.pixels_identical is None:
+            return None
+        return not (self.bytes_identical or self.pixels_identical)
+
+
+class CodeLocation(_In):
+    """A fact read off the upstream code, with where it was read when the source says."""
+
+    key: str
+    ref: CodeRef | None = None
+    what: str
+
+
+class BaselineWall(_In):
+    fixture: str
+    wall_s: float = Field(gt=0)
+
+
+class Baseline(_In):
+    attempt_id: str
+    profile: str
+    engine: str
+    dit: str
+    kv_cache: bool
+    walls: list[BaselineWall]
+    note: str | None = None
+
+
+class Correction(_In):
+    subject: str
+    claimed: str
+    finding: str
+    artifacts: list[str] = []
+    opaque_fraction: float | None = None
+    stands: str | None = None
+
+
+class StatedFigure(_In):
+    """A figure the source states as its own estimate or citation, kept apart from measurements."""
+
+    key: str = Field(pattern=r"^[a-z0-9_]+$")
+    value: float | None = None
+    range: Range | None = None
+    unit: str
+    statement: str
+
+
+# --- probe environment ------------------------------------------------------------------
+
+CheckStatus = Literal["pass", "fail", "skip"]
+
+
+class GpuFacts(_In):
+    """What NVML says about the host's GPU."""
+
+    index: int = Field(ge=0, description="NVML device index.")
+    device_count: int = Field(ge=1)
+    name: str
+    memory_total_mib: int = Field(ge=0)
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    driver_version: str
+    cuda_driver_version: str | None = Field(default=None, description="CUDA the driver supports.")
+
+
+class HostFacts(_In):
+    """Facts read off the machine while checking the environment."""
+
+    hostname: str
+    platform: str
+    machine: str
+    cpu_count: int | None = None
+    memory_total_gib: float | None = Field(default=None, description="null: not readable.")
+    gpu: GpuFacts | None = Field(default=None, description="null: NVML gave none (see nvml_error).")
+    nvml_error: str | None = None
+
+
+class EnvPython(_In):
+    pinned: str
+    version: str | None = Field(default=None, description="The venv interpreter's; null: none.")
+    executable: str | None = None
+
+
+class EnvPin(_In):
+    """One install step's pin and what the venv holds for it."""
+
+    name: str
+    kind: Literal["index", "git"]
+    pin: str = Field(description="The version, or the (abbreviated) commit.")
+    source: str = Field(description="Index URL, 'default index', or the git repository.")
+    editable: bool = False
+    installed_version: str | None = Field(default=None, description="null: not installed.")
+    resolved: str | None = Field(
+        default=None, description="Installed version, or the full installed commit for git pins."
+    )
+
+
+class EnvCheck(_In):
+    name: str = Field(pattern=r"^[a-z0-9_.:-]+$")
+    status: CheckStatus
+    expected: str | None = None
+    actual: str | None = None
+    detail: str
+
+
+class CommandTiming(_In):
+    command: list[str]
+    returncode: int
+    seconds: float = Field(ge=0)
+
+
+class EnvTimings(_In):
+    total_s: float = Field(ge=0)
+    build_s: float | None = Field(default=None, ge=0, description="null: nothing was built.")
+    verify_s: float = Field(ge=0)
+    phases: dict[str, float] = Field(default={}, description="Seconds per verification phase.")
+    commands: list[CommandTiming] = Field(default=[], description="Every command run, in order.")
+
+
+class EnvManifest(_In):
+    """environment.json: a host's probe environment as built and checked by `omniprobe env`."""
+
+    host: str
+    action: Literal["built", "verified"] = Field(
+        description="'built': this run installed; 'verified': a no-op re-run that only checked."
+    )
+    venv: str
+    pins_hash: str = Field(pattern=r"^[0-9a-f]{64}$", description="Hash of the pins built to.")
+    uv_version: str | None = None
+    python: EnvPython
+    host_facts: HostFacts
+    model_snapshot: str = Field(description="The pinned 'repo@revision'.")
+    pins: list[EnvPin]
+    freeze: list[str] = Field(description="`uv pip freeze` of the venv, line by line.")
+    checks: list[EnvCheck] = Field(min_length=1)
+    timings: EnvTimings
+
+    @property
+    def failed_checks(self) -> list[EnvCheck]:
+        return [c for c in self.checks if c.status == "fail"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed_checks
+
+
+# --- files ------------------------------------------------------------------------------
+
+SECTION_MODELS: dict[str, type[BaseModel]] = {
+    "runs.json": RootModel[list[ServeRun]],
+    "requests.json": RootModel[list[RequestRecord]],
+    "offline.json": RootModel[list[OfflineRun]],
+    "offline-requests.json": RootModel[list[OfflineRequest]],
+    "structure.json": RootModel[list[StructureObservation]],
+    "psnr.json": RootModel[list[PsnrRow]],
+    "determinism.json": RootModel[list[DeterminismGroup]],
+    "propagation.json": RootModel[list[PropagationCheck]],
+    "code-read.json": RootModel[list[CodeLocation]],
+    "baseline.json": Baseline,
+    "corrections.json": RootModel[list[Correction]],
+    "figures.json": RootModel[list[StatedFigure]],
+    "environment.json": EnvManifest,
+}
+ATTEMPT_FILE = "attempt.json"
+FILE_MODELS: dict[str, type[BaseModel]] = {ATTEMPT_FILE: Attempt, **SECTION_MODELS}
+
+
+@dataclass
+class LoadedAttempt:
+    path: Path
+    meta: Attempt
+    runs: list[ServeRun] = field(default_factory=list)
+    requests: list[RequestRecord] = field(default_factory=list)
+    offline: list[OfflineRun] = field(default_factory=list)
+    offline_requests: list[OfflineRequest] = field(default_factory=list)
+    structure: list[StructureObservation] = field(default_factory=list)
+    psnr: list[PsnrRow] = field(default_factory=list)
+    determinism: list[DeterminismGroup] = field(default_factory=list)
+    propagation: list[PropagationCheck] = field(default_factory=list)
+    code_read: list[CodeLocation] = field(default_factory=list)
+    baseline: Baseline | None = None
+    corrections: list[Correction] = field(default_factory=list)
+    figures: list[StatedFigure] = field(default_factory=list)
+    environment: EnvManifest | None = None
+
+    @property
+    def id(self) -> str:
+        return self.meta.id
+
+    @property
+    def host(self) -> str:
+        return self.meta.host
+
+    @property
+    def simulated(self) -> bool:
+        return self.meta.provenance.kind == "simulated"
+
+
+def _attr(section_file: str) -> str:
+    return section_file.removesuffix(".json").replace("-", "_")
+
+
+def parse_file(path: Path, model: type[BaseModel], text: str | None = None):
+    """Validate one file against its model; raise InputError naming file and JSON path."""
+    try:
+        text = path.read_text(encoding="utf-8") if text is None else text
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError([Problem(str(path), f"line {exc.lineno} column {exc.colno}",
+                                  f"not valid JSON (truncated or malformed): {exc.msg}")]) from None
+    try:
+        value = model.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(problems_from_validation(path, exc)) from None
+    return value.root if isinstance(value, RootModel) else value
+
+
+def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
+    """Load one attempt folder, collecting every problem rather than stopping at the first."""
+    problems: list[Problem] = []
+    try:
+        meta = parse_file(folder / ATTEMPT_FILE, Attempt)
+    except FileNotFoundError:
+        return None, [Problem(str(folder), "", f"attempt folder has no {ATTEMPT_FILE}")]
+    except InputError as exc:
+        return None, exc.problems
+    attempt = LoadedAttempt(path=folder, meta=meta)
+    if meta.id != folder.name:
+        problems.append(Problem(str(folder / ATTEMPT_FILE), "$.id",
+                                f"expected the folder name {folder.name!r}, got {meta.id!r}"))
+    if meta.host != folder.parent.name:
+        problems.append(Problem(str(folder / ATTEMPT_FILE), "$.host",
+                                f"expected the host folder {folder.parent.name!r}, got {meta.host!r}"))
+    for child in sorted(folder.iterdir()):
+        if child.name == ATTEMPT_FILE:
+            continue
+        model = SECTION_MODELS.get(child.name)
+        if model is None:
+            problems.append(Problem(str(child), "", "unknown evidence file; expected one of "
+                                    + ", ".join(SECTION_MODELS)))
+            continue
+        try:
+            setattr(attempt, _attr(child.name), parse_file(child, model))
+        except InputError as exc:
+            problems.extend(exc.problems)
+    return attempt, problems
+
+
+@dataclass
+class Evidence:
+    attempts: list[LoadedAttempt]
+
+    def for_host(self, host: str, *, include_simulated: bool = False) -> list[LoadedAttempt]:
+        return [a for a in self.attempts
+                if a.host == host and (include_simulated or not a.simulated)]
+
+    def attempt(self, attempt_id: str) -> LoadedAttempt:
+        for a in self.attempts:
+            if a.id == attempt_id:
+                return a
+        raise KeyError(f"no attempt {attempt_id!r} under evidence/")
+
+
+def load_evidence(root: Path) -> tuple[Evidence, list[Problem]]:
+    attempts, problems = [], []
+    if not root.is_dir():
+        return Evidence([]), [Problem(str(root), "", "evidence folder not found")]
+    for host_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        for folder in sorted(p for p in host_dir.iterdir() if p.is_dir()):
+            attempt, found = load_attempt(folder)
+            problems.extend(found)
+            if attempt is not None:
+                attempts.append(attempt)
+    return Evidence(attempts), problems
+
+
+def dump_json(model: type[BaseModel], value) -> str:
+    """Serialise a section value exactly as it will be validated on load."""
+    adapter = TypeAdapter(model)
+    checked = adapter.validate_python(model(value) if issubclass(model, RootModel) else value)
+    return adapter.dump_json(checked, indent=2, exclude_none=True).decode() + "\n"
+
+
+def write_section(folder: Path, file_name: str, value) -> Path:
+    """Validate, then write one evidence file atomically; a bad value leaves the old file intact."""
+    model = FILE_MODELS[file_name]
+    text = dump_json(model, value)
+    return write_text_atomic(folder / file_name, text)

@@ -1,0 +1,48 @@
+"""JSON Schema for every file format, generated from the pydantic models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import TypeAdapter
+
+from omniprobe.atomic import write_text_atomic
+from omniprobe.config.fixtures import FixtureSuite
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.evidence.models import FILE_MODELS
+
+
+def all_schemas() -> dict[str, dict]:
+    """File name of each schema -> the schema; evidence files are named after the file they check."""
+    schemas = {
+        f"evidence.{name.removesuffix('.json')}.schema.json": TypeAdapter(model).json_schema()
+        for name, model in FILE_MODELS.items()
+    }
+    schemas["fixtures.schema.json"] = FixtureSuite.model_json_schema()
+    schemas["hosts.schema.json"] = HostsConfig.model_json_schema()
+    return schemas
+
+
+def render(schema: dict) -> str:
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def write_schemas(folder: Path) -> list[Path]:
+    written = []
+    wanted = all_schemas()
+    for name, schema in wanted.items():
+        written.append(write_text_atomic(folder / name, render(schema)))
+    for stale in folder.glob("*.schema.json"):
+        if stale.name not in wanted:
+            stale.unlink()
+    return written
+
+
+def stale_schemas(folder: Path) -> list[str]:
+    """Names of committed schema files that differ from the models (or are missing or extra)."""
+    wanted = all_schemas()
+    stale = [name for name, schema in wanted.items()
+             if not (folder / name).is_file() or (folder / name).read_text() != render(schema)]
+    stale += [p.name for p in folder.glob("*.schema.json") if p.name not in wanted]
+    return sorted(stale)

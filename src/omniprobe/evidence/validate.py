@@ -1,0 +1,127 @@
+"""Check hosts.toml, fixtures/ and every evidence file, and how they refer to each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omniprobe.config.fixtures import FixtureSuite, load_fixtures
+from omniprobe.config.hosts import HostsConfig, load_hosts
+from omniprobe.config.project import Project
+from omniprobe.errors import InputError, Problem
+from omniprobe.evidence.models import Evidence, LoadedAttempt, load_evidence
+
+
+@dataclass
+class Loaded:
+    hosts: HostsConfig
+    fixtures: FixtureSuite
+    evidence: Evidence
+
+
+def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
+          attempt_ids: set[str]) -> list[Problem]:
+    """Names an evidence record uses must exist: host, flag sets, kwarg sets, fixtures, baselines."""
+    problems: list[Problem] = []
+    folder = attempt.path
+    host = hosts.hosts.get(attempt.host)
+    if host is None:
+        return [Problem(str(folder / "attempt.json"), "$.host",
+                        f"host {attempt.host!r} is not defined in hosts.toml "
+                        f"(hosts: {', '.join(hosts.hosts)})")]
+    prov = attempt.meta.provenance
+    if prov.kind == "measured" and prov.host != attempt.host:
+        problems.append(Problem(str(folder / "attempt.json"), "$.provenance.host",
+                                f"measured on {prov.host!r} but filed under {attempt.host!r}"))
+    if prov.kind == "measured" and host.simulated:
+        problems.append(Problem(str(folder / "attempt.json"), "$.provenance.kind",
+                                f"host {attempt.host!r} is simulated; its evidence must be "
+                                "'simulated', not 'measured'"))
+
+    def checker(known: list[str] | set[str], message):
+        """A check that a name used at (file, path) is one of `known`; None is always fine."""
+        known = set(known)
+
+        def check(file: str, path: str, name: str | None) -> None:
+            if name is not None and name not in known:
+                problems.append(Problem(str(folder / file), path, message(name)))
+        return check
+
+    flag_set = checker(host.serve_flag_sets, lambda name: (
+        f"unknown flag set {name!r} for host {attempt.host!r} "
+        f"(expected one of {', '.join(host.serve_flag_sets)})"))
+    kwarg_set = checker(host.offline_kwarg_sets, lambda name: (
+        f"unknown offline kwarg set {name!r} for host {attempt.host!r} "
+        f"(expected one of {', '.join(host.offline_kwarg_sets) or 'none'})"))
+    fixture = checker(fixtures.ids, lambda name: (
+        f"unknown fixture {name!r} (fixtures: {', '.join(fixtures.ids)})"))
+    baseline = checker(attempt_ids, lambda name: f"baseline attempt {name!r} is not under evidence/")
+
+    baseline("attempt.json", "$.baseline", attempt.meta.baseline)
+    for i, run in enumerate(attempt.runs):
+        flag_set("runs.json", f"$[{i}].flag_set", run.flag_set)
+        for j, cell in enumerate(run.cells):
+            fixture("runs.json", f"$[{i}].cells[{j}].fixture", cell.fixture)
+    for i, req in enumerate(attempt.requests):
+        flag_set("requests.json", f"$[{i}].flag_set", req.flag_set)
+        fixture("requests.json", f"$[{i}].fixture", req.fixture)
+    for i, run in enumerate(attempt.offline):
+        kwarg_set("offline.json", f"$[{i}].kwarg_set", run.kwarg_set)
+        fixture("offline.json", f"$[{i}].fixture", run.fixture)
+    for i, req in enumerate(attempt.offline_requests):
+        kwarg_set("offline-requests.json", f"$[{i}].kwarg_set", req.kwarg_set)
+        fixture("offline-requests.json", f"$[{i}].fixture", req.fixture)
+    for i, obs in enumerate(attempt.structure):
+        flag_set("structure.json", f"$[{i}].flag_set", obs.flag_set)
+        kwarg_set("structure.json", f"$[{i}].kwarg_set", obs.kwarg_set)
+        for j, name in enumerate(obs.fixtures):
+            fixture("structure.json", f"$[{i}].fixtures[{j}]", name)
+    for i, row in enumerate(attempt.psnr):
+        flag_set("psnr.json", f"$[{i}].flag_set", row.flag_set)
+        fixture("psnr.json", f"$[{i}].fixture", row.fixture)
+        baseline("psnr.json", f"$[{i}].baseline_attempt", row.baseline_attempt)
+    for i, group in enumerate(attempt.determinism):
+        fixture("determinism.json", f"$[{i}].fixture", group.fixture)
+        for j, name in enumerate(group.flag_sets):
+            flag_set("determinism.json", f"$[{i}].flag_sets[{j}]", name)
+    for i, check in enumerate(attempt.propagation):
+        flag_set("propagation.json", f"$[{i}].flag_set_with", check.flag_set_with)
+        flag_set("propagation.json", f"$[{i}].flag_set_without", check.flag_set_without)
+        fixture("propagation.json", f"$[{i}].fixture", check.fixture)
+    if attempt.baseline is not None:
+        for i, wall in enumerate(attempt.baseline.walls):
+            fixture("baseline.json", f"$.walls[{i}].fixture", wall.fixture)
+    return problems
+
+
+def load_project(project: Project) -> tuple[Loaded | None, list[Problem]]:
+    """Load everything; return all problems found (an empty list means valid)."""
+    problems: list[Problem] = []
+    hosts = fixtures = None
+    try:
+        hosts = load_hosts(project.hosts_file)
+    except InputError as exc:
+        problems.extend(exc.problems)
+    try:
+        fixtures = load_fixtures(project.fixtures_file)
+    except InputError as exc:
+        problems.extend(exc.problems)
+    evidence, found = load_evidence(project.evidence_dir)
+    problems.extend(found)
+    if hosts is None or fixtures is None:
+        return None, problems
+    ids = {a.id for a in evidence.attempts}
+    duplicates = sorted({a.id for a in evidence.attempts
+                         if sum(b.id == a.id for b in evidence.attempts) > 1})
+    for dup in duplicates:
+        problems.append(Problem("evidence", "", f"attempt id {dup!r} is used by more than one host"))
+    for attempt in evidence.attempts:
+        problems.extend(_refs(attempt, hosts, fixtures, ids))
+    return Loaded(hosts, fixtures, evidence), problems
+
+
+def load_valid_project(project: Project) -> Loaded:
+    """Load everything or raise InputError listing every problem."""
+    loaded, problems = load_project(project)
+    if problems or loaded is None:
+        raise InputError(problems)
+    return loaded

@@ -1,0 +1,477 @@
+"""probe-offline: generate the fixtures with an offline `Omni(...)` engine per offline kwarg set.
+
+Each kwarg set runs the runner script (omniprobe/harness/offline_runner.py) with the host's pinned venv
+python, in its own process group under omniprobe.harness.supervise, like the server. The runner writes
+one JSON line per request; each becomes an OfflineRequest in offline-requests.json (OOM parsed
+from the exception's text, the image measured and gated as serve's are), and each kwarg set and
+fixture an OfflineRun in offline.json. Every invocation writes a new attempt (`-offline`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from omniprobe.analysis.imaging import UnreadableImage, load_pixels, measure, pixels_sha256
+from omniprobe.analysis.oom import is_oom, parse_oom
+from omniprobe.analysis.structure_gate import quality_of
+from omniprobe.analysis.summaries import cell_outcome, cell_quality
+from omniprobe.atomic import write_text_atomic
+from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite, load_fixtures
+from omniprobe.config.hosts import Host, HostsConfig, load_hosts
+from omniprobe.config.project import Project
+from omniprobe.config.selection import NoHost, resolve_host, session_venv
+from omniprobe.env.checks import require_env_ok
+from omniprobe.env.state import EnvError
+from omniprobe.evidence.attempts import AttemptBusy, AttemptStore, file_ref, new_attempt
+from omniprobe.evidence.models import ArtifactRef, OfflineRequest, OfflineRun, write_section
+from omniprobe.evidence.quantities import Range
+from omniprobe.harness.client import ReferenceMismatch, load_references, sha256
+from omniprobe.harness.probe import PlanError, ReaderFactory, default_readers, serve_fixtures
+from omniprobe.harness.progress import Progress
+from omniprobe.harness.sampler import GpuBusy, NvmlUnavailable, wait_idle
+from omniprobe.harness.server import ServerProcess, classify_exit, signals_interrupt
+from omniprobe.sim.memory import STATE_ENV
+
+RUNNER = Path(__file__).with_name("offline_runner.py")
+ATTEMPT_SUFFIX = "-offline"
+_PLACEHOLDER = re.compile(r"\{(python|runner|hosts_file|host)\}")
+
+
+class KwargSetNotRunnable(PlanError):
+    """An offline kwarg set whose kwargs the source does not state."""
+
+
+class RunnerProtocolError(RuntimeError):
+    """The runner wrote something the protocol does not allow."""
+
+
+@dataclass(frozen=True)
+class OfflineOptions:
+    model: str
+    ready_timeout_s: float
+    request_timeout_s: float
+    grace_s: float
+    idle_timeout_s: float = 60.0
+    poll_s: float = 0.05
+    kwarg_sets: tuple[str, ...] = ()
+    fixtures: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = ()
+    max_restarts: int = 2
+
+
+@dataclass(frozen=True)
+class Planned:
+    fixture: Fixture
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.fixture.id}-{self.seed}"
+
+
+def not_runnable(name: str) -> str:
+    return (f"offline kwarg set {name!r} cannot run: hosts.toml [offline_kwarg_sets.{name}] has "
+            "no 'kwargs' (the source does not state them); record them there first")
+
+
+def check_kwarg_sets(cfg: HostsConfig, host_name: str, host: Host,
+                     wanted: tuple[str, ...]) -> tuple[list[str], list[str]]:
+    """(the kwarg sets to run, in hosts.toml order; refusals of those skipped).
+
+    A kwarg set without kwargs is refused: with an error when asked for by name, else skipped.
+    """
+    unknown = sorted(set(wanted) - set(host.offline_kwarg_sets))
+    if unknown:
+        raise PlanError(f"offline kwarg set(s) {', '.join(unknown)} are not run on host "
+                        f"{host_name!r} (its kwarg sets: "
+                        f"{', '.join(host.offline_kwarg_sets) or 'none'})")
+    chosen = [k for k in host.offline_kwarg_sets if not wanted or k in wanted]
+    refusals = [not_runnable(k) for k in chosen if cfg.offline_kwarg_sets[k].kwargs is None]
+    if wanted and refusals:
+        raise KwargSetNotRunnable("\n".join(refusals))
+    runnable = [k for k in chosen if cfg.offline_kwarg_sets[k].kwargs is not None]
+    if not runnable:
+        raise KwargSetNotRunnable("\n".join(refusals) if refusals
+                                  else f"host {host_name!r} has no offline kwarg sets")
+    return runnable, refusals
+
+
+def runner_command(cfg: HostsConfig, project: Project, host_name: str,
+                   venv: str | None = None, *, nvml=None) -> list[str]:
+    """The host's offline_command, else the pinned venv's python on the runner script; refuses an
+    env that fails any check (EnvNotReady names each), as the probe sessions do."""
+    host = cfg.host(host_name)
+    if host.offline_command:
+        fill = {"python": sys.executable, "runner": str(RUNNER),
+                "hosts_file": str(project.hosts_file), "host": host_name}
+        return [_PLACEHOLDER.sub(lambda m: fill[m[1]], part) for part in host.offline_command]
+    venv = session_venv(project, host_name) or venv
+    paths = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths
+    return [str(paths.python), str(RUNNER)]
+
+
+def runner_env(cfg: HostsConfig, kwarg_set: str, base: dict[str, str]) -> dict[str, str]:
+    """Ours, the stack's offline variables, the kwarg set's, and CUDA numbering GPUs as NVML."""
+    return {**base, **cfg.stack.offline_env, **cfg.offline_kwarg_sets[kwarg_set].env,
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
+class Events:
+    """The runner's results file, read as it grows; a line counts once it is complete."""
+
+    def __init__(self, path: Path):
+        self.path, self._offset, self._partial = path, 0, b""
+        self._queue: list[dict] = []
+
+    def next(self) -> dict | None:
+        if not self._queue:
+            self._read()
+        return self._queue.pop(0) if self._queue else None
+
+    def _read(self) -> None:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in filter(bytes.strip, lines):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                raise RunnerProtocolError(f"{self.path}: not a JSON line: {line[:200]!r}") from None
+            if not isinstance(event, dict) or "event" not in event:
+                raise RunnerProtocolError(f"{self.path}: a result without 'event': {line[:200]!r}")
+            self._queue.append(event)
+
+
+@dataclass
+class KwargSetState:
+    """What one kwarg set's runner processes produced, for its offline.json rows."""
+
+    init_s: float | None = None
+    failure: OfflineRun | None = None
+    logs: list[ArtifactRef] = field(default_factory=list)
+
+
+class OfflineProbe:
+    def __init__(self, cfg: HostsConfig, suite: FixtureSuite, fixtures_dir: Path, host_name: str,
+                 store: AttemptStore, options: OfflineOptions, command: list[str], *,
+                 readers: ReaderFactory, base_env: dict[str, str] | None = None,
+                 out: TextIO = sys.stderr):
+        self.cfg, self.suite, self.fixtures_dir = cfg, suite, fixtures_dir
+        self.host_name, self.host = host_name, cfg.host(host_name)
+        self.store, self.options, self.command = store, options, command
+        self.readers, self.out = readers, out
+        self.base_env = dict(os.environ if base_env is None else base_env)
+        self.baseline: int | None = None
+        self.records: list[OfflineRequest] = []
+        self.runs: list[OfflineRun] = []
+        self.unfinished: list[str] = []
+
+    def run(self, kwarg_sets: list[str], plan: list[Planned]) -> None:
+        progress = Progress(len(kwarg_sets) * len(plan), self.out)
+        progress.say(f"probe-offline on {self.host_name}: {len(plan)} request(s) under each of "
+                     f"{len(kwarg_sets)} kwarg set(s); attempt {self.store.meta.id}")
+        for number, name in enumerate(kwarg_sets, 1):
+            self._kwarg_set(f"{name} {number}/{len(kwarg_sets)}", name, list(plan), progress)
+
+    # --- one kwarg set ----------------------------------------------------------------------
+
+    def _kwarg_set(self, label: str, name: str, pending: list[Planned], progress: Progress) -> None:
+        state = KwargSetState()
+        for index in itertools.count():
+            pending = self._lifetime(label, name, index, pending, state, progress)
+            if not pending:
+                break
+            if state.failure is not None:
+                if index > 0:  # a restarted runner failed to build: the rest never ran
+                    self.unfinished.append(f"{name}: {len(pending)} request(s) not run, the "
+                                           f"restarted runner's init ended {state.failure.outcome}")
+                break
+            if index >= self.options.max_restarts:
+                self.unfinished.append(f"{name}: {len(pending)} request(s) not run after "
+                                       f"{index} restart(s); re-run to try them again")
+                break
+        self.runs.extend(self._summary(name, state))
+        write_section(self.store.folder, "offline.json", self.runs)
+
+    def _summary(self, name: str, state: KwargSetState) -> list[OfflineRun]:
+        """The init failure, if any, then one row per fixture in the order they ran."""
+        logs = list(state.logs)
+        rows = [state.failure.model_copy(update={"logs": logs})] if state.failure else []
+        records = [r for r in self.records if r.kwarg_set == name]
+        for fixture in dict.fromkeys(r.fixture for r in records):
+            mine = [r for r in records if r.fixture == fixture]
+            walls = [r.wall_s for r in mine if r.outcome == "ok"]
+            rows.append(OfflineRun(
+                kwarg_set=name, fixture=fixture, seeds=sorted({r.seed for r in mine}),
+                outcome=cell_outcome([r.outcome for r in mine]), quality=cell_quality(mine),
+                oom=next((r.oom for r in mine if r.oom is not None), None),
+                wall_s=Range.of(walls) if walls else None, init_s=state.init_s, logs=logs))
+        return rows
+
+    # --- one runner process -----------------------------------------------------------------
+
+    def _write_inputs(self, name: str, folder: Path, pending: list[Planned]) -> list[str]:
+        images = self.store.artifacts / name / "images"
+        images.mkdir(parents=True, exist_ok=True)
+        sampling = self.suite.sampling
+        requests = [{
+            "id": p.id, "fixture": p.fixture.id, "seed": p.seed, "prompt": p.fixture.prompt,
+            "width": p.fixture.width, "height": p.fixture.height,
+            "references": [str((self.fixtures_dir / r.file).resolve())
+                           for r in p.fixture.references or []],
+            "num_inference_steps": sampling.num_inference_steps,
+            "true_cfg_scale": sampling.true_cfg_scale,
+            "output": str(images / f"{p.id}.png"),
+        } for p in pending]
+        kwargs = self.cfg.offline_kwarg_sets[name].kwargs
+        write_text_atomic(folder / "kwargs.json", json.dumps(kwargs, indent=2) + "\n")
+        write_text_atomic(folder / "requests.json", json.dumps({"requests": requests}, indent=2))
+        return ["--model", self.options.model, "--kwargs-file", str(folder / "kwargs.json"),
+                "--requests", str(folder / "requests.json"),
+                "--results", str(folder / "results.jsonl")]
+
+    def _wait_idle(self, folder: Path) -> None:
+        try:
+            reader = self.readers(folder)
+        except NvmlUnavailable:
+            return  # no NVML here: nothing to wait on
+        self.baseline = wait_idle(reader, self.baseline, timeout_s=self.options.idle_timeout_s,
+                                  poll_s=0.25)
+
+    def _lifetime(self, label: str, name: str, index: int, pending: list[Planned],
+                  state: KwargSetState, progress: Progress) -> list[Planned]:
+        """One runner process over the pending requests; returns those it did not get to."""
+        folder = self.store.artifacts / name / f"runner-{index + 1}"
+        folder.mkdir(parents=True, exist_ok=True)
+        args = self._write_inputs(name, folder, pending)
+        self._wait_idle(folder)
+        env = runner_env(self.cfg, name, self.base_env)
+        if self.host.offline_command is None:
+            # The pinned venv sees its own packages only, not whatever our environment adds.
+            env.pop("PYTHONPATH", None)
+            env.pop("PYTHONHOME", None)
+        if self.host.simulated:
+            env[STATE_ENV] = str(folder / "sim-memory.bin")
+        runner = ServerProcess([*self.command, *args], env, folder / "runner.log", None,
+                               grace_s=self.options.grace_s)
+        events = Events(folder / "results.jsonl")
+        progress.say(f"[{label}] starting the runner")
+        runner.start()
+        try:
+            if not self._init(label, name, runner, events, state, progress):
+                return pending
+            while pending:
+                planned = pending[0]
+                waited_from = time.monotonic()
+                event, why = self._next(runner, events, self.options.request_timeout_s)
+                if event is not None:
+                    _check_result(event, planned, events.path)
+                record = (self._record(name, planned, event, index) if event is not None else
+                          self._lost(name, planned, index, why, runner.log_path,
+                                     time.monotonic() - waited_from))
+                pending.pop(0)
+                progress.step(f"[{label}] {planned.fixture.id} seed {planned.seed}: "
+                              f"{record.outcome} {record.wall_s:.2f} s"
+                              + (f", output {record.quality}" if record.outcome == "ok" else "")
+                              + (f" (tried to allocate {record.oom.requested})"
+                                 if record.oom and record.oom.requested else "")
+                              + ("" if event is not None else " (runner lost: restarting)"))
+                if event is None:
+                    return pending
+            runner.wait_exit(self.options.grace_s)  # let the engine shut down on its own
+            return pending
+        finally:
+            runner.stop()
+            state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
+
+    def _next(self, runner: ServerProcess, events: Events,
+              timeout_s: float) -> tuple[dict | None, str | None]:
+        """The next result, or None and why not ('timeout' or 'exited N')."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            event = events.next()
+            if event is not None:
+                return event, None
+            code = runner.returncode()
+            if code is not None:
+                event = events.next()  # a last line written just before it exited
+                return (event, None) if event is not None else (None, f"exited {code}")
+            if time.monotonic() >= deadline:
+                return None, "timeout"
+            time.sleep(self.options.poll_s)
+
+    def _init(self, label: str, name: str, runner: ServerProcess, events: Events,
+              state: KwargSetState, progress: Progress) -> bool:
+        """Wait for the engine; on failure set state.failure and return False."""
+        event, why = self._next(runner, events, self.options.ready_timeout_s)
+        elapsed = round(time.monotonic() - runner.started, 2)
+        if event is not None and event["event"] != "init":
+            raise RunnerProtocolError(f"{events.path}: expected the init result, got {event}")
+        if event is not None and event.get("outcome") == "ready":
+            if state.init_s is None:
+                state.init_s = event.get("wall_s")
+            progress.say(f"[{label}] engine built after {event.get('wall_s')} s")
+            return True
+        if event is not None:
+            text = event.get("traceback") or event.get("error") or ""
+            oom = parse_oom(text, "init") if event.get("outcome") == "oom" or is_oom(text) else None
+            failure = OfflineRun(kwarg_set=name, outcome="init-oom" if oom else "init-error",
+                                 quality="unchecked", oom=oom, init_s=event.get("wall_s"),
+                                 note=(event.get("error") or "")[:500] or None)
+        elif why == "timeout":
+            failure = OfflineRun(kwarg_set=name, outcome="timeout", quality="unchecked",
+                                 note=f"the engine was not built within "
+                                      f"{self.options.ready_timeout_s:g} s")
+        else:
+            code = runner.returncode()
+            init = classify_exit(code if code is not None else -1,
+                                 runner.log_path.read_text(errors="replace"), elapsed)
+            failure = OfflineRun(kwarg_set=name, quality="unchecked", oom=init.oom,
+                                 outcome="init-oom" if init.outcome == "oom" else "init-error",
+                                 note=init.note)
+        state.failure = failure
+        progress.say(f"[{label}] the engine was not built: {failure.outcome}"
+                     + (f" ({failure.note})" if failure.note else ""))
+        return False
+
+    # --- records ----------------------------------------------------------------------------
+
+    def _add(self, fields: dict) -> OfflineRequest:
+        record = OfflineRequest.model_validate(fields)
+        self.records.append(record)
+        write_section(self.store.folder, "offline-requests.json", self.records)
+        return record
+
+    def _record(self, name: str, planned: Planned, event: dict, index: int) -> OfflineRequest:
+        fields = {"kwarg_set": name, "fixture": planned.fixture.id, "seed": planned.seed,
+                  "outcome": event.get("outcome"), "quality": "unchecked",
+                  "wall_s": event.get("wall_s"), "peak_mib": event.get("peak_mib"),
+                  "started_s": event.get("started_s"), "lifetime": index}
+        if event.get("outcome") == "ok":
+            fields.update(self._image(self.store.artifacts / name / "images" / f"{planned.id}.png"))
+        else:
+            text = event.get("traceback") or event.get("error") or ""
+            if event.get("outcome") == "oom" or is_oom(text):
+                fields.update(outcome="oom", oom=parse_oom(text, "request"))
+            fields["error"] = (event.get("error") or "no message")[:500]
+        return self._add(fields)
+
+    def _image(self, path: Path) -> dict:
+        """The output's hashes, metrics and quality; an error when it is no readable image."""
+        try:
+            data = path.read_bytes()
+            pixels = load_pixels(path)
+        except (OSError, UnreadableImage) as exc:
+            return {"outcome": "error", "error": f"the runner's image is unreadable: {exc}"}
+        metrics = measure(pixels, self.cfg.quality)
+        return {"output_sha256": sha256(data), "pixels_sha256": pixels_sha256(pixels),
+                "artifact": str(path.relative_to(self.store.project.artifacts_dir)),
+                "image": metrics, "quality": quality_of(metrics)}
+
+    def _lost(self, name: str, planned: Planned, index: int, why: str | None, log_path: Path,
+              waited_s: float) -> OfflineRequest:
+        """A request the runner never answered: it hung (timeout) or died."""
+        fields = {"kwarg_set": name, "fixture": planned.fixture.id, "seed": planned.seed,
+                  "quality": "unchecked", "lifetime": index, "wall_s": round(waited_s, 4)}
+        if why == "timeout":
+            fields.update(outcome="timeout",
+                          error=f"no result within {self.options.request_timeout_s:g} s")
+            return self._add(fields)
+        log = _after_last_event(log_path.read_text(errors="replace"))
+        tail = " | ".join([line.strip() for line in log.splitlines() if line.strip()][-2:])[:400]
+        oom = parse_oom(log, "request")
+        fields.update(outcome="oom" if oom else "error", oom=oom,
+                      error=f"the runner {why} during the request; its log ends: "
+                            f"{tail or '(nothing new)'}")
+        return self._add(fields)
+
+
+def _check_result(event: dict, planned: Planned, path: Path) -> None:
+    """A request result as the protocol has it, for the request expected next."""
+    wall = event.get("wall_s")
+    if (event["event"] != "request" or event.get("id") != planned.id
+            or event.get("outcome") not in ("ok", "oom", "error")
+            or not isinstance(wall, int | float) or wall < 0):
+        raise RunnerProtocolError(f"{path}: expected the result of {planned.id!r} with outcome "
+                                  f"ok, oom or error and a wall_s, got {event}")
+
+
+def _after_last_event(log: str) -> str:
+    """The log after the runner's last echoed result line: what the lost request left there."""
+    at = log.rfind('{"event": ')
+    return log if at < 0 else log[at:].partition("\n")[2]
+
+
+
+def options_from(args, cfg: HostsConfig) -> OfflineOptions:
+    serve = cfg.serve
+    return OfflineOptions(
+        model=args.model or cfg.stack.model_repo,
+        ready_timeout_s=args.ready_timeout or serve.ready_timeout_s,
+        request_timeout_s=args.request_timeout or serve.request_timeout_s,
+        grace_s=serve.stop_grace_s if args.grace is None else args.grace,
+        idle_timeout_s=args.idle_timeout, kwarg_sets=tuple(args.kwarg_set),
+        fixtures=tuple(args.fixture), seeds=tuple(args.seed))
+
+
+def run_offline(project: Project, args, *, readers: ReaderFactory | None = None,
+                nvml=None, out: TextIO = sys.stderr) -> int:
+    """The probe-offline command: 0 when every planned request was recorded.
+
+    `nvml` stands in for pynvml in a real host's env checks, as for the probe."""
+    cfg = load_hosts(project.hosts_file)
+    suite = load_fixtures(project.fixtures_file)
+    fixtures_dir = project.fixtures_file.parent
+    options = options_from(args, cfg)
+    try:
+        host_name, why = resolve_host(project, cfg, args.host)
+        print(f"host {host_name} ({why})", file=out)
+        host = cfg.host(host_name)
+        # Refuse before an attempt exists: a refused run leaves no evidence behind.
+        kwarg_sets, refused = check_kwarg_sets(cfg, host_name, host, options.kwarg_sets)
+        fixtures = serve_fixtures(suite, host, options.fixtures)
+        for fixture in fixtures:
+            load_references(fixture, fixtures_dir)
+        command = runner_command(cfg, project, host_name, args.venv, nvml=nvml)
+        store = new_attempt(project, host_name, host, ["omniprobe", *sys.argv[1:]],
+                            suffix=ATTEMPT_SUFFIX, what="probe-offline")
+    except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable, ReferenceMismatch,
+            EnvError) as exc:
+        print(f"error: {exc}", file=out)
+        return 1
+    for line in refused:
+        print(f"refused: {line}", file=out)
+    seeds = options.seeds or tuple(suite.sampling.seeds)
+    plan = [Planned(f, s) for f in fixtures for s in seeds]
+    probe = OfflineProbe(cfg, suite, fixtures_dir, host_name, store, options, command,
+                         readers=readers or default_readers(host, args.gpu_index), out=out)
+    try:
+        with signals_interrupt():
+            probe.run(kwarg_sets, plan)
+    except (GpuBusy, RunnerProtocolError) as exc:
+        print(f"error: {exc}", file=out)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted: the runner was stopped; attempt {store.meta.id} holds what finished",
+              file=out)
+        return 130
+    finally:
+        store.close()
+    print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(project.root)}, "
+          f"artifacts in {store.artifacts}", file=out)
+    for line in refused + probe.unfinished:
+        print(f"not done: {line}", file=out)
+    return 1 if probe.unfinished else 0

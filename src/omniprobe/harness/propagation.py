@@ -1,0 +1,228 @@
+"""The propagation check: does a knob set in a deploy config reach the model through serve?
+
+It serves one fixture and seed under two flag sets of the host, one passing the deploy config
+(flag_set_with) and one without it (flag_set_without), and compares the two outputs by bytes and
+by decoded pixels (imaging.pixels_sha256). Identical outputs mean the knob never reached the
+model. The two server lifetimes, their requests and the check (propagation.json) go to a new
+attempt (`-propagation`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import TextIO
+
+from omniprobe.analysis.imaging import UnreadableImage, load_pixels, pixels_sha256
+from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite, load_fixtures
+from omniprobe.config.hosts import Host, HostsConfig, load_hosts
+from omniprobe.config.project import Project
+from omniprobe.config.selection import NoHost, resolve_host
+from omniprobe.env.state import EnvError
+from omniprobe.evidence.attempts import AttemptBusy, AttemptStore, new_attempt
+from omniprobe.evidence.models import PropagationCheck, RequestRecord, write_section
+from omniprobe.harness.probe import (
+    PlanError,
+    Probe,
+    ProbeOptions,
+    ReaderFactory,
+    default_readers,
+    probe_env,
+    serve_fixtures,
+)
+from omniprobe.harness.psnr_check import resolve_artifact
+from omniprobe.harness.sampler import GpuBusy
+from omniprobe.harness.server import (
+    FlagSetNotRunnable,
+    NotInEnv,
+    PortInUse,
+    server_command,
+    signals_interrupt,
+)
+
+ATTEMPT_SUFFIX = "-propagation"
+
+
+@dataclass(frozen=True)
+class Plan:
+    knob: str
+    flag_set_with: str
+    flag_set_without: str
+    fixture: Fixture
+    seed: int
+
+
+def _deploy_flag_sets(cfg: HostsConfig, host: Host) -> list[str]:
+    return [f for f in host.serve_flag_sets if cfg.flag_sets[f].deploy_config]
+
+
+def choose_flag_sets(cfg: HostsConfig, host_name: str, host: Host, with_: str | None,
+                     without: str | None) -> tuple[str, str]:
+    """The pair to compare. By default the host's one flag set with a deploy config, against its
+    one flag set with the same arguments and environment and no deploy config."""
+    for name in filter(None, (with_, without)):
+        if name not in host.serve_flag_sets:
+            raise PlanError(f"flag set {name!r} is not run on host {host_name!r} "
+                            f"(its flag sets: {', '.join(host.serve_flag_sets)})")
+    if with_ is None:
+        candidates = _deploy_flag_sets(cfg, host)
+        if len(candidates) != 1:
+            raise PlanError(f"host {host_name!r} has {len(candidates)} flag sets with a deploy "
+                            f"config ({', '.join(candidates) or 'none'}); name one with --with")
+        with_ = candidates[0]
+    flags = cfg.flag_sets[with_]
+    if not flags.deploy_config:
+        raise PlanError(f"flag set {with_!r} passes no deploy config ([flag_sets.{with_}] has no "
+                        "'deploy_config'); --with needs one that does")
+    if without is None:
+        twins = [f for f in host.serve_flag_sets if f != with_
+                 and not cfg.flag_sets[f].deploy_config
+                 and cfg.flag_sets[f].args == flags.args and cfg.flag_sets[f].env == flags.env]
+        if len(twins) != 1:
+            raise PlanError(f"host {host_name!r} has {len(twins)} flag sets like {with_!r} "
+                            f"without its deploy config ({', '.join(twins) or 'none'}); "
+                            "name one with --without")
+        without = twins[0]
+    if cfg.flag_sets[without].deploy_config == flags.deploy_config:
+        raise PlanError(f"flag sets {with_!r} and {without!r} pass the same deploy config "
+                        f"{flags.deploy_config!r}: the check needs one without it")
+    return with_, without
+
+
+def choose_knob(cfg: HostsConfig, flag_set_with: str, knob: str | None) -> str:
+    name = cfg.flag_sets[flag_set_with].deploy_config
+    knob = knob or cfg.deploy_configs[name].knob
+    if not knob:
+        raise PlanError(f"which knob deploy config {name!r} sets is not recorded: set 'knob' "
+                        f"under [deploy_configs.{name}] in hosts.toml, or pass --knob")
+    return knob
+
+
+def choose_case(suite: FixtureSuite, host_name: str, host: Host, fixture: str | None,
+                seed: int | None) -> tuple[Fixture, int]:
+    """The fixture (default: the runnable edit with the fewest references) and the seed
+    (default: the first of the sampling seeds); refuses a fixture that cannot run."""
+    if fixture is not None:
+        wanted = next((f for f in suite.fixtures if f.id == fixture), None)
+        if wanted is not None and wanted.simulated != host.simulated:
+            kind = "simulated" if host.simulated else "real"
+            raise PlanError(f"fixture {fixture!r} is not for host {host_name!r}, which runs "
+                            f"{kind} fixtures only")
+        [chosen] = serve_fixtures(suite, host, (fixture,))
+    else:
+        mine = [f for f in suite.fixtures if f.simulated == host.simulated and f.runnable]
+        if not mine:
+            serve_fixtures(suite, host)  # raises, naming what each fixture lacks
+        chosen = sorted(mine, key=lambda f: (f.kind != "edit", f.reference_count))[0]
+    return chosen, suite.sampling.seeds[0] if seed is None else seed
+
+
+def _request(store: AttemptStore, flag_set: str, plan: Plan) -> RequestRecord | None:
+    return next((r for r in store.requests if r.flag_set == flag_set
+                 and r.fixture == plan.fixture.id and r.seed == plan.seed), None)
+
+
+def _why_not(store: AttemptStore, flag_set: str, record: RequestRecord | None) -> str:
+    if record is None:
+        run = store.run(flag_set)
+        init = f"init {run.init.outcome}" if run else "never started"
+        return f"{flag_set}: no output ({init})"
+    return f"{flag_set}: request {record.outcome}" + (f" ({record.error[:200]})"
+                                                       if record.error else "")
+
+
+def compare(store: AttemptStore, plan: Plan, deploy_path: str) -> PropagationCheck:
+    """The check from the attempt's two requests; not measured unless both returned an image."""
+    served = (f"served {plan.fixture.id} seed {plan.seed} with {deploy_path} "
+              f"({plan.flag_set_with}) and without it ({plan.flag_set_without})")
+    base = {"knob": plan.knob, "flag_set_with": plan.flag_set_with,
+            "flag_set_without": plan.flag_set_without, "fixture": plan.fixture.id,
+            "seed": plan.seed}
+    records = {f: _request(store, f, plan) for f in (plan.flag_set_with, plan.flag_set_without)}
+    missing = [f for f, r in records.items() if r is None or r.outcome != "ok" or not r.artifact]
+    if missing:
+        reasons = "; ".join(_why_not(store, f, records[f]) for f in missing)
+        return PropagationCheck(**base, bytes_identical=None,
+                                note=f"not measured: {served}, but {reasons}")
+    a, b = records.values()
+    artifacts = store.project.artifacts_dir
+    pixels = [pixels_sha256(load_pixels(resolve_artifact(r.artifact, artifacts))) for r in (a, b)]
+    return PropagationCheck(**base, bytes_identical=a.output_sha256 == b.output_sha256,
+                            pixels_identical=pixels[0] == pixels[1], note=served)
+
+
+def describe(check: PropagationCheck) -> str:
+    if check.reached_model is None:
+        return f"{check.knob}: {check.note}"
+    if check.reached_model:
+        return (f"{check.knob} reached the model: the outputs differ in bytes and in pixels "
+                f"({check.flag_set_with} against {check.flag_set_without})")
+    same = "byte-identical" if check.bytes_identical else "pixel-identical (bytes differ)"
+    return (f"{check.knob} did NOT reach the model: the outputs are {same} "
+            f"({check.flag_set_with} against {check.flag_set_without})")
+
+
+
+def run_propagation(project: Project, args, *, readers: ReaderFactory | None = None,
+                    nvml=None, out: TextIO = sys.stderr) -> int:
+    """The propagation command: 0 when the check was measured (whichever way it came out).
+
+    `nvml` stands in for pynvml in a real host's env checks, as for the probe."""
+    cfg = load_hosts(project.hosts_file)
+    suite = load_fixtures(project.fixtures_file)
+    serve = cfg.serve
+    port = args.port or serve.port
+    model = args.model or cfg.stack.model_repo
+    try:
+        host_name, why = resolve_host(project, cfg, args.host)
+        print(f"host {host_name} ({why})", file=out)
+        host = cfg.host(host_name)
+        # Refuse before an attempt exists: a refused check leaves no evidence behind.
+        with_, without = choose_flag_sets(cfg, host_name, host, args.flag_set_with,
+                                          args.flag_set_without)
+        for flag_set in (with_, without):
+            server_command(cfg, host_name, flag_set, port=port, model=model,
+                           hosts_file=project.hosts_file)
+        fixture, seed = choose_case(suite, host_name, host, args.fixture, args.seed)
+        plan = Plan(choose_knob(cfg, with_, args.knob), with_, without, fixture, seed)
+        options = ProbeOptions(
+            port=port, model=model, ready_timeout_s=args.ready_timeout or serve.ready_timeout_s,
+            request_timeout_s=args.request_timeout or serve.request_timeout_s,
+            grace_s=serve.stop_grace_s if args.grace is None else args.grace,
+            sample_hz=args.sample_hz, idle_timeout_s=args.idle_timeout,
+            flag_sets=(with_, without), fixtures=(fixture.id,))
+        env_bin = probe_env(project, cfg, host_name, options, venv=args.venv, nvml=nvml)
+        store = new_attempt(project, host_name, host, ["omniprobe", *sys.argv[1:]],
+                            suffix=ATTEMPT_SUFFIX, what="propagation check")
+    except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable, FlagSetNotRunnable, EnvError,
+            NotInEnv) as exc:
+        print(f"error: {exc}", file=out)
+        return 1
+    # The probe serves every sampling seed: give it a suite of the one seed compared.
+    one_seed = suite.model_copy(update={"sampling": suite.sampling.model_copy(
+        update={"seeds": [seed]})})
+    probe = Probe(cfg, one_seed, project.fixtures_file.parent, project.hosts_file, host_name,
+                  store, options, readers=readers or default_readers(host, args.gpu_index),
+                  env_bin=env_bin, out=out)
+    try:
+        with signals_interrupt():
+            probe.probe_serve()
+            probe.recorder.drain()
+            deploy = cfg.deploy_configs[cfg.flag_sets[with_].deploy_config]
+            check = compare(store, plan, deploy.path)
+            write_section(store.folder, "propagation.json", [check])
+    except (PortInUse, GpuBusy, UnreadableImage) as exc:
+        print(f"error: {exc}", file=out)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted: the server was stopped; attempt {store.meta.id} holds no check",
+              file=out)
+        return 130
+    finally:
+        probe.recorder.close()
+        store.close()
+    print(describe(check), file=out)
+    print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(project.root)}",
+          file=out)
+    return 0 if check.reached_model is not None else 1
+

@@ -1,0 +1,248 @@
+"""PSNR of an attempt's outputs against a baseline attempt's images, and the determinism groups.
+
+`omniprobe quality --attempt ID --baseline DIR` takes the attempt's ok requests (requests.json),
+opens each output image (RequestRecord.artifact: an absolute path, or one relative to the
+artifacts folder) and compares it with the baseline image of the same fixture and seed, found
+under DIR by the hosts.toml [quality] baseline_layout pattern. One PsnrRow per request goes to
+the attempt's psnr.json. The outputs of one fixture and seed under different flag sets are
+grouped by pixel hash into determinism.json. Every input is checked before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from omniprobe.analysis.imaging import Comparator, Pixels, load_pixels, measure, pixels_sha256, psnr
+from omniprobe.cli.tables import text_table
+from omniprobe.config.fixtures import Fixture, FixtureSuite
+from omniprobe.config.hosts import QualityConfig
+from omniprobe.config.project import Project
+from omniprobe.errors import InputError, Problem, problems_from_validation
+from omniprobe.evidence.models import DeterminismGroup, LoadedAttempt, PsnrRow, RequestRecord, write_section
+from omniprobe.evidence.quantities import Range
+from omniprobe.evidence.validate import load_valid_project
+
+CellKey = tuple[str, int]  # (fixture, seed)
+
+
+@dataclass(frozen=True)
+class Output:
+    """One ok request of the attempt and where its image lies."""
+
+    index: int
+    record: RequestRecord
+    path: Path
+
+
+@dataclass(frozen=True)
+class QualityResult:
+    attempt: LoadedAttempt
+    rows: list[PsnrRow]
+    groups: list[DeterminismGroup]
+    written: list[Path]
+
+
+def resolve_artifact(artifact: str, artifacts_dir: Path) -> Path:
+    path = Path(artifact)
+    return path if path.is_absolute() else artifacts_dir / path
+
+
+def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]:
+    """The attempt's ok requests with their images; InputError lists every one that lacks it."""
+    file = str(attempt.path / "requests.json")
+    outputs: list[Output] = []
+    problems: list[Problem] = []
+    seen: dict[tuple[str, str, int], int] = {}
+    for i, record in enumerate(attempt.requests):
+        if record.outcome != "ok":
+            continue
+        key = (record.flag_set, record.fixture, record.seed)
+        if key in seen:
+            problems.append(Problem(file, f"$[{i}]", f"repeats flag set {key[0]!r}, fixture "
+                                    f"{key[1]!r}, seed {key[2]} of $[{seen[key]}]"))
+        seen[key] = i
+        if record.artifact is None:
+            problems.append(Problem(file, f"$[{i}].artifact",
+                                    "an ok request has no artifact; its image cannot be compared"))
+            continue
+        path = resolve_artifact(record.artifact, artifacts_dir)
+        if not path.is_file():
+            problems.append(Problem(file, f"$[{i}].artifact", f"image not found at {path}"))
+        outputs.append(Output(i, record, path))
+    if not outputs and not problems:
+        problems.append(Problem(file, "", f"attempt {attempt.id!r} has no ok requests to compare"))
+    if problems:
+        raise InputError(problems)
+    return outputs
+
+
+def baseline_path(baseline_dir: Path, layout: str, fixture: Fixture, seed: int) -> Path:
+    return baseline_dir / layout.format(fixture=fixture.id, source_name=fixture.source_name,
+                                        seed=seed)
+
+
+def baseline_paths(outputs: list[Output], baseline_dir: Path, layout: str,
+                   fixtures: FixtureSuite) -> dict[CellKey, Path]:
+    """The baseline image of every fixture and seed the outputs need; InputError names each
+    expected path that is missing."""
+    paths: dict[CellKey, Path] = {}
+    problems: list[Problem] = []
+    for out in outputs:
+        key = (out.record.fixture, out.record.seed)
+        if key in paths:
+            continue
+        paths[key] = path = baseline_path(baseline_dir, layout, fixtures.get(key[0]), key[1])
+        if not path.is_file():
+            problems.append(Problem(str(path), "", f"baseline image for fixture {key[0]!r} seed "
+                                    f"{key[1]} not found (layout {layout!r} under {baseline_dir})"))
+    if problems:
+        raise InputError(problems)
+    return paths
+
+
+def psnr_row(record: RequestRecord, output: Pixels, baseline: Pixels, cfg: QualityConfig,
+             comparator: Comparator, baseline_attempt: str) -> PsnrRow:
+    """One request's PSNR against its baseline image, with its output's structure verdict."""
+    result = psnr(baseline, output, comparator, convert_modes=cfg.convert_modes)
+    metrics = measure(output, cfg)
+    note = None
+    if metrics.verdict == "broken":
+        # The report's lesson: a collapsed output still yields a PSNR; it is not a usable one.
+        note = f"output structurally broken ({'; '.join(metrics.reasons)}); not a usable comparison"
+    return PsnrRow(
+        flag_set=record.flag_set,
+        fixture=record.fixture,
+        seeds=[record.seed],
+        psnr_db=None if result.db is None else Range(min=result.db, max=result.db),
+        identical=result.identical,
+        comparator=comparator,
+        baseline_attempt=baseline_attempt,
+        quality=metrics.verdict,
+        note=note,
+    )
+
+
+def pixel_hashes(outputs: list[Output],
+                 computed: Mapping[int, str]) -> dict[CellKey, dict[str, str]]:
+    """Flag set -> pixel hash for each fixture and seed.
+
+    A cell uses the hashes recorded in requests.json when every one of its requests has one;
+    otherwise it uses hashes computed here for all of them, so one cell never mixes the two.
+    """
+    cells: dict[CellKey, list[Output]] = defaultdict(list)
+    for out in outputs:
+        cells[(out.record.fixture, out.record.seed)].append(out)
+    hashes: dict[CellKey, dict[str, str]] = {}
+    for key, outs in cells.items():
+        recorded = all(o.record.pixels_sha256 for o in outs)
+        hashes[key] = {o.record.flag_set: o.record.pixels_sha256 if recorded else computed[o.index]
+                       for o in outs}
+    return hashes
+
+
+def determinism_groups(hashes: Mapping[CellKey, Mapping[str, str]]) -> list[DeterminismGroup]:
+    """Groups of flag sets whose outputs for one fixture and seed are pixel-identical.
+
+    Per fixture and seed compared under two or more flag sets: when all agree, one identical
+    group; otherwise one group of all of them with identical=false (sha256_prefix: the first
+    listed flag set's hash), then one identical group per hash that two or more flag sets share.
+    """
+    groups = []
+    for (fixture, seed), by_flag_set in sorted(hashes.items()):
+        if len(by_flag_set) < 2:
+            continue
+        members: dict[str, list[str]] = defaultdict(list)
+        for flag_set, digest in by_flag_set.items():
+            members[digest].append(flag_set)
+        flag_sets = list(by_flag_set)
+        if len(members) > 1:
+            groups.append(DeterminismGroup(fixture=fixture, seed=seed, flag_sets=flag_sets,
+                                           sha256_prefix=by_flag_set[flag_sets[0]],
+                                           compared="pixels", identical=False))
+        groups.extend(DeterminismGroup(fixture=fixture, seed=seed, flag_sets=same,
+                                       sha256_prefix=digest, compared="pixels", identical=True)
+                      for digest, same in members.items() if len(same) > 1)
+    return groups
+
+
+def latest_attempt_with_outputs(attempts: list[LoadedAttempt]) -> LoadedAttempt:
+    """The most recently started measured or simulated attempt that has an ok request with an
+    image artifact."""
+    candidates = [a for a in attempts if a.meta.provenance.kind != "transcribed"
+                  and any(r.outcome == "ok" and r.artifact for r in a.requests)]
+    if not candidates:
+        raise InputError([Problem("evidence", "", "no attempt has ok requests with image "
+                                                  "artifacts; pass --attempt ID")])
+    # timestamp(): naive and aware start times compare without a TypeError.
+    return max(candidates, key=lambda a: (a.meta.provenance.started_at.timestamp(), a.id))
+
+
+def _with_layout(cfg: QualityConfig, layout: str | None) -> QualityConfig:
+    if layout is None:
+        return cfg
+    try:
+        return QualityConfig.model_validate({**cfg.model_dump(), "baseline_layout": layout})
+    except ValidationError as exc:
+        raise InputError(problems_from_validation("--layout", exc)) from None
+
+
+def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None = None,
+                layout: str | None = None, comparator: Comparator | None = None,
+                baseline_attempt: str | None = None) -> QualityResult:
+    """Compute PSNR rows and determinism groups for one attempt and write them as evidence."""
+    loaded = load_valid_project(project)
+    evidence = loaded.evidence
+    try:
+        attempt = (evidence.attempt(attempt_id) if attempt_id
+                   else latest_attempt_with_outputs(evidence.attempts))
+    except KeyError as exc:
+        raise InputError([Problem(str(project.evidence_dir), "", exc.args[0])]) from None
+    cfg = _with_layout(loaded.hosts.quality, layout)
+    comparator = comparator or cfg.comparator
+    baseline_attempt = baseline_attempt or attempt.meta.baseline
+    if baseline_attempt is None:
+        raise InputError([Problem(str(attempt.path / "attempt.json"), "$.baseline",
+                                  "the attempt names no baseline attempt; "
+                                  "pass --baseline-attempt ID")])
+    if baseline_attempt not in {a.id for a in evidence.attempts}:
+        raise InputError([Problem("--baseline-attempt", "",
+                                  f"baseline attempt {baseline_attempt!r} is not under evidence/")])
+    if not baseline_dir.is_dir():
+        raise InputError([Problem(str(baseline_dir), "", "baseline folder not found")])
+
+    outputs = attempt_outputs(attempt, project.artifacts_dir)
+    baselines = baseline_paths(outputs, baseline_dir, cfg.baseline_layout, loaded.fixtures)
+    baseline_pixels = {key: load_pixels(path) for key, path in baselines.items()}
+    rows, computed = [], {}
+    for out in outputs:
+        pixels = load_pixels(out.path)
+        baseline = baseline_pixels[(out.record.fixture, out.record.seed)]
+        rows.append(psnr_row(out.record, pixels, baseline, cfg, comparator, baseline_attempt))
+        computed[out.index] = pixels_sha256(pixels)
+    groups = determinism_groups(pixel_hashes(outputs, computed))
+    written = [write_section(attempt.path, "psnr.json", rows),
+               write_section(attempt.path, "determinism.json", groups)]
+    return QualityResult(attempt, rows, groups, written)
+
+
+def render(result: QualityResult) -> str:
+    rows = [[r.flag_set, r.fixture, ", ".join(map(str, r.seeds)),
+             "identical" if r.identical else f"{r.psnr_db.min:.2f}", r.comparator, r.quality]
+            for r in result.rows]
+    headers = ["flag set", "fixture", "seed", "psnr (dB)", "comparator", "quality"]
+    lines = [f"attempt {result.attempt.id} against baseline {result.rows[0].baseline_attempt}",
+             text_table(headers, rows)]
+    if result.groups:
+        lines.append("determinism (pixel hash):")
+        lines += [f"  {g.fixture} seed {g.seed}: "
+                  f"{'identical' if g.identical else 'differ'} across {', '.join(g.flag_sets)}"
+                  + (f" ({g.sha256_prefix[:12]})" if g.identical else "")
+                  for g in result.groups]
+    else:
+        lines.append("determinism: no fixture and seed ran under two or more flag sets")
+    return "\n".join(lines)

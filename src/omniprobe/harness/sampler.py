@@ -1,0 +1,271 @@
+"""GPU memory through NVML: a background sampler of one server's memory, and the idle check.
+
+The NVML layer is a small reader interface, so tests and the sim host swap it: `NvmlReader`
+wraps pynvml (or any module with its API, such as `fakenvml`), `SimReader` reads the memory the
+simulated server publishes. Samples go to a JSONL file as they are taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from omniprobe.analysis.series import Sample, summarise
+from omniprobe.evidence.models import TimelineSummary
+from omniprobe.sim.memory import read_state
+
+MIB = 1024**2
+
+
+@dataclass(frozen=True)
+class ProcessMemory:
+    pid: int
+    used: int | None  # bytes; None where NVML cannot tell (e.g. some containers)
+
+
+class NvmlUnavailable(RuntimeError):
+    """No NVML here (no driver, no GPU); the probe records that instead of crashing."""
+
+
+class GpuReader(Protocol):
+    label: str
+
+    def memory(self) -> tuple[int, int]:
+        """(used, total) bytes of the device."""
+
+    def processes(self) -> tuple[list[ProcessMemory], list[ProcessMemory]]:
+        """The compute and the graphics running-process lists."""
+
+    def process_name(self, pid: int) -> str: ...
+
+
+class NvmlReader:
+    label = "NVML"
+
+    def __init__(self, index: int = 0, nvml=None):
+        if nvml is None:
+            try:
+                import pynvml as nvml
+            except ImportError as exc:
+                raise NvmlUnavailable(f"pynvml is not installed ({exc})") from None
+        self._nvml = nvml
+        try:
+            nvml.nvmlInit()
+            self._handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        except nvml.NVMLError as exc:
+            raise NvmlUnavailable(f"NVML: {exc}") from None
+
+    def memory(self) -> tuple[int, int]:
+        info = self._nvml.nvmlDeviceGetMemoryInfo(self._handle)
+        return info.used, info.total
+
+    def processes(self) -> tuple[list[ProcessMemory], list[ProcessMemory]]:
+        nvml = self._nvml
+        lists = (nvml.nvmlDeviceGetComputeRunningProcesses(self._handle),
+                 nvml.nvmlDeviceGetGraphicsRunningProcesses(self._handle))
+        return tuple([ProcessMemory(p.pid, p.usedGpuMemory) for p in found] for found in lists)
+
+    def process_name(self, pid: int) -> str:
+        try:
+            name = self._nvml.nvmlSystemGetProcessName(pid)
+        except self._nvml.NVMLError:
+            return _proc_name(pid)
+        return name.decode() if isinstance(name, bytes) else name
+
+
+class SimReader:
+    """The simulated server's modelled memory, read the way NVML would report it."""
+
+    label = "omniprobe.sim modelled memory"
+
+    def __init__(self, state_path: Path, total: int):
+        self.state_path, self.total = state_path, total
+
+    def _state(self) -> tuple[int, int] | None:
+        state = read_state(str(self.state_path))
+        if state is None or not _alive(state[0]):
+            return None
+        return state[0], state[1]
+
+    def memory(self) -> tuple[int, int]:
+        state = self._state()
+        return (state[1] if state else 0), self.total
+
+    def processes(self) -> tuple[list[ProcessMemory], list[ProcessMemory]]:
+        state = self._state()
+        return ([ProcessMemory(*state)] if state else []), []
+
+    def process_name(self, pid: int) -> str:
+        return _proc_name(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _proc_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "not visible from here"
+
+
+def parent_pid(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: the fields start after the last ')'.
+    return int(stat[stat.rindex(")") + 2:].split()[1])
+
+
+def descends_from(pid: int, root: int) -> bool:
+    """Whether pid is root or one of its descendants (Linux /proc; false for unseen pids)."""
+    seen = set()
+    while pid and pid not in seen:
+        if pid == root:
+            return True
+        seen.add(pid)
+        pid = parent_pid(pid)
+    return False
+
+
+def unique_processes(*lists: Iterable[ProcessMemory]) -> dict[int, int | None]:
+    """pid -> memory, each process once: NVML may list a pid as both compute and graphics."""
+    found: dict[int, int | None] = {}
+    for listed in lists:
+        for proc in listed:
+            found.setdefault(proc.pid, proc.used)
+    return found
+
+
+def tree_memory(compute: list[ProcessMemory], graphics: list[ProcessMemory],
+                pids: set[int]) -> int | None:
+    """Bytes held by the given processes; None when none is listed or a size is unknown."""
+    mine = {pid: used for pid, used in unique_processes(compute, graphics).items() if pid in pids}
+    if not mine or None in mine.values():
+        return None
+    return sum(mine.values())
+
+
+class Sampler:
+    """Samples a reader at `hz` in a thread, appending each sample to a JSONL file at once."""
+
+    def __init__(self, reader: GpuReader, path: Path, *, hz: float = 10.0,
+                 root_pid: Callable[[], int | None] = lambda: None, t0: float | None = None):
+        self.reader, self.path, self.hz = reader, path, hz
+        self.root_pid = root_pid
+        self.t0 = time.monotonic() if t0 is None else t0
+        self.samples: list[Sample] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
+        self._owned: dict[tuple[int, int], bool] = {}  # a pid's ancestry is looked up once
+        self.error: str | None = None
+
+    def __enter__(self) -> Sampler:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._thread.start()
+
+    def stop(self) -> TimelineSummary:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return self.summary()
+
+    def summary(self) -> TimelineSummary:
+        summary = summarise(self.samples, self.hz, self.reader.label)
+        if self.error:
+            summary = summary.model_copy(update={"reason": self.error})
+        return summary
+
+    def _mine(self, pid: int) -> bool:
+        root = self.root_pid()
+        if root is None:
+            return False
+        if (pid, root) not in self._owned:
+            self._owned[pid, root] = descends_from(pid, root)
+        return self._owned[pid, root]
+
+    def sample(self) -> Sample:
+        now = time.monotonic()
+        used, _ = self.reader.memory()
+        compute, graphics = self.reader.processes()
+        mine = {pid for pid in unique_processes(compute, graphics) if self._mine(pid)}
+        owned = tree_memory(compute, graphics, mine)
+        return Sample(t_s=now - self.t0, device_mib=used / MIB,
+                      process_mib=None if owned is None else owned / MIB)
+
+    def _run(self) -> None:
+        interval = 1.0 / self.hz
+        with open(self.path, "a", buffering=1, encoding="utf-8") as out:
+            due = time.monotonic()
+            while not self._stop.is_set():
+                try:
+                    sample = self.sample()
+                except Exception as exc:  # a reader failing mid-run ends the series, not the probe
+                    self.error = f"sampling stopped: {type(exc).__name__}: {exc}"
+                    return
+                self.samples.append(sample)
+                out.write(json.dumps({"t": round(sample.t_s, 4), "device_mib": sample.device_mib,
+                                      "process_mib": sample.process_mib}) + "\n")
+                due += interval
+                delay = due - time.monotonic()
+                if delay < 0:  # fell behind: keep the rate, skip the missed slots
+                    due, delay = time.monotonic(), 0
+                self._stop.wait(delay)
+
+
+class GpuBusy(RuntimeError):
+    """The GPU did not go idle before a run."""
+
+
+def wait_idle(reader: GpuReader, baseline: int | None, *, timeout_s: float = 60,
+              tolerance_mib: float = 256, poll_s: float = 0.5,
+              ignore: Iterable[int] = ()) -> int:
+    """Wait until no process computes on the GPU and its used memory is back to the baseline.
+
+    Returns the baseline (the used memory at the first idle moment when none was given).
+    Raises GpuBusy naming what holds the GPU when it does not go idle in time.
+    """
+    ignore = set(ignore) | {os.getpid()}
+    deadline = time.monotonic() + timeout_s
+    while True:
+        used, _ = reader.memory()
+        compute, _graphics = reader.processes()
+        holders = {pid: mem for pid, mem in unique_processes(compute).items() if pid not in ignore}
+        limit = None if baseline is None else baseline + tolerance_mib * MIB
+        if not holders and (limit is None or used <= limit):
+            return used if baseline is None else baseline
+        if time.monotonic() >= deadline:
+            raise GpuBusy(_busy_message(reader, holders, used, baseline, timeout_s))
+        time.sleep(poll_s)
+
+
+def _busy_message(reader: GpuReader, holders: dict[int, int | None], used: int,
+                  baseline: int | None, timeout_s: float) -> str:
+    parts = [f"pid {pid} ({reader.process_name(pid)}) holds "
+             + (f"{mem / MIB:,.0f} MiB" if mem is not None else "an unknown amount")
+             for pid, mem in sorted(holders.items())]
+    if not parts:
+        parts = [f"{used / MIB:,.0f} MiB in use against a baseline of {baseline / MIB:,.0f} MiB, "
+                 "held by no listed process (another container?)"]
+    return f"the GPU is not idle after {timeout_s:g} s: " + "; ".join(parts)

@@ -1,0 +1,283 @@
+"""The server's lifecycle: build its command, start it in its own process group, wait until it is
+ready or has failed, and stop the whole group on every exit path.
+
+The server runs under `omniprobe.harness.supervise`, which holds a pipe to this process: if the harness
+dies, even by SIGKILL, the supervisor stops the group, so no orphan keeps GPU memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from omniprobe.analysis.oom import parse_oom
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.evidence.models import InitResult
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
+class FlagSetNotRunnable(RuntimeError):
+    """A flag set needs something the source does not give (e.g. a deploy config's content)."""
+
+
+class NotInEnv(RuntimeError):
+    """The serve command's program is not in the host's probe environment."""
+
+
+_PLACEHOLDER = re.compile(r"\{(python|model|hosts_file|host)\}")
+
+
+def in_env(program: str, bin_dir: Path | None) -> str:
+    """A bare program name resolved in the env's bin folder, so the server is the env's `vllm`
+    and never another one on PATH; a path, or no env, leaves it as it is."""
+    if bin_dir is None or "/" in program:
+        return program
+    path = bin_dir / program
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise NotInEnv(f"the serve command's program {program!r} is not in the probe env: "
+                       f"{path} is missing or not executable (hosts.toml [serve] command; "
+                       "the env's packages should provide it)")
+    return str(path)
+
+
+def base_command(cfg: HostsConfig, host_name: str, *, model: str, hosts_file: Path,
+                 bin_dir: Path | None = None) -> list[str]:
+    """The host's serve command with its placeholders filled and its program resolved in the env."""
+    host = cfg.host(host_name)
+    fill = {"python": sys.executable, "model": model, "hosts_file": str(hosts_file),
+            "host": host_name}
+    program, *args = [_PLACEHOLDER.sub(lambda m: fill[m[1]], part)
+                      for part in (host.serve_command or cfg.serve.command)]
+    return [in_env(program, bin_dir), *args]
+
+
+def server_command(cfg: HostsConfig, host_name: str, flag_set: str, *, port: int, model: str,
+                   hosts_file: Path, bin_dir: Path | None = None) -> list[str]:
+    """The argument list for one flag set: the host's command, the serve options, the flags."""
+    command = base_command(cfg, host_name, model=model, hosts_file=hosts_file, bin_dir=bin_dir)
+    command += ["--host", cfg.serve.bind_host, "--port", str(port)]
+    if cfg.serve.enforce_eager:
+        command.append("--enforce-eager")
+    command += ["--served-model-name", cfg.serve.served_model_name]
+    flags = cfg.flag_sets[flag_set]
+    command += flags.args
+    if flags.deploy_config:
+        deploy = cfg.deploy_configs[flags.deploy_config]
+        path = hosts_file.parent / deploy.path
+        if not deploy.content_known:
+            raise FlagSetNotRunnable(
+                f"flag set {flag_set!r} needs {deploy.path}, whose content the source does not "
+                f"give ([deploy_configs.{flags.deploy_config}] content_known = false)")
+        if not path.is_file():
+            raise FlagSetNotRunnable(f"flag set {flag_set!r} needs {path}, which does not exist")
+        command += ["--deploy-config", str(path)]
+    return command
+
+
+def server_env(cfg: HostsConfig, flag_set: str, base: dict[str, str],
+               bin_dir: Path | None = None) -> dict[str, str]:
+    """The environment: ours, the stack's offline variables, the flag set's, CUDA's bus order,
+    and with an env, its bin folder first on PATH."""
+    # PCI bus order makes CUDA number the GPUs as NVML does, so the sampler watches the right one.
+    env = {**base, **cfg.stack.offline_env, **cfg.flag_sets[flag_set].env,
+           "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    if bin_dir is not None:
+        # What the server starts by name (its own workers, compilers) comes from the env too.
+        env["PATH"] = os.pathsep.join(filter(None, [str(bin_dir), base.get("PATH")]))
+        env["VIRTUAL_ENV"] = str(bin_dir.parent)
+    return env
+
+
+def check_port(host: str, port: int) -> None:
+    """Raise PortInUse when something listens on host:port (binding as a server would)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise PortInUse(f"port {port} on {host} is already in use by another process; "
+                            "stop it or choose another port with --port") from None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    base_url: str
+    health_path: str = "/health"
+    ready_path: str | None = None
+
+
+def classify_exit(returncode: int, log_text: str, elapsed: float) -> InitResult:
+    """A server that exited before it was ready: OOM at init when its log says so, else error."""
+    oom = parse_oom(log_text, "init")
+    if oom is not None:
+        return InitResult(outcome="oom", time_s=round(elapsed, 2), oom=oom)
+    last = [line.strip() for line in log_text.splitlines() if line.strip()][-1:]
+    return InitResult(outcome="error", time_s=round(elapsed, 2),
+                      note=f"exited {returncode} before it was ready"
+                      + (f": {last[0][:300]}" if last else ""))
+
+
+class ServerProcess:
+    """One server lifetime; as a context manager it stops the group however the block ends."""
+
+    def __init__(self, command: list[str], env: dict[str, str], log_path: Path,
+                 endpoints: Endpoints | None, *, grace_s: float = 15):
+        self.command, self.env, self.log_path = command, env, log_path
+        self.endpoints, self.grace_s = endpoints, grace_s
+        self.proc: subprocess.Popen | None = None
+        self.started = 0.0
+        self._lifeline: int | None = None
+        self.ended: str | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        if self.proc is not None:
+            raise RuntimeError("this server lifetime has already been started")
+        if self.endpoints is not None:  # None: a supervised process that serves no port
+            check_port(*_host_port(self.endpoints.base_url))
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        read_end, self._lifeline = os.pipe()
+        try:
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", "omniprobe.harness.supervise", "--lifeline", str(read_end),
+                     "--grace", str(self.grace_s), "--", *self.command],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                    start_new_session=True, pass_fds=(read_end,))
+        except BaseException:
+            os.close(self._lifeline)
+            self._lifeline = None
+            raise
+        finally:
+            os.close(read_end)
+        self.started = time.monotonic()
+
+    def returncode(self) -> int | None:
+        return self.proc.poll() if self.proc else None
+
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """The exit status once the server has exited, or None if it still runs after timeout_s."""
+        try:
+            return self.proc.wait(timeout=timeout_s) if self.proc else None
+        except subprocess.TimeoutExpired:
+            return None
+
+    def _get(self, path: str, timeout: float) -> int | None:
+        try:
+            return requests.get(self.endpoints.base_url + path, timeout=timeout).status_code
+        except requests.RequestException:
+            return None
+
+    def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> InitResult:
+        """Ready when /health (and the ready path, if any) answers 200; failed if it exits first."""
+        while True:
+            elapsed = time.monotonic() - self.started
+            code = self.returncode()
+            if code is not None:
+                return classify_exit(code, self.log_path.read_text(errors="replace"), elapsed)
+            if self._get(self.endpoints.health_path, 2) == 200 and (
+                    self.endpoints.ready_path is None
+                    or self._get(self.endpoints.ready_path, 2) == 200):
+                return InitResult(outcome="ready", time_s=round(elapsed, 2))
+            if elapsed >= timeout_s:
+                return InitResult(outcome="timeout", time_s=round(elapsed, 2),
+                                  note=f"not ready after {timeout_s:g} s")
+            time.sleep(min(poll_s, max(0.0, timeout_s - elapsed)))
+
+    def stop(self) -> str:
+        """SIGTERM to the group, the grace period, then SIGKILL; returns how it ended."""
+        if self.proc is None or self.ended is not None:
+            return self.ended or "never started"
+        code = self.proc.poll()
+        if code is not None and not _group_alive(self.proc.pid):
+            self.ended = f"exited {code}"
+        else:
+            self.ended = self._terminate()
+        if self._lifeline is not None:
+            os.close(self._lifeline)
+            self._lifeline = None
+        return self.ended
+
+    def _terminate(self) -> str:
+        pgid = self.proc.pid
+        _signal_group(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.grace_s
+        while time.monotonic() < deadline:
+            self.proc.poll()
+            if not _group_alive(pgid):
+                return "stopped"
+            time.sleep(0.05)
+        _signal_group(pgid, signal.SIGKILL)
+        self.proc.wait()
+        deadline = time.monotonic() + 5
+        while _group_alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return f"killed after {self.grace_s:g} s grace"
+
+
+def _host_port(base_url: str) -> tuple[str, int]:
+    hostport = base_url.split("://", 1)[-1].split("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    return host, int(port)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def signals_interrupt():
+    """SIGTERM and SIGHUP stop a run the way Ctrl-C does, so every cleanup path runs."""
+
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

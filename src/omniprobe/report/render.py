@@ -1,0 +1,314 @@
+"""Render REPORT.md from templates/ and the evidence; check that the committed one is fresh."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jinja2
+
+from omniprobe.analysis.derived import (
+    ImageStructure,
+    KvDelta,
+    PsnrGroup,
+    common_init_oom,
+    image_structures,
+    kv_deltas,
+    psnr_groups,
+    target_ooms,
+)
+from omniprobe.analysis.summaries import RunView, manifest_summary, run_views
+from omniprobe.analysis.verdicts import HostVerdict, all_verdicts
+from omniprobe.atomic import write_text_atomic
+from omniprobe.config.hosts import Host, HostsConfig
+from omniprobe.config.project import Project
+from omniprobe.evidence.models import Cell, LoadedAttempt, StatedFigure
+from omniprobe.evidence.quantities import Range, size_mib
+from omniprobe.evidence.validate import Loaded, load_valid_project
+from omniprobe.report.timeline_svg import render_svg
+
+TEMPLATE = "report.md.j2"
+FIGURES_DIR = Path("report") / "timelines"
+
+
+# --- formatting: every figure passes through one of these, so templates hold no numbers ----
+
+def num(value: float | int | None) -> str:
+    """A figure as the source wrote it: thousands separators, no invented precision."""
+    if value is None:
+        return "unknown"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,}"
+
+
+def fixed(value: float | None, digits: int) -> str:
+    return "unknown" if value is None else f"{value:,.{digits}f}"
+
+
+def span(r: Range | None, digits: int | None = None) -> str:
+    """'34.62–35.05', or a single figure when min == max."""
+    if r is None:
+        return "unknown"
+    fmt = num if digits is None else (lambda v: fixed(v, digits))
+    return fmt(r.min) if r.single or fmt(r.min) == fmt(r.max) else f"{fmt(r.min)}–{fmt(r.max)}"
+
+
+def seeds_text(seeds: list[int] | None) -> str:
+    if not seeds:
+        return "seeds not stated"
+    seeds = sorted(seeds)
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[-1] + 1)):
+        return f"seeds {seeds[0]}–{seeds[-1]}"
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(str(s) for s in seeds)
+
+
+def cell_text(cell: Cell | None) -> str:
+    """A run-matrix cell: 'OK 34.2 s', '**OOM**', 'OK 44.06–44.35 s — **output broken**'."""
+    if cell is None:
+        return "—"
+    if cell.outcome != "ok":
+        return f"**{cell.outcome.upper()}**"
+    text = "OK" + (f" {span(cell.wall_s)} s" if cell.wall_s else "")
+    if cell.quality == "broken":
+        text += " — **output broken**"
+    elif cell.quality == "unchecked":
+        text += " (output not checked)"
+    return text
+
+
+def mib_as_gib(size: str) -> str:
+    return fixed(size_mib(size) / 1024, 2)
+
+
+# --- the context ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TimelineFigure:
+    """One server lifetime's GPU memory series, drawn as an SVG beside the report."""
+
+    path: str
+    title: str
+    svg: str
+    summary: object
+
+
+def timeline_figures(view: RunView, capacity_mib: float | None) -> list[TimelineFigure]:
+    figures = []
+    for index, life in enumerate(view.run.lifetimes):
+        if life.timeline is None:
+            continue
+        markers = [(r.started_s, f"{r.fixture} seed {r.seed}: {r.outcome}")
+                   for r in view.attempt.requests
+                   if r.flag_set == view.flag_set and r.lifetime == index and r.started_s is not None]
+        title = f"{view.attempt.host} {view.attempt.id} {view.flag_set} #{index} ({life.session})"
+        svg = render_svg(life.timeline.points, title=title, capacity_mib=capacity_mib,
+                         markers=markers, note=life.timeline.reason)
+        path = FIGURES_DIR / view.attempt.host / view.attempt.id / f"{view.flag_set}-{index}.svg"
+        figures.append(TimelineFigure(path.as_posix(), title, svg, life.timeline))
+    return figures
+
+
+@dataclass
+class RunRow:
+    view: RunView
+    flags: str
+    cells: dict[int, Cell | None]
+
+
+@dataclass
+class HostSection:
+    key: str
+    host: Host
+    verdict: HostVerdict
+    attempts: list[LoadedAttempt]
+    views: list[RunView]
+    ref_columns: list[int]
+    rows: list[RunRow]
+    kv: list[KvDelta]
+    psnr: list[PsnrGroup]
+    target_ooms: list[tuple[str, Cell]]
+    init_oom: object
+    figures: dict[str, StatedFigure] = field(default_factory=dict)
+    timelines: list[TimelineFigure] = field(default_factory=list)
+    images: list[ImageStructure] = field(default_factory=list)
+
+    def collect(self, section: str) -> list:
+        return [item for a in self.attempts for item in getattr(a, section)]
+
+    @property
+    def baseline(self):
+        ids = {a.meta.baseline for a in self.attempts if a.meta.baseline}
+        return sorted(ids)[0] if ids else None
+
+    @property
+    def environment(self) -> dict | None:
+        """The latest environment manifest filed for this host, summarised."""
+        filed = [a for a in self.attempts if a.environment is not None]
+        if not filed:
+            return None
+        latest = max(filed, key=lambda a: (a.meta.date, a.id))
+        return {"attempt": latest.id, **manifest_summary(latest.environment)}
+
+    @property
+    def kv_range(self) -> Range | None:
+        return Range.of(d.delta_mb for d in self.kv) if self.kv else None
+
+    def speedup_for(self, flag_set: str, refs: int, quality: str):
+        found = [x for x in self.verdict.speedups
+                 if x.flag_set == flag_set and x.reference_count == refs and x.quality == quality]
+        return found[0] if found else None
+
+    @property
+    def ceiling_speedup(self):
+        v = self.verdict
+        return self.speedup_for(v.served_by[0], v.highest_served_refs, "sound") if v.served_by else None
+
+    @property
+    def oom_at_target(self) -> list[str]:
+        target = self.verdict.target_refs
+        return list(dict.fromkeys(r.view.flag_set for r in self.rows
+                                  if r.cells.get(target) is not None
+                                  and r.cells[target].outcome == "oom"))
+
+    def peaks(self, flag_set: str) -> tuple[float | None, int | None]:
+        """(highest server-reported peak over the flag set's cells in MB, its GPU series max in MiB)."""
+        views = [v for v in self.views if v.flag_set == flag_set]
+        server = [c.server_peak_mb.max for v in views for c in v.cells if c.server_peak_mb]
+        gpu = [v.run.gpu_peak_mib for v in views if v.run.gpu_peak_mib is not None]
+        return (max(server) if server else None, max(gpu) if gpu else None)
+
+    @property
+    def detailed_views(self) -> list[RunView]:
+        """Runs whose cells carry per-seed detail worth listing under the table."""
+        return [v for v in self.views if any(c.seeds for c in v.cells) or v.run.note]
+
+
+def flags_text(hosts: HostsConfig, flag_set: str) -> str:
+    fs = hosts.flag_sets[flag_set]
+    parts = list(fs.args)
+    if fs.deploy_config:
+        parts += ["--deploy-config", Path(hosts.deploy_configs[fs.deploy_config].path).name]
+    parts += [f"{k}={v}" for k, v in fs.env.items()]
+    return " ".join(f"`{p}`" for p in parts) if parts else "(none)"
+
+
+def serve_text(hosts: HostsConfig, host_key: str) -> str:
+    """The serve invocation as a person would type it, with the model as a placeholder."""
+    serve, host = hosts.serve, hosts.host(host_key)
+    command = " ".join(host.serve_command or serve.command)
+    for name, shown in (("{model}", "<snapshot>"), ("{python}", "python"),
+                        ("{hosts_file}", "hosts.toml"), ("{host}", host_key)):
+        command = command.replace(name, shown)
+    return (f"{command} --port {serve.port}" + (" --enforce-eager" if serve.enforce_eager else "")
+            + f" --served-model-name {serve.served_model_name}")
+
+
+def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
+    hosts, fixtures = loaded.hosts, loaded.fixtures
+    host = hosts.host(key)
+    attempts = loaded.evidence.for_host(key, include_simulated=host.simulated)
+    views = [v for a in attempts for v in run_views(a)]
+    refs = sorted({fixtures.get(c.fixture).reference_count for v in views for c in v.cells})
+    rows = []
+    for view in views:
+        cells: dict[int, Cell | None] = dict.fromkeys(refs)
+        for cell in view.cells:
+            cells[fixtures.get(cell.fixture).reference_count] = cell
+        rows.append(RunRow(view, flags_text(hosts, view.flag_set), cells))
+    figures = {f.key: f for a in attempts for f in a.figures}
+    capacity = host.capacity.vram_mib if host.capacity else None
+    timelines = [t for v in views for t in timeline_figures(v, capacity)]
+    return HostSection(
+        key=key, host=host, verdict=verdict, attempts=attempts, views=views, ref_columns=refs,
+        rows=rows, kv=kv_deltas(views, fixtures), psnr=psnr_groups(attempts),
+        target_ooms=target_ooms(views, fixtures, hosts.probe.target_reference_count),
+        init_oom=common_init_oom([v.run for v in views]), figures=figures, timelines=timelines,
+        images=image_structures(attempts),
+    )
+
+
+def build_context(loaded: Loaded) -> dict:
+    verdicts = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)
+    sections = [host_section(k, loaded, verdicts[k]) for k in loaded.hosts.hosts]
+    baselines = [a for a in loaded.evidence.attempts if a.baseline is not None]
+    return {
+        "cfg": loaded.hosts,
+        "stack": loaded.hosts.stack,
+        "serve": loaded.hosts.serve,
+        "fixtures": loaded.fixtures,
+        "target": loaded.hosts.probe.target_reference_count,
+        "sections": sections,
+        "real": [s for s in sections if not s.host.simulated],
+        "simulated": [s for s in sections if s.host.simulated],
+        "by_key": {s.key: s for s in sections},
+        "baselines": baselines,
+        "attempts": loaded.evidence.attempts,
+    }
+
+
+def environment(project: Project) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(project.templates_dir),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(num=num, fixed=fixed, span=span, seeds=seeds_text, cell=cell_text,
+                       gib=mib_as_gib)
+    env.globals["flags"] = lambda flag_set: flags_text(env.globals["cfg"], flag_set)
+    env.globals["serve_text"] = lambda host_key: serve_text(env.globals["cfg"], host_key)
+    return env
+
+
+def render_outputs(project: Project) -> dict[Path, str]:
+    """Every file the report consists of, relative to the project root: REPORT.md and its figures."""
+    loaded = load_valid_project(project)
+    env = environment(project)
+    env.globals["cfg"] = loaded.hosts
+    context = build_context(loaded)
+    text = env.get_template(TEMPLATE).render(**context)
+    # Collapse the blank runs that conditional blocks leave behind.
+    while "\n\n\n" in text:
+        text = text.replace("\n\n\n", "\n\n")
+    outputs = {Path("REPORT.md"): text}
+    for section in context["sections"]:
+        outputs.update({Path(t.path): t.svg for t in section.timelines})
+    return outputs
+
+
+def render_report(project: Project) -> str:
+    return render_outputs(project)[Path("REPORT.md")]
+
+
+def _committed_figures(project: Project) -> set[Path]:
+    folder = project.root / FIGURES_DIR
+    return {p.relative_to(project.root) for p in folder.rglob("*.svg")} if folder.is_dir() else set()
+
+
+def write_report(project: Project) -> Path:
+    """Write REPORT.md and its figures; figures no longer rendered are removed."""
+    outputs = render_outputs(project)
+    for rel, text in outputs.items():
+        write_text_atomic(project.root / rel, text)
+    for stale in _committed_figures(project) - set(outputs):
+        (project.root / stale).unlink()
+    return project.report_file
+
+
+def check_report(project: Project) -> str:
+    """A unified diff between the committed report files and a fresh render; empty when fresh."""
+    outputs = render_outputs(project)
+    diffs = []
+    for rel in sorted(set(outputs) | _committed_figures(project)):
+        path = project.root / rel
+        committed = path.read_text(encoding="utf-8") if path.exists() else ""
+        fresh = outputs.get(rel, "")
+        if fresh != committed:
+            diffs.append("".join(difflib.unified_diff(
+                committed.splitlines(True), fresh.splitlines(True),
+                f"{rel} (committed)", f"{rel} (fresh render)")) or f"{rel} differs\n")
+    return "".join(diffs)
