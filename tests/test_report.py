@@ -34,8 +34,8 @@ def test_report_carries_the_seed_sections(repo):
         "## Evidence and provenance",
     ):
         assert heading in text
-    assert "**RTX 3090 (24 GB): not-built, blocked at quality.**" in text
-    assert "**RTX 5080 (16 GB): not-built, blocked at init.**" in text
+    assert "**RTX 3090 (24 GB): not-built — blocked at init, capacity, quality.**" in text
+    assert "**RTX 5080 (16 GB): not-built — blocked at init.**" in text
     assert "194–438 MB" in text  # KV deltas computed from the 1→2 reference peaks
     assert "26.09 / 28.75 / 26.51 / 28.92 | 27.57 |" in text  # mean computed from the rows
 
