@@ -240,7 +240,8 @@ def test_only_real_disagreements_with_the_detail_are_named(repo):
     assert notes == [
         "- edit-compose-pair: 34.1 s in the matrix table; the detail gives 34.62–35.05 s.",
         "- edit-compose-three: 38.9 s in the matrix table; the detail gives 39.44–39.69 s.",
-        "- edit-compose-four: 23,522 MB server peak in the verdict and the summary; the detail gives 22,918 MB.",
+        "- edit-compose-four: 23,522 MB server peak in the verdict and the summary; "
+        "the detail gives 22,918 MB.",
     ]
 
 
@@ -264,7 +265,8 @@ def test_a_stated_figure_agrees_at_its_own_precision(stated, detail, agrees):
 def test_estimates_the_measurements_contradict_get_a_note(repo_copy):
     text = render_report(repo_copy)
     assert "give 0.18–0.41 GiB per reference" in text
-    assert "**disagrees**: the server peaks under fp8 and cpuoff at edit-compose-pair differ by only 1.99 GiB" in text
+    assert ("**disagrees**: the server peaks under fp8 and cpuoff at edit-compose-pair "
+            "differ by only 1.99 GiB") in text
     assert "allows at most 0.549 of the pixels to be fully transparent" in text
     figures = repo_copy.root / MATRIX / "figures.json"
     data = json.loads(figures.read_text())
@@ -309,7 +311,8 @@ def test_the_history_shows_a_later_attempt_whose_verdict_differs(repo_copy):
     history = text[text.index("## Verdict history — RTX 5080"):]
     rows = [line for line in history.splitlines()[4:6]]
     assert rows[0].startswith("| `seed-5080-1-init-matrix` | 2026-10-07/08 | transcribed | `8484d85d1` |")
-    assert rows[0].endswith("| not-built | init (default, cpuoff, cpuoff-layerwise, fp8, fp8-expandable, int8) |")
+    assert rows[0].endswith(
+        "| not-built | init (default, cpuoff, cpuoff-layerwise, fp8, fp8-expandable, int8) |")
     assert rows[1].startswith("| `fixed` | 2026-11-30 | measured | not recorded |")
     assert rows[1].endswith("| built | — |")
 

@@ -292,34 +292,40 @@ class HistoryEntry:
     torch: str | None
     model_snapshot: str | None
     verdict: HostVerdict
+    pins_from: str | None = None
 
 
 def _attempt_order(a: LoadedAttempt) -> tuple[str, str]:
     return (a.meta.date, a.id)
 
 
-def attempt_pins(a: LoadedAttempt) -> tuple[str | None, str | None, str | None]:
-    """(upstream commit, torch, model snapshot): as the attempt states them, else as its filed
-    environment manifest resolved them, else unknown."""
+def attempt_pins(a: LoadedAttempt, earlier: list[LoadedAttempt] = ()
+                 ) -> tuple[str | None, str | None, str | None, str | None]:
+    """(upstream commit, torch, model snapshot, the attempt they come from): as the attempt states
+    them; else as the environment manifest it carries, or else the host's newest one filed before
+    it (the probe runs only in a checked environment), resolved them; else unknown."""
     if a.meta.pins is not None:
-        return a.meta.pins.upstream_commit, a.meta.pins.torch, a.meta.pins.model_snapshot
-    env = a.environment
-    if env is not None:
+        return a.meta.pins.upstream_commit, a.meta.pins.torch, a.meta.pins.model_snapshot, a.id
+    filed = [e for e in (a, *reversed(earlier)) if e.environment is not None]
+    if filed:
+        env = filed[0].environment
         resolved = {p.name: p.resolved for p in env.pins}
-        return resolved.get("vllm-omni"), resolved.get("torch"), env.model_snapshot
-    return None, None, None
+        return resolved.get("vllm-omni"), resolved.get("torch"), env.model_snapshot, filed[0].id
+    return None, None, None, None
 
 
 def verdict_history(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
                     evidence: Evidence) -> list[HistoryEntry]:
     """Oldest first, one entry per attempt of the host that ran the server."""
     host = hosts.host(name)
-    own = sorted((a for a in evidence.for_host(name, include_simulated=host.simulated)
-                  if a.runs or a.requests), key=_attempt_order)
+    every = sorted(evidence.for_host(name, include_simulated=host.simulated), key=_attempt_order)
     history = []
-    for attempt in own:
+    for i, attempt in enumerate(every):
+        if not (attempt.runs or attempt.requests):
+            continue
         cut = _attempt_order(attempt)
         upto = Evidence([a for a in evidence.attempts if a.host != name or _attempt_order(a) <= cut])
+        *pins, pins_from = attempt_pins(attempt, every[:i])
         history.append(HistoryEntry(attempt.id, attempt.meta.date, attempt.meta.provenance.kind,
-                                    *attempt_pins(attempt), host_verdict(name, hosts, fixtures, upto)))
+                                    *pins, host_verdict(name, hosts, fixtures, upto), pins_from))
     return history
