@@ -58,6 +58,7 @@ def check_markdown(text: str) -> None:
     bullets = sum(bool(re.match(r"^\s*- ", line)) for line in lines)
     assert items == bullets
     assert "{'" not in text and "': " not in text and "\n\n\n" not in text
+    assert [line for line in lines if line != line.rstrip()] == []
     for line in lines:
         if line.startswith("| ") and not line.startswith("| ---"):
             first = cells_of(line)[0].strip()

@@ -148,7 +148,8 @@ def written_decimals(value: float) -> int:
     return max(0, -exponent)
 
 
-def _rounded(value: float, digits: int) -> Decimal:
+def rounded_to(value: float, digits: int) -> Decimal:
+    """The figure rounded half up to `digits` decimals, as a person rounds when transcribing."""
     return Decimal(repr(value)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
 
 
@@ -157,7 +158,7 @@ def agrees_at_stated_precision(stated: Range, detail: Range) -> bool:
     inside the detail's range: 44.3 and 44.1–44.4 agree with 44.06–44.35; 34.1 does not agree
     with 34.62–35.05."""
     digits = max(written_decimals(stated.min), written_decimals(stated.max))
-    low, high = _rounded(detail.min, digits), _rounded(detail.max, digits)
+    low, high = rounded_to(detail.min, digits), rounded_to(detail.max, digits)
     return low <= Decimal(repr(stated.min)) and Decimal(repr(stated.max)) <= high
 
 

@@ -7,9 +7,8 @@ inside it (at the precision the estimate is written with), the report says so ne
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal
 
-from omniprobe.analysis.derived import KvDelta, written_decimals
+from omniprobe.analysis.derived import KvDelta, rounded_to, written_decimals
 from omniprobe.analysis.summaries import RunView
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.models import StatedFigure, StructureObservation
@@ -27,7 +26,7 @@ class EstimateCheck:
     kind says which comparison it is (the template words each): 'kv_per_reference' (per-reference
     growth of the server peak), 'fp8_frees' (how much lower the fp8 server peaks are than the base
     flag set's at the same fixture), 'transparency' (the largest fully transparent fraction the
-    alpha mean allows, beside the fraction not fully opaque)."""
+    alpha mean allows; not_opaque: the fraction not fully opaque, from the opaque fraction)."""
 
     kind: str
     key: str
@@ -37,7 +36,7 @@ class EstimateCheck:
     agrees: bool
     flag_sets: tuple[str, ...] = ()
     fixtures: tuple[str, ...] = ()
-    extra: Range | None = None
+    not_opaque: Range | None = None
 
 
 def _stated_range(f: StatedFigure) -> Range | None:
@@ -49,12 +48,8 @@ def _stated_range(f: StatedFigure) -> Range | None:
 def within(derived: Range, stated: Range) -> bool:
     """The derived range, rounded to the stated precision, lies inside the stated range."""
     digits = max(written_decimals(stated.min), written_decimals(stated.max))
-    q = Decimal(1).scaleb(-digits)
-
-    def r(v: float) -> Decimal:
-        return Decimal(repr(v)).quantize(q, rounding=ROUND_HALF_UP)
-
-    return r(stated.min) <= r(derived.min) and r(derived.max) <= r(stated.max)
+    return (rounded_to(stated.min, digits) <= rounded_to(derived.min, digits)
+            and rounded_to(derived.max, digits) <= rounded_to(stated.max, digits))
 
 
 def kv_check(figure: StatedFigure, deltas: list[KvDelta]) -> EstimateCheck | None:

@@ -216,6 +216,11 @@ class HostSection:
                 alias))
         return groups
 
+    def failed_inits(self, names) -> list[tuple[str, object]]:
+        """(flag set, its init result) for every run of the named flag sets that failed init."""
+        return [(v.flag_set, v.run.init) for v in self.views
+                if v.flag_set in names and v.run.init.outcome != "ready"]
+
     def findings(self, placement: str) -> list:
         return [f for f in self.collect("findings") if f.placement == placement]
 
