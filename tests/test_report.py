@@ -36,6 +36,9 @@ def test_report_carries_the_seed_sections(repo):
         assert heading in text
     assert "**RTX 3090 (24 GB): not-built — blocked at init, capacity, quality.**" in text
     assert "**RTX 5080 (16 GB): not-built — blocked at init.**" in text
+    verdict = text[text.index("**RTX 3090 ("):text.index("**RTX 5080 (")]
+    assert [line.split("**")[1] for line in verdict.splitlines() if line.startswith("- **")] == [
+        "Init", "Capacity", "Quality"]
     assert "194–438 MB" in text  # KV deltas computed from the 1→2 reference peaks
     assert "26.09 / 28.75 / 26.51 / 28.92 | 27.57 |" in text  # mean computed from the rows
 
@@ -309,7 +312,7 @@ def test_the_history_shows_a_later_attempt_whose_verdict_differs(repo_copy):
         "cells": [{"fixture": "edit-compose-four", "outcome": "ok", "quality": "sound"}]}])
     text = render_report(repo_copy)
     history = text[text.index("## Verdict history — RTX 5080"):]
-    rows = [line for line in history.splitlines()[4:6]]
+    rows = [line for line in history.splitlines()[6:8]]
     assert rows[0].startswith("| `seed-5080-1-init-matrix` | 2026-10-07/08 | transcribed | `8484d85d1` |")
     assert rows[0].endswith(
         "| not-built | init (default, cpuoff, cpuoff-layerwise, fp8, fp8-expandable, int8) |")
