@@ -233,7 +233,8 @@ def test_the_oom_signature_is_named_only_with_the_flag_sets_that_record_it(repo_
     text = render_report(repo_copy)
     capacity = next(line for line in text.splitlines() if line.startswith("- **Capacity**"))
     recorded, unrecorded = capacity.split("; ")
-    assert "with a 490.00 MiB ask at `qwen_image_21/qwen_image_21_transformer.py:293` under cpuoff" in recorded
+    where = "`qwen_image_21/qwen_image_21_transformer.py:293`"
+    assert f"with a 490.00 MiB ask at {where} under cpuoff" in recorded
     assert "cpuoff-layerwise" not in recorded
     assert unrecorded == "with no OOM signature recorded under cpuoff-layerwise."
 
