@@ -271,7 +271,7 @@ def test_estimates_the_measurements_contradict_get_a_note(repo_copy):
     text = render_report(repo_copy)
     assert "give 0.18–0.41 GiB per reference" in text
     assert ("**disagrees**: the server peaks under fp8 and cpuoff at edit-compose-pair "
-            "differ by only 1.99 GiB") in text
+            "differ by 1.99 GiB") in text
     assert "allows at most 0.549 of the pixels to be fully transparent" in text
     figures = repo_copy.root / MATRIX / "figures.json"
     data = json.loads(figures.read_text())
