@@ -62,8 +62,8 @@ def latest_manifest(evidence_dir: Path, host: str) -> tuple[Path, EnvManifest] |
     found = []
     for path in (evidence_dir / host).glob(f"*/{MANIFEST_FILE}"):
         try:
-            attempt = parse_file(path.parent / ATTEMPT_FILE, Attempt)
-            manifest = parse_file(path, EnvManifest)
+            attempt = parse_file(path.parent / ATTEMPT_FILE)
+            manifest = parse_file(path)
         except (InputError, FileNotFoundError):
             continue
         started = getattr(attempt.provenance, "started_at", None)

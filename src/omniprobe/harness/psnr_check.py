@@ -10,6 +10,7 @@ grouped by pixel hash into determinism.json. Every input is checked before anyth
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,7 +24,15 @@ from omniprobe.config.fixtures import Fixture, FixtureSuite
 from omniprobe.config.hosts import QualityConfig
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem, problems_from_validation
-from omniprobe.evidence.models import DeterminismGroup, LoadedAttempt, PsnrRow, RequestRecord, write_section
+from omniprobe.evidence.migrations import content_path
+from omniprobe.evidence.models import (
+    ATTEMPT_FILE,
+    DeterminismGroup,
+    LoadedAttempt,
+    PsnrRow,
+    RequestRecord,
+    write_section,
+)
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import load_valid_project
 
@@ -55,6 +64,7 @@ def resolve_artifact(artifact: str, artifacts_dir: Path) -> Path:
 def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]:
     """The attempt's ok requests with their images; InputError lists every one that lacks it."""
     file = str(attempt.path / "requests.json")
+    at = functools.partial(content_path, "requests.json")
     outputs: list[Output] = []
     problems: list[Problem] = []
     seen: dict[tuple[str, str, int], int] = {}
@@ -63,16 +73,16 @@ def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]
             continue
         key = (record.flag_set, record.fixture, record.seed)
         if key in seen:
-            problems.append(Problem(file, f"$[{i}]", f"repeats flag set {key[0]!r}, fixture "
-                                    f"{key[1]!r}, seed {key[2]} of $[{seen[key]}]"))
+            problems.append(Problem(file, at(f"$[{i}]"), f"repeats flag set {key[0]!r}, fixture "
+                                    f"{key[1]!r}, seed {key[2]} of {at(f'$[{seen[key]}]')}"))
         seen[key] = i
         if record.artifact is None:
-            problems.append(Problem(file, f"$[{i}].artifact",
+            problems.append(Problem(file, at(f"$[{i}].artifact"),
                                     "an ok request has no artifact; its image cannot be compared"))
             continue
         path = resolve_artifact(record.artifact, artifacts_dir)
         if not path.is_file():
-            problems.append(Problem(file, f"$[{i}].artifact", f"image not found at {path}"))
+            problems.append(Problem(file, at(f"$[{i}].artifact"), f"image not found at {path}"))
         outputs.append(Output(i, record, path))
     if not outputs and not problems:
         problems.append(Problem(file, "", f"attempt {attempt.id!r} has no ok requests to compare"))
@@ -206,7 +216,8 @@ def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None 
     comparator = comparator or cfg.comparator
     baseline_attempt = baseline_attempt or attempt.meta.baseline
     if baseline_attempt is None:
-        raise InputError([Problem(str(attempt.path / "attempt.json"), "$.baseline",
+        raise InputError([Problem(str(attempt.path / ATTEMPT_FILE),
+                                  content_path(ATTEMPT_FILE, "$.baseline"),
                                   "the attempt names no baseline attempt; "
                                   "pass --baseline-attempt ID")])
     if baseline_attempt not in {a.id for a in evidence.attempts}:
