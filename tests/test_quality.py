@@ -1,4 +1,4 @@
-"""The quality gate, PSNR against a baseline, determinism groups, and `omniprobe quality`."""
+"""The structure gate, PSNR against a baseline, determinism groups, and `omniprobe quality`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from omniprobe.analysis.imaging import load_pixels, measure, pixels_sha256, to_p
 from omniprobe.analysis.structure_gate import gate_record, quality_of
 from omniprobe.cli import main
 from omniprobe.config.fixtures import load_fixtures
-from omniprobe.config.hosts import QualityConfig
+from omniprobe.config.hosts import ImageChecks
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError
 from omniprobe.evidence.models import (
@@ -38,7 +38,7 @@ from omniprobe.harness.psnr_check import (
 from .synthetic import broken_signature, natural, perturbed, save
 
 ROOT = Path(__file__).resolve().parents[1]
-CFG = QualityConfig()
+CFG = ImageChecks()
 FIXTURE = "edit-compose-pair"
 WHITE = np.full((16, 16, 4), 255, np.uint8)
 
@@ -88,9 +88,9 @@ def test_the_gate_refuses_a_request_that_returned_no_image():
     (metrics_of(natural()), None, "sound"),
     (metrics_of(broken_signature()), None, "broken"),
     # Re-derived from the recorded figures under other thresholds:
-    (metrics_of(broken_signature()), QualityConfig(min_opaque_fraction=0.01), "sound"),
+    (metrics_of(broken_signature()), ImageChecks(min_opaque_fraction=0.01), "sound"),
     (metrics_of(WHITE), None, "broken"),
-    (metrics_of(WHITE), QualityConfig(max_flat_fraction=1), "sound"),
+    (metrics_of(WHITE), ImageChecks(max_flat_fraction=1), "sound"),
 ])
 def test_quality_of(metrics, thresholds, expected):
     assert quality_of(metrics, thresholds) == expected
@@ -151,7 +151,7 @@ def test_baseline_layout(layout, expected):
 ])
 def test_bad_layouts_are_refused(layout, message):
     with pytest.raises(ValueError, match=message):
-        QualityConfig(baseline_layout=layout)
+        ImageChecks(baseline_layout=layout)
 
 
 def _attempt(attempt_id: str, kind: str, started: str | None, artifact: str | None):

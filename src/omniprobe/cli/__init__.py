@@ -66,13 +66,13 @@ def _report(args: argparse.Namespace) -> int:
 
 def _image_check(args: argparse.Namespace) -> int:
     from omniprobe.cli.image_check import check_images, find_images, render_json, render_table
-    from omniprobe.config.hosts import QualityConfig, load_hosts
+    from omniprobe.config.hosts import ImageChecks, load_hosts
 
     try:
         hosts_file = find_project().hosts_file
         cfg, source = load_hosts(hosts_file).quality, f"{hosts_file} [quality]"
     except FileNotFoundError:
-        cfg, source = QualityConfig(), "built-in defaults (no hosts.toml found)"
+        cfg, source = ImageChecks(), "built-in defaults (no hosts.toml found)"
     except InputError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)

@@ -30,7 +30,7 @@ from omniprobe.evidence.quantities import Range, Size
 
 Outcome = Literal["ok", "oom", "error", "timeout"]
 InitOutcome = Literal["ready", "oom", "error", "timeout"]
-Quality = Literal["sound", "broken", "unchecked"]
+StructureVerdict = Literal["sound", "broken", "unchecked"]
 Sha256Prefix = Annotated[str, Field(pattern=r"^[0-9a-f]{8,64}$")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
@@ -124,7 +124,7 @@ class Cell(_In):
     fixture: str
     seeds: list[int] | None = Field(default=None, description="null: not stated.")
     outcome: Outcome
-    quality: Quality = Field(description="Output structure; only 'sound' counts as served.")
+    quality: StructureVerdict = Field(description="Output structure; only 'sound' counts as served.")
     wall_s: Range | None = None
     server_peak_mb: Range | None = Field(default=None, description="Server-reported peak (MB).")
     oom: OomSignature | None = None
@@ -209,7 +209,7 @@ class RequestRecord(_In):
     fixture: str
     seed: int
     outcome: Outcome
-    quality: Quality
+    quality: StructureVerdict
     wall_s: float = Field(ge=0)
     server_peak_mb: float | None = None
     denoise_step_latency_ms: float | None = None
@@ -233,7 +233,7 @@ class OfflineRun(_In):
     fixture: str | None = None
     seeds: list[int] | None = None
     outcome: Literal["ok", "oom", "error", "timeout", "init-oom", "init-error"]
-    quality: Quality
+    quality: StructureVerdict
     oom: OomSignature | None = None
     note: str | None = None
     wall_s: Range | None = Field(default=None, description="Probed runs: walls of the ok requests.")
@@ -250,7 +250,7 @@ class OfflineRequest(_In):
     fixture: str
     seed: int
     outcome: Outcome
-    quality: Quality
+    quality: StructureVerdict
     wall_s: float = Field(ge=0)
     peak_mib: float | None = Field(
         default=None, ge=0, description="Peak allocated during the request as the runner read it "
@@ -280,7 +280,7 @@ class StructureObservation(_In):
     rgb_mean: Range | None = None
     psnr_db: Range | None = None
     approximate: bool = Field(default=False, description="The source gives these as approximate.")
-    quality: Quality
+    quality: StructureVerdict
     note: str | None = None
 
 
@@ -295,7 +295,7 @@ class PsnrRow(_In):
     )
     comparator: Literal["rgba", "rgb"]
     baseline_attempt: str
-    quality: Quality
+    quality: StructureVerdict
     note: str | None = None
 
     @model_validator(mode="after")

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from omniprobe.analysis.imaging import Comparator, Pixels, load_pixels, measure, pixels_sha256, psnr
 from omniprobe.cli.tables import text_table
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import QualityConfig
+from omniprobe.config.hosts import ImageChecks
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import content_path
@@ -115,7 +115,7 @@ def baseline_paths(outputs: list[Output], baseline_dir: Path, layout: str,
     return paths
 
 
-def psnr_row(record: RequestRecord, output: Pixels, baseline: Pixels, cfg: QualityConfig,
+def psnr_row(record: RequestRecord, output: Pixels, baseline: Pixels, cfg: ImageChecks,
              comparator: Comparator, baseline_attempt: str) -> PsnrRow:
     """One request's PSNR against its baseline image, with its output's structure verdict."""
     result = psnr(baseline, output, comparator, convert_modes=cfg.convert_modes)
@@ -192,11 +192,11 @@ def latest_attempt_with_outputs(attempts: list[LoadedAttempt]) -> LoadedAttempt:
     return max(candidates, key=lambda a: (a.meta.provenance.started_at.timestamp(), a.id))
 
 
-def _with_layout(cfg: QualityConfig, layout: str | None) -> QualityConfig:
+def _with_layout(cfg: ImageChecks, layout: str | None) -> ImageChecks:
     if layout is None:
         return cfg
     try:
-        return QualityConfig.model_validate({**cfg.model_dump(), "baseline_layout": layout})
+        return ImageChecks.model_validate({**cfg.model_dump(), "baseline_layout": layout})
     except ValidationError as exc:
         raise InputError(problems_from_validation("--layout", exc)) from None
 
