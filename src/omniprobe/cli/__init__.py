@@ -94,12 +94,13 @@ def _image_check(args: argparse.Namespace) -> int:
 
 
 def _quality(args: argparse.Namespace) -> int:
-    from omniprobe.harness.psnr_check import render, run_quality
+    from omniprobe.cli.tables import psnr_summary
+    from omniprobe.harness.psnr_check import run_quality
 
     project = find_project()
     result = run_quality(project, args.baseline, attempt_id=args.attempt, layout=args.layout,
                          comparator=args.comparator, baseline_attempt=args.baseline_attempt)
-    print(render(result))
+    print(psnr_summary(result))
     for path in result.written:
         print(f"wrote {path}")
     return 0

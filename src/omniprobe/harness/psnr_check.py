@@ -19,7 +19,6 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from omniprobe.analysis.imaging import Comparator, Pixels, load_pixels, measure, pixels_sha256, psnr
-from omniprobe.cli.tables import text_table
 from omniprobe.config.fixtures import Fixture, FixtureSuite
 from omniprobe.config.hosts import ImageChecks
 from omniprobe.config.project import Project
@@ -240,20 +239,3 @@ def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None 
                write_section(attempt.path, "determinism.json", groups)]
     return QualityResult(attempt, rows, groups, written)
 
-
-def render(result: QualityResult) -> str:
-    rows = [[r.flag_set, r.fixture, ", ".join(map(str, r.seeds)),
-             "identical" if r.identical else f"{r.psnr_db.min:.2f}", r.comparator, r.quality]
-            for r in result.rows]
-    headers = ["flag set", "fixture", "seed", "psnr (dB)", "comparator", "quality"]
-    lines = [f"attempt {result.attempt.id} against baseline {result.rows[0].baseline_attempt}",
-             text_table(headers, rows)]
-    if result.groups:
-        lines.append("determinism (pixel hash):")
-        lines += [f"  {g.fixture} seed {g.seed}: "
-                  f"{'identical' if g.identical else 'differ'} across {', '.join(g.flag_sets)}"
-                  + (f" ({g.sha256_prefix[:12]})" if g.identical else "")
-                  for g in result.groups]
-    else:
-        lines.append("determinism: no fixture and seed ran under two or more flag sets")
-    return "\n".join(lines)
