@@ -176,7 +176,9 @@ class Report(_Input):
     earlier_probe_issue: int
 
 
-class Probe(_Input):
+class ProbeSettings(_Input):
+    """hosts.toml [probe] (the probe session itself is harness/probe.py's Probe)."""
+
     target_reference_count: int = Field(ge=1)
 
 
@@ -308,7 +310,7 @@ class EnvConfig(_Input):
 class HostsConfig(_Input):
     stack: Stack
     serve: Serve
-    probe: Probe
+    probe: ProbeSettings
     report: Report
     hosts: dict[str, Host]
     flag_sets: dict[str, FlagSet]
