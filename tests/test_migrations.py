@@ -143,3 +143,10 @@ def test_validate_names_a_newer_attempt_file_and_leaves_it(repo_copy, monkeypatc
     err = capsys.readouterr().err
     assert f"{path}: $.format_version: format version 9 is not one" in err
     assert "Traceback" not in err and path.read_bytes() == before
+
+
+def test_every_committed_evidence_file_is_at_the_current_version(repo):
+    files = sorted(repo.evidence_dir.rglob("*.json"))
+    assert files
+    for path in files:
+        assert json.loads(path.read_text())["format_version"] == FORMAT_VERSION, path
