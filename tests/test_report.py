@@ -46,7 +46,7 @@ def test_report_carries_the_seed_sections(repo):
 def test_a_changed_figure_changes_the_report_and_check_fails(repo_copy, monkeypatch, capsys):
     runs = repo_copy.root / MATRIX / "runs.json"
     data = json.loads(runs.read_text())
-    data[1]["cells"][0]["wall_s"] = {"min": 31.5, "max": 31.5}
+    data["runs"][1]["cells"][0]["wall_s"] = {"min": 31.5, "max": 31.5}
     runs.write_text(json.dumps(data))
     diff = check_report(repo_copy)
     assert "+| seed-3090-1-serve-matrix | cpuoff |" in diff and "OK 31.5 s" in diff
@@ -129,8 +129,9 @@ def test_cell_text(cell, text):
 def test_identical_psnr_rows_render_without_a_mean(repo_copy):
     rows = repo_copy.root / "evidence/rtx3090/seed-3090-2-measured-pair/psnr.json"
     data = json.loads(rows.read_text())
-    data[0] = {**data[0], "identical": True}
-    del data[0]["psnr_db"]
+    rows_data = data["psnr"]
+    rows_data[0] = {**rows_data[0], "identical": True}
+    del rows_data[0]["psnr_db"]
     rows.write_text(json.dumps(data))
     text = render_report(repo_copy)
     assert "| identical / 28.75 / 26.51 / 28.92 | — |" in text
@@ -220,7 +221,7 @@ def test_the_verdict_quotes_the_four_reference_cell_not_the_flag_sets_maximum(re
     assert "23,532" not in line  # the three-reference cell's peak
     assert "the run's GPU series maximum 23,983 MiB" in line
     data = json.loads(runs.read_text())
-    fp8 = next(r for r in data if r["flag_set"] == "fp8")
+    fp8 = next(r for r in data["runs"] if r["flag_set"] == "fp8")
     cell = {c["fixture"]: c for c in fp8["cells"]}
     cell["edit-compose-three"]["server_peak_mb"] = {"min": 23999, "max": 23999}
     cell["edit-compose-four"]["server_peak_mb"] = {"min": 22111, "max": 22111}
@@ -275,7 +276,7 @@ def test_estimates_the_measurements_contradict_get_a_note(repo_copy):
     assert "allows at most 0.549 of the pixels to be fully transparent" in text
     figures = repo_copy.root / MATRIX / "figures.json"
     data = json.loads(figures.read_text())
-    kv = next(f for f in data if f["key"] == "kv_per_reference")
+    kv = next(f for f in data["figures"] if f["key"] == "kv_per_reference")
     kv["range"] = {"min": 0.15, "max": 0.45}
     figures.write_text(json.dumps(data))
     text = render_report(repo_copy)
@@ -289,7 +290,7 @@ def test_a_knob_that_never_reached_the_model_is_named_as_its_base(repo_copy):
             "never reached the model), cpuoff-expandable") in text
     prop = repo_copy.root / MATRIX / "propagation.json"
     data = json.loads(prop.read_text())
-    data[0]["bytes_identical"] = False
+    data["propagation"][0]["bytes_identical"] = False
     prop.write_text(json.dumps(data))
     text = render_report(repo_copy)
     assert "which ran as cpuoff" not in text

@@ -75,7 +75,7 @@ def test_report_with_new_evidence_still_parses(repo_copy):
         "cells": [{"fixture": "edit-compose-four", "outcome": "ok", "quality": "sound"}]}])
     prop = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "propagation.json"
     data = json.loads(prop.read_text())
-    data[0]["bytes_identical"] = False
+    data["propagation"][0]["bytes_identical"] = False
     prop.write_text(json.dumps(data))
     check_markdown(render_report(repo_copy))
 

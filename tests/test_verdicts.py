@@ -135,7 +135,9 @@ def test_fp8_with_sound_output_becomes_the_3090_capacity_unlock(repo_copy):
 
 def test_without_the_fp8_row_the_3090_is_capacity_blocked(repo_copy):
     runs = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "runs.json"
-    runs.write_text(json.dumps([r for r in json.loads(runs.read_text()) if r["flag_set"] != "fp8"]))
+    data = json.loads(runs.read_text())
+    data["runs"] = [r for r in data["runs"] if r["flag_set"] != "fp8"]
+    runs.write_text(json.dumps(data))
     v = verdicts(repo_copy)["rtx3090"]
     assert (v.verdict, v.blocker, v.capacity_unlocks) == ("not-built", "capacity", ())
 
@@ -261,9 +263,9 @@ def test_an_oom_signature_is_attributed_only_to_flag_sets_that_record_it(repo_co
     ]
     runs = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "runs.json"
     data = json.loads(runs.read_text())
-    fp8v = next(r for r in data if r["flag_set"] == "cpuoff-fp8v")
+    fp8v = next(r for r in data["runs"] if r["flag_set"] == "cpuoff-fp8v")
     del fp8v["cells"][-1]["oom"]
-    expandable = next(r for r in data if r["flag_set"] == "cpuoff-expandable")
+    expandable = next(r for r in data["runs"] if r["flag_set"] == "cpuoff-expandable")
     expandable["cells"][-1]["oom"]["requested"] = "512.00 MiB"
     runs.write_text(json.dumps(data))
     assert signatures(verdicts(repo_copy)["rtx3090"]) == [
@@ -279,7 +281,7 @@ def test_the_capacity_unlock_carries_its_own_cells_figures(repo_copy):
         "edit-compose-four", 22918, 44.06)
     runs = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "runs.json"
     data = json.loads(runs.read_text())
-    fp8 = next(r for r in data if r["flag_set"] == "fp8")
+    fp8 = next(r for r in data["runs"] if r["flag_set"] == "fp8")
     three = next(c for c in fp8["cells"] if c["fixture"] == "edit-compose-three")
     three["server_peak_mb"] = {"min": 23999, "max": 23999}
     runs.write_text(json.dumps(data))
@@ -292,7 +294,7 @@ def test_a_knob_that_never_reached_the_model_is_recorded_with_its_base(repo_copy
     assert (u.flag_set, u.base, u.knob) == ("cpuoff-fp8v", "cpuoff", "extras.prefix_kv_cache_dtype")
     prop = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "propagation.json"
     data = json.loads(prop.read_text())
-    data[0]["bytes_identical"] = False
+    data["propagation"][0]["bytes_identical"] = False
     prop.write_text(json.dumps(data))
     assert verdicts(repo_copy)["rtx3090"].unreached == ()
 
