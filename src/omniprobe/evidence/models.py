@@ -27,6 +27,7 @@ from pydantic import (
 from omniprobe.atomic import write_text_atomic
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.quantities import Range, Size
+from omniprobe.evidence.upstream import Anchor, UpstreamContract
 
 Outcome = Literal["ok", "oom", "error", "timeout"]
 InitOutcome = Literal["ready", "oom", "error", "timeout"]
@@ -87,6 +88,8 @@ class CodeRef(_In):
     file: str
     lines: str | None = Field(default=None, pattern=r"^\d+(-\d+)?(ff)?$")
     function: str | None = None
+    anchor: Anchor | None = Field(
+        default=None, description="What `omniprobe upstream check` looks for in a later upstream.")
 
     def __str__(self) -> str:
         return f"{self.file}:{self.lines}" if self.lines else self.file
@@ -491,6 +494,7 @@ SECTION_MODELS: dict[str, type[BaseModel]] = {
     "corrections.json": RootModel[list[Correction]],
     "figures.json": RootModel[list[StatedFigure]],
     "environment.json": EnvManifest,
+    "upstream.json": UpstreamContract,
 }
 ATTEMPT_FILE = "attempt.json"
 FILE_MODELS: dict[str, type[BaseModel]] = {ATTEMPT_FILE: Attempt, **SECTION_MODELS}
@@ -513,6 +517,7 @@ class LoadedAttempt:
     corrections: list[Correction] = field(default_factory=list)
     figures: list[StatedFigure] = field(default_factory=list)
     environment: EnvManifest | None = None
+    upstream: UpstreamContract | None = None
 
     @property
     def id(self) -> str:
