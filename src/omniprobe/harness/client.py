@@ -21,7 +21,6 @@ from omniprobe.analysis.oom import error_message, is_oom, parse_oom
 from omniprobe.config.fixtures import Fixture, Sampling
 from omniprobe.evidence.models import OomSignature, Outcome
 
-
 EDITS_PATH = "/v1/images/edits"
 GENERATIONS_PATH = "/v1/images/generations"
 IMAGE_PART = "image"  # one multipart part of this name per reference image

@@ -117,7 +117,7 @@ def check_http(source: Source, cfg: HostsConfig) -> list[UpstreamCheck]:
     fields = _sample_form_fields()
     checks += _edit_form_checks(edits, fields)
     checks += _generation_json_checks(source, generations, fields)
-    checks += _response_checks(source, edits)
+    checks += _response_checks(source, [h for h in (edits, generations) if h])
     checks.append(_error_path_check(edits))
     return checks
 
@@ -171,11 +171,12 @@ def _generation_json_checks(source: Source, generations: Found | None,
     return checks
 
 
-def _response_checks(source: Source, edits: Found | None) -> list[UpstreamCheck]:
-    response_class = None
-    if edits is not None and edits.node.returns is not None:
-        names = _annotation_names(ast.unparse(edits.node.returns))
-        response_class = next((n for n in names if code.find_class(source, n)), None)
+def _response_checks(source: Source, handlers: list[Found]) -> list[UpstreamCheck]:
+    """The fields the client reads, in the response model the image handlers return."""
+    names = [n for h in handlers if h.node.returns is not None
+             for n in _annotation_names(ast.unparse(h.node.returns))]
+    response_class = next((n for n in names if code.find_class(source, n)), None)
+    edits = handlers[0] if handlers else None
     fields = code.class_fields(source, response_class) if response_class else {}
     checks = []
     data = fields.get("data")
@@ -241,22 +242,12 @@ def _error_path_check(edits: Found | None) -> UpstreamCheck:
 # --- offline engine -------------------------------------------------------------------------
 
 
-def runner_calls() -> tuple[list[str], list[str]]:
-    """The Omni(...) keywords and the sampling-params keywords the offline runner passes."""
+def runner_sampling_params() -> list[str]:
+    """The keywords the offline runner passes to OmniDiffusionSamplingParams (`self.params`)."""
     tree = ast.parse(inspect.getsource(offline_runner.OmniEngine))
-    omni, params = [], []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            names = [k.arg for k in node.keywords if k.arg]
-            if node.func.attr == "params":
-                params = names
-            elif node.func.attr == "Omni" or (isinstance(node.func, ast.Attribute)
-                                              and node.func.attr == "generate"):
-                omni += [n for n in names if node.func.attr == "Omni"]
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            if node.func.id == "Omni":
-                omni = [k.arg for k in node.keywords if k.arg]
-    return omni, params
+    return next(([k.arg for k in node.keywords if k.arg] for node in ast.walk(tree)
+                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                 and node.func.attr == "params"), [])
 
 
 def _kwargs_read(source: Source, class_name: str) -> dict[str, Found]:
@@ -289,8 +280,7 @@ def check_offline(source: Source, cfg: HostsConfig) -> list[UpstreamCheck]:
                          else "Omni.generate has no sampling_params_list parameter"))
     sp_file = "vllm_omni/inputs/data.py"
     sp_fields = code.class_fields(source, "OmniDiffusionSamplingParams", [sp_file])
-    _, passed = runner_calls()
-    for name in passed:
+    for name in runner_sampling_params():
         found = sp_fields.get(name)
         checks.append(_check(f"sampling-param:{name}", "pass" if found else "fail",
                              found or code.find_class(source, "OmniDiffusionSamplingParams"),
