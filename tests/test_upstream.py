@@ -215,3 +215,21 @@ def test_an_upstream_attempt_holds_only_its_result(tmp_path):
     _, problems = load_project(project)
     assert [p.message for p in problems] == [
         "an upstream attempt holds only upstream.json, not runs.json"]
+
+
+def test_the_report_shows_the_newest_upstream_result(tmp_path):
+    from omniprobe.report.render import render_report
+
+    project = _project(tmp_path)
+    shutil.copytree(REPO / "templates", project.templates_dir)
+    assert "Upstream contract" not in render_report(project)
+    doctor = {API: FILES[API].replace("true_cfg_scale: float | None = Form(None)",
+                                      "cfg_scale: float | None = Form(None)")}
+    contract = check_source(project, write_tree(tmp_path / "tree", doctor))
+    record(project, contract, ["test"])
+    text = render_report(project)
+    held = sum(c.status == "pass" for c in contract.checks)
+    assert f"{held} of {len(contract.checks)} checks hold" in text
+    assert "`edits-form:true_cfg_scale`: FAIL" in text
+    assert "`edits-form:prompt`" not in text  # checks that hold are counted, not listed
+    assert "| rtx5080/seed-5080-1-init-matrix/code-read.json $[0].ref | moved |" in text
