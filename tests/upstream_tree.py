@@ -80,10 +80,21 @@ async def edit_images(
     return_stage_metrics: bool | None = Form(None),
 ) -> ImageGenerationResponse:
     try:
-        return ImageGenerationResponse(created=0, data=[])
+        normalize = False
+        images = await _load_input_images(image or image_array, normalize_rgb=normalize)
+        return ImageGenerationResponse(created=0, data=images)
     except Exception as e:
         raise HTTPException(status_code=HTTPStatus.INTERNAL_SERVER_ERROR.value,
                             detail=f"Image edit failed: {str(e)}")
+''',
+    "vllm_omni/outputs/__init__.py": '''\
+from dataclasses import dataclass
+
+
+@dataclass
+class OmniRequestOutput:
+    request_id: str
+    peak_memory_mb: float = 0.0
 ''',
     "vllm_omni/metrics/definitions.py": '''\
 DENOISE_STEP_LATENCY = "denoise_step_latency"

@@ -475,7 +475,72 @@ def _str_value(node: ast.AST) -> str | None:
     return value.value if isinstance(value, ast.Constant) and isinstance(value.value, str) else None
 
 
+# --- where the offline runner's assumptions meet upstream's behaviour ------------------------
+
+
+def check_offline_behaviour(source: Source) -> list[UpstreamCheck]:
+    """What upstream does that the offline runner must handle: a failed request closes the engine,
+    the worker's peak rides on the output, the server keeps an upload's image mode."""
+    checks = []
+    closes = None
+    generate = _method_params(source, "Omni", "generate")[1]
+    omni = code.find_class(source, "Omni", source.under(ENTRYPOINTS))
+    for item in omni.node.body if omni else []:
+        if isinstance(item, ast.FunctionDef) and item.name == "generate":
+            for handler in (n for n in ast.walk(item) if isinstance(n, ast.ExceptHandler)):
+                calls = [n for n in ast.walk(handler) if isinstance(n, ast.Call)
+                         and isinstance(n.func, ast.Attribute) and n.func.attr == "close"]
+                if calls and any(isinstance(n, ast.Raise) for n in ast.walk(handler)):
+                    closes = Found(omni.file, calls[0].lineno)
+    reuses = ".recover()" in inspect.getsource(offline_runner.run)
+    name = "offline-failure:engine-survives"
+    if closes and reuses:
+        checks.append(_check(name, "fail", closes, (
+            "Omni.generate closes the engine on any exception and re-raises, but the offline "
+            "runner recovers and goes on with the same engine (offline_runner.run): every later "
+            "request of that runner fails")))
+    else:
+        checks.append(_check(name, "pass", closes or generate, (
+            "the runner does not reuse an engine after a failed request" if closes
+            else "Omni.generate leaves the engine open when a request fails")))
+    output = code.class_fields(source, "OmniRequestOutput", source.under("vllm_omni/outputs/"))
+    peak = output.get("peak_memory_mb")
+    reads = "peak_memory_mb" in inspect.getsource(offline_runner.OmniEngine)
+    checks.append(_check("offline-peak:worker-peak", "fail" if peak and not reads else "pass",
+                         peak or code.find_class(source, "OmniRequestOutput"), (
+        "the request output carries the worker's peak_memory_mb; the runner ignores it and "
+        "reads torch in its own process, which runs no model" if peak and not reads
+        else "the runner reads the output's peak_memory_mb" if peak
+        else "the request output carries no peak_memory_mb")))
+    checks.append(_reference_mode_check(source))
+    return checks
+
+
+def _reference_mode_check(source: Source) -> UpstreamCheck:
+    name = "reference-mode:serve-equals-offline"
+    files = _routes_files(source)
+    edits = code.route(source, files, "post", client.EDITS_PATH)
+    if edits is None:
+        return _check(name, "not-found", None, f"no {client.EDITS_PATH} handler to read")
+    load = next((n for n in ast.walk(edits.node) if isinstance(n, ast.Call)
+                 and isinstance(n.func, ast.Name) and n.func.id == "_load_input_images"), None)
+    normalize = code.keyword(load, "normalize_rgb") if load else None
+    always_rgb = isinstance(normalize, ast.Constant) and normalize.value is True
+    runner_rgb = 'convert("RGB")' in inspect.getsource(offline_runner.OmniEngine)
+    where = Found(edits.file, load.lineno) if load else edits
+    if load is None:
+        return _check(name, "not-found", edits, "the edits handler's image loading is not read")
+    if runner_rgb and not always_rgb:
+        return _check(name, "fail", where, (
+            f"the server keeps an upload's mode unless normalize_rgb ({ast.unparse(normalize)}) "
+            "holds, while the offline runner converts references to RGB: serve and offline "
+            "runs of the same fixture are not given the same images"))
+    return _check(name, "pass", where, "the server and the offline runner hand the pipeline "
+                  "references in the same mode")
+
+
 def run_checks(source: Source, cfg: HostsConfig, root: Path) -> list[UpstreamCheck]:
     """Every named check, in a fixed order."""
     return (check_serve_flags(source, cfg) + check_http(source, cfg) + check_offline(source, cfg)
-            + check_deploy(source, cfg, root) + check_pipeline(source, cfg))
+            + check_offline_behaviour(source) + check_deploy(source, cfg, root)
+            + check_pipeline(source, cfg))
