@@ -256,8 +256,9 @@ class OfflineRequest(_In):
     quality: Quality
     wall_s: float = Field(ge=0)
     peak_mib: float | None = Field(
-        default=None, ge=0, description="Peak allocated during the request as the runner read it "
-                                        "(torch in its own process, or the sim's model).")
+        default=None, ge=0, description="The worker's peak as the engine's request output reports "
+                                        "it (upstream's peak_memory_mb: torch's reserved pool, MiB), "
+                                        "or the sim's model; null: none reported.")
     output_sha256: Sha256 | None = None
     pixels_sha256: Sha256 | None = Field(default=None, description="imaging.pixels_sha256.")
     artifact: str | None = Field(default=None, description="Image path outside git.")

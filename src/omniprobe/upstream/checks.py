@@ -478,6 +478,16 @@ def _str_value(node: ast.AST) -> str | None:
 # --- where the offline runner's assumptions meet upstream's behaviour ------------------------
 
 
+def _runner_reads(module, attribute: str) -> bool:
+    """Whether the runner's code reads `attribute` off an object (`x.attr` or getattr)."""
+    return any(
+        (isinstance(node, ast.Attribute) and node.attr == attribute)
+        or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr" and len(node.args) > 1
+            and isinstance(node.args[1], ast.Constant) and node.args[1].value == attribute)
+        for node in ast.walk(ast.parse(inspect.getsource(module))))
+
+
 def check_offline_behaviour(source: Source) -> list[UpstreamCheck]:
     """What upstream does that the offline runner must handle: a failed request closes the engine,
     the worker's peak rides on the output, the server keeps an upload's image mode."""
@@ -505,7 +515,7 @@ def check_offline_behaviour(source: Source) -> list[UpstreamCheck]:
             else "Omni.generate leaves the engine open when a request fails")))
     output = code.class_fields(source, "OmniRequestOutput", source.under("vllm_omni/outputs/"))
     peak = output.get("peak_memory_mb")
-    reads = "peak_memory_mb" in inspect.getsource(offline_runner.OmniEngine)
+    reads = _runner_reads(offline_runner, "peak_memory_mb")
     checks.append(_check("offline-peak:worker-peak", "fail" if peak and not reads else "pass",
                          peak or code.find_class(source, "OmniRequestOutput"), (
         "the request output carries the worker's peak_memory_mb; the runner ignores it and "
@@ -530,11 +540,13 @@ def _reference_mode_check(source: Source) -> UpstreamCheck:
     where = Found(edits.file, load.lineno) if load else edits
     if load is None:
         return _check(name, "not-found", edits, "the edits handler's image loading is not read")
-    if runner_rgb and not always_rgb:
+    if runner_rgb != always_rgb:
+        server = ("converts every upload to RGB" if always_rgb else "keeps an upload's mode "
+                  f"unless normalize_rgb ({ast.unparse(normalize) if normalize else 'unset'}) holds")
+        runner = "converts references to RGB" if runner_rgb else "keeps the files' modes"
         return _check(name, "fail", where, (
-            f"the server keeps an upload's mode unless normalize_rgb ({ast.unparse(normalize)}) "
-            "holds, while the offline runner converts references to RGB: serve and offline "
-            "runs of the same fixture are not given the same images"))
+            f"the server {server}, while the offline runner {runner}: serve and offline runs "
+            "of the same fixture are not given the same images"))
     return _check(name, "pass", where, "the server and the offline runner hand the pipeline "
                   "references in the same mode")
 
