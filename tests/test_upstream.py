@@ -54,6 +54,7 @@ def test_the_synthetic_tree_passes_what_it_defines(baseline):
     assert baseline["pipeline:Qwen/Qwen-Image-2.1"] == "fail"
     assert baseline["flag-set-deploy:cpuoff-fp8v"] == "fail"
     assert baseline["log-line:deploy-config-ignored"] == "not-found"
+    assert baseline["model-code:Qwen/Qwen-Image-2.1"] == "fail"  # a version before the model
     # A failed request closes upstream's engine; the offline runner still goes on with it.
     assert baseline["offline-failure:engine-survives"] == "fail"
     # The runner takes the worker's peak off the output, and keeps the references' modes.
@@ -96,6 +97,9 @@ DOCTORED = [
     ("the server converts every upload to RGB",
      {API: FILES[API].replace("normalize_rgb=normalize", "normalize_rgb=True")},
      {"reference-mode:serve-equals-offline": "fail"}),
+    ("the model's code arrives",
+     {"vllm_omni/diffusion/models/qwen_image_21/__init__.py": ""},
+     {"model-code:Qwen/Qwen-Image-2.1": "pass"}),
     ("an offline kwarg no longer a config field",
      {"vllm_omni/diffusion/data.py": FILES["vllm_omni/diffusion/data.py"].replace(
          "    extras: dict = field(default_factory=dict)\n", "")},

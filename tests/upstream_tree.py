@@ -176,6 +176,12 @@ def resolve(model, overrides):
         return structured
     return StageConfigFactory.create_typed_default_diffusion(model, overrides)
 ''',
+    "vllm_omni/diffusion/registry.py": '''\
+_DIFFUSION_MODELS = {
+    "QwenImagePipeline": ("qwen_image", "pipeline_qwen_image", "QwenImagePipeline"),
+}
+''',
+    "vllm_omni/diffusion/models/qwen_image/__init__.py": "",
     "vllm_omni/diffusion/models/utils.py": '''\
 import torch
 

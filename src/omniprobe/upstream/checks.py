@@ -463,6 +463,30 @@ def check_pipeline(source: Source, cfg: HostsConfig) -> list[UpstreamCheck]:
     return checks
 
 
+def check_model_code(source: Source, cfg: HostsConfig) -> UpstreamCheck:
+    """Does this version hold the served model's diffusion code? Found by the folder name the
+    model's name gives (`Qwen-Image-2.1` -> `qwen_image_21` or `qwen_image_2_1`) among the
+    diffusion registry's entries and the model folders."""
+    model = cfg.serve.served_model_name
+    base = re.sub(r"[^a-z0-9]+", "_", model.rsplit("/", 1)[-1].lower()).strip("_")
+    wanted = {base, re.sub(r"(\d)_(\d)", r"\1\2", base)}
+    registry = "vllm_omni/diffusion/registry.py"
+    entries = code.dict_keys(source, registry, "_DIFFUSION_MODELS")
+    folders = {p.split("/")[3] for p in source.under("vllm_omni/diffusion/models/")
+               if p.count("/") > 3}
+    found = sorted(wanted & folders)
+    name = f"model-code:{model}"
+    where = Found(registry, min(f.line for f in entries.values()) - 1) if entries else None
+    if found:
+        return _check(name, "pass", Found(f"vllm_omni/diffusion/models/{found[0]}/__init__.py", 1)
+                      if f"vllm_omni/diffusion/models/{found[0]}/__init__.py" in source.files
+                      else where, f"the model's code is in diffusion/models/{found[0]}/")
+    return _check(name, "fail", where, (
+        f"no diffusion/models/{' or '.join(sorted(wanted))}/ in this version "
+        f"({len(entries)} registered diffusion pipelines read): it predates {model} and cannot "
+        "serve the probe's model; its other checks hold the harness's interface only"))
+
+
 def _all_calls(source: Source, name: str):
     for path in source.python_files:
         if name in (source.text(path) or ""):
@@ -555,4 +579,4 @@ def run_checks(source: Source, cfg: HostsConfig, root: Path) -> list[UpstreamChe
     """Every named check, in a fixed order."""
     return (check_serve_flags(source, cfg) + check_http(source, cfg) + check_offline(source, cfg)
             + check_offline_behaviour(source) + check_deploy(source, cfg, root)
-            + check_pipeline(source, cfg))
+            + check_pipeline(source, cfg) + [check_model_code(source, cfg)])
