@@ -122,6 +122,8 @@ kwargs = { enable_cpu_offload = true, vae_use_tiling = true }
     assert (resident.outcome, resident.fixture, resident.oom.phase) == ("init-oom", None, "init")
     assert resident.oom.requested == "96.00 MiB"
     assert resident.oom.location.function == "init_parameters"
+    # The runner saw only the orchestrator's failure; the OOM came from the worker's log.
+    assert resident.note.startswith("RuntimeError: Orchestrator initialization failed")
     assert tiling.outcome == "init-error" and "vae_use_tiling" in tiling.note
     assert "[sim-offline-resident 1/2] the engine was not built: init-oom" in out
 

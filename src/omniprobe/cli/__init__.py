@@ -244,6 +244,33 @@ def _probe_options(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=_probe)
 
 
+def _upstream(args: argparse.Namespace) -> int:
+    from omniprobe.upstream.contract import check_source, differences, record, recorded, render
+
+    project = find_project()
+    contract = check_source(project, args.source)
+    print(render(contract))
+    if args.check:
+        committed = recorded(project, contract)
+        if committed is None:
+            print("error: no committed evidence under evidence/upstream/ for this source; "
+                  "record it with --record", file=sys.stderr)
+            return 1
+        diffs = differences(committed.upstream, contract)
+        for line in diffs:
+            print(f"differs: {line}", file=sys.stderr)
+        if diffs:
+            print(f"{len(diffs)} result(s) differ from {committed.path}", file=sys.stderr)
+            return 1
+        print(f"every result equals the committed {committed.path.relative_to(project.root)}")
+        return 0
+    if args.record:
+        folder = record(project, contract, ["omniprobe", "upstream", "check", "--source",
+                                            args.source.name, "--record"])
+        print(f"recorded {folder.relative_to(project.root)}")
+    return 1 if any(c.status == "fail" for c in contract.checks) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="omniprobe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -341,6 +368,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="seed (default: the first sampling seed)")
     _server_options(p)
     p.set_defaults(func=_propagation)
+
+    p = sub.add_parser("upstream", help="hold the harness against a real vLLM-Omni source")
+    up_sub = p.add_subparsers(dest="upstream_command", required=True)
+    q = up_sub.add_parser("check", help="the named contract checks and the code citations' state "
+                          "in a source, read with ast (exit 1: a check fails; with --check: a "
+                          "result differs from the committed evidence)")
+    q.add_argument("--source", type=Path, required=True, metavar="PATH",
+                   help="a vllm-omni .whl, an unpacked tree or a clone")
+    mode = q.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help="exit 1 only if a result differs from the committed evidence")
+    mode.add_argument("--record", action="store_true",
+                      help="record the result as a new attempt under evidence/upstream/")
+    q.set_defaults(func=_upstream)
 
     p = sub.add_parser("timeline", help="render a recorded GPU memory series (JSONL) as SVG")
     p.add_argument("series", type=Path)

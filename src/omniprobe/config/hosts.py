@@ -307,6 +307,13 @@ class EnvConfig(_Input):
         return self
 
 
+class UpstreamPin(_Input):
+    """The registry's vLLM-Omni that `nox -s upstream` holds the harness against (read, not run)."""
+
+    package: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    version: str = Field(pattern=r"^[0-9][0-9A-Za-z.+-]*$")
+
+
 class HostsConfig(_Input):
     stack: Stack
     serve: Serve
@@ -320,6 +327,8 @@ class HostsConfig(_Input):
     env: EnvConfig | None = Field(
         default=None, description="The probe environment build; null: not configured."
     )
+    upstream: UpstreamPin | None = Field(
+        default=None, description="The registry's upstream the contract checks run against.")
 
     def host(self, name: str) -> Host:
         if name not in self.hosts:

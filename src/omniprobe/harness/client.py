@@ -21,6 +21,10 @@ from omniprobe.config.fixtures import Fixture, Sampling
 from omniprobe.digests import sha256_bytes
 from omniprobe.evidence.models import OomSignature, Outcome
 
+EDITS_PATH = "/v1/images/edits"
+GENERATIONS_PATH = "/v1/images/generations"
+IMAGE_PART = "image"  # one multipart part of this name per reference image
+
 
 class ReferenceMismatch(RuntimeError):
     """A reference image on disk is not the one the fixture pins by sha256."""
@@ -108,13 +112,13 @@ def send(base_url: str, fixture: Fixture, seed: int, sampling: Sampling, fixture
     http = session or requests.Session()
     fields = form_fields(fixture, seed, sampling)
     if fixture.kind == "edit":
-        files = [("image", (name, data, "image/png"))
+        files = [(IMAGE_PART, (name, data, "image/png"))
                  for name, data in load_references(fixture, fixtures_dir)]
-        call = {"url": f"{base_url}/v1/images/edits", "data": fields, "files": files}
+        call = {"url": base_url + EDITS_PATH, "data": fields, "files": files}
     else:
         body = {**fields, "seed": seed, "num_inference_steps": sampling.num_inference_steps,
                 "true_cfg_scale": sampling.true_cfg_scale, "return_stage_metrics": True}
-        call = {"url": f"{base_url}/v1/images/generations", "json": body}
+        call = {"url": base_url + GENERATIONS_PATH, "json": body}
     started = time.perf_counter()
     try:
         response = http.post(**call, timeout=timeout_s)

@@ -329,6 +329,10 @@ class OfflineProbe:
             return True
         if event is not None:
             text = event.get("traceback") or event.get("error") or ""
+            if not is_oom(text):
+                # Upstream reports a worker's death as "Orchestrator initialization failed";
+                # the CUDA OOM text is only in the worker's log, which is the runner's log.
+                text = runner.log_path.read_text(errors="replace")
             oom = parse_oom(text, "init") if event.get("outcome") == "oom" or is_oom(text) else None
             failure = OfflineRun(kwarg_set=name, outcome="init-oom" if oom else "init-error",
                                  quality="unchecked", oom=oom, init_s=event.get("wall_s"),
