@@ -6,7 +6,6 @@ their own use their own venv. Needs the PyPI index (marked `network`); no GPU, n
 
 from __future__ import annotations
 
-import io
 import os
 import shlex
 import subprocess
@@ -22,9 +21,9 @@ from omniprobe.env.build import build_env, check_env, dry_run
 from omniprobe.env.state import EnvBuildError, EnvNotReady, Runner, uv_command
 from omniprobe.evidence.models import load_attempt, load_evidence
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.probe import run_probe
 from omniprobe.harness.server import free_port
 
+from .conftest import in_process
 from .env_scaffold import RTX5080, FakeNvml, World, git, make_world
 
 pytestmark = pytest.mark.network
@@ -330,9 +329,8 @@ def stub_vllm(world, first):
 
 
 def _probe_init(world: World, nvml) -> tuple[int, str]:
-    out = io.StringIO()
-    args = cli.build_parser().parse_args(["probe-init", "--port", str(free_port()), "--grace", "2"])
-    return run_probe(world.project, "probe-init", args, nvml=nvml, out=out), out.getvalue()
+    return in_process(world.project, ["probe-init", "--port", str(free_port()), "--grace", "2"],
+                      nvml=nvml)
 
 
 def test_env_session_then_probe_runs_the_server_from_the_env(world, first, stub_vllm,

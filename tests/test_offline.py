@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import io
 import json
 import os
 import signal
@@ -16,22 +15,19 @@ import pytest
 
 from omniprobe.analysis.imaging import load_pixels, pixels_sha256
 from omniprobe.analysis.oom import parse_oom
-from omniprobe.cli import build_parser
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import EnvError
 from omniprobe.evidence.attempts import probe_attempts
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import offline_runner
-from omniprobe.harness.offline import RUNNER, run_offline, runner_command
+from omniprobe.harness.offline import RUNNER, runner_command
 
-from .conftest import make_project, processes_with, wait_for
+from .conftest import in_process, make_project, processes_with, wait_for
 
 
 def offline(project, *extra, host="sim"):
-    out = io.StringIO()
-    args = build_parser().parse_args(["probe-offline", "--host", host, "--grace", "2", *extra])
-    return run_offline(project, args, out=out), out.getvalue()
+    return in_process(project, ["probe-offline", "--host", host, "--grace", "2", *extra])
 
 
 def the_attempt(project, host="sim"):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 
 import pytest
@@ -15,18 +14,14 @@ from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import Stamp, env_paths, pins_hash, write_stamp
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.probe import run_probe
 from omniprobe.harness.sampler import NvmlUnavailable
 
-from .conftest import make_project, probe_args, processes_with
+from .conftest import in_process, make_project, probe_argv, processes_with
 from .env_scaffold import RTX5080, FakeNvml
 
 
 def probe(project, session, port, *extra, readers=None, nvml=None):
-    out = io.StringIO()
-    code = run_probe(project, session, probe_args(session, port, *extra), readers=readers,
-                     nvml=nvml, out=out)
-    return code, out.getvalue()
+    return in_process(project, probe_argv(session, port, *extra), readers=readers, nvml=nvml)
 
 
 def attempts(project, host="sim"):

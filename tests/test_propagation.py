@@ -3,25 +3,20 @@ config bridge drops, one that cannot be measured, and the refusals."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
 
-from omniprobe.cli import build_parser
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.propagation import run_propagation
 from omniprobe.sim.knobs import BRIDGE_ENV
 
-from .conftest import processes_with
+from .conftest import in_process, processes_with
 
 
 def check(project, port, *extra, host="sim"):
-    out = io.StringIO()
-    args = build_parser().parse_args(["propagation", "--host", host, "--port", str(port),
-                                      "--grace", "2", *extra])
-    return run_propagation(project, args, out=out), out.getvalue()
+    return in_process(project, ["propagation", "--host", host, "--port", str(port),
+                                "--grace", "2", *extra])
 
 
 def the_attempt(project, host="sim"):

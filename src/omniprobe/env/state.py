@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import EnvConfig, HostsConfig, InstallStep
 from omniprobe.config.project import Project
+from omniprobe.errors import EnvironmentFailure
 
 ENV_ROOT_VAR = "OMNIPROBE_ENV_ROOT"
 STAMP_FILE = "omniprobe-env.json"
@@ -28,7 +29,7 @@ CONSTRAINTS_FILE = "omniprobe-constraints.txt"
 _HASH_SCHEME = 1
 
 
-class EnvError(Exception):
+class EnvError(EnvironmentFailure):
     """The environment cannot be built, found or used; the message says why and what to do."""
 
 

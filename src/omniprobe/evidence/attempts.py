@@ -18,7 +18,7 @@ from pathlib import Path
 from omniprobe import __version__
 from omniprobe.config.hosts import Host
 from omniprobe.config.project import Project
-from omniprobe.errors import InputError
+from omniprobe.errors import InputError, Refusal
 from omniprobe.evidence.models import (
     ATTEMPT_FILE,
     ArtifactRef,
@@ -34,8 +34,8 @@ from omniprobe.evidence.models import (
 SUFFIX = "-probe"  # marks attempts this module made, apart from transcribed or other evidence
 
 
-class AttemptBusy(RuntimeError):
-    pass
+class AttemptBusy(Refusal):
+    """Another probe holds the attempt's lock."""
 
 
 def new_attempt_id(host_name: str, now: datetime, n: int = 1, suffix: str = SUFFIX) -> str:
