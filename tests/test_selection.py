@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from omniprobe.config.hosts import load_hosts
+from omniprobe.config.hosts import UnknownHost, load_hosts
 from omniprobe.config.selection import (
     INVOCATION_ENV,
     NoHost,
@@ -46,9 +46,13 @@ def test_no_match_lists_the_hosts(cfg):
     assert "rtx3090 (cachyos-alexander)" in message and "sim (simulated)" in message
 
 
-def test_unknown_name_is_named(cfg):
-    with pytest.raises(NoHost, match="--host names host 'h100'.*hosts: rtx3090"):
-        choose_host(cfg, selected=None, requested="h100", hostname="x")
+@pytest.mark.parametrize(("selected", "requested", "where"), [
+    (None, "h100", "--host"), ("h100", None, "the env session")])
+def test_an_unknown_name_is_one_error_naming_who_named_it(cfg, selected, requested, where):
+    with pytest.raises(UnknownHost, match=f"^{where} names host 'h100'.*hosts: rtx3090"):
+        choose_host(cfg, selected=selected, requested=requested, hostname="x")
+    with pytest.raises(UnknownHost, match=f"^{where} names host 'h100'"):
+        cfg.host("h100", where)
 
 
 def test_simulated_host_never_matches_by_hostname(cfg):
@@ -94,8 +98,9 @@ def test_select_host_command_hands_the_host_to_a_later_session(project):
 def test_select_host_errors_are_messages_not_tracebacks(project, capsys):
     from omniprobe.cli import main
 
-    assert main(["select-host", "h100"]) == 1
-    assert "select-host names host 'h100', which hosts.toml does not define" in (
-        capsys.readouterr().err)
-    assert main(["select-host"]) == 1
-    assert "no host selected" in capsys.readouterr().err
+    assert main(["select-host", "h100"]) == 3  # a refusal
+    err = capsys.readouterr().err
+    assert "error: select-host names host 'h100', which hosts.toml does not define" in err
+    assert "Traceback" not in err
+    assert main(["select-host"]) == 3
+    assert "error: no host selected" in capsys.readouterr().err
