@@ -128,7 +128,7 @@ def test_a_kwarg_set_without_kwargs_is_refused_by_name_and_skipped_otherwise(pro
 description = "test: the source does not give its kwargs"
 """, ["sim-offline-unstated"])
     code, out = offline(project, "--kwarg-set", "sim-offline-unstated")
-    assert code == 1
+    assert code == 3  # a refusal
     assert ("offline kwarg set 'sim-offline-unstated' cannot run: hosts.toml "
             "[offline_kwarg_sets.sim-offline-unstated] has no 'kwargs'") in out
     assert not (project.evidence_dir / "sim").exists()
@@ -153,7 +153,7 @@ description = "test: the source does not give its kwargs"
 ])
 def test_refusals_leave_no_evidence(project, host, extra, message):
     code, out = offline(project, *extra, host=host)
-    assert code == 1 and message in out
+    assert code == 3 and message in out
     assert not project.evidence_dir.exists() or not any(project.evidence_dir.iterdir())
 
 
@@ -419,6 +419,6 @@ def test_a_runner_breaking_the_protocol_stops_the_run_naming_the_file(project, t
         '"{hosts_file}", "--sim-host", "{host}"]', f'offline_command = ["{{python}}", "{script}"]')
     project.hosts_file.write_text(hosts)
     code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-t2i")
-    assert code == 1
+    assert code == 5  # a harness error
     assert "results.jsonl: expected the result of 'sim-t2i-2301'" in out
     assert the_attempt(project).offline_requests == []

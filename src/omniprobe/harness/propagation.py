@@ -10,7 +10,7 @@ attempt (`-propagation`).
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from omniprobe.analysis.imaging import load_pixels, pixels_sha256
@@ -177,13 +177,13 @@ class PropagationSession(Session):
         cfg, options = ctx.cfg, self.options
         with_, without = choose_flag_sets(cfg, ctx.host_name, ctx.host, options.flag_set_with,
                                           options.flag_set_without)
+        settings = settings_from(options, cfg, flag_sets=(with_, without))
+        for flag_set in (with_, without):
+            server_command(cfg, ctx.host_name, flag_set, port=settings.port,
+                           model=settings.model, hosts_file=ctx.project.hosts_file)
         fixture, seed = choose_case(ctx.suite, ctx.host_name, ctx.host, options.fixture,
                                     options.seed)
-        self.settings = settings_from(options, cfg, flag_sets=(with_, without),
-                                      fixtures=(fixture.id,))
-        for flag_set in (with_, without):
-            server_command(cfg, ctx.host_name, flag_set, port=self.settings.port,
-                           model=self.settings.model, hosts_file=ctx.project.hosts_file)
+        self.settings = replace(settings, fixtures=(fixture.id,))
         check_references([fixture], ctx.project.fixtures_file.parent)
         self.plan = Plan(choose_knob(cfg, with_, options.knob), with_, without, fixture, seed)
         self.env_bin = probe_env(ctx.project, cfg, ctx.host_name, self.settings,
