@@ -361,7 +361,7 @@ def test_env_session_with_a_failed_check_makes_the_probe_refuse(world, first, st
     assert cli.main(["env", "build", "--host", HOST, "--select"]) == 1
     capsys.readouterr()
     code, out = _probe_init(world, FakeNvml(**RTX5080))
-    assert code == 1
+    assert code == 4  # an environment failure
     assert (f"error: env-{HOST} failed its checks: gpu.name failed: NVML's device name against "
             "hosts.toml gpu (expected NVIDIA GeForce RTX 3090, got NVIDIA GeForce RTX 5080)") in out
     assert sorted((world.project.evidence_dir / HOST).glob("*-probe")) == before
@@ -373,7 +373,7 @@ def test_an_env_without_the_serve_program_is_refused_before_any_evidence(world, 
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-no-vllm")
     before = sorted((world.project.evidence_dir / HOST).glob("*-probe"))
     code, out = _probe_init(world, FakeNvml())
-    assert code == 1
+    assert code == 4
     assert (f"error: the serve command's program 'vllm' is not in the probe env: "
             f"{first.paths.bin_dir}/vllm is missing") in out
     assert sorted((world.project.evidence_dir / HOST).glob("*-probe")) == before

@@ -81,7 +81,7 @@ def test_a_failed_env_session_makes_the_probe_refuse_naming_the_check(project, i
     assert f"FAIL fixtures.references: {reference['file']}: sha256 differs" in (
         capsys.readouterr().out)
     code, out = in_process(project, probe_argv("probe-init", port))
-    assert code == 1
+    assert code == 4  # an environment failure
     assert (f"error: env-sim failed its checks: fixtures.references failed: {reference['file']}: "
             "sha256 differs") in out
     assert not (project.evidence_dir / "sim").exists()

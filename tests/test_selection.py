@@ -12,6 +12,7 @@ from omniprobe.config.hosts import UnknownHost, load_hosts
 from omniprobe.config.selection import (
     INVOCATION_ENV,
     NoHost,
+    SelectedEnvFailed,
     choose_host,
     read_state,
     record_selection,
@@ -71,7 +72,7 @@ def test_state_belongs_to_one_invocation(project, cfg):
                         hostname="x")[0] == "rtx5080"
     update_state(path, "run-3", host="rtx3090", problems=["GPU is 'X'"])
     assert "host" not in read_state(path, "run-1")
-    with pytest.raises(NoHost, match="env-rtx3090 failed its checks: GPU is 'X'"):
+    with pytest.raises(SelectedEnvFailed, match="env-rtx3090 failed its checks: GPU is 'X'"):
         resolve_host(project, cfg, None, env={INVOCATION_ENV: "run-3"}, hostname="x")
 
 

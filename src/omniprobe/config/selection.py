@@ -16,13 +16,17 @@ from pathlib import Path
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
-from omniprobe.errors import Refusal
+from omniprobe.errors import EnvironmentFailure, Refusal
 
 INVOCATION_ENV = "OMNIPROBE_INVOCATION"
 
 
 class NoHost(Refusal):
-    """No host could be chosen, or the chosen one failed its check."""
+    """No host could be chosen."""
+
+
+class SelectedEnvFailed(EnvironmentFailure):
+    """The env session that selected the host found its environment failing a check."""
 
 
 def state_path(project: Project) -> Path:
@@ -74,7 +78,7 @@ def resolve_host(project: Project, cfg: HostsConfig, requested: str | None,
     name, why = choose_host(cfg, selected=state.get("host"), requested=requested,
                             hostname=hostname or socket.gethostname())
     if state.get("host") == name and state.get("problems"):
-        raise NoHost(f"env-{name} failed its checks: " + "; ".join(state["problems"]))
+        raise SelectedEnvFailed(f"env-{name} failed its checks: " + "; ".join(state["problems"]))
     return name, why
 
 
