@@ -384,7 +384,8 @@ def run_command(command: Callable[[], int], out: TextIO | None = None) -> int:
         print(f"interrupted: {exc}", file=out)
         return exc.exit_code
     except FileNotFoundError as exc:  # a path given on the command line that does not exist
-        print(f"error: {Problem(str(exc.filename), '', 'file not found')}", file=out)
+        where = str(exc.filename) if exc.filename is not None else str(exc)
+        print(f"error: {Problem(where, '', 'file not found')}", file=out)
         return InputError.exit_code
     except OmniprobeError as exc:
         for line in exc.lines():
