@@ -491,7 +491,7 @@ class OfflineSession(Session):
 
 
 def run_offline(project: Project, options: OfflineOptions, *, command: list[str],
-                readers: ReaderFactory | None = None, nvml=None, out: TextIO = sys.stderr) -> int:
+                readers: ReaderFactory | None = None, nvml=None, out: TextIO | None = None) -> int:
     """The probe-offline command: 0 when every planned request was recorded.
 
     `command` is the command line recorded as the attempt's provenance; `nvml` stands in for

@@ -513,7 +513,7 @@ class ProbeSession(Session):
 
 
 def run_probe(project: Project, session: str, options: ProbeOptions, *, command: list[str],
-              readers: ReaderFactory | None = None, nvml=None, out: TextIO = sys.stderr) -> int:
+              readers: ReaderFactory | None = None, nvml=None, out: TextIO | None = None) -> int:
     """The probe-init / probe-serve command: 0 when everything planned was recorded.
 
     `command` is the command line recorded as the attempt's provenance; `nvml` stands in for

@@ -9,7 +9,6 @@ attempt (`-propagation`).
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, replace
 from typing import TextIO
 
@@ -223,7 +222,7 @@ class PropagationSession(Session):
 
 def run_propagation(project: Project, options: PropagationOptions, *, command: list[str],
                     readers: ReaderFactory | None = None, nvml=None,
-                    out: TextIO = sys.stderr) -> int:
+                    out: TextIO | None = None) -> int:
     """The propagation command: 0 when the check was measured (whichever way it came out).
 
     `command` is the command line recorded as the attempt's provenance; `nvml` stands in for

@@ -9,6 +9,7 @@ files, with the session's own word on what the attempt holds.
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TextIO
@@ -81,7 +82,10 @@ class Session(ABC):
         """What an interrupted run leaves behind, for the user."""
 
 
-def run_session(project: Project, session: Session, host: str | None, out: TextIO) -> int:
+def run_session(project: Project, session: Session, host: str | None,
+                out: TextIO | None = None) -> int:
+    """Run the session's steps on the host (None: the selection's); its exit status."""
+    out = out or sys.stderr  # looked up now: a default bound at import goes stale under capture
     cfg = load_hosts(project.hosts_file)
     suite = load_fixtures(project.fixtures_file)
     host_name, why = resolve_host(project, cfg, host)
