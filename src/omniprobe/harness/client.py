@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import requests
 
 from omniprobe.analysis.oom import error_message, is_oom, parse_oom
 from omniprobe.config.fixtures import Fixture, Sampling
+from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import OomSignature, Outcome
 
@@ -41,10 +41,6 @@ class Reply:
     status: int | None = None
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, bytes]]:
     """The fixture's reference images, each checked against its pinned sha256;
     ReferenceMismatch names every file that is missing or differs, with both digests."""
@@ -57,7 +53,7 @@ def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, byt
             problems.append(Problem(str(path), "", f"reference {ref.name!r} of fixture "
                                                    f"{fixture.id!r} is missing"))
             continue
-        digest = sha256(data)
+        digest = sha256_bytes(data)
         if digest != ref.sha256:
             problems.append(Problem(str(path), "", f"sha256 {digest} differs from {ref.sha256}, "
                                                    f"the digest fixtures.json pins for reference "

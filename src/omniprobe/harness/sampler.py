@@ -21,6 +21,7 @@ from typing import Protocol
 from omniprobe.analysis.series import Sample, summarise
 from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models import TimelineSummary
+from omniprobe.harness.processes import alive
 
 MIB = 1024**2
 # What a server publishes in its memory file: pid, used bytes, total bytes (little-endian int64s).
@@ -104,7 +105,7 @@ class PublishedMemoryReader:
 
     def _state(self) -> tuple[int, int, int] | None:
         state = read_published_memory(self.path)
-        return state if state is not None and _alive(state[0]) else None
+        return state if state is not None and alive(state[0]) else None
 
     def memory(self) -> tuple[int, int]:
         state = self._state()
@@ -116,16 +117,6 @@ class PublishedMemoryReader:
 
     def process_name(self, pid: int) -> str:
         return _proc_name(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _proc_name(pid: int) -> str:
