@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+from omniprobe.errors import InputError, Refusal, problems_from_validation
+from omniprobe.safe_io import InsidePath, load_json
 
 
 class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict when loaded (load_fixtures): no coercion of "2301" or true to an int; finite floats.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Seeds as torch takes them (a 64-bit generator seed).
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+# Pixels per side: above any output the served model makes, below what would exhaust memory.
+MAX_SIDE_PX = 8192
 
 
 class FixtureNotRunnable(Refusal):
@@ -21,7 +28,7 @@ class FixtureNotRunnable(Refusal):
 
 class ReferenceImage(_Input):
     name: str
-    file: str = Field(description="Path of the image, relative to the fixtures file.")
+    file: InsidePath = Field(description="Path of the image, relative to the fixtures file.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
 
 
@@ -36,11 +43,13 @@ class Derivation(_Input):
 class Fixture(_Input):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     kind: Literal["edit", "t2i"]
-    reference_count: int = Field(ge=0)
+    reference_count: int = Field(ge=0, le=64)
     source_name: str = Field(description="What the source calls this fixture.")
     prompt: str | None = Field(default=None, description="null: not stated by the source.")
-    width: int | None = Field(default=None, gt=0, description="null: not stated by the source.")
-    height: int | None = Field(default=None, gt=0, description="null: not stated by the source.")
+    width: int | None = Field(default=None, gt=0, le=MAX_SIDE_PX,
+                              description="null: not stated by the source.")
+    height: int | None = Field(default=None, gt=0, le=MAX_SIDE_PX,
+                               description="null: not stated by the source.")
     references: list[ReferenceImage] | None = Field(
         default=None, description="The bound reference images; null: not stated by the source."
     )
@@ -87,9 +96,9 @@ class Fixture(_Input):
 
 
 class Sampling(_Input):
-    seeds: list[int] = Field(min_length=1)
-    num_inference_steps: int = Field(gt=0)
-    true_cfg_scale: float
+    seeds: list[Seed] = Field(min_length=1)
+    num_inference_steps: int = Field(gt=0, le=1000)
+    true_cfg_scale: float = Field(ge=0)
     negative_prompt: Literal[False] = Field(description="The report sends no negative prompt.")
 
 
@@ -125,14 +134,8 @@ class FixtureSuite(_Input):
 
 def load_fixtures(path: str | Path) -> FixtureSuite:
     path = Path(path)
+    data = load_json(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError([Problem(str(path), "", "file not found")]) from None
-    except json.JSONDecodeError as exc:
-        raise InputError([Problem(str(path), f"line {exc.lineno} column {exc.colno}",
-                                  f"not valid JSON: {exc.msg}")]) from None
-    try:
-        return FixtureSuite.model_validate(data)
+        return FixtureSuite.model_validate(data, strict=True)
     except ValidationError as exc:
         raise InputError(problems_from_validation(path, exc)) from None

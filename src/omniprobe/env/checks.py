@@ -36,6 +36,7 @@ from omniprobe.env.state import (
 )
 from omniprobe.errors import InputError, problems_from_validation
 from omniprobe.evidence.models import CheckStatus, EnvCheck, EnvPin, EnvPython, GpuFacts, HostFacts
+from omniprobe.safe_io import confine, load_json
 
 if TYPE_CHECKING:
     from huggingface_hub import CachedRevisionInfo
@@ -337,10 +338,10 @@ def _manifest_check(path: Path, model_snapshot: str, revision: CachedRevisionInf
                     ) -> EnvCheck:
     name = "model.snapshot_files"
     try:
-        manifest = SnapshotManifest.model_validate_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValidationError) as exc:
+        manifest = SnapshotManifest.model_validate(load_json(path), strict=True)
+    except (InputError, ValidationError) as exc:
         problems = (problems_from_validation(path, exc) if isinstance(exc, ValidationError)
-                    else [f"{path}: {exc}"])
+                    else exc.problems)
         return _check(name, "fail", f"unusable manifest: {'; '.join(map(str, problems))}")
     if manifest.model_snapshot != model_snapshot:
         return _check(name, "fail", f"{path} lists the files of another snapshot",
@@ -371,22 +372,34 @@ def references_check(project: Project, *, simulated: bool = False) -> EnvCheck:
         suite = load_fixtures(project.fixtures_file)
     except InputError as exc:
         return _check(name, "fail", f"cannot read the fixtures: {exc}")
-    known = {ref.file: ref.sha256 for fixture in suite.fixtures
-             if fixture.simulated == simulated for ref in fixture.references or []}
-    if not known:
+    # Every (fixture, reference) pair: two fixtures may pin one file, and each pin must hold.
+    pairs = [(i, j, fixture, ref) for i, fixture in enumerate(suite.fixtures)
+             if fixture.simulated == simulated for j, ref in enumerate(fixture.references or [])]
+    if not pairs:
         return _check(name, "skip", f"the fixtures record no reference digests "
                                     f"({suite.reference_suite} bindings unknown)")
     base = project.fixtures_file.parent
+    digests: dict[Path, str] = {}
     bad = []
-    for rel, digest in sorted(known.items()):
-        path = base / rel
+    for i, j, fixture, ref in pairs:
+        where = f"{fixture.id} reference {ref.name!r} ({ref.file})"
+        try:
+            path = confine(base, ref.file, file=project.fixtures_file,
+                           field=f"$.fixtures[{i}].references[{j}].file")
+        except InputError as exc:
+            bad.append(str(exc))
+            continue
         if not path.is_file():
-            bad.append(f"{rel}: missing")
-        elif sha256_file(path) != digest:
-            bad.append(f"{rel}: sha256 differs from the fixtures' {digest[:12]}…")
+            bad.append(f"{where}: missing")
+            continue
+        if path not in digests:
+            digests[path] = sha256_file(path)
+        if digests[path] != ref.sha256:
+            bad.append(f"{where}: sha256 differs from the pinned {ref.sha256[:12]}…")
     return _check(name, "fail" if bad else "pass",
-                  "; ".join(bad) or f"{len(known)} files match the fixtures' sha256",
-                  f"{len(known)} files", f"{len(known) - len(bad)} match")
+                  "; ".join(bad) or f"{len(pairs)} references ({len(digests)} files) match the "
+                                    "fixtures' sha256",
+                  f"{len(pairs)} references", f"{len(pairs) - len(bad)} match")
 
 
 # --- everything together ----------------------------------------------------------------

@@ -17,14 +17,16 @@ from pathlib import Path
 import requests
 
 from omniprobe.analysis.oom import error_message, is_oom, parse_oom
-from omniprobe.config.fixtures import Fixture, Sampling
+from omniprobe.config.fixtures import Fixture, ReferenceImage, Sampling
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import OomSignature, Outcome
+from omniprobe.safe_io import MissingFile, confine, read_bytes
 
 EDITS_PATH = "/v1/images/edits"
 GENERATIONS_PATH = "/v1/images/generations"
 IMAGE_PART = "image"  # one multipart part of this name per reference image
+MAX_REFERENCE_BYTES = 64 * 1024**2  # a 4096x4096 RGBA PNG stored raw is 64 MiB
 
 
 class ReferenceMismatch(InputError):
@@ -45,17 +47,27 @@ class Reply:
     status: int | None = None
 
 
+def reference_path(fixture: Fixture, ref: ReferenceImage, fixtures_dir: Path) -> Path:
+    """Where a reference image is: inside fixtures/, or InputError naming the fixture's field."""
+    return confine(fixtures_dir, ref.file, file=fixtures_dir / "fixtures.json",
+                   field=f"fixture {fixture.id!r} reference {ref.name!r} key 'file'")
+
+
 def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, bytes]]:
     """The fixture's reference images, each checked against its pinned sha256;
     ReferenceMismatch names every file that is missing or differs, with both digests."""
     loaded, problems = [], []
     for ref in fixture.references or []:
-        path = fixtures_dir / ref.file
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+            path = reference_path(fixture, ref, fixtures_dir)
+            data = read_bytes(path, max_bytes=MAX_REFERENCE_BYTES)
+        except MissingFile:
+            path = fixtures_dir / ref.file
             problems.append(Problem(str(path), "", f"reference {ref.name!r} of fixture "
                                                    f"{fixture.id!r} is missing"))
+            continue
+        except InputError as exc:
+            problems += exc.problems
             continue
         digest = sha256_bytes(data)
         if digest != ref.sha256:

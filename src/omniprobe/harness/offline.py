@@ -34,7 +34,7 @@ from omniprobe.errors import HarnessError
 from omniprobe.evidence.attempts import AttemptStore, file_ref, new_attempt
 from omniprobe.evidence.models import ArtifactRef, OfflineRequest, OfflineRun, write_section
 from omniprobe.evidence.quantities import Range
-from omniprobe.harness.client import check_references
+from omniprobe.harness.client import check_references, reference_path
 from omniprobe.harness.logs import log_tail
 from omniprobe.harness.probe import (
     MEMORY_FILE,
@@ -250,7 +250,7 @@ class OfflineProbe:
         requests = [{
             "id": p.id, "fixture": p.fixture.id, "seed": p.seed, "prompt": p.fixture.prompt,
             "width": p.fixture.width, "height": p.fixture.height,
-            "references": [str((self.fixtures_dir / r.file).resolve())
+            "references": [str(reference_path(p.fixture, r, self.fixtures_dir))
                            for r in p.fixture.references or []],
             "num_inference_steps": sampling.num_inference_steps,
             "true_cfg_scale": sampling.true_cfg_scale,

@@ -34,6 +34,7 @@ from omniprobe.evidence.models import (
 )
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import load_valid_project
+from omniprobe.safe_io import confine
 
 CellKey = tuple[str, int]  # (fixture, seed)
 
@@ -55,9 +56,11 @@ class QualityResult:
     written: list[Path]
 
 
-def resolve_artifact(artifact: str, artifacts_dir: Path) -> Path:
-    path = Path(artifact)
-    return path if path.is_absolute() else artifacts_dir / path
+def resolve_artifact(artifact: str, artifacts_dir: Path, *, file: str | Path = "requests.json",
+                     field: str = "artifact") -> Path:
+    """An evidence record's artifact, inside the artifacts folder (InputError naming the record
+    otherwise)."""
+    return confine(artifacts_dir, artifact, file=file, field=field)
 
 
 def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]:
@@ -79,7 +82,12 @@ def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]
             problems.append(Problem(file, at(f"$[{i}].artifact"),
                                     "an ok request has no artifact; its image cannot be compared"))
             continue
-        path = resolve_artifact(record.artifact, artifacts_dir)
+        try:
+            path = resolve_artifact(record.artifact, artifacts_dir, file=file,
+                                    field=at(f"$[{i}].artifact"))
+        except InputError as exc:
+            problems += exc.problems
+            continue
         if not path.is_file():
             problems.append(Problem(file, at(f"$[{i}].artifact"), f"image not found at {path}"))
         outputs.append(Output(i, record, path))
