@@ -72,7 +72,8 @@ def _sample(line: str) -> Sample | None:
         return None
     if not isinstance(row, dict):
         return None
-    values = (row.get("t"), row.get("device_mib"), row.get("process_mib", 0))
+    process = row.get("process_mib")
+    values = (row.get("t"), row.get("device_mib"), 0 if process is None else process)
     if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
                for v in values):
         return None

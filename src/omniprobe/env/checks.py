@@ -382,7 +382,7 @@ def references_check(project: Project, *, simulated: bool = False) -> EnvCheck:
     digests: dict[Path, str] = {}
     bad = []
     for i, j, fixture, ref in pairs:
-        where = f"{fixture.id} reference {ref.name!r} ({ref.file})"
+        pin = f"fixture {fixture.id}'s reference {ref.name!r}"
         try:
             path = confine(base, ref.file, file=project.fixtures_file,
                            field=f"$.fixtures[{i}].references[{j}].file")
@@ -390,15 +390,15 @@ def references_check(project: Project, *, simulated: bool = False) -> EnvCheck:
             bad.append(str(exc))
             continue
         if not path.is_file():
-            bad.append(f"{where}: missing")
+            bad.append(f"{ref.file}: missing ({pin})")
             continue
         if path not in digests:
             digests[path] = sha256_file(path)
         if digests[path] != ref.sha256:
-            bad.append(f"{where}: sha256 differs from the pinned {ref.sha256[:12]}…")
+            bad.append(f"{ref.file}: sha256 differs from {pin}: {ref.sha256[:12]}…")
     return _check(name, "fail" if bad else "pass",
-                  "; ".join(bad) or f"{len(pairs)} references ({len(digests)} files) match the "
-                                    "fixtures' sha256",
+                  "; ".join(bad) or f"{len(digests)} files match the fixtures' sha256 "
+                                    f"({len(pairs)} pins)",
                   f"{len(pairs)} references", f"{len(pairs) - len(bad)} match")
 
 

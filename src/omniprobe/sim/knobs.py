@@ -5,7 +5,7 @@ extras of a deploy config on the serve path, which a simulated config bridge hon
 from __future__ import annotations
 
 from omniprobe.errors import InputError
-from omniprobe.safe_io import load_json
+from omniprobe.safe_io import MissingFile, load_json
 from omniprobe.sim.model import Flags, UnsupportedFlags
 
 # Where the serve path's bridge comes from unless --deploy-bridge says: honour or drop the extras.
@@ -60,9 +60,12 @@ def deploy_extras(path: str) -> dict:
     """
     try:
         data = load_json(path)
+    except MissingFile:
+        raise DeployConfigError(f"deploy config {path}: file not found") from None
     except InputError as exc:
-        raise DeployConfigError(f"deploy config (the sim reads only YAML written as JSON): "
-                                f"{'; '.join(exc.lines())}") from None
+        found = "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in exc.problems)
+        raise DeployConfigError(f"deploy config {path}: the sim reads only YAML written as JSON; "
+                                f"{found}") from None
     stages = data.get("stages") if isinstance(data, dict) else None
     if not isinstance(stages, list) or not stages:
         raise DeployConfigError(f"deploy config {path}: expected a non-empty top-level 'stages' list")
