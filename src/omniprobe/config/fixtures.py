@@ -19,7 +19,7 @@ class _Input(BaseModel):
 # Seeds as torch takes them (a 64-bit generator seed).
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 # Pixels per side: above any output the served model makes, below what would exhaust memory.
-MAX_SIDE_PX = 8192
+MAX_SIDE_PX = 4096
 
 
 class FixtureNotRunnable(Refusal):
