@@ -277,14 +277,15 @@ class ImageChecks(_Input):
         "(fixture id), {source_name} (the source's name for it) and {seed}.",
     )
 
-    @model_validator(mode="after")
-    def _layout_placeholders(self) -> ImageChecks:
+    @field_validator("baseline_layout")
+    @classmethod
+    def _layout_placeholders(cls, layout: str) -> str:
         fields = [(name, spec, conversion) for _, name, spec, conversion
-                  in string.Formatter().parse(self.baseline_layout) if name is not None]
+                  in string.Formatter().parse(layout) if name is not None]
         for name, spec, conversion in fields:
             if spec or conversion or not name:
                 raise ValueError(f"baseline_layout placeholders are bare names such as {{seed}}, "
-                                 f"without a format spec or conversion; got {self.baseline_layout!r}")
+                                 f"without a format spec or conversion; got {layout!r}")
         names = {name for name, _, _ in fields}
         unknown = names - LAYOUT_PLACEHOLDERS
         if unknown:
@@ -292,11 +293,11 @@ class ImageChecks(_Input):
                              f"expected {sorted(LAYOUT_PLACEHOLDERS)}")
         if "seed" not in names or not names & {"fixture", "source_name"}:
             raise ValueError("baseline_layout must name {seed} and {fixture} or {source_name}, "
-                             f"got {self.baseline_layout!r}")
-        if Path(self.baseline_layout).is_absolute() or ".." in Path(self.baseline_layout).parts:
+                             f"got {layout!r}")
+        if Path(layout).is_absolute() or ".." in Path(layout).parts:
             raise ValueError(f"baseline_layout must stay inside the baseline folder, "
-                             f"got {self.baseline_layout!r}")
-        return self
+                             f"got {layout!r}")
+        return layout
 
 
 class InstallStep(_Input):

@@ -1,0 +1,494 @@
+"""Hostile input, table-driven (issue 12): each case breaks one thing in a private copy of the
+project and runs the command line in process. It asserts the exit code, that no traceback is
+printed, and that the message names the file and the field (or, for valid unusual input, that the
+command accepts it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from omniprobe import cli
+from omniprobe.config.project import Project
+
+PROBE = "evidence/sim/2026-11-30T095416Z-sim-probe"
+OFFLINE = "evidence/sim/2026-11-30T095539Z-sim-offline"
+FIXTURES = "fixtures/fixtures.json"
+SIM_REF = "fixtures/sim/ref-a.png"
+
+
+# --- how a case breaks the project ----------------------------------------------------------
+
+
+def write(rel: str, data: bytes | str) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return apply
+
+
+def hosts(old: str, new: str) -> Callable[[Path], None]:
+    """Replace one exact piece of hosts.toml."""
+    def apply(root: Path) -> None:
+        path = root / "hosts.toml"
+        text = path.read_text()
+        assert old in text, old
+        path.write_text(text.replace(old, new, 1))
+    return apply
+
+
+def json_edit(rel: str, edit: Callable[[dict], object]) -> Callable[[Path], None]:
+    """Edit a JSON file as a dict; `edit` changes it in place."""
+    def apply(root: Path) -> None:
+        path = root / rel
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data, indent=2, allow_nan=True))
+    return apply
+
+
+def fixtures(edit: Callable[[dict], object]) -> Callable[[Path], None]:
+    return json_edit(FIXTURES, edit)
+
+
+def requests(edit: Callable[[list], object]) -> Callable[[Path], None]:
+    return json_edit(f"{PROBE}/requests.json", lambda d: edit(d["requests"]))
+
+
+def set_in(path: list, value) -> Callable[[object], None]:
+    """An edit that sets data[p0][p1]... = value."""
+    def edit(data) -> None:
+        for key in path[:-1]:
+            data = data[key]
+        data[path[-1]] = value
+    return edit
+
+
+def replace_with_folder(rel: str) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        (root / rel).unlink()
+        (root / rel).mkdir()
+    return apply
+
+
+def replace_with_fifo(rel: str) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        path = root / rel
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    return apply
+
+
+def symlink_out(rel: str, outside: Path) -> Callable[[Path], None]:
+    """Move `rel` (a file or folder) outside the project and leave a symlink to it."""
+    def apply(root: Path) -> None:
+        path = root / rel
+        path.rename(outside)
+        path.symlink_to(outside, target_is_directory=outside.is_dir())
+    return apply
+
+
+def duplicate_first(records: list) -> None:
+    records.append(dict(records[0]))
+
+
+def contradict_first(records: list) -> None:
+    records.append({**records[0], "outcome": "oom", "quality": "unchecked"})
+
+
+# --- the cases ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    kind: str  # the issue's class: loader, strict, path, option, repeat, digest, image
+    argv: list[str]
+    exit_code: int
+    says: tuple[str, ...] = ()
+    breaks: Callable[[Path], None] | None = None
+
+
+DEEP_TOML = "deep = " + "[" * 5000 + "]" * 5000 + "\n"
+DEEP_JSON = '{"format_version": 2, "attempt": ' + "[" * 100000 + "]" * 100000 + "}"
+
+CASES = [
+    # 1. the loaders: bytes, nesting, folders and FIFOs where a file belongs, malformed text
+    Case("hosts-not-utf8", "loader", ["validate"], 1, ("hosts.toml", "line 1", "not UTF-8"),
+         write("hosts.toml", b"\xff\xfe[stack]\n")),
+    Case("fixtures-not-utf8", "loader", ["validate"], 1, (FIXTURES, "not UTF-8"),
+         write(FIXTURES, b'{"source": "\xc3\x28"}')),
+    Case("evidence-not-utf8", "loader", ["validate"], 1, (f"{PROBE}/runs.json", "not UTF-8"),
+         write(f"{PROBE}/runs.json", b'{"format_version": 2, "runs": ["\xe9"]}')),
+    Case("hosts-deep", "loader", ["validate"], 1, ("hosts.toml", "nested deeper than 64"),
+         lambda root: (root / "hosts.toml").write_text(DEEP_TOML + (root / "hosts.toml").read_text())),
+    Case("fixtures-deep", "loader", ["validate"], 1, (FIXTURES, "nested deeper than 64"),
+         write(FIXTURES, "[" * 100000 + "]" * 100000)),
+    Case("evidence-deep", "loader", ["validate"], 1, (f"{PROBE}/attempt.json", "nested deeper"),
+         write(f"{PROBE}/attempt.json", DEEP_JSON)),
+    Case("fixtures-deep-in-a-string-is-text", "loader", ["validate"], 1,
+         (FIXTURES, "$.fixtures[0].note", "valid string"),
+         fixtures(set_in(["fixtures", 0, "note"], ["[" * 100]))),
+    Case("hosts-folder", "loader", ["validate"], 1, ("hosts.toml", "is a folder"),
+         replace_with_folder("hosts.toml")),
+    Case("fixtures-folder", "loader", ["validate"], 1, (FIXTURES, "is a folder"),
+         replace_with_folder(FIXTURES)),
+    Case("evidence-file-folder", "loader", ["validate"], 1, (f"{PROBE}/requests.json", "is a folder"),
+         replace_with_folder(f"{PROBE}/requests.json")),
+    Case("fixtures-fifo", "loader", ["validate"], 1, (FIXTURES, "not a regular file"),
+         replace_with_fifo(FIXTURES)),
+    Case("evidence-truncated", "loader", ["validate"], 1,
+         (f"{PROBE}/runs.json", "line 1 column 21", "not valid JSON"),
+         write(f"{PROBE}/runs.json", '{"format_version": 2')),
+    Case("hosts-bad-toml", "loader", ["validate"], 1, ("hosts.toml", "not valid TOML"),
+         hosts("[serve]\n", "[serve\n")),
+    Case("hosts-nul", "loader", ["validate"], 1, ("hosts.toml", "not valid TOML"),
+         hosts('served_model_name = "', 'served_model_name = "\x00')),
+    Case("evidence-not-an-object", "loader", ["validate"], 1,
+         (f"{PROBE}/runs.json", "$.runs", "valid array"), write(f"{PROBE}/runs.json", "42")),
+    Case("timeline-bad-line", "loader", ["timeline", "s.jsonl"], 2, ("s.jsonl", "line 2", "finite"),
+         write("s.jsonl", '{"t": 0, "device_mib": 1}\n{"t": "x", "device_mib": 1}\n'
+                          '{"t": 1, "device_mib": 2}\n')),
+    Case("timeline-not-an-object", "loader", ["timeline", "s.jsonl"], 2, ("s.jsonl", "line 1"),
+         write("s.jsonl", '[1, 2]\n{"t": 1, "device_mib": 2}\n')),
+    Case("timeline-nan", "loader", ["timeline", "s.jsonl"], 2, ("s.jsonl", "line 1"),
+         write("s.jsonl", '{"t": NaN, "device_mib": 1}\n{"t": 1, "device_mib": 2}\n')),
+    Case("timeline-not-utf8", "loader", ["timeline", "s.jsonl"], 2, ("s.jsonl", "not UTF-8"),
+         write("s.jsonl", b'{"t": 0, "device_mib": \xff}\n')),
+    Case("timeline-folder", "loader", ["timeline", "s.jsonl"], 2, ("s.jsonl", "is a folder"),
+         lambda root: (root / "s.jsonl").mkdir()),
+    Case("timeline-torn-last-line-is-fine", "loader", ["timeline", "s.jsonl"], 0, ("wrote",),
+         write("s.jsonl", '{"t": 0, "device_mib": 1}\n{"t": 1, "device_mib": 2}\n{"t": 2, "dev')),
+
+    # 2. strict input models: no coercion, finite floats, bounded ints, checked placeholders
+    Case("port-string", "strict", ["validate"], 1, ("hosts.toml", "[serve] key 'port'", "'8091'"),
+         hosts("port = 8091", 'port = "8091"')),
+    Case("port-bool", "strict", ["validate"], 1, ("hosts.toml", "[serve] key 'port'", "True"),
+         hosts("port = 8091", "port = true")),
+    Case("port-float", "strict", ["validate"], 1, ("hosts.toml", "[serve] key 'port'", "integer"),
+         hosts("port = 8091", "port = 8091.0")),
+    Case("port-out-of-range", "strict", ["validate"], 1, ("hosts.toml", "[serve] key 'port'"),
+         hosts("port = 8091", "port = 70000")),
+    Case("timeout-nan", "strict", ["validate"], 1,
+         ("hosts.toml", "[serve] key 'ready_timeout_s'", "finite"),
+         hosts("port = 8091", "port = 8091\nready_timeout_s = nan")),
+    Case("timeout-inf", "strict", ["validate"], 1,
+         ("hosts.toml", "[serve] key 'request_timeout_s'", "finite"),
+         hosts("port = 8091", "port = 8091\nrequest_timeout_s = inf")),
+    Case("timeout-int-for-float-is-fine", "strict", ["validate"], 0, ("valid",),
+         hosts("port = 8091", "port = 8091\nrequest_timeout_s = 12")),
+    Case("bool-string", "strict", ["validate"], 1, ("hosts.toml", "[serve] key 'enforce_eager'"),
+         hosts("enforce_eager = true", 'enforce_eager = "true"')),
+    Case("vram-string", "strict", ["validate"], 1, ("hosts.toml", "[hosts.rtx3090] key 'vram_gb'"),
+         hosts("vram_gb = 24", 'vram_gb = "24"')),
+    Case("ram-minus-inf", "strict", ["validate"], 1,
+         ("hosts.toml", "[hosts.rtx5080] key 'host_ram_gib'", "finite"),
+         hosts("host_ram_gib = 30", "host_ram_gib = -inf")),
+    Case("fraction-nan", "strict", ["validate"], 1,
+         ("hosts.toml", "[quality] key 'min_opaque_fraction'", "finite"),
+         hosts("min_opaque_fraction = 0.9", "min_opaque_fraction = nan")),
+    Case("layout-format-spec", "strict", ["validate"], 1,
+         ("hosts.toml", "[quality] key 'baseline_layout'", "format spec"),
+         hosts('baseline_layout = "{fixture}/{seed}.png"', 'baseline_layout = "{fixture}/{seed:s}.png"')),
+    Case("layout-conversion", "strict", ["validate"], 1,
+         ("hosts.toml", "[quality] key 'baseline_layout'", "conversion"),
+         hosts('baseline_layout = "{fixture}/{seed}.png"', 'baseline_layout = "{fixture}/{seed!r}.png"')),
+    Case("layout-positional", "strict", ["validate"], 1,
+         ("hosts.toml", "[quality] key 'baseline_layout'"),
+         hosts('baseline_layout = "{fixture}/{seed}.png"', 'baseline_layout = "{fixture}/{seed}{}.png"')),
+    Case("layout-unbalanced", "strict", ["validate"], 1,
+         ("hosts.toml", "[quality] key 'baseline_layout'"),
+         hosts('baseline_layout = "{fixture}/{seed}.png"', 'baseline_layout = "{fixture}/{seed.png"')),
+    Case("serve-placeholder-typo", "strict", ["validate"], 1,
+         ("hosts.toml", "[serve] key 'command'", "unknown placeholder", "modle"),
+         hosts('"vllm", "serve", "{model}"', '"vllm", "serve", "{modle}"')),
+    Case("host-serve-placeholder", "strict", ["validate"], 1,
+         ("hosts.toml", "[hosts.sim] key 'serve_command'", "runner"),
+         hosts('serve_command = ["{python}"', 'serve_command = ["{runner}"')),
+    Case("offline-placeholder", "strict", ["validate"], 1,
+         ("hosts.toml", "[hosts.sim] key 'offline_command'", "model"),
+         hosts('offline_command = ["{python}"', 'offline_command = ["{model}"')),
+    Case("seed-string", "strict", ["validate"], 1, (FIXTURES, "$.sampling.seeds[0]", "'2301'"),
+         fixtures(set_in(["sampling", "seeds", 0], "2301"))),
+    Case("seed-bool", "strict", ["validate"], 1, (FIXTURES, "$.sampling.seeds[0]"),
+         fixtures(set_in(["sampling", "seeds", 0], True))),
+    Case("seed-negative", "strict", ["validate"], 1, (FIXTURES, "$.sampling.seeds[0]"),
+         fixtures(set_in(["sampling", "seeds", 0], -1))),
+    Case("seed-huge", "strict", ["validate"], 1, (FIXTURES, "$.sampling.seeds[0]"),
+         fixtures(set_in(["sampling", "seeds", 0], 2**70))),
+    Case("width-string", "strict", ["validate"], 1, (FIXTURES, "$.fixtures[9].width"),
+         fixtures(set_in(["fixtures", 9, "width"], "1024"))),
+    Case("width-too-large", "strict", ["validate"], 1, (FIXTURES, "$.fixtures[9].width", "4096"),
+         fixtures(set_in(["fixtures", 9, "width"], 12000))),
+    Case("cfg-nan", "strict", ["validate"], 1, (FIXTURES, "$.sampling.true_cfg_scale", "finite"),
+         fixtures(set_in(["sampling", "true_cfg_scale"], float("nan")))),
+    Case("cfg-int-for-float-is-fine", "strict", ["validate"], 0, ("valid",),
+         fixtures(set_in(["sampling", "true_cfg_scale"], 4))),
+    Case("record-seed-string", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].seed", "'2301'"),
+         requests(set_in([0, "seed"], "2301"))),
+    Case("record-wall-nan", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].wall_s", "finite"),
+         requests(set_in([0, "wall_s"], float("nan")))),
+    Case("record-wall-inf", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].wall_s", "finite"),
+         requests(set_in([0, "wall_s"], float("inf")))),
+    Case("record-peak-minus-inf", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].server_peak_mb", "finite"),
+         requests(set_in([0, "server_peak_mb"], float("-inf")))),
+    Case("record-wall-int-is-fine", "strict", ["validate"], 0, ("valid",),
+         requests(set_in([0, "wall_s"], 12))),
+    Case("record-lifetime-bool", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].lifetime"),
+         requests(set_in([0, "lifetime"], True))),
+    Case("record-started-garbage", "strict", ["validate"], 1,
+         (f"{PROBE}/attempt.json", "$.attempt.provenance.simulated.started_at"),
+         json_edit(f"{PROBE}/attempt.json", set_in(["attempt", "provenance", "started_at"], "soon"))),
+    Case("record-seed-float", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].seed"),
+         requests(set_in([0, "seed"], 2301.0))),
+
+    # 3. paths a file names stay inside their folder
+    Case("reference-absolute", "path", ["validate"], 1,
+         (FIXTURES, "$.fixtures[5].references[0].file", "absolute"),
+         fixtures(set_in(["fixtures", 5, "references", 0, "file"], "/etc/passwd"))),
+    Case("reference-climbs-out", "path", ["validate"], 1,
+         (FIXTURES, "$.fixtures[5].references[0].file", "'..'"),
+         fixtures(set_in(["fixtures", 5, "references", 0, "file"], "sim/../../../etc/passwd"))),
+    Case("reference-home", "path", ["validate"], 1,
+         (FIXTURES, "$.fixtures[5].references[0].file", "absolute"),
+         fixtures(set_in(["fixtures", 5, "references", 0, "file"], "~/.ssh/id_rsa"))),
+    Case("deploy-absolute", "path", ["validate"], 1,
+         ("hosts.toml", "[deploy_configs.sim-kvfp8v] key 'path'"),
+         hosts('path = "deploy/sim-kvfp8v.yaml"', 'path = "/etc/hosts"')),
+    Case("deploy-climbs-out", "path", ["validate"], 1,
+         ("hosts.toml", "[deploy_configs.sim-kvfp8v] key 'path'", "'..'"),
+         hosts('path = "deploy/sim-kvfp8v.yaml"', 'path = "deploy/../../x.yaml"')),
+    Case("deploy-outside-deploy", "path", ["validate"], 1,
+         ("hosts.toml", "[deploy_configs.sim-kvfp8v] key 'path'", "deploy/"),
+         hosts('path = "deploy/sim-kvfp8v.yaml"', 'path = "fixtures/fixtures.json"')),
+    Case("snapshot-manifest-absolute", "path", ["validate"], 1,
+         ("hosts.toml", "[env] key 'checks.snapshot_manifest'", "absolute"),
+         hosts("[env.checks]\n", '[env.checks]\nsnapshot_manifest = "/etc/passwd"\n')),
+    Case("artifact-climbs-out", "path", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].artifact", "'..'"),
+         requests(set_in([0, "artifact"], "../../../etc/passwd"))),
+    Case("artifact-absolute", "path", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].artifact", "absolute"),
+         requests(set_in([0, "artifact"], "/etc/passwd"))),
+    Case("log-absolute", "path", ["validate"], 1,
+         (f"{PROBE}/runs.json", "$.runs[0].lifetimes[0].log.path", "absolute"),
+         json_edit(f"{PROBE}/runs.json",
+                   set_in(["runs", 0, "lifetimes", 0, "log", "path"], "/var/log/syslog"))),
+
+    # 4. command-line options, refused by argparse before any work
+    *[Case(f"option{argv[1]}={argv[2]}", "option", [verb, *argv[1:]], 2, (argv[1], argv[2]))
+      for verb, argv in [
+          ("probe-serve", ["", "--request-timeout", "-5"]),
+          ("probe-serve", ["", "--request-timeout", "nan"]),
+          ("probe-serve", ["", "--request-timeout", "inf"]),
+          ("probe-serve", ["", "--request-timeout", "0"]),
+          ("probe-init", ["", "--ready-timeout", "-0.5"]),
+          ("probe-serve", ["", "--sample-hz", "0"]),
+          ("probe-serve", ["", "--sample-hz", "nan"]),
+          ("probe-init", ["", "--port", "70000"]),
+          ("probe-init", ["", "--port", "0"]),
+          ("probe-init", ["", "--port", "80a"]),
+          ("probe-serve", ["", "--grace", "-1"]),
+          ("probe-serve", ["", "--idle-timeout", "-1"]),
+          ("probe-serve", ["", "--gpu-index", "-1"]),
+          ("probe-offline", ["", "--seed", "-1"]),
+          ("probe-offline", ["", "--request-timeout", "0"]),
+          ("probe-offline", ["", "--grace", "nan"]),
+          ("propagation", ["", "--port", "0"]),
+          ("propagation", ["", "--seed", "x"]),
+      ]],
+
+    # 5. one record per cell
+    Case("duplicate-request", "repeat", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[", "a second record", "$.requests[0]"),
+         requests(duplicate_first)),
+    Case("contradictory-request", "repeat", ["validate"], 1,
+         (f"{PROBE}/requests.json", "a second record of (flag set, fixture, seed)"),
+         requests(contradict_first)),
+    Case("duplicate-run", "repeat", ["validate"], 1,
+         (f"{PROBE}/runs.json", "a second record of flag set"),
+         json_edit(f"{PROBE}/runs.json", lambda d: d["runs"].append(d["runs"][0]))),
+    Case("duplicate-offline-request", "repeat", ["validate"], 1,
+         (f"{OFFLINE}/offline-requests.json", "(kwarg set, fixture, seed)"),
+         json_edit(f"{OFFLINE}/offline-requests.json",
+                   lambda d: d["offline_requests"].append(d["offline_requests"][0]))),
+]
+
+
+def _run(argv: list[str], root: Path, capsys) -> tuple[int, str]:
+    os.chdir(root)
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse refuses an option
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.fixture
+def hostile(repo_copy: Project, monkeypatch) -> Project:
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    monkeypatch.chdir(repo_copy.root)
+    return repo_copy
+
+
+@pytest.fixture(autouse=True)
+def _no_hang():
+    """A case that blocks (a FIFO read) fails instead of hanging the suite."""
+    def stop(*_):
+        raise TimeoutError("the command hung")
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input(case: Case, hostile: Project, capsys):
+    if case.breaks:
+        case.breaks(hostile.root)
+    code, output = _run(case.argv, hostile.root, capsys)
+    assert "Traceback" not in output
+    assert code == case.exit_code, output
+    for text in case.says:
+        assert text in output, f"{text!r} not in:\n{output}"
+
+
+# --- cases that need more than one file changed ---------------------------------------------
+
+
+def test_symlinked_attempt_folder_from_outside(hostile: Project, tmp_path_factory, capsys):
+    outside = tmp_path_factory.mktemp("elsewhere") / "attempt"
+    symlink_out(PROBE, outside)(hostile.root)
+    code, output = _run(["validate"], hostile.root, capsys)
+    assert "Traceback" not in output
+    assert code == 1
+    assert f"{PROBE}: a symlink to {outside}" in output
+
+
+def test_symlinked_evidence_file_from_outside(hostile: Project, tmp_path_factory, capsys):
+    outside = tmp_path_factory.mktemp("elsewhere") / "requests.json"
+    symlink_out(f"{PROBE}/requests.json", outside)(hostile.root)
+    code, output = _run(["validate"], hostile.root, capsys)
+    assert code == 1
+    assert f"{PROBE}/requests.json: a symlink to {outside}" in output
+
+
+def test_symlinked_reference_from_outside_fails_the_env_check(hostile, tmp_path_factory, capsys):
+    """A reference whose digest matches but whose file lies outside fixtures/ is not read."""
+    outside = tmp_path_factory.mktemp("elsewhere") / "ref-a.png"
+    symlink_out(SIM_REF, outside)(hostile.root)
+    code, output = _run(["env", "check", "--host", "sim"], hostile.root, capsys)
+    assert "Traceback" not in output
+    assert code == 1
+    assert "FAIL fixtures.references" in output
+    assert "$.fixtures[5].references[0].file" in output and "outside" in output
+
+
+def test_a_wrong_pin_is_not_hidden_by_a_right_one(hostile: Project, capsys):
+    """sim-single and sim-pair both pin sim/ref-a.png; a wrong digest on one fails the check."""
+    fixtures(set_in(["fixtures", 6, "references", 0, "sha256"], "0" * 64))(hostile.root)
+    code, output = _run(["env", "check", "--host", "sim"], hostile.root, capsys)
+    assert code == 1
+    assert "FAIL fixtures.references: sim/ref-a.png: sha256 differs from fixture sim-pair's" in (
+        output)
+    assert "sim-single" not in output.split("FAIL fixtures.references")[1].splitlines()[0]
+
+
+def test_right_pins_on_a_shared_file_pass(hostile: Project, capsys):
+    code, output = _run(["env", "check", "--host", "sim"], hostile.root, capsys)
+    assert code == 0, output
+    assert "4 files match the fixtures' sha256 (10 pins)" in output
+
+
+def _big_png(path: Path, side: int) -> Path:
+    Image.new("1", (side, side)).save(path)  # 1 bit a pixel: a few KB on disk
+    return path
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
+@pytest.mark.parametrize("name, make, says", [
+    ("fifo", lambda p: os.mkfifo(p), "is not a regular file"),
+    ("huge", lambda p: _big_png(p, 12000), "12000x12000 is 144000000 pixels, over the limit"),
+    ("text", lambda p: p.write_text("not an image"), "not an image Pillow can identify"),
+    ("empty", lambda p: p.write_bytes(b""), "not an image"),
+])
+def test_image_check_refuses(name, make, says, tmp_path, capsys):
+    path = tmp_path / f"{name}.png"
+    make(path)
+    code, output = _run(["image-check", str(path)], tmp_path, capsys)
+    assert "Traceback" not in output
+    assert code == 2
+    assert f"{path}: {says}" in output
+
+
+def test_image_check_skips_a_fifo_when_searching_a_folder(tmp_path, capsys):
+    os.mkfifo(tmp_path / "pipe.png")
+    Image.new("RGBA", (16, 16), (10, 200, 30, 255)).save(tmp_path / "ok.png")
+    code, output = _run(["image-check", str(tmp_path)], tmp_path, capsys)
+    assert "ok.png" in output and "pipe.png" not in output
+    assert code in (0, 1)
+
+
+def test_the_image_limit_is_the_largest_output_a_fixture_asks_for():
+    from omniprobe.analysis.imaging import MAX_IMAGE_PIXELS
+    from omniprobe.config.fixtures import MAX_SIDE_PX
+
+    assert MAX_IMAGE_PIXELS == MAX_SIDE_PX ** 2
+
+
+def test_the_text_loader_refuses_an_oversized_file(tmp_path):
+    from omniprobe.errors import InputError
+    from omniprobe.safe_io import read_text
+
+    path = tmp_path / "big.json"
+    path.write_text("x" * 11)
+    with pytest.raises(InputError, match="big.json: larger than the limit of 10 bytes"):
+        read_text(path, max_bytes=10)
+    assert read_text(path, max_bytes=11) == "x" * 11
+
+
+@pytest.mark.parametrize("relative, ok", [
+    ("sim/ref-a.png", True), ("a/./b.png", True), ("/etc/passwd", False), ("../x", False),
+    ("a/../../x", False), ("~root/x", False), ("a\\..\\x", False), ("", False), (" a", False),
+])
+def test_confine_relative_paths(relative, ok, tmp_path):
+    from omniprobe.errors import InputError
+    from omniprobe.safe_io import confine
+
+    if ok:
+        assert confine(tmp_path, relative, file="f.json", field="$.x").is_relative_to(tmp_path)
+    else:
+        with pytest.raises(InputError, match=r"f\.json: \$\.x: "):
+            confine(tmp_path, relative, file="f.json", field="$.x")
+
+
+def test_valid_unusual_options_are_accepted():
+    args = cli.build_parser().parse_args(["probe-serve", "--grace", "0", "--idle-timeout", "0",
+                                          "--port", "65535", "--request-timeout", "0.5",
+                                          "--sample-hz", "1000"])
+    assert (args.grace, args.idle_timeout, args.port, args.request_timeout, args.sample_hz) == (
+        0, 0, 65535, 0.5, 1000)
+
+
+def test_the_hostile_table_covers_every_class():
+    counts: dict[str, int] = {}
+    for case in CASES:
+        counts[case.kind] = counts.get(case.kind, 0) + 1
+    assert set(counts) == {"loader", "strict", "path", "option", "repeat"}
+    assert len(CASES) >= 60
