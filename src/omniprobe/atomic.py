@@ -3,8 +3,30 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+TEMP_SUFFIX = ".tmp"  # `.<name>.<random>.tmp`: a write in flight, or left by a killed writer
+
+
+def is_temp_file(path: Path) -> bool:
+    return path.name.startswith(".") and path.name.endswith(TEMP_SUFFIX)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (os.umask would, for every thread)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
+
+
+# mkstemp makes its file 0600; a written file gets the mode a plain open() would give it.
+_NEW_FILE_MODE = 0o666 & ~_umask()
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
@@ -14,8 +36,13 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)  # a rewritten file keeps its mode
+        except FileNotFoundError:
+            mode = _NEW_FILE_MODE
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

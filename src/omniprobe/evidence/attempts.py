@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from omniprobe import __version__
+from omniprobe.atomic import is_temp_file
 from omniprobe.config.hosts import Host
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_file
@@ -130,11 +131,12 @@ class AttemptStore:
             os.close(fd)
             raise AttemptBusy(f"another probe is writing attempt {self.meta.id}") from None
         self._lock = fd
+        # Only the lock's holder writes the folder: a temp file now was left by a killed writer.
+        for stale in filter(is_temp_file, self.folder.iterdir()):
+            stale.unlink(missing_ok=True)
 
 
 def _load(project: Project, folder: Path) -> AttemptStore:
-    for stale in folder.glob(".*.tmp"):  # left by a probe killed mid-write; never valid evidence
-        stale.unlink()
     loaded, problems = load_attempt(folder)
     if problems or loaded is None:
         raise InputError(problems)

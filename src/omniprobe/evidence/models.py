@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from omniprobe.atomic import write_text_atomic
+from omniprobe.atomic import is_temp_file, write_text_atomic
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import (
     FORMAT_VERSION,
@@ -643,7 +643,7 @@ def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
         problems.append(Problem(str(folder / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.host"),
                                 f"expected the host folder {folder.parent.name!r}, got {meta.host!r}"))
     for child in sorted(folder.iterdir()):
-        if child.name == ATTEMPT_FILE:
+        if child.name == ATTEMPT_FILE or is_temp_file(child):  # a write in flight is no evidence
             continue
         if child.name not in SECTION_FILES:
             problems.append(Problem(str(child), "", "unknown evidence file; expected one of "

@@ -348,10 +348,7 @@ class ServeProbe:
                     return
                 while pending:
                     fixture, seed = pending.pop(0)
-                    reply, up = self._request(live, flag_set, fixture, seed)
-                    progress.step(f"[{label}] {fixture.id} seed {seed}: {reply.outcome} "
-                                  f"{reply.wall_s:.2f} s" + _oom_text(reply.oom)
-                                  + ("" if up else " (server down: restarting)"))
+                    up = self._request(live, flag_set, fixture, seed, progress, label)
                     if not up:
                         break
             if pending:
@@ -370,10 +367,10 @@ class ServeProbe:
             return False
         return status.status_code == 200
 
-    def _request(self, live: Live, flag_set: str, fixture: Fixture,
-                 seed: int) -> tuple[client.Reply, bool]:
-        """Send one request and hand it to the recorder; returns the reply and whether the
-        server can go on."""
+    def _request(self, live: Live, flag_set: str, fixture: Fixture, seed: int,
+                 progress: Progress, label: str) -> bool:
+        """Send one request and hand it to the recorder, which shows it once it is on disk;
+        returns whether the server can go on."""
         log_start = live.server.log_path.stat().st_size
         started_s = time.monotonic() - live.t0
         reply = client.send(self.base_url, fixture, seed, self.suite.sampling, self.fixtures_dir,
@@ -396,12 +393,19 @@ class ServeProbe:
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
                   "error": error, "started_s": round(started_s, 3), "lifetime": live.index}
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
-        self.recorder.submit(self._record, fields, reply.image, path)
-        return reply, up
+        restart = "" if up else " (server down: restarting)"
 
-    def _record(self, fields: dict, image: bytes | None, path: Path) -> None:
+        def show(record: RequestRecord) -> None:
+            progress.step(f"[{label}] {fixture.id} seed {seed}: {record.outcome} "
+                          f"{record.wall_s:.2f} s" + _oom_text(record.oom) + restart)
+        self.recorder.submit(self._record, fields, reply.image, path, show)
+        return up
+
+    def _record(self, fields: dict, image: bytes | None, path: Path,
+                show: Callable[[RequestRecord], None]) -> None:
         """Decode the image once for its pixel hash and quality metrics, save it, then validate,
-        gate and write the record (on the recorder)."""
+        gate and write the record, and only then show it (on the recorder): a request the
+        console calls ok is on disk."""
         pixels = None
         if image is not None:
             try:
@@ -418,6 +422,7 @@ class ServeProbe:
         if pixels is not None:
             record = gate_record(record, measure(pixels, self.cfg.quality))
         self.store.add_request(record)
+        show(record)
 
 
 def _oom_text(oom) -> str:
