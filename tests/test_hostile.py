@@ -492,3 +492,101 @@ def test_the_hostile_table_covers_every_class():
         counts[case.kind] = counts.get(case.kind, 0) + 1
     assert set(counts) == {"loader", "strict", "path", "option", "repeat"}
     assert len(CASES) >= 60
+
+
+# --- faults and concurrency -----------------------------------------------------------------
+
+
+def test_a_full_artifacts_disk_loses_no_record_shown_as_ok(project, port, monkeypatch):
+    """Image writes fail with ENOSPC after the second: the probe stops as the machine's failure,
+    every request the console showed is on disk, and a resume completes the attempt."""
+    import errno
+    import re
+
+    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.validate import load_project
+    from omniprobe.harness import probe as probe_module
+
+    from .conftest import in_process, probe_argv
+
+    real, writes = probe_module.write_bytes_atomic, []
+
+    def full_disk(path, data):
+        writes.append(path)
+        if len(writes) > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(probe_module, "write_bytes_atomic", full_disk)
+    argv = probe_argv("probe-serve", port, "--flag-set", "cpuoff")
+    code, out = in_process(project, argv)
+    assert "Traceback" not in out
+    assert code == 4, out
+    assert "could not be written (" in out and "No space left on device" in out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    shown = set(re.findall(r"\] (\S+) seed (\d+): (\w+)", out))
+    on_disk = {(r.fixture, str(r.seed), r.outcome) for r in attempt.requests}
+    assert len(shown) == 3 and shown == on_disk  # two images written, and the OOM (no image)
+
+    monkeypatch.setattr(probe_module, "write_bytes_atomic", real)
+    code, out = in_process(project, argv)
+    assert code == 0, out
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    assert len(attempt.requests) == 5
+    assert load_project(project)[1] == []
+
+
+def test_a_second_open_attempt_in_a_loop_leaves_a_writing_probe_alone(project):
+    """Before the fix, opening the attempt deleted the writer's in-flight temp file."""
+    SEEDS = 40
+    import threading
+
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.evidence.attempts import AttemptBusy, open_attempt
+    from omniprobe.evidence.models import RequestRecord, load_attempt
+
+    host = load_hosts(project.hosts_file).host("sim")
+    store = open_attempt(project, "sim", host, ["omniprobe", "probe-serve"], fresh=True)
+    stop, refused, failed = threading.Event(), [], []
+
+    def intruder():
+        while not stop.is_set():
+            try:
+                open_attempt(project, "sim", host, ["omniprobe", "probe-serve"],
+                             fresh=False).close()
+            except AttemptBusy:
+                refused.append(True)
+            except Exception as exc:  # noqa: BLE001 - the test reports what the intruder met
+                failed.append(exc)
+
+    thread = threading.Thread(target=intruder)
+    thread.start()
+    try:
+        for seed in range(SEEDS):  # large records: each write's temp file lives a while
+            store.add_request(RequestRecord(flag_set="cpuoff", fixture="sim-t2i", seed=seed,
+                                            outcome="error", quality="unchecked", wall_s=0.1,
+                                            error="stand-in " * 4000))
+    finally:
+        stop.set()
+        thread.join()
+        store.close()
+    loaded, problems = load_attempt(store.folder)
+    assert problems == []
+    assert [r.seed for r in loaded.requests] == list(range(SEEDS))
+    assert refused and failed == []
+
+
+def test_rewritten_evidence_keeps_its_mode(tmp_path):
+    from omniprobe.atomic import write_text_atomic
+
+    path = tmp_path / "runs.json"
+    write_text_atomic(path, "{}")
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+    path.chmod(0o640)
+    write_text_atomic(path, "[]")
+    assert path.stat().st_mode & 0o777 == 0o640 and path.read_text() == "[]"

@@ -110,8 +110,9 @@ class AttemptStore:
         write_section(self.folder, "runs.json", self.runs)
 
     def add_request(self, record: RequestRecord) -> None:
+        """Held as recorded only once on disk: a failed write leaves it to be sent again."""
+        write_section(self.folder, "requests.json", [*self.requests, record])
         self.requests.append(record)
-        write_section(self.folder, "requests.json", self.requests)
 
     def recorded(self, flag_set: str, fixture: str, seed: int) -> bool:
         return any(r.flag_set == flag_set and r.fixture == fixture and r.seed == seed

@@ -28,7 +28,7 @@ from omniprobe.config.project import Project
 from omniprobe.config.selection import INVOCATION_ENV, read_state, session_venv, state_path, update_state
 from omniprobe.digests import sha256_bytes
 from omniprobe.env.checks import require_env_ok
-from omniprobe.errors import Refusal
+from omniprobe.errors import EnvironmentFailure, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_attempt
 from omniprobe.evidence.models import InitResult, RequestRecord, ServerLifetime, ServeRun, TimelineSummary
 from omniprobe.harness import client
@@ -162,6 +162,10 @@ def run_from_lifetimes(flag_set: str, lifetimes: list[ServerLifetime]) -> ServeR
                     gpu_sampler=", ".join(samplers) or None, lifetimes=lifetimes)
 
 
+class RecordNotWritten(EnvironmentFailure):
+    """A request's record or image could not be written (the disk is full or read-only)."""
+
+
 class Recorder:
     """Finishes each record off the request path, in order: decoding the image for its pixel
     hash and quality metrics costs more than the rest of the harness, and overlaps the next
@@ -175,10 +179,19 @@ class Recorder:
         self._pending.append(self._pool.submit(fn, *args))
 
     def drain(self) -> None:
-        """Wait for every submitted record; a failure to write one is raised here."""
+        """Wait for every submitted record; a failure to write one is raised here, as the
+        machine's (a full or read-only disk), once every other record had its chance."""
         pending, self._pending = self._pending, []
+        failed: list[OSError] = []
         for future in pending:
-            future.result()
+            try:
+                future.result()
+            except OSError as exc:
+                failed.append(exc)
+        if failed:
+            raise RecordNotWritten(
+                f"{len(failed)} request record(s) could not be written ({failed[0]}); the "
+                "attempt holds every request shown above: free the space and re-run to resume")
 
     def close(self) -> None:
         try:
