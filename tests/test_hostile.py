@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -590,3 +591,62 @@ def test_rewritten_evidence_keeps_its_mode(tmp_path):
     path.chmod(0o640)
     write_text_atomic(path, "[]")
     assert path.stat().st_mode & 0o777 == 0o640 and path.read_text() == "[]"
+
+
+def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, port, monkeypatch):
+    """The server is SIGKILLed while it holds request 2: that record says the transport failed,
+    a resume sends it again and records it after, and the cell's summary takes the resend."""
+    import threading
+
+    from omniprobe.analysis.summaries import cells_from_requests
+    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.validate import load_project
+
+    from .conftest import in_process, make_project, probe_argv, processes_with, wait_for
+
+    project = make_project(tmp_path, faults=["hang@2"], seeds=[2301, 2302, 2303])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    argv = probe_argv("probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i",
+                      "--request-timeout", "60")
+
+    def kill_the_server_on_request_2():
+        records = tmp_path / "evidence" / "sim"
+        assert wait_for(lambda: any(records.glob("*/requests.json")), 60)
+        time.sleep(0.5)  # request 2 hangs in the server
+        for pid, cmdline in processes_with(f"--port {port}"):
+            if "omniprobe.sim serve" in cmdline:
+                os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_server_on_request_2)
+    killer.start()
+    code, out = in_process(project, argv)
+    killer.join()
+    assert code == 0, out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    attempt, _ = load_attempt(folder)
+    assert [(r.seed, r.outcome, r.transport_failure) for r in attempt.requests] == [
+        (2301, "ok", None), (2302, "error", True), (2303, "ok", None)], attempt.requests[1].error
+
+    # The hang fault is per server process: the resume's server answers request 2302.
+    code, out = in_process(project, argv)
+    assert code == 0, out
+    attempt, _ = load_attempt(folder)
+    assert [(r.seed, r.outcome, r.transport_failure) for r in attempt.requests] == [
+        (2301, "ok", None), (2302, "error", True), (2303, "ok", None), (2302, "ok", None)]
+    assert load_project(project)[1] == []
+    [cell] = cells_from_requests(attempt.requests)["fp8"]
+    assert cell.outcome == "ok" and cell.seeds == [2301, 2302, 2303]
+    assert not processes_with(str(tmp_path))
+
+
+def test_a_server_that_crashes_on_its_own_is_a_measured_error():
+    """An exit of the server's own (status 1: a CUDA error) is about the model: not resent."""
+    from omniprobe.evidence.attempts import AttemptStore
+    from omniprobe.evidence.models import RequestRecord
+
+    store = AttemptStore.__new__(AttemptStore)
+    store.requests = [RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1, outcome="error",
+                                    quality="unchecked", wall_s=1, transport_failure=None)]
+    assert store.recorded("fp8", "sim-t2i", 1)
+    store.requests = [store.requests[0].model_copy(update={"transport_failure": True})]
+    assert not store.recorded("fp8", "sim-t2i", 1)

@@ -115,8 +115,9 @@ class AttemptStore:
         self.requests.append(record)
 
     def recorded(self, flag_set: str, fixture: str, seed: int) -> bool:
+        """A record of the cell that measured something: a transport failure is sent again."""
         return any(r.flag_set == flag_set and r.fixture == fixture and r.seed == seed
-                   for r in self.requests)
+                   and not r.transport_failure for r in self.requests)
 
     def close(self) -> None:
         if self._lock is not None:

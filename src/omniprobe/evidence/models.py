@@ -252,6 +252,10 @@ class RequestRecord(_In):
         default=None, ge=0, description="When it was sent, seconds since its server started.")
     lifetime: int | None = Field(
         default=None, ge=0, description="Index of its server in the run's lifetimes.")
+    transport_failure: bool | None = Field(
+        default=None, description="true: no answer came (connection refused or dropped, the "
+                                  "server gone), so nothing about the model was measured; a "
+                                  "resume sends the request again and records that after it.")
 
 
 # --- offline, quality, reproducibility --------------------------------------------------

@@ -45,6 +45,7 @@ class Reply:
     oom: OomSignature | None = None
     error: str | None = None
     status: int | None = None
+    transport_failure: bool = False  # no answer at all: the connection failed
 
 
 def reference_path(fixture: Fixture, ref: ReferenceImage, fixtures_dir: Path) -> Path:
@@ -162,7 +163,8 @@ def send(base_url: str, fixture: Fixture, seed: int, sampling: Sampling, fixture
                      error=f"no answer within {timeout_s:g} s")
     except requests.ConnectionError as exc:
         return Reply("error", time.perf_counter() - started,
-                     error=f"connection failed (server gone?): {str(exc)[:300]}")
+                     error=f"connection failed (server gone?): {str(exc)[:300]}",
+                     transport_failure=True)
     wall_s = time.perf_counter() - started
     if response.status_code == 200:
         return parse_success(response.content, wall_s)

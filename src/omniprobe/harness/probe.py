@@ -394,8 +394,13 @@ class ServeProbe:
         oom = (merge(reply.oom, parse_oom(log, "request", tuple(self.host.model_code)))
                if reply.outcome == "oom" else None)
         error = reply.error
+        # No answer at all, and no exit of the server's own: the harness lost it (refused, or
+        # killed by a signal), which measured nothing about the model.
+        transport = reply.transport_failure
         if not up and reply.outcome != "timeout":
             code = live.server.wait_exit(2)  # a crashed server may take a moment to be reaped
+            # Killed by a signal: -N from Popen, 128 + N from the keeper.
+            transport = transport and (code is None or code < 0 or code > 128)
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
                      + f"; its log ends: {log_tail(log)}")
@@ -404,7 +409,8 @@ class ServeProbe:
                   "wall_s": round(reply.wall_s, 4),
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
-                  "error": error, "started_s": round(started_s, 3), "lifetime": live.index}
+                  "error": error, "started_s": round(started_s, 3), "lifetime": live.index,
+                  "transport_failure": transport or None}
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
         restart = "" if up else " (server down: restarting)"
 
