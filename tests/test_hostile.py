@@ -650,3 +650,56 @@ def test_a_server_that_crashes_on_its_own_is_a_measured_error():
     assert store.recorded("fp8", "sim-t2i", 1)
     store.requests = [store.requests[0].model_copy(update={"transport_failure": True})]
     assert not store.recorded("fp8", "sim-t2i", 1)
+
+
+def test_unwritable_artifacts_are_refused_before_any_server_or_attempt(project, port,
+                                                                       monkeypatch, tmp_path):
+    from .conftest import in_process, probe_argv
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the artifacts folder should be")
+    monkeypatch.setenv("OMNIPROBE_ARTIFACTS", str(blocker))
+    code, out = in_process(project, probe_argv("probe-init", port, "--flag-set", "fp8"))
+    assert "Traceback" not in out
+    assert code == 4, out
+    assert f"error: the artifacts folder {blocker}/sim cannot be written" in out
+    assert "starting the server" not in out
+    assert not any((project.evidence_dir / "sim").iterdir())
+
+
+@pytest.mark.parametrize("records, kept", [(False, False), (True, True)])
+def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records, kept):
+    """A new attempt whose run fails before it records anything is removed; one that recorded
+    something stays for the resume."""
+    import io
+
+    from omniprobe.errors import EnvironmentFailure
+    from omniprobe.evidence.attempts import open_attempt
+    from omniprobe.evidence.models import RequestRecord
+    from omniprobe.harness.session import Session, run_session
+
+    class FailsEarly(Session):
+        def prepare(self, ctx) -> None:
+            pass
+
+        def open_attempt(self, ctx):
+            self.store = open_attempt(ctx.project, ctx.host_name, ctx.host, ["omniprobe"],
+                                      fresh=True)
+            return self.store
+
+        def run(self, ctx, store) -> int:
+            if records:
+                store.add_request(RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1,
+                                                outcome="ok", quality="unchecked", wall_s=1))
+            raise EnvironmentFailure("the GPU is busy")
+
+        def close(self) -> None:
+            pass
+
+        def interrupted(self, store) -> str:
+            return "stopped"
+
+    session = FailsEarly()
+    with pytest.raises(EnvironmentFailure):
+        run_session(project, session, "sim", io.StringIO())
+    assert session.store.folder.exists() == kept

@@ -7,6 +7,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from omniprobe.errors import EnvironmentFailure
+
 TEMP_SUFFIX = ".tmp"  # `.<name>.<random>.tmp`: a write in flight, or left by a killed writer
 
 
@@ -27,6 +29,21 @@ def _umask() -> int:
 
 # mkstemp makes its file 0600; a written file gets the mode a plain open() would give it.
 _NEW_FILE_MODE = 0o666 & ~_umask()
+
+
+class NotWritable(EnvironmentFailure):
+    """A folder evidence or artifacts go to cannot be written."""
+
+
+def require_writable(folder: Path, what: str) -> None:
+    """Write and remove a small file in `folder` (made if missing), as a record will be written;
+    NotWritable naming it otherwise. Run before a server starts: on a real host a failed write
+    after the model has loaded costs minutes."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(folder / ".omniprobe-write-check", b"ok\n").unlink()
+    except OSError as exc:
+        raise NotWritable(f"{what} {folder} cannot be written: {exc.strerror or exc}") from None
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

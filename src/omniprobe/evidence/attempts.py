@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import socket
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -92,6 +93,7 @@ class AttemptStore:
     meta: Attempt
     runs: list[ServeRun] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
+    created: bool = False  # made by this process, not resumed
     _lock: int | None = None
 
     @property
@@ -118,6 +120,15 @@ class AttemptStore:
         """A record of the cell that measured something: a transport failure is sent again."""
         return any(r.flag_set == flag_set and r.fixture == fixture and r.seed == seed
                    and not r.transport_failure for r in self.requests)
+
+    def discard_if_empty(self) -> bool:
+        """Remove an attempt this process made that holds nothing but attempt.json (a run that
+        failed early), so it never becomes the newest one a re-run resumes."""
+        if not self.created or any(p.name != ATTEMPT_FILE and not is_temp_file(p)
+                                   for p in self.folder.iterdir()):
+            return False
+        shutil.rmtree(self.folder)
+        return True
 
     def close(self) -> None:
         if self._lock is not None:
@@ -156,7 +167,7 @@ def _create(project: Project, host_name: str, host: Host, command: list[str],
                    provenance=provenance(host_name, host, command, now))
     folder.mkdir(parents=True, exist_ok=False)
     write_section(folder, ATTEMPT_FILE, meta)
-    return AttemptStore(project, folder, meta)
+    return AttemptStore(project, folder, meta, created=True)
 
 
 def open_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
