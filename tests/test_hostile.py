@@ -703,3 +703,47 @@ def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records
     with pytest.raises(EnvironmentFailure):
         run_session(project, session, "sim", io.StringIO())
     assert session.store.folder.exists() == kept
+
+
+# --- secrets --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, recorded", [
+    (["--hf-token", "hf_abc"], ["--hf-token", "<redacted>"]),
+    (["--api-key=sk-1"], ["--api-key=<redacted>"]),
+    (["--token", "t", "--port", "8091"], ["--token", "<redacted>", "--port", "8091"]),
+    (["--max-tokens", "5", "--tokenizer", "x"], ["--max-tokens", "5", "--tokenizer", "x"]),
+    (["https://user:pw@hub.example/m"], ["https://user:<redacted>@hub.example/m"]),
+    (["https://hub.example/m?rev=1&token=abc"], ["https://hub.example/m?rev=1&token=<redacted>"]),
+    (['{"hf_token": "abc", "dtype": "bf16"}'], ['{"hf_token": "<redacted>", "dtype": "bf16"}']),
+    (["serve", "Qwen/Qwen-Image-2.1", "--omni"], ["serve", "Qwen/Qwen-Image-2.1", "--omni"]),
+])
+def test_redacted_arguments(args, recorded):
+    from omniprobe.redaction import redact_args
+
+    assert redact_args(args) == recorded
+
+
+def test_a_secret_in_the_command_is_recorded_nowhere(project, port):
+    """--model with URL credentials reaches the server, but attempt.json, runs.json and the
+    kept server log hold it redacted."""
+    from .conftest import in_process, probe_argv
+
+    model = "https://probe:hunter2@hub.example/Qwen?token=s3cr3t"
+    code, out = in_process(project, probe_argv("probe-init", port, "--flag-set", "fp8",
+                                               "--model", model))
+    assert code == 0, out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    recorded = [folder / "attempt.json", folder / "runs.json",
+                *project.artifacts_dir.glob("sim/*/*/*/server.log")]
+    assert len(recorded) == 3
+    for path in recorded:
+        text = path.read_text()
+        assert "hunter2" not in text and "s3cr3t" not in text, path
+        assert "probe:<redacted>@hub.example" in text, path  # the sim logs its model
+    runs = json.loads((folder / "runs.json").read_text())["runs"]
+    assert ("https://probe:<redacted>@hub.example/Qwen?token=<redacted>"
+            in runs[0]["lifetimes"][0]["command"])
+    from omniprobe.evidence.validate import load_project
+
+    assert load_project(project)[1] == []

@@ -32,6 +32,7 @@ from omniprobe.evidence.models import (
     load_attempt,
     write_section,
 )
+from omniprobe.redaction import redact_args
 
 SUFFIX = "-probe"  # marks attempts this module made, apart from transcribed or other evidence
 
@@ -64,7 +65,9 @@ def free_attempt_id(host_dir: Path, host_name: str, now: datetime, suffix: str) 
 def provenance(host_name: str, host: Host, command: list[str], started_at: datetime, *,
                simulated_model: str | None = None) -> Measured | Simulated:
     """Where an attempt made now comes from: measured on this machine, or simulated (by the
-    sim's capacity model unless `simulated_model` says what else)."""
+    sim's capacity model unless `simulated_model` says what else). Secrets in the command are
+    redacted."""
+    command = redact_args(command)
     if host.simulated:
         model = simulated_model or f"omniprobe.sim capacity model ([hosts.{host_name}.capacity])"
         return Simulated(kind="simulated", tool_version=__version__, command=command,

@@ -47,6 +47,7 @@ from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import NvmlUnavailable, wait_idle
 from omniprobe.harness.server import ServerProcess, classify_exit
 from omniprobe.harness.session import Context, Session, SessionOptions, run_session
+from omniprobe.redaction import redact_file
 
 RUNNER = Path(__file__).with_name("offline_runner.py")
 ATTEMPT_SUFFIX = "-offline"
@@ -315,6 +316,7 @@ class OfflineProbe:
             return pending
         finally:
             runner.stop()
+            redact_file(runner.log_path)
             state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
 
     def _next(self, runner: ServerProcess, events: Events,

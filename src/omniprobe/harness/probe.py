@@ -52,6 +52,7 @@ from omniprobe.harness.server import (
     server_env,
 )
 from omniprobe.harness.session import Context, ServerOptions, Session, run_session
+from omniprobe.redaction import redact_args, redact_file, redact_text
 
 ReaderFactory = Callable[[Path], GpuReader]
 # The file a server publishes its memory in (hosts.toml memory_file_env), in its lifetime's folder.
@@ -290,8 +291,8 @@ class ServeProbe:
                                   root_pid=lambda: server.pid, t0=t0)
                 sampler.start()
             init = server.wait_ready(self.settings.ready_timeout_s, self.settings.poll_s)
-            record = ServerLifetime(session=session, started_at=started_at, command=command,
-                                    init=init)
+            record = ServerLifetime(session=session, started_at=started_at,
+                                    command=redact_args(command), init=init)
             self._put_lifetime(flag_set, index, record)
             yield Live(server, init, index, t0, folder)
         finally:
@@ -299,6 +300,7 @@ class ServeProbe:
             self.recorder.drain()
             timeline = self._timeline(sampler, reason)
             if record is not None:
+                redact_file(server.log_path)
                 log = file_ref(server.log_path, self.store.project.artifacts_dir)
                 self._put_lifetime(flag_set, index, record.model_copy(
                     update={"ended": ended, "log": log, "timeline": timeline}))
@@ -409,7 +411,8 @@ class ServeProbe:
                   "wall_s": round(reply.wall_s, 4),
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
-                  "error": error, "started_s": round(started_s, 3), "lifetime": live.index,
+                  "error": error and redact_text(error), "started_s": round(started_s, 3),
+                  "lifetime": live.index,
                   "transport_failure": transport or None}
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
         restart = "" if up else " (server down: restarting)"
