@@ -96,7 +96,7 @@ class AttemptStore:
     meta: Attempt
     runs: list[ServeRun] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
-    created: bool = False  # made by this process, not resumed
+    created: bool = False  # a probe attempt this process made, not one it resumes
     _lock: int | None = None
 
     @property
@@ -125,8 +125,8 @@ class AttemptStore:
                    and not r.transport_failure for r in self.requests)
 
     def discard_if_empty(self) -> bool:
-        """Remove an attempt this process made that holds nothing but attempt.json (a run that
-        failed early), so it never becomes the newest one a re-run resumes."""
+        """Remove a probe attempt this process made that holds nothing but attempt.json (a run
+        that failed early), so it never becomes the newest one a re-run resumes."""
         if not self.created or any(p.name != ATTEMPT_FILE and not is_temp_file(p)
                                    for p in self.folder.iterdir()):
             return False
@@ -170,7 +170,7 @@ def _create(project: Project, host_name: str, host: Host, command: list[str],
                    provenance=provenance(host_name, host, command, now))
     folder.mkdir(parents=True, exist_ok=False)
     write_section(folder, ATTEMPT_FILE, meta)
-    return AttemptStore(project, folder, meta, created=True)
+    return AttemptStore(project, folder, meta)
 
 
 def open_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
@@ -182,6 +182,7 @@ def open_attempt(project: Project, host_name: str, host: Host, command: list[str
         store = _load(project, host_dir / fresh_id)
     elif fresh or not existing:
         store = _create(project, host_name, host, command)
+        store.created = True  # a resumable attempt: removed again if its run records nothing
     else:
         store = _load(project, existing[-1])
     store._take_lock()
