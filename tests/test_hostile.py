@@ -290,6 +290,16 @@ CASES = [
          json_edit(f"{PROBE}/runs.json",
                    set_in(["runs", 0, "lifetimes", 0, "log", "path"], "/var/log/syslog"))),
 
+    Case("quality-layout-absolute", "path",
+         ["quality", "--baseline", ".", "--layout", "/etc/{fixture}/{seed}.png"], 2,
+         ("--layout", "$.baseline_layout", "inside the baseline folder")),
+    Case("quality-layout-climbs-out", "path",
+         ["quality", "--baseline", ".", "--layout", "{fixture}/../../{seed}.png"], 2,
+         ("--layout", "$.baseline_layout", "inside the baseline folder")),
+    Case("quality-layout-format-spec", "strict",
+         ["quality", "--baseline", ".", "--layout", "{fixture}/{seed:s}.png"], 2,
+         ("--layout", "$.baseline_layout", "format spec")),
+
     # 4. command-line options, refused by argparse before any work
     *[Case(f"option{argv[1]}={argv[2]}", "option", [verb, *argv[1:]], 2, (argv[1], argv[2]))
       for verb, argv in [
@@ -428,6 +438,7 @@ def _big_png(path: Path, side: int) -> Path:
     ("huge", lambda p: _big_png(p, 12000), "12000x12000 is 144000000 pixels, over the limit"),
     ("text", lambda p: p.write_text("not an image"), "not an image Pillow can identify"),
     ("empty", lambda p: p.write_bytes(b""), "not an image"),
+    ("device", lambda p: p.symlink_to("/dev/zero"), "is not a regular file"),
 ])
 def test_image_check_refuses(name, make, says, tmp_path, capsys):
     path = tmp_path / f"{name}.png"
@@ -747,3 +758,26 @@ def test_a_secret_in_the_command_is_recorded_nowhere(project, port):
     from omniprobe.evidence.validate import load_project
 
     assert load_project(project)[1] == []
+
+
+def test_a_source_name_cannot_take_a_baseline_out_of_its_folder(tmp_path):
+    from omniprobe.config.fixtures import Fixture
+    from omniprobe.errors import InputError
+    from omniprobe.harness.psnr_check import baseline_path
+
+    fixture = Fixture(id="f", kind="t2i", reference_count=0, source_name="../../etc/passwd")
+    assert baseline_path(tmp_path, "{fixture}/{seed}.png", fixture, 1) == tmp_path / "f" / "1.png"
+    with pytest.raises(InputError, match=r"baseline_layout: fixture 'f' seed 1: .*'\.\.'"):
+        baseline_path(tmp_path, "{source_name}-{seed}.png", fixture, 1)
+
+
+def test_an_unreadable_selection_hands_nothing_on(tmp_path):
+    from omniprobe.config.selection import read_state
+
+    path = tmp_path / "selection.json"
+    for broken in (b"\xff\xfe", b"[" * 10000, b'{"invocation": "run-1"'):
+        path.write_bytes(broken)
+        assert read_state(path, "run-1") == {}
+    path.unlink()
+    path.mkdir()
+    assert read_state(path, "run-1") == {}

@@ -93,8 +93,11 @@ def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]
 
 
 def baseline_path(baseline_dir: Path, layout: str, fixture: Fixture, seed: int) -> Path:
-    return baseline_dir / layout.format(fixture=fixture.id, source_name=fixture.source_name,
-                                        seed=seed)
+    """The baseline image's path, inside the baseline folder whatever a fixture's source name
+    holds (InputError naming the layout otherwise)."""
+    return confine(baseline_dir, layout.format(fixture=fixture.id, source_name=fixture.source_name,
+                                               seed=seed),
+                   file="baseline_layout", field=f"fixture {fixture.id!r} seed {seed}")
 
 
 def baseline_paths(outputs: list[Output], baseline_dir: Path, layout: str,
@@ -107,7 +110,11 @@ def baseline_paths(outputs: list[Output], baseline_dir: Path, layout: str,
         key = (out.record.fixture, out.record.seed)
         if key in paths:
             continue
-        paths[key] = path = baseline_path(baseline_dir, layout, fixtures.get(key[0]), key[1])
+        try:
+            paths[key] = path = baseline_path(baseline_dir, layout, fixtures.get(key[0]), key[1])
+        except InputError as exc:
+            problems += exc.problems
+            continue
         if not path.is_file():
             problems.append(Problem(str(path), "", f"baseline image for fixture {key[0]!r} seed "
                                     f"{key[1]} not found (layout {layout!r} under {baseline_dir})"))
