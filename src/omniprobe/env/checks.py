@@ -330,8 +330,12 @@ def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
     if manifest_file is None:
         return [snapshot, _check("model.snapshot_files", "skip",
                                  "no snapshot_manifest configured: the file digests are unknown")]
-    return [snapshot, _manifest_check(project.hosts_file.parent / manifest_file,
-                                      cfg.stack.model_snapshot, found)]
+    try:
+        path = confine(project.hosts_file.parent, manifest_file, file=project.hosts_file,
+                       field="[env.checks] key 'snapshot_manifest'")
+    except InputError as exc:
+        return [snapshot, _check("model.snapshot_files", "fail", str(exc))]
+    return [snapshot, _manifest_check(path, cfg.stack.model_snapshot, found)]
 
 
 def _manifest_check(path: Path, model_snapshot: str, revision: CachedRevisionInfo | None
