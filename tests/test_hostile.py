@@ -781,3 +781,20 @@ def test_an_unreadable_selection_hands_nothing_on(tmp_path):
     path.unlink()
     path.mkdir()
     assert read_state(path, "run-1") == {}
+
+
+@pytest.mark.parametrize("text, deep", [
+    ("[" * 64 + "]" * 64, False),
+    ("[" * 65 + "]" * 65, True),
+    ('["' + "[" * 100 + '"]', False),  # brackets in a string are text
+    ('["\\"' + "[" * 100 + '"]', False),  # after an escaped quote too
+])
+def test_the_nesting_limit_is_64_levels(text, deep, tmp_path):
+    from omniprobe.errors import InputError
+    from omniprobe.safe_io import parse_json
+
+    if deep:
+        with pytest.raises(InputError, match="x.json: line 1: nested deeper than 64 levels"):
+            parse_json(tmp_path / "x.json", text)
+    else:
+        parse_json(tmp_path / "x.json", text)
