@@ -22,6 +22,9 @@ from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import offline_runner
 from omniprobe.harness.offline import RUNNER, runner_command
+from omniprobe.sim.http import Faults
+from omniprobe.sim.memory import MIB, Accounted
+from omniprobe.sim.offline import EngineClosed, SimEngine
 
 from .conftest import in_process, make_project, processes_with, wait_for
 
@@ -209,6 +212,52 @@ def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, monkeypatch):
     assert [r.outcome for r in the_attempt(project).offline_requests] == ["error"] * 3
 
 
+@pytest.mark.parametrize(("fault", "outcomes"), [
+    ("fail@2", [("ok", 0), ("error", 0), ("ok", 1), ("error", 1)]),
+    # More failed requests than max_restarts (2): a planned end is no restart.
+    ("fail@1", [("error", 0), ("error", 1), ("error", 2), ("error", 3)]),
+])
+def test_a_failed_request_ends_its_runner_and_the_rest_get_a_fresh_one(tmp_path, monkeypatch,
+                                                                       fault, outcomes):
+    project = make_project(tmp_path, seeds=[2301, 2302, 2303, 2304])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    add_to_hosts(project, "", command_extra=f'"--fault", "{fault}"')
+    code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-single")
+    assert code == 0, out
+    attempt = the_attempt(project)
+    records = attempt.offline_requests
+    assert [(r.outcome, r.lifetime) for r in records] == outcomes
+    # Each failure is the request's own, never the closed engine's refusal of a later one.
+    assert all(r.error.startswith("RuntimeError: simulated failure during generation")
+               for r in records if r.outcome == "error")
+    assert len(attempt.offline[0].logs) == outcomes[-1][1] + 1
+    assert "the engine closed on the failed request: a fresh runner" in out
+    assert "not done" not in out
+    assert not processes_with(str(tmp_path))
+
+
+def test_the_sim_engine_closes_on_a_failed_request_as_upstreams_does(project, tmp_path):
+    cfg = load_hosts(project.hosts_file)
+    cap = cfg.host("sim").capacity
+    engine = SimEngine(cap, cfg.offline_kwarg_sets["sim-offline-bf16"].kwargs,
+                       Accounted(cap.vram_mib * MIB, cap.context_mib * MIB, None), 0,
+                       Faults(fail={1}))
+    request = {"prompt": "p", "references": [], "width": 64, "height": 48, "seed": 1,
+               "num_inference_steps": 2, "output": str(tmp_path / "out.png")}
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        engine.generate(request)
+    with pytest.raises(EngineClosed):
+        engine.generate(request)
+    # The runner stops at the failure: the closed engine is never asked again.
+    out = tmp_path / "r.jsonl"
+    engine.closed, engine.count = False, 0
+    requests = [{**request, "id": f"r{i}", "fixture": "f"} for i in range(3)]
+    assert offline_runner.run(lambda: engine, requests, offline_runner.Results(str(out))) == 0
+    assert [(e["event"], e.get("outcome")) for e in results(out)] == [
+        ("init", "ready"), ("request", "error"), ("closed", None)]
+    assert results(out)[-1]["after"] == "r0" and engine.count == 1
+
+
 # --- the runner script itself, with a stand-in for vLLM-Omni ------------------------------
 
 FAKE_OMNI = '''
@@ -293,7 +342,8 @@ def test_the_runner_generates_saves_and_reports_oom_from_the_exception(tmp_path,
                       "--requests", str(reqs), "--results", str(tmp_path / "r.jsonl"))
     assert done.returncode == 0, done.stderr
     init, ok, oom, end = results(tmp_path / "r.jsonl")
-    assert (init["event"], init["outcome"], end["event"]) == ("init", "ready", "done")
+    assert (init["event"], init["outcome"], end["event"]) == ("init", "ready", "closed")
+    assert end["after"] == "r1"
     assert (ok["id"], ok["outcome"], ok["image"]) == ("r0", "ok", str(tmp_path / "out-0.png"))
     assert load_pixels(ok["image"]).width == 40
     assert oom["outcome"] == "oom" and oom["image"] is None

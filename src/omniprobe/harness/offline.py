@@ -4,7 +4,9 @@ Each kwarg set runs the runner script (omniprobe/harness/offline_runner.py) with
 python, in its own process group under omniprobe.harness.supervise, like the server. The runner writes
 one JSON line per request; each becomes an OfflineRequest in offline-requests.json (OOM parsed
 from the exception's text, the image measured and gated as serve's are), and each kwarg set and
-fixture an OfflineRun in offline.json. Every invocation writes a new attempt (`-offline`).
+fixture an OfflineRun in offline.json. A failed request ends its runner (upstream's engine
+closes on one) and the rest get a fresh runner; only a lost runner counts as a restart.
+Every invocation writes a new attempt (`-offline`).
 """
 
 from __future__ import annotations
@@ -210,8 +212,9 @@ class OfflineProbe:
 
     def _kwarg_set(self, label: str, name: str, pending: list[Planned], progress: Progress) -> None:
         state = KwargSetState()
+        restarts = 0
         for index in itertools.count():
-            pending = self._lifetime(label, name, index, pending, state, progress)
+            pending, closed = self._lifetime(label, name, index, pending, state, progress)
             if not pending:
                 break
             if state.failure is not None:
@@ -219,10 +222,13 @@ class OfflineProbe:
                     self.unfinished.append(f"{name}: {len(pending)} request(s) not run, the "
                                            f"restarted runner's init ended {state.failure.outcome}")
                 break
-            if index >= self.settings.max_restarts:
+            if closed:
+                continue  # the engine closed on a failed request, as upstream's does: planned
+            if restarts >= self.settings.max_restarts:
                 self.unfinished.append(f"{name}: {len(pending)} request(s) not run after "
-                                       f"{index} restart(s); re-run to try them again")
+                                       f"{restarts} restart(s); re-run to try them again")
                 break
+            restarts += 1
         self.runs.extend(self._summary(name, state))
         write_section(self.store.folder, "offline.json", self.runs)
 
@@ -272,8 +278,10 @@ class OfflineProbe:
                                   poll_s=0.25)
 
     def _lifetime(self, label: str, name: str, index: int, pending: list[Planned],
-                  state: KwargSetState, progress: Progress) -> list[Planned]:
-        """One runner process over the pending requests; returns those it did not get to."""
+                  state: KwargSetState, progress: Progress) -> tuple[list[Planned], bool]:
+        """One runner process over the pending requests; returns those it did not get to, and
+        whether it ended because a request failed (upstream's engine closes then: the runner
+        ends by plan, not by a fault)."""
         folder = self.store.artifacts / name / f"runner-{index + 1}"
         folder.mkdir(parents=True, exist_ok=True)
         args = self._write_inputs(name, folder, pending)
@@ -292,7 +300,7 @@ class OfflineProbe:
         runner.start()
         try:
             if not self._init(label, name, runner, events, state, progress):
-                return pending
+                return pending, False
             while pending:
                 planned = pending[0]
                 waited_from = time.monotonic()
@@ -310,9 +318,15 @@ class OfflineProbe:
                                  if record.oom and record.oom.requested else "")
                               + ("" if event is not None else " (runner lost: restarting)"))
                 if event is None:
-                    return pending
+                    return pending, False
+                if event["outcome"] != "ok":
+                    runner.wait_exit(self.settings.grace_s)
+                    if pending:
+                        progress.say(f"[{label}] the engine closed on the failed request: a "
+                                     f"fresh runner for the {len(pending)} left")
+                    return pending, True
             runner.wait_exit(self.settings.grace_s)  # let the engine shut down on its own
-            return pending
+            return pending, False
         finally:
             runner.stop()
             state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))

@@ -30,8 +30,9 @@ def _faults(specs: list[str]) -> Faults:
     faults = Faults()
     for spec in specs:
         kind, _, number = spec.partition("@")
-        if kind not in ("crash", "hang", "malformed") or not number.isdigit():
-            raise SystemExit(f"--fault expects crash@N, hang@N or malformed@N, got {spec!r}")
+        if kind not in ("crash", "hang", "malformed", "fail") or not number.isdigit():
+            raise SystemExit(f"--fault expects crash@N, hang@N, malformed@N or fail@N, "
+                             f"got {spec!r}")
         getattr(faults, kind).add(int(number))
     return faults
 
@@ -48,7 +49,8 @@ def _model_options(p: argparse.ArgumentParser) -> None:
                    default=float(os.environ.get(TIME_SCALE_ENV, "1")),
                    help=f"multiplies modelled times (0: instant; default ${TIME_SCALE_ENV} or 1)")
     p.add_argument("--fault", action="append", default=[],
-                   help="test fault: crash@N, hang@N or malformed@N (N: request number)")
+                   help="test fault: crash@N, hang@N, malformed@N or fail@N (generation "
+                        "raises) (N: request number)")
 
 
 def build_offline_parser() -> argparse.ArgumentParser:
