@@ -97,6 +97,7 @@ def test_records_hash_the_saved_image_and_the_kv_knob_changes_its_pixels(project
         assert hashlib.sha256(path.read_bytes()).hexdigest() == record.output_sha256
         assert pixels_sha256(load_pixels(path)) == record.pixels_sha256
         assert record.quality == "sound" and record.peak_mib > 0
+        assert record.peak_source == "sim-model"
     # fp8_v takes a quarter of the KV part (320 MiB) off each of the two references.
     assert bf16.peak_mib - fp8v.peak_mib == 2 * 80
     assert bf16.pixels_sha256 != fp8v.pixels_sha256
@@ -286,7 +287,7 @@ class Omni:
         if len(images) > 1:
             self.image_mlp()
         image = Image.linear_gradient("L").resize((params.width, params.height)).convert("RGBA")
-        return [SimpleNamespace(images=[image])]
+        return [SimpleNamespace(images=[image], peak_memory_mb=20480.25)]
 
     def image_mlp(self):
         raise OutOfMemoryError(
@@ -345,6 +346,7 @@ def test_the_runner_generates_saves_and_reports_oom_from_the_exception(tmp_path,
     assert (init["event"], init["outcome"], end["event"]) == ("init", "ready", "closed")
     assert end["after"] == "r1"
     assert (ok["id"], ok["outcome"], ok["image"]) == ("r0", "ok", str(tmp_path / "out-0.png"))
+    assert (ok["peak_mib"], ok["peak_source"]) == (20480.2, "worker-reserved")
     assert load_pixels(ok["image"]).width == 40
     assert oom["outcome"] == "oom" and oom["image"] is None
     assert oom["error"].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 490")
@@ -407,6 +409,9 @@ def test_the_harness_runs_the_real_runner_script(project, fake_omni, monkeypatch
     single, pair = the_attempt(project).offline_requests
     assert (single.outcome, single.quality, single.image.width) == ("ok", "sound", 64)
     assert pair.outcome == "oom" and pair.oom.location.function == "image_mlp"
+    # The worker's reserved-pool peak off upstream's request output, and the record says so.
+    assert (single.peak_mib, single.peak_source) == (20480.2, "worker-reserved")
+    assert (pair.peak_mib, pair.peak_source) == (None, None)
     call = results(tmp_path / "calls.jsonl")[0]
     assert call["kwargs"]["extras"] == {"prefix_kv_cache_dtype": "fp8_v"}
 

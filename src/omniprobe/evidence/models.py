@@ -32,6 +32,7 @@ from omniprobe.evidence.upstream import Anchor, UpstreamContract
 Outcome = Literal["ok", "oom", "error", "timeout"]
 InitOutcome = Literal["ready", "oom", "error", "timeout"]
 StructureVerdict = Literal["sound", "broken", "unchecked"]
+PeakSource = Literal["worker-reserved", "sim-model"]
 Sha256Prefix = Annotated[str, Field(pattern=r"^[0-9a-f]{8,64}$")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
@@ -282,6 +283,10 @@ class OfflineRequest(_In):
         default=None, ge=0, description="The worker's peak as the engine's request output reports "
                                         "it (upstream's peak_memory_mb: torch's reserved pool, MiB), "
                                         "or the sim's model; null: none reported.")
+    peak_source: PeakSource | None = Field(
+        default=None, description="Which figure peak_mib is: upstream's worker peak_memory_mb "
+        "(torch's reserved-pool peak over the request) or the sim's capacity model; null: no "
+        "peak, or a record written before the runner said.")
     output_sha256: Sha256 | None = None
     pixels_sha256: Sha256 | None = Field(default=None, description="imaging.pixels_sha256.")
     artifact: str | None = Field(default=None, description="Image path outside git.")
@@ -345,6 +350,9 @@ class PropagationCheck(_In):
     knob: str
     flag_set_with: str
     flag_set_without: str
+    via: Literal["serve", "offline"] = Field(
+        default="serve", description="serve: the two are flag sets served by `vllm serve`; "
+                                     "offline: they are offline kwarg sets of `Omni(...)` engines.")
     # A default, because files are written without nulls: an unmeasured check must load back.
     bytes_identical: bool | None = None
     pixels_identical: bool | None = None

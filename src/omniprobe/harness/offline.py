@@ -399,6 +399,7 @@ class OfflineProbe:
         fields = {"kwarg_set": name, "fixture": planned.fixture.id, "seed": planned.seed,
                   "outcome": event.get("outcome"), "quality": "unchecked",
                   "wall_s": event.get("wall_s"), "peak_mib": event.get("peak_mib"),
+                  "peak_source": event.get("peak_source"),
                   "started_s": event.get("started_s"), "lifetime": index}
         if event.get("outcome") == "ok":
             fields.update(self._image(self.store.artifacts / name / "images" / f"{planned.id}.png"))

@@ -15,7 +15,7 @@ The results file gets JSON lines, each flushed as it happens (also printed to st
 
     {"event": "init", "outcome": "ready" | "oom" | "error", "wall_s", "error", "traceback"}
     {"event": "request", "id", "fixture", "seed", "outcome": "ok" | "oom" | "error", "wall_s",
-     "started_s", "image", "peak_mib", "error", "traceback"}
+     "started_s", "image", "peak_mib", "peak_source", "error", "traceback"}
     {"event": "closed", "after": id}
     {"event": "done"}
 
@@ -40,6 +40,8 @@ _TRACEBACK_CHARS = 20000  # the tail of a traceback: the OOM message and the fra
 
 
 class Engine(Protocol):
+    peak_source: str  # which figure generate's peak is (OfflineRequest.peak_source)
+
     def generate(self, request: dict) -> float | None:
         """Generate one request, write its image to request["output"], return the peak MiB the
         engine reports for it (None: none reported). Raising closes the engine for good."""
@@ -87,12 +89,13 @@ def run(make_engine: Callable[[], Engine], requests: list[dict], results: Result
             peak = engine.generate(request)
         except Exception as exc:
             results.emit("request", **head, wall_s=round(time.monotonic() - started, 4),
-                         image=None, peak_mib=None, **failure(exc))
+                         image=None, peak_mib=None, peak_source=None, **failure(exc))
             results.emit("closed", after=request["id"])
             return 0
         else:
             results.emit("request", **head, wall_s=round(time.monotonic() - started, 4),
-                         outcome="ok", image=request["output"], peak_mib=peak, error=None,
+                         outcome="ok", image=request["output"], peak_mib=peak,
+                         peak_source=None if peak is None else engine.peak_source, error=None,
                          traceback=None)
     results.emit("done")
     return 0
@@ -155,6 +158,8 @@ def open_reference(path: str) -> Any:
 
 class OmniEngine:
     """vLLM-Omni's offline engine, as the contract shows it at the pinned commit."""
+
+    peak_source = "worker-reserved"  # upstream's peak_memory_mb: the worker's reserved pool
 
     def __init__(self, model: str, kwargs: dict):
         from vllm_omni import Omni

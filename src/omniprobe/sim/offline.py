@@ -25,6 +25,8 @@ class EngineClosed(RuntimeError):
 
 
 class SimEngine:
+    peak_source = "sim-model"
+
     def __init__(self, cap: SimCapacity, kwargs: dict, memory, time_scale: float, faults: Faults):
         self.memory, self.faults, self.count, self.closed = memory, faults, 0, False
         self.pipeline = Pipeline(cap, flags_from_kwargs(kwargs), memory, time_scale)
