@@ -6,6 +6,7 @@ import ast
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from omniprobe.analysis.imaging import load_pixels, pixels_sha256
 from omniprobe.analysis.oom import parse_oom
+from omniprobe.analysis.verdicts import all_verdicts
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import EnvError
 from omniprobe.evidence.attempts import probe_attempts
@@ -22,11 +24,16 @@ from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import offline_runner
 from omniprobe.harness.offline import RUNNER, runner_command
+from omniprobe.harness.propagation import offline_pairs
+from omniprobe.report.render import render_report
 from omniprobe.sim.http import Faults
+from omniprobe.sim.knobs import EXTRAS_BRIDGE_ENV
 from omniprobe.sim.memory import MIB, Accounted
 from omniprobe.sim.offline import EngineClosed, SimEngine
 
-from .conftest import in_process, make_project, processes_with, wait_for
+from .conftest import REPO, in_process, make_project, processes_with, wait_for
+
+REPO_HOSTS = REPO / "hosts.toml"
 
 
 def offline(project, *extra, host="sim"):
@@ -101,6 +108,54 @@ def test_records_hash_the_saved_image_and_the_kv_knob_changes_its_pixels(project
     # fp8_v takes a quarter of the KV part (320 MiB) off each of the two references.
     assert bf16.peak_mib - fp8v.peak_mib == 2 * 80
     assert bf16.pixels_sha256 != fp8v.pixels_sha256
+
+
+@pytest.mark.parametrize("bridge", ["honour", "drop"])
+def test_an_offline_knob_gets_a_propagation_check_and_one_never_reached_is_reported(
+        project, monkeypatch, bridge):
+    monkeypatch.setenv(EXTRAS_BRIDGE_ENV, bridge)
+    code, out = offline(project, "--fixture", "sim-pair", "--kwarg-set", "sim-offline-bf16",
+                        "--kwarg-set", "sim-offline-fp8v")
+    assert code == 0, out
+    attempt = the_attempt(project)
+    [check] = attempt.propagation
+    assert (check.via, check.knob, check.flag_set_with, check.flag_set_without) == (
+        "offline", "extras.prefix_kv_cache_dtype", "sim-offline-fp8v", "sim-offline-bf16")
+    assert (check.fixture, check.seed) == ("sim-pair", 2301)
+    bf16, fp8v = attempt.offline_requests
+    assert check.reached_model is (bridge == "honour")
+    assert (bf16.peak_mib == fp8v.peak_mib) is (bridge == "drop")
+    assert load_project(project)[1] == []
+    shutil.copytree(REPO / "templates", project.root / "templates")
+    loaded, _ = load_project(project)
+    verdict = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)["sim"]
+    report = render_report(project)
+    if bridge == "drop":
+        assert check.bytes_identical and "did NOT reach the model: the outputs are byte-identical" in out
+        [unreached] = verdict.unreached_offline
+        assert (unreached.flag_set, unreached.base) == ("sim-offline-fp8v", "sim-offline-bf16")
+        assert verdict.unreached == ()  # no serve flag set is concerned
+        assert ("sim-offline-fp8v ran as sim-offline-bf16: its `extras.prefix_kv_cache_dtype` "
+                "never reached the model offline") in report
+        assert ("The `Omni(...)` kwarg `extras.prefix_kv_cache_dtype` **does not reach the model "
+                "offline**") in report
+        log = (project.artifacts_dir / attempt.offline[1].logs[0].path).read_text()
+        assert "the simulated default diffusion stage config builds its own extras" in log
+    else:
+        assert "extras.prefix_kv_cache_dtype reached the model" in out
+        assert verdict.unreached_offline == () and "ran as sim-offline-bf16" not in report
+
+
+@pytest.mark.parametrize(("kwarg_sets", "pairs"), [
+    (["sim-offline-bf16", "sim-offline-fp8v", "sim-offline-fp8"],
+     [("sim-offline-fp8v", "sim-offline-bf16", "extras.prefix_kv_cache_dtype"),
+      ("sim-offline-fp8", "sim-offline-bf16", "quantization")]),
+    (["sim-offline-fp8v", "sim-offline-fp8"], []),  # neither is the other plus one setting
+    # Same kwargs, another environment: not a twin.
+    (["offline-fp8v", "offline-fp8v-expandable"], []),
+])
+def test_offline_twins_differ_by_one_setting_under_one_environment(kwarg_sets, pairs):
+    assert offline_pairs(load_hosts(REPO_HOSTS), kwarg_sets) == pairs
 
 
 def test_init_failures_are_runs_without_requests(project):

@@ -4,9 +4,10 @@ Each kwarg set runs the runner script (omniprobe/harness/offline_runner.py) with
 python, in its own process group under omniprobe.harness.supervise, like the server. The runner writes
 one JSON line per request; each becomes an OfflineRequest in offline-requests.json (OOM parsed
 from the exception's text, the image measured and gated as serve's are), and each kwarg set and
-fixture an OfflineRun in offline.json. A failed request ends its runner (upstream's engine
-closes on one) and the rest get a fresh runner; only a lost runner counts as a restart.
-Every invocation writes a new attempt (`-offline`).
+fixture an OfflineRun in offline.json. A kwarg set that is another's plus one setting gets a
+propagation check against it (propagation.json), as serve's deploy configs do. A failed request
+ends its runner (upstream's engine closes on one) and the rest get a fresh runner; only a lost
+runner counts as a restart. Every invocation writes a new attempt (`-offline`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from omniprobe.harness.probe import (
     serve_fixtures,
 )
 from omniprobe.harness.progress import Progress
+from omniprobe.harness.propagation import describe, offline_checks
 from omniprobe.harness.sampler import NvmlUnavailable, wait_idle
 from omniprobe.harness.server import ServerProcess, classify_exit
 from omniprobe.harness.session import Context, Session, SessionOptions, run_session
@@ -497,6 +499,11 @@ class OfflineSession(Session):
                              readers=self.readers or default_readers(ctx.host,
                                                                      self.options.gpu_index))
         probe.run(self.kwarg_sets, self.plan)
+        checks = offline_checks(ctx.cfg, self.kwarg_sets, probe.records)
+        if checks:
+            write_section(store.folder, "propagation.json", checks)
+        for check in checks:
+            print(describe(check), file=out)
         print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
               f"artifacts in {store.artifacts}", file=out)
         for line in self.refused + probe.unfinished:

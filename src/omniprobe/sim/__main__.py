@@ -19,7 +19,14 @@ from omniprobe.config.hosts import UnknownHost, load_hosts
 from omniprobe.errors import InputError
 from omniprobe.sim import offline
 from omniprobe.sim.http import Faults, SimService, serve
-from omniprobe.sim.knobs import BRIDGE_ENV, BRIDGES, DeployConfigError, deploy_extras, kv_dtype
+from omniprobe.sim.knobs import (
+    BRIDGE_ENV,
+    BRIDGES,
+    EXTRAS_BRIDGE_ENV,
+    DeployConfigError,
+    deploy_extras,
+    kv_dtype,
+)
 from omniprobe.sim.memory import MIB, Accounted, StateFile, Torch
 from omniprobe.sim.model import Flags, Pipeline, UnsupportedFlags
 
@@ -59,6 +66,10 @@ def build_offline_parser() -> argparse.ArgumentParser:
         description="the offline runner's protocol over the capacity model; the runner's own "
                     "arguments (--model, --kwargs/--kwargs-file, --requests, --results) follow")
     _model_options(parser)
+    parser.add_argument("--extras-bridge", choices=BRIDGES,
+                        default=os.environ.get(EXTRAS_BRIDGE_ENV, "honour"),
+                        help="whether the simulated engine passes the `extras` kwarg to the model "
+                             f"or drops it (default ${EXTRAS_BRIDGE_ENV} or honour)")
     return parser
 
 
@@ -131,7 +142,7 @@ def offline_main(argv: list[str]) -> int:
         return 2
     print(f"INFO: simulated offline engine (omniprobe.sim) on {args.sim_host}", file=sys.stderr)
     return offline.main(runner_argv, host.capacity, _memory(args, host), args.time_scale,
-                        _faults(args.fault))
+                        _faults(args.fault), args.extras_bridge)
 
 
 def main(argv: list[str] | None = None) -> int:

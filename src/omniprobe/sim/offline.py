@@ -27,9 +27,13 @@ class EngineClosed(RuntimeError):
 class SimEngine:
     peak_source = "sim-model"
 
-    def __init__(self, cap: SimCapacity, kwargs: dict, memory, time_scale: float, faults: Faults):
+    def __init__(self, cap: SimCapacity, kwargs: dict, memory, time_scale: float, faults: Faults,
+                 extras_bridge: str = "honour"):
         self.memory, self.faults, self.count, self.closed = memory, faults, 0, False
-        self.pipeline = Pipeline(cap, flags_from_kwargs(kwargs), memory, time_scale)
+        self.pipeline = Pipeline(cap, flags_from_kwargs(kwargs, extras_bridge), memory, time_scale)
+        if extras_bridge == "drop" and kwargs.get("extras"):
+            print(f"INFO: Omni(...) extras {kwargs['extras']} parsed; the simulated default "
+                  "diffusion stage config builds its own extras and drops them", file=sys.stderr)
         try:
             self.pipeline.init_parameters()
         except Exception:
@@ -68,7 +72,9 @@ class SimEngine:
         return round(output.peak_memory_mb, 1)
 
 
-def main(argv: list[str], cap: SimCapacity, memory, time_scale: float, faults: Faults) -> int:
+def main(argv: list[str], cap: SimCapacity, memory, time_scale: float, faults: Faults,
+         extras_bridge: str = "honour") -> int:
     return offline_runner.main(
-        argv, engine=lambda model, kwargs: SimEngine(cap, kwargs, memory, time_scale, faults),
+        argv, engine=lambda model, kwargs: SimEngine(cap, kwargs, memory, time_scale, faults,
+                                                     extras_bridge),
         prog="python -m omniprobe.sim offline")
