@@ -512,6 +512,11 @@ class EnvManifest(_In):
     freeze: list[str] = Field(description="`uv pip freeze` of the venv, line by line.")
     checks: list[EnvCheck] = Field(min_length=1)
     timings: EnvTimings
+    upstream: UpstreamContract | None = Field(
+        default=None, description="`omniprobe upstream check`'s named checks against the env's "
+                                  "own clone of vLLM-Omni (no citations); null: none was read.")
+    upstream_note: str | None = Field(
+        default=None, description="Why the clone's contract was not read, where it was not.")
 
     @property
     def failed_checks(self) -> list[EnvCheck]:

@@ -128,16 +128,17 @@ def check_kwarg_sets(cfg: HostsConfig, host_name: str, host: Host,
 
 
 def runner_command(cfg: HostsConfig, project: Project, host_name: str,
-                   venv: str | None = None, *, nvml=None) -> list[str]:
+                   venv: str | None = None, *, nvml=None, out: TextIO | None = None) -> list[str]:
     """The host's offline_command, else the pinned venv's python on the runner script; refuses an
-    env that fails any check (EnvNotReady names each), as the probe sessions do."""
+    env that fails any check (EnvNotReady names each), as the probe sessions do, and warns on
+    `out` of each upstream contract check its clone fails."""
     host = cfg.host(host_name)
     if host.offline_command:
         fill = {"python": sys.executable, "runner": str(RUNNER),
                 "hosts_file": str(project.hosts_file), "host": host_name}
         return [_PLACEHOLDER.sub(lambda m: fill[m[1]], part) for part in host.offline_command]
     venv = session_venv(project, host_name) or venv
-    paths = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths
+    paths = require_env_ok(host_name, project=project, venv=venv, nvml=nvml, out=out).paths
     return [str(paths.python), str(RUNNER)]
 
 
@@ -484,7 +485,7 @@ class OfflineSession(Session):
         seeds = settings.seeds or tuple(ctx.suite.sampling.seeds)
         self.plan = [Planned(f, s) for f in fixtures for s in seeds]
         self.runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
-                                     nvml=self.nvml)
+                                     nvml=self.nvml, out=ctx.out)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
         return new_attempt(ctx.project, ctx.host_name, ctx.host, self.command,

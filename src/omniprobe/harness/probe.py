@@ -432,14 +432,16 @@ def _peak(run: ServeRun | None) -> str:
 
 
 def probe_env(project: Project, cfg: HostsConfig, host_name: str, settings: ServeSettings, *,
-              venv: str | None, nvml=None) -> Path | None:
+              venv: str | None, nvml=None, out: TextIO | None = None) -> Path | None:
     """The bin folder of the host's verified env, which the server runs from; None for a
     simulated host, whose server is omniprobe's own sim. EnvNotReady names each failed check;
-    NotInEnv when the env lacks the serve command's program."""
+    NotInEnv when the env lacks the serve command's program. Each upstream contract check the
+    env's clone fails is a warning on `out`, before any GPU time is spent."""
     if cfg.host(host_name).simulated:
         return None
     venv = session_venv(project, host_name) or venv
-    bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths.bin_dir
+    bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml,
+                             out=out).paths.bin_dir
     base_command(cfg, host_name, model=settings.model, hosts_file=project.hosts_file,
                  bin_dir=bin_dir)
     return bin_dir
@@ -463,7 +465,7 @@ class ProbeSession(Session):
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
             client.check_references(fixtures, ctx.project.fixtures_file.parent)
         self.env_bin = probe_env(ctx.project, ctx.cfg, ctx.host_name, self.settings,
-                                 venv=self.options.venv, nvml=self.nvml)
+                                 venv=self.options.venv, nvml=self.nvml, out=ctx.out)
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:

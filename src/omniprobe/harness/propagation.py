@@ -250,7 +250,7 @@ class PropagationSession(Session):
         check_references([fixture], ctx.project.fixtures_file.parent)
         self.plan = Plan(choose_knob(cfg, with_, options.knob), with_, without, fixture, seed)
         self.env_bin = probe_env(ctx.project, cfg, ctx.host_name, self.settings,
-                                 venv=options.venv, nvml=self.nvml)
+                                 venv=options.venv, nvml=self.nvml, out=ctx.out)
         check_port(cfg.serve.bind_host, self.settings.port)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
