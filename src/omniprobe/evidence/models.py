@@ -201,6 +201,10 @@ class ServerLifetime(_In):
     ended: str | None = Field(default=None, description="How it ended, e.g. 'stopped', 'exited 1'.")
     log: ArtifactRef | None = None
     timeline: TimelineSummary | None = None
+    deploy_config_ignored: bool | None = Field(
+        default=None, description="Whether the log carries upstream's 'No registered "
+        "PipelineConfig resolved for model' warning: the flag set's --deploy-config was accepted "
+        "and ignored; null: the flag set passes no deploy config.")
 
 
 class ServeRun(_In):
@@ -362,9 +366,14 @@ class PropagationCheck(_In):
     note: str | None = None
     fixture: str | None = Field(default=None, description="Probed checks: the fixture served.")
     seed: int | None = Field(default=None, description="Probed checks: the seed served.")
+    deploy_config_ignored: bool | None = Field(
+        default=None, description="Probed serve checks: whether the with-server's log says "
+                                  "upstream ignored the deploy config; null: not read.")
 
     @property
     def reached_model(self) -> bool | None:
+        if self.deploy_config_ignored:
+            return False  # upstream said so: whatever the outputs, the config never reached it
         if self.bytes_identical is None and self.pixels_identical is None:
             return None
         return not (self.bytes_identical or self.pixels_identical)

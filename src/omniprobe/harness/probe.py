@@ -32,7 +32,12 @@ from omniprobe.errors import Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_attempt
 from omniprobe.evidence.models import InitResult, RequestRecord, ServerLifetime, ServeRun, TimelineSummary
 from omniprobe.harness import client
-from omniprobe.harness.logs import log_tail, read_from
+from omniprobe.harness.logs import (
+    DEPLOY_IGNORED_WARNING,
+    deploy_config_ignored,
+    log_tail,
+    read_from,
+)
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
     GpuReader,
@@ -236,6 +241,18 @@ class ServeProbe:
             self.baseline = wait_idle(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
                                       poll_s=min(self.settings.poll_s, 0.5))
 
+    def _deploy_ignored(self, flag_set: str, log_path: Path) -> bool | None:
+        """Whether upstream's log says it ignored the flag set's deploy config (None: it passes
+        none); a warning when it did, since the flag set then measures its base."""
+        if not self.cfg.flag_sets[flag_set].deploy_config:
+            return None
+        ignored = deploy_config_ignored(log_path.read_text(errors="replace"))
+        if ignored:
+            print(f"warning: [{flag_set}] the server logged {DEPLOY_IGNORED_WARNING!r}: its "
+                  "--deploy-config was ignored, so it measures its base configuration",
+                  file=self.out, flush=True)
+        return ignored
+
     def _put_lifetime(self, flag_set: str, index: int, lifetime: ServerLifetime) -> None:
         run = self.store.run(flag_set)
         lifetimes = list(run.lifetimes) if run else []
@@ -288,7 +305,9 @@ class ServeProbe:
             if record is not None:
                 log = file_ref(server.log_path, self.store.project.artifacts_dir)
                 self._put_lifetime(flag_set, index, record.model_copy(
-                    update={"ended": ended, "log": log, "timeline": timeline}))
+                    update={"ended": ended, "log": log, "timeline": timeline,
+                            "deploy_config_ignored": self._deploy_ignored(flag_set,
+                                                                          server.log_path)}))
 
     # --- probe-init -----------------------------------------------------------------------
 

@@ -159,8 +159,11 @@ def compare(store: AttemptStore, plan: Plan, deploy_path: str) -> PropagationChe
     a, b = records.values()
     artifacts = store.project.artifacts_dir
     pixels = [pixels_sha256(load_pixels(resolve_artifact(r.artifact, artifacts))) for r in (a, b)]
+    run = store.run(plan.flag_set_with)
+    ignored = run.lifetimes[-1].deploy_config_ignored if run and run.lifetimes else None
     return PropagationCheck(**base, bytes_identical=a.output_sha256 == b.output_sha256,
-                            pixels_identical=pixels[0] == pixels[1], note=served)
+                            pixels_identical=pixels[0] == pixels[1], note=served,
+                            deploy_config_ignored=ignored)
 
 
 def kwarg_settings(kwargs: dict, prefix: str = "") -> dict[str, object]:
@@ -221,12 +224,18 @@ def offline_checks(cfg: HostsConfig, kwarg_sets: list[str],
 def describe(check: PropagationCheck) -> str:
     if check.reached_model is None:
         return f"{check.knob}: {check.note}"
+    ignored = ("; the server logged that upstream ignored the deploy config"
+               if check.deploy_config_ignored else "")
     if check.reached_model:
         return (f"{check.knob} reached the model: the outputs differ in bytes and in pixels "
                 f"({check.flag_set_with} against {check.flag_set_without})")
+    if not (check.bytes_identical or check.pixels_identical):  # the log alone says so
+        return (f"{check.knob} did NOT reach the model ({check.flag_set_with} against "
+                f"{check.flag_set_without}){ignored}")
     same = "byte-identical" if check.bytes_identical else "pixel-identical (bytes differ)"
     return (f"{check.knob} did NOT reach the model: the outputs are {same} "
-            f"({check.flag_set_with} against {check.flag_set_without})")
+            f"({check.flag_set_with} against {check.flag_set_without}){ignored}")
+
 
 class PropagationSession(Session):
     """The propagation check: every invocation writes a new attempt (`-propagation`)."""

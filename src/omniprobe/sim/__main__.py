@@ -22,6 +22,8 @@ from omniprobe.sim.http import Faults, SimService, serve
 from omniprobe.sim.knobs import (
     BRIDGE_ENV,
     BRIDGES,
+    DEPLOY_BRIDGES,
+    DEPLOY_IGNORED_WARNING,
     EXTRAS_BRIDGE_ENV,
     DeployConfigError,
     deploy_extras,
@@ -92,10 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage-init-timeout", type=float)
     p.add_argument("--init-timeout", type=float)
     p.add_argument("--log-stats", action="store_true")
-    p.add_argument("--deploy-bridge", choices=BRIDGES,
+    p.add_argument("--deploy-bridge", choices=DEPLOY_BRIDGES,
                    default=os.environ.get(BRIDGE_ENV, "honour"),
                    help="whether the simulated config bridge passes the deploy config's stage "
-                        f"extras to the model or drops them (default ${BRIDGE_ENV} or honour)")
+                        "extras to the model, drops them, or ignores the whole config as "
+                        "upstream does for a model without a registered pipeline config "
+                        f"(default ${BRIDGE_ENV} or honour)")
     _model_options(p)
     return parser
 
@@ -125,6 +129,11 @@ def _sim_host(args):
 def _kv_from_deploy(args) -> str:
     """The deploy config's conditioning-KV dtype as the model sees it after the config bridge."""
     if not args.deploy_config:
+        return "auto"
+    if args.deploy_bridge == "ignore":
+        print(f"WARNING: {DEPLOY_IGNORED_WARNING} {args.model}; --deploy-config "
+              f"{args.deploy_config} is ignored and the default diffusion stage is built from "
+              "CLI arguments", file=sys.stderr)
         return "auto"
     extras = deploy_extras(args.deploy_config)
     if args.deploy_bridge == "drop":

@@ -14,6 +14,10 @@ from omniprobe.sim.model import Flags, UnsupportedFlags
 # Where the serve path's bridge comes from unless --deploy-bridge says: honour or drop the extras.
 BRIDGE_ENV = "OMNIPROBE_SIM_DEPLOY_BRIDGE"
 BRIDGES = ("honour", "drop")
+# Serve also has upstream's own way: no registered pipeline config resolves for the model, so the
+# whole deploy config is ignored, with upstream's warning line in the log.
+DEPLOY_BRIDGES = (*BRIDGES, "ignore")
+DEPLOY_IGNORED_WARNING = "No registered PipelineConfig resolved for model"
 # The offline engine's: honour or drop the `extras` kwarg, unless --extras-bridge says.
 EXTRAS_BRIDGE_ENV = "OMNIPROBE_SIM_EXTRAS_BRIDGE"
 KV_KEY = "prefix_kv_cache_dtype"

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.upstream import UpstreamCheck
 from omniprobe.harness import client, offline_runner
+from omniprobe.harness.logs import DEPLOY_IGNORED_WARNING
 from omniprobe.upstream import code
 from omniprobe.upstream.code import Found
 from omniprobe.upstream.source import Source
@@ -25,7 +26,6 @@ ENTRYPOINTS = "vllm_omni/entrypoints/"
 CLI = "vllm_omni/entrypoints/cli/"
 OPENAI = "vllm_omni/entrypoints/openai/"
 REGISTRY = "vllm_omni/config/pipeline_registry.py"
-DEPLOY_IGNORED_WARNING = "No registered PipelineConfig resolved for model"
 # The harness adds these to every serve command (harness/server.py, build_command).
 HARNESS_SERVE_FLAGS = ("--host", "--port", "--served-model-name")
 # Response fields the client reads (harness/client.py, parse_success and _metric).
