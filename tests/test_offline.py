@@ -24,7 +24,7 @@ from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import offline_runner
 from omniprobe.harness.offline import RUNNER, runner_command
-from omniprobe.harness.propagation import offline_pairs
+from omniprobe.harness.propagation import offline_pairs, unchecked_extras
 from omniprobe.report.render import render_report
 from omniprobe.sim.http import Faults
 from omniprobe.sim.knobs import EXTRAS_BRIDGE_ENV
@@ -108,6 +108,9 @@ def test_records_hash_the_saved_image_and_the_kv_knob_changes_its_pixels(project
     # fp8_v takes a quarter of the KV part (320 MiB) off each of the two references.
     assert bf16.peak_mib - fp8v.peak_mib == 2 * 80
     assert bf16.pixels_sha256 != fp8v.pixels_sha256
+    code, out = offline(project, "--fixture", "sim-single", "--kwarg-set", "sim-offline-fp8v")
+    assert code == 0 and ("not checked: whether sim-offline-fp8v's extras reach the model; no "
+                          "kwarg set run beside it has its kwargs without them") in out
 
 
 @pytest.mark.parametrize("bridge", ["honour", "drop"])
@@ -122,6 +125,7 @@ def test_an_offline_knob_gets_a_propagation_check_and_one_never_reached_is_repor
     assert (check.via, check.knob, check.flag_set_with, check.flag_set_without) == (
         "offline", "extras.prefix_kv_cache_dtype", "sim-offline-fp8v", "sim-offline-bf16")
     assert (check.fixture, check.seed) == ("sim-pair", 2301)
+    assert "not checked" not in out
     bf16, fp8v = attempt.offline_requests
     assert check.reached_model is (bridge == "honour")
     assert (bf16.peak_mib == fp8v.peak_mib) is (bridge == "drop")
@@ -156,6 +160,16 @@ def test_an_offline_knob_gets_a_propagation_check_and_one_never_reached_is_repor
 ])
 def test_offline_twins_differ_by_one_setting_under_one_environment(kwarg_sets, pairs):
     assert offline_pairs(load_hosts(REPO_HOSTS), kwarg_sets) == pairs
+
+
+@pytest.mark.parametrize(("kwarg_sets", "unchecked"), [
+    (["sim-offline-bf16", "sim-offline-fp8v"], []),
+    (["sim-offline-fp8v", "sim-offline-fp8"], ["sim-offline-fp8v"]),
+    (["offline-fp8v", "offline-fp8v-expandable", "offline-fp8-no-img-mlp"],
+     ["offline-fp8v", "offline-fp8v-expandable"]),
+])
+def test_extras_without_a_twin_are_named_as_unchecked(kwarg_sets, unchecked):
+    assert unchecked_extras(load_hosts(REPO_HOSTS), kwarg_sets) == unchecked
 
 
 def test_init_failures_are_runs_without_requests(project):

@@ -84,6 +84,9 @@ def test_a_deploy_config_upstream_ignores_is_recorded_from_its_warning_line(proj
     report = render_report(project)
     assert "carries upstream's warning that it ignored the deploy config" in report
     assert "sim-cpuoff-kvfp8v ran as cpuoff" in report
+    assert (f"sim-cpuoff-kvfp8v ({attempt.id}): the server's log carries upstream's warning "
+            "that it ignored the deploy config") in report
+    assert f"cpuoff ({attempt.id}): the server's log" not in report
 
 
 def test_the_sim_warns_in_upstreams_words():

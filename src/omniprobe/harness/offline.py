@@ -47,7 +47,7 @@ from omniprobe.harness.probe import (
     serve_fixtures,
 )
 from omniprobe.harness.progress import Progress
-from omniprobe.harness.propagation import describe, offline_checks
+from omniprobe.harness.propagation import describe, offline_checks, unchecked_extras
 from omniprobe.harness.sampler import NvmlUnavailable, wait_idle
 from omniprobe.harness.server import ServerProcess, classify_exit
 from omniprobe.harness.session import Context, Session, SessionOptions, run_session
@@ -505,6 +505,9 @@ class OfflineSession(Session):
             write_section(store.folder, "propagation.json", checks)
         for check in checks:
             print(describe(check), file=out)
+        for name in unchecked_extras(ctx.cfg, self.kwarg_sets):
+            print(f"not checked: whether {name}'s extras reach the model; no kwarg set run "
+                  "beside it has its kwargs without them", file=out)
         print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
               f"artifacts in {store.artifacts}", file=out)
         for line in self.refused + probe.unfinished:

@@ -216,6 +216,14 @@ def compare_offline(records: list[OfflineRequest], with_: str, without: str,
                                          "of the same fixture and seed")
 
 
+def unchecked_extras(cfg: HostsConfig, kwarg_sets: list[str]) -> list[str]:
+    """The kwarg sets passing `extras` (which upstream's default diffusion path may never hand
+    the model) with no twin among `kwarg_sets` to check them against."""
+    paired = {with_ for with_, _, _ in offline_pairs(cfg, kwarg_sets)}
+    return [k for k in kwarg_sets if k not in paired
+            and (cfg.offline_kwarg_sets[k].kwargs or {}).get("extras")]
+
+
 def offline_checks(cfg: HostsConfig, kwarg_sets: list[str],
                    records: list[OfflineRequest]) -> list[PropagationCheck]:
     return [compare_offline(records, *pair) for pair in offline_pairs(cfg, kwarg_sets)]
