@@ -232,8 +232,8 @@ def reference_problems(suite: FixtureSuite, fixtures_file: Path,
             digest = hashlib.sha256(data).hexdigest()
             if digest != ref.sha256:
                 problems.append(Problem(str(fixtures_file), f"{where}.sha256",
-                                        f"{ref.file}: sha256 {digest[:12]}… differs from the "
-                                        f"pinned {ref.sha256[:12]}…"))
+                                        f"{ref.file}: sha256 differs from the pinned "
+                                        f"{ref.sha256[:12]}… (the file's: {digest[:12]}…)"))
     return problems
 
 
