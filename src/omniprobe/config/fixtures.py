@@ -169,7 +169,7 @@ class FixtureSuite(_Input):
             if fixture.runnable:
                 chosen.append(fixture)
                 continue
-            standins = self.standins_for(fixture.id)
+            standins = [s for s in self.standins_for(fixture.id) if s.runnable]
             missing = ", ".join(fixture.missing_fields())
             if standins:
                 chosen.extend(standins)
@@ -177,7 +177,7 @@ class FixtureSuite(_Input):
                              f"{', '.join(s.id for s in standins)} runs in its place")
             else:
                 notes.append(f"{fixture.id}: not run: its source does not state {missing}, and "
-                             "it has no stand-in")
+                             "it has no runnable stand-in")
         return chosen, notes
 
     def get(self, fixture_id: str) -> Fixture:
