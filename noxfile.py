@@ -100,7 +100,7 @@ def probe_init(session: nox.Session) -> None:
 
 @nox.session(name="probe-serve")
 def probe_serve(session: nox.Session) -> None:
-    """Serve every runnable fixture x seed under each flag set and record each request."""
+    """Serve each seed fixture (or its stand-in) x seed under each flag set; record each request."""
     _install(session)
     session.run("omniprobe", "probe-serve", *session.posargs, env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)

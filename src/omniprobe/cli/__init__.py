@@ -131,7 +131,7 @@ def _sim_env(args: argparse.Namespace, project) -> tuple[int, list[str], str | N
     if args.dry_run:
         print(f"# omniprobe env build --host {args.host}: a simulated host; nothing to build "
               f"(dry run: nothing was run)\n# checks: {sys.executable} imports omniprobe.sim; "
-              "the simulated fixtures' references")
+              "the references of the fixtures it runs (simulated and stand-in)")
         return 0, [], None
     env = check_sim_env(load_hosts(project.hosts_file), project, args.host)
     print(format_sim_env(env), end="")
