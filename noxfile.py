@@ -55,6 +55,13 @@ def schema(session: nox.Session) -> None:
 
 
 @nox.session
+def standins(session: nox.Session) -> None:
+    """Draw the stand-in reference images under fixtures/ (`-- --check`: only compare)."""
+    _install(session)
+    session.run("omniprobe", "standins", *session.posargs)
+
+
+@nox.session
 def quality(session: nox.Session) -> None:
     """PSNR against a baseline's images and determinism groups (`-- --baseline DIR`)."""
     _install(session)

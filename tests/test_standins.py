@@ -306,3 +306,23 @@ def test_offline_records_say_whose_inputs_they_ran_on(project):
     attempt = the_attempt(project)
     assert {(r.fixture, r.inputs) for r in attempt.offline_requests} == {
         ("standin-pair", "stand-in"), ("sim-single", "original")}
+
+
+def test_a_real_host_serves_the_stand_ins_by_default(project, port, tmp_path_factory,
+                                                     monkeypatch):
+    from omniprobe.harness.probe import serve_fixtures
+
+    from .env_scaffold import FakeNvml
+
+    cfg, suite = load_hosts(project.hosts_file), load_fixtures(project.fixtures_file)
+    assert [f.id for f in serve_fixtures(suite, cfg.host("rtx3090"))] == [
+        "standin-t2i", "standin-single", "standin-pair", "standin-three", "standin-four"]
+    # So probe-serve gets past its fixtures and stops only at the env this machine lacks.
+    env_root = tmp_path_factory.mktemp("envroot")  # outside the project, as an env must be
+    monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(env_root))
+    monkeypatch.setenv("HF_HUB_CACHE", str(env_root / "hf"))
+    out = io.StringIO()
+    code = run_probe(project, "probe-serve", probe_args("probe-serve", port, "--host", "rtx3090"),
+                     nvml=FakeNvml(), out=out)
+    assert code == 1 and "env.stamp failed: no build stamp" in out.getvalue()
+    assert "cannot run" not in out.getvalue()
