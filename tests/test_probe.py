@@ -264,7 +264,7 @@ def test_evidence_written_is_what_validation_accepts(project, port):
     assert probe(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture",
                  "sim-four")[0] == 0
     [attempt] = attempts(project)
-    raw = json.loads((attempt.path / "requests.json").read_text())
+    raw = json.loads((attempt.path / "requests.json").read_text())["requests"]
     assert raw[0]["oom"]["phase"] == "request" and "pixels_sha256" not in raw[0]
     _, problems = load_project(project)
     assert problems == []

@@ -43,7 +43,7 @@ def test_report_carries_the_seed_sections(repo):
 def test_a_changed_figure_changes_the_report_and_check_fails(repo_copy, monkeypatch, capsys):
     runs = repo_copy.root / MATRIX / "runs.json"
     data = json.loads(runs.read_text())
-    data[1]["cells"][0]["wall_s"] = {"min": 31.5, "max": 31.5}
+    data["runs"][1]["cells"][0]["wall_s"] = {"min": 31.5, "max": 31.5}
     runs.write_text(json.dumps(data))
     diff = check_report(repo_copy)
     assert "+| seed-3090-1-serve-matrix | cpuoff |" in diff and "OK 31.5 s" in diff
@@ -126,8 +126,9 @@ def test_cell_text(cell, text):
 def test_identical_psnr_rows_render_without_a_mean(repo_copy):
     rows = repo_copy.root / "evidence/rtx3090/seed-3090-2-measured-pair/psnr.json"
     data = json.loads(rows.read_text())
-    data[0] = {**data[0], "identical": True}
-    del data[0]["psnr_db"]
+    rows_data = data["psnr"]
+    rows_data[0] = {**rows_data[0], "identical": True}
+    del rows_data[0]["psnr_db"]
     rows.write_text(json.dumps(data))
     text = render_report(repo_copy)
     assert "| identical / 28.75 / 26.51 / 28.92 | — |" in text

@@ -208,7 +208,7 @@ def test_the_stand_ins_run_through_the_sim_end_to_end(project, port, tmp_path):
     assert {r.fixture for r in records} == {"standin-single", "standin-pair", "standin-three",
                                             "standin-four", "standin-t2i"}
     # Provenance of the inputs, on every record as written.
-    raw = json.loads((attempt.path / "requests.json").read_text())
+    raw = json.loads((attempt.path / "requests.json").read_text())["requests"]
     assert {r["inputs"] for r in raw} == {"stand-in"}
     outcomes = {(r.flag_set, r.fixture): (r.outcome, r.quality) for r in records}
     assert outcomes[("cpuoff", "standin-four")] == ("oom", "unchecked")
@@ -275,12 +275,12 @@ def test_a_filled_in_original_runs_beside_the_stand_ins_and_only_it_gets_psnr(pr
         "cpuoff standin-single seed 2301", "cpuoff standin-t2i seed 2301",
         "cpuoff standin-three seed 2301"]
     # A PSNR row on a stand-in, however it got there, does not validate.
-    rows = json.loads((attempt.path / "psnr.json").read_text())
-    rows.append({**rows[0], "fixture": "standin-single"})
-    (attempt.path / "psnr.json").write_text(json.dumps(rows))
+    psnr = json.loads((attempt.path / "psnr.json").read_text())
+    psnr["psnr"].append({**psnr["psnr"][0], "fixture": "standin-single"})
+    (attempt.path / "psnr.json").write_text(json.dumps(psnr))
     _, problems = load_project(project)
     assert [str(p).split(": ", 1)[1] for p in problems] == [
-        "$[1].fixture: fixture 'standin-single' is a stand-in for 'single-reference': PSNR "
+        "$.psnr[1].fixture: fixture 'standin-single' is a stand-in for 'single-reference': PSNR "
         "against the baseline needs the baseline's own inputs"]
 
 
@@ -289,12 +289,12 @@ def test_a_record_whose_inputs_disagree_with_its_fixture_does_not_validate(proje
                  "--fixture", "standin-t2i")[0] == 0
     attempt = the_attempt(project)
     raw = json.loads((attempt.path / "requests.json").read_text())
-    raw[0]["inputs"] = "original"
+    raw["requests"][0]["inputs"] = "original"
     (attempt.path / "requests.json").write_text(json.dumps(raw))
     _, problems = load_project(project)
     assert [p.message for p in problems] == [
         "expected 'stand-in', the inputs of fixture 'standin-t2i', got 'original'"]
-    assert problems[0].path == "$[0].inputs"
+    assert problems[0].path == "$.requests[0].inputs"
 
 
 def test_offline_records_say_whose_inputs_they_ran_on(project):

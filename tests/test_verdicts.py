@@ -135,7 +135,9 @@ def test_fp8_with_sound_output_becomes_the_3090_capacity_unlock(repo_copy):
 
 def test_without_the_fp8_row_the_3090_is_capacity_blocked(repo_copy):
     runs = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "runs.json"
-    runs.write_text(json.dumps([r for r in json.loads(runs.read_text()) if r["flag_set"] != "fp8"]))
+    data = json.loads(runs.read_text())
+    data["runs"] = [r for r in data["runs"] if r["flag_set"] != "fp8"]
+    runs.write_text(json.dumps(data))
     v = verdicts(repo_copy)["rtx3090"]
     assert (v.verdict, v.blocker, v.capacity_unlocks) == ("not-built", "capacity", ())
 

@@ -8,7 +8,6 @@ each committed file's bytes with its `sha256`.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from omniprobe.config.standins import (
     encode_png,
     reference_pixels,
 )
+from omniprobe.digests import sha256_bytes
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ def draw_pixels_sha256(ref: StandinReference) -> str:
 def _file_digests(path: Path) -> tuple[str | None, str | None]:
     try:
         data = path.read_bytes()
-        return hashlib.sha256(data).hexdigest(), pixels_sha256(load_pixels(path))
+        return sha256_bytes(data), pixels_sha256(load_pixels(path))
     except (OSError, UnreadableImage):
         return None, None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
@@ -10,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, problems_from_validation
 
 # Where a request's inputs come from: the fixture's own, as its source states them (or as a user
@@ -229,7 +229,7 @@ def reference_problems(suite: FixtureSuite, fixtures_file: Path,
                 problems.append(Problem(str(fixtures_file), f"{where}.file",
                                         f"{ref.file}: cannot read: {exc.strerror or exc}"))
                 continue
-            digest = hashlib.sha256(data).hexdigest()
+            digest = sha256_bytes(data)
             if digest != ref.sha256:
                 problems.append(Problem(str(fixtures_file), f"{where}.sha256",
                                         f"{ref.file}: sha256 differs from the pinned "

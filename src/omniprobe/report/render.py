@@ -29,7 +29,7 @@ from omniprobe.evidence.validate import Loaded, load_valid_project
 from omniprobe.report.timeline_svg import render_svg
 
 TEMPLATE = "report.md.j2"
-FIGURES_DIR = Path("report") / "timelines"
+TIMELINES_DIR = Path("report") / "timelines"
 
 
 # --- formatting: every figure passes through one of these, so templates hold no numbers ----
@@ -110,7 +110,7 @@ def timeline_figures(view: RunView, capacity_mib: float | None) -> list[Timeline
         title = f"{view.attempt.host} {view.attempt.id} {view.flag_set} #{index} ({life.session})"
         svg = render_svg(life.timeline.points, title=title, capacity_mib=capacity_mib,
                          markers=markers, note=life.timeline.reason)
-        path = FIGURES_DIR / view.attempt.host / view.attempt.id / f"{view.flag_set}-{index}.svg"
+        path = TIMELINES_DIR / view.attempt.host / view.attempt.id / f"{view.flag_set}-{index}.svg"
         figures.append(TimelineFigure(path.as_posix(), title, svg, life.timeline))
     return figures
 
@@ -135,7 +135,7 @@ class HostSection:
     psnr: list[PsnrGroup]
     target_ooms: list[tuple[str, Cell]]
     init_oom: object
-    figures: dict[str, StatedFigure] = field(default_factory=dict)
+    stated_figures: dict[str, StatedFigure] = field(default_factory=dict)
     timelines: list[TimelineFigure] = field(default_factory=list)
     images: list[ImageStructure] = field(default_factory=list)
 
@@ -222,14 +222,15 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
         for cell in view.cells:
             cells[fixtures.get(cell.fixture).reference_count] = cell
         rows.append(RunRow(view, flags_text(hosts, view.flag_set), cells))
-    figures = {f.key: f for a in attempts for f in a.figures}
+    stated_figures = {f.key: f for a in attempts for f in a.figures}
     capacity = host.capacity.vram_mib if host.capacity else None
     timelines = [t for v in views for t in timeline_figures(v, capacity)]
     return HostSection(
         key=key, host=host, verdict=verdict, attempts=attempts, views=views, ref_columns=refs,
         rows=rows, kv=kv_deltas(views, fixtures), psnr=psnr_groups(attempts),
         target_ooms=target_ooms(views, fixtures, hosts.probe.target_reference_count),
-        init_oom=common_init_oom([v.run for v in views]), figures=figures, timelines=timelines,
+        init_oom=common_init_oom([v.run for v in views]), stated_figures=stated_figures,
+        timelines=timelines,
         images=image_structures(attempts),
     )
 
@@ -289,8 +290,8 @@ def render_report(project: Project) -> str:
     return render_outputs(project)[Path("REPORT.md")]
 
 
-def _committed_figures(project: Project) -> set[Path]:
-    folder = project.root / FIGURES_DIR
+def _committed_timelines(project: Project) -> set[Path]:
+    folder = project.root / TIMELINES_DIR
     return {p.relative_to(project.root) for p in folder.rglob("*.svg")} if folder.is_dir() else set()
 
 
@@ -299,7 +300,7 @@ def write_report(project: Project) -> Path:
     outputs = render_outputs(project)
     for rel, text in outputs.items():
         write_text_atomic(project.root / rel, text)
-    for stale in _committed_figures(project) - set(outputs):
+    for stale in _committed_timelines(project) - set(outputs):
         (project.root / stale).unlink()
     return project.report_file
 
@@ -308,7 +309,7 @@ def check_report(project: Project) -> str:
     """A unified diff between the committed report files and a fresh render; empty when fresh."""
     outputs = render_outputs(project)
     diffs = []
-    for rel in sorted(set(outputs) | _committed_figures(project)):
+    for rel in sorted(set(outputs) | _committed_timelines(project)):
         path = project.root / rel
         committed = path.read_text(encoding="utf-8") if path.exists() else ""
         fresh = outputs.get(rel, "")
