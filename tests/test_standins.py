@@ -327,3 +327,25 @@ def test_a_real_host_serves_the_stand_ins_by_default(project, port, tmp_path_fac
                      nvml=FakeNvml(), out=out)
     assert code == 1 and "env.stamp failed: no build stamp" in out.getvalue()
     assert "cannot run" not in out.getvalue()
+
+
+def test_a_reference_that_leads_out_of_the_fixtures_folder_is_refused(repo_copy, tmp_path):
+    outside = tmp_path / "elsewhere.png"
+    ref_a = repo_copy.fixtures_file.parent / "standins" / "ref-a.png"
+    shutil.copy(ref_a, outside)
+    ref_a.unlink()
+    ref_a.symlink_to(outside)
+    _, problems = load_project(repo_copy)
+    assert [p.message for p in problems] == [
+        f"standins/ref-a.png: resolves outside {repo_copy.fixtures_file.parent}"] * 4
+
+
+def test_with_no_runnable_fixture_the_default_refuses_naming_each(project, port):
+    data = json.loads(project.fixtures_file.read_text())
+    data["fixtures"] = [f for f in data["fixtures"] if not f.get("stands_in_for")]
+    project.fixtures_file.write_text(json.dumps(data))
+    code, out = probe(project, "probe-serve", port)
+    assert code == 1
+    assert ("error: no fixture can run:\nsingle-reference: not run: its source does not state "
+            "prompt, width, height, references, and it has no runnable stand-in") in out
+    assert not (project.evidence_dir / "sim").exists()

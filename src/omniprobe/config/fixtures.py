@@ -214,8 +214,8 @@ def check_stand_in(standin: Fixture, original: Fixture | None) -> None:
 
 def reference_problems(suite: FixtureSuite, fixtures_file: Path,
                        wanted: Callable[[Fixture], bool] | None = None) -> list[Problem]:
-    """Every bound reference of the wanted fixtures whose file is missing or whose bytes do not
-    match its pinned sha256."""
+    """Every bound reference of the wanted fixtures whose file is missing, lies outside the
+    fixtures folder, or whose bytes do not match its pinned sha256."""
     problems = []
     base = fixtures_file.parent
     for i, fixture in enumerate(suite.fixtures):
@@ -223,8 +223,13 @@ def reference_problems(suite: FixtureSuite, fixtures_file: Path,
             continue
         for j, ref in enumerate(fixture.references or []):
             where = f"$.fixtures[{i}].references[{j}]"
+            path = base / ref.file
+            if not path.resolve().is_relative_to(base.resolve()):  # a link that leads out
+                problems.append(Problem(str(fixtures_file), f"{where}.file",
+                                        f"{ref.file}: resolves outside {base}"))
+                continue
             try:
-                data = (base / ref.file).read_bytes()
+                data = path.read_bytes()
             except OSError as exc:
                 problems.append(Problem(str(fixtures_file), f"{where}.file",
                                         f"{ref.file}: cannot read: {exc.strerror or exc}"))
