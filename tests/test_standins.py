@@ -236,6 +236,7 @@ def test_the_stand_ins_run_through_the_sim_end_to_end(project, port, tmp_path):
     assert "| **OOM** (stand-in) |" in matrix[0]
     assert "— **output broken** (stand-in) |" in matrix[1]
     assert "| cpuoff (stand-in) | 1.50 GiB |" in report  # the OOM signature at four references
+    assert "| standin-pair | edit-compose-pair | edit | 2 | 1248×832 | prompt, references |" in report
     assert ("The capacity and output structure halves of this verdict rest on stand-in inputs "
             "(omniprobe's prompts") in report
 

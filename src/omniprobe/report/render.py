@@ -235,11 +235,18 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     )
 
 
+def standins_measured(sections: list[HostSection], fixtures) -> list:
+    """The stand-in fixtures some rendered cell was measured on, in fixtures.json order."""
+    used = {c.fixture for s in sections for v in s.views for c in v.cells if c.inputs == "stand-in"}
+    return [f for f in fixtures.fixtures if f.id in used]
+
+
 def build_context(loaded: Loaded) -> dict:
     verdicts = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)
     sections = [host_section(k, loaded, verdicts[k]) for k in loaded.hosts.hosts]
     baselines = [a for a in loaded.evidence.attempts if a.baseline is not None]
     return {
+        "standins": standins_measured(sections, loaded.fixtures),
         "cfg": loaded.hosts,
         "stack": loaded.hosts.stack,
         "serve": loaded.hosts.serve,
