@@ -350,3 +350,37 @@ def test_with_no_runnable_fixture_the_default_refuses_naming_each(project, port)
     assert ("error: no fixture can run:\nsingle-reference: not run: its source does not state "
             "prompt, width, height, references, and it has no runnable stand-in") in out
     assert not (project.evidence_dir / "sim").exists()
+
+
+HALVES = [
+    # stand-in requests filed for the 3090 (fixture, outcome, quality) -> verdict, blocker,
+    # capacity inputs, structure inputs, halves on stand-ins
+    ([], ("not-built", "quality", ("original",), ("original",), ())),
+    ([("standin-four", "oom", "unchecked")],
+     ("not-built", "quality", ("original", "stand-in"), ("original",), ("capacity",))),
+    ([("standin-four", "ok", "sound")],
+     ("built", None, ("original", "stand-in"), ("original", "stand-in"),
+      ("capacity", "output structure"))),
+]
+
+
+@pytest.mark.parametrize(("requests", "expected"), HALVES)
+def test_stand_in_cells_decide_a_real_hosts_verdict_and_it_says_which_half(repo_copy, requests,
+                                                                          expected):
+    from omniprobe.analysis.verdicts import all_verdicts
+
+    from .evidence_scaffold import add_attempt
+
+    if requests:
+        add_attempt(repo_copy, "rtx3090", "standins", runs=[
+            {"flag_set": "cpuoff", "init": {"outcome": "ready"}}], requests=[
+            {"flag_set": "cpuoff", "fixture": fixture, "inputs": "stand-in", "seed": seed,
+             "outcome": outcome, "quality": quality, "wall_s": 44.0}
+            for fixture, outcome, quality in requests for seed in (2301, 2302)])
+    loaded, problems = load_project(repo_copy)
+    assert problems == []
+    v = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)["rtx3090"]
+    assert (v.verdict, v.blocker, v.capacity_inputs, v.structure_inputs, v.standin_halves) == (
+        expected)
+    # Speed-ups against the baseline stay on the original fixtures.
+    assert {s.fixture for s in v.speedups} <= set(SEED_FIXTURES)
