@@ -37,7 +37,7 @@ class Drawn:
 def draw_pixels_sha256(ref: StandinReference) -> str:
     from PIL import Image
 
-    return pixels_sha256(to_pixels(Image.fromarray(reference_pixels(ref), "RGB"), ref.file))
+    return pixels_sha256(to_pixels(Image.fromarray(reference_pixels(ref)), ref.file))
 
 
 def _file_digests(path: Path) -> tuple[str | None, str | None]:

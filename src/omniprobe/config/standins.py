@@ -96,7 +96,8 @@ def reference_pixels(ref: StandinReference) -> np.ndarray:
     w, h, seed = ref.width, ref.height, ref.seed
     ys = np.arange(h, dtype=np.int64)[:, None]
     xs = np.arange(w, dtype=np.int64)[None, :]
-    top, bottom = np.array(_draws(seed, 1, 3)), np.array(_draws(seed, 2, 3))
+    top = np.array(_draws(seed, 1, 3), dtype=np.int64)
+    bottom = np.array(_draws(seed, 2, 3), dtype=np.int64)
     tilt = _draws(seed, 3, 1)[0] - 128  # the gradient leans left or right
     along = (ys * w + xs * tilt) * 1024 // (h * w + 128 * w)
     along = np.clip(along + 64, 0, 1024)
@@ -128,5 +129,5 @@ def reference_pixels(ref: StandinReference) -> np.ndarray:
 def encode_png(pixels: np.ndarray) -> bytes:
     """RGB PNG bytes with fixed settings (no metadata, zlib level 9)."""
     buffer = io.BytesIO()
-    Image.fromarray(pixels, "RGB").save(buffer, "PNG", compress_level=9)
+    Image.fromarray(pixels).save(buffer, "PNG", compress_level=9)  # (h, w, 3) uint8: RGB
     return buffer.getvalue()
