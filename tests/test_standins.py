@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from omniprobe.analysis.imaging import decode_pixels, load_pixels, measure, pixels_sha256, to_pixels
-from omniprobe.analysis.verdicts import CapacityUnlock, host_verdict
+from omniprobe.analysis.verdicts import host_verdict
 from omniprobe.cli import main
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
@@ -224,7 +224,8 @@ def test_the_stand_ins_run_through_the_sim_end_to_end(project, port, tmp_path):
     assert (verdict.verdict, verdict.blocker, verdict.highest_served_refs) == (
         "not-built", "quality", 3)
     assert verdict.served_by == ("cpuoff",)
-    assert verdict.capacity_unlocks == (CapacityUnlock("fp8", attempt.id, "broken"),)
+    assert [(u.flag_set, u.attempt, u.quality, u.fixture) for u in verdict.capacity_unlocks] == [
+        ("fp8", attempt.id, "broken", "standin-four")]
     assert verdict.capacity_inputs == verdict.structure_inputs == ("stand-in",)
     assert verdict.standin_halves == ("capacity", "output structure")
 

@@ -69,6 +69,14 @@ class Simulated(_In):
 Provenance = Annotated[Transcribed | Measured | Simulated, Field(discriminator="kind")]
 
 
+class AttemptPins(_In):
+    """The stack an attempt ran on, as its source states it (null: not stated)."""
+
+    upstream_commit: str | None = None
+    torch: str | None = None
+    model_snapshot: str | None = None
+
+
 class Attempt(_In):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Equals the folder name.")
     host: str = Field(description="Equals the parent folder name; a hosts.toml host.")
@@ -79,6 +87,9 @@ class Attempt(_In):
         default=None, description="Attempt id of the baseline that speed-ups and PSNR compare to."
     )
     note: str | None = None
+    pins: AttemptPins | None = Field(
+        default=None, description="The stack it ran on, as stated; null: the environment manifest "
+                                  "filed with it or before it says.")
 
 
 # --- shared pieces ----------------------------------------------------------------------
@@ -119,6 +130,16 @@ class InitResult(_In):
     note: str | None = None
 
 
+class StatedCellFigure(_In):
+    """A figure the source states for a cell somewhere other than its per-fixture detail (a summary
+    table, a verdict), kept as written so the report can compare it with the detail. Its precision
+    is the one written: 44.3 means 44.25 up to 44.35."""
+
+    where: str = Field(description="Where the source states it, e.g. 'the matrix table'.")
+    wall_s: Range | None = None
+    server_peak_mb: Range | None = None
+
+
 class Cell(_In):
     """One fixture under one flag set: the summary of its requests."""
 
@@ -133,6 +154,8 @@ class Cell(_In):
     inputs: Inputs = Field(
         default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
                                         "inputs the source does not state (fixtures.json).")
+    stated: list[StatedCellFigure] = Field(
+        default=[], description="The same cell's figures as stated elsewhere in the source.")
 
 
 class ArtifactRef(_In):
@@ -351,6 +374,17 @@ class CodeLocation(_In):
     key: str
     ref: CodeRef | None = None
     what: str
+    label: str | None = Field(default=None, description="What the report calls it, in words.")
+
+
+class Finding(_In):
+    """A conclusion the source states, placed where the source puts it."""
+
+    key: str = Field(pattern=r"^[a-z0-9_]+$")
+    statement: str
+    placement: Literal["verdict", "follow-through"] = Field(
+        description="The report part the source states it in.")
+    section: str = Field(description="The source's section it comes from.")
 
 
 class BaselineWall(_In):
@@ -385,6 +419,7 @@ class StatedFigure(_In):
     range: Range | None = None
     unit: str
     statement: str
+    label: str | None = Field(default=None, description="What the report calls it, in words.")
 
 
 # --- probe environment ------------------------------------------------------------------
@@ -502,6 +537,7 @@ FILE_CONTENT: dict[str, type] = {
     "baseline.json": Baseline,
     "corrections.json": list[Correction],
     "figures.json": list[StatedFigure],
+    "findings.json": list[Finding],
     "environment.json": EnvManifest,
 }
 ATTEMPT_FILE = "attempt.json"
@@ -542,6 +578,7 @@ class LoadedAttempt:
     corrections: list[Correction] = field(default_factory=list)
     figures: list[StatedFigure] = field(default_factory=list)
     environment: EnvManifest | None = None
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def id(self) -> str:
