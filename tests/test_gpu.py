@@ -79,7 +79,7 @@ def test_torch_sim_four_reference_oom_and_the_sampler_matches_its_account(projec
     assert "CUDA out of memory. Tried to allocate 1.50 GiB." in four.error
     assert four.oom.allowed == f"{CAP_GIB}.00 GiB" and four.oom.requested == "1.50 GiB"
     assert four.oom.allocated is not None and four.oom.total_capacity is not None
-    logged = parse_oom(log, "request")
+    logged = parse_oom(log, "request", tuple(cfg.host("sim").model_code))
     assert "torch.OutOfMemoryError" in log or "torch.cuda.OutOfMemoryError" in log
     assert logged.location.file == "omniprobe/sim/model.py"
     assert logged.location.function == "image_mlp"

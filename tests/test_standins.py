@@ -20,12 +20,10 @@ from omniprobe.config.standins import STANDIN_REFERENCES, encode_png, hash_bytes
 from omniprobe.errors import InputError
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.offline import run_offline
-from omniprobe.harness.probe import run_probe
 from omniprobe.harness.psnr_check import run_quality
 from omniprobe.report.render import render_report
 
-from .conftest import REPO, build_parser, probe_args
+from .conftest import REPO, in_process, probe_argv
 
 SEED_FIXTURES = ("single-reference", "edit-compose-pair", "edit-compose-three",
                  "edit-compose-four", "t2i")
@@ -185,10 +183,8 @@ def test_a_host_serves_the_originals_where_stated_else_their_stand_ins(project, 
 # --- the chain through the sim -------------------------------------------------------------
 
 
-def probe(project, session, port, *extra):
-    out = io.StringIO()
-    code = run_probe(project, session, probe_args(session, port, *extra), out=out)
-    return code, out.getvalue()
+def probe(project, session, port, *extra, nvml=None):
+    return in_process(project, probe_argv(session, port, *extra), nvml=nvml)
 
 
 def the_attempt(project, host="sim"):
@@ -301,11 +297,10 @@ def test_a_record_whose_inputs_disagree_with_its_fixture_does_not_validate(proje
 
 
 def test_offline_records_say_whose_inputs_they_ran_on(project):
-    out = io.StringIO()
-    args = build_parser().parse_args(["probe-offline", "--host", "sim", "--grace", "2",
-                                      "--kwarg-set", "sim-offline-bf16",
-                                      "--fixture", "standin-pair", "--fixture", "sim-single"])
-    assert run_offline(project, args, out=out) == 0, out.getvalue()
+    code, out = in_process(project, ["probe-offline", "--host", "sim", "--grace", "2",
+                                     "--kwarg-set", "sim-offline-bf16",
+                                     "--fixture", "standin-pair", "--fixture", "sim-single"])
+    assert code == 0, out
     attempt = the_attempt(project)
     assert {(r.fixture, r.inputs) for r in attempt.offline_requests} == {
         ("standin-pair", "stand-in"), ("sim-single", "original")}
@@ -324,11 +319,9 @@ def test_a_real_host_serves_the_stand_ins_by_default(project, port, tmp_path_fac
     env_root = tmp_path_factory.mktemp("envroot")  # outside the project, as an env must be
     monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(env_root))
     monkeypatch.setenv("HF_HUB_CACHE", str(env_root / "hf"))
-    out = io.StringIO()
-    code = run_probe(project, "probe-serve", probe_args("probe-serve", port, "--host", "rtx3090"),
-                     nvml=FakeNvml(), out=out)
-    assert code == 1 and "env.stamp failed: no build stamp" in out.getvalue()
-    assert "cannot run" not in out.getvalue()
+    code, out = probe(project, "probe-serve", port, "--host", "rtx3090", nvml=FakeNvml())
+    assert code != 0 and "env.stamp failed: no build stamp" in out
+    assert "cannot run" not in out
 
 
 def test_a_reference_that_leads_out_of_the_fixtures_folder_is_refused(repo_copy, tmp_path):
@@ -347,9 +340,9 @@ def test_with_no_runnable_fixture_the_default_refuses_naming_each(project, port)
     data["fixtures"] = [f for f in data["fixtures"] if not f.get("stands_in_for")]
     project.fixtures_file.write_text(json.dumps(data))
     code, out = probe(project, "probe-serve", port)
-    assert code == 1
-    assert ("error: no fixture can run:\nsingle-reference: not run: its source does not state "
-            "prompt, width, height, references, and it has no runnable stand-in") in out
+    assert code == 3  # a refusal
+    assert ("error: no fixture can run:\nerror: single-reference: not run: its source does not "
+            "state prompt, width, height, references, and it has no runnable stand-in") in out
     assert not (project.evidence_dir / "sim").exists()
 
 

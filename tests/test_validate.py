@@ -23,7 +23,8 @@ def test_committed_project_is_valid(repo):
     loaded, problems = load_project(repo)
     assert problems == []
     kinds = {(a.host, a.meta.provenance.kind) for a in loaded.evidence.attempts}
-    assert kinds == {("rtx3090", "transcribed"), ("rtx5080", "transcribed"), ("sim", "simulated")}
+    assert kinds == {("rtx3090", "transcribed"), ("rtx5080", "transcribed"), ("sim", "simulated"),
+                     ("upstream", "measured")}
 
 
 BAD_EVIDENCE = [

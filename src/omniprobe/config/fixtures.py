@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from omniprobe.digests import sha256_bytes
-from omniprobe.errors import InputError, Problem, problems_from_validation
+from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 
 # Where a request's inputs come from: the fixture's own, as its source states them (or as a user
 # who holds them filled them in), or omniprobe's stand-ins for inputs the source does not state.
@@ -22,7 +22,7 @@ class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class FixtureNotRunnable(Exception):
+class FixtureNotRunnable(Refusal):
     """A fixture lacks facts the source never stated; running it would mean inventing them."""
 
 

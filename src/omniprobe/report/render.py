@@ -301,6 +301,12 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     )
 
 
+def newest_upstream(attempts: list[LoadedAttempt]) -> LoadedAttempt | None:
+    """The most recently run `upstream check` attempt, if any."""
+    checked = [a for a in attempts if a.upstream is not None and a.meta.provenance.kind == "measured"]
+    return max(checked, key=lambda a: a.meta.provenance.started_at, default=None)
+
+
 def build_context(loaded: Loaded) -> dict:
     verdicts = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)
     sections = [host_section(k, loaded, verdicts[k]) for k in loaded.hosts.hosts]
@@ -317,6 +323,7 @@ def build_context(loaded: Loaded) -> dict:
         "by_key": {s.key: s for s in sections},
         "baselines": baselines,
         "attempts": loaded.evidence.attempts,
+        "upstream": newest_upstream(loaded.evidence.attempts),
     }
 
 
