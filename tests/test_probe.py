@@ -192,7 +192,7 @@ def test_seed_fixtures_named_are_refused_naming_what_is_missing(project, port):
 
 def test_simulated_fixtures_are_refused_on_a_real_host(project, port):
     code, out = probe(project, "probe-serve", port, "--host", "rtx3090", "--fixture", "sim-pair")
-    assert code == 1
+    assert code == 3  # a refusal
     assert "fixture(s) sim-pair are simulated: they run on simulated hosts only" in out
     assert not (project.evidence_dir / "rtx3090").exists()
 
