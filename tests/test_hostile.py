@@ -23,6 +23,9 @@ PROBE = "evidence/sim/2026-11-30T095416Z-sim-probe"
 OFFLINE = "evidence/sim/2026-11-30T095539Z-sim-offline"
 FIXTURES = "fixtures/fixtures.json"
 SIM_REF = "fixtures/sim/ref-a.png"
+_COMMITTED = json.loads((Path(__file__).resolve().parent.parent / FIXTURES).read_text())
+AT = {f["id"]: i for i, f in enumerate(_COMMITTED["fixtures"])}  # a fixture's index in the file
+SINGLE, PAIR, T2I = AT["sim-single"], AT["sim-pair"], AT["sim-t2i"]
 
 
 # --- how a case breaks the project ----------------------------------------------------------
@@ -225,10 +228,10 @@ CASES = [
          fixtures(set_in(["sampling", "seeds", 0], -1))),
     Case("seed-huge", "strict", ["validate"], 1, (FIXTURES, "$.sampling.seeds[0]"),
          fixtures(set_in(["sampling", "seeds", 0], 2**70))),
-    Case("width-string", "strict", ["validate"], 1, (FIXTURES, "$.fixtures[9].width"),
-         fixtures(set_in(["fixtures", 9, "width"], "1024"))),
-    Case("width-too-large", "strict", ["validate"], 1, (FIXTURES, "$.fixtures[9].width", "4096"),
-         fixtures(set_in(["fixtures", 9, "width"], 12000))),
+    Case("width-string", "strict", ["validate"], 1, (FIXTURES, f"$.fixtures[{T2I}].width"),
+         fixtures(set_in(["fixtures", T2I, "width"], "1024"))),
+    Case("width-too-large", "strict", ["validate"], 1, (FIXTURES, f"$.fixtures[{T2I}].width", "4096"),
+         fixtures(set_in(["fixtures", T2I, "width"], 12000))),
     Case("cfg-nan", "strict", ["validate"], 1, (FIXTURES, "$.sampling.true_cfg_scale", "finite"),
          fixtures(set_in(["sampling", "true_cfg_scale"], float("nan")))),
     Case("cfg-int-for-float-is-fine", "strict", ["validate"], 0, ("valid",),
@@ -259,14 +262,14 @@ CASES = [
 
     # 3. paths a file names stay inside their folder
     Case("reference-absolute", "path", ["validate"], 1,
-         (FIXTURES, "$.fixtures[5].references[0].file", "absolute"),
-         fixtures(set_in(["fixtures", 5, "references", 0, "file"], "/etc/passwd"))),
+         (FIXTURES, f"$.fixtures[{SINGLE}].references[0].file", "absolute"),
+         fixtures(set_in(["fixtures", SINGLE, "references", 0, "file"], "/etc/passwd"))),
     Case("reference-climbs-out", "path", ["validate"], 1,
-         (FIXTURES, "$.fixtures[5].references[0].file", "'..'"),
-         fixtures(set_in(["fixtures", 5, "references", 0, "file"], "sim/../../../etc/passwd"))),
+         (FIXTURES, f"$.fixtures[{SINGLE}].references[0].file", "'..'"),
+         fixtures(set_in(["fixtures", SINGLE, "references", 0, "file"], "sim/../../../etc/passwd"))),
     Case("reference-home", "path", ["validate"], 1,
-         (FIXTURES, "$.fixtures[5].references[0].file", "absolute"),
-         fixtures(set_in(["fixtures", 5, "references", 0, "file"], "~/.ssh/id_rsa"))),
+         (FIXTURES, f"$.fixtures[{SINGLE}].references[0].file", "absolute"),
+         fixtures(set_in(["fixtures", SINGLE, "references", 0, "file"], "~/.ssh/id_rsa"))),
     Case("deploy-absolute", "path", ["validate"], 1,
          ("hosts.toml", "[deploy_configs.sim-kvfp8v] key 'path'"),
          hosts('path = "deploy/sim-kvfp8v.yaml"', 'path = "/etc/hosts"')),
@@ -400,31 +403,36 @@ def test_symlinked_evidence_file_from_outside(hostile: Project, tmp_path_factory
     assert f"{PROBE}/requests.json: a symlink to {outside}" in output
 
 
-def test_symlinked_reference_from_outside_fails_the_env_check(hostile, tmp_path_factory, capsys):
+def test_symlinked_reference_from_outside_is_refused(hostile, tmp_path_factory, capsys):
     """A reference whose digest matches but whose file lies outside fixtures/ is not read."""
     outside = tmp_path_factory.mktemp("elsewhere") / "ref-a.png"
     symlink_out(SIM_REF, outside)(hostile.root)
-    code, output = _run(["env", "check", "--host", "sim"], hostile.root, capsys)
+    code, output = _run(["validate"], hostile.root, capsys)
     assert "Traceback" not in output
     assert code == 1
-    assert "FAIL fixtures.references" in output
-    assert "$.fixtures[5].references[0].file" in output and "outside" in output
+    assert (f"{FIXTURES}: $.fixtures[{SINGLE}].references[0].file: sim/ref-a.png: resolves "
+            f"outside {hostile.root / 'fixtures'}") in output
+    code, output = _run(["env", "check", "--host", "sim"], hostile.root, capsys)
+    assert code == 1 and "FAIL fixtures.references: sim/ref-a.png: resolves outside" in output
 
 
 def test_a_wrong_pin_is_not_hidden_by_a_right_one(hostile: Project, capsys):
     """sim-single and sim-pair both pin sim/ref-a.png; a wrong digest on one fails the check."""
-    fixtures(set_in(["fixtures", 6, "references", 0, "sha256"], "0" * 64))(hostile.root)
+    fixtures(set_in(["fixtures", PAIR, "references", 0, "sha256"], "0" * 64))(hostile.root)
+    code, output = _run(["validate"], hostile.root, capsys)
+    assert code == 1
+    assert (f"{FIXTURES}: $.fixtures[{PAIR}].references[0].sha256: sim/ref-a.png: sha256 "
+            "differs from the pinned 000000000000") in output
+    assert f"$.fixtures[{SINGLE}]" not in output
     code, output = _run(["env", "check", "--host", "sim"], hostile.root, capsys)
     assert code == 1
-    assert "FAIL fixtures.references: sim/ref-a.png: sha256 differs from fixture sim-pair's" in (
-        output)
-    assert "sim-single" not in output.split("FAIL fixtures.references")[1].splitlines()[0]
+    assert "FAIL fixtures.references: sim/ref-a.png: sha256 differs from the pinned 0000" in output
 
 
 def test_right_pins_on_a_shared_file_pass(hostile: Project, capsys):
     code, output = _run(["env", "check", "--host", "sim"], hostile.root, capsys)
     assert code == 0, output
-    assert "4 files match the fixtures' sha256 (10 pins)" in output
+    assert "PASS fixtures.references" in output and "files match the fixtures' sha256" in output
 
 
 def _big_png(path: Path, side: int) -> Path:

@@ -168,8 +168,7 @@ def confine(base: Path, relative: str | Path, *, file: str | Path, field: str) -
     root = base.resolve()
     target = (base / relative).resolve()
     if not target.is_relative_to(root):
-        raise InputError([Problem(str(file), field, f"{relative} resolves to {target}, outside "
-                                                    f"{root} (a symlink out of its folder)")])
+        raise InputError([Problem(str(file), field, f"{relative}: resolves outside {base}")])
     return target
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import requests
 
 from omniprobe.analysis.oom import error_message, is_oom, parse_oom
-from omniprobe.config.fixtures import Fixture, ReferenceImage, Sampling
+from omniprobe.config.fixtures import MAX_REFERENCE_BYTES, Fixture, ReferenceImage, Sampling
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import OomSignature, Outcome
@@ -26,7 +26,6 @@ from omniprobe.safe_io import MissingFile, confine, read_bytes
 EDITS_PATH = "/v1/images/edits"
 GENERATIONS_PATH = "/v1/images/generations"
 IMAGE_PART = "image"  # one multipart part of this name per reference image
-MAX_REFERENCE_BYTES = 64 * 1024**2  # a 4096x4096 RGBA PNG stored raw is 64 MiB
 
 
 class ReferenceMismatch(InputError):
