@@ -65,9 +65,9 @@ OFFLINE_PLACEHOLDERS = frozenset({"python", "runner", "hosts_file", "host"})
 
 def _check_placeholders(command: list[str] | None, known: frozenset[str]) -> list[str] | None:
     """A command's {name} placeholders must be ones the harness fills in; else a typo would reach
-    the server verbatim."""
+    the server verbatim. Braces around anything but a name (a JSON argument) are text."""
     for part in command or []:
-        unknown = sorted(set(re.findall(r"\{([^{}]*)\}", part)) - known)
+        unknown = sorted(set(re.findall(r"\{([A-Za-z_]\w*)\}", part)) - known)
         if unknown:
             raise ValueError(f"{part!r} uses unknown placeholder(s) {unknown}; expected "
                              f"{sorted(known)}")
