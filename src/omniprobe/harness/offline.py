@@ -51,7 +51,7 @@ from omniprobe.harness.propagation import describe, offline_checks, unchecked_ex
 from omniprobe.harness.sampler import NvmlUnavailable, wait_idle
 from omniprobe.harness.server import ServerProcess, classify_exit
 from omniprobe.harness.session import Context, Session, SessionOptions, run_session
-from omniprobe.redaction import redact_file
+from omniprobe.redaction import redact_file, redact_text
 
 RUNNER = Path(__file__).with_name("offline_runner.py")
 ATTEMPT_SUFFIX = "-offline"
@@ -374,7 +374,7 @@ class OfflineProbe:
                    if event.get("outcome") == "oom" or is_oom(text) else None)
             failure = OfflineRun(kwarg_set=name, outcome="init-oom" if oom else "init-error",
                                  quality="unchecked", oom=oom, init_s=event.get("wall_s"),
-                                 note=(event.get("error") or "")[:500] or None)
+                                 note=redact_text(event.get("error") or "")[:500] or None)
         elif why == "timeout":
             failure = OfflineRun(kwarg_set=name, outcome="timeout", quality="unchecked",
                                  note=f"the engine was not built within "
@@ -395,9 +395,12 @@ class OfflineProbe:
     # --- records ----------------------------------------------------------------------------
 
     def _add(self, fields: dict) -> OfflineRequest:
+        """Write the record (its error redacted), and only then hold it as recorded."""
+        if fields.get("error"):
+            fields = {**fields, "error": redact_text(fields["error"])}
         record = OfflineRequest.model_validate(fields)
+        write_section(self.store.folder, "offline-requests.json", [*self.records, record])
         self.records.append(record)
-        write_section(self.store.folder, "offline-requests.json", self.records)
         return record
 
     def _record(self, name: str, planned: Planned, event: dict, index: int) -> OfflineRequest:
