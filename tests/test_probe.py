@@ -276,6 +276,7 @@ def test_port_in_use_is_refused_before_anything_runs(project, port, session):
         code, out = probe(project, session, port, "--flag-set", "fp8", "--fixture", "sim-t2i")
     assert code == 4 and f"error: port {port} on 127.0.0.1 is already in use" in out
     assert not (project.evidence_dir / "sim").exists()
+    assert not processes_with(str(project.root))
 
 
 def test_a_busy_gpu_stops_the_probe_naming_the_holder(project, port):
