@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from machine import describe
 from PIL import Image
 
 from omniprobe.analysis.imaging import load_pixels, measure, psnr, to_pixels
@@ -53,6 +54,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args()
+    machine = describe()  # before the run: the load average is the machine's, not ours
     cfg = ImageChecks()
     base, noisy = pair()
     a, b = to_pixels(Image.fromarray(base), "baseline"), to_pixels(Image.fromarray(noisy), "output")
@@ -75,6 +77,7 @@ def main() -> int:
           f"(target < {TARGET_MS:.0f} ms: {'met' if median < TARGET_MS else 'MISSED'})")
     print(f"decoding the two PNGs (not in the figure above): median "
           f"{statistics.median(decode):.1f} ms")
+    print(machine)
     return 0
 
 
