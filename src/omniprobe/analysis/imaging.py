@@ -158,7 +158,9 @@ def pixels_sha256(px: Pixels) -> str:
     """
     header = f"rgba{8 if px.peak == 255 else 16} {px.width}x{px.height}\n".encode()
     data = px.rgba.astype("<u2", copy=False) if px.peak == 65535 else px.rgba
-    return hashlib.sha256(header + np.ascontiguousarray(data).tobytes()).hexdigest()
+    digest = hashlib.sha256(header)
+    digest.update(np.ascontiguousarray(data))  # the array's own buffer: no copy of the pixels
+    return digest.hexdigest()
 
 
 # --- metrics and the structure verdict -------------------------------------------------------
