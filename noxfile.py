@@ -32,9 +32,9 @@ def _hosts() -> dict[str, bool]:
     return {name: bool(host.get("simulated")) for name, host in hosts.items()}
 
 
-def _install(session: nox.Session, *extras: str) -> None:
+def _install(session: nox.Session, *extras: str, env: dict[str, str] | None = None) -> None:
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-e", spec)
+    session.install("-e", spec, env=env)
 
 
 @nox.session
@@ -78,7 +78,7 @@ def tests(session: nox.Session) -> None:
     # The suite starts about a hundred Python processes (servers, supervisors, harnesses): with
     # bytecode compiled at install, none of them compiles numpy and pydantic anew (uv does not
     # compile by default, and PYTHONDONTWRITEBYTECODE stops Python caching it at run time).
-    session.install("-e", ".[test]", env={"UV_COMPILE_BYTECODE": "1"})
+    _install(session, "test", env={"UV_COMPILE_BYTECODE": "1"})
     session.run("pytest", "-n", "auto", "--dist", "loadgroup", *session.posargs)
 
 
