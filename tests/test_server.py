@@ -172,7 +172,7 @@ def test_readiness_is_polled_often_at_first_then_every_poll_s(project, port, mon
         sleep(seconds)
 
     monkeypatch.setattr(time, "sleep", recorded)
-    quits = [sys.executable, "-c", "import time; time.sleep(0.6)"]  # never serves, then exits
+    quits = [sys.executable, "-c", "import time; time.sleep(1.5)"]  # never serves, then exits
     with ServerProcess(quits, dict(os.environ), project.root / "quits.log",
                        Endpoints(f"http://127.0.0.1:{port}"), grace_s=1) as server:
         init = server.wait_ready(20, 0.25)
