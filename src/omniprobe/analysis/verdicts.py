@@ -5,7 +5,10 @@
 - Otherwise the blocker is `init` when no run got past server start; `quality` when some run
   fits the target count (every request ok) but its output is not sound; `capacity` when a run
   asked for the target count and did not fit; else `untested`: no run asked for it at all.
-- Simulated evidence counts only for a simulated host.
+- Simulated evidence counts only for a simulated host; emulated evidence only for the emulated
+  host it was filed under, never for the host it emulates.
+- On an emulated host, a cell whose server's process tree exceeded the cap (emulation breached)
+  does not fit, whatever its outcome.
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def cells_by_refs(cells, fixtures: FixtureSuite) -> dict[int, list[Cell]]:
 def evaluate_run(view: RunView, fixtures: FixtureSuite) -> RunResult:
     by_refs = cells_by_refs(view.cells, fixtures)
     fitting = sorted(r for r, cells in by_refs.items() if r > 0
-                     and all(c.outcome == "ok" for c in cells))
+                     and all(c.outcome == "ok" and c.emulation_breach is None for c in cells))
     served = [r for r in fitting if all(c.quality == "sound" for c in by_refs[r])]
     return RunResult(view, view.run.init.outcome == "ready", tuple(served), tuple(fitting))
 
@@ -113,7 +116,8 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
                  evidence: Evidence) -> HostVerdict:
     host = hosts.host(name)
     target = hosts.probe.target_reference_count
-    attempts = evidence.for_host(name, include_simulated=host.simulated)
+    attempts = evidence.for_host(name, include_simulated=host.simulated,
+                                 include_emulated=host.emulation is not None)
     results = [evaluate_run(v, fixtures) for a in attempts for v in run_views(a)]
     initialised = _ordered((r.flag_set for r in results if r.initialised), host)
     failed = _ordered((r.flag_set for r in results if not r.initialised), host)

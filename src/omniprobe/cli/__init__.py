@@ -240,6 +240,8 @@ def _probe_options(p: argparse.ArgumentParser) -> None:
                    help="only this flag set (repeatable)")
     p.add_argument("--fixture", action="append", default=[],
                    help="probe-serve: only this fixture (repeatable)")
+    p.add_argument("--caps", help="emulated hosts: sweep these caps (GiB, comma-separated, e.g. "
+                                  "12,16,20,24,32), one attempt series per cap")
     p.set_defaults(func=_probe)
 
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -39,6 +39,13 @@ from omniprobe.env.state import EnvError
 from omniprobe.evidence.attempts import AttemptBusy, AttemptStore, file_ref, open_attempt
 from omniprobe.evidence.models import InitResult, RequestRecord, ServerLifetime, ServeRun, TimelineSummary
 from omniprobe.harness import client
+from omniprobe.harness.emulation import (
+    EmulationGuard,
+    EmulationUnguarded,
+    capped_processes,
+    emulation_env,
+    parse_caps_gib,
+)
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
     MIB,
@@ -83,6 +90,7 @@ class ProbeOptions:
     flag_sets: tuple[str, ...] = ()
     fixtures: tuple[str, ...] = ()
     max_restarts: int = 2
+    cap_mib: int | None = None  # an emulated host's cap for this attempt
 
 
 @dataclass(frozen=True)
@@ -94,12 +102,15 @@ class Live:
     index: int
     t0: float
     folder: Path
+    guard: EmulationGuard | None = None
 
 
-def default_readers(host: Host, gpu_index: int = 0) -> ReaderFactory:
-    """NVML on a real host; on a simulated one, the memory its server publishes."""
-    if host.simulated:
-        total = host.capacity.vram_mib * MIB
+def default_readers(host: Host, gpu_index: int = 0, cap_mib: int | None = None) -> ReaderFactory:
+    """NVML on a real host (and on one emulated on a real GPU); on a simulated one, the memory its
+    server publishes, whose total is the emulated cap under the sim-account mechanism."""
+    emulation = host.emulation
+    if host.simulated and (emulation is None or emulation.mechanism == "sim-account"):
+        total = (cap_mib or host.capacity.vram_mib) * MIB
         return lambda folder: SimReader(folder / "sim-memory.bin", total)
     return lambda folder: NvmlReader(gpu_index)
 
@@ -242,10 +253,18 @@ class Probe:
         folder = self.store.artifacts / flag_set / f"{session}-{index + 1}"
         folder.mkdir(parents=True, exist_ok=True)
         reader, reason = self._reader(folder)
+        cap = self.options.cap_mib
+        if cap is not None and reader is None:
+            raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its server's "
+                                     f"memory cannot be sampled to check the cap: {reason}")
         self._wait_idle(reader)
         env = server_env(self.cfg, flag_set, self.base_env, self.env_bin)
         if self.host.simulated:
             env[STATE_ENV] = str(folder / "sim-memory.bin")
+        guard = None
+        if cap is not None:
+            env.update(emulation_env(self.host, cap, env))
+            guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
         serve = self.cfg.serve
         server = ServerProcess(command, env, folder / "server.log",
                                Endpoints(self.base_url, serve.health_path, serve.ready_path),
@@ -257,17 +276,20 @@ class Probe:
         try:
             if reader is not None:
                 sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.options.sample_hz,
-                                  root_pid=lambda: server.pid, t0=t0)
+                                  root_pid=lambda: server.pid, t0=t0, guard=guard)
                 sampler.start()
             init = server.wait_ready(self.options.ready_timeout_s, self.options.poll_s)
             record = ServerLifetime(session=session, started_at=started_at, command=command,
                                     init=init)
             self._put_lifetime(flag_set, index, record)
-            yield Live(server, init, index, t0, folder)
+            yield Live(server, init, index, t0, folder, guard)
         finally:
             ended = server.stop()
             self.recorder.drain()
             timeline = self._timeline(sampler, reason)
+            if guard is not None:
+                capped = capped_processes(server.log_path.read_text(errors="replace"))
+                timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
             if record is not None:
                 log = file_ref(server.log_path, self.store.project.artifacts_dir)
                 self._put_lifetime(flag_set, index, record.model_copy(
@@ -377,6 +399,8 @@ class Probe:
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
                   "error": error, "started_s": round(started_s, 3), "lifetime": live.index}
+        if live.guard is not None:
+            fields["emulation_breach"] = live.guard.breach_by(time.monotonic() - live.t0)
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
         self.recorder.submit(self._record, fields, reply.image, path)
         return reply, up
@@ -451,25 +475,41 @@ def probe_env(project: Project, cfg: HostsConfig, host_name: str, options: Probe
 
 
 def _open(project: Project, cfg: HostsConfig, host_name: str, session: str,
-          args) -> AttemptStore:
-    """This invocation's attempt: with --fresh, the first session creates it and the rest join."""
+          args, cap_mib: int | None = None) -> AttemptStore:
+    """This invocation's attempt (of this cap, on an emulated host): with --fresh, the first
+    session creates it and the rest join."""
     invocation = os.environ.get(INVOCATION_ENV)
     state = read_state(state_path(project), invocation)
-    fresh_id = state.get("fresh_attempts", {}).get(host_name) if args.fresh else None
+    key = host_name if cap_mib is None else f"{host_name}@{cap_mib}mib"
+    fresh_id = state.get("fresh_attempts", {}).get(key) if args.fresh else None
     store = open_attempt(project, host_name, cfg.host(host_name),
                          ["omniprobe", session, *sys.argv[2:]], fresh=args.fresh,
-                         fresh_id=fresh_id)
+                         fresh_id=fresh_id, cap_mib=cap_mib)
     if args.fresh and invocation:
         update_state(state_path(project), invocation, fresh_attempts={
-            **state.get("fresh_attempts", {}), host_name: store.meta.id})
+            **state.get("fresh_attempts", {}), key: store.meta.id})
     return store
+
+
+def probe_caps(cfg: HostsConfig, host_name: str, caps_gib: str | None) -> list[int | None]:
+    """The caps to probe in turn: the sweep's, an emulated host's own, or none (a real card)."""
+    if caps_gib is None:
+        return [cfg.emulated_cap_mib(host_name)]
+    if cfg.host(host_name).emulation is None:
+        raise PlanError(f"--caps sweeps an emulated host's cap; host {host_name!r} is not "
+                        "emulated (hosts.toml [hosts.<name>.emulation])")
+    try:
+        return list(parse_caps_gib(caps_gib))
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def run_probe(project: Project, session: str, args, *, readers: ReaderFactory | None = None,
               nvml=None, out: TextIO = sys.stderr) -> int:
     """The probe-init / probe-serve command: 0 when everything planned was recorded.
 
-    `nvml` stands in for pynvml in the env's GPU checks (tests fake the GPU there)."""
+    On an emulated host each cap (`--caps`, else the host's) is probed in turn, in its own
+    attempt. `nvml` stands in for pynvml in the env's GPU checks (tests fake the GPU there)."""
     cfg = load_hosts(project.hosts_file)
     suite = load_fixtures(project.fixtures_file)
     options = options_from(args, cfg)
@@ -477,24 +517,44 @@ def run_probe(project: Project, session: str, args, *, readers: ReaderFactory | 
         host_name, why = resolve_host(project, cfg, args.host)
         print(f"host {host_name} ({why})", file=out)
         host = cfg.host(host_name)
+        caps = probe_caps(cfg, host_name, getattr(args, "caps", None))
         # Refuse before an attempt exists: a refused run leaves no evidence behind.
         check_flag_sets(host_name, host, options.flag_sets)
         if session == "probe-serve":
             serve_fixtures(suite, host, options.fixtures)
         env_bin = probe_env(project, cfg, host_name, options, venv=args.venv, nvml=nvml)
-        store = _open(project, cfg, host_name, session, args)
-    except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable, EnvError, NotInEnv) as exc:
+    except (NoHost, PlanError, FixtureNotRunnable, EnvError, NotInEnv) as exc:
         print(f"error: {exc}", file=out)
         return 1
     if env_bin is not None:
         print(f"env {env_bin.parent}: every check passed; the server runs from it", file=out)
+    code = 0
+    for cap in caps:
+        if cap is not None:
+            print(f"emulated capacity {cap:,} MiB ({cap / 1024:g} GiB) on {host.gpu}", file=out)
+        code = max(code, _probe_attempt(
+            project, cfg, suite, session, args, host_name, replace(options, cap_mib=cap),
+            readers or default_readers(host, args.gpu_index, cap), env_bin, out))
+        if code > 1:  # interrupted: the rest of a sweep waits for a re-run
+            break
+    return code
+
+
+def _probe_attempt(project: Project, cfg: HostsConfig, suite: FixtureSuite, session: str, args,
+                   host_name: str, options: ProbeOptions, readers: ReaderFactory,
+                   env_bin: Path | None, out: TextIO) -> int:
+    """One attempt's probe-init or probe-serve."""
+    try:
+        store = _open(project, cfg, host_name, session, args, options.cap_mib)
+    except AttemptBusy as exc:
+        print(f"error: {exc}", file=out)
+        return 1
     probe = Probe(cfg, suite, project.fixtures_file.parent, project.hosts_file, host_name, store,
-                  options, readers=readers or default_readers(host, args.gpu_index),
-                  env_bin=env_bin, out=out)
+                  options, readers=readers, env_bin=env_bin, out=out)
     try:
         with signals_interrupt():
             (probe.probe_init if session == "probe-init" else probe.probe_serve)()
-    except (PortInUse, GpuBusy) as exc:
+    except (PortInUse, GpuBusy, EmulationUnguarded) as exc:
         print(f"error: {exc}", file=out)
         return 1
     except KeyboardInterrupt:

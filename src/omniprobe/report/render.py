@@ -208,7 +208,8 @@ def serve_text(hosts: HostsConfig, host_key: str) -> str:
 def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     hosts, fixtures = loaded.hosts, loaded.fixtures
     host = hosts.host(key)
-    attempts = loaded.evidence.for_host(key, include_simulated=host.simulated)
+    attempts = loaded.evidence.for_host(key, include_simulated=host.simulated,
+                                        include_emulated=host.emulation is not None)
     views = [v for a in attempts for v in run_views(a)]
     refs = sorted({fixtures.get(c.fixture).reference_count for v in views for c in v.cells})
     rows = []
