@@ -361,9 +361,16 @@ class HostsConfig(_Input):
         filled = dict(hosts)
         for name, host in hosts.items():
             emulation = host.get("emulation") if isinstance(host, dict) else None
-            target = hosts.get(emulation.get("emulates")) if isinstance(emulation, dict) else None
-            if not isinstance(target, dict) or target.get("emulation") is not None:
-                continue  # unknown or chained targets are reported by _cross_references
+            emulates = emulation.get("emulates") if isinstance(emulation, dict) else None
+            if emulates is None:
+                continue
+            target = hosts.get(emulates)
+            if not isinstance(target, dict):
+                raise ValueError(f"[hosts.{name}.emulation] key 'emulates': host {emulates!r} "
+                                 "is not defined under [hosts]")
+            if target.get("emulation") is not None:
+                raise ValueError(f"[hosts.{name}.emulation] key 'emulates': host {emulates!r} "
+                                 "is itself emulated; name a real or simulated host")
             inherited = {key: target[key] for key in _INHERITED if key in target}
             filled[name] = {**inherited, **host}
         return {**data, "hosts": filled}
@@ -416,14 +423,6 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
                 problems.append(Problem(
                     file, f"[hosts.{name}] key 'offline_kwarg_sets'",
                     f"offline kwarg set {kwarg_set!r} is not defined under [offline_kwarg_sets]"))
-        emulates = host.emulation.emulates if host.emulation else None
-        if emulates is not None and emulates not in cfg.hosts:
-            problems.append(Problem(file, f"[hosts.{name}.emulation] key 'emulates'",
-                                    f"host {emulates!r} is not defined under [hosts]"))
-        elif emulates is not None and cfg.hosts[emulates].emulation is not None:
-            problems.append(Problem(file, f"[hosts.{name}.emulation] key 'emulates'",
-                                    f"host {emulates!r} is itself emulated; name a real or "
-                                    "simulated host"))
     for name, flag_set in cfg.flag_sets.items():
         if flag_set.deploy_config and flag_set.deploy_config not in cfg.deploy_configs:
             problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",

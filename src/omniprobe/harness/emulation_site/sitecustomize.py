@@ -140,7 +140,13 @@ def _chain_next_sitecustomize() -> None:
 
 
 def install() -> None:
-    if cap_from_env() is not None:
+    try:
+        cap = cap_from_env()
+    except EmulationError as exc:
+        # site.py would print an exception and run the server uncapped: stop it instead.
+        print(f"{LOG_PREFIX} error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    if cap is not None:
         if "torch" in sys.modules:
             arm(sys.modules["torch"])
         else:
