@@ -9,8 +9,6 @@ import sys
 import textwrap
 
 import pytest
-from .conftest import probe_args
-from .fakenvml import FakeNvml, Frame
 
 from omniprobe.analysis.capacity_curve import capacity_curve
 from omniprobe.analysis.series import Sample
@@ -36,6 +34,9 @@ from omniprobe.harness.emulation_site.sitecustomize import (
 )
 from omniprobe.harness.probe import run_probe
 from omniprobe.harness.sampler import MIB, NvmlReader, Sampler
+
+from .conftest import probe_args
+from .fakenvml import FakeNvml, Frame
 
 GIB = 1024**3
 
