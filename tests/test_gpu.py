@@ -190,6 +190,7 @@ def test_an_emulated_24_gib_host_caps_the_torch_sim_in_pytorchs_own_oom(project,
 _OUTSIDE_PYTORCH = """
 import ctypes, sys, time
 cuda = ctypes.CDLL("libcuda.so.1")
+cuda.cuMemAlloc_v2.argtypes = [ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t]
 dev, ctx, ptr = ctypes.c_int(), ctypes.c_void_p(), ctypes.c_uint64()
 assert cuda.cuInit(0) == 0 and cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
 assert cuda.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0
