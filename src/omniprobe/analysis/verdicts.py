@@ -7,6 +7,7 @@
   asked for the target count and did not fit; else `untested`: no run asked for it at all.
 - Simulated evidence counts only for a simulated host; emulated evidence only for the emulated
   host it was filed under, never for the host it emulates.
+- An emulated host's verdict reads its attempts at the emulated card's capacity only.
 - On an emulated host, a cell whose server's process tree exceeded the cap (emulation breached)
   does not fit, whatever its outcome.
 """
@@ -118,6 +119,9 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
     target = hosts.probe.target_reference_count
     attempts = evidence.for_host(name, include_simulated=host.simulated,
                                  include_emulated=host.emulation is not None)
+    cap = hosts.emulated_cap_mib(name)
+    if cap is not None:  # the emulated card's own capacity; a sweep's other caps are the curve's
+        attempts = [a for a in attempts if a.meta.provenance.cap_mib == cap]
     results = [evaluate_run(v, fixtures) for a in attempts for v in run_views(a)]
     initialised = _ordered((r.flag_set for r in results if r.initialised), host)
     failed = _ordered((r.flag_set for r in results if not r.initialised), host)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jinja2
 
+from omniprobe.analysis.capacity_curve import CapacityCurve, capacity_curve
 from omniprobe.analysis.derived import (
     ImageStructure,
     KvDelta,
@@ -18,6 +19,12 @@ from omniprobe.analysis.derived import (
     psnr_groups,
     target_ooms,
 )
+from omniprobe.analysis.emulation_compare import (
+    CellPair,
+    TransferCaveat,
+    compare_cells,
+    transfer_caveat,
+)
 from omniprobe.analysis.summaries import RunView, manifest_summary, run_views
 from omniprobe.analysis.verdicts import HostVerdict, all_verdicts
 from omniprobe.atomic import write_text_atomic
@@ -26,10 +33,12 @@ from omniprobe.config.project import Project
 from omniprobe.evidence.models import Cell, LoadedAttempt, StatedFigure
 from omniprobe.evidence.quantities import Range, size_mib
 from omniprobe.evidence.validate import Loaded, load_valid_project
+from omniprobe.report.capacity_svg import render_curve_svg
 from omniprobe.report.timeline_svg import render_svg
 
 TEMPLATE = "report.md.j2"
 FIGURES_DIR = Path("report") / "timelines"
+CAPACITY_DIR = Path("report") / "capacity"
 
 
 # --- formatting: every figure passes through one of these, so templates hold no numbers ----
@@ -68,6 +77,10 @@ def cell_text(cell: Cell | None) -> str:
     """A run-matrix cell: 'OK 34.2 s', '**OOM**', 'OK 44.06–44.35 s — **output broken**'."""
     if cell is None:
         return "—"
+    if cell.emulation_breach is not None:
+        breach = cell.emulation_breach
+        return (f"**EMULATION BREACHED** ({num(breach.held_mib)} MiB held, "
+                f"cap {num(breach.cap_mib)} MiB)")
     if cell.outcome != "ok":
         return f"**{cell.outcome.upper()}**"
     text = "OK" + (f" {span(cell.wall_s)} s" if cell.wall_s else "")
@@ -205,6 +218,12 @@ def serve_text(hosts: HostsConfig, host_key: str) -> str:
             + f" --served-model-name {serve.served_model_name}")
 
 
+def _cap_of(attempt: LoadedAttempt, capacity_mib: int | None) -> int | None:
+    """The capacity line of an attempt's timelines: its emulated cap, else the modelled card's."""
+    prov = attempt.meta.provenance
+    return prov.cap_mib if prov.kind == "emulated" else capacity_mib
+
+
 def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     hosts, fixtures = loaded.hosts, loaded.fixtures
     host = hosts.host(key)
@@ -220,7 +239,7 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
         rows.append(RunRow(view, flags_text(hosts, view.flag_set), cells))
     figures = {f.key: f for a in attempts for f in a.figures}
     capacity = host.capacity.vram_mib if host.capacity else None
-    timelines = [t for v in views for t in timeline_figures(v, capacity)]
+    timelines = [t for v in views for t in timeline_figures(v, _cap_of(v.attempt, capacity))]
     return HostSection(
         key=key, host=host, verdict=verdict, attempts=attempts, views=views, ref_columns=refs,
         rows=rows, kv=kv_deltas(views, fixtures), psnr=psnr_groups(attempts),
@@ -230,9 +249,57 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     )
 
 
+@dataclass
+class CurveFigure:
+    path: str
+    svg: str
+    caps_gib: list[str]
+    rows: list[tuple[str, list[str]]]  # flag set, minimum GiB per reference count
+
+
+def curve_figure(curve: CapacityCurve, host: Host) -> CurveFigure:
+    def gib(mib: int) -> str:
+        return f"{mib / 1024:g}"
+
+    rows = [(flag_set, [gib(cap) if (cap := curve.min_cap(flag_set, count)) is not None
+                        else f"none ≤ {gib(max(curve.caps_mib))}"
+                        for count in curve.reference_counts])
+            for flag_set in curve.flag_sets]
+    svg = render_curve_svg(curve, title=f"{host.name}: minimum VRAM (GiB) per reference count")
+    return CurveFigure((CAPACITY_DIR / f"{curve.host}.svg").as_posix(), svg,
+                       [gib(c) for c in curve.caps_mib], rows)
+
+
+@dataclass
+class EmulationSection:
+    """An emulated host beside the host it emulates."""
+
+    section: HostSection
+    target: HostSection | None
+    cap_mib: int
+    caveat: TransferCaveat
+    pairs: list[CellPair]
+    curve: CapacityCurve | None
+    figure: CurveFigure | None
+
+
+def emulation_section(section: HostSection, by_key: dict[str, HostSection],
+                      loaded: Loaded) -> EmulationSection:
+    hosts, key = loaded.hosts, section.key
+    curve = capacity_curve(key, hosts, loaded.fixtures, loaded.evidence)
+    target = section.host.emulation.emulates
+    return EmulationSection(
+        section=section, target=by_key.get(target) if target else None,
+        cap_mib=hosts.emulated_cap_mib(key), caveat=transfer_caveat(hosts, key),
+        pairs=compare_cells(hosts, key, loaded.fixtures, loaded.evidence), curve=curve,
+        figure=curve_figure(curve, section.host) if curve else None)
+
+
 def build_context(loaded: Loaded) -> dict:
     verdicts = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)
     sections = [host_section(k, loaded, verdicts[k]) for k in loaded.hosts.hosts]
+    by_key = {s.key: s for s in sections}
+    emulated = [s for s in sections if s.host.emulation is not None]
     baselines = [a for a in loaded.evidence.attempts if a.baseline is not None]
     return {
         "cfg": loaded.hosts,
@@ -241,9 +308,11 @@ def build_context(loaded: Loaded) -> dict:
         "fixtures": loaded.fixtures,
         "target": loaded.hosts.probe.target_reference_count,
         "sections": sections,
-        "real": [s for s in sections if not s.host.simulated],
-        "simulated": [s for s in sections if s.host.simulated],
-        "by_key": {s.key: s for s in sections},
+        "real": [s for s in sections if not s.host.simulated and s.host.emulation is None],
+        "simulated": [s for s in sections if s.host.simulated and s.host.emulation is None],
+        "emulations": [emulation_section(s, by_key, loaded) for s in emulated if s.attempts],
+        "unprobed_emulations": [s for s in emulated if not s.attempts],
+        "by_key": by_key,
         "baselines": baselines,
         "attempts": loaded.evidence.attempts,
     }
@@ -278,6 +347,7 @@ def render_outputs(project: Project) -> dict[Path, str]:
     outputs = {Path("REPORT.md"): text}
     for section in context["sections"]:
         outputs.update({Path(t.path): t.svg for t in section.timelines})
+    outputs.update({Path(e.figure.path): e.figure.svg for e in context["emulations"] if e.figure})
     return outputs
 
 
@@ -286,8 +356,9 @@ def render_report(project: Project) -> str:
 
 
 def _committed_figures(project: Project) -> set[Path]:
-    folder = project.root / FIGURES_DIR
-    return {p.relative_to(project.root) for p in folder.rglob("*.svg")} if folder.is_dir() else set()
+    folders = [project.root / FIGURES_DIR, project.root / CAPACITY_DIR]
+    return {p.relative_to(project.root) for folder in folders if folder.is_dir()
+            for p in folder.rglob("*.svg")}
 
 
 def write_report(project: Project) -> Path:
