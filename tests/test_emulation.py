@@ -15,6 +15,7 @@ from omniprobe.analysis.series import Sample
 from omniprobe.analysis.verdicts import host_verdict
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
+from omniprobe.env.simulated import check_sim_env
 from omniprobe.errors import InputError
 from omniprobe.evidence.models import load_evidence
 from omniprobe.evidence.validate import load_project
@@ -36,6 +37,7 @@ from omniprobe.harness.probe import run_probe
 from omniprobe.harness.sampler import MIB, NvmlReader, Sampler
 
 from .conftest import probe_args
+from .env_scaffold import FakeNvml as GpuOnly
 from .fakenvml import FakeNvml, Frame
 
 GIB = 1024**3
@@ -265,3 +267,17 @@ def test_emulated_evidence_never_counts_for_the_host_it_emulates(project, port):
     evidence = load_evidence(project.evidence_dir)[0]
     assert host_verdict("sim", loaded.hosts, load_fixtures(project.fixtures_file),
                         evidence).attempts == ()
+
+
+@pytest.mark.parametrize(("gpu", "total_mib", "cc", "failed"), [
+    ("NVIDIA H200", 143771, (9, 0), set()),
+    ("NVIDIA GeForce RTX 3090", 24576, (8, 6),
+     {"gpu.name", "gpu.compute_capability", "gpu.memory", "emulation.cap"}),
+])
+def test_the_emulated_sims_env_checks_its_physical_gpu_and_the_cap(project, gpu, total_mib, cc,
+                                                                   failed):
+    nvml = GpuOnly(name=gpu, memory_mib=total_mib, capability=cc)
+    env = check_sim_env(load_hosts(project.hosts_file), project, "sim-on-h200", nvml=nvml)
+    status = {c.name: c.status for c in env.checks}
+    assert {name for name, s in status.items() if s == "fail"} == failed
+    assert status["emulation.cap"] in ("pass", "fail") and status["gpu.name"] in ("pass", "fail")

@@ -156,7 +156,8 @@ def host_facts(nvml: Any) -> HostFacts:
 
 
 def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]:
-    if host.simulated:
+    """NVML against hosts.toml; an emulated host's entry describes its physical GPU."""
+    if host.simulated and host.emulation is None:
         return [_check("gpu.nvml", "skip", "simulated host: its GPU is modelled, not checked")]
     gpu = facts.gpu
     if gpu is None:
