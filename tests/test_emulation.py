@@ -3,6 +3,7 @@ scripted series, emulated hosts in hosts.toml, and a capacity sweep on the simul
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -281,3 +282,105 @@ def test_the_emulated_sims_env_checks_its_physical_gpu_and_the_cap(project, gpu,
     status = {c.name: c.status for c in env.checks}
     assert {name for name, s in status.items() if s == "fail"} == failed
     assert status["emulation.cap"] in ("pass", "fail") and status["gpu.name"] in ("pass", "fail")
+
+
+def _emulated_and_real(project, port, *fixtures: str) -> None:
+    """cpuoff on sim-emulated (at its own cap) and on the sim it emulates, the given fixtures."""
+    picked = [arg for fixture in fixtures for arg in ("--fixture", fixture)]
+    for host in ("sim-emulated", "sim"):
+        args = probe_args("probe-serve", port, "--host", host, "--flag-set", "cpuoff", *picked)
+        assert run_probe(project, "probe-serve", args) == 0
+
+
+def test_cells_agree_until_the_emulated_capacity_differs(project, port):
+    from omniprobe.analysis.emulation_compare import compare_cells
+
+    _emulated_and_real(project, port, "sim-three", "sim-four")
+    loaded, _ = load_project(project)
+    pairs = compare_cells(loaded.hosts, "sim-emulated", loaded.fixtures, loaded.evidence)
+    assert [(p.fixture, p.capacity_agrees, p.quality_agrees) for p in pairs] == [
+        ("sim-three", True, True), ("sim-four", True, None)]
+    # a 26 GiB emulation of the same card fits four references: that cell disagrees
+    hosts = project.hosts_file.read_text().replace(
+        'emulates = "sim"\nmechanism = "sim-account"',
+        'emulates = "sim"\ncapacity_mib = 26624\nmechanism = "sim-account"')
+    project.hosts_file.write_text(hosts)
+    args = probe_args("probe-serve", port, "--host", "sim-emulated", "--flag-set", "cpuoff",
+                      "--fixture", "sim-three", "--fixture", "sim-four")
+    assert run_probe(project, "probe-serve", args) == 0
+    loaded, _ = load_project(project)
+    pairs = compare_cells(loaded.hosts, "sim-emulated", loaded.fixtures, loaded.evidence)
+    assert [(p.fixture, p.capacity_agrees) for p in pairs] == [("sim-three", True),
+                                                               ("sim-four", False)]
+
+
+def test_the_report_shows_the_emulated_verdict_beside_the_real_one(project, port):
+    import shutil
+
+    from omniprobe.report.render import render_outputs
+
+    from .conftest import REPO
+
+    _emulated_and_real(project, port, "sim-three", "sim-four")
+    shutil.copytree(REPO / "templates", project.root / "templates")
+    shutil.copytree(REPO / "schemas", project.root / "schemas")
+    outputs = render_outputs(project)
+    report = outputs[next(p for p in outputs if p.name == "REPORT.md")]
+    section = report.split("### Emulated hosts", 1)[1]
+    assert "| cpuoff | sim-three | 3 | OK" in section
+    assert "| agree | agree |" in section and "**disagree**" not in section
+    assert "The emulated card is simulated" in section
+    # a breach recorded on the three-reference request: it no longer fits, and the cell says so
+    [folder] = (project.evidence_dir / "sim-emulated").iterdir()
+    records = json.loads((folder / "requests.json").read_text())
+    three = next(r for r in records if r["fixture"] == "sim-three")
+    three["emulation_breach"] = {"t_s": 1.5, "held_mib": 24700.0, "cap_mib": 24576}
+    (folder / "requests.json").write_text(json.dumps(records))
+    loaded, problems = load_project(project)
+    assert problems == []
+    verdict = host_verdict("sim-emulated", loaded.hosts, loaded.fixtures, loaded.evidence)
+    assert verdict.highest_served_refs == 0
+    outputs = render_outputs(project)
+    section = outputs[next(p for p in outputs if p.name == "REPORT.md")].split(
+        "### Emulated hosts", 1)[1]
+    assert "**EMULATION BREACHED** (24,700 MiB held, cap 24,576 MiB)" in section
+    assert "| cpuoff | sim-three | 3 |" in section and "**disagree**" in section
+
+
+@pytest.mark.parametrize(("card_cc", "physical_cc", "kernels_match", "fp8_differs"), [
+    ("8.6", "9.0", False, True),    # the 3090 on an H200: Marlin W8A16 against native FP8
+    ("12.0", "9.0", False, False),  # both take native FP8, other kernels still differ
+    ("9.0", "9.0", True, False),
+])
+def test_the_caveat_follows_the_compute_capabilities(repo, tmp_path, card_cc, physical_cc,
+                                                     kernels_match, fp8_differs):
+    from omniprobe.analysis.emulation_compare import quantizes_fp8, transfer_caveat
+
+    text = repo.hosts_file.read_text().replace(
+        'compute_capability = "8.6"', f'compute_capability = "{card_cc}"', 1)
+    text = text.replace('gpu = "NVIDIA H200"\ncompute_capability = "9.0"',
+                        f'gpu = "NVIDIA H200"\ncompute_capability = "{physical_cc}"', 1)
+    (tmp_path / "hosts.toml").write_text(text)
+    cfg = load_hosts(tmp_path / "hosts.toml")
+    caveat = transfer_caveat(cfg, "rtx3090-on-h200")
+    assert (caveat.kernels_match, caveat.fp8_path_differs) == (kernels_match, fp8_differs)
+    assert ("Marlin" in caveat.text) == fp8_differs
+    assert ("capacity transfers" in caveat.text) == (not kernels_match)
+    assert quantizes_fp8(cfg, "fp8") and not quantizes_fp8(cfg, "cpuoff")
+
+
+def test_the_curve_svg_is_deterministic_and_follows_the_curve():
+    from omniprobe.analysis.capacity_curve import CapacityCurve, CapRun, CurveStep
+    from omniprobe.report.capacity_svg import render_curve_svg
+
+    def curve(min_cap: int | None) -> CapacityCurve:
+        runs = (CapRun(20480, "cpuoff", "a", True, (1, 2), (1,)),
+                CapRun(24576, "cpuoff", "b", True, (1, 2), (1, 2) if min_cap else (1,)))
+        steps = (CurveStep("cpuoff", 1, 20480, 24576), CurveStep("cpuoff", 2, min_cap, 24576))
+        return CapacityCurve("h", (20480, 24576), ("cpuoff",), (1, 2), runs, steps)
+
+    served, unserved = render_curve_svg(curve(24576), title="t"), render_curve_svg(curve(None),
+                                                                                   title="t")
+    assert served == render_curve_svg(curve(24576), title="t")
+    assert served.count("<circle") == 2 and unserved.count("<circle") == 1
+    assert "×</text>" in unserved and "not served up to 24 GiB" in unserved
