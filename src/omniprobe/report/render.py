@@ -30,7 +30,7 @@ from omniprobe.analysis.verdicts import HostVerdict, all_verdicts
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.config.project import Project
-from omniprobe.evidence.models import Cell, LoadedAttempt, StatedFigure
+from omniprobe.evidence.models import Cell, EmulationCheck, LoadedAttempt, StatedFigure
 from omniprobe.evidence.quantities import Range, size_mib
 from omniprobe.evidence.validate import Loaded, load_valid_project
 from omniprobe.report.capacity_svg import render_curve_svg
@@ -270,6 +270,15 @@ def curve_figure(curve: CapacityCurve, host: Host) -> CurveFigure:
                        [gib(c) for c in curve.caps_mib], rows)
 
 
+@dataclass(frozen=True)
+class GuardRow:
+    """One emulated server lifetime as its guard saw it."""
+
+    attempt: str
+    flag_set: str
+    check: EmulationCheck
+
+
 @dataclass
 class EmulationSection:
     """An emulated host beside the host it emulates."""
@@ -281,6 +290,7 @@ class EmulationSection:
     pairs: list[CellPair]
     curve: CapacityCurve | None
     figure: CurveFigure | None
+    guards: list[GuardRow]
 
 
 def emulation_section(section: HostSection, by_key: dict[str, HostSection],
@@ -292,7 +302,9 @@ def emulation_section(section: HostSection, by_key: dict[str, HostSection],
         section=section, target=by_key.get(target) if target else None,
         cap_mib=hosts.emulated_cap_mib(key), caveat=transfer_caveat(hosts, key),
         pairs=compare_cells(hosts, key, loaded.fixtures, loaded.evidence), curve=curve,
-        figure=curve_figure(curve, section.host) if curve else None)
+        figure=curve_figure(curve, section.host) if curve else None,
+        guards=[GuardRow(v.attempt.id, v.flag_set, life.timeline.emulation) for v in section.views
+                for life in v.run.lifetimes if life.timeline and life.timeline.emulation])
 
 
 def build_context(loaded: Loaded) -> dict:
