@@ -32,6 +32,7 @@ from omniprobe.harness.emulation_site.sitecustomize import (
     EmulationError,
     allocator_fraction,
     cap_from_env,
+    capped_mem_info,
     process_bytes,
 )
 from omniprobe.harness.probe import run_probe
@@ -64,6 +65,16 @@ def test_the_fraction_leaves_the_allocator_the_cap_less_the_context(cap, context
 def test_a_cap_that_cannot_be_honoured_is_refused(cap, context, total, message):
     with pytest.raises(EmulationError, match=message):
         allocator_fraction(cap, context, total)
+
+
+@pytest.mark.parametrize(("free", "reserved", "expected_free"), [
+    (130 * GIB, 2 * GIB, 24 * GIB - 512 * MIB - 2 * GIB),  # the cap's room, not the H200's
+    (10 * GIB, 2 * GIB, 10 * GIB),                           # never more than is really free
+    (130 * GIB, 24 * GIB, 0),
+])
+def test_free_memory_is_reported_as_on_the_emulated_card(free, reserved, expected_free):
+    assert capped_mem_info(free, 140 * GIB, 24 * GIB, 512 * MIB, reserved) == (expected_free,
+                                                                              24 * GIB)
 
 
 @pytest.mark.parametrize(("value", "expected"), [(None, None), ("24576", 24576 * MIB)])

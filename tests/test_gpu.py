@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -254,3 +255,33 @@ def test_a_sweep_gives_the_capacity_models_curve_on_a_real_gpu(project, port):
         assert abs(measured - predicted) <= 1, (cap_mib, measured, predicted)
         assert breach is None and (peak is None or peak <= cap_mib)
     assert [m for _, _, m, _, _, _ in rows] == sorted(m for _, _, m, _, _, _ in rows)
+
+
+_PLAIN_TORCH = """
+import json, sys, torch
+torch.zeros(1, device="cuda")
+free, total = torch.cuda.mem_get_info()
+try:
+    torch.empty(int(sys.argv[1]) * 1024**2, dtype=torch.uint8, device="cuda")
+    oom = None
+except torch.cuda.OutOfMemoryError as exc:
+    oom = str(exc)
+print(json.dumps({"free": free, "total": total, "oom": oom}))
+"""
+
+
+def test_the_hook_makes_any_torch_process_see_and_hit_the_emulated_card(project):
+    cfg = load_hosts(project.hosts_file)
+    cap_mib = cfg.emulated_cap_mib(EMULATED)
+    env = {**os.environ, **emulation_env(cfg.host(EMULATED), cap_mib, dict(os.environ))}
+    proc = subprocess.run([sys.executable, "-c", _PLAIN_TORCH, str(cap_mib)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    seen = json.loads(proc.stdout.splitlines()[-1])
+    [capped] = capped_processes(proc.stderr)
+    print(f"\nmem_get_info: free {seen['free'] / MIB:.0f} MiB of {seen['total'] / MIB:.0f} MiB; "
+          f"hook: {capped}; a {cap_mib} MiB tensor: {seen['oom'][:160]}")
+    assert seen["total"] == cap_mib * MIB
+    assert seen["free"] <= (cap_mib - capped.context_mib) * MIB
+    assert "CUDA out of memory" in seen["oom"]
+    assert f"{capped.allowed_mib / 1024:.2f} GiB allowed" in seen["oom"]

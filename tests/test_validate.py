@@ -21,7 +21,8 @@ def test_committed_project_is_valid(repo):
     loaded, problems = load_project(repo)
     assert problems == []
     kinds = {(a.host, a.meta.provenance.kind) for a in loaded.evidence.attempts}
-    assert kinds == {("rtx3090", "transcribed"), ("rtx5080", "transcribed"), ("sim", "simulated")}
+    assert kinds == {("rtx3090", "transcribed"), ("rtx5080", "transcribed"), ("sim", "simulated"),
+                     ("sim-emulated", "emulated"), ("sim-on-h200", "emulated")}
 
 
 BAD_EVIDENCE = [

@@ -7,6 +7,8 @@ with torch.cuda's lazy initialisation: at the process's first CUDA use, it creat
 context, measures it through NVML, and sets the per-process memory fraction to the cap less that
 context. An allocation past it raises PyTorch's own CUDA out-of-memory error, "... allowed"
 figure included, as on the smaller card, where the context also comes out of the card's memory.
+torch.cuda.mem_get_info then answers as the smaller card would, so a server that sizes itself
+from free memory (vLLM's profiling) sizes itself for the cap.
 
 Why this mechanism: the fraction is enforced by PyTorch's caching allocator in each process, needs
 no privileges and works in containers, and its failure is the OOM the probe already parses. It
@@ -54,6 +56,12 @@ def allocator_fraction(cap_bytes: int, context_bytes: int, total_bytes: int) -> 
     return allowed / total_bytes
 
 
+def capped_mem_info(free: int, total: int, cap: int, context: int, reserved: int) -> tuple[int, int]:
+    """cudaMemGetInfo as the emulated card would answer it: its capacity as the total, and as
+    free what this process may still reserve (never more than the physical GPU has free)."""
+    return max(0, min(free, cap - context - reserved)), min(total, cap)
+
+
 def cap_from_env(environ=os.environ) -> int | None:
     """The cap in bytes, or None when this process is not emulating."""
     text = environ.get(CAP_ENV)
@@ -95,9 +103,23 @@ def cap_this_process() -> None:
     total = torch.cuda.get_device_properties(device).total_memory
     fraction = allocator_fraction(cap, max(context, 0), total)
     torch.cuda.set_per_process_memory_fraction(fraction, device)
+    _report_capped_memory(torch, cap, max(context, 0))
     print(f"{LOG_PREFIX} pid {os.getpid()} device {device} cap_mib {cap / MIB:.1f} "
           f"context_mib {max(context, 0) / MIB:.1f} allowed_mib {fraction * total / MIB:.1f} "
           f"fraction {fraction:.6f} total_mib {total / MIB:.1f}", file=sys.stderr, flush=True)
+
+
+def _report_capped_memory(torch, cap: int, context: int) -> None:
+    """Servers size themselves from torch.cuda.mem_get_info (vLLM's memory profiling does): make
+    it describe the emulated card, not the physical GPU. get_device_properties().total_memory
+    still tells the physical size; the guard stands behind both."""
+    physical = torch.cuda.mem_get_info
+
+    def mem_get_info(device=None):
+        free, total = physical(device)
+        return capped_mem_info(free, total, cap, context, torch.cuda.memory_reserved(device))
+
+    torch.cuda.mem_get_info = torch.cuda.memory.mem_get_info = mem_get_info
 
 
 def arm(torch_module) -> None:
