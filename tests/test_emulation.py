@@ -395,3 +395,24 @@ def test_the_curve_svg_is_deterministic_and_follows_the_curve():
     assert served == render_curve_svg(curve(24576), title="t")
     assert served.count("<circle") == 2 and unserved.count("<circle") == 1
     assert "×</text>" in unserved and "not served up to 24 GiB" in unserved
+
+
+def test_server_starts_are_compared_flag_set_by_flag_set(project, port):
+    from omniprobe.analysis.emulation_compare import compare_inits
+
+    for host in ("sim-emulated", "sim"):
+        args = probe_args("probe-init", port, "--host", host, "--flag-set", "default")
+        run_probe(project, "probe-init", args)
+    loaded, _ = load_project(project)
+    [pair] = compare_inits(loaded.hosts, "sim-emulated", loaded.evidence)
+    assert (pair.flag_set, pair.emulated.outcome, pair.real.outcome, pair.agrees) == (
+        "default", "oom", "oom", True)
+    # emulating a 32 GiB card, the default flags start where the 24 GiB card's do not
+    project.hosts_file.write_text(project.hosts_file.read_text().replace(
+        'emulates = "sim"\nmechanism = "sim-account"',
+        'emulates = "sim"\ncapacity_mib = 32768\nmechanism = "sim-account"'))
+    args = probe_args("probe-init", port, "--host", "sim-emulated", "--flag-set", "default")
+    assert run_probe(project, "probe-init", args) == 0
+    loaded, _ = load_project(project)
+    [pair] = compare_inits(loaded.hosts, "sim-emulated", loaded.evidence)
+    assert (pair.emulated.outcome, pair.real.outcome, pair.agrees) == ("ready", "oom", False)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from omniprobe.analysis.summaries import RunView, run_views
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models import Cell, Evidence
+from omniprobe.evidence.models import Cell, Evidence, InitResult
 
 # Below this compute capability a GPU has no FP8 tensor cores: vLLM serves FP8 weights there with a
 # weight-only W8A16 kernel (Marlin, as on the seed report's 3090) where sm_89+ runs native FP8.
@@ -100,6 +100,19 @@ class CellPair:
         return self.emulated.quality == self.real.quality
 
 
+@dataclass(frozen=True)
+class InitPair:
+    """How the server's start ended under one flag set, on both hosts."""
+
+    flag_set: str
+    emulated: InitResult
+    real: InitResult
+
+    @property
+    def agrees(self) -> bool:
+        return self.emulated.outcome == self.real.outcome
+
+
 def _latest_cells(views: list[RunView]) -> dict[tuple[str, str], Cell]:
     cells = {}
     for view in sorted(views, key=lambda v: v.attempt.id):
@@ -108,20 +121,41 @@ def _latest_cells(views: list[RunView]) -> dict[tuple[str, str], Cell]:
     return cells
 
 
-def compare_cells(hosts: HostsConfig, host_name: str, fixtures: FixtureSuite,
-                  evidence: Evidence) -> list[CellPair]:
-    """Every flag set and fixture with a cell on both the emulated host (at its own cap) and the
-    host it emulates (the newest attempt of each speaks)."""
+def _views(hosts: HostsConfig, host_name: str,
+           evidence: Evidence) -> tuple[list[RunView], list[RunView]]:
+    """The emulated host's runs at its own cap, and the runs of the host it emulates."""
     host = hosts.host(host_name)
     target = host.emulation.emulates if host.emulation else None
     if target is None:
-        return []
+        return [], []
     cap = hosts.emulated_cap_mib(host_name)
     emulated = [v for a in evidence.for_host(host_name, include_simulated=host.simulated,
                                              include_emulated=True)
                 if a.emulated and a.meta.provenance.cap_mib == cap for v in run_views(a)]
     real = [v for a in evidence.for_host(target, include_simulated=hosts.host(target).simulated)
             for v in run_views(a)]
+    return emulated, real
+
+
+def compare_inits(hosts: HostsConfig, host_name: str, evidence: Evidence) -> list[InitPair]:
+    """Every flag set started on both hosts: the newest start of each side."""
+    emulated, real = _views(hosts, host_name, evidence)
+
+    def latest(views: list[RunView]) -> dict[str, InitResult]:
+        return {v.flag_set: v.run.init for v in sorted(views, key=lambda v: v.attempt.id)}
+
+    mine, theirs = latest(emulated), latest(real)
+    return [InitPair(flag_set, mine[flag_set], theirs[flag_set])
+            for flag_set in hosts.host(host_name).serve_flag_sets
+            if flag_set in mine and flag_set in theirs]
+
+
+def compare_cells(hosts: HostsConfig, host_name: str, fixtures: FixtureSuite,
+                  evidence: Evidence) -> list[CellPair]:
+    """Every flag set and fixture with a cell on both the emulated host (at its own cap) and the
+    host it emulates (the newest attempt of each speaks)."""
+    host = hosts.host(host_name)
+    emulated, real = _views(hosts, host_name, evidence)
     mine, theirs = _latest_cells(emulated), _latest_cells(real)
     fp8_differs = transfer_caveat(hosts, host_name).fp8_path_differs
     order = {name: i for i, name in enumerate(host.serve_flag_sets)}

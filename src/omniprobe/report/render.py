@@ -21,8 +21,10 @@ from omniprobe.analysis.derived import (
 )
 from omniprobe.analysis.emulation_compare import (
     CellPair,
+    InitPair,
     TransferCaveat,
     compare_cells,
+    compare_inits,
     transfer_caveat,
 )
 from omniprobe.analysis.summaries import RunView, manifest_summary, run_views
@@ -287,6 +289,7 @@ class EmulationSection:
     target: HostSection | None
     cap_mib: int
     caveat: TransferCaveat
+    inits: list[InitPair]
     pairs: list[CellPair]
     curve: CapacityCurve | None
     figure: CurveFigure | None
@@ -301,6 +304,7 @@ def emulation_section(section: HostSection, by_key: dict[str, HostSection],
     return EmulationSection(
         section=section, target=by_key.get(target) if target else None,
         cap_mib=hosts.emulated_cap_mib(key), caveat=transfer_caveat(hosts, key),
+        inits=compare_inits(hosts, key, loaded.evidence),
         pairs=compare_cells(hosts, key, loaded.fixtures, loaded.evidence), curve=curve,
         figure=curve_figure(curve, section.host) if curve else None,
         guards=[GuardRow(v.attempt.id, v.flag_set, life.timeline.emulation) for v in section.views
