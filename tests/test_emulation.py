@@ -416,3 +416,18 @@ def test_server_starts_are_compared_flag_set_by_flag_set(project, port):
     loaded, _ = load_project(project)
     [pair] = compare_inits(loaded.hosts, "sim-emulated", loaded.evidence)
     assert (pair.emulated.outcome, pair.real.outcome, pair.agrees) == ("ready", "oom", False)
+
+
+def test_fresh_starts_one_attempt_per_cap_shared_by_the_sessions_of_a_run(project, port,
+                                                                          monkeypatch):
+    args = ("--host", "sim-emulated", "--caps", "24,32", "--flag-set", "cpuoff", "--fixture",
+            "sim-single", "--fresh")
+    monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-1")
+    for session in ("probe-init", "probe-serve"):
+        assert run_probe(project, session, probe_args(session, port, *args)) == 0
+    folders = sorted(p.name for p in (project.evidence_dir / "sim-emulated").iterdir())
+    assert [name.split("-sim-emulated-")[1] for name in folders] == ["24576mib-probe",
+                                                                     "32768mib-probe"]
+    monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-2")
+    assert run_probe(project, "probe-serve", probe_args("probe-serve", port, *args)) == 0
+    assert len(list((project.evidence_dir / "sim-emulated").iterdir())) == 4
