@@ -19,7 +19,7 @@ import numpy as np
 from PIL import Image
 
 from omniprobe.analysis.imaging import load_pixels, measure, psnr, to_pixels
-from omniprobe.config.hosts import QualityConfig
+from omniprobe.config.hosts import ImageChecks
 
 WIDTH, HEIGHT = 1248, 832
 TARGET_MS = 30.0
@@ -53,7 +53,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args()
-    cfg = QualityConfig()
+    cfg = ImageChecks()
     base, noisy = pair()
     a, b = to_pixels(Image.fromarray(base), "baseline"), to_pixels(Image.fromarray(noisy), "output")
 

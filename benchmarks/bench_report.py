@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from omniprobe.config.project import Project
+from omniprobe.evidence.migrations import FORMAT_VERSION
 from omniprobe.evidence.validate import load_project
 from omniprobe.report.render import render_report
 
@@ -36,12 +37,13 @@ def project_with_requests(root: Path) -> Project:
         (shutil.copytree if src.is_dir() else shutil.copy2)(src, root / part)
     folder = root / "evidence" / "rtx3090" / "bench-requests"
     folder.mkdir()
-    (folder / "attempt.json").write_text(json.dumps({
+    (folder / "attempt.json").write_text(json.dumps({"format_version": FORMAT_VERSION, "attempt": {
         "id": "bench-requests", "host": "rtx3090", "date": "2026-11-30", "description": "benchmark",
         "provenance": {"kind": "measured", "host": "rtx3090", "hostname": "cachyos-alexander",
                        "tool_version": "0.1.0", "command": ["bench"], "started_at": "2026-11-30T00:00:00Z"},
-    }))
-    (folder / "runs.json").write_text(json.dumps([{"flag_set": "cpuoff", "init": {"outcome": "ready"}}]))
+    }}))
+    (folder / "runs.json").write_text(json.dumps({"format_version": FORMAT_VERSION, "runs": [
+        {"flag_set": "cpuoff", "init": {"outcome": "ready"}}]}))
     fixtures = ["single-reference", "edit-compose-pair", "edit-compose-three", "edit-compose-four"]
     records = [{
         "flag_set": "cpuoff", "fixture": fixtures[i % 4], "seed": 2301 + i % 4, "outcome": "ok",
@@ -49,7 +51,8 @@ def project_with_requests(root: Path) -> Project:
         "output_sha256": f"{i:064x}", "pixels_sha256": f"{i + 1:064x}",
         "artifact": f"artifacts/bench/{i}.png",
     } for i in range(RECORDS)]
-    (folder / "requests.json").write_text(json.dumps(records))
+    (folder / "requests.json").write_text(
+        json.dumps({"format_version": FORMAT_VERSION, "requests": records}))
     return Project(root)
 
 

@@ -1,7 +1,7 @@
 """Harness overhead per request against the sim with zero model time, for a 1248x832 PNG.
 
 Runs probe-serve's own request path (send, hash the bytes, decode once for the pixel hash and the
-quality gate's image metrics, save the image, validate and atomically rewrite requests.json) and
+structure gate's image metrics, save the image, validate and atomically rewrite requests.json) and
 subtracts the time the sim reports spending on the request itself (model, image, encoding).
 Target: under 20 ms a request.
 

@@ -1,4 +1,5 @@
-"""Writing evidence attempts into a test project, as the probe would file them."""
+"""Writing evidence attempts into a test project, as the probe would file them, in the
+unversioned format (version 1), so the tests that use it also exercise that migration."""
 
 import json
 

@@ -18,6 +18,7 @@ from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.simulated import check_sim_env
 from omniprobe.errors import InputError
+from omniprobe.evidence.migrations import content_key
 from omniprobe.evidence.models import load_evidence
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.emulation import (
@@ -336,24 +337,24 @@ def test_the_report_shows_the_emulated_verdict_beside_the_real_one(project, port
     shutil.copytree(REPO / "templates", project.root / "templates")
     shutil.copytree(REPO / "schemas", project.root / "schemas")
     outputs = render_outputs(project)
+    heading = f"### Verdict — {load_hosts(project.hosts_file).host('sim-emulated').name}"
     report = outputs[next(p for p in outputs if p.name == "REPORT.md")]
-    section = report.split("### Emulated hosts", 1)[1]
+    section = report.split(heading, 1)[1]  # a simulated host's emulation: in the appendix
     assert "| cpuoff | sim-three | 3 | OK" in section
     assert "| agree | agree |" in section and "**disagree**" not in section
     assert "The emulated card is simulated" in section
     # a breach recorded on the three-reference request: it no longer fits, and the cell says so
     [folder] = (project.evidence_dir / "sim-emulated").iterdir()
-    records = json.loads((folder / "requests.json").read_text())
-    three = next(r for r in records if r["fixture"] == "sim-three")
+    data = json.loads((folder / "requests.json").read_text())
+    three = next(r for r in data[content_key("requests.json")] if r["fixture"] == "sim-three")
     three["emulation_breach"] = {"t_s": 1.5, "held_mib": 24700.0, "cap_mib": 24576}
-    (folder / "requests.json").write_text(json.dumps(records))
+    (folder / "requests.json").write_text(json.dumps(data))
     loaded, problems = load_project(project)
     assert problems == []
     verdict = host_verdict("sim-emulated", loaded.hosts, loaded.fixtures, loaded.evidence)
     assert verdict.highest_served_refs == 0
     outputs = render_outputs(project)
-    section = outputs[next(p for p in outputs if p.name == "REPORT.md")].split(
-        "### Emulated hosts", 1)[1]
+    section = outputs[next(p for p in outputs if p.name == "REPORT.md")].split(heading, 1)[1]
     assert "**EMULATION BREACHED** (24,700 MiB held, cap 24,576 MiB)" in section
     assert "| cpuoff | sim-three | 3 |" in section and "**disagree**" in section
 

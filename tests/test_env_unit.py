@@ -391,7 +391,7 @@ def test_manifest_is_filed_once_per_state(tmp_path):
     at = datetime.fromisoformat(started)
     folder, written = record_manifest(world.project, cfg, sample_manifest(), command=["x"],
                                       started_at=at)
-    assert written and folder.name == "2026-11-30T100000Z-env-testhost"
+    assert written and folder.name == "2026-11-30T100000Z-testhost-env"
     attempt, problems = load_attempt(folder)
     assert problems == []
     assert attempt.environment.host == "testhost"
@@ -403,7 +403,7 @@ def test_manifest_is_filed_once_per_state(tmp_path):
     # A changed state in the same second gets its own attempt beside the first.
     changed = sample_manifest(freeze=["six==1.16.0", "idna==3.7"])
     folder2, written2 = record_manifest(world.project, cfg, changed, command=["x"], started_at=at)
-    assert written2 and folder2.name == "2026-11-30T100000Z-env-testhost-2"
+    assert written2 and folder2.name == "2026-11-30T100000Z.002-testhost-env"
     sim, _ = record_manifest(world.project, cfg, sample_manifest(host="simhost"), command=["x"],
                              started_at=at)
     assert load_attempt(sim)[0].meta.provenance.kind == "simulated"

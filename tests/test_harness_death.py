@@ -18,7 +18,7 @@ def _attempt_folder(project):
 def _recorded(project) -> list[dict]:
     folder = _attempt_folder(project)
     try:
-        return json.loads((folder / "requests.json").read_text())
+        return json.loads((folder / "requests.json").read_text())["requests"]
     except (TypeError, FileNotFoundError, ValueError):
         return []
 

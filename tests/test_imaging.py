@@ -23,7 +23,7 @@ from omniprobe.analysis.imaging import (
     to_pixels,
 )
 from omniprobe.cli import main
-from omniprobe.config.hosts import QualityConfig, load_hosts
+from omniprobe.config.hosts import ImageChecks, load_hosts
 from omniprobe.errors import InputError
 
 from .synthetic import broken_signature, natural, perturbed, save
@@ -57,7 +57,7 @@ def test_a_fully_opaque_natural_image_is_sound():
 
 
 def test_hosts_toml_states_the_documented_defaults():
-    assert QualityConfig() == CONFIGURED
+    assert ImageChecks() == CONFIGURED
 
 
 @pytest.mark.parametrize(("opaque", "flatness", "broken_by"), [
@@ -69,7 +69,7 @@ def test_hosts_toml_states_the_documented_defaults():
     (0.0, 1.0, ["opaque", "flatness"]),
 ])
 def test_structure_reasons(opaque, flatness, broken_by):
-    reasons = structure_reasons(opaque, flatness, QualityConfig())
+    reasons = structure_reasons(opaque, flatness, ImageChecks())
     assert [r.split()[0] for r in reasons] == broken_by
 
 
@@ -82,7 +82,7 @@ def test_a_blank_opaque_image_is_broken_by_flatness(colour):
 
 def test_metrics_match_direct_numpy_figures():
     rgba = broken_signature(0.2, alpha_mean=150, seed=3)
-    m = measure(pixels(rgba), QualityConfig(opaque_alpha=200))
+    m = measure(pixels(rgba), ImageChecks(opaque_alpha=200))
     rgb = rgba[..., :3].astype(np.float64)
     assert m.opaque_fraction == pytest.approx(np.mean(rgba[..., 3] >= 200), abs=1e-12)
     assert m.alpha_mean == pytest.approx(rgba[..., 3].mean(), abs=1e-9)
@@ -172,9 +172,9 @@ def test_sixteen_bit_grey_keeps_its_depth(make):
 
 def test_sixteen_bit_figures_are_on_the_eight_bit_scale():
     grey = np.random.default_rng(0).integers(0, 256, (40, 56), dtype=np.uint8)
-    eight = measure(to_pixels(Image.fromarray(grey, "L"), "a"), QualityConfig())
+    eight = measure(to_pixels(Image.fromarray(grey, "L"), "a"), ImageChecks())
     wide = Image.fromarray(grey.astype(np.uint16) * 257)
-    sixteen = measure(to_pixels(wide, "b"), QualityConfig())
+    sixteen = measure(to_pixels(wide, "b"), ImageChecks())
     assert sixteen.mode == "I;16"
     assert sixteen.reasons == eight.reasons
     figures = {"mode", "reasons"}

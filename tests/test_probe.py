@@ -10,7 +10,7 @@ import pytest
 
 from omniprobe.analysis.imaging import load_pixels, pixels_sha256
 from omniprobe.analysis.summaries import cells_from_requests
-from omniprobe.analysis.verdicts import CapacityUnlock, host_verdict
+from omniprobe.analysis.verdicts import host_verdict
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import Stamp, env_paths, pins_hash, write_stamp
 from omniprobe.evidence.models import load_attempt
@@ -86,7 +86,8 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
     assert (verdict.verdict, verdict.blocker) == ("not-built", "quality")
     assert verdict.highest_served_refs == 3
     assert verdict.served_by == ("cpuoff", "sim-cpuoff-kvfp8v")
-    assert verdict.capacity_unlocks == (CapacityUnlock("fp8", attempt.id, "broken"),)
+    assert [(u.flag_set, u.attempt, u.quality) for u in verdict.capacity_unlocks] == [
+        ("fp8", attempt.id, "broken")]
     assert verdict.initialised == ("cpuoff", "cpuoff-layerwise", "fp8", "sim-cpuoff-kvfp8v")
     assert verdict.failed_init == ("default",)
 
@@ -250,7 +251,7 @@ def test_evidence_written_is_what_validation_accepts(project, port):
     assert probe(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture",
                  "sim-four")[0] == 0
     [attempt] = attempts(project)
-    raw = json.loads((attempt.path / "requests.json").read_text())
+    raw = json.loads((attempt.path / "requests.json").read_text())["requests"]
     assert raw[0]["oom"]["phase"] == "request" and "pixels_sha256" not in raw[0]
     _, problems = load_project(project)
     assert problems == []

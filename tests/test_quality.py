@@ -1,4 +1,4 @@
-"""The quality gate, PSNR against a baseline, determinism groups, and `omniprobe quality`."""
+"""The structure gate, PSNR against a baseline, determinism groups, and `omniprobe quality`."""
 
 from __future__ import annotations
 
@@ -15,10 +15,17 @@ from omniprobe.analysis.imaging import load_pixels, measure, pixels_sha256, to_p
 from omniprobe.analysis.structure_gate import gate_record, quality_of
 from omniprobe.cli import main
 from omniprobe.config.fixtures import load_fixtures
-from omniprobe.config.hosts import QualityConfig
+from omniprobe.config.hosts import ImageChecks
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError
-from omniprobe.evidence.models import Attempt, ImageMetrics, LoadedAttempt, RequestRecord, load_attempt
+from omniprobe.evidence.models import (
+    Attempt,
+    ImageMetrics,
+    LoadedAttempt,
+    RequestRecord,
+    load_attempt,
+    write_section,
+)
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.psnr_check import (
     Output,
@@ -31,7 +38,7 @@ from omniprobe.harness.psnr_check import (
 from .synthetic import broken_signature, natural, perturbed, save
 
 ROOT = Path(__file__).resolve().parents[1]
-CFG = QualityConfig()
+CFG = ImageChecks()
 FIXTURE = "edit-compose-pair"
 WHITE = np.full((16, 16, 4), 255, np.uint8)
 
@@ -81,9 +88,9 @@ def test_the_gate_refuses_a_request_that_returned_no_image():
     (metrics_of(natural()), None, "sound"),
     (metrics_of(broken_signature()), None, "broken"),
     # Re-derived from the recorded figures under other thresholds:
-    (metrics_of(broken_signature()), QualityConfig(min_opaque_fraction=0.01), "sound"),
+    (metrics_of(broken_signature()), ImageChecks(min_opaque_fraction=0.01), "sound"),
     (metrics_of(WHITE), None, "broken"),
-    (metrics_of(WHITE), QualityConfig(max_flat_fraction=1), "sound"),
+    (metrics_of(WHITE), ImageChecks(max_flat_fraction=1), "sound"),
 ])
 def test_quality_of(metrics, thresholds, expected):
     assert quality_of(metrics, thresholds) == expected
@@ -144,7 +151,7 @@ def test_baseline_layout(layout, expected):
 ])
 def test_bad_layouts_are_refused(layout, message):
     with pytest.raises(ValueError, match=message):
-        QualityConfig(baseline_layout=layout)
+        ImageChecks(baseline_layout=layout)
 
 
 def _attempt(attempt_id: str, kind: str, started: str | None, artifact: str | None):
@@ -179,11 +186,6 @@ def test_the_default_attempt_is_the_latest_with_images(attempts, expected):
 # --- omniprobe quality, end to end on a generated evidence tree ------------------------------
 
 
-def _write_json(path: Path, value) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value, indent=2))
-
-
 @pytest.fixture
 def project(tmp_path, monkeypatch):
     """hosts.toml and fixtures from the repository, a transcribed Diffusers baseline attempt, a
@@ -194,10 +196,10 @@ def project(tmp_path, monkeypatch):
     monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
     monkeypatch.setenv("OMNIPROBE_ARTIFACTS", str(artifacts))
     host = tmp_path / "evidence" / "rtx3090"
-    _write_json(host / "q3-pair" / "attempt.json", {
+    write_section(host / "q3-pair", "attempt.json", {
         "id": "q3-pair", "host": "rtx3090", "date": "2026-10-07", "description": "Diffusers",
         "provenance": {"kind": "transcribed", "source": "seed report", "section": "PSNR"}})
-    _write_json(host / "run-1" / "attempt.json", {
+    write_section(host / "run-1", "attempt.json", {
         "id": "run-1", "host": "rtx3090", "date": "2026-10-08", "description": "serve",
         "baseline": "q3-pair",
         "provenance": {"kind": "measured", "host": "rtx3090", "hostname": "cachyos-alexander",
@@ -217,8 +219,7 @@ def project(tmp_path, monkeypatch):
         save(artifacts / "run-1" / f"{flag_set}-{seed}.png", image, **params)
         records.append(record(flag_set, seed, artifact=f"run-1/{flag_set}-{seed}.png"))
     records.append(record("cpuoff", 2302, outcome="oom"))
-    _write_json(host / "run-1" / "requests.json",
-                [r.model_dump(mode="json", exclude_none=True) for r in records])
+    write_section(host / "run-1", "requests.json", records)
     return Project(tmp_path)
 
 
@@ -273,22 +274,24 @@ def test_missing_baseline_images_are_named_and_nothing_is_written(project, capsy
 
 def _repeat_first_request(p: Project) -> None:
     path = p.evidence_dir / "rtx3090" / "run-1" / "requests.json"
-    requests = json.loads(path.read_text())
-    path.write_text(json.dumps([*requests, requests[0]]))
+    data = json.loads(path.read_text())
+    data["requests"].append(data["requests"][0])
+    path.write_text(json.dumps(data))
 
 
 def _drop_the_baseline_attempt(p: Project) -> None:
     path = p.evidence_dir / "rtx3090" / "run-1" / "attempt.json"
-    path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items()
-                                if k != "baseline"}))
+    data = json.loads(path.read_text())
+    del data["attempt"]["baseline"]
+    path.write_text(json.dumps(data))
 
 
 @pytest.mark.parametrize(("change", "args", "message"), [
     (lambda p: (p.artifacts_dir / "run-1" / "fp8-2301.png").unlink(), [],
-     "$[2].artifact: image not found at"),
-    (_repeat_first_request, [], "$[5]: repeats flag set 'cpuoff-expandable', fixture "
-                                "'edit-compose-pair', seed 2301 of $[0]"),
-    (_drop_the_baseline_attempt, [], "$.baseline: the attempt names no baseline attempt"),
+     "$.requests[2].artifact: image not found at"),
+    (_repeat_first_request, [], "$.requests[5]: repeats flag set 'cpuoff-expandable', "
+                                "fixture 'edit-compose-pair', seed 2301 of $.requests[0]"),
+    (_drop_the_baseline_attempt, [], "$.attempt.baseline: the attempt names no baseline attempt"),
     (lambda p: save(p.artifacts_dir / "run-1" / "fp8-2301.png", natural((10, 10))), [],
      "size 312x208 differs from 10x10"),
     (lambda p: None, ["--baseline-attempt", "nope"], "baseline attempt 'nope' is not under"),

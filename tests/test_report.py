@@ -34,8 +34,11 @@ def test_report_carries_the_seed_sections(repo):
         "## Evidence and provenance",
     ):
         assert heading in text
-    assert "**RTX 3090 (24 GB): not-built, blocked at quality.**" in text
-    assert "**RTX 5080 (16 GB): not-built, blocked at init.**" in text
+    assert "**RTX 3090 (24 GB): not-built — blocked at init, capacity, quality.**" in text
+    assert "**RTX 5080 (16 GB): not-built — blocked at init.**" in text
+    verdict = text[text.index("**RTX 3090 ("):text.index("**RTX 5080 (")]
+    assert [line.split("**")[1] for line in verdict.splitlines() if line.startswith("- **")] == [
+        "Init", "Capacity", "Quality"]
     assert "194–438 MB" in text  # KV deltas computed from the 1→2 reference peaks
     assert "26.09 / 28.75 / 26.51 / 28.92 | 27.57 |" in text  # mean computed from the rows
 
@@ -43,7 +46,7 @@ def test_report_carries_the_seed_sections(repo):
 def test_a_changed_figure_changes_the_report_and_check_fails(repo_copy, monkeypatch, capsys):
     runs = repo_copy.root / MATRIX / "runs.json"
     data = json.loads(runs.read_text())
-    data[1]["cells"][0]["wall_s"] = {"min": 31.5, "max": 31.5}
+    data["runs"][1]["cells"][0]["wall_s"] = {"min": 31.5, "max": 31.5}
     runs.write_text(json.dumps(data))
     diff = check_report(repo_copy)
     assert "+| seed-3090-1-serve-matrix | cpuoff |" in diff and "OK 31.5 s" in diff
@@ -126,8 +129,9 @@ def test_cell_text(cell, text):
 def test_identical_psnr_rows_render_without_a_mean(repo_copy):
     rows = repo_copy.root / "evidence/rtx3090/seed-3090-2-measured-pair/psnr.json"
     data = json.loads(rows.read_text())
-    data[0] = {**data[0], "identical": True}
-    del data[0]["psnr_db"]
+    rows_data = data["psnr"]
+    rows_data[0] = {**rows_data[0], "identical": True}
+    del rows_data[0]["psnr_db"]
     rows.write_text(json.dumps(data))
     text = render_report(repo_copy)
     assert "| identical / 28.75 / 26.51 / 28.92 | — |" in text
@@ -199,3 +203,148 @@ def test_measured_image_structure_is_tabulated(repo_copy):
         for seed, opaque in ((2301, 0.008), (2302, 0.035))]))
     text = render_report(repo_copy)
     assert "| gated | fp8 | edit-compose-four | 2 | 2 | 0.008–0.035 | 115.0 | 124.5 | 0.000 |" in text
+
+
+def verdict_block(text, host_name):
+    start = text.index(f"**{host_name} (")
+    return text[start:text.index("\n**", start + 2) if "\n**" in text[start + 2:] else None]
+
+
+def quality_bullet(text):
+    return next(line for line in text.splitlines() if line.startswith("- **Quality**: fp8"))
+
+
+def test_the_verdict_quotes_the_four_reference_cell_not_the_flag_sets_maximum(repo_copy):
+    runs = repo_copy.root / MATRIX / "runs.json"
+    line = quality_bullet(render_report(repo_copy))
+    assert "edit-compose-four: 44.06–44.35 s" in line and "server peak 22,918 MB" in line
+    assert "23,532" not in line  # the three-reference cell's peak
+    assert "the run's GPU series maximum 23,983 MiB" in line
+    data = json.loads(runs.read_text())
+    fp8 = next(r for r in data["runs"] if r["flag_set"] == "fp8")
+    cell = {c["fixture"]: c for c in fp8["cells"]}
+    cell["edit-compose-three"]["server_peak_mb"] = {"min": 23999, "max": 23999}
+    cell["edit-compose-four"]["server_peak_mb"] = {"min": 22111, "max": 22111}
+    runs.write_text(json.dumps(data))
+    line = quality_bullet(render_report(repo_copy))
+    assert "server peak 22,111 MB" in line and "23,999" not in line
+
+
+def test_the_oom_signature_is_named_only_with_the_flag_sets_that_record_it(repo_copy):
+    text = render_report(repo_copy)
+    capacity = next(line for line in text.splitlines() if line.startswith("- **Capacity**"))
+    recorded, unrecorded = capacity.split("; ")
+    where = "`qwen_image_21/qwen_image_21_transformer.py:293`"
+    assert f"with a 490.00 MiB ask at {where} under cpuoff" in recorded
+    assert "cpuoff-layerwise" not in recorded
+    assert unrecorded == "with no OOM signature recorded under cpuoff-layerwise."
+
+
+def test_only_real_disagreements_with_the_detail_are_named(repo):
+    text = render_report(repo)
+    notes = [line for line in text.splitlines() if line.startswith("- edit-compose-")]
+    assert notes == [
+        "- edit-compose-pair: 34.1 s in the matrix table; the detail gives 34.62–35.05 s.",
+        "- edit-compose-three: 38.9 s in the matrix table; the detail gives 39.44–39.69 s.",
+        "- edit-compose-four: 23,522 MB server peak in the verdict and the summary; "
+        "the detail gives 22,918 MB.",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stated", "detail", "agrees"),
+    [
+        ((44.3, 44.3), (44.06, 44.35), True),
+        ((44.1, 44.4), (44.06, 44.35), True),
+        ((34.1, 34.1), (34.62, 35.05), False),
+        ((23522, 23522), (22918, 22918), False),
+        ((44.4, 44.4), (44.06, 44.3), False),
+    ],
+)
+def test_a_stated_figure_agrees_at_its_own_precision(stated, detail, agrees):
+    from omniprobe.analysis.derived import agrees_at_stated_precision
+
+    assert agrees_at_stated_precision(Range(min=stated[0], max=stated[1]),
+                                      Range(min=detail[0], max=detail[1])) is agrees
+
+
+def test_estimates_the_measurements_contradict_get_a_note(repo_copy):
+    text = render_report(repo_copy)
+    assert "give 0.18–0.41 GiB per reference" in text
+    assert ("**disagrees**: the server peaks under fp8 and cpuoff at edit-compose-pair "
+            "differ by 1.99 GiB") in text
+    assert "allows at most 0.549 of the pixels to be fully transparent" in text
+    figures = repo_copy.root / MATRIX / "figures.json"
+    data = json.loads(figures.read_text())
+    kv = next(f for f in data["figures"] if f["key"] == "kv_per_reference")
+    kv["range"] = {"min": 0.15, "max": 0.45}
+    figures.write_text(json.dumps(data))
+    text = render_report(repo_copy)
+    assert "**Note**: the measurements disagree with that estimate" not in text
+    assert "| consistent: the server-peak deltas from one reference to two" in text
+
+
+def test_a_knob_that_never_reached_the_model_is_named_as_its_base(repo_copy):
+    text = render_report(repo_copy)
+    assert ("under cpuoff (and cpuoff-fp8v, which ran as cpuoff: its `extras.prefix_kv_cache_dtype` "
+            "never reached the model), cpuoff-expandable") in text
+    prop = repo_copy.root / MATRIX / "propagation.json"
+    data = json.loads(prop.read_text())
+    data["propagation"][0]["bytes_identical"] = False
+    prop.write_text(json.dumps(data))
+    text = render_report(repo_copy)
+    assert "which ran as cpuoff" not in text
+    assert "under cpuoff, cpuoff-fp8v, cpuoff-expandable" in text
+
+
+def test_real_hosts_come_first_and_simulated_hosts_in_an_appendix(repo):
+    text = render_report(repo)
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert headings[1] == "## Verdicts"
+    appendix = headings.index("## Appendix: simulated hosts")
+    assert all("Simulated" not in h for h in headings[:appendix])
+    assert all(h.startswith("### ") for h in headings[appendix + 1:])
+    verdicts = text[text.index("## Verdicts"):text.index("\n## ", text.index("## Verdicts") + 1)]
+    assert "**Simulated GPU" not in verdicts
+    assert "GiB GPU (" not in text  # no "24 GiB GPU (24 GB)"
+
+
+def test_the_history_shows_a_later_attempt_whose_verdict_differs(repo_copy):
+    add_attempt(repo_copy, "rtx5080", "fixed", runs=[{
+        "flag_set": "int8", "init": {"outcome": "ready"},
+        "cells": [{"fixture": "edit-compose-four", "outcome": "ok", "quality": "sound"}]}])
+    text = render_report(repo_copy)
+    history = text[text.index("## Verdict history — RTX 5080"):]
+    rows = [line for line in history.splitlines()[6:8]]
+    assert rows[0].startswith("| `seed-5080-1-init-matrix` | 2026-10-07/08 | transcribed | `8484d85d1` |")
+    assert rows[0].endswith(
+        "| not-built | init (default, cpuoff, cpuoff-layerwise, fp8, fp8-expandable, int8) |")
+    assert rows[1].startswith("| `fixed` | 2026-11-30 | measured | not recorded |")
+    assert rows[1].endswith("| built | — |")
+
+
+def test_what_the_source_says_reaches_the_report_from_evidence(repo_copy):
+    text = render_report(repo_copy)
+    verdict = text[text.index("**RTX 3090 ("):text.index("**RTX 5080 (")]
+    assert "No host-DRAM spill path for the conditioning KV exists" in verdict
+    assert "edit-compose-four minus ref-shop-hesper" in text
+    assert "| edit-compose-pair | edit | 2 | 1248×832 |" in text
+    assert "## Reproducibility" in text
+    assert "only viable image backend" in text[text.index("- **#164"):]
+    (repo_copy.root / "evidence/rtx5080/seed-5080-1-init-matrix/findings.json").unlink()
+    assert "only viable image backend" not in render_report(repo_copy)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"enforce_eager": True, "extras": {"prefix_kv_cache_dtype": "fp8_v"}},
+         "`enforce_eager=True` `extras.prefix_kv_cache_dtype=fp8_v`"),
+        ({"quantization_config": {"method": "fp8", "ignored_layers": ["img_mlp"]}},
+         "`quantization_config.method=fp8` `quantization_config.ignored_layers=[img_mlp]`"),
+    ],
+)
+def test_kwargs_text(kwargs, text):
+    from omniprobe.report.render import kwargs_text
+
+    assert kwargs_text(kwargs) == text

@@ -12,6 +12,7 @@ import pytest
 from omniprobe.analysis.imaging import decode_pixels, pixels_sha256
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
+from omniprobe.digests import sha256_bytes
 from omniprobe.harness import client
 from omniprobe.harness.server import (
     Endpoints,
@@ -158,4 +159,4 @@ def test_request_oom_leaves_the_server_serving(project, port):
     assert four.oom.requested == "1.50 GiB" and four.oom.total_capacity == "24.00 GiB"
     assert single.outcome == "ok" and single.server_peak_mb == 18944
     assert single.denoise_step_latency_ms is not None
-    assert pixels_sha256(decode_pixels(single.image, "single")) != client.sha256(single.image)
+    assert pixels_sha256(decode_pixels(single.image, "single")) != sha256_bytes(single.image)

@@ -3,6 +3,7 @@ import json
 import pytest
 
 from omniprobe import cli
+from omniprobe.evidence.migrations import content_key
 from omniprobe.evidence.models import write_section
 from omniprobe.evidence.validate import load_project
 
@@ -10,9 +11,10 @@ MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
 
 
 def _edit(repo_copy, rel, mutate):
+    """Change a committed evidence file's content (what its format version wraps)."""
     path = repo_copy.root / rel
     data = json.loads(path.read_text())
-    mutate(data)
+    mutate(data[content_key(path.name)])
     path.write_text(json.dumps(data))
     return path
 
@@ -30,42 +32,42 @@ BAD_EVIDENCE = [
         "missing field",
         f"{MATRIX}/runs.json",
         lambda d: d[1]["cells"][0].pop("outcome"),
-        "$[1].cells[0].outcome",
+        "$.runs[1].cells[0].outcome",
         "required field is missing",
     ),
     (
         "wrong type",
         f"{MATRIX}/runs.json",
         lambda d: d[1].update(gpu_peak_mib="lots"),
-        "$[1].gpu_peak_mib",
+        "$.runs[1].gpu_peak_mib",
         "valid integer",
     ),
     (
         "unknown flag set",
         f"{MATRIX}/propagation.json",
         lambda d: d[0].update(flag_set_with="turbo"),
-        "$[0].flag_set_with",
+        "$.propagation[0].flag_set_with",
         "unknown flag set 'turbo'",
     ),
     (
         "min exceeds max",
         f"{MATRIX}/runs.json",
         lambda d: d[5]["cells"][1].update(wall_s={"min": 35.05, "max": 34.62}),
-        "$[5].cells[1].wall_s",
+        "$.runs[5].cells[1].wall_s",
         "minimum 35.05 exceeds maximum 34.62",
     ),
     (
         "unknown fixture",
         f"{MATRIX}/psnr.json",
         lambda d: d[0].update(fixture="edit-compose-nine"),
-        "$[0].fixture",
+        "$.psnr[0].fixture",
         "unknown fixture 'edit-compose-nine'",
     ),
     (
         "unknown baseline",
         f"{MATRIX}/attempt.json",
         lambda d: d.update(baseline="nowhere"),
-        "$.baseline",
+        "$.attempt.baseline",
         "baseline attempt 'nowhere'",
     ),
 ]
@@ -93,7 +95,7 @@ def test_truncated_json_is_named(repo_copy):
 def test_unknown_flag_set_in_a_run_is_named(repo_copy):
     file = _edit(repo_copy, f"{MATRIX}/runs.json", lambda d: d[2].update(flag_set="turbo"))
     _, problems = load_project(repo_copy)
-    assert [(p.file, p.path) for p in problems] == [(str(file), "$[2].flag_set")]
+    assert [(p.file, p.path) for p in problems] == [(str(file), "$.runs[2].flag_set")]
 
 
 def test_every_error_is_reported_and_cli_fails(repo_copy, monkeypatch, capsys):
@@ -111,7 +113,7 @@ def test_every_error_is_reported_and_cli_fails(repo_copy, monkeypatch, capsys):
 def test_folder_and_id_must_agree(repo_copy):
     _edit(repo_copy, f"{MATRIX}/attempt.json", lambda d: d.update(id="other", host="rtx5080"))
     _, problems = load_project(repo_copy)
-    assert {p.path for p in problems} >= {"$.id", "$.host"}
+    assert {p.path for p in problems} >= {"$.attempt.id", "$.attempt.host"}
 
 
 def test_unknown_evidence_file_is_named(repo_copy):

@@ -135,7 +135,9 @@ def test_fp8_with_sound_output_becomes_the_3090_capacity_unlock(repo_copy):
 
 def test_without_the_fp8_row_the_3090_is_capacity_blocked(repo_copy):
     runs = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "runs.json"
-    runs.write_text(json.dumps([r for r in json.loads(runs.read_text()) if r["flag_set"] != "fp8"]))
+    data = json.loads(runs.read_text())
+    data["runs"] = [r for r in data["runs"] if r["flag_set"] != "fp8"]
+    runs.write_text(json.dumps(data))
     v = verdicts(repo_copy)["rtx3090"]
     assert (v.verdict, v.blocker, v.capacity_unlocks) == ("not-built", "capacity", ())
 
@@ -220,3 +222,116 @@ def test_cells_from_requests_ranges_and_groups():
     four, pair = by_flag["cpuoff"]
     assert (four.wall_s.min, four.wall_s.max, four.server_peak_mb.max) == (44.06, 44.35, 22918)
     assert four.seeds == [2301, 2302] and pair.fixture == "edit-compose-pair"
+
+
+def blockers_of(v):
+    return [(b.kind, b.flag_sets) for b in v.blockers]
+
+
+def test_every_blocker_of_the_3090_with_its_flag_sets_in_a_fixed_order(repo):
+    v = verdicts(repo)["rtx3090"]
+    assert blockers_of(v) == [
+        ("init", ("default",)),
+        ("capacity", ("cpuoff", "cpuoff-layerwise", "cpuoff-fp8v", "cpuoff-expandable")),
+        ("quality", ("fp8",)),
+    ]
+
+
+def test_a_blocker_recorded_in_new_evidence_joins_the_verdict(repo_copy):
+    add_attempt(repo_copy, "rtx5080", "cpuoff-ready", runs=[
+        {"flag_set": "cpuoff", "init": {"outcome": "ready"},
+         "cells": cells({1: ("ok", "sound"), 4: ("oom", "unchecked")})},
+        {"flag_set": "int8", "init": {"outcome": "ready"}, "cells": cells({1: ("ok", "sound")})}])
+    v = verdicts(repo_copy)["rtx5080"]
+    assert blockers_of(v) == [
+        ("init", ("default", "cpuoff-layerwise", "fp8", "fp8-expandable")),
+        ("capacity", ("cpuoff",)),
+        ("untested", ("int8",)),
+    ]
+
+
+def signatures(v):
+    capacity = next(b for b in v.blockers if b.kind == "capacity")
+    return [(g.requested, g.location, g.flag_sets) for g in capacity.oom_signatures]
+
+
+def test_an_oom_signature_is_attributed_only_to_flag_sets_that_record_it(repo_copy):
+    where = "qwen_image_21/qwen_image_21_transformer.py:293"
+    assert signatures(verdicts(repo_copy)["rtx3090"]) == [
+        ("490.00 MiB", where, ("cpuoff", "cpuoff-fp8v", "cpuoff-expandable")),
+        (None, None, ("cpuoff-layerwise",)),
+    ]
+    runs = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "runs.json"
+    data = json.loads(runs.read_text())
+    fp8v = next(r for r in data["runs"] if r["flag_set"] == "cpuoff-fp8v")
+    del fp8v["cells"][-1]["oom"]
+    expandable = next(r for r in data["runs"] if r["flag_set"] == "cpuoff-expandable")
+    expandable["cells"][-1]["oom"]["requested"] = "512.00 MiB"
+    runs.write_text(json.dumps(data))
+    assert signatures(verdicts(repo_copy)["rtx3090"]) == [
+        ("490.00 MiB", where, ("cpuoff",)),
+        ("512.00 MiB", where, ("cpuoff-expandable",)),
+        (None, None, ("cpuoff-layerwise", "cpuoff-fp8v")),
+    ]
+
+
+def test_the_capacity_unlock_carries_its_own_cells_figures(repo_copy):
+    (unlock,) = verdicts(repo_copy)["rtx3090"].capacity_unlocks
+    assert (unlock.fixture, unlock.server_peak_mb.max, unlock.wall_s.min) == (
+        "edit-compose-four", 22918, 44.06)
+    runs = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "runs.json"
+    data = json.loads(runs.read_text())
+    fp8 = next(r for r in data["runs"] if r["flag_set"] == "fp8")
+    three = next(c for c in fp8["cells"] if c["fixture"] == "edit-compose-three")
+    three["server_peak_mb"] = {"min": 23999, "max": 23999}
+    runs.write_text(json.dumps(data))
+    (unlock,) = verdicts(repo_copy)["rtx3090"].capacity_unlocks
+    assert unlock.server_peak_mb.max == 22918
+
+
+def test_a_knob_that_never_reached_the_model_is_recorded_with_its_base(repo_copy):
+    (u,) = verdicts(repo_copy)["rtx3090"].unreached
+    assert (u.flag_set, u.base, u.knob) == ("cpuoff-fp8v", "cpuoff", "extras.prefix_kv_cache_dtype")
+    prop = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "propagation.json"
+    data = json.loads(prop.read_text())
+    data["propagation"][0]["bytes_identical"] = False
+    prop.write_text(json.dumps(data))
+    assert verdicts(repo_copy)["rtx3090"].unreached == ()
+
+
+def test_history_shows_a_later_attempt_whose_verdict_differs(repo_copy):
+    from omniprobe.analysis.verdicts import verdict_history
+
+    add_attempt(repo_copy, "rtx5080", "fixed", runs=[{
+        "flag_set": "int8", "init": {"outcome": "ready"}, "cells": cells({4: ("ok", "sound")})}])
+    loaded = load_valid_project(repo_copy)
+    history = verdict_history("rtx5080", loaded.hosts, loaded.fixtures, loaded.evidence)
+    assert [(e.attempt, e.verdict.verdict, e.provenance) for e in history] == [
+        ("seed-5080-1-init-matrix", "not-built", "transcribed"), ("fixed", "built", "measured")]
+    assert history[0].upstream_commit == "8484d85d1" and history[1].upstream_commit is None
+    assert [b.kind for b in history[0].verdict.blockers] == ["init"]
+
+
+def test_a_probe_attempts_pins_come_from_the_environment_filed_before_it(repo_copy):
+    from datetime import UTC, datetime
+
+    from omniprobe.analysis.verdicts import verdict_history
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.env.manifest import record_manifest
+
+    from .env_scaffold import sample_manifest
+
+    manifest = sample_manifest(host="rtx5080", pins=[
+        {"name": "vllm-omni", "kind": "git", "pin": "8484d85d1", "source": "git", "editable": True,
+         "installed_version": "0.31.0", "resolved": "8484d85d1aaa"},
+        {"name": "torch", "kind": "index", "pin": "2.13.0+cu130", "source": "index",
+         "installed_version": "2.13.0+cu130", "resolved": "2.13.0+cu130"}])
+    folder, _ = record_manifest(repo_copy, load_hosts(repo_copy.hosts_file), manifest,
+                                command=["omniprobe", "env"],
+                                started_at=datetime(2026, 11, 30, 8, tzinfo=UTC))
+    add_attempt(repo_copy, "rtx5080", "2026-11-30T090000Z-rtx5080-probe", runs=[{
+        "flag_set": "int8", "init": {"outcome": "ready"}, "cells": cells({4: ("ok", "sound")})}])
+    loaded = load_valid_project(repo_copy)
+    latest = verdict_history("rtx5080", loaded.hosts, loaded.fixtures, loaded.evidence)[-1]
+    assert (latest.upstream_commit, latest.torch, latest.pins_from) == (
+        "8484d85d1aaa", "2.13.0+cu130", folder.name)

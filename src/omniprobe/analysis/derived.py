@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from statistics import fmean
 
 from omniprobe.analysis.summaries import RunView
@@ -139,3 +140,49 @@ def image_structures(attempts: list[LoadedAttempt]) -> list[ImageStructure]:
                 key = (attempt.id, record.flag_set, record.fixture)
                 groups.setdefault(key, []).append(record.image)
     return [ImageStructure(*key, tuple(images)) for key, images in groups.items()]
+
+
+def written_decimals(value: float) -> int:
+    """How many decimals a transcribed figure was written with (44.3 -> 1, 23522 -> 0)."""
+    exponent = Decimal(repr(value)).normalize().as_tuple().exponent
+    return max(0, -exponent)
+
+
+def rounded_to(value: float, digits: int) -> Decimal:
+    """The figure rounded half up to `digits` decimals, as a person rounds when transcribing."""
+    return Decimal(repr(value)).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+
+
+def agrees_at_stated_precision(stated: Range, detail: Range) -> bool:
+    """A stated figure agrees with the detail when, at the precision it is written with, it lies
+    inside the detail's range: 44.3 and 44.1–44.4 agree with 44.06–44.35; 34.1 does not agree
+    with 34.62–35.05."""
+    digits = max(written_decimals(stated.min), written_decimals(stated.max))
+    low, high = rounded_to(detail.min, digits), rounded_to(detail.max, digits)
+    return low <= Decimal(repr(stated.min)) and Decimal(repr(stated.max)) <= high
+
+
+@dataclass(frozen=True)
+class StatedDisagreement:
+    """A figure the source states for a cell that its own per-fixture detail contradicts."""
+
+    fixture: str
+    where: str
+    figure: str
+    stated: Range
+    detail: Range
+
+
+STATED_FIGURES = ("wall_s", "server_peak_mb")
+
+
+def stated_disagreements(cells) -> list[StatedDisagreement]:
+    """Only the real disagreements: stated figures outside the detail at their own precision."""
+    found = []
+    for cell in cells:
+        for stated in cell.stated:
+            for figure in STATED_FIGURES:
+                value, detail = getattr(stated, figure), getattr(cell, figure)
+                if value is not None and detail is not None and not agrees_at_stated_precision(value, detail):
+                    found.append(StatedDisagreement(cell.fixture, stated.where, figure, value, detail))
+    return found

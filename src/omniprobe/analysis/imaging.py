@@ -39,7 +39,7 @@ from typing import Literal
 import numpy as np
 from PIL import Image
 
-from omniprobe.config.hosts import QualityConfig
+from omniprobe.config.hosts import ImageChecks
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import ImageMetrics
 
@@ -206,7 +206,7 @@ def _over_runs(a: np.ndarray, step: int, axis: int, op: np.ufunc) -> np.ndarray:
     return out
 
 
-def structure_reasons(opaque_fraction: float, flatness: float, cfg: QualityConfig) -> list[str]:
+def structure_reasons(opaque_fraction: float, flatness: float, cfg: ImageChecks) -> list[str]:
     """Why an image with these figures is broken under `cfg`; empty when it is sound."""
     reasons = []
     if opaque_fraction < cfg.min_opaque_fraction:
@@ -216,7 +216,7 @@ def structure_reasons(opaque_fraction: float, flatness: float, cfg: QualityConfi
     return reasons
 
 
-def measure(px: Pixels, cfg: QualityConfig) -> ImageMetrics:
+def measure(px: Pixels, cfg: ImageChecks) -> ImageMetrics:
     """The metrics and structure verdict of one canonical image."""
     per_level = px.peak // 255  # 1 for 8-bit, 257 for 16-bit: thresholds stay on the 0-255 scale
     rgb_counts, alpha_counts = channel_histograms(px)
@@ -239,7 +239,7 @@ def measure(px: Pixels, cfg: QualityConfig) -> ImageMetrics:
     )
 
 
-def image_metrics(path: str | Path, cfg: QualityConfig) -> ImageMetrics:
+def image_metrics(path: str | Path, cfg: ImageChecks) -> ImageMetrics:
     return measure(load_pixels(path), cfg)
 
 

@@ -1,4 +1,4 @@
-"""The quality gate: a request that returned a broken image is quality-failed, never served.
+"""The structure gate: a request that returned a broken image has quality 'broken', never served.
 
 The probe calls `gate_record(record, image_metrics(path, hosts.quality))` on every request that
 returned an image; the verdict rules count a request as served only when its outcome is ok and its
@@ -8,11 +8,11 @@ quality is sound.
 from __future__ import annotations
 
 from omniprobe.analysis.imaging import structure_reasons
-from omniprobe.config.hosts import QualityConfig
-from omniprobe.evidence.models import ImageMetrics, Quality, RequestRecord
+from omniprobe.config.hosts import ImageChecks
+from omniprobe.evidence.models import ImageMetrics, RequestRecord, StructureVerdict
 
 
-def quality_of(metrics: ImageMetrics | None, thresholds: QualityConfig | None = None) -> Quality:
+def quality_of(metrics: ImageMetrics | None, thresholds: ImageChecks | None = None) -> StructureVerdict:
     """The quality an image's metrics give: its recorded verdict, or re-derived under
     `thresholds` from the recorded figures; no metrics is 'unchecked'."""
     if metrics is None:

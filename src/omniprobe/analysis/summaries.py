@@ -10,9 +10,9 @@ from omniprobe.evidence.models import (
     EnvManifest,
     LoadedAttempt,
     Outcome,
-    Quality,
     RequestRecord,
     ServeRun,
+    StructureVerdict,
 )
 from omniprobe.evidence.quantities import Range
 
@@ -24,7 +24,7 @@ def cell_outcome(outcomes: list[Outcome]) -> Outcome:
     return next(o for o in _OUTCOME_ORDER if o in outcomes)
 
 
-def cell_quality(records: list[RequestRecord]) -> Quality:
+def cell_quality(records: list[RequestRecord]) -> StructureVerdict:
     """Sound only when every request returned a sound image; broken when any image was broken."""
     qualities = {r.quality for r in records}
     if "broken" in qualities:

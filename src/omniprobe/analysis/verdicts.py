@@ -10,6 +10,11 @@
 - An emulated host's verdict reads its attempts at the emulated card's capacity only.
 - On an emulated host, a cell whose server's process tree exceeded the cap (emulation breached)
   does not fit, whatever its outcome.
+
+Every blocker, not only the headline one: each flag set that does not serve the target count is
+blocked by the first of init, capacity, quality, untested that holds for it, and the verdict lists
+each blocker with its flag sets in that order. A capacity blocker names the OOM signatures its flag
+sets' evidence records, each with only the flag sets that record it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Literal
 from omniprobe.analysis.summaries import RunView, run_views
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import Host, HostsConfig
-from omniprobe.evidence.models import Baseline, Cell, Evidence
+from omniprobe.evidence.models import Baseline, Cell, Evidence, LoadedAttempt
 from omniprobe.evidence.quantities import Range
 
 Verdict = Literal["built", "not-built", "no-evidence"]
@@ -57,9 +62,43 @@ class Speedup:
 
 @dataclass(frozen=True)
 class CapacityUnlock:
+    """A run that fits the target reference count, with the figures of that very cell."""
+
     flag_set: str
     attempt: str
     quality: str
+    fixture: str | None = None
+    wall_s: Range | None = None
+    server_peak_mb: Range | None = None
+    run_gpu_peak_mib: int | None = None
+
+
+@dataclass(frozen=True)
+class OomGroup:
+    """Flag sets whose evidence records one OOM signature at the target count; an empty
+    signature (requested and location None) groups the flag sets that record none."""
+
+    requested: str | None
+    location: str | None
+    flag_sets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class BlockerEntry:
+    kind: Blocker
+    flag_sets: tuple[str, ...]
+    oom_signatures: tuple[OomGroup, ...] = ()
+
+
+@dataclass(frozen=True)
+class UnreachedKnob:
+    """A flag set whose knob the propagation evidence shows never reached the model: it ran as
+    its base flag set."""
+
+    flag_set: str
+    base: str
+    knob: str
+    attempt: str
 
 
 @dataclass(frozen=True)
@@ -75,6 +114,8 @@ class HostVerdict:
     failed_init: tuple[str, ...]
     speedups: tuple[Speedup, ...]
     attempts: tuple[str, ...]
+    blockers: tuple[BlockerEntry, ...] = ()
+    unreached: tuple[UnreachedKnob, ...] = ()
 
 
 def cells_by_refs(cells, fixtures: FixtureSuite) -> dict[int, list[Cell]]:
@@ -113,27 +154,27 @@ def _ordered(names, host: Host) -> tuple[str, ...]:
     return tuple(sorted(set(names), key=lambda n: (order.get(n, len(order)), n)))
 
 
+def verdict_attempts(name: str, hosts: HostsConfig, evidence: Evidence) -> list[LoadedAttempt]:
+    """The attempts a host's verdict reads: its own, simulated ones only for a simulated host;
+    an emulated host's at the emulated card's capacity (a sweep's other caps are the curve's)."""
+    host = hosts.host(name)
+    attempts = evidence.for_host(name, include_simulated=host.simulated,
+                                 include_emulated=host.emulation is not None)
+    cap = hosts.emulated_cap_mib(name)
+    return attempts if cap is None else [a for a in attempts if a.meta.provenance.cap_mib == cap]
+
+
 def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
                  evidence: Evidence) -> HostVerdict:
     host = hosts.host(name)
     target = hosts.probe.target_reference_count
-    attempts = evidence.for_host(name, include_simulated=host.simulated,
-                                 include_emulated=host.emulation is not None)
-    cap = hosts.emulated_cap_mib(name)
-    if cap is not None:  # the emulated card's own capacity; a sweep's other caps are the curve's
-        attempts = [a for a in attempts if a.meta.provenance.cap_mib == cap]
+    attempts = verdict_attempts(name, hosts, evidence)
     results = [evaluate_run(v, fixtures) for a in attempts for v in run_views(a)]
     initialised = _ordered((r.flag_set for r in results if r.initialised), host)
     failed = _ordered((r.flag_set for r in results if not r.initialised), host)
     highest = max((r.highest_served for r in results), default=0)
     served_by = _ordered((r.flag_set for r in results if highest and r.highest_served == highest), host)
-    unlocks = []
-    for r in results:
-        if target in r.fitting_refs:
-            at_target = cells_by_refs(r.view.cells, fixtures)[target]
-            quality = "sound" if target in r.served_refs else (
-                "broken" if any(c.quality == "broken" for c in at_target) else "unchecked")
-            unlocks.append(CapacityUnlock(r.flag_set, r.view.attempt.id, quality))
+    unlocks = [u for r in results for u in capacity_unlocks(r, fixtures, target)]
 
     baselines = {a.id: a.baseline for a in evidence.attempts if a.baseline is not None}
     found = []
@@ -159,9 +200,146 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
         highest_served_refs=highest, served_by=served_by, capacity_unlocks=tuple(unlocks),
         initialised=initialised, failed_init=failed, speedups=tuple(found),
         attempts=tuple(a.id for a in attempts),
+        blockers=blockers(results, fixtures, target, host),
+        unreached=unreached_knobs(attempts),
     )
+
+
+def capacity_unlocks(result: RunResult, fixtures: FixtureSuite, target: int) -> list[CapacityUnlock]:
+    """One unlock per target-count cell of a run that fits the target count, carrying that cell's
+    own figures (never another cell's)."""
+    if target not in result.fitting_refs:
+        return []
+    at_target = cells_by_refs(result.view.cells, fixtures)[target]
+    quality = "sound" if target in result.served_refs else (
+        "broken" if any(c.quality == "broken" for c in at_target) else "unchecked")
+    return [CapacityUnlock(result.flag_set, result.view.attempt.id, quality, cell.fixture,
+                           cell.wall_s, cell.server_peak_mb, result.view.run.gpu_peak_mib)
+            for cell in at_target]
+
+
+BLOCKER_ORDER: tuple[Blocker, ...] = ("init", "capacity", "quality", "untested")
+
+
+def flag_set_blocker(results: list[RunResult], fixtures: FixtureSuite, target: int) -> Blocker | None:
+    """What keeps one flag set (all its runs) from serving the target count; None if it serves."""
+    if any(target in r.served_refs for r in results):
+        return None
+    if not any(r.initialised for r in results):
+        return "init"
+    if any(target in r.fitting_refs for r in results):
+        return "quality"
+    if any(target in cells_by_refs(r.view.cells, fixtures) for r in results):
+        return "capacity"
+    return "untested"
+
+
+def oom_groups(results: list[RunResult], fixtures: FixtureSuite, target: int,
+               host: Host) -> tuple[OomGroup, ...]:
+    """The OOM signatures recorded at the target count, each with the flag sets that record it."""
+    groups: dict[tuple[str | None, str | None], list[str]] = {}
+    for r in results:
+        for cell in cells_by_refs(r.view.cells, fixtures).get(target, []):
+            if cell.outcome != "oom":
+                continue
+            oom = cell.oom
+            key = ((oom.requested, str(oom.location) if oom.location else None)
+                   if oom is not None and (oom.requested or oom.location) else (None, None))
+            groups.setdefault(key, []).append(r.flag_set)
+    ordered = [OomGroup(req, loc, _ordered(names, host)) for (req, loc), names in groups.items()]
+    order = {name: i for i, name in enumerate(host.serve_flag_sets)}
+    # Recorded signatures first, in the order of their first flag set; then those with none.
+    return tuple(sorted(ordered, key=lambda g: (g.requested is None and g.location is None,
+                                                order.get(g.flag_sets[0], len(order)),
+                                                g.flag_sets[0])))
+
+
+def blockers(results: list[RunResult], fixtures: FixtureSuite, target: int,
+             host: Host) -> tuple[BlockerEntry, ...]:
+    """Every blocker of the host, in BLOCKER_ORDER, each with the flag sets it applies to."""
+    by_flag_set: dict[str, list[RunResult]] = {}
+    for r in results:
+        by_flag_set.setdefault(r.flag_set, []).append(r)
+    kinds: dict[Blocker, list[str]] = {}
+    for flag_set, runs in by_flag_set.items():
+        kind = flag_set_blocker(runs, fixtures, target)
+        if kind is not None:
+            kinds.setdefault(kind, []).append(flag_set)
+    entries = []
+    for kind in BLOCKER_ORDER:
+        if kind not in kinds:
+            continue
+        names = _ordered(kinds[kind], host)
+        signatures = ()
+        if kind == "capacity":
+            signatures = oom_groups([r for r in results if r.flag_set in names], fixtures, target, host)
+        entries.append(BlockerEntry(kind, names, signatures))
+    return tuple(entries)
+
+
+def unreached_knobs(attempts) -> tuple[UnreachedKnob, ...]:
+    """Flag sets whose latest propagation check shows their knob never reached the model."""
+    latest: dict[str, UnreachedKnob | None] = {}
+    for attempt in sorted(attempts, key=lambda a: (a.meta.date, a.id)):
+        for check in attempt.propagation:
+            reached = check.reached_model
+            if reached is None:
+                continue
+            latest[check.flag_set_with] = None if reached else UnreachedKnob(
+                check.flag_set_with, check.flag_set_without, check.knob, attempt.id)
+    return tuple(u for u in latest.values() if u is not None)
 
 
 def all_verdicts(hosts: HostsConfig, fixtures: FixtureSuite,
                  evidence: Evidence) -> dict[str, HostVerdict]:
     return {name: host_verdict(name, hosts, fixtures, evidence) for name in hosts.hosts}
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """The host's verdict as of one attempt: computed from that attempt and every earlier one."""
+
+    attempt: str
+    date: str
+    provenance: str
+    upstream_commit: str | None
+    torch: str | None
+    model_snapshot: str | None
+    verdict: HostVerdict
+    pins_from: str | None = None
+
+
+def _attempt_order(a: LoadedAttempt) -> tuple[str, str]:
+    return (a.meta.date, a.id)
+
+
+def attempt_pins(a: LoadedAttempt, earlier: list[LoadedAttempt] = ()
+                 ) -> tuple[str | None, str | None, str | None, str | None]:
+    """(upstream commit, torch, model snapshot, the attempt they come from): as the attempt states
+    them; else as the environment manifest it carries, or else the host's newest one filed before
+    it (the probe runs only in a checked environment), resolved them; else unknown."""
+    if a.meta.pins is not None:
+        return a.meta.pins.upstream_commit, a.meta.pins.torch, a.meta.pins.model_snapshot, a.id
+    filed = [e for e in (a, *reversed(earlier)) if e.environment is not None]
+    if filed:
+        env = filed[0].environment
+        resolved = {p.name: p.resolved for p in env.pins}
+        return resolved.get("vllm-omni"), resolved.get("torch"), env.model_snapshot, filed[0].id
+    return None, None, None, None
+
+
+def verdict_history(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
+                    evidence: Evidence) -> list[HistoryEntry]:
+    """Oldest first, one entry per attempt of the host that ran the server."""
+    host = hosts.host(name)
+    every = sorted(evidence.for_host(name, include_simulated=host.simulated), key=_attempt_order)
+    history = []
+    for i, attempt in enumerate(every):
+        if not (attempt.runs or attempt.requests):
+            continue
+        cut = _attempt_order(attempt)
+        upto = Evidence([a for a in evidence.attempts if a.host != name or _attempt_order(a) <= cut])
+        *pins, pins_from = attempt_pins(attempt, every[:i])
+        history.append(HistoryEntry(attempt.id, attempt.meta.date, attempt.meta.provenance.kind,
+                                    *pins, host_verdict(name, hosts, fixtures, upto), pins_from))
+    return history

@@ -66,13 +66,13 @@ def _report(args: argparse.Namespace) -> int:
 
 def _image_check(args: argparse.Namespace) -> int:
     from omniprobe.cli.image_check import check_images, find_images, render_json, render_table
-    from omniprobe.config.hosts import QualityConfig, load_hosts
+    from omniprobe.config.hosts import ImageChecks, load_hosts
 
     try:
         hosts_file = find_project().hosts_file
         cfg, source = load_hosts(hosts_file).quality, f"{hosts_file} [quality]"
     except FileNotFoundError:
-        cfg, source = QualityConfig(), "built-in defaults (no hosts.toml found)"
+        cfg, source = ImageChecks(), "built-in defaults (no hosts.toml found)"
     except InputError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
@@ -94,12 +94,13 @@ def _image_check(args: argparse.Namespace) -> int:
 
 
 def _quality(args: argparse.Namespace) -> int:
-    from omniprobe.harness.psnr_check import render, run_quality
+    from omniprobe.cli.tables import psnr_summary
+    from omniprobe.harness.psnr_check import run_quality
 
     project = find_project()
     result = run_quality(project, args.baseline, attempt_id=args.attempt, layout=args.layout,
                          comparator=args.comparator, baseline_attempt=args.baseline_attempt)
-    print(render(result))
+    print(psnr_summary(result))
     for path in result.written:
         print(f"wrote {path}")
     return 0

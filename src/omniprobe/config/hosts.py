@@ -208,15 +208,18 @@ class Report(_Input):
     earlier_probe_issue: int
 
 
-class Probe(_Input):
+class ProbeSettings(_Input):
+    """hosts.toml [probe] (the probe session itself is harness/probe.py's Probe)."""
+
     target_reference_count: int = Field(ge=1)
 
 
 LAYOUT_PLACEHOLDERS = frozenset({"fixture", "source_name", "seed"})
 
 
-class QualityConfig(_Input):
-    """The output-structure check and the PSNR baseline layout (see imaging.py, quality.py).
+class ImageChecks(_Input):
+    """hosts.toml [quality]: the thresholds of the output-structure check (analysis/imaging.py)
+    and how PSNR compares images with a baseline's (harness/psnr_check.py).
 
     Figures are on the 0-255 scale whatever the image's bit depth. The defaults are the values
     hosts.toml states; they apply where a table omits a key or no hosts.toml is found.
@@ -252,7 +255,7 @@ class QualityConfig(_Input):
     )
 
     @model_validator(mode="after")
-    def _layout_placeholders(self) -> QualityConfig:
+    def _layout_placeholders(self) -> ImageChecks:
         names = {name for _, name, _, _ in string.Formatter().parse(self.baseline_layout) if name}
         unknown = names - LAYOUT_PLACEHOLDERS
         if unknown:
@@ -339,13 +342,13 @@ class EnvConfig(_Input):
 class HostsConfig(_Input):
     stack: Stack
     serve: Serve
-    probe: Probe
+    probe: ProbeSettings
     report: Report
     hosts: dict[str, Host]
     flag_sets: dict[str, FlagSet]
     deploy_configs: dict[str, DeployConfig] = {}
     offline_kwarg_sets: dict[str, OfflineKwargSet] = {}
-    quality: QualityConfig = QualityConfig()
+    quality: ImageChecks = ImageChecks()
     env: EnvConfig | None = Field(
         default=None, description="The probe environment build; null: not configured."
     )

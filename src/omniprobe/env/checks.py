@@ -8,7 +8,6 @@ reference suite against the digests the fixtures record.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import Host, HostsConfig, InstallStep, load_hosts
 from omniprobe.config.project import Project, find_project
+from omniprobe.digests import sha256_file
 from omniprobe.env.state import (
     EnvNotReady,
     EnvPaths,
@@ -308,11 +308,6 @@ def hf_cache_dir() -> Path:
     return Path(xdg).expanduser() / "huggingface" / "hub"
 
 
-def _sha256(path: Path) -> str:
-    with path.open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
 def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
     from huggingface_hub import scan_cache_dir
 
@@ -372,7 +367,7 @@ def _manifest_check(path: Path, model_snapshot: str, revision: CachedRevisionInf
     bad += [f"{rel}: not in the manifest" for rel in sorted(present - set(manifest.files))]
     bad += [f"{rel}: sha256 {digest[:12]}…, manifest {manifest.files[rel][:12]}…"
             for rel in sorted(present & set(manifest.files))
-            if (digest := _sha256(root / rel)) != manifest.files[rel]]
+            if (digest := sha256_file(root / rel)) != manifest.files[rel]]
     if bad:
         return _check(name, "fail", "; ".join(bad), f"{len(manifest.files)} files as in {path}",
                       f"{len(bad)} differ")
@@ -401,7 +396,7 @@ def references_check(project: Project, *, simulated: bool = False) -> EnvCheck:
         path = base / rel
         if not path.is_file():
             bad.append(f"{rel}: missing")
-        elif _sha256(path) != digest:
+        elif sha256_file(path) != digest:
             bad.append(f"{rel}: sha256 differs from the fixtures' {digest[:12]}…")
     return _check(name, "fail" if bad else "pass",
                   "; ".join(bad) or f"{len(known)} files match the fixtures' sha256",

@@ -3,34 +3,31 @@ evidence/<host>/<attempt-id>/ (attempt.json + environment.json), and summarised 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
-import socket
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from omniprobe import __version__
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.digests import sha256_json
 from omniprobe.env.checks import Verification
 from omniprobe.env.state import Ran
 from omniprobe.errors import InputError
+from omniprobe.evidence.attempts import free_attempt_id, provenance
 from omniprobe.evidence.models import (
     ATTEMPT_FILE,
     Attempt,
     CommandTiming,
     EnvManifest,
     EnvTimings,
-    Measured,
-    Simulated,
     parse_file,
     write_section,
 )
 
 MANIFEST_FILE = "environment.json"
+ATTEMPT_SUFFIX = "-env"
 
 
 def make_manifest(verification: Verification, action: Literal["built", "verified"], *,
@@ -54,7 +51,7 @@ def make_manifest(verification: Verification, action: Literal["built", "verified
 def fingerprint(manifest: EnvManifest) -> str:
     """What the environment is, leaving out how long it took and whether this run installed."""
     state = manifest.model_dump(mode="json", exclude={"timings", "action"})
-    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+    return sha256_json(state)
 
 
 def latest_manifest(evidence_dir: Path, host: str) -> tuple[Path, EnvManifest] | None:
@@ -62,8 +59,8 @@ def latest_manifest(evidence_dir: Path, host: str) -> tuple[Path, EnvManifest] |
     found = []
     for path in (evidence_dir / host).glob(f"*/{MANIFEST_FILE}"):
         try:
-            attempt = parse_file(path.parent / ATTEMPT_FILE, Attempt)
-            manifest = parse_file(path, EnvManifest)
+            attempt = parse_file(path.parent / ATTEMPT_FILE)
+            manifest = parse_file(path)
         except (InputError, FileNotFoundError):
             continue
         started = getattr(attempt.provenance, "started_at", None)
@@ -84,24 +81,15 @@ def record_manifest(project: Project, cfg: HostsConfig, manifest: EnvManifest, *
     latest = latest_manifest(project.evidence_dir, manifest.host)
     if latest is not None and fingerprint(latest[1]) == fingerprint(manifest):
         return latest[0], False
-    host = cfg.host(manifest.host)
-    if host.simulated:
-        provenance = Simulated(kind="simulated", tool_version=__version__, command=command,
-                               started_at=started_at,
-                               model="environment of a simulated host; GPU checks skipped")
-    else:
-        provenance = Measured(kind="measured", host=manifest.host, hostname=socket.gethostname(),
-                              tool_version=__version__, command=command, started_at=started_at)
     host_dir = project.evidence_dir / manifest.host
-    base = f"{started_at:%Y-%m-%dT%H%M%SZ}-env-{manifest.host}"
-    attempt_id, n = base, 1
-    while (host_dir / attempt_id).exists():
-        n += 1
-        attempt_id = f"{base}-{n}"
+    attempt_id = free_attempt_id(host_dir, manifest.host, started_at, ATTEMPT_SUFFIX)
     attempt = Attempt(id=attempt_id, host=manifest.host, date=started_at.date().isoformat(),
                       description=f"probe environment {manifest.action} and checked by "
                                   "`omniprobe env`",
-                      provenance=provenance)
+                      provenance=provenance(
+                          manifest.host, cfg.host(manifest.host), command, started_at,
+                          simulated_model="environment of a simulated host; GPU checks skipped",
+                          cap_mib=cfg.emulated_cap_mib(manifest.host)))
     # Both files land in a scratch folder renamed into place, so no reader sees half an attempt.
     scratch = host_dir / f".{attempt_id}.tmp"
     try:

@@ -3,8 +3,6 @@ complete build, and the runner every `omniprobe env` command goes through."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -20,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import EnvConfig, HostsConfig, InstallStep
 from omniprobe.config.project import Project
+from omniprobe.digests import sha256_json
 
 ENV_ROOT_VAR = "OMNIPROBE_ENV_ROOT"
 STAMP_FILE = "omniprobe-env.json"
@@ -101,7 +100,7 @@ def pins_hash(cfg: HostsConfig, project: Project) -> str:
         "python": cfg.stack.python,
         "install": [step.model_dump(mode="json") for step in env.install],
     }
-    return hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()
+    return sha256_json(pins)
 
 
 class Stamp(BaseModel):

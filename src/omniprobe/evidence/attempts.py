@@ -8,7 +8,6 @@ starts a new one (once per nox invocation, so several sessions given --fresh sha
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import os
 import socket
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from omniprobe import __version__
 from omniprobe.config.hosts import Host
 from omniprobe.config.project import Project
+from omniprobe.digests import sha256_file
 from omniprobe.errors import InputError
 from omniprobe.evidence.models import (
     ATTEMPT_FILE,
@@ -39,9 +39,16 @@ class AttemptBusy(RuntimeError):
     pass
 
 
+MAX_PER_SECOND = 999
+
+
 def new_attempt_id(host_name: str, now: datetime, n: int = 1, suffix: str = SUFFIX) -> str:
-    """`<UTC time>-<host>-probe`; the n-th attempt started within one second gets `-<n>`."""
-    again = f"-{n}" if n > 1 else ""
+    """`<UTC time>-<host><suffix>`; the n-th attempt started within one second gets `.<nnn>`
+    after the time, so ids sort in the order they were made: '.' sorts after '-', and the
+    count has a fixed width."""
+    if not 1 <= n <= MAX_PER_SECOND:
+        raise ValueError(f"attempt {n} within one second: at most {MAX_PER_SECOND}")
+    again = f".{n:03d}" if n > 1 else ""
     return f"{now:%Y-%m-%dT%H%M%SZ}{again}-{host_name}{suffix}"
 
 
@@ -50,22 +57,34 @@ def cap_suffix(cap_mib: int | None) -> str:
     return SUFFIX if cap_mib is None else f"-{cap_mib}mib{SUFFIX}"
 
 
-def provenance(host_name: str, host: Host, command: list[str], now: datetime,
-               cap_mib: int | None = None):
+def free_attempt_id(host_dir: Path, host_name: str, now: datetime, suffix: str) -> str:
+    """The first id of `new_attempt_id`'s sequence for this second with no folder yet."""
+    n = 1
+    while (host_dir / new_attempt_id(host_name, now, n, suffix)).exists():
+        n += 1
+    return new_attempt_id(host_name, now, n, suffix)
+
+
+def provenance(host_name: str, host: Host, command: list[str], started_at: datetime, *,
+               simulated_model: str | None = None,
+               cap_mib: int | None = None) -> Measured | Simulated | Emulated:
+    """Where an attempt made now comes from: measured on this machine, emulated on it at `cap_mib`
+    (an emulated host), or simulated (by the sim's capacity model unless `simulated_model` says
+    what else)."""
     if host.emulation is not None:
         if cap_mib is None:
             raise ValueError(f"host {host_name!r} is emulated: its attempts need the cap")
         return Emulated(kind="emulated", host=host_name, hostname=socket.gethostname(),
-                        tool_version=__version__, command=command, started_at=now,
+                        tool_version=__version__, command=command, started_at=started_at,
                         emulates=host.emulation.emulates, cap_mib=cap_mib,
                         physical_gpu=host.gpu, physical_compute_capability=host.compute_capability,
                         mechanism=host.emulation.mechanism, simulated_server=host.simulated)
     if host.simulated:
+        model = simulated_model or f"omniprobe.sim capacity model ([hosts.{host_name}.capacity])"
         return Simulated(kind="simulated", tool_version=__version__, command=command,
-                         started_at=now,
-                         model=f"omniprobe.sim capacity model ([hosts.{host_name}.capacity])")
+                         started_at=started_at, model=model)
     return Measured(kind="measured", host=host_name, hostname=socket.gethostname(),
-                    tool_version=__version__, command=command, started_at=now)
+                    tool_version=__version__, command=command, started_at=started_at)
 
 
 def probe_attempts(host_dir: Path, cap_mib: int | None = None) -> list[Path]:
@@ -79,11 +98,7 @@ def probe_attempts(host_dir: Path, cap_mib: int | None = None) -> list[Path]:
 
 
 def file_ref(path: Path, artifacts_dir: Path) -> ArtifactRef:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return ArtifactRef(path=str(path.relative_to(artifacts_dir)), sha256=digest.hexdigest(),
+    return ArtifactRef(path=str(path.relative_to(artifacts_dir)), sha256=sha256_file(path),
                        bytes=path.stat().st_size)
 
 
@@ -148,16 +163,13 @@ def _create(project: Project, host_name: str, host: Host, command: list[str],
             suffix: str = SUFFIX, what: str = "probe-init / probe-serve",
             cap_mib: int | None = None) -> AttemptStore:
     now = datetime.now(UTC).replace(microsecond=0)
-    n = 1
-    while (project.evidence_dir / host_name / new_attempt_id(host_name, now, n, suffix)).exists():
-        n += 1
-    attempt_id = new_attempt_id(host_name, now, n, suffix)
+    attempt_id = free_attempt_id(project.evidence_dir / host_name, host_name, now, suffix)
     folder = project.evidence_dir / host_name / attempt_id
     meta = Attempt(id=attempt_id, host=host_name, date=now.date().isoformat(),
                    description=f"{what} by omniprobe {__version__} on "
                                f"{host.name}" + (" (simulated)" if host.simulated else "")
                                + (f", capped at {cap_mib:,} MiB" if cap_mib else ""),
-                   provenance=provenance(host_name, host, command, now, cap_mib))
+                   provenance=provenance(host_name, host, command, now, cap_mib=cap_mib))
     folder.mkdir(parents=True, exist_ok=False)
     write_section(folder, ATTEMPT_FILE, meta)
     return AttemptStore(project, folder, meta)

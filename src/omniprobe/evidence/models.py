@@ -9,28 +9,28 @@ measured by this package on a named host, or simulated.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    RootModel,
-    TypeAdapter,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from omniprobe.atomic import write_text_atomic
 from omniprobe.errors import InputError, Problem, problems_from_validation
+from omniprobe.evidence.migrations import (
+    FORMAT_VERSION,
+    VERSION_KEY,
+    UnknownFormatVersion,
+    content_key,
+    content_path,
+    upgrade,
+)
 from omniprobe.evidence.quantities import Range, Size
 
 Outcome = Literal["ok", "oom", "error", "timeout"]
 InitOutcome = Literal["ready", "oom", "error", "timeout"]
-Quality = Literal["sound", "broken", "unchecked"]
+StructureVerdict = Literal["sound", "broken", "unchecked"]
 Sha256Prefix = Annotated[str, Field(pattern=r"^[0-9a-f]{8,64}$")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
@@ -88,6 +88,14 @@ Provenance = Annotated[Transcribed | Measured | Simulated | Emulated,
                        Field(discriminator="kind")]
 
 
+class AttemptPins(_In):
+    """The stack an attempt ran on, as its source states it (null: not stated)."""
+
+    upstream_commit: str | None = None
+    torch: str | None = None
+    model_snapshot: str | None = None
+
+
 class Attempt(_In):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Equals the folder name.")
     host: str = Field(description="Equals the parent folder name; a hosts.toml host.")
@@ -98,6 +106,9 @@ class Attempt(_In):
         default=None, description="Attempt id of the baseline that speed-ups and PSNR compare to."
     )
     note: str | None = None
+    pins: AttemptPins | None = Field(
+        default=None, description="The stack it ran on, as stated; null: the environment manifest "
+                                  "filed with it or before it says.")
 
 
 # --- shared pieces ----------------------------------------------------------------------
@@ -146,17 +157,29 @@ class InitResult(_In):
     note: str | None = None
 
 
+class StatedCellFigure(_In):
+    """A figure the source states for a cell somewhere other than its per-fixture detail (a summary
+    table, a verdict), kept as written so the report can compare it with the detail. Its precision
+    is the one written: 44.3 means 44.25 up to 44.35."""
+
+    where: str = Field(description="Where the source states it, e.g. 'the matrix table'.")
+    wall_s: Range | None = None
+    server_peak_mb: Range | None = None
+
+
 class Cell(_In):
     """One fixture under one flag set: the summary of its requests."""
 
     fixture: str
     seeds: list[int] | None = Field(default=None, description="null: not stated.")
     outcome: Outcome
-    quality: Quality = Field(description="Output structure; only 'sound' counts as served.")
+    quality: StructureVerdict = Field(description="Output structure; only 'sound' counts as served.")
     wall_s: Range | None = None
     server_peak_mb: Range | None = Field(default=None, description="Server-reported peak (MB).")
     oom: OomSignature | None = None
     note: str | None = None
+    stated: list[StatedCellFigure] = Field(
+        default=[], description="The same cell's figures as stated elsewhere in the source.")
     emulation_breach: EmulationBreach | None = Field(
         default=None, description="Emulated hosts: the server's tree exceeded the cap by the end "
                                   "of one of these requests; the cell never counts as a fit.")
@@ -262,7 +285,7 @@ class RequestRecord(_In):
     fixture: str
     seed: int
     outcome: Outcome
-    quality: Quality
+    quality: StructureVerdict
     wall_s: float = Field(ge=0)
     server_peak_mb: float | None = None
     denoise_step_latency_ms: float | None = None
@@ -289,7 +312,7 @@ class OfflineRun(_In):
     fixture: str | None = None
     seeds: list[int] | None = None
     outcome: Literal["ok", "oom", "error", "timeout", "init-oom", "init-error"]
-    quality: Quality
+    quality: StructureVerdict
     oom: OomSignature | None = None
     note: str | None = None
     wall_s: Range | None = Field(default=None, description="Probed runs: walls of the ok requests.")
@@ -306,7 +329,7 @@ class OfflineRequest(_In):
     fixture: str
     seed: int
     outcome: Outcome
-    quality: Quality
+    quality: StructureVerdict
     wall_s: float = Field(ge=0)
     peak_mib: float | None = Field(
         default=None, ge=0, description="Peak allocated during the request as the runner read it "
@@ -336,7 +359,7 @@ class StructureObservation(_In):
     rgb_mean: Range | None = None
     psnr_db: Range | None = None
     approximate: bool = Field(default=False, description="The source gives these as approximate.")
-    quality: Quality
+    quality: StructureVerdict
     note: str | None = None
 
 
@@ -351,7 +374,7 @@ class PsnrRow(_In):
     )
     comparator: Literal["rgba", "rgb"]
     baseline_attempt: str
-    quality: Quality
+    quality: StructureVerdict
     note: str | None = None
 
     @model_validator(mode="after")
@@ -397,6 +420,17 @@ class CodeLocation(_In):
     key: str
     ref: CodeRef | None = None
     what: str
+    label: str | None = Field(default=None, description="What the report calls it, in words.")
+
+
+class Finding(_In):
+    """A conclusion the source states, placed where the source puts it."""
+
+    key: str = Field(pattern=r"^[a-z0-9_]+$")
+    statement: str
+    placement: Literal["verdict", "follow-through"] = Field(
+        description="The report part the source states it in.")
+    section: str = Field(description="The source's section it comes from.")
 
 
 class BaselineWall(_In):
@@ -431,6 +465,7 @@ class StatedFigure(_In):
     range: Range | None = None
     unit: str
     statement: str
+    label: str | None = Field(default=None, description="What the report calls it, in words.")
 
 
 # --- probe environment ------------------------------------------------------------------
@@ -533,23 +568,43 @@ class EnvManifest(_In):
 
 # --- files ------------------------------------------------------------------------------
 
-SECTION_MODELS: dict[str, type[BaseModel]] = {
-    "runs.json": RootModel[list[ServeRun]],
-    "requests.json": RootModel[list[RequestRecord]],
-    "offline.json": RootModel[list[OfflineRun]],
-    "offline-requests.json": RootModel[list[OfflineRequest]],
-    "structure.json": RootModel[list[StructureObservation]],
-    "psnr.json": RootModel[list[PsnrRow]],
-    "determinism.json": RootModel[list[DeterminismGroup]],
-    "propagation.json": RootModel[list[PropagationCheck]],
-    "code-read.json": RootModel[list[CodeLocation]],
+# Each file's content; the file itself wraps it with its format version (evidence/migrations.py).
+FILE_CONTENT: dict[str, type] = {
+    "attempt.json": Attempt,
+    "runs.json": list[ServeRun],
+    "requests.json": list[RequestRecord],
+    "offline.json": list[OfflineRun],
+    "offline-requests.json": list[OfflineRequest],
+    "structure.json": list[StructureObservation],
+    "psnr.json": list[PsnrRow],
+    "determinism.json": list[DeterminismGroup],
+    "propagation.json": list[PropagationCheck],
+    "code-read.json": list[CodeLocation],
     "baseline.json": Baseline,
-    "corrections.json": RootModel[list[Correction]],
-    "figures.json": RootModel[list[StatedFigure]],
+    "corrections.json": list[Correction],
+    "figures.json": list[StatedFigure],
+    "findings.json": list[Finding],
     "environment.json": EnvManifest,
 }
 ATTEMPT_FILE = "attempt.json"
-FILE_MODELS: dict[str, type[BaseModel]] = {ATTEMPT_FILE: Attempt, **SECTION_MODELS}
+
+
+def _file_model(file_name: str, content: type) -> type[BaseModel]:
+    key = content_key(file_name)
+    return create_model(
+        "".join(part.title() for part in key.split("_")) + "File",
+        __config__=ConfigDict(extra="forbid", frozen=True),
+        __doc__=f"{file_name}: the evidence format version, then the content under {key!r}.",
+        **{VERSION_KEY: (Literal[FORMAT_VERSION], Field(
+            description="Evidence format version; a file without it is version 1 and is "
+                        "migrated on load.")),
+           key: (content, ...)},
+    )
+
+
+FILE_MODELS: dict[str, type[BaseModel]] = {
+    name: _file_model(name, content) for name, content in FILE_CONTENT.items()}
+SECTION_FILES = [name for name in FILE_MODELS if name != ATTEMPT_FILE]
 
 
 @dataclass
@@ -569,6 +624,7 @@ class LoadedAttempt:
     corrections: list[Correction] = field(default_factory=list)
     figures: list[StatedFigure] = field(default_factory=list)
     environment: EnvManifest | None = None
+    findings: list[Finding] = field(default_factory=list)
 
     @property
     def id(self) -> str:
@@ -589,12 +645,10 @@ class LoadedAttempt:
         return self.meta.provenance.kind == "emulated"
 
 
-def _attr(section_file: str) -> str:
-    return section_file.removesuffix(".json").replace("-", "_")
-
-
-def parse_file(path: Path, model: type[BaseModel], text: str | None = None):
-    """Validate one file against its model; raise InputError naming file and JSON path."""
+def parse_file(path: Path, text: str | None = None):
+    """One evidence file's content, its kind told by its name, migrated from an older format
+    version; raise InputError naming the file and the JSON path of every problem."""
+    model = FILE_MODELS[path.name]
     try:
         text = path.read_text(encoding="utf-8") if text is None else text
         data = json.loads(text)
@@ -602,38 +656,46 @@ def parse_file(path: Path, model: type[BaseModel], text: str | None = None):
         raise InputError([Problem(str(path), f"line {exc.lineno} column {exc.colno}",
                                   f"not valid JSON (truncated or malformed): {exc.msg}")]) from None
     try:
+        data, found = upgrade(path.name, data)
+    except UnknownFormatVersion as exc:
+        raise InputError([Problem(str(path), f"$.{VERSION_KEY}", str(exc))]) from None
+    try:
         value = model.model_validate(data)
     except ValidationError as exc:
-        raise InputError(problems_from_validation(path, exc)) from None
-    return value.root if isinstance(value, RootModel) else value
+        problems = problems_from_validation(path, exc)
+        if found != FORMAT_VERSION:
+            problems = [replace(p, message=f"{p.message} (a format version {found} file, "
+                                           f"path as in version {FORMAT_VERSION})")
+                        for p in problems]
+        raise InputError(problems) from None
+    return getattr(value, content_key(path.name))
 
 
 def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
     """Load one attempt folder, collecting every problem rather than stopping at the first."""
     problems: list[Problem] = []
     try:
-        meta = parse_file(folder / ATTEMPT_FILE, Attempt)
+        meta = parse_file(folder / ATTEMPT_FILE)
     except FileNotFoundError:
         return None, [Problem(str(folder), "", f"attempt folder has no {ATTEMPT_FILE}")]
     except InputError as exc:
         return None, exc.problems
     attempt = LoadedAttempt(path=folder, meta=meta)
     if meta.id != folder.name:
-        problems.append(Problem(str(folder / ATTEMPT_FILE), "$.id",
+        problems.append(Problem(str(folder / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.id"),
                                 f"expected the folder name {folder.name!r}, got {meta.id!r}"))
     if meta.host != folder.parent.name:
-        problems.append(Problem(str(folder / ATTEMPT_FILE), "$.host",
+        problems.append(Problem(str(folder / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.host"),
                                 f"expected the host folder {folder.parent.name!r}, got {meta.host!r}"))
     for child in sorted(folder.iterdir()):
         if child.name == ATTEMPT_FILE:
             continue
-        model = SECTION_MODELS.get(child.name)
-        if model is None:
+        if child.name not in SECTION_FILES:
             problems.append(Problem(str(child), "", "unknown evidence file; expected one of "
-                                    + ", ".join(SECTION_MODELS)))
+                                    + ", ".join(SECTION_FILES)))
             continue
         try:
-            setattr(attempt, _attr(child.name), parse_file(child, model))
+            setattr(attempt, content_key(child.name), parse_file(child))
         except InputError as exc:
             problems.extend(exc.problems)
     return attempt, problems
@@ -669,15 +731,13 @@ def load_evidence(root: Path) -> tuple[Evidence, list[Problem]]:
     return Evidence(attempts), problems
 
 
-def dump_json(model: type[BaseModel], value) -> str:
-    """Serialise a section value exactly as it will be validated on load."""
-    adapter = TypeAdapter(model)
-    checked = adapter.validate_python(model(value) if issubclass(model, RootModel) else value)
-    return adapter.dump_json(checked, indent=2, exclude_none=True).decode() + "\n"
+def dump_json(file_name: str, content) -> str:
+    """A file's text in the current format version, validated exactly as it will be on load."""
+    checked = FILE_MODELS[file_name].model_validate(
+        {VERSION_KEY: FORMAT_VERSION, content_key(file_name): content})
+    return checked.model_dump_json(indent=2, exclude_none=True) + "\n"
 
 
-def write_section(folder: Path, file_name: str, value) -> Path:
+def write_section(folder: Path, file_name: str, content) -> Path:
     """Validate, then write one evidence file atomically; a bad value leaves the old file intact."""
-    model = FILE_MODELS[file_name]
-    text = dump_json(model, value)
-    return write_text_atomic(folder / file_name, text)
+    return write_text_atomic(folder / file_name, dump_json(file_name, content))

@@ -8,7 +8,8 @@ from omniprobe.config.fixtures import FixtureSuite, load_fixtures
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
-from omniprobe.evidence.models import Evidence, LoadedAttempt, load_evidence
+from omniprobe.evidence.migrations import content_path
+from omniprobe.evidence.models import ATTEMPT_FILE, Evidence, LoadedAttempt, load_evidence
 
 
 @dataclass
@@ -25,12 +26,13 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     folder = attempt.path
     host = hosts.hosts.get(attempt.host)
     if host is None:
-        return [Problem(str(folder / "attempt.json"), "$.host",
+        return [Problem(str(folder / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.host"),
                         f"host {attempt.host!r} is not defined in hosts.toml "
                         f"(hosts: {', '.join(hosts.hosts)})")]
     prov = attempt.meta.provenance
     if prov.kind == "measured" and prov.host != attempt.host:
-        problems.append(Problem(str(folder / "attempt.json"), "$.provenance.host",
+        problems.append(Problem(str(folder / ATTEMPT_FILE),
+                                content_path(ATTEMPT_FILE, "$.provenance.host"),
                                 f"measured on {prov.host!r} but filed under {attempt.host!r}"))
     if (prov.kind == "emulated") != (host.emulation is not None):
         problems.append(Problem(str(folder / "attempt.json"), "$.provenance.kind",
@@ -42,17 +44,20 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
         problems.append(Problem(str(folder / "attempt.json"), "$.provenance.host",
                                 f"emulated as {prov.host!r} but filed under {attempt.host!r}"))
     if prov.kind == "measured" and host.simulated:
-        problems.append(Problem(str(folder / "attempt.json"), "$.provenance.kind",
+        problems.append(Problem(str(folder / ATTEMPT_FILE),
+                                content_path(ATTEMPT_FILE, "$.provenance.kind"),
                                 f"host {attempt.host!r} is simulated; its evidence must be "
                                 "'simulated', not 'measured'"))
 
     def checker(known: list[str] | set[str], message):
-        """A check that a name used at (file, path) is one of `known`; None is always fine."""
+        """A check that a name used at (file, path in its content) is one of `known`; None is
+        always fine."""
         known = set(known)
 
         def check(file: str, path: str, name: str | None) -> None:
             if name is not None and name not in known:
-                problems.append(Problem(str(folder / file), path, message(name)))
+                problems.append(Problem(str(folder / file), content_path(file, path),
+                                        message(name)))
         return check
 
     flag_set = checker(host.serve_flag_sets, lambda name: (

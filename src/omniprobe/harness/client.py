@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import requests
 
 from omniprobe.analysis.oom import error_message, is_oom, parse_oom
 from omniprobe.config.fixtures import Fixture, Sampling
+from omniprobe.digests import sha256_bytes
 from omniprobe.evidence.models import OomSignature, Outcome
 
 
@@ -40,18 +40,14 @@ class Reply:
     status: int | None = None
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, bytes]]:
     """The fixture's reference images, each checked against its pinned sha256."""
     loaded = []
     for ref in fixture.references or []:
         path = fixtures_dir / ref.file
         data = path.read_bytes()
-        if sha256(data) != ref.sha256:
-            raise ReferenceMismatch(f"{path}: sha256 {sha256(data)} differs from the pinned "
+        if sha256_bytes(data) != ref.sha256:
+            raise ReferenceMismatch(f"{path}: sha256 {sha256_bytes(data)} differs from the pinned "
                                     f"{ref.sha256} of reference {ref.name!r} in {fixture.id!r}")
         loaded.append((path.name, data))
     return loaded

@@ -28,12 +28,14 @@ from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite,
 from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import NoHost, resolve_host, session_venv
+from omniprobe.digests import sha256_bytes
 from omniprobe.env.checks import require_env_ok
 from omniprobe.env.state import EnvError
 from omniprobe.evidence.attempts import AttemptBusy, AttemptStore, file_ref, new_attempt
 from omniprobe.evidence.models import ArtifactRef, OfflineRequest, OfflineRun, write_section
 from omniprobe.evidence.quantities import Range
-from omniprobe.harness.client import ReferenceMismatch, load_references, sha256
+from omniprobe.harness.client import ReferenceMismatch, load_references
+from omniprobe.harness.logs import log_tail
 from omniprobe.harness.probe import PlanError, ReaderFactory, default_readers, serve_fixtures
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import GpuBusy, NvmlUnavailable, wait_idle
@@ -377,7 +379,7 @@ class OfflineProbe:
         except (OSError, UnreadableImage) as exc:
             return {"outcome": "error", "error": f"the runner's image is unreadable: {exc}"}
         metrics = measure(pixels, self.cfg.quality)
-        return {"output_sha256": sha256(data), "pixels_sha256": pixels_sha256(pixels),
+        return {"output_sha256": sha256_bytes(data), "pixels_sha256": pixels_sha256(pixels),
                 "artifact": str(path.relative_to(self.store.project.artifacts_dir)),
                 "image": metrics, "quality": quality_of(metrics)}
 
@@ -391,11 +393,10 @@ class OfflineProbe:
                           error=f"no result within {self.options.request_timeout_s:g} s")
             return self._add(fields)
         log = _after_last_event(log_path.read_text(errors="replace"))
-        tail = " | ".join([line.strip() for line in log.splitlines() if line.strip()][-2:])[:400]
         oom = parse_oom(log, "request")
         fields.update(outcome="oom" if oom else "error", oom=oom,
                       error=f"the runner {why} during the request; its log ends: "
-                            f"{tail or '(nothing new)'}")
+                            f"{log_tail(log)}")
         return self._add(fields)
 
 

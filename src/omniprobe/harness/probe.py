@@ -34,6 +34,7 @@ from omniprobe.config.selection import (
     state_path,
     update_state,
 )
+from omniprobe.digests import sha256_bytes
 from omniprobe.env.checks import require_env_ok
 from omniprobe.env.state import EnvError
 from omniprobe.evidence.attempts import AttemptBusy, AttemptStore, file_ref, open_attempt
@@ -46,6 +47,7 @@ from omniprobe.harness.emulation import (
     emulation_env,
     parse_caps_gib,
 )
+from omniprobe.harness.logs import log_tail, read_from
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
     MIB,
@@ -385,14 +387,14 @@ class Probe:
                             self.options.request_timeout_s, session=self.http)
         # After a timeout the server may still be busy with the request: start afresh.
         up = reply.outcome == "ok" or (reply.outcome != "timeout" and self._healthy(live))
-        log = _read_from(live.server.log_path, log_start)
+        log = read_from(live.server.log_path, log_start)
         oom = merge(reply.oom, parse_oom(log, "request")) if reply.outcome == "oom" else None
         error = reply.error
         if not up and reply.outcome != "timeout":
             code = live.server.wait_exit(2)  # a crashed server may take a moment to be reaped
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
-                     + f"; its log ends: {_tail(log)}")
+                     + f"; its log ends: {log_tail(log)}")
         fields = {"flag_set": flag_set, "fixture": fixture.id, "seed": seed,
                   "outcome": reply.outcome, "quality": "unchecked",
                   "wall_s": round(reply.wall_s, 4),
@@ -417,24 +419,13 @@ class Probe:
                               error=f"malformed response: the image does not decode: {exc}")
             else:
                 write_bytes_atomic(path, image)
-                fields.update(output_sha256=client.sha256(image),
+                fields.update(output_sha256=sha256_bytes(image),
                               pixels_sha256=pixels_sha256(pixels),
                               artifact=str(path.relative_to(self.store.project.artifacts_dir)))
         record = RequestRecord.model_validate(fields)
         if pixels is not None:
             record = gate_record(record, measure(pixels, self.cfg.quality))
         self.store.add_request(record)
-
-
-def _read_from(path: Path, offset: int) -> str:
-    with open(path, "rb") as handle:
-        handle.seek(offset)
-        return handle.read().decode("utf-8", "replace")
-
-
-def _tail(text: str, lines: int = 2) -> str:
-    kept = [line.strip() for line in text.splitlines() if line.strip()]
-    return " | ".join(kept[-lines:])[:400] or "(nothing new)"
 
 
 def _oom_text(oom) -> str:

@@ -10,6 +10,7 @@ grouped by pixel hash into determinism.json. Every input is checked before anyth
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,12 +19,19 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from omniprobe.analysis.imaging import Comparator, Pixels, load_pixels, measure, pixels_sha256, psnr
-from omniprobe.cli.tables import text_table
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import QualityConfig
+from omniprobe.config.hosts import ImageChecks
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem, problems_from_validation
-from omniprobe.evidence.models import DeterminismGroup, LoadedAttempt, PsnrRow, RequestRecord, write_section
+from omniprobe.evidence.migrations import content_path
+from omniprobe.evidence.models import (
+    ATTEMPT_FILE,
+    DeterminismGroup,
+    LoadedAttempt,
+    PsnrRow,
+    RequestRecord,
+    write_section,
+)
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import load_valid_project
 
@@ -55,6 +63,7 @@ def resolve_artifact(artifact: str, artifacts_dir: Path) -> Path:
 def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]:
     """The attempt's ok requests with their images; InputError lists every one that lacks it."""
     file = str(attempt.path / "requests.json")
+    at = functools.partial(content_path, "requests.json")
     outputs: list[Output] = []
     problems: list[Problem] = []
     seen: dict[tuple[str, str, int], int] = {}
@@ -63,16 +72,16 @@ def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]
             continue
         key = (record.flag_set, record.fixture, record.seed)
         if key in seen:
-            problems.append(Problem(file, f"$[{i}]", f"repeats flag set {key[0]!r}, fixture "
-                                    f"{key[1]!r}, seed {key[2]} of $[{seen[key]}]"))
+            problems.append(Problem(file, at(f"$[{i}]"), f"repeats flag set {key[0]!r}, fixture "
+                                    f"{key[1]!r}, seed {key[2]} of {at(f'$[{seen[key]}]')}"))
         seen[key] = i
         if record.artifact is None:
-            problems.append(Problem(file, f"$[{i}].artifact",
+            problems.append(Problem(file, at(f"$[{i}].artifact"),
                                     "an ok request has no artifact; its image cannot be compared"))
             continue
         path = resolve_artifact(record.artifact, artifacts_dir)
         if not path.is_file():
-            problems.append(Problem(file, f"$[{i}].artifact", f"image not found at {path}"))
+            problems.append(Problem(file, at(f"$[{i}].artifact"), f"image not found at {path}"))
         outputs.append(Output(i, record, path))
     if not outputs and not problems:
         problems.append(Problem(file, "", f"attempt {attempt.id!r} has no ok requests to compare"))
@@ -105,7 +114,7 @@ def baseline_paths(outputs: list[Output], baseline_dir: Path, layout: str,
     return paths
 
 
-def psnr_row(record: RequestRecord, output: Pixels, baseline: Pixels, cfg: QualityConfig,
+def psnr_row(record: RequestRecord, output: Pixels, baseline: Pixels, cfg: ImageChecks,
              comparator: Comparator, baseline_attempt: str) -> PsnrRow:
     """One request's PSNR against its baseline image, with its output's structure verdict."""
     result = psnr(baseline, output, comparator, convert_modes=cfg.convert_modes)
@@ -182,11 +191,11 @@ def latest_attempt_with_outputs(attempts: list[LoadedAttempt]) -> LoadedAttempt:
     return max(candidates, key=lambda a: (a.meta.provenance.started_at.timestamp(), a.id))
 
 
-def _with_layout(cfg: QualityConfig, layout: str | None) -> QualityConfig:
+def _with_layout(cfg: ImageChecks, layout: str | None) -> ImageChecks:
     if layout is None:
         return cfg
     try:
-        return QualityConfig.model_validate({**cfg.model_dump(), "baseline_layout": layout})
+        return ImageChecks.model_validate({**cfg.model_dump(), "baseline_layout": layout})
     except ValidationError as exc:
         raise InputError(problems_from_validation("--layout", exc)) from None
 
@@ -206,7 +215,8 @@ def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None 
     comparator = comparator or cfg.comparator
     baseline_attempt = baseline_attempt or attempt.meta.baseline
     if baseline_attempt is None:
-        raise InputError([Problem(str(attempt.path / "attempt.json"), "$.baseline",
+        raise InputError([Problem(str(attempt.path / ATTEMPT_FILE),
+                                  content_path(ATTEMPT_FILE, "$.baseline"),
                                   "the attempt names no baseline attempt; "
                                   "pass --baseline-attempt ID")])
     if baseline_attempt not in {a.id for a in evidence.attempts}:
@@ -229,20 +239,3 @@ def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None 
                write_section(attempt.path, "determinism.json", groups)]
     return QualityResult(attempt, rows, groups, written)
 
-
-def render(result: QualityResult) -> str:
-    rows = [[r.flag_set, r.fixture, ", ".join(map(str, r.seeds)),
-             "identical" if r.identical else f"{r.psnr_db.min:.2f}", r.comparator, r.quality]
-            for r in result.rows]
-    headers = ["flag set", "fixture", "seed", "psnr (dB)", "comparator", "quality"]
-    lines = [f"attempt {result.attempt.id} against baseline {result.rows[0].baseline_attempt}",
-             text_table(headers, rows)]
-    if result.groups:
-        lines.append("determinism (pixel hash):")
-        lines += [f"  {g.fixture} seed {g.seed}: "
-                  f"{'identical' if g.identical else 'differ'} across {', '.join(g.flag_sets)}"
-                  + (f" ({g.sha256_prefix[:12]})" if g.identical else "")
-                  for g in result.groups]
-    else:
-        lines.append("determinism: no fixture and seed ran under two or more flag sets")
-    return "\n".join(lines)

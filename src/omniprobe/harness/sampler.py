@@ -18,6 +18,7 @@ from typing import Protocol
 
 from omniprobe.analysis.series import Sample, summarise
 from omniprobe.evidence.models import TimelineSummary
+from omniprobe.harness.processes import alive
 from omniprobe.sim.memory import read_state
 
 MIB = 1024**2
@@ -89,7 +90,7 @@ class SimReader:
 
     def _state(self) -> tuple[int, int] | None:
         state = read_state(str(self.state_path))
-        if state is None or not _alive(state[0]):
+        if state is None or not alive(state[0]):
             return None
         return state[0], state[1]
 
@@ -103,16 +104,6 @@ class SimReader:
 
     def process_name(self, pid: int) -> str:
         return _proc_name(pid)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _proc_name(pid: int) -> str:

@@ -24,6 +24,7 @@ import requests
 from omniprobe.analysis.oom import parse_oom
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.models import InitResult
+from omniprobe.harness.processes import alive
 
 
 class PortInUse(RuntimeError):
@@ -221,7 +222,7 @@ class ServerProcess:
         if self.proc is None or self.ended is not None:
             return self.ended or "never started"
         code = self.proc.poll()
-        if code is not None and not _group_alive(self.proc.pid):
+        if code is not None and not alive(self.proc.pid, group=True):
             self.ended = f"exited {code}"
         else:
             self.ended = self._terminate()
@@ -236,13 +237,13 @@ class ServerProcess:
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline:
             self.proc.poll()
-            if not _group_alive(pgid):
+            if not alive(pgid, group=True):
                 return "stopped"
             time.sleep(0.05)
         _signal_group(pgid, signal.SIGKILL)
         self.proc.wait()
         deadline = time.monotonic() + 5
-        while _group_alive(pgid) and time.monotonic() < deadline:
+        while alive(pgid, group=True) and time.monotonic() < deadline:
             time.sleep(0.05)
         return f"killed after {self.grace_s:g} s grace"
 
@@ -256,16 +257,6 @@ def _host_port(base_url: str) -> tuple[str, int]:
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @contextlib.contextmanager

@@ -13,10 +13,12 @@ from omniprobe.analysis.derived import (
     ImageStructure,
     KvDelta,
     PsnrGroup,
+    StatedDisagreement,
     common_init_oom,
     image_structures,
     kv_deltas,
     psnr_groups,
+    stated_disagreements,
     target_ooms,
 )
 from omniprobe.analysis.emulation_compare import (
@@ -27,8 +29,17 @@ from omniprobe.analysis.emulation_compare import (
     compare_inits,
     transfer_caveat,
 )
+from omniprobe.analysis.estimates import EstimateCheck, estimate_checks
 from omniprobe.analysis.summaries import RunView, manifest_summary, run_views
-from omniprobe.analysis.verdicts import HostVerdict, all_verdicts
+from omniprobe.analysis.verdicts import (
+    CapacityUnlock,
+    HistoryEntry,
+    HostVerdict,
+    UnreachedKnob,
+    all_verdicts,
+    verdict_attempts,
+    verdict_history,
+)
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.config.project import Project
@@ -39,7 +50,7 @@ from omniprobe.report.capacity_svg import render_curve_svg
 from omniprobe.report.timeline_svg import render_svg
 
 TEMPLATE = "report.md.j2"
-FIGURES_DIR = Path("report") / "timelines"
+TIMELINES_DIR = Path("report") / "timelines"
 CAPACITY_DIR = Path("report") / "capacity"
 
 
@@ -97,6 +108,30 @@ def mib_as_gib(size: str) -> str:
     return fixed(size_mib(size) / 1024, 2)
 
 
+def sentence(text: str) -> str:
+    """The first letter upper case, the rest as written (Jinja's capitalize lowers the rest)."""
+    return text[:1].upper() + text[1:]
+
+
+def _flat_items(kwargs: dict, prefix: str = ""):
+    for key, value in kwargs.items():
+        if isinstance(value, dict):
+            yield from _flat_items(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _kwarg_value(value) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_kwarg_value(v) for v in value) + "]"
+    return str(value)
+
+
+def kwargs_text(kwargs: dict) -> str:
+    """Engine kwargs as `key=value` items, nested keys dotted: never a Python repr."""
+    return " ".join(f"`{key}={_kwarg_value(value)}`" for key, value in _flat_items(kwargs))
+
+
 # --- the context ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -120,7 +155,7 @@ def timeline_figures(view: RunView, capacity_mib: float | None) -> list[Timeline
         title = f"{view.attempt.host} {view.attempt.id} {view.flag_set} #{index} ({life.session})"
         svg = render_svg(life.timeline.points, title=title, capacity_mib=capacity_mib,
                          markers=markers, note=life.timeline.reason)
-        path = FIGURES_DIR / view.attempt.host / view.attempt.id / f"{view.flag_set}-{index}.svg"
+        path = TIMELINES_DIR / view.attempt.host / view.attempt.id / f"{view.flag_set}-{index}.svg"
         figures.append(TimelineFigure(path.as_posix(), title, svg, life.timeline))
     return figures
 
@@ -130,6 +165,16 @@ class RunRow:
     view: RunView
     flags: str
     cells: dict[int, Cell | None]
+
+
+@dataclass(frozen=True)
+class ConfigGroup:
+    """A flag set as the report names it: with the flag sets that ran as it (their knob never
+    reached the model), or, when its base is not among the names, the base it ran as."""
+
+    name: str
+    aliases: tuple[UnreachedKnob, ...] = ()
+    ran_as: UnreachedKnob | None = None
 
 
 @dataclass
@@ -145,9 +190,12 @@ class HostSection:
     psnr: list[PsnrGroup]
     target_ooms: list[tuple[str, Cell]]
     init_oom: object
-    figures: dict[str, StatedFigure] = field(default_factory=dict)
+    stated_figures: dict[str, StatedFigure] = field(default_factory=dict)
     timelines: list[TimelineFigure] = field(default_factory=list)
     images: list[ImageStructure] = field(default_factory=list)
+    disagreements: list[StatedDisagreement] = field(default_factory=list)
+    estimates: dict[str, EstimateCheck] = field(default_factory=dict)
+    history: list[HistoryEntry] = field(default_factory=list)
 
     def collect(self, section: str) -> list:
         return [item for a in self.attempts for item in getattr(a, section)]
@@ -170,6 +218,34 @@ class HostSection:
     def kv_range(self) -> Range | None:
         return Range.of(d.delta_mb for d in self.kv) if self.kv else None
 
+    def config_groups(self, names) -> list[ConfigGroup]:
+        """Names as configurations: a flag set whose knob never reached the model is its base."""
+        unreached = {u.flag_set: u for u in self.verdict.unreached}
+        names = list(names)
+        groups = []
+        for name in names:
+            alias = unreached.get(name)
+            if alias is not None and alias.base in names:
+                continue
+            groups.append(ConfigGroup(
+                name, tuple(u for u in self.verdict.unreached if u.base == name and u.flag_set in names),
+                alias))
+        return groups
+
+    def failed_inits(self, names) -> list[tuple[str, object]]:
+        """(flag set, its init result) for every run of the named flag sets that failed init."""
+        return [(v.flag_set, v.run.init) for v in self.views
+                if v.flag_set in names and v.run.init.outcome != "ready"]
+
+    def findings(self, placement: str) -> list:
+        return [f for f in self.collect("findings") if f.placement == placement]
+
+    def speedup_of(self, unlock: CapacityUnlock):
+        """The speed-up of exactly the unlock's cell (attempt, flag set, fixture), if any."""
+        found = [x for x in self.verdict.speedups if (x.attempt, x.flag_set, x.fixture)
+                 == (unlock.attempt, unlock.flag_set, unlock.fixture)]
+        return found[0] if found else None
+
     def speedup_for(self, flag_set: str, refs: int, quality: str):
         found = [x for x in self.verdict.speedups
                  if x.flag_set == flag_set and x.reference_count == refs and x.quality == quality]
@@ -179,20 +255,6 @@ class HostSection:
     def ceiling_speedup(self):
         v = self.verdict
         return self.speedup_for(v.served_by[0], v.highest_served_refs, "sound") if v.served_by else None
-
-    @property
-    def oom_at_target(self) -> list[str]:
-        target = self.verdict.target_refs
-        return list(dict.fromkeys(r.view.flag_set for r in self.rows
-                                  if r.cells.get(target) is not None
-                                  and r.cells[target].outcome == "oom"))
-
-    def peaks(self, flag_set: str) -> tuple[float | None, int | None]:
-        """(highest server-reported peak over the flag set's cells in MB, its GPU series max in MiB)."""
-        views = [v for v in self.views if v.flag_set == flag_set]
-        server = [c.server_peak_mb.max for v in views for c in v.cells if c.server_peak_mb]
-        gpu = [v.run.gpu_peak_mib for v in views if v.run.gpu_peak_mib is not None]
-        return (max(server) if server else None, max(gpu) if gpu else None)
 
     @property
     def detailed_views(self) -> list[RunView]:
@@ -229,9 +291,9 @@ def _cap_of(attempt: LoadedAttempt, capacity_mib: int | None) -> int | None:
 def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     hosts, fixtures = loaded.hosts, loaded.fixtures
     host = hosts.host(key)
-    attempts = loaded.evidence.for_host(key, include_simulated=host.simulated,
-                                        include_emulated=host.emulation is not None)
+    attempts = verdict_attempts(key, hosts, loaded.evidence)
     views = [v for a in attempts for v in run_views(a)]
+    kv = kv_deltas(views, fixtures)
     refs = sorted({fixtures.get(c.fixture).reference_count for v in views for c in v.cells})
     rows = []
     for view in views:
@@ -239,15 +301,20 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
         for cell in view.cells:
             cells[fixtures.get(cell.fixture).reference_count] = cell
         rows.append(RunRow(view, flags_text(hosts, view.flag_set), cells))
-    figures = {f.key: f for a in attempts for f in a.figures}
+    stated_figures = {f.key: f for a in attempts for f in a.figures}
     capacity = host.capacity.vram_mib if host.capacity else None
     timelines = [t for v in views for t in timeline_figures(v, _cap_of(v.attempt, capacity))]
     return HostSection(
         key=key, host=host, verdict=verdict, attempts=attempts, views=views, ref_columns=refs,
-        rows=rows, kv=kv_deltas(views, fixtures), psnr=psnr_groups(attempts),
+        rows=rows, kv=kv, psnr=psnr_groups(attempts),
         target_ooms=target_ooms(views, fixtures, hosts.probe.target_reference_count),
-        init_oom=common_init_oom([v.run for v in views]), figures=figures, timelines=timelines,
+        init_oom=common_init_oom([v.run for v in views]), stated_figures=stated_figures,
+        timelines=timelines,
         images=image_structures(attempts),
+        disagreements=stated_disagreements(c for v in views for c in v.cells),
+        estimates=estimate_checks(stated_figures, kv, views, hosts, host.serve_flag_sets,
+                                  [o for a in attempts for o in a.structure]),
+        history=verdict_history(key, hosts, fixtures, loaded.evidence),
     )
 
 
@@ -307,8 +374,11 @@ def emulation_section(section: HostSection, by_key: dict[str, HostSection],
         inits=compare_inits(hosts, key, loaded.evidence),
         pairs=compare_cells(hosts, key, loaded.fixtures, loaded.evidence), curve=curve,
         figure=curve_figure(curve, section.host) if curve else None,
-        guards=[GuardRow(v.attempt.id, v.flag_set, life.timeline.emulation) for v in section.views
-                for life in v.run.lifetimes if life.timeline and life.timeline.emulation])
+        guards=[GuardRow(v.attempt.id, v.flag_set, life.timeline.emulation)
+                for a in loaded.evidence.for_host(key, include_simulated=section.host.simulated,
+                                                  include_emulated=True)
+                for v in run_views(a) for life in v.run.lifetimes
+                if life.timeline and life.timeline.emulation])
 
 
 def build_context(loaded: Loaded) -> dict:
@@ -325,9 +395,10 @@ def build_context(loaded: Loaded) -> dict:
         "target": loaded.hosts.probe.target_reference_count,
         "sections": sections,
         "real": [s for s in sections if not s.host.simulated and s.host.emulation is None],
-        "simulated": [s for s in sections if s.host.simulated and s.host.emulation is None],
-        "emulations": [emulation_section(s, by_key, loaded) for s in emulated if s.attempts],
-        "unprobed_emulations": [s for s in emulated if not s.attempts],
+        # An emulated simulated host is simulated: it goes to the appendix with the others.
+        "simulated": [s for s in sections if s.host.simulated],
+        "emulated": [s for s in emulated if not s.host.simulated],
+        "emulations": {s.key: emulation_section(s, by_key, loaded) for s in emulated if s.attempts},
         "by_key": by_key,
         "baselines": baselines,
         "attempts": loaded.evidence.attempts,
@@ -344,7 +415,7 @@ def environment(project: Project) -> jinja2.Environment:
         autoescape=False,
     )
     env.filters.update(num=num, fixed=fixed, span=span, seeds=seeds_text, cell=cell_text,
-                       gib=mib_as_gib)
+                       gib=mib_as_gib, kwargs=kwargs_text, sentence=sentence)
     env.globals["flags"] = lambda flag_set: flags_text(env.globals["cfg"], flag_set)
     env.globals["serve_text"] = lambda host_key: serve_text(env.globals["cfg"], host_key)
     return env
@@ -357,13 +428,11 @@ def render_outputs(project: Project) -> dict[Path, str]:
     env.globals["cfg"] = loaded.hosts
     context = build_context(loaded)
     text = env.get_template(TEMPLATE).render(**context)
-    # Collapse the blank runs that conditional blocks leave behind.
-    while "\n\n\n" in text:
-        text = text.replace("\n\n\n", "\n\n")
     outputs = {Path("REPORT.md"): text}
     for section in context["sections"]:
         outputs.update({Path(t.path): t.svg for t in section.timelines})
-    outputs.update({Path(e.figure.path): e.figure.svg for e in context["emulations"] if e.figure})
+    outputs.update({Path(e.figure.path): e.figure.svg for e in context["emulations"].values()
+                    if e.figure})
     return outputs
 
 
@@ -372,7 +441,7 @@ def render_report(project: Project) -> str:
 
 
 def _committed_figures(project: Project) -> set[Path]:
-    folders = [project.root / FIGURES_DIR, project.root / CAPACITY_DIR]
+    folders = [project.root / TIMELINES_DIR, project.root / CAPACITY_DIR]
     return {p.relative_to(project.root) for folder in folders if folder.is_dir()
             for p in folder.rglob("*.svg")}
 

@@ -1,0 +1,77 @@
+"""The data flow as the imports show it: the import contracts in pyproject.toml, and what
+importing the report and the verdicts loads."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from importlinter.cli import lint_imports
+
+ROOT = Path(__file__).resolve().parents[1]
+NOT_FOR_ANALYSIS = ("omniprobe.harness", "omniprobe.env", "omniprobe.sim", "pynvml")
+
+
+def test_the_import_contracts_are_kept():
+    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True,
+                        no_logo=True) == 0
+
+
+# One forbidden import per contract (two for the runner): each must show as a broken edge.
+BREACHES = [
+    ("analysis/verdicts.py", "omniprobe.analysis.verdicts", "omniprobe.harness.sampler"),
+    ("report/render.py", "omniprobe.report.render", "pynvml"),
+    ("sim/model.py", "omniprobe.sim.model", "omniprobe.harness.client"),
+    ("config/hosts.py", "omniprobe.config.hosts", "omniprobe.evidence.models"),
+    ("harness/offline_runner.py", "omniprobe.harness.offline_runner", "omniprobe.errors"),
+    ("harness/probe.py", "omniprobe.harness.probe", "omniprobe.cli.tables"),
+    ("harness/offline_runner.py", "omniprobe.harness.offline_runner", "omniprobe.harness.server"),
+    ("harness/emulation_site/sitecustomize.py", "omniprobe.harness.emulation_site.sitecustomize",
+     "omniprobe.errors"),
+]
+
+
+def test_a_forbidden_import_breaks_its_contract(tmp_path):
+    shutil.copytree(ROOT / "src" / "omniprobe", tmp_path / "src" / "omniprobe",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for file, _, imported in BREACHES:
+        with open(tmp_path / "src" / "omniprobe" / file, "a") as handle:
+            handle.write(f"\nimport {imported}\n")
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
+         "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))"],
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")},
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "Contracts: 0 kept, 6 broken." in done.stdout, done.stdout
+    for _, importer, imported in BREACHES:
+        assert f"-   {importer} -> {imported} (l." in done.stdout, (importer, imported)
+
+
+def _loaded_by(module: str) -> list[str]:
+    """The modules a fresh interpreter holds after importing `module`."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, capture_output=True, text=True,
+        check=True, timeout=60)
+    return json.loads(done.stdout)
+
+
+def _foreign(loaded: list[str]) -> list[str]:
+    return [name for name in loaded
+            if any(name == bad or name.startswith(bad + ".") for bad in NOT_FOR_ANALYSIS)]
+
+
+@pytest.mark.parametrize("module", ["omniprobe.report.render", "omniprobe.analysis.verdicts"])
+def test_rendering_and_verdicts_load_no_gpu_harness_env_or_sim_code(module):
+    loaded = _loaded_by(module)
+    assert module in loaded
+    assert _foreign(loaded) == []
+
+
+def test_the_check_sees_harness_modules_where_they_are_loaded():
+    assert "omniprobe.harness.server" in _foreign(_loaded_by("omniprobe.harness.server"))

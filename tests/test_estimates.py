@@ -1,0 +1,44 @@
+import pytest
+
+from omniprobe.analysis.estimates import quantization_base, transparency_check, within
+from omniprobe.config.hosts import load_hosts
+from omniprobe.evidence.models import StructureObservation
+from omniprobe.evidence.quantities import Range
+
+
+@pytest.mark.parametrize(
+    ("derived", "stated", "agrees"),
+    [
+        ((0.18, 0.41), (0.25, 0.3), False),
+        ((0.26, 0.29), (0.25, 0.3), True),
+        ((0.254, 0.296), (0.25, 0.3), True),  # inside at the estimate's own precision
+        ((1.99, 1.99), (6, 6), False),
+        ((6.2, 6.4), (6, 6), True),  # "~6 GiB": 6.2 rounds to 6
+    ],
+)
+def test_within_the_estimate_at_its_precision(derived, stated, agrees):
+    assert within(Range(min=derived[0], max=derived[1]), Range(min=stated[0], max=stated[1])) is agrees
+
+
+def test_the_base_of_a_quantized_flag_set(repo):
+    hosts = load_hosts(repo.hosts_file)
+    assert quantization_base(hosts, "fp8", "fp8") == "cpuoff"
+    assert quantization_base(hosts, "fp8-expandable", "fp8") == "cpuoff-expandable"
+    assert quantization_base(hosts, "int8", "fp8") is None
+    assert quantization_base(hosts, "cpuoff", "fp8") is None
+
+
+@pytest.mark.parametrize(
+    ("transparent", "alpha_mean", "agrees", "at_most"),
+    [
+        ((0.965, 0.97), 115, False, 0.549),
+        ((0.965, 0.97), 5, True, 0.98),
+    ],
+)
+def test_a_transparent_fraction_against_the_alpha_mean(transparent, alpha_mean, agrees, at_most):
+    o = StructureObservation(scope="s", quality="broken", opaque_fraction=Range(min=0.008, max=0.035),
+                             transparent_fraction=Range(min=transparent[0], max=transparent[1]),
+                             alpha_mean=Range(min=alpha_mean, max=alpha_mean))
+    check = transparency_check(o, 255)
+    assert (check.agrees, check.derived.max) == (agrees, at_most)
+    assert (check.not_opaque.min, check.not_opaque.max) == (0.965, 0.992)

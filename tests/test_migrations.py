@@ -1,0 +1,152 @@
+import json
+
+import pytest
+
+from omniprobe import cli
+from omniprobe.errors import InputError
+from omniprobe.evidence.migrations import (
+    FORMAT_VERSION,
+    UnknownFormatVersion,
+    content_key,
+    content_path,
+    update_to_2,
+    upgrade,
+    version_of,
+)
+from omniprobe.evidence.models import FILE_MODELS, load_attempt, parse_file, write_section
+
+PROBE = "evidence/sim/2026-11-30T095416Z-sim-probe"
+MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
+
+VERSIONS = [
+    ([], 1),
+    ([{"seed": 1}], 1),
+    ({"id": "a"}, 1),
+    ({"format_version": 1, "requests": []}, 1),
+    ({"format_version": 2, "requests": []}, 2),
+]
+
+
+@pytest.mark.parametrize(("data", "version"), VERSIONS)
+def test_version_of(data, version):
+    assert version_of(data) == version
+
+
+UNKNOWN = [3, 0, -1, "2", 2.0, True, None]
+
+
+@pytest.mark.parametrize("found", UNKNOWN, ids=repr)
+def test_an_unknown_version_is_refused_by_name(found):
+    with pytest.raises(UnknownFormatVersion) as err:
+        version_of({"format_version": found, "requests": []})
+    assert f"format version {found!r} is not one" in str(err.value)
+    assert "it knows 1, 2" in str(err.value)
+
+
+KEYS = [
+    ("attempt.json", "attempt"),
+    ("requests.json", "requests"),
+    ("offline-requests.json", "offline_requests"),
+    ("code-read.json", "code_read"),
+]
+
+
+@pytest.mark.parametrize(("file_name", "key"), KEYS)
+def test_content_key(file_name, key):
+    assert content_key(file_name) == key
+
+
+PATHS = [
+    ("requests.json", "$", "$.requests"),
+    ("requests.json", "$[2].seed", "$.requests[2].seed"),
+    ("attempt.json", "$.provenance.host", "$.attempt.provenance.host"),
+    ("baseline.json", "$.walls[0].fixture", "$.baseline.walls[0].fixture"),
+]
+
+
+@pytest.mark.parametrize(("file_name", "path", "expected"), PATHS)
+def test_content_path(file_name, path, expected):
+    assert content_path(file_name, path) == expected
+
+
+UPDATES_TO_2 = [
+    ("requests.json", [], {"format_version": 2, "requests": []}),
+    ("runs.json", [{"flag_set": "a"}], {"format_version": 2, "runs": [{"flag_set": "a"}]}),
+    ("attempt.json", {"id": "x"}, {"format_version": 2, "attempt": {"id": "x"}}),
+    ("offline-requests.json", [], {"format_version": 2, "offline_requests": []}),
+]
+
+
+@pytest.mark.parametrize(("file_name", "old", "new"), UPDATES_TO_2)
+def test_update_to_2(file_name, old, new):
+    assert update_to_2(file_name, old) == new
+
+
+def test_upgrade_runs_the_migrations_from_the_version_found():
+    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 2, "psnr": [{"a": 1}]}, 1)
+    current = {"format_version": FORMAT_VERSION, "psnr": []}
+    assert upgrade("psnr.json", current) == (current, FORMAT_VERSION)
+
+
+def test_every_file_schema_requires_the_current_version():
+    for name, model in FILE_MODELS.items():
+        schema = model.model_json_schema()
+        assert schema["properties"]["format_version"]["const"] == FORMAT_VERSION, name
+        assert set(schema["required"]) == {"format_version", content_key(name)}, name
+
+
+@pytest.mark.parametrize("name", ["attempt.json", "runs.json", "requests.json"])
+def test_a_version_1_file_loads_as_the_committed_version_2(repo, tmp_path, name):
+    committed = repo.root / PROBE / name
+    old = tmp_path / name
+    old.write_text(json.dumps(json.loads(committed.read_text())[content_key(name)]))
+    assert parse_file(old) == parse_file(committed)
+
+
+def test_the_writer_writes_the_current_version_first(repo, tmp_path):
+    runs = parse_file(repo.root / PROBE / "runs.json")
+    write_section(tmp_path, "runs.json", runs)
+    text = (tmp_path / "runs.json").read_text()
+    assert text.startswith('{\n  "format_version": 2,\n  "runs": [\n')
+    assert text == (repo.root / PROBE / "runs.json").read_text()
+
+
+def test_a_newer_file_is_refused_naming_file_field_and_versions(repo_copy):
+    path = repo_copy.root / PROBE / "requests.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "format_version": 3}))
+    with pytest.raises(InputError) as err:
+        parse_file(path)
+    [problem] = err.value.problems
+    assert (problem.file, problem.path) == (str(path), "$.format_version")
+    assert "format version 3" in problem.message and "knows 1, 2" in problem.message
+
+
+def test_a_bad_field_in_a_version_1_file_says_it_was_migrated(repo_copy):
+    path = repo_copy.root / MATRIX / "runs.json"
+    runs = json.loads(path.read_text())["runs"]
+    runs[0]["flag_set"] = 7
+    path.write_text(json.dumps(runs))
+    _, problems = load_attempt(path.parent)
+    [problem] = problems
+    assert problem.path == "$.runs[0].flag_set"
+    assert "(a format version 1 file, path as in version 2)" in problem.message
+
+
+def test_validate_names_a_newer_attempt_file_and_leaves_it(repo_copy, monkeypatch, capsys):
+    path = repo_copy.root / MATRIX / "attempt.json"
+    newer = {**json.loads(path.read_text()), "format_version": 9}
+    path.write_text(json.dumps(newer))
+    before = path.read_bytes()
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    assert cli.main(["validate"]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}: $.format_version: format version 9 is not one" in err
+    assert "Traceback" not in err and path.read_bytes() == before
+
+
+def test_every_committed_evidence_file_is_at_the_current_version(repo):
+    files = sorted(repo.evidence_dir.rglob("*.json"))
+    assert files
+    for path in files:
+        assert json.loads(path.read_text())["format_version"] == FORMAT_VERSION, path
