@@ -21,10 +21,14 @@ INVOCATION = {"OMNIPROBE_INVOCATION": f"{os.getpid()}-{time.time_ns()}"}
 PROBE_STOP_S = 30
 
 
+def _toml() -> dict:
+    with open(Path(__file__).parent / "hosts.toml", "rb") as handle:
+        return tomllib.load(handle)
+
+
 def _hosts() -> dict[str, bool]:
     """hosts.toml's hosts: name -> simulated."""
-    with open(Path(__file__).parent / "hosts.toml", "rb") as handle:
-        hosts = tomllib.load(handle).get("hosts", {})
+    hosts = _toml().get("hosts", {})
     return {name: bool(host.get("simulated")) for name, host in hosts.items()}
 
 
@@ -120,3 +124,24 @@ def propagation(session: nox.Session) -> None:
     _install(session)
     session.run("omniprobe", "propagation", *session.posargs, env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
+
+
+@nox.session
+def upstream(session: nox.Session) -> None:
+    """Check the harness against the registry's vLLM-Omni pinned in hosts.toml [upstream]: its
+    wheel (downloaded once, read with ast, never imported) must pass every named check, each shown
+    with its upstream file:line. `-- --check` fails only when a result differs from the committed
+    evidence; `-- --source PATH` checks another wheel, source tree or clone instead."""
+    _install(session)
+    args = list(session.posargs)
+    if "--source" not in args:
+        pin = _toml()["upstream"]
+        folder = Path(session.create_tmp()) / "upstream-wheel"
+        pattern = f"{pin['package'].replace('-', '_')}-{pin['version']}-*.whl"
+        if not list(folder.glob(pattern)):
+            session.install("pip")
+            session.run("python", "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--only-binary=:all:", f"{pin['package']}=={pin['version']}",
+                        "--dest", str(folder))
+        args += ["--source", str(sorted(folder.glob(pattern))[0])]
+    session.run("omniprobe", "upstream", "check", *args)

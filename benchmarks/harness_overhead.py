@@ -26,7 +26,7 @@ from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
 from omniprobe.evidence.attempts import open_attempt
 from omniprobe.harness import probe as probe_module
-from omniprobe.harness.probe import Probe, ProbeOptions
+from omniprobe.harness.probe import ServeProbe, ServeSettings
 from omniprobe.harness.server import free_port, server_command
 
 REPO = Path(__file__).resolve().parent.parent
@@ -60,9 +60,9 @@ def main(count: int) -> None:
     fixture = suite.get(FIXTURE)
     port = free_port()
     store = open_attempt(project, "sim", cfg.host("sim"), ["benchmark"], fresh=True)
-    options = ProbeOptions(port=port, model="Qwen/Qwen-Image-2.1", ready_timeout_s=60,
+    options = ServeSettings(port=port, model="Qwen/Qwen-Image-2.1", ready_timeout_s=60,
                            request_timeout_s=60, grace_s=5)
-    probe = Probe(cfg, suite, project.fixtures_file.parent, project.hosts_file, "sim", store,
+    probe = ServeProbe(cfg, suite, project.fixtures_file.parent, project.hosts_file, "sim", store,
                   options, out=open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the run
     session = RecordingSession()
     probe.http = session

@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from omniprobe.cli import build_parser
+from omniprobe.cli import (
+    build_parser,
+    offline_options,
+    probe_options,
+    propagation_options,
+    run_command,
+)
 from omniprobe.config.project import Project
 from omniprobe.harness.server import free_port
 
@@ -40,9 +48,28 @@ def make_project(root: Path, *, faults: list[str] = (), seeds: list[int] = (2301
     return Project(root)
 
 
-def probe_args(session: str, port: int, *extra: str):
-    return build_parser().parse_args(
-        [session, "--host", "sim", "--port", str(port), "--grace", "2", *extra])
+def in_process(project: Project, argv: list[str], **doubles) -> tuple[int, str]:
+    """An evidence-making command run in process as `omniprobe ARGV` runs it: its options from
+    the CLI's parser, its command line recorded, its errors through the CLI's one handler; with
+    test doubles (readers, nvml). Returns (exit code, output)."""
+    from omniprobe.harness.offline import run_offline
+    from omniprobe.harness.probe import run_probe
+    from omniprobe.harness.propagation import run_propagation
+
+    args = build_parser().parse_args(argv)
+    out, command, name = io.StringIO(), ["omniprobe", *argv], argv[0]
+    if name == "probe-offline":
+        call = partial(run_offline, project, offline_options(args))
+    elif name == "propagation":
+        call = partial(run_propagation, project, propagation_options(args))
+    else:
+        call = partial(run_probe, project, name, probe_options(args))
+    code = run_command(lambda: call(command=command, out=out, **doubles), out)
+    return code, out.getvalue()
+
+
+def probe_argv(session: str, port: int, *extra: str) -> list[str]:
+    return [session, "--host", "sim", "--port", str(port), "--grace", "2", *extra]
 
 
 def processes_with(marker: str) -> list[tuple[int, str]]:

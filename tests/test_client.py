@@ -13,7 +13,7 @@ from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.evidence.attempts import open_attempt
 from omniprobe.harness.client import form_fields, parse_failure, parse_success
-from omniprobe.harness.probe import Probe, ProbeOptions
+from omniprobe.harness.probe import ServeProbe, ServeSettings
 
 from .test_oom import CONTRACT
 
@@ -73,9 +73,9 @@ def test_form_fields_follow_the_contract(project):
 def test_image_that_does_not_decode_is_recorded_as_an_error(project):
     cfg, suite = load_hosts(project.hosts_file), load_fixtures(project.fixtures_file)
     store = open_attempt(project, "sim", cfg.host("sim"), ["test"], fresh=True)
-    probe = Probe(cfg, suite, project.fixtures_file.parent, project.hosts_file, "sim", store,
-                  ProbeOptions(port=1, model="m", ready_timeout_s=1, request_timeout_s=1,
-                               grace_s=1))
+    probe = ServeProbe(cfg, suite, project.fixtures_file.parent, project.hosts_file, "sim", store,
+                       ServeSettings(port=1, model="m", ready_timeout_s=1, request_timeout_s=1,
+                                     grace_s=1))
     fields = {"flag_set": "fp8", "fixture": "sim-t2i", "seed": 1, "outcome": "ok",
               "quality": "unchecked", "wall_s": 0.1}
     images = store.artifacts / "fp8" / "images"

@@ -17,7 +17,7 @@ from omniprobe.analysis.verdicts import host_verdict
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.simulated import check_sim_env
-from omniprobe.errors import InputError
+from omniprobe.errors import InputError, Refusal
 from omniprobe.evidence.migrations import content_key
 from omniprobe.evidence.models import load_evidence
 from omniprobe.evidence.validate import load_project
@@ -36,14 +36,20 @@ from omniprobe.harness.emulation_site.sitecustomize import (
     capped_mem_info,
     process_bytes,
 )
-from omniprobe.harness.probe import run_probe
 from omniprobe.harness.sampler import MIB, NvmlReader, Sampler
 
-from .conftest import probe_args
+from .conftest import in_process, probe_argv
 from .env_scaffold import FakeNvml as GpuOnly
 from .fakenvml import FakeNvml, Frame
 
 GIB = 1024**3
+
+
+def _run(project, argv: list[str]) -> int:
+    """`omniprobe ARGV` in process, as the CLI runs it; its output printed, its exit code."""
+    code, out = in_process(project, argv)
+    print(out)
+    return code
 
 
 @pytest.mark.parametrize(("cap", "context", "total", "allowed"), [
@@ -229,15 +235,15 @@ def test_a_bad_emulation_table_is_refused_naming_it(tmp_path, repo, table, messa
 
 
 def test_caps_on_a_host_that_is_not_emulated_are_refused(project, port, capsys):
-    code = run_probe(project, "probe-serve", probe_args("probe-serve", port, "--caps", "16,24"))
-    assert code == 1
+    code, out = in_process(project, probe_argv("probe-serve", port, "--caps", "16,24"))
+    assert code == Refusal.exit_code and "host 'sim' is not emulated" in out
     assert not (project.evidence_dir / "sim").exists()
 
 
 def test_a_sweep_gives_the_capacity_models_curve_and_validates(project, port):
-    args = probe_args("probe-serve", port, "--host", "sim-emulated", "--caps", "12,16,20,24,32",
+    args = probe_argv("probe-serve", port, "--host", "sim-emulated", "--caps", "12,16,20,24,32",
                       "--flag-set", "cpuoff", "--flag-set", "fp8")
-    assert run_probe(project, "probe-serve", args) == 1  # the 12 GiB cap cannot even init
+    assert _run(project, args) == 1  # the 12 GiB cap cannot even init
     loaded, problems = load_project(project)
     assert problems == []
     attempts = loaded.evidence.for_host("sim-emulated", include_simulated=True,
@@ -254,14 +260,14 @@ def test_a_sweep_gives_the_capacity_models_curve_and_validates(project, port):
     twelve = next(a for a in attempts if a.meta.provenance.cap_mib == 12288)
     assert {r.flag_set: r.init.outcome for r in twelve.runs} == {"cpuoff": "oom", "fp8": "ready"}
     # a re-run resumes each cap's attempt: nothing is left to do, nothing new is created
-    assert run_probe(project, "probe-serve", args) == 0
+    assert _run(project, args) == 0
     assert len(load_evidence(project.evidence_dir)[0].attempts) == len(attempts)
 
 
 def test_emulated_evidence_never_counts_for_the_host_it_emulates(project, port):
-    args = probe_args("probe-serve", port, "--host", "sim-emulated", "--flag-set", "cpuoff",
+    args = probe_argv("probe-serve", port, "--host", "sim-emulated", "--flag-set", "cpuoff",
                       "--fixture", "sim-three")
-    assert run_probe(project, "probe-serve", args) == 0
+    assert _run(project, args) == 0
     loaded, problems = load_project(project)
     assert problems == []
     emulated = host_verdict("sim-emulated", loaded.hosts, loaded.fixtures, loaded.evidence)
@@ -300,8 +306,8 @@ def _emulated_and_real(project, port, *fixtures: str) -> None:
     """cpuoff on sim-emulated (at its own cap) and on the sim it emulates, the given fixtures."""
     picked = [arg for fixture in fixtures for arg in ("--fixture", fixture)]
     for host in ("sim-emulated", "sim"):
-        args = probe_args("probe-serve", port, "--host", host, "--flag-set", "cpuoff", *picked)
-        assert run_probe(project, "probe-serve", args) == 0
+        args = probe_argv("probe-serve", port, "--host", host, "--flag-set", "cpuoff", *picked)
+        assert _run(project, args) == 0
 
 
 def test_cells_agree_until_the_emulated_capacity_differs(project, port):
@@ -317,9 +323,9 @@ def test_cells_agree_until_the_emulated_capacity_differs(project, port):
         'emulates = "sim"\nmechanism = "sim-account"',
         'emulates = "sim"\ncapacity_mib = 26624\nmechanism = "sim-account"')
     project.hosts_file.write_text(hosts)
-    args = probe_args("probe-serve", port, "--host", "sim-emulated", "--flag-set", "cpuoff",
+    args = probe_argv("probe-serve", port, "--host", "sim-emulated", "--flag-set", "cpuoff",
                       "--fixture", "sim-three", "--fixture", "sim-four")
-    assert run_probe(project, "probe-serve", args) == 0
+    assert _run(project, args) == 0
     loaded, _ = load_project(project)
     pairs = compare_cells(loaded.hosts, "sim-emulated", loaded.fixtures, loaded.evidence)
     assert [(p.fixture, p.capacity_agrees) for p in pairs] == [("sim-three", True),
@@ -402,8 +408,8 @@ def test_server_starts_are_compared_flag_set_by_flag_set(project, port):
     from omniprobe.analysis.emulation_compare import compare_inits
 
     for host in ("sim-emulated", "sim"):
-        args = probe_args("probe-init", port, "--host", host, "--flag-set", "default")
-        run_probe(project, "probe-init", args)
+        args = probe_argv("probe-init", port, "--host", host, "--flag-set", "default")
+        _run(project, args)
     loaded, _ = load_project(project)
     [pair] = compare_inits(loaded.hosts, "sim-emulated", loaded.evidence)
     assert (pair.flag_set, pair.emulated.outcome, pair.real.outcome, pair.agrees) == (
@@ -412,8 +418,8 @@ def test_server_starts_are_compared_flag_set_by_flag_set(project, port):
     project.hosts_file.write_text(project.hosts_file.read_text().replace(
         'emulates = "sim"\nmechanism = "sim-account"',
         'emulates = "sim"\ncapacity_mib = 32768\nmechanism = "sim-account"'))
-    args = probe_args("probe-init", port, "--host", "sim-emulated", "--flag-set", "default")
-    assert run_probe(project, "probe-init", args) == 0
+    args = probe_argv("probe-init", port, "--host", "sim-emulated", "--flag-set", "default")
+    assert _run(project, args) == 0
     loaded, _ = load_project(project)
     [pair] = compare_inits(loaded.hosts, "sim-emulated", loaded.evidence)
     assert (pair.emulated.outcome, pair.real.outcome, pair.agrees) == ("ready", "oom", False)
@@ -425,10 +431,10 @@ def test_fresh_starts_one_attempt_per_cap_shared_by_the_sessions_of_a_run(projec
             "sim-single", "--fresh")
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-1")
     for session in ("probe-init", "probe-serve"):
-        assert run_probe(project, session, probe_args(session, port, *args)) == 0
+        assert _run(project, probe_argv(session, port, *args)) == 0
     folders = sorted(p.name for p in (project.evidence_dir / "sim-emulated").iterdir())
     assert [name.split("-sim-emulated-")[1] for name in folders] == ["24576mib-probe",
                                                                      "32768mib-probe"]
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-2")
-    assert run_probe(project, "probe-serve", probe_args("probe-serve", port, *args)) == 0
+    assert _run(project, probe_argv("probe-serve", port, *args)) == 0
     assert len(list((project.evidence_dir / "sim-emulated").iterdir())) == 4

@@ -6,7 +6,6 @@ their own use their own venv. Needs the PyPI index (marked `network`); no GPU, n
 
 from __future__ import annotations
 
-import io
 import os
 import shlex
 import subprocess
@@ -22,9 +21,9 @@ from omniprobe.env.build import build_env, check_env, dry_run
 from omniprobe.env.state import EnvBuildError, EnvNotReady, Runner, uv_command
 from omniprobe.evidence.models import load_attempt, load_evidence
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.probe import run_probe
 from omniprobe.harness.server import free_port
 
+from .conftest import in_process
 from .env_scaffold import RTX5080, FakeNvml, World, git, make_world
 
 pytestmark = pytest.mark.network
@@ -330,9 +329,8 @@ def stub_vllm(world, first):
 
 
 def _probe_init(world: World, nvml) -> tuple[int, str]:
-    out = io.StringIO()
-    args = cli.build_parser().parse_args(["probe-init", "--port", str(free_port()), "--grace", "2"])
-    return run_probe(world.project, "probe-init", args, nvml=nvml, out=out), out.getvalue()
+    return in_process(world.project, ["probe-init", "--port", str(free_port()), "--grace", "2"],
+                      nvml=nvml)
 
 
 def test_env_session_then_probe_runs_the_server_from_the_env(world, first, stub_vllm,
@@ -363,7 +361,7 @@ def test_env_session_with_a_failed_check_makes_the_probe_refuse(world, first, st
     assert cli.main(["env", "build", "--host", HOST, "--select"]) == 1
     capsys.readouterr()
     code, out = _probe_init(world, FakeNvml(**RTX5080))
-    assert code == 1
+    assert code == 4  # an environment failure
     assert (f"error: env-{HOST} failed its checks: gpu.name failed: NVML's device name against "
             "hosts.toml gpu (expected NVIDIA GeForce RTX 3090, got NVIDIA GeForce RTX 5080)") in out
     assert sorted((world.project.evidence_dir / HOST).glob("*-probe")) == before
@@ -375,7 +373,7 @@ def test_an_env_without_the_serve_program_is_refused_before_any_evidence(world, 
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-no-vllm")
     before = sorted((world.project.evidence_dir / HOST).glob("*-probe"))
     code, out = _probe_init(world, FakeNvml())
-    assert code == 1
+    assert code == 4
     assert (f"error: the serve command's program 'vllm' is not in the probe env: "
             f"{first.paths.bin_dir}/vllm is missing") in out
     assert sorted((world.project.evidence_dir / HOST).glob("*-probe")) == before

@@ -3,7 +3,6 @@ fixtures are checked, and the selection reaches the probe sessions of the same n
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
@@ -14,9 +13,8 @@ from omniprobe.config.selection import read_state, state_path
 from omniprobe.env.build import build_env
 from omniprobe.env.simulated import check_sim_env
 from omniprobe.env.state import EnvError, Runner
-from omniprobe.harness.probe import run_probe
 
-from .conftest import probe_args
+from .conftest import in_process, probe_argv
 
 
 @pytest.fixture
@@ -82,9 +80,8 @@ def test_a_failed_env_session_makes_the_probe_refuse_naming_the_check(project, i
     assert main(["env", "build", "--host", "sim", "--select"]) == 1
     assert f"FAIL fixtures.references: {reference['file']}: sha256 differs" in (
         capsys.readouterr().out)
-    out = io.StringIO()
-    code = run_probe(project, "probe-init", probe_args("probe-init", port), out=out)
-    assert code == 1
+    code, out = in_process(project, probe_argv("probe-init", port))
+    assert code == 4  # an environment failure
     assert (f"error: env-sim failed its checks: fixtures.references failed: {reference['file']}: "
-            "sha256 differs") in out.getvalue()
+            "sha256 differs") in out
     assert not (project.evidence_dir / "sim").exists()

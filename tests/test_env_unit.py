@@ -120,9 +120,11 @@ def test_venv_inside_the_repository_is_refused(tmp_path):
         env_paths(cfg, REAL, "rtx3090", venv=REPO_ROOT / "venv")
 
 
-def test_unknown_host_is_named(tmp_path, monkeypatch):
+def test_unknown_host_is_named(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("OMNIPROBE_ROOT", str(REPO_ROOT))
-    assert cli.main(["env", "build", "--host", "rtx4090", "--dry-run"]) == 1
+    assert cli.main(["env", "build", "--host", "rtx4090", "--dry-run"]) == 3  # a refusal
+    assert ("error: --host names host 'rtx4090', which hosts.toml does not define; hosts: "
+            "rtx3090") in capsys.readouterr().err
 
 
 # --- dry run ----------------------------------------------------------------------------

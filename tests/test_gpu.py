@@ -26,12 +26,11 @@ from omniprobe.config.hosts import load_hosts
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import client
 from omniprobe.harness.emulation import EmulationGuard, capped_processes, emulation_env
-from omniprobe.harness.probe import run_probe
 from omniprobe.harness.sampler import MIB, NvmlReader, Sampler
 from omniprobe.harness.server import Endpoints, ServerProcess, server_command, server_env
 from omniprobe.sim.model import Flags, request_peak_mib, resident_mib
 
-from .conftest import probe_args
+from .conftest import in_process, probe_argv
 
 try:
     import torch
@@ -45,6 +44,13 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
     not CUDA, reason="CUDA is absent: needs an NVIDIA GPU and torch built with CUDA")]
 
 CAP_GIB = 24
+
+
+def _run(project, argv: list[str]) -> int:
+    """`omniprobe ARGV` in process, as the CLI runs it; its output printed, its exit code."""
+    code, out = in_process(project, argv)
+    print(out)
+    return code
 
 
 def _nvml_index() -> int:
@@ -89,7 +95,7 @@ def test_torch_sim_four_reference_oom_and_the_sampler_matches_its_account(projec
     assert "CUDA out of memory. Tried to allocate 1.50 GiB." in four.error
     assert four.oom.allowed == f"{CAP_GIB}.00 GiB" and four.oom.requested == "1.50 GiB"
     assert four.oom.allocated is not None and four.oom.total_capacity is not None
-    logged = parse_oom(log, "request")
+    logged = parse_oom(log, "request", tuple(cfg.host("sim").model_code))
     assert "torch.OutOfMemoryError" in log or "torch.cuda.OutOfMemoryError" in log
     assert logged.location.file == "omniprobe/sim/model.py"
     assert logged.location.function == "image_mlp"
@@ -148,9 +154,9 @@ def test_an_emulated_24_gib_host_caps_the_torch_sim_in_pytorchs_own_oom(project,
                                                                        monkeypatch):
     monkeypatch.setenv("OMNIPROBE_SIM_TIME_SCALE", "1")  # keep each modelled state >= 250 ms
     cap_mib = load_hosts(project.hosts_file).emulated_cap_mib(EMULATED)
-    args = probe_args("probe-serve", port, "--host", EMULATED, "--flag-set", "cpuoff",
+    args = probe_argv("probe-serve", port, "--host", EMULATED, "--flag-set", "cpuoff",
                       "--gpu-index", str(_nvml_index()))
-    code = run_probe(project, "probe-serve", args)
+    code = _run(project, args)
     loaded, [attempt] = _emulated_attempts(project)
     prov = attempt.meta.provenance
     [run] = attempt.runs
@@ -226,9 +232,9 @@ def test_a_process_allocating_outside_pytorch_past_the_cap_is_caught(project):
 
 def test_a_sweep_gives_the_capacity_models_curve_on_a_real_gpu(project, port):
     caps_gib = (16, 20, 24, 32)
-    args = probe_args("probe-serve", port, "--host", EMULATED, "--flag-set", "cpuoff",
+    args = probe_argv("probe-serve", port, "--host", EMULATED, "--flag-set", "cpuoff",
                       "--caps", ",".join(map(str, caps_gib)), "--gpu-index", str(_nvml_index()))
-    run_probe(project, "probe-serve", args)
+    _run(project, args)
     loaded, attempts = _emulated_attempts(project)
     curve = capacity_curve(EMULATED, loaded.hosts, loaded.fixtures, loaded.evidence)
     model = loaded.hosts.host(EMULATED).capacity

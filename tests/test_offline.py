@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import io
 import json
 import os
 import signal
@@ -16,22 +15,19 @@ import pytest
 
 from omniprobe.analysis.imaging import load_pixels, pixels_sha256
 from omniprobe.analysis.oom import parse_oom
-from omniprobe.cli import build_parser
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import EnvError
 from omniprobe.evidence.attempts import probe_attempts
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import offline_runner
-from omniprobe.harness.offline import RUNNER, run_offline, runner_command
+from omniprobe.harness.offline import RUNNER, runner_command
 
-from .conftest import make_project, processes_with, wait_for
+from .conftest import in_process, make_project, processes_with, wait_for
 
 
 def offline(project, *extra, host="sim"):
-    out = io.StringIO()
-    args = build_parser().parse_args(["probe-offline", "--host", host, "--grace", "2", *extra])
-    return run_offline(project, args, out=out), out.getvalue()
+    return in_process(project, ["probe-offline", "--host", host, "--grace", "2", *extra])
 
 
 def the_attempt(project, host="sim"):
@@ -122,6 +118,8 @@ kwargs = { enable_cpu_offload = true, vae_use_tiling = true }
     assert (resident.outcome, resident.fixture, resident.oom.phase) == ("init-oom", None, "init")
     assert resident.oom.requested == "96.00 MiB"
     assert resident.oom.location.function == "init_parameters"
+    # The runner saw only the orchestrator's failure; the OOM came from the worker's log.
+    assert resident.note.startswith("RuntimeError: Orchestrator initialization failed")
     assert tiling.outcome == "init-error" and "vae_use_tiling" in tiling.note
     assert "[sim-offline-resident 1/2] the engine was not built: init-oom" in out
 
@@ -132,7 +130,7 @@ def test_a_kwarg_set_without_kwargs_is_refused_by_name_and_skipped_otherwise(pro
 description = "test: the source does not give its kwargs"
 """, ["sim-offline-unstated"])
     code, out = offline(project, "--kwarg-set", "sim-offline-unstated")
-    assert code == 1
+    assert code == 3  # a refusal
     assert ("offline kwarg set 'sim-offline-unstated' cannot run: hosts.toml "
             "[offline_kwarg_sets.sim-offline-unstated] has no 'kwargs'") in out
     assert not (project.evidence_dir / "sim").exists()
@@ -157,7 +155,7 @@ description = "test: the source does not give its kwargs"
 ])
 def test_refusals_leave_no_evidence(project, host, extra, message):
     code, out = offline(project, *extra, host=host)
-    assert code == 1 and message in out
+    assert code == 3 and message in out
     assert not project.evidence_dir.exists() or not any(project.evidence_dir.iterdir())
 
 
@@ -423,6 +421,6 @@ def test_a_runner_breaking_the_protocol_stops_the_run_naming_the_file(project, t
         '"{hosts_file}", "--sim-host", "{host}"]', f'offline_command = ["{{python}}", "{script}"]')
     project.hosts_file.write_text(hosts)
     code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-t2i")
-    assert code == 1
+    assert code == 5  # a harness error
     assert "results.jsonl: expected the result of 'sim-t2i-2301'" in out
     assert the_attempt(project).offline_requests == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 
 import pytest
@@ -15,18 +14,14 @@ from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import Stamp, env_paths, pins_hash, write_stamp
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.probe import run_probe
 from omniprobe.harness.sampler import NvmlUnavailable
 
-from .conftest import make_project, probe_args, processes_with
+from .conftest import in_process, make_project, probe_argv, processes_with
 from .env_scaffold import RTX5080, FakeNvml
 
 
 def probe(project, session, port, *extra, readers=None, nvml=None):
-    out = io.StringIO()
-    code = run_probe(project, session, probe_args(session, port, *extra), readers=readers,
-                     nvml=nvml, out=out)
-    return code, out.getvalue()
+    return in_process(project, probe_argv(session, port, *extra), readers=readers, nvml=nvml)
 
 
 def attempts(project, host="sim"):
@@ -181,7 +176,7 @@ def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, port, monkeypat
 
 def test_real_fixtures_are_refused_naming_what_is_missing(project, port):
     code, out = probe(project, "probe-serve", port, "--host", "rtx3090")
-    assert code == 1
+    assert code == 3  # a refusal
     assert ("fixture 'single-reference' cannot run: its source does not state prompt, width, "
             "height, references") in out
     assert "fixture 't2i' cannot run: its source does not state prompt, width, height" in out
@@ -200,7 +195,7 @@ def env_root(tmp_path_factory, monkeypatch):
 def test_a_real_host_without_its_env_is_refused_naming_the_checks(project, port, env_root):
     # The GPU is right (faked through NVML): only the env is missing.
     code, out = probe(project, "probe-init", port, "--host", "rtx5080", nvml=FakeNvml(**RTX5080))
-    assert code == 1
+    assert code == 4  # an environment failure
     assert f"error: the probe environment of host 'rtx5080' at {env_root}/envs/rtx5080" in out
     assert "env.stamp failed: no build stamp" in out
     assert "package.vllm-omni failed: vllm-omni is not installed" in out
@@ -215,14 +210,14 @@ def test_an_incomplete_env_is_refused(project, port, env_root):
     write_stamp(paths, Stamp(state="incomplete", host="rtx3090", pins_hash=pins_hash(cfg, project),
                              python="python3.13", started_at="2026-11-30T09:00:00Z"))
     code, out = probe(project, "probe-init", port, "--host", "rtx3090", nvml=FakeNvml())
-    assert code == 1
+    assert code == 4
     assert "env.stamp failed: incomplete: the build started 2026-11-30 09:00:00 did not finish" in out
     assert not (project.evidence_dir / "rtx3090").exists()
 
 
 def test_unknown_flag_set_is_refused(project, port):
     code, out = probe(project, "probe-init", port, "--flag-set", "int8")
-    assert code == 1 and "flag set(s) int8 are not run on host 'sim'" in out
+    assert code == 3 and "error: flag set(s) int8 are not run on host 'sim'" in out
 
 
 def test_without_nvml_the_run_records_why(project, port):
@@ -265,7 +260,8 @@ def test_port_in_use_is_refused_before_anything_runs(project, port, session):
         holder.bind(("127.0.0.1", port))
         holder.listen()
         code, out = probe(project, session, port, "--flag-set", "fp8", "--fixture", "sim-t2i")
-    assert code == 1 and f"port {port} on 127.0.0.1 is already in use" in out
+    assert code == 4 and f"error: port {port} on 127.0.0.1 is already in use" in out
+    assert not (project.evidence_dir / "sim").exists()
 
 
 def test_a_busy_gpu_stops_the_probe_naming_the_holder(project, port):
@@ -276,6 +272,6 @@ def test_a_busy_gpu_stops_the_probe_naming_the_holder(project, port):
                     names={4242: "python3"})
     code, out = probe(project, "probe-init", port, "--flag-set", "fp8", "--idle-timeout", "0.3",
                       readers=lambda folder: NvmlReader(nvml=fake))
-    assert code == 1
+    assert code == 4
     assert "the GPU is not idle after 0.3 s: pid 4242 (python3) holds 8,000 MiB" in out
     assert attempts(project)[0].runs == [] and not processes_with(str(project.root))

@@ -3,25 +3,20 @@ config bridge drops, one that cannot be measured, and the refusals."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import pytest
 
-from omniprobe.cli import build_parser
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.propagation import run_propagation
 from omniprobe.sim.knobs import BRIDGE_ENV
 
-from .conftest import processes_with
+from .conftest import in_process, processes_with
 
 
 def check(project, port, *extra, host="sim"):
-    out = io.StringIO()
-    args = build_parser().parse_args(["propagation", "--host", host, "--port", str(port),
-                                      "--grace", "2", *extra])
-    return run_propagation(project, args, out=out), out.getvalue()
+    return in_process(project, ["propagation", "--host", host, "--port", str(port),
+                                "--grace", "2", *extra])
 
 
 def the_attempt(project, host="sim"):
@@ -87,14 +82,14 @@ def test_outputs_that_never_came_are_not_measured(project, port):
 ])
 def test_refusals_leave_no_evidence(project, port, host, extra, message):
     code, out = check(project, port, *extra, host=host)
-    assert code == 1 and message in out, out
+    assert code == 3 and message in out, out
     assert not project.evidence_dir.exists() or not any(project.evidence_dir.iterdir())
 
 
 def test_a_missing_deploy_file_is_refused(project, port):
     (project.root / "deploy" / "sim-kvfp8v.yaml").unlink()
     code, out = check(project, port)
-    assert code == 1 and "deploy/sim-kvfp8v.yaml, which does not exist" in out
+    assert code == 3 and "deploy/sim-kvfp8v.yaml, which does not exist" in out
 
 
 def test_the_knob_comes_from_hosts_toml_or_the_command_line(project, port):
@@ -102,7 +97,7 @@ def test_the_knob_comes_from_hosts_toml_or_the_command_line(project, port):
     project.hosts_file.write_text(hosts.replace(
         'content_known = true\nknob = "extras.prefix_kv_cache_dtype"\n', "content_known = true\n"))
     code, out = check(project, port)
-    assert code == 1
+    assert code == 3
     assert "set 'knob' under [deploy_configs.sim-kvfp8v] in hosts.toml, or pass --knob" in out
     code, out = check(project, port, "--knob", "the kv dtype")
     assert code == 0, out
@@ -114,7 +109,7 @@ def test_a_fixture_that_cannot_run_is_refused_and_passed_over_by_default(project
     next(f for f in suite["fixtures"] if f["id"] == "sim-single")["prompt"] = None
     project.fixtures_file.write_text(json.dumps(suite))
     code, out = check(project, port, "--fixture", "sim-single")
-    assert code == 1
+    assert code == 3
     assert "fixture 'sim-single' cannot run: its source does not state prompt" in out
     assert check(project, port)[0] == 0
     assert the_attempt(project).propagation[0].fixture == "sim-pair"

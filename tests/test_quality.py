@@ -264,7 +264,7 @@ def test_quality_picks_the_latest_attempt_and_another_layout(project):
 def test_missing_baseline_images_are_named_and_nothing_is_written(project, capsys):
     (project.root / "baseline" / FIXTURE / "2302.png").unlink()
     args = ["quality", "--attempt", "run-1", "--baseline", str(project.root / "baseline")]
-    assert main(args) == 1
+    assert main(args) == 2  # bad input
     err = capsys.readouterr().err
     assert str(project.root / "baseline" / FIXTURE / "2302.png") in err
     assert f"fixture '{FIXTURE}' seed 2302 not found" in err
@@ -302,6 +302,6 @@ def test_bad_inputs_are_clear_errors_and_nothing_is_written(project, capsys, cha
                                                             message):
     change(project)
     base = ["quality", "--baseline", str(project.root / "baseline")]
-    assert main(base + (args if "--attempt" in args else ["--attempt", "run-1", *args])) == 1
+    assert main(base + (args if "--attempt" in args else ["--attempt", "run-1", *args])) == 2
     assert message in capsys.readouterr().err
     assert not (project.evidence_dir / "rtx3090" / "run-1" / "psnr.json").exists()

@@ -43,7 +43,9 @@ def check_markdown(text: str) -> None:
             # An item's text never holds the start of another bullet.
             assert not re.search(r"[.)]- \*\*", inline.content), inline.content
             body = lines[start:end]
-            assert sum(bool(re.match(r"^- ", line)) for line in body) == 1, body
+            # One bullet at the item's own indent: a nested list's bullets sit deeper.
+            indent = re.match(r"^\s*", body[0]).group()
+            assert sum(line.startswith(indent + "- ") for line in body) == 1, body
         if tok.type == "table_open":
             start, end = tok.map
             rows = [line for line in lines[start:end] if line.strip()]

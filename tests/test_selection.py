@@ -8,10 +8,11 @@ import sys
 
 import pytest
 
-from omniprobe.config.hosts import load_hosts
+from omniprobe.config.hosts import UnknownHost, load_hosts
 from omniprobe.config.selection import (
     INVOCATION_ENV,
     NoHost,
+    SelectedEnvFailed,
     choose_host,
     read_state,
     record_selection,
@@ -46,9 +47,13 @@ def test_no_match_lists_the_hosts(cfg):
     assert "rtx3090 (cachyos-alexander)" in message and "sim (simulated)" in message
 
 
-def test_unknown_name_is_named(cfg):
-    with pytest.raises(NoHost, match="--host names host 'h100'.*hosts: rtx3090"):
-        choose_host(cfg, selected=None, requested="h100", hostname="x")
+@pytest.mark.parametrize(("selected", "requested", "where"), [
+    (None, "h100", "--host"), ("h100", None, "the env session")])
+def test_an_unknown_name_is_one_error_naming_who_named_it(cfg, selected, requested, where):
+    with pytest.raises(UnknownHost, match=f"^{where} names host 'h100'.*hosts: rtx3090"):
+        choose_host(cfg, selected=selected, requested=requested, hostname="x")
+    with pytest.raises(UnknownHost, match=f"^{where} names host 'h100'"):
+        cfg.host("h100", where)
 
 
 def test_simulated_host_never_matches_by_hostname(cfg):
@@ -67,7 +72,7 @@ def test_state_belongs_to_one_invocation(project, cfg):
                         hostname="x")[0] == "rtx5080"
     update_state(path, "run-3", host="rtx3090", problems=["GPU is 'X'"])
     assert "host" not in read_state(path, "run-1")
-    with pytest.raises(NoHost, match="env-rtx3090 failed its checks: GPU is 'X'"):
+    with pytest.raises(SelectedEnvFailed, match="env-rtx3090 failed its checks: GPU is 'X'"):
         resolve_host(project, cfg, None, env={INVOCATION_ENV: "run-3"}, hostname="x")
 
 
@@ -94,8 +99,9 @@ def test_select_host_command_hands_the_host_to_a_later_session(project):
 def test_select_host_errors_are_messages_not_tracebacks(project, capsys):
     from omniprobe.cli import main
 
-    assert main(["select-host", "h100"]) == 1
-    assert "select-host names host 'h100', which hosts.toml does not define" in (
-        capsys.readouterr().err)
-    assert main(["select-host"]) == 1
-    assert "no host selected" in capsys.readouterr().err
+    assert main(["select-host", "h100"]) == 3  # a refusal
+    err = capsys.readouterr().err
+    assert "error: select-host names host 'h100', which hosts.toml does not define" in err
+    assert "Traceback" not in err
+    assert main(["select-host"]) == 3
+    assert "error: no host selected" in capsys.readouterr().err

@@ -36,7 +36,7 @@ def start(project, port, flag_set="cpuoff", *extra, ready_path=None, env=None):
     return ServerProcess(command, server_env(cfg, flag_set, {**os.environ, **(env or {})}),
                          project.root / "logs" / f"{flag_set}.log",
                          Endpoints(f"http://127.0.0.1:{port}", "/health", ready_path),
-                         grace_s=2)
+                         grace_s=2, model_code=tuple(cfg.host("sim").model_code))
 
 
 def test_command_and_environment(project):

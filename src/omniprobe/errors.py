@@ -1,4 +1,9 @@
-"""One shape for every input error: the file, the path of the bad field, what was expected."""
+"""The one error family of omniprobe, and one shape for every input error.
+
+Every error a command expects is an `OmniprobeError` of one category, and each category has its
+exit code; `omniprobe.cli.main` prints them (no traceback) and returns that code. Anything else
+escaping a command is a bug, and keeps its traceback.
+"""
 
 from __future__ import annotations
 
@@ -20,12 +25,55 @@ class Problem:
         return f"{where}: {self.message}"
 
 
-class InputError(Exception):
-    """Raised when an input file is bad; carries every problem found, not just the first."""
+class OmniprobeError(Exception):
+    """Base of every error a command expects; `exit_code` says its category to the caller."""
+
+    exit_code = 1
+
+    def lines(self) -> list[str]:
+        """What the command line prints, one `error: ` line each."""
+        return str(self).splitlines() or [type(self).__name__]
+
+
+class InputError(OmniprobeError):
+    """Bad input: a file (or an argument) is not what it must be; carries every problem found,
+    not just the first, each naming the file, the field and what was expected."""
+
+    exit_code = 2
 
     def __init__(self, problems: Iterable[Problem]):
         self.problems = list(problems)
         super().__init__("\n".join(str(p) for p in self.problems))
+
+    def lines(self) -> list[str]:
+        return [str(p) for p in self.problems]
+
+
+class Refusal(OmniprobeError):
+    """What was asked cannot be done as asked (an unknown host, a fixture the source does not
+    state, a flag set the host does not run); raised before any work, so no evidence is made."""
+
+    exit_code = 3
+
+
+class EnvironmentFailure(OmniprobeError):
+    """The machine cannot run the work: the probe env fails a check, the port is taken, the GPU
+    is busy."""
+
+    exit_code = 4
+
+
+class HarnessError(OmniprobeError):
+    """The harness or what it supervises broke its contract (e.g. a runner wrote what the
+    protocol does not allow); the attempt keeps what finished before."""
+
+    exit_code = 5
+
+
+class Interrupted(OmniprobeError):
+    """Ctrl-C or SIGTERM, raised once the session has stopped its server and closed its files."""
+
+    exit_code = 130
 
 
 def json_path(loc: Iterable[int | str]) -> str:

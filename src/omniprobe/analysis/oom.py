@@ -23,9 +23,10 @@ _OLD_FIELDS = {
 }
 _MARKER = re.compile(r"CUDA out of memory|OutOfMemoryError")
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-# Frames in these trees are the model's code; the sim's model stands in for vLLM-Omni's.
-MODEL_CODE = ("vllm_omni/", "omniprobe/sim/model")
-_LIBRARY = ("/torch/", "<frozen ", "/lib/python3", "omniprobe/sim/memory")
+# Frames in these trees are the model's code, unless the host says otherwise (hosts.toml
+# model_code: a simulated host's model stands in for vLLM-Omni's).
+MODEL_CODE = ("vllm_omni/",)
+_LIBRARY = ("/torch/", "<frozen ", "/lib/python3")
 
 
 def is_oom(text: str) -> bool:
@@ -64,22 +65,23 @@ def _sizes(message: str) -> dict[str, str]:
     return found
 
 
-def _short_path(path: str) -> str:
-    for marker in MODEL_CODE:
+def _short_path(path: str, model_code: tuple[str, ...]) -> str:
+    for marker in model_code:
         at = path.find(marker)
         if at >= 0:
             return path[at:]
     return path
 
 
-def innermost_model_frame(traceback_text: str) -> CodeRef | None:
+def innermost_model_frame(traceback_text: str,
+                          model_code: tuple[str, ...] = MODEL_CODE) -> CodeRef | None:
     """The innermost frame in model code; else the innermost outside torch and the stdlib."""
     frames = [m.groupdict() for m in _FRAME.finditer(traceback_text)]
-    for wanted in (lambda f: any(m in f["file"] for m in MODEL_CODE),
+    for wanted in (lambda f: any(m in f["file"] for m in model_code),
                    lambda f: not any(m in f["file"] for m in _LIBRARY)):
         for frame in reversed(frames):
             if wanted(frame):
-                return CodeRef(file=_short_path(frame["file"]), lines=frame["line"],
+                return CodeRef(file=_short_path(frame["file"], model_code), lines=frame["line"],
                                function=frame["func"])
     return None
 
@@ -95,13 +97,17 @@ def _last_oom_traceback(log: str) -> str:
     return log[start:end] if start >= 0 else ""
 
 
-def parse_oom(text: str, phase: str) -> OomSignature | None:
-    """Parse an OOM message or a whole log; None when the text holds no CUDA OOM."""
+def parse_oom(text: str, phase: str,
+              model_code: tuple[str, ...] = MODEL_CODE) -> OomSignature | None:
+    """Parse an OOM message or a whole log; None when the text holds no CUDA OOM.
+
+    `model_code`: path fragments of the model's source files (hosts.toml model_code)."""
     if not is_oom(text):
         return None
     at = text.rfind("CUDA out of memory")
     message = text[at:] if at >= 0 else text
-    return OomSignature(phase=phase, location=innermost_model_frame(_last_oom_traceback(text)),
+    location = innermost_model_frame(_last_oom_traceback(text), model_code)
+    return OomSignature(phase=phase, location=location,
                         **_sizes(message))
 
 

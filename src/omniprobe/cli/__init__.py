@@ -6,9 +6,10 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
-from omniprobe.config.project import find_project
-from omniprobe.errors import InputError
+from omniprobe.config.project import NoProject, find_project
+from omniprobe.errors import InputError, Interrupted, OmniprobeError, Problem
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -70,13 +71,10 @@ def _image_check(args: argparse.Namespace) -> int:
 
     try:
         hosts_file = find_project().hosts_file
-        cfg, source = load_hosts(hosts_file).quality, f"{hosts_file} [quality]"
-    except FileNotFoundError:
+    except NoProject:
         cfg, source = ImageChecks(), "built-in defaults (no hosts.toml found)"
-    except InputError as exc:
-        for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return 2
+    else:
+        cfg, source = load_hosts(hosts_file).quality, f"{hosts_file} [quality]"
     paths, problems = find_images(args.paths)
     checked, unreadable = check_images(paths, cfg)
     problems += unreadable
@@ -130,17 +128,12 @@ def _pinned_env(args: argparse.Namespace, project) -> tuple[int, list[str], str 
     """`env build|check` of a real host: (exit status, failed checks, venv)."""
     from omniprobe.env.build import build_env, check_env, dry_run, format_result
     from omniprobe.env.checks import failure_lines
-    from omniprobe.env.state import EnvError
 
-    try:
-        if args.dry_run:
-            print(dry_run(project, args.host, venv=args.venv), end="")
-            return 0, [], None
-        run = build_env if args.env_command == "build" else check_env
-        result = run(args.host, project=project, venv=args.venv, command=_env_command(args))
-    except EnvError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1, [" ".join(str(exc).split())], None
+    if args.dry_run:
+        print(dry_run(project, args.host, venv=args.venv), end="")
+        return 0, [], None
+    run = build_env if args.env_command == "build" else check_env
+    result = run(args.host, project=project, venv=args.venv, command=_env_command(args))
     print(format_result(result, project), end="")
     problems = failure_lines(result.verification.checks)
     return (1 if problems else 0), problems, str(result.paths.venv)
@@ -149,14 +142,16 @@ def _pinned_env(args: argparse.Namespace, project) -> tuple[int, list[str], str 
 def _env(args: argparse.Namespace) -> int:
     from omniprobe.config.hosts import load_hosts
     from omniprobe.config.selection import INVOCATION_ENV, record_selection
+    from omniprobe.env.state import EnvError
 
     project = find_project()
+    simulated = load_hosts(project.hosts_file).host(args.host, "--host").simulated
     try:
-        simulated = load_hosts(project.hosts_file).host(args.host).simulated
-    except KeyError as exc:
-        print(f"error: {exc.args[0]}", file=sys.stderr)
-        return 1
-    code, problems, venv = (_sim_env if simulated else _pinned_env)(args, project)
+        code, problems, venv = (_sim_env if simulated else _pinned_env)(args, project)
+    except EnvError as exc:
+        if args.select and not args.dry_run:  # the probe sessions after refuse, saying why
+            record_selection(project, args.host, [" ".join(str(exc).split())])
+        raise
     if args.select and not args.dry_run:
         handed = record_selection(project, args.host, problems, venv=venv)
         print(f"selected host {args.host} for the probe sessions of this nox run" if handed else
@@ -166,19 +161,15 @@ def _env(args: argparse.Namespace) -> int:
 
 def _select_host(args: argparse.Namespace) -> int:
     from omniprobe.config.hosts import load_hosts
-    from omniprobe.config.selection import NoHost, known_host, record_selection, resolve_host
+    from omniprobe.config.selection import record_selection, resolve_host
 
     project = find_project()
     cfg = load_hosts(project.hosts_file)
-    try:
-        if args.name is None:
-            name, why = resolve_host(project, cfg, args.host)
-            print(f"host {name} ({why})")
-            return 0
-        known_host(cfg, args.name, "select-host")
-    except NoHost as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    if args.name is None:
+        name, why = resolve_host(project, cfg, args.host)
+        print(f"host {name} ({why})")
+        return 0
+    cfg.host(args.name, "select-host")
     handed = record_selection(project, args.name, [])
     print(f"selected host {args.name} for the probe sessions of this nox run (its env is checked "
           "when a probe starts)" if handed else
@@ -186,22 +177,57 @@ def _select_host(args: argparse.Namespace) -> int:
     return 0
 
 
+def _session_options(args: argparse.Namespace) -> dict:
+    """The options every evidence-making session shares, as the option dataclasses name them."""
+    return {"host": args.host, "venv": args.venv, "model": args.model,
+            "ready_timeout_s": args.ready_timeout, "request_timeout_s": args.request_timeout,
+            "grace_s": args.grace, "idle_timeout_s": args.idle_timeout,
+            "gpu_index": args.gpu_index}
+
+
+def _server_options_of(args: argparse.Namespace) -> dict:
+    return {**_session_options(args), "port": args.port, "sample_hz": args.sample_hz}
+
+
+def probe_options(args: argparse.Namespace):
+    from omniprobe.harness.probe import ProbeOptions
+
+    return ProbeOptions(**_server_options_of(args), fresh=args.fresh,
+                        flag_sets=tuple(args.flag_set), fixtures=tuple(args.fixture),
+                        caps_gib=args.caps)
+
+
+def offline_options(args: argparse.Namespace):
+    from omniprobe.harness.offline import OfflineOptions
+
+    return OfflineOptions(**_session_options(args), kwarg_sets=tuple(args.kwarg_set),
+                          fixtures=tuple(args.fixture), seeds=tuple(args.seed))
+
+
+def propagation_options(args: argparse.Namespace):
+    from omniprobe.harness.propagation import PropagationOptions
+
+    return PropagationOptions(**_server_options_of(args), flag_set_with=args.flag_set_with,
+                              flag_set_without=args.flag_set_without, knob=args.knob,
+                              fixture=args.fixture, seed=args.seed)
+
+
 def _probe(args: argparse.Namespace) -> int:
     from omniprobe.harness.probe import run_probe
 
-    return run_probe(find_project(), args.command, args)
+    return run_probe(find_project(), args.command, probe_options(args), command=args.argv)
 
 
 def _probe_offline(args: argparse.Namespace) -> int:
     from omniprobe.harness.offline import run_offline
 
-    return run_offline(find_project(), args)
+    return run_offline(find_project(), offline_options(args), command=args.argv)
 
 
 def _propagation(args: argparse.Namespace) -> int:
     from omniprobe.harness.propagation import run_propagation
 
-    return run_propagation(find_project(), args)
+    return run_propagation(find_project(), propagation_options(args), command=args.argv)
 
 
 def _timeline(args: argparse.Namespace) -> int:
@@ -244,6 +270,33 @@ def _probe_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--caps", help="emulated hosts: sweep these caps (GiB, comma-separated, e.g. "
                                   "12,16,20,24,32), one attempt series per cap")
     p.set_defaults(func=_probe)
+
+
+def _upstream(args: argparse.Namespace) -> int:
+    from omniprobe.upstream.contract import check_source, differences, record, recorded, render
+
+    project = find_project()
+    contract = check_source(project, args.source)
+    print(render(contract))
+    if args.check:
+        committed = recorded(project, contract)
+        if committed is None:
+            print("error: no committed evidence under evidence/upstream/ for this source; "
+                  "record it with --record", file=sys.stderr)
+            return 1
+        diffs = differences(committed.upstream, contract)
+        for line in diffs:
+            print(f"differs: {line}", file=sys.stderr)
+        if diffs:
+            print(f"{len(diffs)} result(s) differ from {committed.path}", file=sys.stderr)
+            return 1
+        print(f"every result equals the committed {committed.path.relative_to(project.root)}")
+        return 0
+    if args.record:
+        folder = record(project, contract, ["omniprobe", "upstream", "check", "--source",
+                                            args.source.name, "--record"])
+        print(f"recorded {folder.relative_to(project.root)}")
+    return 1 if any(c.status == "fail" for c in contract.checks) else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -344,6 +397,20 @@ def build_parser() -> argparse.ArgumentParser:
     _server_options(p)
     p.set_defaults(func=_propagation)
 
+    p = sub.add_parser("upstream", help="hold the harness against a real vLLM-Omni source")
+    up_sub = p.add_subparsers(dest="upstream_command", required=True)
+    q = up_sub.add_parser("check", help="the named contract checks and the code citations' state "
+                          "in a source, read with ast (exit 1: a check fails; with --check: a "
+                          "result differs from the committed evidence)")
+    q.add_argument("--source", type=Path, required=True, metavar="PATH",
+                   help="a vllm-omni .whl, an unpacked tree or a clone")
+    mode = q.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true",
+                      help="exit 1 only if a result differs from the committed evidence")
+    mode.add_argument("--record", action="store_true",
+                      help="record the result as a new attempt under evidence/upstream/")
+    q.set_defaults(func=_upstream)
+
     p = sub.add_parser("timeline", help="render a recorded GPU memory series (JSONL) as SVG")
     p.add_argument("series", type=Path)
     p.add_argument("-o", "--output", type=Path)
@@ -352,17 +419,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run_command(command: Callable[[], int], out: TextIO | None = None) -> int:
+    """Run one command: the one place where its errors become messages (every problem of an
+    InputError, no traceback) and exit codes (errors.py: one per category); Ctrl-C exits 130."""
+    out = out or sys.stderr
     try:
-        return args.func(args)
-    except InputError as exc:
-        for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        return 1
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return command()
+    except Interrupted as exc:
+        print(f"interrupted: {exc}", file=out)
+        return exc.exit_code
+    except FileNotFoundError as exc:  # a path given on the command line that does not exist
+        where = str(exc.filename) if exc.filename is not None else str(exc)
+        print(f"error: {Problem(where, '', 'file not found')}", file=out)
+        return InputError.exit_code
+    except OmniprobeError as exc:
+        for line in exc.lines():
+            print(f"error: {line}", file=out)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=out)
+        return Interrupted.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    args.argv = ["omniprobe", *argv]  # the command line an attempt records as its provenance
+    return run_command(lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -8,14 +8,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from omniprobe.errors import InputError, Problem, problems_from_validation
+from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 
 
 class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class FixtureNotRunnable(Exception):
+class FixtureNotRunnable(Refusal):
     """A fixture lacks facts the source never stated; running it would mean inventing them."""
 
 

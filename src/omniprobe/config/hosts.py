@@ -9,7 +9,11 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from omniprobe.errors import InputError, Problem, problems_from_validation
+from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+
+
+class UnknownHost(Refusal):
+    """A host name (from --host, an env session, a manifest) that hosts.toml does not define."""
 
 
 class _Input(BaseModel):
@@ -183,6 +187,17 @@ class Host(_Input):
     capacity: SimCapacity | None = Field(default=None, description="Simulated hosts only.")
     emulation: Emulation | None = Field(
         default=None, description="An emulated host: the card it emulates on this physical GPU.")
+    model_code: list[str] = Field(
+        default=["vllm_omni/"], min_length=1,
+        description="Path fragments of the model's source files: an OOM's location is the "
+                    "innermost traceback frame in them.",
+    )
+    memory_file_env: str | None = Field(
+        default=None, pattern=r"^[A-Z_][A-Z0-9_]*$",
+        description="The environment variable that tells the host's server (or offline runner) "
+                    "the file to publish its memory in, where NVML cannot see it (a simulated "
+                    "host); the sampler reads that file instead of NVML. null: NVML.",
+    )
 
     @model_validator(mode="after")
     def _capacity_iff_simulated(self) -> Host:
@@ -209,7 +224,7 @@ class Report(_Input):
 
 
 class ProbeSettings(_Input):
-    """hosts.toml [probe] (the probe session itself is harness/probe.py's Probe)."""
+    """hosts.toml [probe] (the serve probe itself is harness/probe.py's ServeProbe)."""
 
     target_reference_count: int = Field(ge=1)
 
@@ -339,6 +354,13 @@ class EnvConfig(_Input):
         return self
 
 
+class UpstreamPin(_Input):
+    """The registry's vLLM-Omni that `nox -s upstream` holds the harness against (read, not run)."""
+
+    package: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    version: str = Field(pattern=r"^[0-9][0-9A-Za-z.+-]*$")
+
+
 class HostsConfig(_Input):
     stack: Stack
     serve: Serve
@@ -352,6 +374,8 @@ class HostsConfig(_Input):
     env: EnvConfig | None = Field(
         default=None, description="The probe environment build; null: not configured."
     )
+    upstream: UpstreamPin | None = Field(
+        default=None, description="The registry's upstream the contract checks run against.")
 
     @model_validator(mode="before")
     @classmethod
@@ -378,10 +402,16 @@ class HostsConfig(_Input):
             filled[name] = {**inherited, **host}
         return {**data, "hosts": filled}
 
-    def host(self, name: str) -> Host:
+    def host(self, name: str, where: str = "the command") -> Host:
+        """The host called `name`; UnknownHost, saying who named it and listing the hosts."""
         if name not in self.hosts:
-            raise KeyError(f"unknown host {name!r}; hosts.toml defines: {', '.join(self.hosts)}")
+            raise UnknownHost(f"{where} names host {name!r}, which hosts.toml does not define; "
+                              f"hosts: {self.hosts_list()}")
         return self.hosts[name]
+
+    def hosts_list(self) -> str:
+        return ", ".join(f"{name} ({'simulated' if h.simulated else h.hostname})"
+                         for name, h in self.hosts.items())
 
     def real_hosts(self) -> dict[str, Host]:
         return {k: h for k, h in self.hosts.items() if not h.simulated}

@@ -6,6 +6,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from omniprobe.errors import InputError, Problem
+
+
+class NoProject(InputError):
+    """No folder at or above the start holds hosts.toml."""
+
 
 @dataclass(frozen=True)
 class Project:
@@ -50,7 +56,5 @@ def find_project(start: str | Path | None = None) -> Project:
     for folder in (here, *here.parents):
         if (folder / "hosts.toml").is_file():
             return Project(folder)
-    raise FileNotFoundError(
-        f"no hosts.toml in {here} or any folder above it; run inside an omniprobe project "
-        "or set OMNIPROBE_ROOT"
-    )
+    raise NoProject([Problem(str(here), "", "no hosts.toml here or in any folder above it; "
+                                          "run inside an omniprobe project or set OMNIPROBE_ROOT")])

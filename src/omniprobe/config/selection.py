@@ -16,12 +16,17 @@ from pathlib import Path
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.errors import EnvironmentFailure, Refusal
 
 INVOCATION_ENV = "OMNIPROBE_INVOCATION"
 
 
-class NoHost(RuntimeError):
-    """No host could be chosen, or the chosen one failed its check."""
+class NoHost(Refusal):
+    """No host could be chosen."""
+
+
+class SelectedEnvFailed(EnvironmentFailure):
+    """The env session that selected the host found its environment failing a check."""
 
 
 def state_path(project: Project) -> Path:
@@ -46,32 +51,23 @@ def update_state(path: Path, invocation: str, **values) -> dict:
     return state
 
 
-def _hosts_list(cfg: HostsConfig) -> str:
-    return ", ".join(f"{name} ({'simulated' if h.simulated else h.hostname})"
-                     for name, h in cfg.hosts.items())
-
-
-def known_host(cfg: HostsConfig, name: str, where: str) -> str:
-    if name not in cfg.hosts:
-        raise NoHost(f"{where} names host {name!r}, which hosts.toml does not define; "
-                     f"hosts: {_hosts_list(cfg)}")
-    return name
-
-
 def choose_host(cfg: HostsConfig, *, selected: str | None, requested: str | None,
                 hostname: str) -> tuple[str, str]:
-    """(host, why) in the documented order; NoHost listing the hosts when none applies."""
+    """(host, why) in the documented order; UnknownHost for a name hosts.toml lacks, NoHost
+    listing the hosts when none applies."""
     if selected:
-        return known_host(cfg, selected, "the env session"), "selected by an earlier env session"
+        cfg.host(selected, "the env session")
+        return selected, "selected by an earlier env session"
     if requested:
-        return known_host(cfg, requested, "--host"), "given with --host"
+        cfg.host(requested, "--host")
+        return requested, "given with --host"
     short = hostname.split(".", 1)[0]
     for name, host in cfg.hosts.items():
         if not host.simulated and host.hostname in (hostname, short):
             return name, f"this machine is {hostname}"
     raise NoHost(f"no host selected: run an env-<host> session first, or pass --host NAME "
                  f"(after -- under nox); this machine ({hostname}) matches no hostname in "
-                 f"hosts.toml; hosts: {_hosts_list(cfg)}")
+                 f"hosts.toml; hosts: {cfg.hosts_list()}")
 
 
 def resolve_host(project: Project, cfg: HostsConfig, requested: str | None,
@@ -82,7 +78,7 @@ def resolve_host(project: Project, cfg: HostsConfig, requested: str | None,
     name, why = choose_host(cfg, selected=state.get("host"), requested=requested,
                             hostname=hostname or socket.gethostname())
     if state.get("host") == name and state.get("problems"):
-        raise NoHost(f"env-{name} failed its checks: " + "; ".join(state["problems"]))
+        raise SelectedEnvFailed(f"env-{name} failed its checks: " + "; ".join(state["problems"]))
     return name, why
 
 

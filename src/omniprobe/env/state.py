@@ -19,6 +19,7 @@ from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import EnvConfig, HostsConfig, InstallStep
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_json
+from omniprobe.errors import EnvironmentFailure
 
 ENV_ROOT_VAR = "OMNIPROBE_ENV_ROOT"
 STAMP_FILE = "omniprobe-env.json"
@@ -27,7 +28,7 @@ CONSTRAINTS_FILE = "omniprobe-constraints.txt"
 _HASH_SCHEME = 1
 
 
-class EnvError(Exception):
+class EnvError(EnvironmentFailure):
     """The environment cannot be built, found or used; the message says why and what to do."""
 
 

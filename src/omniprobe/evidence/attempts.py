@@ -18,7 +18,7 @@ from omniprobe import __version__
 from omniprobe.config.hosts import Host
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_file
-from omniprobe.errors import InputError
+from omniprobe.errors import InputError, Refusal
 from omniprobe.evidence.models import (
     ATTEMPT_FILE,
     ArtifactRef,
@@ -35,8 +35,8 @@ from omniprobe.evidence.models import (
 SUFFIX = "-probe"  # marks attempts this module made, apart from transcribed or other evidence
 
 
-class AttemptBusy(RuntimeError):
-    pass
+class AttemptBusy(Refusal):
+    """Another probe holds the attempt's lock."""
 
 
 MAX_PER_SECOND = 999

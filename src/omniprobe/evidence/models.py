@@ -27,6 +27,7 @@ from omniprobe.evidence.migrations import (
     upgrade,
 )
 from omniprobe.evidence.quantities import Range, Size
+from omniprobe.evidence.upstream import Anchor, UpstreamContract
 
 Outcome = Literal["ok", "oom", "error", "timeout"]
 InitOutcome = Literal["ready", "oom", "error", "timeout"]
@@ -118,6 +119,8 @@ class CodeRef(_In):
     file: str
     lines: str | None = Field(default=None, pattern=r"^\d+(-\d+)?(ff)?$")
     function: str | None = None
+    anchor: Anchor | None = Field(
+        default=None, description="What `omniprobe upstream check` looks for in a later upstream.")
 
     def __str__(self) -> str:
         return f"{self.file}:{self.lines}" if self.lines else self.file
@@ -332,8 +335,9 @@ class OfflineRequest(_In):
     quality: StructureVerdict
     wall_s: float = Field(ge=0)
     peak_mib: float | None = Field(
-        default=None, ge=0, description="Peak allocated during the request as the runner read it "
-                                        "(torch in its own process, or the sim's model).")
+        default=None, ge=0, description="The worker's peak as the engine's request output reports "
+                                        "it (upstream's peak_memory_mb: torch's reserved pool, MiB), "
+                                        "or the sim's model; null: none reported.")
     output_sha256: Sha256 | None = None
     pixels_sha256: Sha256 | None = Field(default=None, description="imaging.pixels_sha256.")
     artifact: str | None = Field(default=None, description="Image path outside git.")
@@ -585,6 +589,7 @@ FILE_CONTENT: dict[str, type] = {
     "figures.json": list[StatedFigure],
     "findings.json": list[Finding],
     "environment.json": EnvManifest,
+    "upstream.json": UpstreamContract,
 }
 ATTEMPT_FILE = "attempt.json"
 
@@ -625,6 +630,7 @@ class LoadedAttempt:
     figures: list[StatedFigure] = field(default_factory=list)
     environment: EnvManifest | None = None
     findings: list[Finding] = field(default_factory=list)
+    upstream: UpstreamContract | None = None
 
     @property
     def id(self) -> str:

@@ -9,7 +9,14 @@ from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.migrations import content_path
-from omniprobe.evidence.models import ATTEMPT_FILE, Evidence, LoadedAttempt, load_evidence
+from omniprobe.evidence.models import (
+    ATTEMPT_FILE,
+    SECTION_FILES,
+    Evidence,
+    LoadedAttempt,
+    load_evidence,
+)
+from omniprobe.evidence.upstream import UPSTREAM_HOST
 
 
 @dataclass
@@ -24,6 +31,8 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     """Names an evidence record uses must exist: host, flag sets, kwarg sets, fixtures, baselines."""
     problems: list[Problem] = []
     folder = attempt.path
+    if attempt.host == UPSTREAM_HOST and UPSTREAM_HOST not in hosts.hosts:
+        return _upstream_refs(attempt)
     host = hosts.hosts.get(attempt.host)
     if host is None:
         return [Problem(str(folder / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.host"),
@@ -104,6 +113,24 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     if attempt.baseline is not None:
         for i, wall in enumerate(attempt.baseline.walls):
             fixture("baseline.json", f"$.walls[{i}].fixture", wall.fixture)
+    return problems
+
+
+def _upstream_refs(attempt: LoadedAttempt) -> list[Problem]:
+    """evidence/upstream/ holds only `upstream check` results, measured by this package."""
+    file = str(attempt.path / ATTEMPT_FILE)
+    problems = []
+    if attempt.meta.provenance.kind != "measured" or attempt.meta.provenance.host != UPSTREAM_HOST:
+        problems.append(Problem(file, content_path(ATTEMPT_FILE, "$.provenance"),
+                                f"an {UPSTREAM_HOST} attempt is measured by `omniprobe upstream "
+                                f"check` on host {UPSTREAM_HOST!r}"))
+    if attempt.upstream is None:
+        problems.append(Problem(str(attempt.path), "", "an upstream attempt holds upstream.json"))
+    others = [name for name in SECTION_FILES if name != "upstream.json"
+              and (attempt.path / name).exists()]
+    if others:
+        problems.append(Problem(str(attempt.path), "", "an upstream attempt holds only "
+                                f"upstream.json, not {', '.join(others)}"))
     return problems
 
 

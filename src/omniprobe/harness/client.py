@@ -19,11 +19,16 @@ import requests
 from omniprobe.analysis.oom import error_message, is_oom, parse_oom
 from omniprobe.config.fixtures import Fixture, Sampling
 from omniprobe.digests import sha256_bytes
+from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import OomSignature, Outcome
 
+EDITS_PATH = "/v1/images/edits"
+GENERATIONS_PATH = "/v1/images/generations"
+IMAGE_PART = "image"  # one multipart part of this name per reference image
 
-class ReferenceMismatch(RuntimeError):
-    """A reference image on disk is not the one the fixture pins by sha256."""
+
+class ReferenceMismatch(InputError):
+    """A reference image on disk is missing, or not the one the fixture pins by sha256."""
 
 
 @dataclass(frozen=True)
@@ -41,16 +46,38 @@ class Reply:
 
 
 def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, bytes]]:
-    """The fixture's reference images, each checked against its pinned sha256."""
-    loaded = []
+    """The fixture's reference images, each checked against its pinned sha256;
+    ReferenceMismatch names every file that is missing or differs, with both digests."""
+    loaded, problems = [], []
     for ref in fixture.references or []:
         path = fixtures_dir / ref.file
-        data = path.read_bytes()
-        if sha256_bytes(data) != ref.sha256:
-            raise ReferenceMismatch(f"{path}: sha256 {sha256_bytes(data)} differs from the pinned "
-                                    f"{ref.sha256} of reference {ref.name!r} in {fixture.id!r}")
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            problems.append(Problem(str(path), "", f"reference {ref.name!r} of fixture "
+                                                   f"{fixture.id!r} is missing"))
+            continue
+        digest = sha256_bytes(data)
+        if digest != ref.sha256:
+            problems.append(Problem(str(path), "", f"sha256 {digest} differs from {ref.sha256}, "
+                                                   f"the digest fixtures.json pins for reference "
+                                                   f"{ref.name!r} of fixture {fixture.id!r}"))
         loaded.append((path.name, data))
+    if problems:
+        raise ReferenceMismatch(problems)
     return loaded
+
+
+def check_references(fixtures: list[Fixture], fixtures_dir: Path) -> None:
+    """Every reference of the fixtures against its pin, before any request (or attempt) exists."""
+    problems = []
+    for fixture in fixtures:
+        try:
+            load_references(fixture, fixtures_dir)
+        except ReferenceMismatch as exc:
+            problems += exc.problems
+    if problems:
+        raise ReferenceMismatch(problems)
 
 
 def form_fields(fixture: Fixture, seed: int, sampling: Sampling) -> dict[str, str]:
@@ -108,13 +135,13 @@ def send(base_url: str, fixture: Fixture, seed: int, sampling: Sampling, fixture
     http = session or requests.Session()
     fields = form_fields(fixture, seed, sampling)
     if fixture.kind == "edit":
-        files = [("image", (name, data, "image/png"))
+        files = [(IMAGE_PART, (name, data, "image/png"))
                  for name, data in load_references(fixture, fixtures_dir)]
-        call = {"url": f"{base_url}/v1/images/edits", "data": fields, "files": files}
+        call = {"url": base_url + EDITS_PATH, "data": fields, "files": files}
     else:
         body = {**fields, "seed": seed, "num_inference_steps": sampling.num_inference_steps,
                 "true_cfg_scale": sampling.true_cfg_scale, "return_stage_metrics": True}
-        call = {"url": f"{base_url}/v1/images/generations", "json": body}
+        call = {"url": base_url + GENERATIONS_PATH, "json": body}
     started = time.perf_counter()
     try:
         response = http.post(**call, timeout=timeout_s)

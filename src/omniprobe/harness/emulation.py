@@ -15,6 +15,7 @@ from pathlib import Path
 
 from omniprobe.analysis.series import Sample
 from omniprobe.config.hosts import Host
+from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models import CappedProcess, EmulationBreach, EmulationCheck
 from omniprobe.harness import emulation_site
 from omniprobe.harness.emulation_site.sitecustomize import CAP_ENV, LOG_PREFIX
@@ -22,7 +23,7 @@ from omniprobe.harness.emulation_site.sitecustomize import CAP_ENV, LOG_PREFIX
 HOOK_DIR = Path(emulation_site.__file__).parent
 
 
-class EmulationUnguarded(RuntimeError):
+class EmulationUnguarded(EnvironmentFailure):
     """An emulated host's server cannot be sampled, so its cap could not be checked."""
 
 

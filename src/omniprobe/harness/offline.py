@@ -24,23 +24,29 @@ from omniprobe.analysis.oom import is_oom, parse_oom
 from omniprobe.analysis.structure_gate import quality_of
 from omniprobe.analysis.summaries import cell_outcome, cell_quality
 from omniprobe.atomic import write_text_atomic
-from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite, load_fixtures
-from omniprobe.config.hosts import Host, HostsConfig, load_hosts
+from omniprobe.config.fixtures import Fixture, FixtureSuite
+from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.config.project import Project
-from omniprobe.config.selection import NoHost, resolve_host, session_venv
+from omniprobe.config.selection import session_venv
 from omniprobe.digests import sha256_bytes
 from omniprobe.env.checks import require_env_ok
-from omniprobe.env.state import EnvError
-from omniprobe.evidence.attempts import AttemptBusy, AttemptStore, file_ref, new_attempt
+from omniprobe.errors import HarnessError
+from omniprobe.evidence.attempts import AttemptStore, file_ref, new_attempt
 from omniprobe.evidence.models import ArtifactRef, OfflineRequest, OfflineRun, write_section
 from omniprobe.evidence.quantities import Range
-from omniprobe.harness.client import ReferenceMismatch, load_references
+from omniprobe.harness.client import check_references
 from omniprobe.harness.logs import log_tail
-from omniprobe.harness.probe import PlanError, ReaderFactory, default_readers, serve_fixtures
+from omniprobe.harness.probe import (
+    MEMORY_FILE,
+    PlanError,
+    ReaderFactory,
+    default_readers,
+    serve_fixtures,
+)
 from omniprobe.harness.progress import Progress
-from omniprobe.harness.sampler import GpuBusy, NvmlUnavailable, wait_idle
-from omniprobe.harness.server import ServerProcess, classify_exit, signals_interrupt
-from omniprobe.sim.memory import STATE_ENV
+from omniprobe.harness.sampler import NvmlUnavailable, wait_idle
+from omniprobe.harness.server import ServerProcess, classify_exit
+from omniprobe.harness.session import Context, Session, SessionOptions, run_session
 
 RUNNER = Path(__file__).with_name("offline_runner.py")
 ATTEMPT_SUFFIX = "-offline"
@@ -51,12 +57,23 @@ class KwargSetNotRunnable(PlanError):
     """An offline kwarg set whose kwargs the source does not state."""
 
 
-class RunnerProtocolError(RuntimeError):
+class RunnerProtocolError(HarnessError):
     """The runner wrote something the protocol does not allow."""
 
 
 @dataclass(frozen=True)
-class OfflineOptions:
+class OfflineOptions(SessionOptions):
+    """probe-offline's command line; empty tuples: all of them (seeds: the sampling seeds)."""
+
+    kwarg_sets: tuple[str, ...] = ()
+    fixtures: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class OfflineSettings:
+    """What probe-offline runs with: the command line's options over hosts.toml's defaults."""
+
     model: str
     ready_timeout_s: float
     request_timeout_s: float
@@ -168,13 +185,14 @@ class KwargSetState:
 
 class OfflineProbe:
     def __init__(self, cfg: HostsConfig, suite: FixtureSuite, fixtures_dir: Path, host_name: str,
-                 store: AttemptStore, options: OfflineOptions, command: list[str], *,
+                 store: AttemptStore, settings: OfflineSettings, command: list[str], *,
                  readers: ReaderFactory, base_env: dict[str, str] | None = None,
                  out: TextIO = sys.stderr):
         self.cfg, self.suite, self.fixtures_dir = cfg, suite, fixtures_dir
         self.host_name, self.host = host_name, cfg.host(host_name)
-        self.store, self.options, self.command = store, options, command
+        self.store, self.settings, self.command = store, settings, command
         self.readers, self.out = readers, out
+        self.model_code = tuple(self.host.model_code)
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.baseline: int | None = None
         self.records: list[OfflineRequest] = []
@@ -201,7 +219,7 @@ class OfflineProbe:
                     self.unfinished.append(f"{name}: {len(pending)} request(s) not run, the "
                                            f"restarted runner's init ended {state.failure.outcome}")
                 break
-            if index >= self.options.max_restarts:
+            if index >= self.settings.max_restarts:
                 self.unfinished.append(f"{name}: {len(pending)} request(s) not run after "
                                        f"{index} restart(s); re-run to try them again")
                 break
@@ -241,7 +259,7 @@ class OfflineProbe:
         kwargs = self.cfg.offline_kwarg_sets[name].kwargs
         write_text_atomic(folder / "kwargs.json", json.dumps(kwargs, indent=2) + "\n")
         write_text_atomic(folder / "requests.json", json.dumps({"requests": requests}, indent=2))
-        return ["--model", self.options.model, "--kwargs-file", str(folder / "kwargs.json"),
+        return ["--model", self.settings.model, "--kwargs-file", str(folder / "kwargs.json"),
                 "--requests", str(folder / "requests.json"),
                 "--results", str(folder / "results.jsonl")]
 
@@ -250,7 +268,7 @@ class OfflineProbe:
             reader = self.readers(folder)
         except NvmlUnavailable:
             return  # no NVML here: nothing to wait on
-        self.baseline = wait_idle(reader, self.baseline, timeout_s=self.options.idle_timeout_s,
+        self.baseline = wait_idle(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
                                   poll_s=0.25)
 
     def _lifetime(self, label: str, name: str, index: int, pending: list[Planned],
@@ -265,10 +283,10 @@ class OfflineProbe:
             # The pinned venv sees its own packages only, not whatever our environment adds.
             env.pop("PYTHONPATH", None)
             env.pop("PYTHONHOME", None)
-        if self.host.simulated:
-            env[STATE_ENV] = str(folder / "sim-memory.bin")
+        if self.host.memory_file_env:
+            env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
         runner = ServerProcess([*self.command, *args], env, folder / "runner.log", None,
-                               grace_s=self.options.grace_s)
+                               grace_s=self.settings.grace_s, model_code=self.model_code)
         events = Events(folder / "results.jsonl")
         progress.say(f"[{label}] starting the runner")
         runner.start()
@@ -278,7 +296,7 @@ class OfflineProbe:
             while pending:
                 planned = pending[0]
                 waited_from = time.monotonic()
-                event, why = self._next(runner, events, self.options.request_timeout_s)
+                event, why = self._next(runner, events, self.settings.request_timeout_s)
                 if event is not None:
                     _check_result(event, planned, events.path)
                 record = (self._record(name, planned, event, index) if event is not None else
@@ -293,7 +311,7 @@ class OfflineProbe:
                               + ("" if event is not None else " (runner lost: restarting)"))
                 if event is None:
                     return pending
-            runner.wait_exit(self.options.grace_s)  # let the engine shut down on its own
+            runner.wait_exit(self.settings.grace_s)  # let the engine shut down on its own
             return pending
         finally:
             runner.stop()
@@ -313,12 +331,12 @@ class OfflineProbe:
                 return (event, None) if event is not None else (None, f"exited {code}")
             if time.monotonic() >= deadline:
                 return None, "timeout"
-            time.sleep(self.options.poll_s)
+            time.sleep(self.settings.poll_s)
 
     def _init(self, label: str, name: str, runner: ServerProcess, events: Events,
               state: KwargSetState, progress: Progress) -> bool:
         """Wait for the engine; on failure set state.failure and return False."""
-        event, why = self._next(runner, events, self.options.ready_timeout_s)
+        event, why = self._next(runner, events, self.settings.ready_timeout_s)
         elapsed = round(time.monotonic() - runner.started, 2)
         if event is not None and event["event"] != "init":
             raise RunnerProtocolError(f"{events.path}: expected the init result, got {event}")
@@ -329,18 +347,24 @@ class OfflineProbe:
             return True
         if event is not None:
             text = event.get("traceback") or event.get("error") or ""
-            oom = parse_oom(text, "init") if event.get("outcome") == "oom" or is_oom(text) else None
+            if not is_oom(text):
+                # Upstream reports a worker's death as "Orchestrator initialization failed";
+                # the CUDA OOM text is only in the worker's log, which is the runner's log.
+                text = runner.log_path.read_text(errors="replace")
+            oom = (parse_oom(text, "init", self.model_code)
+                   if event.get("outcome") == "oom" or is_oom(text) else None)
             failure = OfflineRun(kwarg_set=name, outcome="init-oom" if oom else "init-error",
                                  quality="unchecked", oom=oom, init_s=event.get("wall_s"),
                                  note=(event.get("error") or "")[:500] or None)
         elif why == "timeout":
             failure = OfflineRun(kwarg_set=name, outcome="timeout", quality="unchecked",
                                  note=f"the engine was not built within "
-                                      f"{self.options.ready_timeout_s:g} s")
+                                      f"{self.settings.ready_timeout_s:g} s")
         else:
             code = runner.returncode()
             init = classify_exit(code if code is not None else -1,
-                                 runner.log_path.read_text(errors="replace"), elapsed)
+                                 runner.log_path.read_text(errors="replace"), elapsed,
+                                 self.model_code)
             failure = OfflineRun(kwarg_set=name, quality="unchecked", oom=init.oom,
                                  outcome="init-oom" if init.outcome == "oom" else "init-error",
                                  note=init.note)
@@ -367,7 +391,7 @@ class OfflineProbe:
         else:
             text = event.get("traceback") or event.get("error") or ""
             if event.get("outcome") == "oom" or is_oom(text):
-                fields.update(outcome="oom", oom=parse_oom(text, "request"))
+                fields.update(outcome="oom", oom=parse_oom(text, "request", self.model_code))
             fields["error"] = (event.get("error") or "no message")[:500]
         return self._add(fields)
 
@@ -390,10 +414,10 @@ class OfflineProbe:
                   "quality": "unchecked", "lifetime": index, "wall_s": round(waited_s, 4)}
         if why == "timeout":
             fields.update(outcome="timeout",
-                          error=f"no result within {self.options.request_timeout_s:g} s")
+                          error=f"no result within {self.settings.request_timeout_s:g} s")
             return self._add(fields)
         log = _after_last_event(log_path.read_text(errors="replace"))
-        oom = parse_oom(log, "request")
+        oom = parse_oom(log, "request", self.model_code)
         fields.update(outcome="oom" if oom else "error", oom=oom,
                       error=f"the runner {why} during the request; its log ends: "
                             f"{log_tail(log)}")
@@ -416,63 +440,66 @@ def _after_last_event(log: str) -> str:
     return log if at < 0 else log[at:].partition("\n")[2]
 
 
-
-def options_from(args, cfg: HostsConfig) -> OfflineOptions:
+def settings_from(options: OfflineOptions, cfg: HostsConfig) -> OfflineSettings:
     serve = cfg.serve
-    return OfflineOptions(
-        model=args.model or cfg.stack.model_repo,
-        ready_timeout_s=args.ready_timeout or serve.ready_timeout_s,
-        request_timeout_s=args.request_timeout or serve.request_timeout_s,
-        grace_s=serve.stop_grace_s if args.grace is None else args.grace,
-        idle_timeout_s=args.idle_timeout, kwarg_sets=tuple(args.kwarg_set),
-        fixtures=tuple(args.fixture), seeds=tuple(args.seed))
+    return OfflineSettings(
+        model=options.model or cfg.stack.model_repo,
+        ready_timeout_s=options.ready_timeout_s or serve.ready_timeout_s,
+        request_timeout_s=options.request_timeout_s or serve.request_timeout_s,
+        grace_s=serve.stop_grace_s if options.grace_s is None else options.grace_s,
+        idle_timeout_s=options.idle_timeout_s, kwarg_sets=options.kwarg_sets,
+        fixtures=options.fixtures, seeds=options.seeds)
 
 
-def run_offline(project: Project, args, *, readers: ReaderFactory | None = None,
-                nvml=None, out: TextIO = sys.stderr) -> int:
+class OfflineSession(Session):
+    """probe-offline: every invocation writes a new attempt (`-offline`)."""
+
+    def __init__(self, options: OfflineOptions, command: list[str], *,
+                 readers: ReaderFactory | None = None, nvml=None):
+        self.options, self.command, self.readers, self.nvml = options, command, readers, nvml
+
+    def prepare(self, ctx: Context) -> None:
+        self.settings = settings = settings_from(self.options, ctx.cfg)
+        self.kwarg_sets, self.refused = check_kwarg_sets(ctx.cfg, ctx.host_name, ctx.host,
+                                                         settings.kwarg_sets)
+        fixtures = serve_fixtures(ctx.suite, ctx.host, settings.fixtures)
+        check_references(fixtures, ctx.project.fixtures_file.parent)
+        seeds = settings.seeds or tuple(ctx.suite.sampling.seeds)
+        self.plan = [Planned(f, s) for f in fixtures for s in seeds]
+        self.runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
+                                     nvml=self.nvml)
+
+    def open_attempt(self, ctx: Context) -> AttemptStore:
+        return new_attempt(ctx.project, ctx.host_name, ctx.host, self.command,
+                           suffix=ATTEMPT_SUFFIX, what="probe-offline")
+
+    def run(self, ctx: Context, store: AttemptStore) -> int:
+        out = ctx.out
+        for line in self.refused:
+            print(f"refused: {line}", file=out)
+        probe = OfflineProbe(ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.host_name,
+                             store, self.settings, self.runner, out=out,
+                             readers=self.readers or default_readers(ctx.host,
+                                                                     self.options.gpu_index))
+        probe.run(self.kwarg_sets, self.plan)
+        print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
+              f"artifacts in {store.artifacts}", file=out)
+        for line in self.refused + probe.unfinished:
+            print(f"not done: {line}", file=out)
+        return 1 if probe.unfinished else 0
+
+    def close(self) -> None:
+        """Nothing beyond the attempt: each record is written as it is made."""
+
+    def interrupted(self, store: AttemptStore) -> str:
+        return f"the runner was stopped; attempt {store.meta.id} holds what finished"
+
+
+def run_offline(project: Project, options: OfflineOptions, *, command: list[str],
+                readers: ReaderFactory | None = None, nvml=None, out: TextIO | None = None) -> int:
     """The probe-offline command: 0 when every planned request was recorded.
 
-    `nvml` stands in for pynvml in a real host's env checks, as for the probe."""
-    cfg = load_hosts(project.hosts_file)
-    suite = load_fixtures(project.fixtures_file)
-    fixtures_dir = project.fixtures_file.parent
-    options = options_from(args, cfg)
-    try:
-        host_name, why = resolve_host(project, cfg, args.host)
-        print(f"host {host_name} ({why})", file=out)
-        host = cfg.host(host_name)
-        # Refuse before an attempt exists: a refused run leaves no evidence behind.
-        kwarg_sets, refused = check_kwarg_sets(cfg, host_name, host, options.kwarg_sets)
-        fixtures = serve_fixtures(suite, host, options.fixtures)
-        for fixture in fixtures:
-            load_references(fixture, fixtures_dir)
-        command = runner_command(cfg, project, host_name, args.venv, nvml=nvml)
-        store = new_attempt(project, host_name, host, ["omniprobe", *sys.argv[1:]],
-                            suffix=ATTEMPT_SUFFIX, what="probe-offline")
-    except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable, ReferenceMismatch,
-            EnvError) as exc:
-        print(f"error: {exc}", file=out)
-        return 1
-    for line in refused:
-        print(f"refused: {line}", file=out)
-    seeds = options.seeds or tuple(suite.sampling.seeds)
-    plan = [Planned(f, s) for f in fixtures for s in seeds]
-    probe = OfflineProbe(cfg, suite, fixtures_dir, host_name, store, options, command,
-                         readers=readers or default_readers(host, args.gpu_index), out=out)
-    try:
-        with signals_interrupt():
-            probe.run(kwarg_sets, plan)
-    except (GpuBusy, RunnerProtocolError) as exc:
-        print(f"error: {exc}", file=out)
-        return 1
-    except KeyboardInterrupt:
-        print(f"interrupted: the runner was stopped; attempt {store.meta.id} holds what finished",
-              file=out)
-        return 130
-    finally:
-        store.close()
-    print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(project.root)}, "
-          f"artifacts in {store.artifacts}", file=out)
-    for line in refused + probe.unfinished:
-        print(f"not done: {line}", file=out)
-    return 1 if probe.unfinished else 0
+    `command` is the command line recorded as the attempt's provenance; `nvml` stands in for
+    pynvml in a real host's env checks, as for the probe."""
+    return run_session(project, OfflineSession(options, command, readers=readers, nvml=nvml),
+                       options.host, out)

@@ -32,13 +32,13 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
-MIB = 1024**2
 _TRACEBACK_CHARS = 20000  # the tail of a traceback: the OOM message and the frames near it
 
 
 class Engine(Protocol):
     def generate(self, request: dict) -> float | None:
-        """Generate one request, write its image to request["output"], return the peak MiB."""
+        """Generate one request, write its image to request["output"], return the peak MiB the
+        engine reports for it (None: none reported)."""
 
     def recover(self) -> None:
         """Tidy up after a failed request so the next one starts clean."""
@@ -107,18 +107,48 @@ def save_png(image: Any, path: str) -> None:
             os.unlink(tmp)
 
 
+def _first_output(outputs: Any) -> Any:
+    return outputs[0] if isinstance(outputs, list | tuple) else outputs
+
+
+def _holders(first: Any) -> list[Any]:
+    """The output and the request output inside it, where builds put images and metrics."""
+    inner = getattr(first, "request_output", None)
+    if isinstance(inner, list | tuple):
+        inner = inner[0] if inner else None
+    return [h for h in (first, inner) if h is not None]
+
+
 def first_image(outputs: Any) -> Any:
     """The first image of `omni.generate(...)`; builds differ in where they put it."""
-    first = outputs[0] if isinstance(outputs, list | tuple) else outputs
+    first = _first_output(outputs)
     if hasattr(first, "save"):
         return first
-    for holder in (first, getattr(first, "request_output", None)):
-        if isinstance(holder, list | tuple) and holder:
-            holder = holder[0]
+    for holder in _holders(first):
         images = getattr(holder, "images", None)
         if images:
             return images[0]
     raise TypeError(f"no image in the engine's output ({type(first).__name__})")
+
+
+def output_peak_mib(outputs: Any) -> float | None:
+    """The diffusion worker's own peak as upstream's request output carries it (`peak_memory_mb`:
+    torch's reserved pool over the request, in MiB); None where the build reports none."""
+    for holder in _holders(_first_output(outputs)):
+        peak = getattr(holder, "peak_memory_mb", None)
+        if isinstance(peak, int | float) and not isinstance(peak, bool) and peak > 0:
+            return round(float(peak), 1)
+    return None
+
+
+def open_reference(path: str) -> Any:
+    """A reference image in the mode its file has, as the server's upload path hands it to the
+    pipeline (it converts only when asked), so serve and offline runs get the same input."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.load()
+        return image.copy()
 
 
 class OmniEngine:
@@ -132,14 +162,7 @@ class OmniEngine:
         self.omni = Omni(model=model, **kwargs)
 
     def generate(self, request: dict) -> float | None:
-        from PIL import Image
-
-        torch = sys.modules.get("torch")
-        cuda = torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized()
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        # RGB, as upstream's edit example and the server's upload path hand the pipeline.
-        images = [Image.open(path).convert("RGB") for path in request["references"]]
+        images = [open_reference(path) for path in request["references"]]
         prompt: dict[str, Any] = {"prompt": request["prompt"]}
         if images:
             prompt["multi_modal_data"] = {"image": images}
@@ -149,9 +172,8 @@ class OmniEngine:
                              true_cfg_scale=request["true_cfg_scale"])
         outputs = self.omni.generate(prompt, sampling_params_list=[params])
         save_png(first_image(outputs), request["output"])
-        # Zero when the diffusion worker runs in another process: then nothing is known here.
-        peak = torch.cuda.max_memory_allocated() / MIB if cuda else 0.0
-        return round(peak, 1) if peak > 0 else None
+        # The diffusion runs in upstream's worker processes: this process has no peak of its own.
+        return output_peak_mib(outputs)
 
     def recover(self) -> None:
         torch = sys.modules.get("torch")

@@ -22,12 +22,11 @@ from omniprobe.analysis.oom import merge, parse_oom
 from omniprobe.analysis.series import decimate, unavailable
 from omniprobe.analysis.structure_gate import gate_record
 from omniprobe.atomic import write_bytes_atomic
-from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite, load_fixtures
+from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite
 from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import (
     INVOCATION_ENV,
-    NoHost,
     read_state,
     resolve_host,
     session_venv,
@@ -36,8 +35,8 @@ from omniprobe.config.selection import (
 )
 from omniprobe.digests import sha256_bytes
 from omniprobe.env.checks import require_env_ok
-from omniprobe.env.state import EnvError
-from omniprobe.evidence.attempts import AttemptBusy, AttemptStore, file_ref, open_attempt
+from omniprobe.errors import Refusal
+from omniprobe.evidence.attempts import AttemptStore, file_ref, open_attempt
 from omniprobe.evidence.models import InitResult, RequestRecord, ServerLifetime, ServeRun, TimelineSummary
 from omniprobe.harness import client
 from omniprobe.harness.emulation import (
@@ -51,36 +50,47 @@ from omniprobe.harness.logs import log_tail, read_from
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
     MIB,
-    GpuBusy,
     GpuReader,
     NvmlReader,
     NvmlUnavailable,
+    PublishedMemoryReader,
     Sampler,
-    SimReader,
     wait_idle,
 )
 from omniprobe.harness.server import (
     Endpoints,
     FlagSetNotRunnable,
-    NotInEnv,
-    PortInUse,
     ServerProcess,
     base_command,
+    check_port,
     server_command,
     server_env,
-    signals_interrupt,
 )
-from omniprobe.sim.memory import STATE_ENV
+from omniprobe.harness.session import Context, ServerOptions, Session, run_session
 
 ReaderFactory = Callable[[Path], GpuReader]
+# The file a server publishes its memory in (hosts.toml memory_file_env), in its lifetime's folder.
+MEMORY_FILE = "published-memory.bin"
 
 
-class PlanError(ValueError):
+class PlanError(Refusal):
     """A flag set or fixture asked for that the host or the fixtures do not have."""
 
 
 @dataclass(frozen=True)
-class ProbeOptions:
+class ProbeOptions(ServerOptions):
+    """probe-init's and probe-serve's command line; empty tuples: all of them."""
+
+    fresh: bool = False
+    flag_sets: tuple[str, ...] = ()
+    fixtures: tuple[str, ...] = ()
+    caps_gib: str | None = None  # emulated hosts: the caps to sweep, e.g. "12,16,20,24,32"
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What a serve probe runs with: the command line's options over hosts.toml's defaults."""
+
     port: int
     model: str
     ready_timeout_s: float
@@ -107,14 +117,23 @@ class Live:
     guard: EmulationGuard | None = None
 
 
-def default_readers(host: Host, gpu_index: int = 0, cap_mib: int | None = None) -> ReaderFactory:
-    """NVML on a real host (and on one emulated on a real GPU); on a simulated one, the memory its
-    server publishes, whose total is the emulated cap under the sim-account mechanism."""
-    emulation = host.emulation
-    if host.simulated and (emulation is None or emulation.mechanism == "sim-account"):
-        total = (cap_mib or host.capacity.vram_mib) * MIB
-        return lambda folder: SimReader(folder / "sim-memory.bin", total)
+def default_readers(host: Host, gpu_index: int = 0) -> ReaderFactory:
+    """NVML; on a host whose server publishes its memory in a file (memory_file_env), that file."""
+    if host.memory_file_env:
+        return lambda folder: PublishedMemoryReader(folder / MEMORY_FILE)
     return lambda folder: NvmlReader(gpu_index)
+
+
+def settings_from(options: ServerOptions, cfg: HostsConfig, *, flag_sets: tuple[str, ...] = (),
+                  fixtures: tuple[str, ...] = ()) -> ServeSettings:
+    serve = cfg.serve
+    return ServeSettings(
+        port=options.port or serve.port, model=options.model or cfg.stack.model_repo,
+        ready_timeout_s=options.ready_timeout_s or serve.ready_timeout_s,
+        request_timeout_s=options.request_timeout_s or serve.request_timeout_s,
+        grace_s=serve.stop_grace_s if options.grace_s is None else options.grace_s,
+        sample_hz=options.sample_hz, idle_timeout_s=options.idle_timeout_s,
+        flag_sets=flag_sets, fixtures=fixtures)
 
 
 def serve_fixtures(suite: FixtureSuite, host: Host, wanted: tuple[str, ...] = ()) -> list[Fixture]:
@@ -186,20 +205,22 @@ class Recorder:
             self._pool.shutdown()
 
 
-class Probe:
+class ServeProbe:
+    """Server lifetimes per flag set and the requests sent to them, recorded in one attempt."""
+
     def __init__(self, cfg: HostsConfig, suite: FixtureSuite, fixtures_dir: Path, hosts_file: Path,
-                 host_name: str, store: AttemptStore, options: ProbeOptions, *,
+                 host_name: str, store: AttemptStore, settings: ServeSettings, *,
                  readers: ReaderFactory | None = None, base_env: dict[str, str] | None = None,
                  env_bin: Path | None = None, out: TextIO = sys.stderr):
         self.cfg, self.suite = cfg, suite
         self.env_bin = env_bin  # the probe env's bin folder: the server runs from it
         self.fixtures_dir, self.hosts_file = fixtures_dir, hosts_file
         self.host_name, self.host = host_name, cfg.host(host_name)
-        self.store, self.options, self.out = store, options, out
+        self.store, self.settings, self.out = store, settings, out
         self.readers = readers or default_readers(self.host)
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.baseline: int | None = None
-        self.base_url = f"http://{cfg.serve.bind_host}:{options.port}"
+        self.base_url = f"http://{cfg.serve.bind_host}:{settings.port}"
         self.http = requests.Session()
         self.recorder = Recorder()
         self.refused: list[str] = []
@@ -208,12 +229,12 @@ class Probe:
     # --- plan ------------------------------------------------------------------------
 
     def flag_sets(self) -> list[str]:
-        return check_flag_sets(self.host_name, self.host, self.options.flag_sets)
+        return check_flag_sets(self.host_name, self.host, self.settings.flag_sets)
 
     def _command(self, flag_set: str) -> list[str] | None:
         try:
-            return server_command(self.cfg, self.host_name, flag_set, port=self.options.port,
-                                  model=self.options.model, hosts_file=self.hosts_file,
+            return server_command(self.cfg, self.host_name, flag_set, port=self.settings.port,
+                                  model=self.settings.model, hosts_file=self.hosts_file,
                                   bin_dir=self.env_bin)
         except FlagSetNotRunnable as exc:
             self.refused.append(str(exc))
@@ -230,8 +251,8 @@ class Probe:
 
     def _wait_idle(self, reader: GpuReader | None) -> None:
         if reader is not None:
-            self.baseline = wait_idle(reader, self.baseline, timeout_s=self.options.idle_timeout_s,
-                                      poll_s=min(self.options.poll_s, 0.5))
+            self.baseline = wait_idle(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
+                                      poll_s=min(self.settings.poll_s, 0.5))
 
     def _put_lifetime(self, flag_set: str, index: int, lifetime: ServerLifetime) -> None:
         run = self.store.run(flag_set)
@@ -241,7 +262,7 @@ class Probe:
 
     def _timeline(self, sampler: Sampler | None, reason: str | None) -> TimelineSummary:
         if sampler is None:
-            return unavailable(reason or "no sampler", self.options.sample_hz)
+            return unavailable(reason or "no sampler", self.settings.sample_hz)
         summary = sampler.stop()
         return summary.model_copy(update={
             "series": file_ref(sampler.path, self.store.project.artifacts_dir)
@@ -255,14 +276,14 @@ class Probe:
         folder = self.store.artifacts / flag_set / f"{session}-{index + 1}"
         folder.mkdir(parents=True, exist_ok=True)
         reader, reason = self._reader(folder)
-        cap = self.options.cap_mib
+        cap = self.settings.cap_mib
         if cap is not None and reader is None:
             raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its server's "
                                      f"memory cannot be sampled to check the cap: {reason}")
         self._wait_idle(reader)
         env = server_env(self.cfg, flag_set, self.base_env, self.env_bin)
-        if self.host.simulated:
-            env[STATE_ENV] = str(folder / "sim-memory.bin")
+        if self.host.memory_file_env:
+            env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
         guard = None
         if cap is not None:
             env.update(emulation_env(self.host, cap, env))
@@ -270,17 +291,18 @@ class Probe:
         serve = self.cfg.serve
         server = ServerProcess(command, env, folder / "server.log",
                                Endpoints(self.base_url, serve.health_path, serve.ready_path),
-                               grace_s=self.options.grace_s)
+                               grace_s=self.settings.grace_s,
+                               model_code=tuple(self.host.model_code))
         started_at = datetime.now(UTC)
         record = sampler = None
         server.start()
         t0 = server.started  # one origin for the init time, the series and the requests
         try:
             if reader is not None:
-                sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.options.sample_hz,
+                sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.settings.sample_hz,
                                   root_pid=lambda: server.pid, t0=t0, guard=guard)
                 sampler.start()
-            init = server.wait_ready(self.options.ready_timeout_s, self.options.poll_s)
+            init = server.wait_ready(self.settings.ready_timeout_s, self.settings.poll_s)
             record = ServerLifetime(session=session, started_at=started_at, command=command,
                                     init=init)
             self._put_lifetime(flag_set, index, record)
@@ -319,7 +341,7 @@ class Probe:
     # --- probe-serve ----------------------------------------------------------------------
 
     def probe_serve(self) -> None:
-        fixtures = serve_fixtures(self.suite, self.host, self.options.fixtures)
+        fixtures = serve_fixtures(self.suite, self.host, self.settings.fixtures)
         seeds = self.suite.sampling.seeds
         plan: dict[str, list[tuple[Fixture, int]]] = {}
         for flag_set in self.flag_sets():
@@ -363,7 +385,7 @@ class Probe:
                         break
             if pending:
                 restarts += 1
-                if restarts > self.options.max_restarts:
+                if restarts > self.settings.max_restarts:
                     self.unfinished.append(f"{flag_set}: {len(pending)} request(s) not sent "
                                            f"after {restarts - 1} restart(s); re-run to resume")
                     return
@@ -384,11 +406,12 @@ class Probe:
         log_start = live.server.log_path.stat().st_size
         started_s = time.monotonic() - live.t0
         reply = client.send(self.base_url, fixture, seed, self.suite.sampling, self.fixtures_dir,
-                            self.options.request_timeout_s, session=self.http)
+                            self.settings.request_timeout_s, session=self.http)
         # After a timeout the server may still be busy with the request: start afresh.
         up = reply.outcome == "ok" or (reply.outcome != "timeout" and self._healthy(live))
         log = read_from(live.server.log_path, log_start)
-        oom = merge(reply.oom, parse_oom(log, "request")) if reply.outcome == "oom" else None
+        oom = (merge(reply.oom, parse_oom(log, "request", tuple(self.host.model_code)))
+               if reply.outcome == "oom" else None)
         error = reply.error
         if not up and reply.outcome != "timeout":
             code = live.server.wait_exit(2)  # a crashed server may take a moment to be reaped
@@ -439,19 +462,7 @@ def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
 
 
-
-def options_from(args, cfg: HostsConfig) -> ProbeOptions:
-    serve = cfg.serve
-    return ProbeOptions(
-        port=args.port or serve.port, model=args.model or cfg.stack.model_repo,
-        ready_timeout_s=args.ready_timeout or serve.ready_timeout_s,
-        request_timeout_s=args.request_timeout or serve.request_timeout_s,
-        grace_s=serve.stop_grace_s if args.grace is None else args.grace,
-        sample_hz=args.sample_hz, idle_timeout_s=args.idle_timeout,
-        flag_sets=tuple(args.flag_set), fixtures=tuple(args.fixture))
-
-
-def probe_env(project: Project, cfg: HostsConfig, host_name: str, options: ProbeOptions, *,
+def probe_env(project: Project, cfg: HostsConfig, host_name: str, settings: ServeSettings, *,
               venv: str | None, nvml=None) -> Path | None:
     """The bin folder of the host's verified env, which the server runs from; None for a
     simulated host, whose server is omniprobe's own sim. EnvNotReady names each failed check;
@@ -460,30 +471,95 @@ def probe_env(project: Project, cfg: HostsConfig, host_name: str, options: Probe
         return None
     venv = session_venv(project, host_name) or venv
     bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths.bin_dir
-    base_command(cfg, host_name, model=options.model, hosts_file=project.hosts_file,
+    base_command(cfg, host_name, model=settings.model, hosts_file=project.hosts_file,
                  bin_dir=bin_dir)
     return bin_dir
 
 
-def _open(project: Project, cfg: HostsConfig, host_name: str, session: str,
-          args, cap_mib: int | None = None) -> AttemptStore:
-    """This invocation's attempt (of this cap, on an emulated host): with --fresh, the first
-    session creates it and the rest join."""
-    invocation = os.environ.get(INVOCATION_ENV)
-    state = read_state(state_path(project), invocation)
-    key = host_name if cap_mib is None else f"{host_name}@{cap_mib}mib"
-    fresh_id = state.get("fresh_attempts", {}).get(key) if args.fresh else None
-    store = open_attempt(project, host_name, cfg.host(host_name),
-                         ["omniprobe", session, *sys.argv[2:]], fresh=args.fresh,
-                         fresh_id=fresh_id, cap_mib=cap_mib)
-    if args.fresh and invocation:
-        update_state(state_path(project), invocation, fresh_attempts={
-            **state.get("fresh_attempts", {}), key: store.meta.id})
-    return store
+class ProbeSession(Session):
+    """probe-init or probe-serve, the session `name`: resumes the host's newest probe attempt,
+    or with --fresh starts one (once per nox invocation: the sessions after join it)."""
+
+    def __init__(self, name: str, options: ProbeOptions, command: list[str], *,
+                 readers: ReaderFactory | None = None, nvml=None, cap_mib: int | None = None):
+        self.name, self.options, self.command = name, options, command
+        self.readers, self.nvml, self.cap_mib = readers, nvml, cap_mib
+        self.probe: ServeProbe | None = None
+
+    def prepare(self, ctx: Context) -> None:
+        self.settings = replace(settings_from(self.options, ctx.cfg,
+                                              flag_sets=self.options.flag_sets,
+                                              fixtures=self.options.fixtures),
+                                cap_mib=self.cap_mib)
+        check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
+        if self.name == "probe-serve":
+            fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
+            client.check_references(fixtures, ctx.project.fixtures_file.parent)
+        self.env_bin = probe_env(ctx.project, ctx.cfg, ctx.host_name, self.settings,
+                                 venv=self.options.venv, nvml=self.nvml)
+        check_port(ctx.cfg.serve.bind_host, self.settings.port)
+
+    def open_attempt(self, ctx: Context) -> AttemptStore:
+        invocation = os.environ.get(INVOCATION_ENV)
+        state = read_state(state_path(ctx.project), invocation)
+        fresh = self.options.fresh
+        # One fresh attempt per cap on an emulated host: a sweep's sessions join theirs.
+        key = ctx.host_name if self.cap_mib is None else f"{ctx.host_name}@{self.cap_mib}mib"
+        fresh_id = state.get("fresh_attempts", {}).get(key) if fresh else None
+        store = open_attempt(ctx.project, ctx.host_name, ctx.host, self.command, fresh=fresh,
+                             fresh_id=fresh_id, cap_mib=self.cap_mib)
+        if fresh and invocation:
+            update_state(state_path(ctx.project), invocation, fresh_attempts={
+                **state.get("fresh_attempts", {}), key: store.meta.id})
+        return store
+
+    def run(self, ctx: Context, store: AttemptStore) -> int:
+        out = ctx.out
+        if self.cap_mib is not None:
+            print(f"emulated capacity {self.cap_mib:,} MiB ({self.cap_mib / 1024:g} GiB) on "
+                  f"{ctx.host.gpu}", file=out)
+        if self.env_bin is not None:
+            print(f"env {self.env_bin.parent}: every check passed; the server runs from it",
+                  file=out)
+        self.probe = probe = ServeProbe(
+            ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.project.hosts_file,
+            ctx.host_name, store, self.settings, env_bin=self.env_bin, out=out,
+            readers=self.readers or default_readers(ctx.host, self.options.gpu_index))
+        (probe.probe_init if self.name == "probe-init" else probe.probe_serve)()
+        probe.recorder.drain()
+        print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
+              f"artifacts in {store.artifacts}", file=out)
+        for line in probe.refused + probe.unfinished:
+            print(f"not done: {line}", file=out)
+        return 1 if probe.unfinished else 0
+
+    def close(self) -> None:
+        if self.probe is not None:
+            self.probe.recorder.close()
+
+    def interrupted(self, store: AttemptStore) -> str:
+        return f"the server was stopped; re-run to resume attempt {store.meta.id}"
+
+
+def run_probe(project: Project, session: str, options: ProbeOptions, *, command: list[str],
+              readers: ReaderFactory | None = None, nvml=None, out: TextIO | None = None) -> int:
+    """The probe-init / probe-serve command: 0 when everything planned was recorded. On an
+    emulated host each cap (`--caps`, else the host's) is its own session and attempt.
+
+    `command` is the command line recorded as the attempt's provenance; `nvml` stands in for
+    pynvml in the env's GPU checks (tests fake the GPU there)."""
+    cfg = load_hosts(project.hosts_file)
+    host_name, _ = resolve_host(project, cfg, options.host)
+    code = 0
+    for cap in probe_caps(cfg, host_name, options.caps_gib):
+        code = max(code, run_session(project, ProbeSession(
+            session, options, command, readers=readers, nvml=nvml, cap_mib=cap), options.host, out))
+    return code
 
 
 def probe_caps(cfg: HostsConfig, host_name: str, caps_gib: str | None) -> list[int | None]:
-    """The caps to probe in turn: the sweep's, an emulated host's own, or none (a real card)."""
+    """The caps to probe in turn, one attempt each: the sweep's, an emulated host's own, or none
+    (a real card)."""
     if caps_gib is None:
         return [cfg.emulated_cap_mib(host_name)]
     if cfg.host(host_name).emulation is None:
@@ -493,70 +569,3 @@ def probe_caps(cfg: HostsConfig, host_name: str, caps_gib: str | None) -> list[i
         return list(parse_caps_gib(caps_gib))
     except ValueError as exc:
         raise PlanError(str(exc)) from None
-
-
-def run_probe(project: Project, session: str, args, *, readers: ReaderFactory | None = None,
-              nvml=None, out: TextIO = sys.stderr) -> int:
-    """The probe-init / probe-serve command: 0 when everything planned was recorded.
-
-    On an emulated host each cap (`--caps`, else the host's) is probed in turn, in its own
-    attempt. `nvml` stands in for pynvml in the env's GPU checks (tests fake the GPU there)."""
-    cfg = load_hosts(project.hosts_file)
-    suite = load_fixtures(project.fixtures_file)
-    options = options_from(args, cfg)
-    try:
-        host_name, why = resolve_host(project, cfg, args.host)
-        print(f"host {host_name} ({why})", file=out)
-        host = cfg.host(host_name)
-        caps = probe_caps(cfg, host_name, getattr(args, "caps", None))
-        # Refuse before an attempt exists: a refused run leaves no evidence behind.
-        check_flag_sets(host_name, host, options.flag_sets)
-        if session == "probe-serve":
-            serve_fixtures(suite, host, options.fixtures)
-        env_bin = probe_env(project, cfg, host_name, options, venv=args.venv, nvml=nvml)
-    except (NoHost, PlanError, FixtureNotRunnable, EnvError, NotInEnv) as exc:
-        print(f"error: {exc}", file=out)
-        return 1
-    if env_bin is not None:
-        print(f"env {env_bin.parent}: every check passed; the server runs from it", file=out)
-    code = 0
-    for cap in caps:
-        if cap is not None:
-            print(f"emulated capacity {cap:,} MiB ({cap / 1024:g} GiB) on {host.gpu}", file=out)
-        code = max(code, _probe_attempt(
-            project, cfg, suite, session, args, host_name, replace(options, cap_mib=cap),
-            readers or default_readers(host, args.gpu_index, cap), env_bin, out))
-        if code > 1:  # interrupted: the rest of a sweep waits for a re-run
-            break
-    return code
-
-
-def _probe_attempt(project: Project, cfg: HostsConfig, suite: FixtureSuite, session: str, args,
-                   host_name: str, options: ProbeOptions, readers: ReaderFactory,
-                   env_bin: Path | None, out: TextIO) -> int:
-    """One attempt's probe-init or probe-serve."""
-    try:
-        store = _open(project, cfg, host_name, session, args, options.cap_mib)
-    except AttemptBusy as exc:
-        print(f"error: {exc}", file=out)
-        return 1
-    probe = Probe(cfg, suite, project.fixtures_file.parent, project.hosts_file, host_name, store,
-                  options, readers=readers, env_bin=env_bin, out=out)
-    try:
-        with signals_interrupt():
-            (probe.probe_init if session == "probe-init" else probe.probe_serve)()
-    except (PortInUse, GpuBusy, EmulationUnguarded) as exc:
-        print(f"error: {exc}", file=out)
-        return 1
-    except KeyboardInterrupt:
-        print(f"interrupted: the server was stopped; re-run to resume attempt {store.meta.id}",
-              file=out)
-        return 130
-    finally:
-        probe.recorder.close()
-        store.close()
-    print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(project.root)}, "
-          f"artifacts in {store.artifacts}", file=out)
-    for line in probe.refused + probe.unfinished:
-        print(f"not done: {line}", file=out)
-    return 1 if probe.unfinished else 0

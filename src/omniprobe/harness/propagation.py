@@ -9,38 +9,41 @@ attempt (`-propagation`).
 
 from __future__ import annotations
 
-import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
-from omniprobe.analysis.imaging import UnreadableImage, load_pixels, pixels_sha256
-from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite, load_fixtures
-from omniprobe.config.hosts import Host, HostsConfig, load_hosts
+from omniprobe.analysis.imaging import load_pixels, pixels_sha256
+from omniprobe.config.fixtures import Fixture, FixtureSuite
+from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.config.project import Project
-from omniprobe.config.selection import NoHost, resolve_host
-from omniprobe.env.state import EnvError
-from omniprobe.evidence.attempts import AttemptBusy, AttemptStore, new_attempt
+from omniprobe.evidence.attempts import AttemptStore, new_attempt
 from omniprobe.evidence.models import PropagationCheck, RequestRecord, write_section
+from omniprobe.harness.client import check_references
 from omniprobe.harness.probe import (
     PlanError,
-    Probe,
-    ProbeOptions,
     ReaderFactory,
+    ServeProbe,
     default_readers,
     probe_env,
     serve_fixtures,
+    settings_from,
 )
 from omniprobe.harness.psnr_check import resolve_artifact
-from omniprobe.harness.sampler import GpuBusy
-from omniprobe.harness.server import (
-    FlagSetNotRunnable,
-    NotInEnv,
-    PortInUse,
-    server_command,
-    signals_interrupt,
-)
+from omniprobe.harness.server import check_port, server_command
+from omniprobe.harness.session import Context, ServerOptions, Session, run_session
 
 ATTEMPT_SUFFIX = "-propagation"
+
+
+@dataclass(frozen=True)
+class PropagationOptions(ServerOptions):
+    """propagation's command line; None: the default the check chooses."""
+
+    flag_set_with: str | None = None
+    flag_set_without: str | None = None
+    knob: str | None = None
+    fixture: str | None = None
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -161,68 +164,68 @@ def describe(check: PropagationCheck) -> str:
     return (f"{check.knob} did NOT reach the model: the outputs are {same} "
             f"({check.flag_set_with} against {check.flag_set_without})")
 
+class PropagationSession(Session):
+    """The propagation check: every invocation writes a new attempt (`-propagation`)."""
+
+    def __init__(self, options: PropagationOptions, command: list[str], *,
+                 readers: ReaderFactory | None = None, nvml=None):
+        self.options, self.command, self.readers, self.nvml = options, command, readers, nvml
+        self.probe: ServeProbe | None = None
+
+    def prepare(self, ctx: Context) -> None:
+        cfg, options = ctx.cfg, self.options
+        with_, without = choose_flag_sets(cfg, ctx.host_name, ctx.host, options.flag_set_with,
+                                          options.flag_set_without)
+        settings = settings_from(options, cfg, flag_sets=(with_, without))
+        for flag_set in (with_, without):
+            server_command(cfg, ctx.host_name, flag_set, port=settings.port,
+                           model=settings.model, hosts_file=ctx.project.hosts_file)
+        fixture, seed = choose_case(ctx.suite, ctx.host_name, ctx.host, options.fixture,
+                                    options.seed)
+        self.settings = replace(settings, fixtures=(fixture.id,))
+        check_references([fixture], ctx.project.fixtures_file.parent)
+        self.plan = Plan(choose_knob(cfg, with_, options.knob), with_, without, fixture, seed)
+        self.env_bin = probe_env(ctx.project, cfg, ctx.host_name, self.settings,
+                                 venv=options.venv, nvml=self.nvml)
+        check_port(cfg.serve.bind_host, self.settings.port)
+
+    def open_attempt(self, ctx: Context) -> AttemptStore:
+        return new_attempt(ctx.project, ctx.host_name, ctx.host, self.command,
+                           suffix=ATTEMPT_SUFFIX, what="propagation check")
+
+    def run(self, ctx: Context, store: AttemptStore) -> int:
+        cfg, plan = ctx.cfg, self.plan
+        # The probe serves every sampling seed: give it a suite of the one seed compared.
+        one_seed = ctx.suite.model_copy(update={"sampling": ctx.suite.sampling.model_copy(
+            update={"seeds": [plan.seed]})})
+        self.probe = probe = ServeProbe(
+            cfg, one_seed, ctx.project.fixtures_file.parent, ctx.project.hosts_file,
+            ctx.host_name, store, self.settings, env_bin=self.env_bin, out=ctx.out,
+            readers=self.readers or default_readers(ctx.host, self.options.gpu_index))
+        probe.probe_serve()
+        probe.recorder.drain()
+        deploy = cfg.deploy_configs[cfg.flag_sets[plan.flag_set_with].deploy_config]
+        check = compare(store, plan, deploy.path)
+        write_section(store.folder, "propagation.json", [check])
+        print(describe(check), file=ctx.out)
+        print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}",
+              file=ctx.out)
+        return 0 if check.reached_model is not None else 1
+
+    def close(self) -> None:
+        if self.probe is not None:
+            self.probe.recorder.close()
+
+    def interrupted(self, store: AttemptStore) -> str:
+        return f"the server was stopped; attempt {store.meta.id} holds no check"
 
 
-def run_propagation(project: Project, args, *, readers: ReaderFactory | None = None,
-                    nvml=None, out: TextIO = sys.stderr) -> int:
+def run_propagation(project: Project, options: PropagationOptions, *, command: list[str],
+                    readers: ReaderFactory | None = None, nvml=None,
+                    out: TextIO | None = None) -> int:
     """The propagation command: 0 when the check was measured (whichever way it came out).
 
-    `nvml` stands in for pynvml in a real host's env checks, as for the probe."""
-    cfg = load_hosts(project.hosts_file)
-    suite = load_fixtures(project.fixtures_file)
-    serve = cfg.serve
-    port = args.port or serve.port
-    model = args.model or cfg.stack.model_repo
-    try:
-        host_name, why = resolve_host(project, cfg, args.host)
-        print(f"host {host_name} ({why})", file=out)
-        host = cfg.host(host_name)
-        # Refuse before an attempt exists: a refused check leaves no evidence behind.
-        with_, without = choose_flag_sets(cfg, host_name, host, args.flag_set_with,
-                                          args.flag_set_without)
-        for flag_set in (with_, without):
-            server_command(cfg, host_name, flag_set, port=port, model=model,
-                           hosts_file=project.hosts_file)
-        fixture, seed = choose_case(suite, host_name, host, args.fixture, args.seed)
-        plan = Plan(choose_knob(cfg, with_, args.knob), with_, without, fixture, seed)
-        options = ProbeOptions(
-            port=port, model=model, ready_timeout_s=args.ready_timeout or serve.ready_timeout_s,
-            request_timeout_s=args.request_timeout or serve.request_timeout_s,
-            grace_s=serve.stop_grace_s if args.grace is None else args.grace,
-            sample_hz=args.sample_hz, idle_timeout_s=args.idle_timeout,
-            flag_sets=(with_, without), fixtures=(fixture.id,))
-        env_bin = probe_env(project, cfg, host_name, options, venv=args.venv, nvml=nvml)
-        store = new_attempt(project, host_name, host, ["omniprobe", *sys.argv[1:]],
-                            suffix=ATTEMPT_SUFFIX, what="propagation check")
-    except (NoHost, AttemptBusy, PlanError, FixtureNotRunnable, FlagSetNotRunnable, EnvError,
-            NotInEnv) as exc:
-        print(f"error: {exc}", file=out)
-        return 1
-    # The probe serves every sampling seed: give it a suite of the one seed compared.
-    one_seed = suite.model_copy(update={"sampling": suite.sampling.model_copy(
-        update={"seeds": [seed]})})
-    probe = Probe(cfg, one_seed, project.fixtures_file.parent, project.hosts_file, host_name,
-                  store, options, readers=readers or default_readers(host, args.gpu_index),
-                  env_bin=env_bin, out=out)
-    try:
-        with signals_interrupt():
-            probe.probe_serve()
-            probe.recorder.drain()
-            deploy = cfg.deploy_configs[cfg.flag_sets[with_].deploy_config]
-            check = compare(store, plan, deploy.path)
-            write_section(store.folder, "propagation.json", [check])
-    except (PortInUse, GpuBusy, UnreadableImage) as exc:
-        print(f"error: {exc}", file=out)
-        return 1
-    except KeyboardInterrupt:
-        print(f"interrupted: the server was stopped; attempt {store.meta.id} holds no check",
-              file=out)
-        return 130
-    finally:
-        probe.recorder.close()
-        store.close()
-    print(describe(check), file=out)
-    print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(project.root)}",
-          file=out)
-    return 0 if check.reached_model is not None else 1
-
+    `command` is the command line recorded as the attempt's provenance; `nvml` stands in for
+    pynvml in a real host's env checks, as for the probe."""
+    return run_session(project, PropagationSession(options, command, readers=readers,
+                                                   nvml=nvml), options.host, out)

@@ -1,14 +1,16 @@
 """GPU memory through NVML: a background sampler of one server's memory, and the idle check.
 
 The NVML layer is a small reader interface, so tests and the sim host swap it: `NvmlReader`
-wraps pynvml (or any module with its API, such as `fakenvml`), `SimReader` reads the memory the
-simulated server publishes. Samples go to a JSONL file as they are taken.
+wraps pynvml (or any module with its API, such as `fakenvml`), `PublishedMemoryReader` reads the
+memory a server publishes in a file where NVML cannot see it (a host with hosts.toml
+`memory_file_env`: the simulated one). Samples go to a JSONL file as they are taken.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -17,11 +19,13 @@ from pathlib import Path
 from typing import Protocol
 
 from omniprobe.analysis.series import Sample, summarise
+from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models import TimelineSummary
 from omniprobe.harness.processes import alive
-from omniprobe.sim.memory import read_state
 
 MIB = 1024**2
+# What a server publishes in its memory file: pid, used bytes, total bytes (little-endian int64s).
+PUBLISHED_MEMORY = struct.Struct("<qqq")
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,7 @@ class ProcessMemory:
     used: int | None  # bytes; None where NVML cannot tell (e.g. some containers)
 
 
-class NvmlUnavailable(RuntimeError):
+class NvmlUnavailable(EnvironmentFailure):
     """No NVML here (no driver, no GPU); the probe records that instead of crashing."""
 
 
@@ -80,27 +84,36 @@ class NvmlReader:
         return name.decode() if isinstance(name, bytes) else name
 
 
-class SimReader:
-    """The simulated server's modelled memory, read the way NVML would report it."""
+def read_published_memory(path: Path) -> tuple[int, int, int] | None:
+    """(pid, used bytes, total bytes) as the server last published them; None before it has."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(PUBLISHED_MEMORY.size)
+    except FileNotFoundError:
+        return None
+    return PUBLISHED_MEMORY.unpack(data) if len(data) == PUBLISHED_MEMORY.size else None
 
-    label = "omniprobe.sim modelled memory"
 
-    def __init__(self, state_path: Path, total: int):
-        self.state_path, self.total = state_path, total
+class PublishedMemoryReader:
+    """The memory a server publishes in a file (PUBLISHED_MEMORY), read the way NVML would
+    report it: nothing in use until a live server has published."""
 
-    def _state(self) -> tuple[int, int] | None:
-        state = read_state(str(self.state_path))
-        if state is None or not alive(state[0]):
-            return None
-        return state[0], state[1]
+    label = "memory the server publishes"
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def _state(self) -> tuple[int, int, int] | None:
+        state = read_published_memory(self.path)
+        return state if state is not None and alive(state[0]) else None
 
     def memory(self) -> tuple[int, int]:
         state = self._state()
-        return (state[1] if state else 0), self.total
+        return (state[1], state[2]) if state else (0, 0)
 
     def processes(self) -> tuple[list[ProcessMemory], list[ProcessMemory]]:
         state = self._state()
-        return ([ProcessMemory(*state)] if state else []), []
+        return ([ProcessMemory(state[0], state[1])] if state else []), []
 
     def process_name(self, pid: int) -> str:
         return _proc_name(pid)
@@ -234,7 +247,7 @@ class Sampler:
                 self._stop.wait(delay)
 
 
-class GpuBusy(RuntimeError):
+class GpuBusy(EnvironmentFailure):
     """The GPU did not go idle before a run."""
 
 

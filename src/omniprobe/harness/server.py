@@ -21,21 +21,22 @@ from pathlib import Path
 
 import requests
 
-from omniprobe.analysis.oom import parse_oom
+from omniprobe.analysis.oom import MODEL_CODE, parse_oom
 from omniprobe.config.hosts import HostsConfig
+from omniprobe.errors import EnvironmentFailure, Refusal
 from omniprobe.evidence.models import InitResult
 from omniprobe.harness.processes import alive
 
 
-class PortInUse(RuntimeError):
-    pass
+class PortInUse(EnvironmentFailure):
+    """Something else listens on the server's port."""
 
 
-class FlagSetNotRunnable(RuntimeError):
+class FlagSetNotRunnable(Refusal):
     """A flag set needs something the source does not give (e.g. a deploy config's content)."""
 
 
-class NotInEnv(RuntimeError):
+class NotInEnv(EnvironmentFailure):
     """The serve command's program is not in the host's probe environment."""
 
 
@@ -129,9 +130,10 @@ class Endpoints:
     ready_path: str | None = None
 
 
-def classify_exit(returncode: int, log_text: str, elapsed: float) -> InitResult:
+def classify_exit(returncode: int, log_text: str, elapsed: float,
+                  model_code: tuple[str, ...] = MODEL_CODE) -> InitResult:
     """A server that exited before it was ready: OOM at init when its log says so, else error."""
-    oom = parse_oom(log_text, "init")
+    oom = parse_oom(log_text, "init", model_code)
     if oom is not None:
         return InitResult(outcome="oom", time_s=round(elapsed, 2), oom=oom)
     last = [line.strip() for line in log_text.splitlines() if line.strip()][-1:]
@@ -141,12 +143,15 @@ def classify_exit(returncode: int, log_text: str, elapsed: float) -> InitResult:
 
 
 class ServerProcess:
-    """One server lifetime; as a context manager it stops the group however the block ends."""
+    """One server lifetime; as a context manager it stops the group however the block ends.
+
+    `model_code`: where the model's frames are, for the location of an OOM at init."""
 
     def __init__(self, command: list[str], env: dict[str, str], log_path: Path,
-                 endpoints: Endpoints | None, *, grace_s: float = 15):
+                 endpoints: Endpoints | None, *, grace_s: float = 15,
+                 model_code: tuple[str, ...] = MODEL_CODE):
         self.command, self.env, self.log_path = command, env, log_path
-        self.endpoints, self.grace_s = endpoints, grace_s
+        self.endpoints, self.grace_s, self.model_code = endpoints, grace_s, model_code
         self.proc: subprocess.Popen | None = None
         self.started = 0.0
         self._lifeline: int | None = None
@@ -207,7 +212,8 @@ class ServerProcess:
             elapsed = time.monotonic() - self.started
             code = self.returncode()
             if code is not None:
-                return classify_exit(code, self.log_path.read_text(errors="replace"), elapsed)
+                return classify_exit(code, self.log_path.read_text(errors="replace"), elapsed,
+                                     self.model_code)
             if self._get(self.endpoints.health_path, 2) == 200 and (
                     self.endpoints.ready_path is None
                     or self._get(self.endpoints.ready_path, 2) == 200):

@@ -381,6 +381,12 @@ def emulation_section(section: HostSection, by_key: dict[str, HostSection],
                 if life.timeline and life.timeline.emulation])
 
 
+def newest_upstream(attempts: list[LoadedAttempt]) -> LoadedAttempt | None:
+    """The most recently run `upstream check` attempt, if any."""
+    checked = [a for a in attempts if a.upstream is not None and a.meta.provenance.kind == "measured"]
+    return max(checked, key=lambda a: a.meta.provenance.started_at, default=None)
+
+
 def build_context(loaded: Loaded) -> dict:
     verdicts = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)
     sections = [host_section(k, loaded, verdicts[k]) for k in loaded.hosts.hosts]
@@ -402,6 +408,7 @@ def build_context(loaded: Loaded) -> dict:
         "by_key": by_key,
         "baselines": baselines,
         "attempts": loaded.evidence.attempts,
+        "upstream": newest_upstream(loaded.evidence.attempts),
     }
 
 

@@ -15,13 +15,13 @@ import os
 import sys
 import traceback
 
-from omniprobe.config.hosts import load_hosts
+from omniprobe.config.hosts import UnknownHost, load_hosts
 from omniprobe.errors import InputError
 from omniprobe.harness.emulation_site.sitecustomize import EmulationError, cap_from_env
 from omniprobe.sim import offline
 from omniprobe.sim.http import Faults, SimService, serve
 from omniprobe.sim.knobs import BRIDGE_ENV, BRIDGES, DeployConfigError, deploy_extras, kv_dtype
-from omniprobe.sim.memory import MIB, STATE_ENV, Accounted, StateFile, Torch
+from omniprobe.sim.memory import MIB, Accounted, StateFile, Torch
 from omniprobe.sim.model import Flags, Pipeline, UnsupportedFlags
 
 TIME_SCALE_ENV = "OMNIPROBE_SIM_TIME_SCALE"
@@ -89,25 +89,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _memory(args, cap):
+def _memory(args, host):
+    cap = host.capacity
     if args.torch:
         return Torch(int(args.torch_cap_gib * 1024**3) if args.torch_cap_gib else None)
     # An emulated host's cap (the sim-account mechanism) replaces the modelled card's memory.
     total = cap_from_env() or cap.vram_mib * MIB
-    state_path = os.environ.get(STATE_ENV)
+    # The harness names the file to publish in through the variable the host's config names.
+    state_path = os.environ.get(host.memory_file_env) if host.memory_file_env else None
     state = StateFile(state_path, total) if state_path else None
     return Accounted(total, cap.context_mib * MIB, state)
 
 
-def _capacity(args):
-    """The sim host's capacity model, or an error message."""
+def _sim_host(args):
+    """The sim host (which has a capacity model), or an error message."""
     try:
-        host = load_hosts(args.hosts_file).host(args.sim_host)
-    except (InputError, KeyError) as exc:
+        host = load_hosts(args.hosts_file).host(args.sim_host, "--sim-host")
+    except (InputError, UnknownHost) as exc:
         return None, f"error: {exc}"
     if host.capacity is None:
         return None, f"error: host {args.sim_host!r} has no capacity model"
-    return host.capacity, None
+    return host, None
 
 
 def _kv_from_deploy(args) -> str:
@@ -124,12 +126,13 @@ def _kv_from_deploy(args) -> str:
 
 def offline_main(argv: list[str]) -> int:
     args, runner_argv = build_offline_parser().parse_known_args(argv)
-    cap, error = _capacity(args)
+    host, error = _sim_host(args)
     if error:
         print(error, file=sys.stderr)
         return 2
     print(f"INFO: simulated offline engine (omniprobe.sim) on {args.sim_host}", file=sys.stderr)
-    return offline.main(runner_argv, cap, _memory(args, cap), args.time_scale, _faults(args.fault))
+    return offline.main(runner_argv, host.capacity, _memory(args, host), args.time_scale,
+                        _faults(args.fault))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,10 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["offline"]:
         return offline_main(argv[1:])
     args = build_parser().parse_args(argv)
-    cap, error = _capacity(args)
+    host, error = _sim_host(args)
     if error:
         print(error, file=sys.stderr)
         return 2
+    cap = host.capacity
     try:
         kv = _kv_from_deploy(args)
     except (DeployConfigError, UnsupportedFlags) as exc:
@@ -150,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                   layerwise=args.enable_layerwise_offload, kv_cache_dtype=kv)
     print(f"INFO: simulated server (omniprobe.sim) for {args.model}: {flags}", file=sys.stderr)
     try:
-        memory = _memory(args, cap)
+        memory = _memory(args, host)
     except EmulationError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

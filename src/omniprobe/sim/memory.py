@@ -11,9 +11,9 @@ import struct
 from dataclasses import dataclass
 
 MIB = 1024**2
-# Where the harness asks the accounted backend to publish its memory (gpu.SimReader reads it).
-STATE_ENV = "OMNIPROBE_SIM_STATE"
-_STATE = struct.Struct("<qqq")  # pid, used bytes, total bytes: what the sim's NVML stand-in reads
+# pid, used bytes, total bytes: the file the harness's sampler reads where a real host has NVML
+# (the harness names the file in the variable of hosts.toml memory_file_env).
+_STATE = struct.Struct("<qqq")
 
 
 class OutOfMemoryError(RuntimeError):
@@ -66,7 +66,7 @@ class Account:
 
 
 class StateFile:
-    """The accounted memory, published for the harness's simulated NVML (see gpu.SimReader)."""
+    """The accounted memory, published for the harness's sampler in place of NVML."""
 
     def __init__(self, path: str, total: int):
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -74,16 +74,6 @@ class StateFile:
 
     def publish(self, used: int) -> None:
         os.pwrite(self._fd, _STATE.pack(os.getpid(), used, self._total), 0)
-
-
-def read_state(path: str) -> tuple[int, int, int] | None:
-    """(pid, used bytes, total bytes) as the sim last published them; None before it has."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(_STATE.size)
-    except FileNotFoundError:
-        return None
-    return _STATE.unpack(data) if len(data) == _STATE.size else None
 
 
 class Accounted:

@@ -7,7 +7,9 @@ configuration allocate alike and render the same pictures. Everything it writes 
 
 from __future__ import annotations
 
+import sys
 import time
+import traceback
 from pathlib import Path
 
 from omniprobe.atomic import write_bytes_atomic
@@ -22,7 +24,14 @@ class SimEngine:
     def __init__(self, cap: SimCapacity, kwargs: dict, memory, time_scale: float, faults: Faults):
         self.memory, self.faults, self.count = memory, faults, 0
         self.pipeline = Pipeline(cap, flags_from_kwargs(kwargs), memory, time_scale)
-        self.pipeline.init_parameters()
+        try:
+            self.pipeline.init_parameters()
+        except Exception:
+            # As upstream's executor workers do: the worker's traceback (the CUDA OOM text) goes
+            # to its log, here the runner's stderr; the caller sees only the orchestrator's word.
+            traceback.print_exc(file=sys.stderr)
+            raise RuntimeError("Orchestrator initialization failed: stage 0 worker exited "
+                               "during init; see the worker log") from None
 
     def generate(self, request: dict) -> float:
         self.count += 1

@@ -1,0 +1,105 @@
+"""The one skeleton of every session that makes evidence (probe-init, probe-serve, probe-offline,
+propagation): load the configuration, resolve the host, make every refusal before an attempt
+exists, open the attempt, run under `signals_interrupt()`, close on every path, report.
+
+Errors are not caught here: they are `OmniprobeError`s that `omniprobe.cli` prints. Ctrl-C (or
+SIGTERM) becomes `Interrupted`, raised once the session has stopped its server and closed its
+files, with the session's own word on what the attempt holds.
+"""
+
+from __future__ import annotations
+
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TextIO
+
+from omniprobe.config.fixtures import FixtureSuite, load_fixtures
+from omniprobe.config.hosts import Host, HostsConfig, load_hosts
+from omniprobe.config.project import Project
+from omniprobe.config.selection import resolve_host
+from omniprobe.errors import Interrupted
+from omniprobe.evidence.attempts import AttemptStore
+from omniprobe.harness.server import signals_interrupt
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """What the command line says to every session; None: hosts.toml's default."""
+
+    host: str | None = None
+    venv: str | None = None
+    model: str | None = None
+    ready_timeout_s: float | None = None
+    request_timeout_s: float | None = None
+    grace_s: float | None = None
+    idle_timeout_s: float = 60.0
+    gpu_index: int = 0
+
+
+@dataclass(frozen=True)
+class ServerOptions(SessionOptions):
+    """What the command line says to a session that starts a server."""
+
+    port: int | None = None
+    sample_hz: float = 10.0
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a session starts from: the configuration and the resolved host."""
+
+    project: Project
+    cfg: HostsConfig
+    suite: FixtureSuite
+    host_name: str
+    host: Host
+    out: TextIO
+
+
+class Session(ABC):
+    """One session's steps; `run_session` calls them in order."""
+
+    @abstractmethod
+    def prepare(self, ctx: Context) -> None:
+        """Every refusal (an OmniprobeError), before an attempt exists: a refused run leaves no
+        evidence behind."""
+
+    @abstractmethod
+    def open_attempt(self, ctx: Context) -> AttemptStore:
+        """The attempt to write (new, or the one to resume)."""
+
+    @abstractmethod
+    def run(self, ctx: Context, store: AttemptStore) -> int:
+        """The work, under signals_interrupt; prints its report and returns the exit status."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Finish what run started (e.g. records still being written); called on every path."""
+
+    @abstractmethod
+    def interrupted(self, store: AttemptStore) -> str:
+        """What an interrupted run leaves behind, for the user."""
+
+
+def run_session(project: Project, session: Session, host: str | None,
+                out: TextIO | None = None) -> int:
+    """Run the session's steps on the host (None: the selection's); its exit status."""
+    out = out or sys.stderr  # looked up now: a default bound at import goes stale under capture
+    cfg = load_hosts(project.hosts_file)
+    suite = load_fixtures(project.fixtures_file)
+    host_name, why = resolve_host(project, cfg, host)
+    print(f"host {host_name} ({why})", file=out)
+    ctx = Context(project, cfg, suite, host_name, cfg.host(host_name), out)
+    session.prepare(ctx)
+    store = session.open_attempt(ctx)
+    try:
+        with signals_interrupt():
+            return session.run(ctx, store)
+    except KeyboardInterrupt:
+        raise Interrupted(session.interrupted(store)) from None
+    finally:
+        try:
+            session.close()
+        finally:
+            store.close()

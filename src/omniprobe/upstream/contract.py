@@ -1,0 +1,116 @@
+"""`omniprobe upstream check`: run the named checks and locate the evidence's code citations in
+one upstream source; record the result as evidence, or compare it with the recorded one."""
+
+from __future__ import annotations
+
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
+
+from omniprobe import __version__
+from omniprobe.config.hosts import load_hosts
+from omniprobe.config.project import Project
+from omniprobe.errors import InputError, Problem
+from omniprobe.evidence.models import (
+    ATTEMPT_FILE,
+    Attempt,
+    LoadedAttempt,
+    Measured,
+    load_evidence,
+    write_section,
+)
+from omniprobe.evidence.upstream import UPSTREAM_HOST, UpstreamContract
+from omniprobe.upstream.anchors import citations, locate, source_record
+from omniprobe.upstream.checks import run_checks
+from omniprobe.upstream.source import open_source
+
+
+def check_source(project: Project, path: Path) -> UpstreamContract:
+    """Every check and every citation's state in the source at `path`."""
+    source = open_source(path)
+    cfg = load_hosts(project.hosts_file)
+    evidence, problems = load_evidence(project.evidence_dir)
+    if problems:
+        raise InputError(problems)
+    # Simulated evidence cites omniprobe.sim's own code, not upstream's.
+    cited = citations([a for a in evidence.attempts
+                       if a.host != UPSTREAM_HOST and not a.simulated])
+    return UpstreamContract(source=source_record(source),
+                            checks=run_checks(source, cfg, project.root),
+                            citations=[locate(source, c) for c in cited])
+
+
+def attempt_id(contract: UpstreamContract) -> str:
+    src = contract.source
+    mark = (src.commit or src.sha256 or "unidentified")[:12]
+    return f"{src.package}-{src.version or 'unknown'}-{src.kind}-{mark}"
+
+
+def record(project: Project, contract: UpstreamContract, command: list[str]) -> Path:
+    """A new attempt under evidence/upstream/; an attempt of the same source is never replaced."""
+    folder = project.evidence_dir / UPSTREAM_HOST / attempt_id(contract)
+    if folder.exists():
+        raise InputError([Problem(str(folder), "", "this upstream source is already recorded; "
+                                  "remove the folder to record it again")])
+    now = datetime.now(UTC).replace(microsecond=0)
+    version = contract.source.version or "unknown version"
+    meta = Attempt(id=folder.name, host=UPSTREAM_HOST, date=now.date().isoformat(),
+                   description=f"Contract checks of the harness against {contract.source.package} "
+                               f"{version} ({contract.source.kind}), read from its code",
+                   provenance=Measured(kind="measured", host=UPSTREAM_HOST,
+                                       hostname=socket.gethostname(), tool_version=__version__,
+                                       command=command, started_at=now))
+    folder.mkdir(parents=True)
+    write_section(folder, "upstream.json", contract)
+    write_section(folder, ATTEMPT_FILE, meta)
+    return folder
+
+
+def recorded(project: Project, contract: UpstreamContract) -> LoadedAttempt | None:
+    """The committed attempt of the same upstream source, if any."""
+    evidence, problems = load_evidence(project.evidence_dir)
+    if problems:
+        raise InputError(problems)
+    return next((a for a in evidence.attempts if a.host == UPSTREAM_HOST and a.upstream
+                 and a.upstream.source == contract.source), None)
+
+
+def differences(committed: UpstreamContract, fresh: UpstreamContract) -> list[str]:
+    """Each check or citation whose result differs (status or upstream location)."""
+    out = []
+    old = {c.name: c for c in committed.checks}
+    new = {c.name: c for c in fresh.checks}
+    for name in sorted(old.keys() | new.keys()):
+        a, b = old.get(name), new.get(name)
+        if a is None or b is None:
+            out.append(f"{name}: {'only in the fresh run' if a is None else 'no longer checked'}")
+        elif (a.status, a.where) != (b.status, b.where):
+            out.append(f"{name}: committed {a.status} at {a.where}, now {b.status} at {b.where}")
+    old_c = {c.cited_in: c for c in committed.citations}
+    new_c = {c.cited_in: c for c in fresh.citations}
+    for key in sorted(old_c.keys() | new_c.keys()):
+        a, b = old_c.get(key), new_c.get(key)
+        if a is None or b is None:
+            out.append(f"citation {key}: {'new' if a is None else 'no longer in the evidence'}")
+        elif (a.status, a.found_file, a.found_lines) != (b.status, b.found_file, b.found_lines):
+            out.append(f"citation {key}: committed {a.status} {a.found_lines or ''}, "
+                       f"now {b.status} {b.found_lines or ''}".replace("  ", " "))
+    return out
+
+
+STATUS_TEXT = {"pass": "PASS", "fail": "FAIL", "not-found": "NOT FOUND"}
+
+
+def render(contract: UpstreamContract) -> str:
+    """The checks and citations as lines of text, for the terminal."""
+    src = contract.source
+    ident = src.commit or (f"sha256 {src.sha256}" if src.sha256 else "unidentified")
+    lines = [f"{src.package} {src.version or '(version unknown)'} ({src.kind}, {ident})"]
+    for c in contract.checks:
+        lines.append(f"{STATUS_TEXT[c.status]:9}  {c.name}  [{c.where or '-'}]  {c.detail}")
+    held = sum(c.status == "pass" for c in contract.checks)
+    lines.append(f"{held} of {len(contract.checks)} checks hold")
+    for c in contract.citations:
+        at = f" -> {c.found_file}:{c.found_lines}" if c.found_lines else ""
+        lines.append(f"citation {c.status:10} {c.file}:{c.lines or ''}{at}  ({c.cited_in})")
+    return "\n".join(lines)
