@@ -137,28 +137,40 @@ def settings_from(options: ServerOptions, cfg: HostsConfig, *, flag_sets: tuple[
 
 
 def serve_fixtures(suite: FixtureSuite, host: Host, wanted: tuple[str, ...] = ()) -> list[Fixture]:
-    """The host's fixtures (simulated ones on a simulated host), fewest references first.
+    """The fixtures to serve on the host, fewest references first: those named, else the suite's
+    default (each seed fixture where its inputs are stated, else its stand-ins).
 
-    Refuses, naming the missing fields of each, when any chosen fixture is not runnable.
+    Refuses a simulated fixture on a real host, and names the missing fields of each chosen
+    fixture that cannot run (and its stand-ins, which can).
     """
     unknown = sorted(set(wanted) - set(suite.ids))
     if unknown:
         raise PlanError(f"unknown fixture(s) {', '.join(unknown)}; "
                         f"fixtures: {', '.join(suite.ids)}")
-    chosen = [f for f in suite.fixtures
-              if f.simulated == host.simulated and (not wanted or f.id in wanted)]
-    refusals = [f for f in chosen if not f.runnable]
-    if refusals:
-        messages = []
-        for fixture in refusals:
-            try:
-                fixture.require_runnable()
-            except FixtureNotRunnable as exc:
-                messages.append(str(exc))
-        raise FixtureNotRunnable("\n".join(messages))
-    if not chosen:
-        raise FixtureNotRunnable(f"no {'simulated ' if host.simulated else ''}fixtures to run")
+    if wanted:
+        chosen = [f for f in suite.fixtures if f.id in wanted]
+        if not host.simulated and any(f.simulated for f in chosen):
+            raise PlanError(f"fixture(s) {', '.join(f.id for f in chosen if f.simulated)} are "
+                            "simulated: they run on simulated hosts only")
+        _refuse_unrunnable(suite, chosen)
+    else:
+        chosen, notes = suite.default_fixtures()
+        if not chosen:
+            raise FixtureNotRunnable("no fixture can run:\n" + "\n".join(notes))
     return sorted(chosen, key=lambda f: f.reference_count)
+
+
+def _refuse_unrunnable(suite: FixtureSuite, chosen: list[Fixture]) -> None:
+    messages = []
+    for fixture in chosen:
+        try:
+            fixture.require_runnable()
+        except FixtureNotRunnable as exc:
+            standins = [s.id for s in suite.standins_for(fixture.id)]
+            messages.append(str(exc) + (f" (or serve its stand-in: --fixture {standins[0]})"
+                                        if standins else ""))
+    if messages:
+        raise FixtureNotRunnable("\n".join(messages))
 
 
 def check_flag_sets(host_name: str, host: Host, wanted: tuple[str, ...]) -> list[str]:
@@ -357,6 +369,9 @@ class ServeProbe:
         progress = Progress(sum(len(p) for p in plan.values()), self.out)
         progress.say(f"probe-serve on {self.host_name}: {progress.total} request(s) in "
                      f"{len(plan)} run(s); attempt {self.store.meta.id}")
+        if not self.settings.fixtures:
+            for note in self.suite.default_fixtures()[1]:
+                progress.say(note)
         for number, (flag_set, pending) in enumerate(plan.items(), 1):
             command = self._command(flag_set)
             if command is not None:
@@ -418,8 +433,8 @@ class ServeProbe:
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
                      + f"; its log ends: {log_tail(log)}")
-        fields = {"flag_set": flag_set, "fixture": fixture.id, "seed": seed,
-                  "outcome": reply.outcome, "quality": "unchecked",
+        fields = {"flag_set": flag_set, "fixture": fixture.id, "inputs": fixture.inputs,
+                  "seed": seed, "outcome": reply.outcome, "quality": "unchecked",
                   "wall_s": round(reply.wall_s, 4),
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
