@@ -438,3 +438,11 @@ def test_fresh_starts_one_attempt_per_cap_shared_by_the_sessions_of_a_run(projec
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-2")
     assert _run(project, probe_argv("probe-serve", port, *args)) == 0
     assert len(list((project.evidence_dir / "sim-emulated").iterdir())) == 4
+
+
+@pytest.mark.parametrize("session", ["probe-offline", "propagation"])
+def test_sessions_that_cannot_cap_refuse_an_emulated_host(project, port, session):
+    extra = ["--port", str(port)] if session == "propagation" else []
+    code, out = in_process(project, [session, "--host", "sim-emulated", *extra])
+    assert code == Refusal.exit_code and "is emulated" in out, out
+    assert not (project.evidence_dir / "sim-emulated").exists()

@@ -198,6 +198,9 @@ def new_attempt(project: Project, host_name: str, host: Host, command: list[str]
     probe-serve from resuming it."""
     if suffix == SUFFIX:
         raise ValueError(f"{SUFFIX!r} is the suffix of probe-init / probe-serve attempts")
+    if host.emulation is not None:
+        raise Refusal(f"host {host_name!r} is emulated: {what} does not cap its processes at the "
+                      "emulated capacity; only probe-init and probe-serve run on an emulated host")
     store = _create(project, host_name, host, command, suffix, what)
     store._take_lock()
     return store
