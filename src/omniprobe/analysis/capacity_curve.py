@@ -77,8 +77,7 @@ def capacity_curve(host_name: str, hosts: HostsConfig, fixtures: FixtureSuite,
     runs = tuple(sorted(newest.values(), key=lambda r: (r.cap_mib, r.flag_set)))
     order = {name: i for i, name in enumerate(host.serve_flag_sets)}
     flag_sets = tuple(sorted({r.flag_set for r in runs}, key=lambda n: (order.get(n, len(order)), n)))
-    counts = tuple(sorted({f.reference_count for f in fixtures.fixtures
-                           if f.simulated == host.simulated and f.reference_count > 0}))
+    counts = tuple(sorted({count for run in runs for count in run.asked_refs}))
     steps = []
     for flag_set in flag_sets:
         mine = [r for r in runs if r.flag_set == flag_set]
