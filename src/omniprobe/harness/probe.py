@@ -46,7 +46,12 @@ from omniprobe.harness.emulation import (
     emulation_env,
     parse_caps_gib,
 )
-from omniprobe.harness.logs import log_tail, read_from
+from omniprobe.harness.logs import (
+    DEPLOY_IGNORED_WARNING,
+    deploy_config_ignored,
+    log_tail,
+    read_from,
+)
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
     MIB,
@@ -266,6 +271,18 @@ class ServeProbe:
             self.baseline = wait_idle(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
                                       poll_s=min(self.settings.poll_s, 0.5))
 
+    def _deploy_ignored(self, flag_set: str, log_path: Path) -> bool | None:
+        """Whether upstream's log says it ignored the flag set's deploy config (None: it passes
+        none); a warning when it did, since the flag set then measures its base."""
+        if not self.cfg.flag_sets[flag_set].deploy_config:
+            return None
+        ignored = deploy_config_ignored(log_path.read_text(errors="replace"))
+        if ignored:
+            print(f"warning: [{flag_set}] the server logged {DEPLOY_IGNORED_WARNING!r}: its "
+                  "--deploy-config was ignored, so it measures its base configuration",
+                  file=self.out, flush=True)
+        return ignored
+
     def _put_lifetime(self, flag_set: str, index: int, lifetime: ServerLifetime) -> None:
         run = self.store.run(flag_set)
         lifetimes = list(run.lifetimes) if run else []
@@ -329,7 +346,9 @@ class ServeProbe:
             if record is not None:
                 log = file_ref(server.log_path, self.store.project.artifacts_dir)
                 self._put_lifetime(flag_set, index, record.model_copy(
-                    update={"ended": ended, "log": log, "timeline": timeline}))
+                    update={"ended": ended, "log": log, "timeline": timeline,
+                            "deploy_config_ignored": self._deploy_ignored(flag_set,
+                                                                          server.log_path)}))
 
     # --- probe-init -----------------------------------------------------------------------
 
@@ -478,14 +497,16 @@ def _peak(run: ServeRun | None) -> str:
 
 
 def probe_env(project: Project, cfg: HostsConfig, host_name: str, settings: ServeSettings, *,
-              venv: str | None, nvml=None) -> Path | None:
+              venv: str | None, nvml=None, out: TextIO | None = None) -> Path | None:
     """The bin folder of the host's verified env, which the server runs from; None for a
     simulated host, whose server is omniprobe's own sim. EnvNotReady names each failed check;
-    NotInEnv when the env lacks the serve command's program."""
+    NotInEnv when the env lacks the serve command's program. Each upstream contract check the
+    env's clone fails is a warning on `out`, before any GPU time is spent."""
     if cfg.host(host_name).simulated:
         return None
     venv = session_venv(project, host_name) or venv
-    bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths.bin_dir
+    bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml,
+                             out=out).paths.bin_dir
     base_command(cfg, host_name, model=settings.model, hosts_file=project.hosts_file,
                  bin_dir=bin_dir)
     return bin_dir
@@ -511,7 +532,7 @@ class ProbeSession(Session):
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
             client.check_references(fixtures, ctx.project.fixtures_file.parent)
         self.env_bin = probe_env(ctx.project, ctx.cfg, ctx.host_name, self.settings,
-                                 venv=self.options.venv, nvml=self.nvml)
+                                 venv=self.options.venv, nvml=self.nvml, out=ctx.out)
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
