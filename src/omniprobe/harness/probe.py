@@ -366,7 +366,7 @@ class ServeProbe:
             with self.lifetime(flag_set, "probe-init", command) as live:
                 init = live.init
             progress.step(f"[{flag_set} {number}/{len(todo)}] init {init.outcome} after "
-                          f"{init.time_s:g} s" + _oom_text(init.oom)
+                          f"{init.time_s:g} s" + _oom_text(init.oom) + _failure_text(init)
                           + _peak(self.store.run(flag_set)))
 
     # --- probe-serve ----------------------------------------------------------------------
@@ -404,10 +404,11 @@ class ServeProbe:
             progress.say(f"[{label}] starting the server")
             with self.lifetime(flag_set, "probe-serve", command) as live:
                 progress.say(f"[{label}] init {live.init.outcome} after {live.init.time_s:g} s"
-                             + _oom_text(live.init.oom))
+                             + _oom_text(live.init.oom) + _failure_text(live.init))
                 if live.init.outcome != "ready":
                     self.unfinished.append(f"{flag_set}: {len(pending)} request(s) not sent, "
-                                           f"init {live.init.outcome}")
+                                           f"init {live.init.outcome}"
+                                           + _failure_text(live.init))
                     return
                 while pending:
                     fixture, seed = pending.pop(0)
@@ -490,6 +491,12 @@ def _oom_text(oom) -> str:
         return ""
     where = f" at {oom.location}" if oom.location else ""
     return f" (tried to allocate {oom.requested}{where})" if oom.requested else where
+
+
+def _failure_text(init: InitResult) -> str:
+    """The server's own words when it did not come up (an exit at import, a refused flag, a
+    timeout), so a run never stops on a later symptom such as a refused connection."""
+    return f": {init.note}" if init.outcome in ("error", "timeout") and init.note else ""
 
 
 def _peak(run: ServeRun | None) -> str:
