@@ -206,7 +206,8 @@ def probe_options(args: argparse.Namespace):
     from omniprobe.harness.probe import ProbeOptions
 
     return ProbeOptions(**_server_options_of(args), fresh=args.fresh,
-                        flag_sets=tuple(args.flag_set), fixtures=tuple(args.fixture))
+                        flag_sets=tuple(args.flag_set), fixtures=tuple(args.fixture),
+                        caps_gib=args.caps)
 
 
 def offline_options(args: argparse.Namespace):
@@ -279,6 +280,8 @@ def _probe_options(p: argparse.ArgumentParser) -> None:
                    help="only this flag set (repeatable)")
     p.add_argument("--fixture", action="append", default=[],
                    help="probe-serve: only this fixture (repeatable)")
+    p.add_argument("--caps", help="emulated hosts: sweep these caps (GiB, comma-separated, e.g. "
+                                  "12,16,20,24,32), one attempt series per cap")
     p.set_defaults(func=_probe)
 
 

@@ -89,7 +89,8 @@ def record_manifest(project: Project, cfg: HostsConfig, manifest: EnvManifest, *
                                   "`omniprobe env`",
                       provenance=provenance(
                           manifest.host, cfg.host(manifest.host), command, started_at,
-                          simulated_model="environment of a simulated host; GPU checks skipped"))
+                          simulated_model="environment of a simulated host; GPU checks skipped",
+                          cap_mib=cfg.emulated_cap_mib(manifest.host)))
     # Both files land in a scratch folder renamed into place, so no reader sees half an attempt.
     scratch = host_dir / f".{attempt_id}.tmp"
     try:

@@ -68,7 +68,27 @@ class Simulated(_In):
     model: str = Field(description="What was simulated, e.g. 'omniprobe.sim capacity model'.")
 
 
-Provenance = Annotated[Transcribed | Measured | Simulated, Field(discriminator="kind")]
+class Emulated(_In):
+    """Measured by this package on a bigger GPU with its memory capped to another card's."""
+
+    kind: Literal["emulated"]
+    host: str = Field(description="The emulated host entry of hosts.toml.")
+    hostname: str = Field(description="What the machine called itself.")
+    tool_version: str
+    command: list[str]
+    started_at: datetime
+    emulates: str | None = Field(description="The host emulated; null: a bare capacity.")
+    cap_mib: int = Field(gt=0, description="The emulated capacity imposed on the server.")
+    physical_gpu: str = Field(description="The GPU it ran on.")
+    physical_compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    mechanism: Literal["memory-fraction", "sim-account"] = Field(
+        description="How the cap was imposed (hosts.toml [hosts.<host>.emulation] mechanism).")
+    simulated_server: bool = Field(
+        description="The server was omniprobe.sim: its figures are the capacity model's.")
+
+
+Provenance = Annotated[Transcribed | Measured | Simulated | Emulated,
+                       Field(discriminator="kind")]
 
 
 class AttemptPins(_In):
@@ -123,6 +143,14 @@ class OomSignature(_In):
     note: str | None = None
 
 
+class EmulationBreach(_In):
+    """The first sample at which an emulated server's process tree held more than the cap."""
+
+    t_s: float = Field(ge=0, description="Seconds since the server was started.")
+    held_mib: float = Field(ge=0, description="What the process tree held then.")
+    cap_mib: int = Field(gt=0)
+
+
 # --- serve runs -------------------------------------------------------------------------
 
 
@@ -160,6 +188,9 @@ class Cell(_In):
                                         "inputs the source does not state (fixtures.json).")
     stated: list[StatedCellFigure] = Field(
         default=[], description="The same cell's figures as stated elsewhere in the source.")
+    emulation_breach: EmulationBreach | None = Field(
+        default=None, description="Emulated hosts: the server's tree exceeded the cap by the end "
+                                  "of one of these requests; the cell never counts as a fit.")
 
 
 class ArtifactRef(_In):
@@ -174,6 +205,27 @@ class TimelinePoint(_In):
     t_s: float = Field(ge=0, description="Seconds since the server was started.")
     device_mib: float = Field(ge=0)
     process_mib: float | None = Field(default=None, ge=0, description="The server's processes.")
+
+
+class CappedProcess(_In):
+    """One server process as the emulation hook capped it (from its line in the server log)."""
+
+    pid: int
+    context_mib: float = Field(ge=0)
+    allowed_mib: float = Field(ge=0, description="What PyTorch's allocator may reserve.")
+
+
+class EmulationCheck(_In):
+    """The sampler's guard of an emulated host: the server's process tree against the cap."""
+
+    cap_mib: int = Field(gt=0)
+    checked_samples: int = Field(ge=0)
+    unchecked_samples: int = Field(
+        default=0, ge=0, description="Samples in which NVML gave no figure for the tree.")
+    peak_mib: float | None = Field(default=None, ge=0, description="The tree's peak.")
+    breach: EmulationBreach | None = Field(default=None, description="The first breach.")
+    capped: list[CappedProcess] = Field(
+        default=[], description="Processes the hook capped; empty under the sim-account mechanism.")
 
 
 class TimelineSummary(_In):
@@ -193,6 +245,7 @@ class TimelineSummary(_In):
     series: ArtifactRef | None = Field(default=None, description="The JSONL series.")
     points: list[TimelinePoint] = Field(
         default=[], description="Peak-preserving reduction of the series, for the report's figure.")
+    emulation: EmulationCheck | None = Field(default=None, description="Emulated hosts only.")
 
 
 class ServerLifetime(_In):
@@ -261,6 +314,9 @@ class RequestRecord(_In):
     inputs: Inputs = Field(
         default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
                                         "inputs the source does not state (fixtures.json).")
+    emulation_breach: EmulationBreach | None = Field(
+        default=None, description="Emulated hosts: the server's process tree exceeded the cap "
+                                  "by the time this request ended; it never counts as a fit.")
 
 
 # --- offline, quality, reproducibility --------------------------------------------------
@@ -618,7 +674,13 @@ class LoadedAttempt:
 
     @property
     def simulated(self) -> bool:
-        return self.meta.provenance.kind == "simulated"
+        """Its figures come from omniprobe.sim (an emulated run of the sim server included)."""
+        prov = self.meta.provenance
+        return prov.kind == "simulated" or (prov.kind == "emulated" and prov.simulated_server)
+
+    @property
+    def emulated(self) -> bool:
+        return self.meta.provenance.kind == "emulated"
 
 
 def parse_file(path: Path, text: str | None = None):
@@ -681,9 +743,11 @@ def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
 class Evidence:
     attempts: list[LoadedAttempt]
 
-    def for_host(self, host: str, *, include_simulated: bool = False) -> list[LoadedAttempt]:
+    def for_host(self, host: str, *, include_simulated: bool = False,
+                 include_emulated: bool = False) -> list[LoadedAttempt]:
         return [a for a in self.attempts
-                if a.host == host and (include_simulated or not a.simulated)]
+                if a.host == host and (include_simulated or not a.simulated)
+                and (include_emulated or not a.emulated)]
 
     def attempt(self, attempt_id: str) -> LoadedAttempt:
         for a in self.attempts:

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -23,15 +23,29 @@ from omniprobe.analysis.series import decimate, unavailable
 from omniprobe.analysis.structure_gate import gate_record
 from omniprobe.atomic import write_bytes_atomic
 from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig
+from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
-from omniprobe.config.selection import INVOCATION_ENV, read_state, session_venv, state_path, update_state
+from omniprobe.config.selection import (
+    INVOCATION_ENV,
+    read_state,
+    resolve_host,
+    session_venv,
+    state_path,
+    update_state,
+)
 from omniprobe.digests import sha256_bytes
 from omniprobe.env.checks import require_env_ok
 from omniprobe.errors import Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_attempt
 from omniprobe.evidence.models import InitResult, RequestRecord, ServerLifetime, ServeRun, TimelineSummary
 from omniprobe.harness import client
+from omniprobe.harness.emulation import (
+    EmulationGuard,
+    EmulationUnguarded,
+    capped_processes,
+    emulation_env,
+    parse_caps_gib,
+)
 from omniprobe.harness.logs import (
     DEPLOY_IGNORED_WARNING,
     deploy_config_ignored,
@@ -40,6 +54,7 @@ from omniprobe.harness.logs import (
 )
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
+    MIB,
     GpuReader,
     NvmlReader,
     NvmlUnavailable,
@@ -74,6 +89,7 @@ class ProbeOptions(ServerOptions):
     fresh: bool = False
     flag_sets: tuple[str, ...] = ()
     fixtures: tuple[str, ...] = ()
+    caps_gib: str | None = None  # emulated hosts: the caps to sweep, e.g. "12,16,20,24,32"
 
 
 @dataclass(frozen=True)
@@ -91,6 +107,7 @@ class ServeSettings:
     flag_sets: tuple[str, ...] = ()
     fixtures: tuple[str, ...] = ()
     max_restarts: int = 2
+    cap_mib: int | None = None  # an emulated host's cap for this attempt
 
 
 @dataclass(frozen=True)
@@ -102,6 +119,7 @@ class Live:
     index: int
     t0: float
     folder: Path
+    guard: EmulationGuard | None = None
 
 
 def default_readers(host: Host, gpu_index: int = 0) -> ReaderFactory:
@@ -287,10 +305,18 @@ class ServeProbe:
         folder = self.store.artifacts / flag_set / f"{session}-{index + 1}"
         folder.mkdir(parents=True, exist_ok=True)
         reader, reason = self._reader(folder)
+        cap = self.settings.cap_mib
+        if cap is not None and reader is None:
+            raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its server's "
+                                     f"memory cannot be sampled to check the cap: {reason}")
         self._wait_idle(reader)
         env = server_env(self.cfg, flag_set, self.base_env, self.env_bin)
         if self.host.memory_file_env:
             env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
+        guard = None
+        if cap is not None:
+            env.update(emulation_env(self.host, cap, env))
+            guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
         serve = self.cfg.serve
         server = ServerProcess(command, env, folder / "server.log",
                                Endpoints(self.base_url, serve.health_path, serve.ready_path),
@@ -303,17 +329,20 @@ class ServeProbe:
         try:
             if reader is not None:
                 sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.settings.sample_hz,
-                                  root_pid=lambda: server.pid, t0=t0)
+                                  root_pid=lambda: server.pid, t0=t0, guard=guard)
                 sampler.start()
             init = server.wait_ready(self.settings.ready_timeout_s, self.settings.poll_s)
             record = ServerLifetime(session=session, started_at=started_at, command=command,
                                     init=init)
             self._put_lifetime(flag_set, index, record)
-            yield Live(server, init, index, t0, folder)
+            yield Live(server, init, index, t0, folder, guard)
         finally:
             ended = server.stop()
             self.recorder.drain()
             timeline = self._timeline(sampler, reason)
+            if guard is not None:
+                capped = capped_processes(server.log_path.read_text(errors="replace"))
+                timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
             if record is not None:
                 log = file_ref(server.log_path, self.store.project.artifacts_dir)
                 self._put_lifetime(flag_set, index, record.model_copy(
@@ -430,6 +459,8 @@ class ServeProbe:
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
                   "error": error, "started_s": round(started_s, 3), "lifetime": live.index}
+        if live.guard is not None:
+            fields["emulation_breach"] = live.guard.breach_by(time.monotonic() - live.t0)
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
         self.recorder.submit(self._record, fields, reply.image, path)
         return reply, up
@@ -493,14 +524,16 @@ class ProbeSession(Session):
     or with --fresh starts one (once per nox invocation: the sessions after join it)."""
 
     def __init__(self, name: str, options: ProbeOptions, command: list[str], *,
-                 readers: ReaderFactory | None = None, nvml=None):
+                 readers: ReaderFactory | None = None, nvml=None, cap_mib: int | None = None):
         self.name, self.options, self.command = name, options, command
-        self.readers, self.nvml = readers, nvml
+        self.readers, self.nvml, self.cap_mib = readers, nvml, cap_mib
         self.probe: ServeProbe | None = None
 
     def prepare(self, ctx: Context) -> None:
-        self.settings = settings_from(self.options, ctx.cfg, flag_sets=self.options.flag_sets,
-                                      fixtures=self.options.fixtures)
+        self.settings = replace(settings_from(self.options, ctx.cfg,
+                                              flag_sets=self.options.flag_sets,
+                                              fixtures=self.options.fixtures),
+                                cap_mib=self.cap_mib)
         check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
         if self.name == "probe-serve":
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
@@ -513,16 +546,21 @@ class ProbeSession(Session):
         invocation = os.environ.get(INVOCATION_ENV)
         state = read_state(state_path(ctx.project), invocation)
         fresh = self.options.fresh
-        fresh_id = state.get("fresh_attempts", {}).get(ctx.host_name) if fresh else None
+        # One fresh attempt per cap on an emulated host: a sweep's sessions join theirs.
+        key = ctx.host_name if self.cap_mib is None else f"{ctx.host_name}@{self.cap_mib}mib"
+        fresh_id = state.get("fresh_attempts", {}).get(key) if fresh else None
         store = open_attempt(ctx.project, ctx.host_name, ctx.host, self.command, fresh=fresh,
-                             fresh_id=fresh_id)
+                             fresh_id=fresh_id, cap_mib=self.cap_mib)
         if fresh and invocation:
             update_state(state_path(ctx.project), invocation, fresh_attempts={
-                **state.get("fresh_attempts", {}), ctx.host_name: store.meta.id})
+                **state.get("fresh_attempts", {}), key: store.meta.id})
         return store
 
     def run(self, ctx: Context, store: AttemptStore) -> int:
         out = ctx.out
+        if self.cap_mib is not None:
+            print(f"emulated capacity {self.cap_mib:,} MiB ({self.cap_mib / 1024:g} GiB) on "
+                  f"{ctx.host.gpu}", file=out)
         if self.env_bin is not None:
             print(f"env {self.env_bin.parent}: every check passed; the server runs from it",
                   file=out)
@@ -548,9 +586,29 @@ class ProbeSession(Session):
 
 def run_probe(project: Project, session: str, options: ProbeOptions, *, command: list[str],
               readers: ReaderFactory | None = None, nvml=None, out: TextIO | None = None) -> int:
-    """The probe-init / probe-serve command: 0 when everything planned was recorded.
+    """The probe-init / probe-serve command: 0 when everything planned was recorded. On an
+    emulated host each cap (`--caps`, else the host's) is its own session and attempt.
 
     `command` is the command line recorded as the attempt's provenance; `nvml` stands in for
     pynvml in the env's GPU checks (tests fake the GPU there)."""
-    return run_session(project, ProbeSession(session, options, command, readers=readers,
-                                             nvml=nvml), options.host, out)
+    cfg = load_hosts(project.hosts_file)
+    host_name, _ = resolve_host(project, cfg, options.host)
+    code = 0
+    for cap in probe_caps(cfg, host_name, options.caps_gib):
+        code = max(code, run_session(project, ProbeSession(
+            session, options, command, readers=readers, nvml=nvml, cap_mib=cap), options.host, out))
+    return code
+
+
+def probe_caps(cfg: HostsConfig, host_name: str, caps_gib: str | None) -> list[int | None]:
+    """The caps to probe in turn, one attempt each: the sweep's, an emulated host's own, or none
+    (a real card)."""
+    if caps_gib is None:
+        return [cfg.emulated_cap_mib(host_name)]
+    if cfg.host(host_name).emulation is None:
+        raise PlanError(f"--caps sweeps an emulated host's cap; host {host_name!r} is not "
+                        "emulated (hosts.toml [hosts.<name>.emulation])")
+    try:
+        return list(parse_caps_gib(caps_gib))
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
