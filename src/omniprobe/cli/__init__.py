@@ -229,6 +229,16 @@ def _propagation(args: argparse.Namespace) -> int:
     return run_propagation(find_project(), propagation_options(args), command=args.argv)
 
 
+def _nox_args(args: argparse.Namespace) -> int:
+    import json
+
+    from omniprobe.cli.nox_args import route_options
+
+    posargs = args.posargs[1:] if args.posargs[:1] == ["--"] else args.posargs
+    print(json.dumps(route_options(build_parser(), args.session, args.run.split(","), posargs)))
+    return 0
+
+
 def _timeline(args: argparse.Namespace) -> int:
     from omniprobe.analysis.series import decimate, read_series
     from omniprobe.atomic import write_text_atomic
@@ -407,6 +417,14 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--record", action="store_true",
                       help="record the result as a new attempt under evidence/upstream/")
     q.set_defaults(func=_upstream)
+
+    p = sub.add_parser("nox-args", help="the noxfile's router: which of the arguments after "
+                       "`nox ... --` SESSION takes, as a JSON list (cli/nox_args.py): "
+                       "omniprobe nox-args --run S1,S2 SESSION -- ARGS")
+    p.add_argument("session", help="the nox session asking")
+    p.add_argument("--run", required=True, help="the sessions of the nox run, comma-separated")
+    p.add_argument("posargs", nargs=argparse.REMAINDER, help="the arguments after `--`")
+    p.set_defaults(func=_nox_args)
 
     p = sub.add_parser("timeline", help="render a recorded GPU memory series (JSONL) as SVG")
     p.add_argument("series", type=Path)
