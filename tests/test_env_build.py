@@ -362,7 +362,8 @@ def test_env_session_with_a_failed_check_makes_the_probe_refuse(world, first, st
     capsys.readouterr()
     code, out = _probe_init(world, FakeNvml(**RTX5080))
     assert code == 4  # an environment failure
-    assert (f"error: env-{HOST} failed its checks: gpu.name failed: NVML's device name against "
+    assert (f"error: env-{HOST} failed, so it selected no host and the probe sessions of this nox "
+            "run do not run: gpu.name failed: NVML's device name against "
             "hosts.toml gpu (expected NVIDIA GeForce RTX 3090, got NVIDIA GeForce RTX 5080)") in out
     assert sorted((world.project.evidence_dir / HOST).glob("*-probe")) == before
     assert not stub_vllm[1].exists()

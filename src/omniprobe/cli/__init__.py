@@ -141,21 +141,32 @@ def _pinned_env(args: argparse.Namespace, project) -> tuple[int, list[str], str 
 
 def _env(args: argparse.Namespace) -> int:
     from omniprobe.config.hosts import load_hosts
-    from omniprobe.config.selection import INVOCATION_ENV, record_selection
+    from omniprobe.config.selection import INVOCATION_ENV, record_env_failure, record_selection
     from omniprobe.env.state import EnvError
 
     project = find_project()
     simulated = load_hosts(project.hosts_file).host(args.host, "--host").simulated
+    select = args.select and not args.dry_run
+    if args.select and args.dry_run:
+        record_env_failure(project, args.host, "it was a dry run (--dry-run): nothing was built "
+                                               "or checked")
+    elif select:  # until it ends well, this session has failed: a crash selects nothing either
+        record_env_failure(project, args.host, "it did not finish (see its output)")
     try:
         code, problems, venv = (_sim_env if simulated else _pinned_env)(args, project)
     except EnvError as exc:
-        if args.select and not args.dry_run:  # the probe sessions after refuse, saying why
+        if select:  # the probe sessions after refuse, saying why
             record_selection(project, args.host, [" ".join(str(exc).split())])
         raise
-    if args.select and not args.dry_run:
+    if select:
         handed = record_selection(project, args.host, problems, venv=venv)
-        print(f"selected host {args.host} for the probe sessions of this nox run" if handed else
-              f"--select: not in a nox run ({INVOCATION_ENV} unset); nothing handed on")
+        if not handed:
+            print(f"--select: not in a nox run ({INVOCATION_ENV} unset); nothing handed on")
+        elif problems:
+            print(f"env-{args.host} failed: no host selected; the probe sessions of this nox run "
+                  "refuse")
+        else:
+            print(f"selected host {args.host} for the probe sessions of this nox run")
     return code
 
 
