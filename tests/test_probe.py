@@ -65,6 +65,13 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
     loaded, problems = load_project(project)
     assert problems == []
     assert "| elapsed" in out and "ETA" in out and "[fp8 3/4] sim-four seed 2301: ok" in out
+    assert attempt.meta.environment.served.source == "simulated"
+    # Every cell recorded in this environment: a re-run says so, runs nothing and says how to
+    # measure again.
+    code, out = probe(project, "probe-serve", port)
+    assert code == 0 and f"complete: {attempt.id} holds every cell of its plan" in out
+    assert "0 to run; nothing to run; to measure again: nox -s env-sim probe-serve -- --fresh" in out
+    assert len(attempts(project)) == 1
 
     # The gate: every image is measured; fp8's collapsed outputs are broken, bf16's sound.
     ok = [r for r in attempt.requests if r.outcome == "ok"]
@@ -110,10 +117,29 @@ def test_rerun_resumes_and_fresh_starts_anew(project, port):
     args = ("--flag-set", "fp8", "--fixture", "sim-single")
     assert probe(project, "probe-serve", port, *args)[0] == 0
     code, out = probe(project, "probe-serve", port, *args)
-    assert code == 0 and "0 request(s) in 0 run(s)" in out
     [attempt] = attempts(project)
+    assert code == 0 and f"resumed: {attempt.id} is incomplete, made in this environment" in out
+    assert "1 flag set(s) x 1 fixture(s) x 1 seed(s): 1 already recorded, 0 to run" in out
     assert len(attempt.requests) == 1 and len(attempt.runs[0].lifetimes) == 1
-    assert probe(project, "probe-serve", port, *args, "--fresh")[0] == 0
+    code, out = probe(project, "probe-serve", port, *args, "--fresh")
+    assert code == 0 and "(new: --fresh)" in out
+    # The pace of the host's earlier attempt gives the estimate.
+    assert "to run; about " in out and "at the pace of this host's 1 earlier attempt(s)" in out
+    assert [len(a.requests) for a in attempts(project)] == [1, 1]
+
+
+def test_an_attempt_of_another_environment_is_not_resumed(project, port):
+    from omniprobe.evidence.models import write_section
+
+    args = ("--flag-set", "fp8", "--fixture", "sim-single")
+    assert probe(project, "probe-serve", port, *args)[0] == 0
+    [attempt] = attempts(project)
+    moved = attempt.meta.environment.model_copy(update={"digest": "0" * 64})
+    write_section(attempt.path, "attempt.json", attempt.meta.model_copy(
+        update={"environment": moved}))
+    code, out = probe(project, "probe-serve", port, *args)
+    assert code == 0 and (f"(new: {attempt.id} ran in another environment (env digest "
+                          "000000000000, this one ") in out
     assert [len(a.requests) for a in attempts(project)] == [1, 1]
 
 

@@ -3,8 +3,9 @@
 Order: the host an earlier env-<host> session of the same nox invocation selected, else
 `--host NAME`, else the hosts.toml host whose hostname is this machine's, else an error that
 lists the hosts. An env-<host> session that fails selects nothing: the probe sessions of its
-run refuse, naming its failure, rather than fall back to another host. Nox runs each session in its own venv and process, so the selection travels
-through a small state file keyed by the invocation id the noxfile puts in the environment.
+run refuse, naming its failure, rather than fall back to another host. Nox runs each session in
+its own venv and process, so the selection travels through a small state file keyed by the
+invocation id the noxfile puts in the environment.
 """
 
 from __future__ import annotations

@@ -9,12 +9,15 @@ digests.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass
 
+from omniprobe import __version__
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.digests import sha256_json
 from omniprobe.env.checks import check_lines, failure_lines, references_check
 from omniprobe.env.state import Runner
 from omniprobe.evidence.models import EnvCheck
@@ -61,6 +64,14 @@ def check_sim_env(cfg: HostsConfig, project: Project, host: str, *, python: str 
                               f"its server is {SIM_MODULE} run by this interpreter)")
     return SimEnv(host, python, [skipped, interpreter_check(python, runner or Runner()),
                                  references_check(project, simulated=True)])
+
+
+def sim_env_digest(python: str = sys.executable) -> str:
+    """A simulated host's environment as a probe attempt records it: omniprobe's version and
+    where it and the interpreter running its server live (another clone is another env)."""
+    spec = importlib.util.find_spec(SIM_MODULE)
+    return sha256_json({"where": python, "python": sys.version.split()[0],
+                        "omniprobe": __version__, "sim": spec.origin if spec else None})
 
 
 def format_sim_env(env: SimEnv) -> str:

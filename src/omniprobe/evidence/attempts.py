@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ from omniprobe.evidence.models import (
     ATTEMPT_FILE,
     ArtifactRef,
     Attempt,
+    AttemptEnvironment,
     Measured,
     RequestRecord,
     ServeRun,
@@ -142,14 +144,16 @@ def _load(project: Project, folder: Path) -> AttemptStore:
 
 
 def _create(project: Project, host_name: str, host: Host, command: list[str],
-            suffix: str = SUFFIX, what: str = "probe-init / probe-serve") -> AttemptStore:
+            suffix: str = SUFFIX, what: str = "probe-init / probe-serve",
+            environment: AttemptEnvironment | None = None) -> AttemptStore:
     now = datetime.now(UTC).replace(microsecond=0)
     attempt_id = free_attempt_id(project.evidence_dir / host_name, host_name, now, suffix)
     folder = project.evidence_dir / host_name / attempt_id
     meta = Attempt(id=attempt_id, host=host_name, date=now.date().isoformat(),
                    description=f"{what} by omniprobe {__version__} on "
                                f"{host.name}" + (" (simulated)" if host.simulated else ""),
-                   provenance=provenance(host_name, host, command, now))
+                   provenance=provenance(host_name, host, command, now),
+                   environment=environment)
     folder.mkdir(parents=True, exist_ok=False)
     write_section(folder, ATTEMPT_FILE, meta)
     return AttemptStore(project, folder, meta)
@@ -179,3 +183,51 @@ def new_attempt(project: Project, host_name: str, host: Host, command: list[str]
     store = _create(project, host_name, host, command, suffix, what)
     store._take_lock()
     return store
+
+
+def resume_decision(newest: Attempt | None, environment: AttemptEnvironment, *,
+                    complete: bool) -> tuple[bool, str]:
+    """Whether to resume the host's newest probe attempt in `environment`, and why (or why a new
+    one starts): only an attempt made by this omniprobe version in the same environment, serving
+    the same model, resumes; a complete one is resumed only to say so."""
+    if newest is None:
+        return False, "new: no earlier probe attempt of this host"
+    made = newest.provenance
+    if made.kind == "transcribed":
+        return False, f"new: {newest.id} is transcribed, never resumed"
+    if newest.environment is None:
+        return False, f"new: {newest.id} does not record its environment (made before attempts did)"
+    if made.tool_version != __version__:
+        return False, (f"new: {newest.id} was made by omniprobe {made.tool_version}, this is "
+                       f"{__version__}")
+    if newest.environment.digest != environment.digest:
+        return False, (f"new: {newest.id} ran in another environment (env digest "
+                       f"{newest.environment.digest[:12]}, this one {environment.digest[:12]})")
+    if newest.environment.served != environment.served:
+        return False, (f"new: {newest.id} served another model ({newest.environment.served.model}, "
+                       f"this one {environment.served.model})")
+    if complete:
+        return True, f"complete: {newest.id} holds every cell of its plan"
+    return True, f"resumed: {newest.id} is incomplete, made in this environment"
+
+
+def open_probe_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
+                       environment: AttemptEnvironment, fresh: bool, fresh_id: str | None,
+                       complete: Callable[[AttemptStore], bool]) -> tuple[AttemptStore, str]:
+    """The probe attempt to write, and why: this nox run's fresh one, a new one (--fresh, or the
+    newest cannot be resumed: resume_decision says why), or the newest to resume."""
+    host_dir = project.evidence_dir / host_name
+    if fresh_id and (host_dir / fresh_id).is_dir():
+        store, why = _load(project, host_dir / fresh_id), f"joined: {fresh_id}, this nox run's --fresh one"
+    elif fresh:
+        store, why = None, "new: --fresh"
+    else:
+        existing = probe_attempts(host_dir)
+        newest = _load(project, existing[-1]) if existing else None
+        resume, why = resume_decision(newest.meta if newest else None, environment,
+                                      complete=newest is not None and complete(newest))
+        store = newest if resume else None
+    if store is None:
+        store = _create(project, host_name, host, command, environment=environment)
+    store._take_lock()
+    return store, why
