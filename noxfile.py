@@ -1,4 +1,8 @@
-"""omniprobe's sessions: `nox -l` lists them. Each calls one command of the package."""
+"""omniprobe's sessions: `nox -l` lists them. Each calls one command of the package.
+
+Options after `--` reach the sessions whose command takes them (README: Options after `--`);
+one no session of the run takes is an error. E.g. `nox -s env-sim probe-init probe-serve report
+-- --fresh`: a new probe attempt, then the report."""
 
 from __future__ import annotations
 
@@ -72,7 +76,7 @@ def report(session: nox.Session) -> None:
 
 @nox.session
 def schema(session: nox.Session) -> None:
-    """Regenerate the JSON Schema files in schemas/ from the pydantic models."""
+    """Regenerate the JSON Schema files in schemas/ from the pydantic models (-- --check)."""
     _install(session)
     session.run("omniprobe", "schema", *_args(session))
 
@@ -86,7 +90,7 @@ def quality(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pytest); GPU tests skip without CUDA."""
+    """Run the test suite (pytest takes every option after --); GPU tests skip without CUDA."""
     _install(session, "test")
     session.run("pytest", *session.posargs)  # pytest's own options, all of them
 
@@ -106,7 +110,8 @@ def _env_session(host: str, simulated: bool):
 
     built = ("Check the simulated host's env (omniprobe itself: nothing is installed)" if simulated
              else f"Build {host}'s pinned env from hosts.toml (a re-run only verifies it)")
-    env.__doc__ = f"{built}, then select {host} for the probe sessions that follow."
+    env.__doc__ = (f"{built}, then select {host} for the probe sessions that follow "
+                   "(-- --dry-run: print the commands, select nothing).")
     return env
 
 
@@ -116,7 +121,7 @@ for _host, _simulated in _hosts().items():
 
 @nox.session(name="probe-init")
 def probe_init(session: nox.Session) -> None:
-    """Start the server under each of the host's flag sets and record how init ends."""
+    """Start the server under each flag set; record how init ends (-- --fresh --flag-set F)."""
     _install(session)
     session.run("omniprobe", "probe-init", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
@@ -124,7 +129,7 @@ def probe_init(session: nox.Session) -> None:
 
 @nox.session(name="probe-serve")
 def probe_serve(session: nox.Session) -> None:
-    """Serve every runnable fixture x seed under each flag set and record each request."""
+    """Serve every fixture x seed per flag set (-- --fresh --flag-set F --fixture X)."""
     _install(session)
     session.run("omniprobe", "probe-serve", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
@@ -132,7 +137,7 @@ def probe_serve(session: nox.Session) -> None:
 
 @nox.session(name="probe-offline")
 def probe_offline(session: nox.Session) -> None:
-    """Generate the fixtures with an offline Omni(...) engine per kwarg set; a new attempt."""
+    """Generate the fixtures with an offline Omni(...) engine per kwarg set (-- --kwarg-set K)."""
     _install(session)
     session.run("omniprobe", "probe-offline", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
@@ -140,7 +145,7 @@ def probe_offline(session: nox.Session) -> None:
 
 @nox.session
 def propagation(session: nox.Session) -> None:
-    """Serve one fixture and seed with and without a deploy config: did its knob reach the model?"""
+    """Serve one fixture with and without a deploy config: did its knob reach the model? (-- --with F)"""
     _install(session)
     session.run("omniprobe", "propagation", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)

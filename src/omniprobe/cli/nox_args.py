@@ -117,3 +117,13 @@ def route_options(parser: argparse.ArgumentParser, session: str, run: list[str],
     if problems:
         raise InputError(problems)
     return mine
+
+
+def routing_table(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """Each long option -> the sessions that take it, as README's table shows it."""
+    takers: dict[str, list[str]] = {}
+    for key, route in ROUTES.items():
+        for option in option_actions(parser, route):
+            if option.startswith("--"):
+                takers.setdefault(option, []).append(key)
+    return dict(sorted(takers.items()))
