@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from omniprobe.atomic import write_text_atomic
+from omniprobe.config.sources import SourceDocument
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import (
     FORMAT_VERSION,
@@ -45,7 +46,7 @@ class _In(BaseModel):
 
 class Transcribed(_In):
     kind: Literal["transcribed"]
-    source: str = Field(description="The document the figures were copied from.")
+    source: SourceDocument = Field(description="The document the figures were copied from.")
     section: str = Field(description="Where in it.")
 
 
