@@ -112,6 +112,21 @@ class HostVerdict:
     attempts: tuple[str, ...]
     blockers: tuple[BlockerEntry, ...] = ()
     unreached: tuple[UnreachedKnob, ...] = ()
+    unpinned: tuple[UnpinnedModel, ...] = ()
+
+
+@dataclass(frozen=True)
+class UnpinnedModel:
+    """An attempt whose server was given a model by hand (--model), not the pinned snapshot."""
+
+    attempt: str
+    model: str
+
+
+def unpinned_models(attempts) -> tuple[UnpinnedModel, ...]:
+    return tuple(UnpinnedModel(a.id, a.meta.environment.served.model) for a in attempts
+                 if a.meta.environment is not None
+                 and a.meta.environment.served.source == "by_hand")
 
 
 def cells_by_refs(cells, fixtures: FixtureSuite) -> dict[int, list[Cell]]:
@@ -188,6 +203,7 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
         attempts=tuple(a.id for a in attempts),
         blockers=blockers(results, fixtures, target, host),
         unreached=unreached_knobs(attempts),
+        unpinned=unpinned_models(attempts),
     )
 
 
