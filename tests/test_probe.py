@@ -301,3 +301,15 @@ def test_a_busy_gpu_stops_the_probe_naming_the_holder(project, port):
     assert code == 4
     assert "the GPU is not idle after 0.3 s: pid 4242 (python3) holds 8,000 MiB" in out
     assert attempts(project)[0].runs == [] and not processes_with(str(project.root))
+
+
+def test_a_fresh_clone_does_not_resume_the_committed_sim_attempt(repo_copy, port, monkeypatch):
+    """The committed sim attempt was made on another machine: a probe here starts its own."""
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    monkeypatch.setenv("OMNIPROBE_ARTIFACTS", str(repo_copy.root / "artifacts"))
+    [committed] = sorted(p.name for p in (repo_copy.evidence_dir / "sim").glob("*-probe"))
+    code, out = probe(repo_copy, "probe-init", port, "--flag-set", "fp8")
+    assert code == 0, out
+    assert f"(new: {committed} does not record its environment" in out
+    assert "1 flag set(s): 0 already recorded, 1 to run" in out
+    assert len(list((repo_copy.evidence_dir / "sim").glob("*-probe"))) == 2
