@@ -175,12 +175,13 @@ def open_attempt(project: Project, host_name: str, host: Host, command: list[str
 
 
 def new_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
-                suffix: str, what: str) -> AttemptStore:
+                suffix: str, what: str,
+                environment: AttemptEnvironment | None = None) -> AttemptStore:
     """A new attempt of another session (e.g. `-offline`); its suffix keeps probe-init and
     probe-serve from resuming it."""
     if suffix == SUFFIX:
         raise ValueError(f"{SUFFIX!r} is the suffix of probe-init / probe-serve attempts")
-    store = _create(project, host_name, host, command, suffix, what)
+    store = _create(project, host_name, host, command, suffix, what, environment)
     store._take_lock()
     return store
 

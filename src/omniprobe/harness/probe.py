@@ -454,20 +454,6 @@ def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
 
 
-def probe_env(project: Project, cfg: HostsConfig, host_name: str, settings: ServeSettings, *,
-              venv: str | None, nvml=None) -> Path | None:
-    """The bin folder of the host's verified env, which the server runs from; None for a
-    simulated host, whose server is omniprobe's own sim. EnvNotReady names each failed check;
-    NotInEnv when the env lacks the serve command's program."""
-    if cfg.host(host_name).simulated:
-        return None
-    venv = session_venv(project, host_name) or venv
-    bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths.bin_dir
-    base_command(cfg, host_name, model=settings.model, hosts_file=project.hosts_file,
-                 bin_dir=bin_dir)
-    return bin_dir
-
-
 @dataclass(frozen=True)
 class ProbeEnv:
     """Where the server runs from (None: the simulator) and what the attempt records of it."""
