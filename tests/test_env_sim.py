@@ -87,3 +87,14 @@ def test_a_failed_env_session_makes_the_probe_refuse_naming_the_check(project, i
             f"run do not run: fixtures.references failed: {reference['file']}: sha256 differs"
             ) in out
     assert not (project.evidence_dir / "sim").exists()
+
+
+def test_a_dry_run_env_session_selects_nothing(project, invocation, capsys):
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.config.selection import SelectedEnvFailed, resolve_host
+
+    assert main(["env", "build", "--host", "sim", "--select", "--dry-run"]) == 0
+    assert "dry run: nothing was run" in capsys.readouterr().out
+    assert read_state(state_path(project), invocation)["host"] is None
+    with pytest.raises(SelectedEnvFailed, match="env-sim failed, .*: it was a dry run"):
+        resolve_host(project, load_hosts(project.hosts_file), "sim")
