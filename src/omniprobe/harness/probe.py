@@ -219,9 +219,11 @@ class ServeProbe:
         self.recorder = Recorder()
         self.refused: list[str] = []
         self.unfinished: list[str] = []
-        self.attempt_why = "given"  # what the session says of the attempt: new or resumed, and why
+        # What the session says of its attempt (new or resumed, and why), the host's pace so far,
+        # and the command that measures again; a session that always starts anew keeps these.
+        self.attempt_why = "new: every run of this session starts one"
         self.pace = Pace(None, None, 0)
-        self.again = f"omniprobe probe-init --host {host_name} --fresh"
+        self.again = "the same command"
 
     # --- plan ------------------------------------------------------------------------
 
