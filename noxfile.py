@@ -82,6 +82,13 @@ def schema(session: nox.Session) -> None:
 
 
 @nox.session
+def standins(session: nox.Session) -> None:
+    """Draw the stand-in reference images under fixtures/ (`-- --check`: only compare)."""
+    _install(session)
+    session.run("omniprobe", "standins", *_args(session))
+
+
+@nox.session
 def quality(session: nox.Session) -> None:
     """PSNR against a baseline's images and determinism groups (`-- --baseline DIR`)."""
     _install(session)
@@ -129,7 +136,7 @@ def probe_init(session: nox.Session) -> None:
 
 @nox.session(name="probe-serve")
 def probe_serve(session: nox.Session) -> None:
-    """Serve every fixture x seed per flag set (-- --fresh --flag-set F --fixture X)."""
+    """Serve each seed fixture (or its stand-in) x seed per flag set (-- --fresh --fixture X)."""
     _install(session)
     session.run("omniprobe", "probe-serve", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)

@@ -305,15 +305,25 @@ def test_snapshot_file_missing_or_unlisted(tmp_path, monkeypatch):
 # --- reference suite --------------------------------------------------------------------
 
 
-def test_real_fixtures_know_no_reference_digests():
+def test_a_real_host_checks_the_stand_ins_references_only():
     check = references_check(REAL)
-    assert check.status == "skip"
-    assert "references-suite-2" in check.detail
+    assert check.status == "pass", check.detail
+    assert check.detail == "4 files match the fixtures' sha256"  # the stand-ins' a-d
 
 
-def test_simulated_fixtures_check_their_committed_references():
+def test_a_simulated_host_checks_the_simulated_references_too():
     check = references_check(REAL, simulated=True)
     assert check.status == "pass", check.detail
+    assert check.detail == "8 files match the fixtures' sha256"
+
+
+def test_with_no_bound_references_the_check_skips(tmp_path):
+    suite = json.loads(REAL.fixtures_file.read_text())
+    suite["fixtures"] = [f for f in suite["fixtures"] if "references" not in f]
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "fixtures" / "fixtures.json").write_text(json.dumps(suite))
+    check = references_check(Project(tmp_path))
+    assert check.status == "skip" and "references-suite-2" in check.detail
 
 
 def test_reference_digests(tmp_path):

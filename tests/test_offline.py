@@ -145,7 +145,7 @@ description = "test: the source does not give its kwargs"
 @pytest.mark.parametrize(("host", "extra", "message"), [
     ("rtx3090", ["--kwarg-set", "offline-fp8-encoder-only"],
      "hosts.toml [offline_kwarg_sets.offline-fp8-encoder-only] has no 'kwargs'"),
-    ("rtx3090", ["--kwarg-set", "offline-fp8v"],
+    ("rtx3090", ["--kwarg-set", "offline-fp8v", "--fixture", "single-reference"],
      "fixture 'single-reference' cannot run: its source does not state prompt, width, height, "
      "references"),
     ("sim", ["--kwarg-set", "offline-fp8v"],

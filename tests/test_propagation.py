@@ -33,13 +33,15 @@ def test_a_knob_the_bridge_honours_reaches_the_model(project, port, tmp_path):
     assert attempt.id.endswith("-sim-propagation") and attempt.simulated
     [result] = attempt.propagation
     assert (result.flag_set_with, result.flag_set_without) == ("sim-cpuoff-kvfp8v", "cpuoff")
+    # By default the host's own default fixtures: on the sim as on a real host, the stand-ins.
     assert (result.knob, result.fixture, result.seed) == (
-        "extras.prefix_kv_cache_dtype", "sim-single", 2301)
+        "extras.prefix_kv_cache_dtype", "standin-single", 2301)
     assert result.bytes_identical is False and result.pixels_identical is False
     assert result.reached_model is True
     served = {r.flag_set: r for r in attempt.requests}
     assert set(served) == {"cpuoff", "sim-cpuoff-kvfp8v"}
-    assert all(r.outcome == "ok" and r.seed == 2301 for r in served.values())
+    assert all(r.outcome == "ok" and r.seed == 2301 and r.inputs == "stand-in"
+               for r in served.values())
     assert "extras.prefix_kv_cache_dtype reached the model" in out
     _, problems = load_project(project)
     assert problems == []
@@ -76,7 +78,8 @@ def test_outputs_that_never_came_are_not_measured(project, port):
     ("sim", ["--with", "int8"], "flag set 'int8' is not run on host 'sim'"),
     ("sim", ["--without", "sim-cpuoff-kvfp8v"], "pass the same deploy config 'sim-kvfp8v'"),
     ("sim", ["--fixture", "single-reference"],
-     "fixture 'single-reference' is not for host 'sim', which runs simulated fixtures only"),
+     "fixture 'single-reference' cannot run: its source does not state prompt, width, height, "
+     "references"),
     ("sim", ["--fixture", "nope"], "unknown fixture(s) nope"),
     ("rtx5080", [], "host 'rtx5080' has 0 flag sets with a deploy config (none)"),
 ])
@@ -106,10 +109,10 @@ def test_the_knob_comes_from_hosts_toml_or_the_command_line(project, port):
 
 def test_a_fixture_that_cannot_run_is_refused_and_passed_over_by_default(project, port):
     suite = json.loads(project.fixtures_file.read_text())
-    next(f for f in suite["fixtures"] if f["id"] == "sim-single")["prompt"] = None
+    next(f for f in suite["fixtures"] if f["id"] == "standin-single")["prompt"] = None
     project.fixtures_file.write_text(json.dumps(suite))
-    code, out = check(project, port, "--fixture", "sim-single")
+    code, out = check(project, port, "--fixture", "standin-single")
     assert code == 3
-    assert "fixture 'sim-single' cannot run: its source does not state prompt" in out
+    assert "fixture 'standin-single' cannot run: its source does not state prompt" in out
     assert check(project, port)[0] == 0
-    assert the_attempt(project).propagation[0].fixture == "sim-pair"
+    assert the_attempt(project).propagation[0].fixture == "standin-pair"

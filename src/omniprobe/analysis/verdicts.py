@@ -6,6 +6,10 @@
   fits the target count (every request ok) but its output is not sound; `capacity` when a run
   asked for the target count and did not fit; else `untested`: no run asked for it at all.
 - Simulated evidence counts only for a simulated host.
+- Stand-in inputs (omniprobe's, in place of inputs the source does not state) count for capacity
+  (fits, OOM, peaks, OOM signatures) and for output structure, which do not depend on what the
+  pictures show; never for speed-ups against the baseline, which ran the original inputs. The
+  verdict says which half rests on stand-ins.
 
 Every blocker, not only the headline one: each flag set that does not serve the target count is
 blocked by the first of init, capacity, quality, untested that holds for it, and the verdict lists
@@ -112,7 +116,16 @@ class HostVerdict:
     attempts: tuple[str, ...]
     blockers: tuple[BlockerEntry, ...] = ()
     unreached: tuple[UnreachedKnob, ...] = ()
+    capacity_inputs: tuple[str, ...] = ()
+    structure_inputs: tuple[str, ...] = ()
     unpinned: tuple[UnpinnedModel, ...] = ()
+
+    @property
+    def standin_halves(self) -> tuple[str, ...]:
+        """The halves of the verdict that rest, at least in part, on stand-in inputs."""
+        return tuple(half for half, inputs in (("capacity", self.capacity_inputs),
+                                               ("output structure", self.structure_inputs))
+                     if "stand-in" in inputs)
 
 
 @dataclass(frozen=True)
@@ -144,11 +157,28 @@ def evaluate_run(view: RunView, fixtures: FixtureSuite) -> RunResult:
     return RunResult(view, view.run.init.outcome == "ready", tuple(served), tuple(fitting))
 
 
+def capacity_inputs(results: list[RunResult]) -> tuple[str, ...]:
+    """Whose inputs the capacity half read: every cell of every run, whatever its outcome."""
+    return tuple(sorted({c.inputs for r in results for c in r.view.cells}))
+
+
+def structure_inputs(results: list[RunResult]) -> tuple[str, ...]:
+    """Whose inputs the output-structure half read: the cells whose output was checked."""
+    return tuple(sorted({c.inputs for r in results for c in r.view.cells
+                         if c.quality != "unchecked"}))
+
+
+def compares_to_baseline(cell: Cell) -> bool:
+    """Speed against the baseline means something only on the baseline's own inputs."""
+    return cell.inputs == "original"
+
+
 def speedups(view: RunView, baseline: Baseline, fixtures: FixtureSuite) -> list[Speedup]:
     walls = {w.fixture: w.wall_s for w in baseline.walls}
     out = []
     for cell in view.cells:
-        if cell.outcome != "ok" or cell.wall_s is None or cell.fixture not in walls:
+        if (cell.outcome != "ok" or cell.wall_s is None or cell.fixture not in walls
+                or not compares_to_baseline(cell)):
             continue
         base = walls[cell.fixture]
         out.append(Speedup(
@@ -204,6 +234,7 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
         blockers=blockers(results, fixtures, target, host),
         unreached=unreached_knobs(attempts),
         unpinned=unpinned_models(attempts),
+        capacity_inputs=capacity_inputs(results), structure_inputs=structure_inputs(results),
     )
 
 

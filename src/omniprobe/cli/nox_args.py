@@ -28,6 +28,7 @@ ROUTES: dict[str, Route] = {
     "validate": Route(("validate",)),
     "report": Route(("report",)),
     "schema": Route(("schema",)),
+    "standins": Route(("standins",)),
     "quality": Route(("quality",)),
     "env-<host>": Route(("env", "build"), frozenset({"--host", "--select"})),
     "probe-init": Route(("probe-init",)),

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from omniprobe.atomic import write_text_atomic
+from omniprobe.config.fixtures import Inputs
 from omniprobe.config.sources import SourceDocument
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import (
@@ -183,6 +184,9 @@ class Cell(_In):
     server_peak_mb: Range | None = Field(default=None, description="Server-reported peak (MB).")
     oom: OomSignature | None = None
     note: str | None = None
+    inputs: Inputs = Field(
+        default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
+                                        "inputs the source does not state (fixtures.json).")
     stated: list[StatedCellFigure] = Field(
         default=[], description="The same cell's figures as stated elsewhere in the source.")
 
@@ -279,6 +283,9 @@ class RequestRecord(_In):
         default=None, ge=0, description="When it was sent, seconds since its server started.")
     lifetime: int | None = Field(
         default=None, ge=0, description="Index of its server in the run's lifetimes.")
+    inputs: Inputs = Field(
+        default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
+                                        "inputs the source does not state (fixtures.json).")
 
 
 # --- offline, quality, reproducibility --------------------------------------------------
@@ -322,6 +329,9 @@ class OfflineRequest(_In):
         default=None, ge=0, description="When it began, seconds since its runner started.")
     lifetime: int | None = Field(
         default=None, ge=0, description="Which runner process of the kwarg set (0: the first).")
+    inputs: Inputs = Field(
+        default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
+                                        "inputs the source does not state (fixtures.json).")
 
 
 class StructureObservation(_In):

@@ -382,7 +382,8 @@ class OfflineProbe:
         return record
 
     def _record(self, name: str, planned: Planned, event: dict, index: int) -> OfflineRequest:
-        fields = {"kwarg_set": name, "fixture": planned.fixture.id, "seed": planned.seed,
+        fields = {"kwarg_set": name, "fixture": planned.fixture.id,
+                  "inputs": planned.fixture.inputs, "seed": planned.seed,
                   "outcome": event.get("outcome"), "quality": "unchecked",
                   "wall_s": event.get("wall_s"), "peak_mib": event.get("peak_mib"),
                   "started_s": event.get("started_s"), "lifetime": index}
@@ -410,8 +411,9 @@ class OfflineProbe:
     def _lost(self, name: str, planned: Planned, index: int, why: str | None, log_path: Path,
               waited_s: float) -> OfflineRequest:
         """A request the runner never answered: it hung (timeout) or died."""
-        fields = {"kwarg_set": name, "fixture": planned.fixture.id, "seed": planned.seed,
-                  "quality": "unchecked", "lifetime": index, "wall_s": round(waited_s, 4)}
+        fields = {"kwarg_set": name, "fixture": planned.fixture.id,
+                  "inputs": planned.fixture.inputs, "seed": planned.seed, "quality": "unchecked",
+                  "lifetime": index, "wall_s": round(waited_s, 4)}
         if why == "timeout":
             fields.update(outcome="timeout",
                           error=f"no result within {self.settings.request_timeout_s:g} s")

@@ -131,28 +131,40 @@ def settings_from(options: ServerOptions, cfg: HostsConfig, *, flag_sets: tuple[
 
 
 def serve_fixtures(suite: FixtureSuite, host: Host, wanted: tuple[str, ...] = ()) -> list[Fixture]:
-    """The host's fixtures (simulated ones on a simulated host), fewest references first.
+    """The fixtures to serve on the host, fewest references first: those named, else the suite's
+    default (each seed fixture where its inputs are stated, else its stand-ins).
 
-    Refuses, naming the missing fields of each, when any chosen fixture is not runnable.
+    Refuses a simulated fixture on a real host, and names the missing fields of each chosen
+    fixture that cannot run (and its stand-ins, which can).
     """
     unknown = sorted(set(wanted) - set(suite.ids))
     if unknown:
         raise PlanError(f"unknown fixture(s) {', '.join(unknown)}; "
                         f"fixtures: {', '.join(suite.ids)}")
-    chosen = [f for f in suite.fixtures
-              if f.simulated == host.simulated and (not wanted or f.id in wanted)]
-    refusals = [f for f in chosen if not f.runnable]
-    if refusals:
-        messages = []
-        for fixture in refusals:
-            try:
-                fixture.require_runnable()
-            except FixtureNotRunnable as exc:
-                messages.append(str(exc))
-        raise FixtureNotRunnable("\n".join(messages))
-    if not chosen:
-        raise FixtureNotRunnable(f"no {'simulated ' if host.simulated else ''}fixtures to run")
+    if wanted:
+        chosen = [f for f in suite.fixtures if f.id in wanted]
+        if not host.simulated and any(f.simulated for f in chosen):
+            raise PlanError(f"fixture(s) {', '.join(f.id for f in chosen if f.simulated)} are "
+                            "simulated: they run on simulated hosts only")
+        _refuse_unrunnable(suite, chosen)
+    else:
+        chosen, notes = suite.default_fixtures()
+        if not chosen:
+            raise FixtureNotRunnable("no fixture can run:\n" + "\n".join(notes))
     return sorted(chosen, key=lambda f: f.reference_count)
+
+
+def _refuse_unrunnable(suite: FixtureSuite, chosen: list[Fixture]) -> None:
+    messages = []
+    for fixture in chosen:
+        try:
+            fixture.require_runnable()
+        except FixtureNotRunnable as exc:
+            standins = [s.id for s in suite.standins_for(fixture.id)]
+            messages.append(str(exc) + (f" (or serve its stand-in: --fixture {standins[0]})"
+                                        if standins else ""))
+    if messages:
+        raise FixtureNotRunnable("\n".join(messages))
 
 
 def check_flag_sets(host_name: str, host: Host, wanted: tuple[str, ...]) -> list[str]:
@@ -353,6 +365,9 @@ class ServeProbe:
             flag_sets=len(served), fixtures=len(fixtures), seeds=len(seeds),
             recorded=cells - progress.total, to_run=progress.total,
             time=estimate(self.pace, len(plan), progress.total), again=self.again))
+        if not self.settings.fixtures:
+            for note in self.suite.default_fixtures()[1]:
+                progress.say(note)
         for number, (flag_set, pending) in enumerate(plan.items(), 1):
             command = self._command(flag_set)
             if command is not None:
@@ -414,8 +429,8 @@ class ServeProbe:
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
                      + f"; its log ends: {log_tail(log)}")
-        fields = {"flag_set": flag_set, "fixture": fixture.id, "seed": seed,
-                  "outcome": reply.outcome, "quality": "unchecked",
+        fields = {"flag_set": flag_set, "fixture": fixture.id, "inputs": fixture.inputs,
+                  "seed": seed, "outcome": reply.outcome, "quality": "unchecked",
                   "wall_s": round(reply.wall_s, 4),
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
@@ -517,9 +532,12 @@ class ProbeSession(Session):
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
 
     def _plan(self, ctx: Context) -> tuple[list[str], list[tuple[str, int]]]:
-        """The host's whole plan: its flag sets and every runnable (fixture, seed) cell."""
-        fixtures = [f.id for f in ctx.suite.fixtures
-                    if f.simulated == ctx.host.simulated and f.runnable]
+        """The host's whole plan: its flag sets and every (fixture, seed) cell a probe-serve
+        naming no fixture serves."""
+        try:
+            fixtures = [f.id for f in serve_fixtures(ctx.suite, ctx.host)]
+        except FixtureNotRunnable:
+            fixtures = []
         return (check_flag_sets(ctx.host_name, ctx.host, ()),
                 [(f, s) for f in fixtures for s in ctx.suite.sampling.seeds])
 

@@ -103,19 +103,13 @@ def choose_knob(cfg: HostsConfig, flag_set_with: str, knob: str | None) -> str:
 
 def choose_case(suite: FixtureSuite, host_name: str, host: Host, fixture: str | None,
                 seed: int | None) -> tuple[Fixture, int]:
-    """The fixture (default: the runnable edit with the fewest references) and the seed
-    (default: the first of the sampling seeds); refuses a fixture that cannot run."""
+    """The fixture (default: the edit with the fewest references of those the host serves by
+    default) and the seed (default: the first of the sampling seeds); refuses a fixture that
+    cannot run on the host."""
     if fixture is not None:
-        wanted = next((f for f in suite.fixtures if f.id == fixture), None)
-        if wanted is not None and wanted.simulated != host.simulated:
-            kind = "simulated" if host.simulated else "real"
-            raise PlanError(f"fixture {fixture!r} is not for host {host_name!r}, which runs "
-                            f"{kind} fixtures only")
         [chosen] = serve_fixtures(suite, host, (fixture,))
     else:
-        mine = [f for f in suite.fixtures if f.simulated == host.simulated and f.runnable]
-        if not mine:
-            serve_fixtures(suite, host)  # raises, naming what each fixture lacks
+        mine = serve_fixtures(suite, host)
         chosen = sorted(mine, key=lambda f: (f.kind != "edit", f.reference_count))[0]
     return chosen, suite.sampling.seeds[0] if seed is None else seed
 
