@@ -73,8 +73,9 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
     assert attempt.meta.environment.served.source == "simulated"
     # Every cell recorded in this environment: a re-run says so, runs nothing and says how to
     # measure again.
-    code, out = probe(project, "probe-serve", port)
-    assert code == 0 and f"complete: {attempt.id} holds every cell of its plan" in out
+    code, out = probe(project, "probe-serve", port,
+                      *(arg for f in SIM_FIXTURES for arg in ("--fixture", f)))
+    assert code == 0 and f"complete: {attempt.id} holds every cell asked for" in out
     assert "0 to run; nothing to run; to measure again: nox -s env-sim probe-serve -- --fresh" in out
     assert len(attempts(project)) == 1
 
@@ -123,14 +124,19 @@ def test_rerun_resumes_and_fresh_starts_anew(project, port):
     assert probe(project, "probe-serve", port, *args)[0] == 0
     code, out = probe(project, "probe-serve", port, *args)
     [attempt] = attempts(project)
-    assert code == 0 and f"resumed: {attempt.id} is incomplete, made in this environment" in out
+    assert code == 0 and f"complete: {attempt.id} holds every cell asked for" in out
     assert "1 flag set(s) x 1 fixture(s) x 1 seed(s): 1 already recorded, 0 to run" in out
     assert len(attempt.requests) == 1 and len(attempt.runs[0].lifetimes) == 1
+    # Asked for more, the same attempt continues.
+    code, out = probe(project, "probe-serve", port, *args, "--fixture", "sim-t2i")
+    assert code == 0 and f"resumed: {attempt.id} is incomplete, made in this environment" in out
+    assert "1 flag set(s) x 2 fixture(s) x 1 seed(s): 1 already recorded, 1 to run" in out
+    assert [len(a.requests) for a in attempts(project)] == [2]
     code, out = probe(project, "probe-serve", port, *args, "--fresh")
     assert code == 0 and "(new: --fresh)" in out
     # The pace of the host's earlier attempt gives the estimate.
     assert "to run; about " in out and "at the pace of this host's 1 earlier attempt(s)" in out
-    assert [len(a.requests) for a in attempts(project)] == [1, 1]
+    assert [len(a.requests) for a in attempts(project)] == [2, 1]
 
 
 def test_an_attempt_of_another_environment_is_not_resumed(project, port):

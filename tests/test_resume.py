@@ -27,7 +27,7 @@ DECISIONS = [
     # the newest attempt, complete? -> resume?, why
     (None, False, False, "new: no earlier probe attempt of this host"),
     (attempt(), False, True, "resumed: old is incomplete, made in this environment"),
-    (attempt(), True, True, "complete: old holds every cell of its plan"),
+    (attempt(), True, True, "complete: old holds every cell asked for"),
     (attempt(HERE.model_copy(update={"digest": "b" * 64})), False, False,
      "new: old ran in another environment (env digest bbbbbbbbbbbb, this one aaaaaaaaaaaa)"),
     (attempt(version="0.0.1"), False, False,
@@ -65,7 +65,7 @@ def test_plan_line_names_host_attempt_shape_cells_and_time():
                      recorded=0, to_run=24, time="about 2 min", again="nox -s x -- --fresh")
     assert line == ("probe-serve on sim: attempt A (new: --fresh); 2 flag set(s) x 3 fixture(s) "
                     "x 4 seed(s): 0 already recorded, 24 to run; about 2 min")
-    done = plan_line("probe-init", "sim", "A", "complete: A holds every cell of its plan",
+    done = plan_line("probe-init", "sim", "A", "complete: A holds every cell asked for",
                      flag_sets=5, fixtures=0, seeds=0, recorded=5, to_run=0,
                      time="nothing to run", again="nox -s env-sim probe-init -- --fresh")
     assert done.endswith("5 flag set(s): 5 already recorded, 0 to run; nothing to run; to "

@@ -208,7 +208,7 @@ def resume_decision(newest: Attempt | None, environment: AttemptEnvironment, *,
         return False, (f"new: {newest.id} served another model ({newest.environment.served.model}, "
                        f"this one {environment.served.model})")
     if complete:
-        return True, f"complete: {newest.id} holds every cell of its plan"
+        return True, f"complete: {newest.id} holds every cell asked for"
     return True, f"resumed: {newest.id} is incomplete, made in this environment"
 
 

@@ -532,13 +532,13 @@ class ProbeSession(Session):
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
 
     def _plan(self, ctx: Context) -> tuple[list[str], list[tuple[str, int]]]:
-        """The host's whole plan: its flag sets and every (fixture, seed) cell a probe-serve
-        naming no fixture serves."""
+        """What this run asks of an attempt: its flag sets and every (fixture, seed) cell the
+        probe-serve of the same options serves (the defaults where none are named)."""
         try:
-            fixtures = [f.id for f in serve_fixtures(ctx.suite, ctx.host)]
+            fixtures = [f.id for f in serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)]
         except FixtureNotRunnable:
             fixtures = []
-        return (check_flag_sets(ctx.host_name, ctx.host, ()),
+        return (check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets),
                 [(f, s) for f in fixtures for s in ctx.suite.sampling.seeds])
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
