@@ -38,8 +38,8 @@ def _hosts() -> dict[str, bool]:
 
 
 def _run_sessions(session: nox.Session) -> list[str]:
-    """The sessions of this nox run, in order: those -s, -k, -t or NOXSESSION chose, and any
-    notified. nox has no public accessor for them; its manifest (a private attribute of the
+    """The sessions of this nox run, in the noxfile's order: those -s, -k, -t or NOXSESSION chose, and
+    any notified. nox has no public accessor for them; its manifest (a private attribute of the
     session) answers `name in manifest` and `list_all_sessions()` publicly."""
     manifest = session._runner.manifest
     return [runner.name for runner, _ in manifest.list_all_sessions() if runner.name in manifest]
