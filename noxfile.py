@@ -55,9 +55,9 @@ def _args(session: nox.Session) -> list[str]:
     return json.loads(routed)
 
 
-def _install(session: nox.Session, *extras: str) -> None:
+def _install(session: nox.Session, *extras: str, env: dict[str, str] | None = None) -> None:
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-e", spec)
+    session.install("-e", spec, env=env)
 
 
 @nox.session
@@ -97,9 +97,12 @@ def quality(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pytest takes every option after --); GPU tests skip without CUDA."""
-    _install(session, "test")
-    session.run("pytest", *session.posargs)  # pytest's own options, all of them
+    """Run the test suite (pytest, one worker per core; it takes every option after --)."""
+    # The suite starts about a hundred Python processes (servers, supervisors, harnesses): with
+    # bytecode compiled at install, none of them compiles numpy and pydantic anew (uv does not
+    # compile by default, and PYTHONDONTWRITEBYTECODE stops Python caching it at run time).
+    _install(session, "test", env={"UV_COMPILE_BYTECODE": "1"})
+    session.run("pytest", "-n", "auto", "--dist", "loadgroup", *session.posargs)
 
 
 @nox.session

@@ -15,6 +15,14 @@ from pathlib import Path
 from omniprobe.config.project import Project
 from omniprobe.evidence.models import EnvManifest
 
+# Imported as tests.env_scaffold by the tests, as env_scaffold by the benchmarks.
+if __package__:
+    from .upstream_tree import FILES as UPSTREAM_FILES
+    from .upstream_tree import write_tree
+else:
+    from upstream_tree import FILES as UPSTREAM_FILES
+    from upstream_tree import write_tree
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPO = "testorg/tiny-model"
 SNAPSHOT_FILES = {"config.json": b'{"layers": 2}\n', "weights/part-1.bin": b"\x00\x01weights"}
@@ -29,10 +37,13 @@ def git(*args: str, cwd: Path | None = None) -> str:
     return out.stdout.strip()
 
 
-def make_git_package(folder: Path, dist: str, deps: list[str]) -> list[str]:
-    """A flit package in a fresh repository with two commits; returns both full commits."""
+def make_git_package(folder: Path, dist: str, deps: list[str],
+                     tree: dict[str, str] | None = None) -> list[str]:
+    """A flit package in a fresh repository with two commits, beside the files of `tree`;
+    returns both full commits."""
     module = folder / dist.replace("-", "_")
     module.mkdir(parents=True)
+    write_tree(folder, tree or {})
     (folder / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["flit_core>=3.4,<4"]\nbuild-backend = "flit_core.buildapi"\n'
         f'[project]\nname = "{dist}"\nversion = "0.1.0"\ndescription = "test package"\n'
@@ -256,7 +267,8 @@ def make_world(root: Path) -> World:
     world = World(root=root, project=project, env_root=root / "envroot", hf_cache=root / "hf",
                   repo_a=repo_a, repo_b=repo_b,
                   commits_a=make_git_package(repo_a, "gitpkg-a", []),
-                  commits_b=make_git_package(repo_b, "gitpkg-b", ["six"]),
+                  # [stack] upstream_repo: its clone holds the synthetic upstream tree.
+                  commits_b=make_git_package(repo_b, "gitpkg-b", ["six"], UPSTREAM_FILES),
                   revision=revision_of("tiny-model main"))
     make_hf_cache(world.hf_cache, MODEL_REPO, world.revision, SNAPSHOT_FILES)
     (project.root / "snapshot-manifest.json").write_text(json.dumps({

@@ -4,14 +4,18 @@ config bridge drops, one that cannot be measured, and the refusals."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
+from omniprobe.harness import logs
+from omniprobe.report.render import render_report
+from omniprobe.sim import knobs as sim_knobs
 from omniprobe.sim.knobs import BRIDGE_ENV
 
-from .conftest import in_process, processes_with
+from .conftest import REPO, in_process, processes_with
 
 
 def check(project, port, *extra, host="sim"):
@@ -43,6 +47,7 @@ def test_a_knob_the_bridge_honours_reaches_the_model(project, port, tmp_path):
     assert all(r.outcome == "ok" and r.seed == 2301 and r.inputs == "stand-in"
                for r in served.values())
     assert "extras.prefix_kv_cache_dtype reached the model" in out
+    assert result.deploy_config_ignored is False
     _, problems = load_project(project)
     assert problems == []
     assert not processes_with(str(tmp_path))
@@ -60,6 +65,37 @@ def test_a_knob_the_bridge_drops_leaves_identical_outputs(project, port, monkeyp
     with_run = next(r for r in attempt.runs if r.flag_set == "sim-cpuoff-kvfp8v")
     log = (project.artifacts_dir / with_run.lifetimes[0].log.path).read_text()
     assert "the simulated config bridge drops them" in log
+
+
+def test_a_deploy_config_upstream_ignores_is_recorded_from_its_warning_line(project, port,
+                                                                          monkeypatch):
+    monkeypatch.setenv(BRIDGE_ENV, "ignore")
+    code, out = check(project, port)
+    assert code == 0, out
+    attempt = the_attempt(project)
+    [result] = attempt.propagation
+    assert result.deploy_config_ignored is True and result.reached_model is False
+    assert result.bytes_identical is True
+    assert "the server logged that upstream ignored the deploy config" in out
+    assert ("warning: [sim-cpuoff-kvfp8v] the server logged 'No registered PipelineConfig "
+            "resolved for model': its --deploy-config was ignored") in out
+    ignored = {r.flag_set: r.lifetimes[0].deploy_config_ignored for r in attempt.runs}
+    assert ignored == {"sim-cpuoff-kvfp8v": True, "cpuoff": None}  # cpuoff passes no config
+    assert load_project(project)[1] == []
+    shutil.copytree(REPO / "templates", project.root / "templates")
+    report = render_report(project)
+    assert "carries upstream's warning that it ignored the deploy config" in report
+    assert "sim-cpuoff-kvfp8v ran as cpuoff" in report
+    assert (f"sim-cpuoff-kvfp8v ({attempt.id}): the server's log carries upstream's warning "
+            "that it ignored the deploy config") in report
+    assert f"cpuoff ({attempt.id}): the server's log" not in report
+
+
+def test_the_sim_warns_in_upstreams_words():
+    assert sim_knobs.DEPLOY_IGNORED_WARNING == logs.DEPLOY_IGNORED_WARNING
+    assert logs.deploy_config_ignored(
+        f"WARNING 11-30 10:00:00 [resolver.py:88] {logs.DEPLOY_IGNORED_WARNING} Qwen/Qwen-Image")
+    assert not logs.deploy_config_ignored("INFO: stage extras parsed")
 
 
 def test_outputs_that_never_came_are_not_measured(project, port):

@@ -116,6 +116,7 @@ class HostVerdict:
     attempts: tuple[str, ...]
     blockers: tuple[BlockerEntry, ...] = ()
     unreached: tuple[UnreachedKnob, ...] = ()
+    unreached_offline: tuple[UnreachedKnob, ...] = ()  # offline kwarg sets, as `unreached`
     capacity_inputs: tuple[str, ...] = ()
     structure_inputs: tuple[str, ...] = ()
     unpinned: tuple[UnpinnedModel, ...] = ()
@@ -234,6 +235,7 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
         blockers=blockers(results, fixtures, target, host),
         unreached=unreached_knobs(attempts),
         unpinned=unpinned_models(attempts),
+        unreached_offline=unreached_knobs(attempts, via="offline"),
         capacity_inputs=capacity_inputs(results), structure_inputs=structure_inputs(results),
     )
 
@@ -310,13 +312,14 @@ def blockers(results: list[RunResult], fixtures: FixtureSuite, target: int,
     return tuple(entries)
 
 
-def unreached_knobs(attempts) -> tuple[UnreachedKnob, ...]:
-    """Flag sets whose latest propagation check shows their knob never reached the model."""
+def unreached_knobs(attempts, via: str = "serve") -> tuple[UnreachedKnob, ...]:
+    """Flag sets (via "offline": offline kwarg sets) whose latest propagation check shows their
+    knob never reached the model: each ran as the one it was compared with."""
     latest: dict[str, UnreachedKnob | None] = {}
     for attempt in sorted(attempts, key=lambda a: (a.meta.date, a.id)):
         for check in attempt.propagation:
             reached = check.reached_model
-            if reached is None:
+            if reached is None or check.via != via:
                 continue
             latest[check.flag_set_with] = None if reached else UnreachedKnob(
                 check.flag_set_with, check.flag_set_without, check.knob, attempt.id)

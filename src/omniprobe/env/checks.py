@@ -12,10 +12,11 @@ import json
 import os
 import platform
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -36,6 +37,8 @@ from omniprobe.env.state import (
 )
 from omniprobe.errors import InputError, problems_from_validation
 from omniprobe.evidence.models import CheckStatus, EnvCheck, EnvPin, EnvPython, GpuFacts, HostFacts
+from omniprobe.evidence.upstream import UpstreamContract
+from omniprobe.upstream.contract import check_clone
 
 if TYPE_CHECKING:
     from huggingface_hub import CachedRevisionInfo
@@ -91,6 +94,8 @@ class Verification:
     freeze: list[str]
     checks: list[EnvCheck]
     phases: dict[str, float]
+    upstream: UpstreamContract | None = None  # the contract check against the env's own clone
+    upstream_note: str | None = None  # why it was not read, where it was not
 
     @property
     def failed(self) -> list[EnvCheck]:
@@ -410,6 +415,33 @@ def references_check(project: Project, *, simulated: bool = False) -> EnvCheck:
 # --- everything together ----------------------------------------------------------------
 
 
+def clone_contract(cfg: HostsConfig, project: Project,
+                   paths: EnvPaths) -> tuple[UpstreamContract | None, str | None]:
+    """The upstream contract check against the env's own clone of [stack] upstream_repo; (None,
+    why) where there is no clone to read, (None, None) where the env clones no upstream."""
+    step = next((s for s in env_config(cfg, project.hosts_file).install
+                 if s.git == cfg.stack.upstream_repo), None)
+    if step is None:
+        return None, None
+    clone = paths.clone_dir(step)
+    if not clone.is_dir():
+        return None, f"no clone of {step.name} at {clone}"
+    try:
+        return check_clone(cfg, clone, project.root), None
+    except InputError as exc:
+        return None, f"the clone at {clone} could not be read: {exc}"
+
+
+def contract_warnings(verification: Verification) -> list[str]:
+    """One line per upstream contract check the env's clone fails (or why none was read)."""
+    contract = verification.upstream
+    if contract is None:
+        note = verification.upstream_note
+        return [f"upstream contract not checked: {note}"] if note else []
+    return [f"upstream contract check {c.name} FAILS at {c.where or '(no location)'}: {c.detail}"
+            for c in contract.checks if c.status == "fail"]
+
+
 def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPaths, *,
                runner: Runner, nvml: Any = None) -> Verification:
     """Run every check of `host_name`'s environment at `paths`; never changes anything."""
@@ -454,6 +486,8 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     checks.extend(timed("snapshot", snapshot_checks, cfg, project))
     checks.append(timed("references", lambda: references_check(project, simulated=host.simulated)))
 
+    upstream, upstream_note = (None, None) if host.simulated else timed(
+        "upstream", clone_contract, cfg, project, paths)
     uv = uv_command()
     freeze: list[str] = []
     if paths.python.exists():
@@ -467,7 +501,7 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
                         model_snapshot=cfg.stack.model_snapshot, complete=current,
                         uv_version=uv_version,
                         python=python, facts=facts, pins=pins, freeze=freeze, checks=checks,
-                        phases=phases)
+                        phases=phases, upstream=upstream, upstream_note=upstream_note)
 
 
 def expected_and_got(check: EnvCheck) -> str:
@@ -497,8 +531,11 @@ def describe_failures(verification: Verification) -> str:
 
 
 def require_env_ok(host: str, *, project: Project | None = None, venv: str | Path | None = None,
-                   nvml: Any = None, runner: Runner | None = None) -> Verification:
-    """For probe sessions: the verified env of `host`, or EnvNotReady naming each failed check."""
+                   nvml: Any = None, runner: Runner | None = None,
+                   out: TextIO | None = None) -> Verification:
+    """For probe sessions: the verified env of `host`, or EnvNotReady naming each failed check.
+    Each upstream contract check its clone fails is a warning to `out` (a probe may still be
+    worth its GPU time: the check may fail because upstream really behaves so)."""
     project = project or find_project()
     cfg = load_hosts(project.hosts_file)
     paths = env_paths(cfg, project, host, venv)
@@ -508,4 +545,6 @@ def require_env_ok(host: str, *, project: Project | None = None, venv: str | Pat
             f"the probe environment of host {host!r} at {paths.venv} is not usable:\n"
             f"{describe_failures(verification)}\n"
             f"run `omniprobe env build --host {host}` (it repairs an incomplete build)")
+    for line in contract_warnings(verification):
+        print(f"warning: {line}", file=out or sys.stderr)
     return verification

@@ -120,8 +120,9 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
         for j, name in enumerate(group.flag_sets):
             flag_set("determinism.json", f"$[{i}].flag_sets[{j}]", name)
     for i, check in enumerate(attempt.propagation):
-        flag_set("propagation.json", f"$[{i}].flag_set_with", check.flag_set_with)
-        flag_set("propagation.json", f"$[{i}].flag_set_without", check.flag_set_without)
+        pair = kwarg_set if check.via == "offline" else flag_set
+        pair("propagation.json", f"$[{i}].flag_set_with", check.flag_set_with)
+        pair("propagation.json", f"$[{i}].flag_set_without", check.flag_set_without)
         fixture("propagation.json", f"$[{i}].fixture", check.fixture)
     if attempt.baseline is not None:
         for i, wall in enumerate(attempt.baseline.walls):

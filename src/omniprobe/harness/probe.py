@@ -43,7 +43,12 @@ from omniprobe.evidence.models import (
     TimelineSummary,
 )
 from omniprobe.harness import client
-from omniprobe.harness.logs import log_tail, read_from
+from omniprobe.harness.logs import (
+    DEPLOY_IGNORED_WARNING,
+    deploy_config_ignored,
+    log_tail,
+    read_from,
+)
 from omniprobe.harness.plan import Pace, attempt_complete, earlier_attempts, estimate, pace, plan_line
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
@@ -265,6 +270,18 @@ class ServeProbe:
             self.baseline = wait_idle(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
                                       poll_s=min(self.settings.poll_s, 0.5))
 
+    def _deploy_ignored(self, flag_set: str, log_path: Path) -> bool | None:
+        """Whether upstream's log says it ignored the flag set's deploy config (None: it passes
+        none); a warning when it did, since the flag set then measures its base."""
+        if not self.cfg.flag_sets[flag_set].deploy_config:
+            return None
+        ignored = deploy_config_ignored(log_path.read_text(errors="replace"))
+        if ignored:
+            print(f"warning: [{flag_set}] the server logged {DEPLOY_IGNORED_WARNING!r}: its "
+                  "--deploy-config was ignored, so it measures its base configuration",
+                  file=self.out, flush=True)
+        return ignored
+
     def _put_lifetime(self, flag_set: str, index: int, lifetime: ServerLifetime) -> None:
         run = self.store.run(flag_set)
         lifetimes = list(run.lifetimes) if run else []
@@ -317,7 +334,9 @@ class ServeProbe:
             if record is not None:
                 log = file_ref(server.log_path, self.store.project.artifacts_dir)
                 self._put_lifetime(flag_set, index, record.model_copy(
-                    update={"ended": ended, "log": log, "timeline": timeline}))
+                    update={"ended": ended, "log": log, "timeline": timeline,
+                            "deploy_config_ignored": self._deploy_ignored(flag_set,
+                                                                          server.log_path)}))
 
     # --- probe-init -----------------------------------------------------------------------
 
@@ -337,7 +356,7 @@ class ServeProbe:
             with self.lifetime(flag_set, "probe-init", command) as live:
                 init = live.init
             progress.step(f"[{flag_set} {number}/{len(todo)}] init {init.outcome} after "
-                          f"{init.time_s:g} s" + _oom_text(init.oom)
+                          f"{init.time_s:g} s" + _oom_text(init.oom) + _failure_text(init)
                           + _peak(self.store.run(flag_set)))
 
     # --- probe-serve ----------------------------------------------------------------------
@@ -381,10 +400,11 @@ class ServeProbe:
             progress.say(f"[{label}] starting the server")
             with self.lifetime(flag_set, "probe-serve", command) as live:
                 progress.say(f"[{label}] init {live.init.outcome} after {live.init.time_s:g} s"
-                             + _oom_text(live.init.oom))
+                             + _oom_text(live.init.oom) + _failure_text(live.init))
                 if live.init.outcome != "ready":
                     self.unfinished.append(f"{flag_set}: {len(pending)} request(s) not sent, "
-                                           f"init {live.init.outcome}")
+                                           f"init {live.init.outcome}"
+                                           + _failure_text(live.init))
                     return
                 while pending:
                     fixture, seed = pending.pop(0)
@@ -467,6 +487,12 @@ def _oom_text(oom) -> str:
     return f" (tried to allocate {oom.requested}{where})" if oom.requested else where
 
 
+def _failure_text(init: InitResult) -> str:
+    """The server's own words when it did not come up (an exit at import, a refused flag, a
+    timeout), so a run never stops on a later symptom such as a refused connection."""
+    return f": {init.note}" if init.outcome in ("error", "timeout") and init.note else ""
+
+
 def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
 
@@ -480,15 +506,17 @@ class ProbeEnv:
 
 
 def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: str | None,
-                venv: str | None, nvml=None) -> ProbeEnv:
+                venv: str | None, nvml=None, out: TextIO | None = None) -> ProbeEnv:
     """The host's verified env and the model its server is given: the snapshot folder the env
     check found at the pinned revision, unless --model gave one by hand (recorded as such).
-    EnvNotReady names each failed check; NotInEnv when the env lacks the serve program."""
+    EnvNotReady names each failed check; NotInEnv when the env lacks the serve program. Each
+    upstream contract check the env's clone fails is a warning on `out`, before any GPU time is
+    spent."""
     if cfg.host(host_name).simulated:
         served = ServedModel(model=by_hand or cfg.stack.model_repo,
                              source="by_hand" if by_hand else "simulated")
         return ProbeEnv(None, AttemptEnvironment(digest=sim_env_digest(), served=served))
-    verification = require_env_ok(host_name, project=project, nvml=nvml,
+    verification = require_env_ok(host_name, project=project, nvml=nvml, out=out,
                                    venv=session_venv(project, host_name) or venv)
     snapshot = None if by_hand else pinned_snapshot(cfg)
     if by_hand:
@@ -526,7 +554,7 @@ class ProbeSession(Session):
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
             client.check_references(fixtures, ctx.project.fixtures_file.parent)
         self.env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=self.options.model,
-                               venv=self.options.venv, nvml=self.nvml)
+                               venv=self.options.venv, nvml=self.nvml, out=ctx.out)
         self.env_bin = self.env.bin_dir
         self.settings = replace(self.settings, model=self.env.record.served.model)
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
