@@ -123,6 +123,7 @@ class HostVerdict:
     unreached_offline: tuple[UnreachedKnob, ...] = ()  # offline kwarg sets, as `unreached`
     capacity_inputs: tuple[str, ...] = ()
     structure_inputs: tuple[str, ...] = ()
+    unpinned: tuple[UnpinnedModel, ...] = ()
 
     @property
     def standin_halves(self) -> tuple[str, ...]:
@@ -130,6 +131,20 @@ class HostVerdict:
         return tuple(half for half, inputs in (("capacity", self.capacity_inputs),
                                                ("output structure", self.structure_inputs))
                      if "stand-in" in inputs)
+
+
+@dataclass(frozen=True)
+class UnpinnedModel:
+    """An attempt whose server was given a model by hand (--model), not the pinned snapshot."""
+
+    attempt: str
+    model: str
+
+
+def unpinned_models(attempts) -> tuple[UnpinnedModel, ...]:
+    return tuple(UnpinnedModel(a.id, a.meta.environment.served.model) for a in attempts
+                 if a.meta.environment is not None
+                 and a.meta.environment.served.source == "by_hand")
 
 
 def cells_by_refs(cells, fixtures: FixtureSuite) -> dict[int, list[Cell]]:
@@ -233,6 +248,7 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
         attempts=tuple(a.id for a in attempts),
         blockers=blockers(results, fixtures, target, host),
         unreached=unreached_knobs(attempts),
+        unpinned=unpinned_models(attempts),
         unreached_offline=unreached_knobs(attempts, via="offline"),
         capacity_inputs=capacity_inputs(results), structure_inputs=structure_inputs(results),
     )

@@ -154,21 +154,32 @@ def _pinned_env(args: argparse.Namespace, project) -> tuple[int, list[str], str 
 
 def _env(args: argparse.Namespace) -> int:
     from omniprobe.config.hosts import load_hosts
-    from omniprobe.config.selection import INVOCATION_ENV, record_selection
+    from omniprobe.config.selection import INVOCATION_ENV, record_env_failure, record_selection
     from omniprobe.env.state import EnvError
 
     project = find_project()
     simulated = load_hosts(project.hosts_file).host(args.host, "--host").simulated
+    select = args.select and not args.dry_run
+    if args.select and args.dry_run:
+        record_env_failure(project, args.host, "it was a dry run (--dry-run): nothing was built "
+                                               "or checked")
+    elif select:  # until it ends well, this session has failed: a crash selects nothing either
+        record_env_failure(project, args.host, "it did not finish (see its output)")
     try:
         code, problems, venv = (_sim_env if simulated else _pinned_env)(args, project)
     except EnvError as exc:
-        if args.select and not args.dry_run:  # the probe sessions after refuse, saying why
+        if select:  # the probe sessions after refuse, saying why
             record_selection(project, args.host, [" ".join(str(exc).split())])
         raise
-    if args.select and not args.dry_run:
+    if select:
         handed = record_selection(project, args.host, problems, venv=venv)
-        print(f"selected host {args.host} for the probe sessions of this nox run" if handed else
-              f"--select: not in a nox run ({INVOCATION_ENV} unset); nothing handed on")
+        if not handed:
+            print(f"--select: not in a nox run ({INVOCATION_ENV} unset); nothing handed on")
+        elif problems:
+            print(f"env-{args.host} failed: no host selected; the probe sessions of this nox run "
+                  "refuse")
+        else:
+            print(f"selected host {args.host} for the probe sessions of this nox run")
     return code
 
 
@@ -241,6 +252,16 @@ def _propagation(args: argparse.Namespace) -> int:
     from omniprobe.harness.propagation import run_propagation
 
     return run_propagation(find_project(), propagation_options(args), command=args.argv)
+
+
+def _nox_args(args: argparse.Namespace) -> int:
+    import json
+
+    from omniprobe.cli.nox_args import route_options
+
+    posargs = args.posargs[1:] if args.posargs[:1] == ["--"] else args.posargs
+    print(json.dumps(route_options(build_parser(), args.session, args.run.split(","), posargs)))
+    return 0
 
 
 def _timeline(args: argparse.Namespace) -> int:
@@ -429,6 +450,14 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--record", action="store_true",
                       help="record the result as a new attempt under evidence/upstream/")
     q.set_defaults(func=_upstream)
+
+    p = sub.add_parser("nox-args", help="the noxfile's router: which of the arguments after "
+                       "`nox ... --` SESSION takes, as a JSON list (cli/nox_args.py): "
+                       "omniprobe nox-args --run S1,S2 SESSION -- ARGS")
+    p.add_argument("session", help="the nox session asking")
+    p.add_argument("--run", required=True, help="the sessions of the nox run, comma-separated")
+    p.add_argument("posargs", nargs=argparse.REMAINDER, help="the arguments after `--`")
+    p.set_defaults(func=_nox_args)
 
     p = sub.add_parser("timeline", help="render a recorded GPU memory series (JSONL) as SVG")
     p.add_argument("series", type=Path)

@@ -313,6 +313,27 @@ def hf_cache_dir() -> Path:
     return Path(xdg).expanduser() / "huggingface" / "hub"
 
 
+def _at_revision(revisions, revision: str) -> list:
+    return [rev for rev in revisions if rev.commit_hash.startswith(revision) or revision in rev.refs]
+
+
+def pinned_snapshot(cfg: HostsConfig):
+    """The hub cache's snapshot at the pinned revision (a CachedRevisionInfo: its folder is what
+    the server is given for {model}); None unless exactly one revision matches, as the
+    model.snapshot check requires. The repo id would resolve through the cache's `main` ref,
+    which need not be the pinned revision."""
+    from huggingface_hub import scan_cache_dir
+
+    cache = hf_cache_dir()
+    if not cache.is_dir():
+        return None
+    revisions = [rev for r in scan_cache_dir(cache).repos
+                 if r.repo_id == cfg.stack.model_repo and r.repo_type == "model"
+                 for rev in r.revisions]
+    matching = _at_revision(revisions, cfg.stack.model_revision)
+    return matching[0] if len(matching) == 1 else None
+
+
 def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
     from huggingface_hub import scan_cache_dir
 
@@ -327,8 +348,7 @@ def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
         info = scan_cache_dir(cache)
         cached = [r for r in info.repos if r.repo_id == repo and r.repo_type == "model"]
         revisions = [rev for r in cached for rev in r.revisions]
-        matching = [rev for rev in revisions
-                    if rev.commit_hash.startswith(revision) or revision in rev.refs]
+        matching = _at_revision(revisions, revision)
         if not cached:
             broken = [str(w) for w in info.warnings if repo.replace("/", "--") in str(w)]
             snapshot = _check("model.snapshot", "fail",

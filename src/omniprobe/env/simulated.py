@@ -9,12 +9,15 @@ simulated ones and the stand-ins) match their digests.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass
 
+from omniprobe import __version__
 from omniprobe.config.hosts import EnvChecks, HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.digests import sha256_json
 from omniprobe.env.checks import (
     check_lines,
     emulation_check,
@@ -76,6 +79,14 @@ def check_sim_env(cfg: HostsConfig, project: Project, host: str, *, python: str 
         checks += [*gpu_checks(cfg.host(host), facts, tolerance),
                    emulation_check(cfg.emulated_cap_mib(host), facts)]
     return SimEnv(host, python, checks)
+
+
+def sim_env_digest(python: str = sys.executable) -> str:
+    """A simulated host's environment as a probe attempt records it: omniprobe's version and
+    where it and the interpreter running its server live (another clone is another env)."""
+    spec = importlib.util.find_spec(SIM_MODULE)
+    return sha256_json({"where": python, "python": sys.version.split()[0],
+                        "omniprobe": __version__, "sim": spec.origin if spec else None})
 
 
 def format_sim_env(env: SimEnv) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +24,7 @@ from omniprobe.evidence.models import (
     ATTEMPT_FILE,
     ArtifactRef,
     Attempt,
+    AttemptEnvironment,
     Emulated,
     Measured,
     RequestRecord,
@@ -161,7 +163,8 @@ def _load(project: Project, folder: Path) -> AttemptStore:
 
 def _create(project: Project, host_name: str, host: Host, command: list[str],
             suffix: str = SUFFIX, what: str = "probe-init / probe-serve",
-            cap_mib: int | None = None) -> AttemptStore:
+            cap_mib: int | None = None,
+            environment: AttemptEnvironment | None = None) -> AttemptStore:
     now = datetime.now(UTC).replace(microsecond=0)
     attempt_id = free_attempt_id(project.evidence_dir / host_name, host_name, now, suffix)
     folder = project.evidence_dir / host_name / attempt_id
@@ -169,7 +172,8 @@ def _create(project: Project, host_name: str, host: Host, command: list[str],
                    description=f"{what} by omniprobe {__version__} on "
                                f"{host.name}" + (" (simulated)" if host.simulated else "")
                                + (f", capped at {cap_mib:,} MiB" if cap_mib else ""),
-                   provenance=provenance(host_name, host, command, now, cap_mib=cap_mib))
+                   provenance=provenance(host_name, host, command, now, cap_mib=cap_mib),
+                   environment=environment)
     folder.mkdir(parents=True, exist_ok=False)
     write_section(folder, ATTEMPT_FILE, meta)
     return AttemptStore(project, folder, meta)
@@ -193,7 +197,8 @@ def open_attempt(project: Project, host_name: str, host: Host, command: list[str
 
 
 def new_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
-                suffix: str, what: str) -> AttemptStore:
+                suffix: str, what: str,
+                environment: AttemptEnvironment | None = None) -> AttemptStore:
     """A new attempt of another session (e.g. `-offline`); its suffix keeps probe-init and
     probe-serve from resuming it."""
     if suffix == SUFFIX:
@@ -201,6 +206,57 @@ def new_attempt(project: Project, host_name: str, host: Host, command: list[str]
     if host.emulation is not None:
         raise Refusal(f"host {host_name!r} is emulated: {what} does not cap its processes at the "
                       "emulated capacity; only probe-init and probe-serve run on an emulated host")
-    store = _create(project, host_name, host, command, suffix, what)
+    store = _create(project, host_name, host, command, suffix, what, environment=environment)
     store._take_lock()
     return store
+
+
+def resume_decision(newest: Attempt | None, environment: AttemptEnvironment, *,
+                    complete: bool) -> tuple[bool, str]:
+    """Whether to resume the host's newest probe attempt in `environment`, and why (or why a new
+    one starts): only an attempt made by this omniprobe version in the same environment, serving
+    the same model, resumes; a complete one is resumed only to say so."""
+    if newest is None:
+        return False, "new: no earlier probe attempt of this host"
+    made = newest.provenance
+    if made.kind == "transcribed":
+        return False, f"new: {newest.id} is transcribed, never resumed"
+    if newest.environment is None:
+        return False, f"new: {newest.id} does not record its environment (made before attempts did)"
+    if made.tool_version != __version__:
+        return False, (f"new: {newest.id} was made by omniprobe {made.tool_version}, this is "
+                       f"{__version__}")
+    if newest.environment.digest != environment.digest:
+        return False, (f"new: {newest.id} ran in another environment (env digest "
+                       f"{newest.environment.digest[:12]}, this one {environment.digest[:12]})")
+    if newest.environment.served != environment.served:
+        return False, (f"new: {newest.id} served another model ({newest.environment.served.model}, "
+                       f"this one {environment.served.model})")
+    if complete:
+        return True, f"complete: {newest.id} holds every cell asked for"
+    return True, f"resumed: {newest.id} is incomplete, made in this environment"
+
+
+def open_probe_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
+                       environment: AttemptEnvironment, fresh: bool, fresh_id: str | None,
+                       complete: Callable[[AttemptStore], bool],
+                       cap_mib: int | None = None) -> tuple[AttemptStore, str]:
+    """The probe attempt to write, and why: this nox run's fresh one, a new one (--fresh, or the
+    newest cannot be resumed: resume_decision says why), or the newest to resume (on an emulated
+    host, of the same cap)."""
+    host_dir = project.evidence_dir / host_name
+    if fresh_id and (host_dir / fresh_id).is_dir():
+        store, why = _load(project, host_dir / fresh_id), f"joined: {fresh_id}, this nox run's --fresh one"
+    elif fresh:
+        store, why = None, "new: --fresh"
+    else:
+        existing = probe_attempts(host_dir, cap_mib)
+        newest = _load(project, existing[-1]) if existing else None
+        resume, why = resume_decision(newest.meta if newest else None, environment,
+                                      complete=newest is not None and complete(newest))
+        store = newest if resume else None
+    if store is None:
+        store = _create(project, host_name, host, command, cap_suffix(cap_mib), cap_mib=cap_mib,
+                        environment=environment)
+    store._take_lock()
+    return store, why

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import Inputs
+from omniprobe.config.sources import SourceDocument
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import (
     FORMAT_VERSION,
@@ -47,7 +48,7 @@ class _In(BaseModel):
 
 class Transcribed(_In):
     kind: Literal["transcribed"]
-    source: str = Field(description="The document the figures were copied from.")
+    source: SourceDocument = Field(description="The document the figures were copied from.")
     section: str = Field(description="Where in it.")
 
 
@@ -99,6 +100,31 @@ class AttemptPins(_In):
     model_snapshot: str | None = None
 
 
+class ServedModel(_In):
+    """What a probe's server was given for {model}, and whether it is the pinned snapshot."""
+
+    model: str = Field(description="The {model} value: a snapshot folder, a repo id or a path.")
+    source: Literal["pinned", "by_hand", "simulated"] = Field(
+        description="'pinned': the snapshot folder the env check found at the pinned revision; "
+                    "'by_hand': given with --model, not checked against the pin; 'simulated': "
+                    "the simulated server, which loads no model.")
+    revision: str | None = Field(
+        default=None, description="The served snapshot's commit; null: not known (by hand, "
+                                  "simulated).")
+
+
+class AttemptEnvironment(_In):
+    """The environment a probe attempt ran in: resume continues an attempt only in the same one."""
+
+    manifest: str | None = Field(
+        default=None, description="Attempt id of the environment manifest filed for this env "
+                                  "(evidence/<host>/<id>/environment.json); null: none filed (a "
+                                  "simulated host's env is omniprobe itself).")
+    digest: Sha256 = Field(description="sha256 of the env's pins and checks (name, status, "
+                                       "expected, actual) and where it runs from.")
+    served: ServedModel
+
+
 class Attempt(_In):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Equals the folder name.")
     host: str = Field(description="Equals the parent folder name; a hosts.toml host.")
@@ -112,6 +138,10 @@ class Attempt(_In):
     pins: AttemptPins | None = Field(
         default=None, description="The stack it ran on, as stated; null: the environment manifest "
                                   "filed with it or before it says.")
+    environment: AttemptEnvironment | None = Field(
+        default=None, description="The environment a probe attempt ran in and the model it "
+                                  "served; null: not a probe attempt, or made before attempts "
+                                  "recorded it.")
 
 
 # --- shared pieces ----------------------------------------------------------------------

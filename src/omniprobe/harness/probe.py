@@ -34,10 +34,21 @@ from omniprobe.config.selection import (
     update_state,
 )
 from omniprobe.digests import sha256_bytes
-from omniprobe.env.checks import require_env_ok
+from omniprobe.env.checks import hf_cache_dir, pinned_snapshot, require_env_ok
+from omniprobe.env.manifest import env_digest, manifest_of
+from omniprobe.env.simulated import sim_env_digest
+from omniprobe.env.state import EnvNotReady
 from omniprobe.errors import Refusal
-from omniprobe.evidence.attempts import AttemptStore, file_ref, open_attempt
-from omniprobe.evidence.models import InitResult, RequestRecord, ServerLifetime, ServeRun, TimelineSummary
+from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
+from omniprobe.evidence.models import (
+    AttemptEnvironment,
+    InitResult,
+    RequestRecord,
+    ServedModel,
+    ServerLifetime,
+    ServeRun,
+    TimelineSummary,
+)
 from omniprobe.harness import client
 from omniprobe.harness.emulation import (
     EmulationGuard,
@@ -52,6 +63,7 @@ from omniprobe.harness.logs import (
     log_tail,
     read_from,
 )
+from omniprobe.harness.plan import Pace, attempt_complete, earlier_attempts, estimate, pace, plan_line
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
     MIB,
@@ -242,6 +254,11 @@ class ServeProbe:
         self.recorder = Recorder()
         self.refused: list[str] = []
         self.unfinished: list[str] = []
+        # What the session says of its attempt (new or resumed, and why), the host's pace so far,
+        # and the command that measures again; a session that always starts anew keeps these.
+        self.attempt_why = "new: every run of this session starts one"
+        self.pace = Pace(None, None, 0)
+        self.again = "the same command"
 
     # --- plan ------------------------------------------------------------------------
 
@@ -356,8 +373,10 @@ class ServeProbe:
         flag_sets = self.flag_sets()
         todo = [f for f in flag_sets if self.store.run(f) is None]
         progress = Progress(len(todo), self.out)
-        progress.say(f"probe-init on {self.host_name}: {len(todo)} of {len(flag_sets)} flag "
-                     f"set(s) to start; attempt {self.store.meta.id}")
+        progress.say(plan_line(
+            "probe-init", self.host_name, self.store.meta.id, self.attempt_why,
+            flag_sets=len(flag_sets), fixtures=0, seeds=0, recorded=len(flag_sets) - len(todo),
+            to_run=len(todo), time=estimate(self.pace, len(todo), 0), again=self.again))
         for number, flag_set in enumerate(todo, 1):
             command = self._command(flag_set)
             if command is None:
@@ -375,19 +394,25 @@ class ServeProbe:
         fixtures = serve_fixtures(self.suite, self.host, self.settings.fixtures)
         seeds = self.suite.sampling.seeds
         plan: dict[str, list[tuple[Fixture, int]]] = {}
+        served = []
         for flag_set in self.flag_sets():
             run = self.store.run(flag_set)
             if run is not None and run.init.outcome != "ready":
                 print(f"[{flag_set}] skipped: init {run.init.outcome} is recorded in this attempt",
                       file=self.out)
                 continue
+            served.append(flag_set)
             pending = [(f, s) for f in fixtures for s in seeds
                        if not self.store.recorded(flag_set, f.id, s)]
             if pending:
                 plan[flag_set] = pending
         progress = Progress(sum(len(p) for p in plan.values()), self.out)
-        progress.say(f"probe-serve on {self.host_name}: {progress.total} request(s) in "
-                     f"{len(plan)} run(s); attempt {self.store.meta.id}")
+        cells = len(served) * len(fixtures) * len(seeds)
+        progress.say(plan_line(
+            "probe-serve", self.host_name, self.store.meta.id, self.attempt_why,
+            flag_sets=len(served), fixtures=len(fixtures), seeds=len(seeds),
+            recorded=cells - progress.total, to_run=progress.total,
+            time=estimate(self.pace, len(plan), progress.total), again=self.again))
         if not self.settings.fixtures:
             for note in self.suite.default_fixtures()[1]:
                 progress.say(note)
@@ -503,20 +528,43 @@ def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
 
 
-def probe_env(project: Project, cfg: HostsConfig, host_name: str, settings: ServeSettings, *,
-              venv: str | None, nvml=None, out: TextIO | None = None) -> Path | None:
-    """The bin folder of the host's verified env, which the server runs from; None for a
-    simulated host, whose server is omniprobe's own sim. EnvNotReady names each failed check;
-    NotInEnv when the env lacks the serve command's program. Each upstream contract check the
-    env's clone fails is a warning on `out`, before any GPU time is spent."""
+@dataclass(frozen=True)
+class ProbeEnv:
+    """Where the server runs from (None: the simulator) and what the attempt records of it."""
+
+    bin_dir: Path | None
+    record: AttemptEnvironment
+
+
+def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: str | None,
+                venv: str | None, nvml=None, out: TextIO | None = None) -> ProbeEnv:
+    """The host's verified env and the model its server is given: the snapshot folder the env
+    check found at the pinned revision, unless --model gave one by hand (recorded as such).
+    EnvNotReady names each failed check; NotInEnv when the env lacks the serve program. Each
+    upstream contract check the env's clone fails is a warning on `out`, before any GPU time is
+    spent."""
     if cfg.host(host_name).simulated:
-        return None
-    venv = session_venv(project, host_name) or venv
-    bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml,
-                             out=out).paths.bin_dir
-    base_command(cfg, host_name, model=settings.model, hosts_file=project.hosts_file,
+        served = ServedModel(model=by_hand or cfg.stack.model_repo,
+                             source="by_hand" if by_hand else "simulated")
+        return ProbeEnv(None, AttemptEnvironment(digest=sim_env_digest(), served=served))
+    verification = require_env_ok(host_name, project=project, nvml=nvml, out=out,
+                                   venv=session_venv(project, host_name) or venv)
+    snapshot = None if by_hand else pinned_snapshot(cfg)
+    if by_hand:
+        served = ServedModel(model=by_hand, source="by_hand")
+    elif snapshot is None:  # the model.snapshot check passed a moment ago: the cache changed
+        raise EnvNotReady(f"no single snapshot of {cfg.stack.model_snapshot} in the hub cache "
+                          f"{hf_cache_dir()}; run `omniprobe env check --host {host_name}`")
+    else:
+        served = ServedModel(model=str(snapshot.snapshot_path), source="pinned",
+                             revision=snapshot.commit_hash)
+    bin_dir = verification.paths.bin_dir
+    base_command(cfg, host_name, model=served.model, hosts_file=project.hosts_file,
                  bin_dir=bin_dir)
-    return bin_dir
+    digest = env_digest(verification.pins, verification.checks, str(verification.paths.venv))
+    return ProbeEnv(bin_dir, AttemptEnvironment(
+        manifest=manifest_of(project.evidence_dir, host_name, digest), digest=digest,
+        served=served))
 
 
 class ProbeSession(Session):
@@ -538,9 +586,21 @@ class ProbeSession(Session):
         if self.name == "probe-serve":
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
             client.check_references(fixtures, ctx.project.fixtures_file.parent)
-        self.env_bin = probe_env(ctx.project, ctx.cfg, ctx.host_name, self.settings,
-                                 venv=self.options.venv, nvml=self.nvml, out=ctx.out)
+        self.env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=self.options.model,
+                               venv=self.options.venv, nvml=self.nvml, out=ctx.out)
+        self.env_bin = self.env.bin_dir
+        self.settings = replace(self.settings, model=self.env.record.served.model)
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
+
+    def _plan(self, ctx: Context) -> tuple[list[str], list[tuple[str, int]]]:
+        """What this run asks of an attempt: its flag sets and every (fixture, seed) cell the
+        probe-serve of the same options serves (the defaults where none are named)."""
+        try:
+            fixtures = [f.id for f in serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)]
+        except FixtureNotRunnable:
+            fixtures = []
+        return (check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets),
+                [(f, s) for f in fixtures for s in ctx.suite.sampling.seeds])
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
         invocation = os.environ.get(INVOCATION_ENV)
@@ -549,8 +609,11 @@ class ProbeSession(Session):
         # One fresh attempt per cap on an emulated host: a sweep's sessions join theirs.
         key = ctx.host_name if self.cap_mib is None else f"{ctx.host_name}@{self.cap_mib}mib"
         fresh_id = state.get("fresh_attempts", {}).get(key) if fresh else None
-        store = open_attempt(ctx.project, ctx.host_name, ctx.host, self.command, fresh=fresh,
-                             fresh_id=fresh_id, cap_mib=self.cap_mib)
+        flag_sets, cells = self._plan(ctx)
+        store, self.why = open_probe_attempt(
+            ctx.project, ctx.host_name, ctx.host, self.command, environment=self.env.record,
+            fresh=fresh, fresh_id=fresh_id, cap_mib=self.cap_mib,
+            complete=lambda found: attempt_complete(found, flag_sets, cells))
         if fresh and invocation:
             update_state(state_path(ctx.project), invocation, fresh_attempts={
                 **state.get("fresh_attempts", {}), key: store.meta.id})
@@ -568,6 +631,10 @@ class ProbeSession(Session):
             ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.project.hosts_file,
             ctx.host_name, store, self.settings, env_bin=self.env_bin, out=out,
             readers=self.readers or default_readers(ctx.host, self.options.gpu_index))
+        probe.attempt_why = self.why
+        probe.pace = pace(earlier_attempts(ctx.project.evidence_dir / ctx.host_name,
+                                           store.meta.id))
+        probe.again = f"nox -s env-{ctx.host_name} {self.name} -- --fresh"
         (probe.probe_init if self.name == "probe-init" else probe.probe_serve)()
         probe.recorder.drain()
         print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
