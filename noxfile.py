@@ -1,7 +1,12 @@
-"""omniprobe's sessions: `nox -l` lists them. Each calls one command of the package."""
+"""omniprobe's sessions: `nox -l` lists them. Each calls one command of the package.
+
+Options after `--` reach the sessions whose command takes them (README: Options after `--`);
+one no session of the run takes is an error. E.g. `nox -s env-sim probe-init probe-serve report
+-- --fresh`: a new probe attempt, then the report."""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import tomllib
@@ -32,6 +37,24 @@ def _hosts() -> dict[str, bool]:
     return {name: bool(host.get("simulated")) for name, host in hosts.items()}
 
 
+def _run_sessions(session: nox.Session) -> list[str]:
+    """The sessions of this nox run, in the noxfile's order: those -s, -k, -t or NOXSESSION chose, and
+    any notified. nox has no public accessor for them; its manifest (a private attribute of the
+    session) answers `name in manifest` and `list_all_sessions()` publicly."""
+    manifest = session._runner.manifest
+    return [runner.name for runner, _ in manifest.list_all_sessions() if runner.name in manifest]
+
+
+def _args(session: nox.Session) -> list[str]:
+    """This session's share of the arguments after `--` (omniprobe/cli/nox_args.py routes each
+    option to the sessions of the run whose command takes it; one none takes is an error)."""
+    if not session.posargs:
+        return []
+    routed = session.run("omniprobe", "nox-args", "--run", ",".join(_run_sessions(session)),
+                         session.name, "--", *session.posargs, silent=True, stderr=None)
+    return json.loads(routed)
+
+
 def _install(session: nox.Session, *extras: str, env: dict[str, str] | None = None) -> None:
     spec = f".[{','.join(extras)}]" if extras else "."
     session.install("-e", spec, env=env)
@@ -41,40 +64,40 @@ def _install(session: nox.Session, *extras: str, env: dict[str, str] | None = No
 def validate(session: nox.Session) -> None:
     """Validate hosts.toml, fixtures/, every evidence file and the committed schemas."""
     _install(session)
-    session.run("omniprobe", "validate", *session.posargs)
+    session.run("omniprobe", "validate", *_args(session))
 
 
 @nox.session
 def report(session: nox.Session) -> None:
     """Render REPORT.md from the evidence (`-- --check` fails if the committed one is stale)."""
     _install(session)
-    session.run("omniprobe", "report", *session.posargs)
+    session.run("omniprobe", "report", *_args(session))
 
 
 @nox.session
 def schema(session: nox.Session) -> None:
-    """Regenerate the JSON Schema files in schemas/ from the pydantic models."""
+    """Regenerate the JSON Schema files in schemas/ from the pydantic models (-- --check)."""
     _install(session)
-    session.run("omniprobe", "schema", *session.posargs)
+    session.run("omniprobe", "schema", *_args(session))
 
 
 @nox.session
 def standins(session: nox.Session) -> None:
     """Draw the stand-in reference images under fixtures/ (`-- --check`: only compare)."""
     _install(session)
-    session.run("omniprobe", "standins", *session.posargs)
+    session.run("omniprobe", "standins", *_args(session))
 
 
 @nox.session
 def quality(session: nox.Session) -> None:
     """PSNR against a baseline's images and determinism groups (`-- --baseline DIR`)."""
     _install(session)
-    session.run("omniprobe", "quality", *session.posargs)
+    session.run("omniprobe", "quality", *_args(session))
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pytest, one worker per core); GPU tests skip without CUDA."""
+    """Run the test suite (pytest, one worker per core; it takes every option after --)."""
     # The suite starts about a hundred Python processes (servers, supervisors, harnesses): with
     # bytecode compiled at install, none of them compiles numpy and pydantic anew (uv does not
     # compile by default, and PYTHONDONTWRITEBYTECODE stops Python caching it at run time).
@@ -92,11 +115,13 @@ def lint(session: nox.Session) -> None:
 def _env_session(host: str, simulated: bool):
     def env(session: nox.Session) -> None:
         _install(session)
-        session.run("omniprobe", "env", "build", "--host", host, "--select", env=INVOCATION)
+        session.run("omniprobe", "env", "build", "--host", host, "--select", *_args(session),
+                    env=INVOCATION)
 
     built = ("Check the simulated host's env (omniprobe itself: nothing is installed)" if simulated
              else f"Build {host}'s pinned env from hosts.toml (a re-run only verifies it)")
-    env.__doc__ = f"{built}, then select {host} for the probe sessions that follow."
+    env.__doc__ = (f"{built}, then select {host} for the probe sessions that follow "
+                   "(-- --dry-run: print the commands, select nothing).")
     return env
 
 
@@ -106,33 +131,33 @@ for _host, _simulated in _hosts().items():
 
 @nox.session(name="probe-init")
 def probe_init(session: nox.Session) -> None:
-    """Start the server under each of the host's flag sets and record how init ends."""
+    """Start the server under each flag set; record how init ends (-- --fresh --flag-set F)."""
     _install(session)
-    session.run("omniprobe", "probe-init", *session.posargs, env=INVOCATION,
+    session.run("omniprobe", "probe-init", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
 
 
 @nox.session(name="probe-serve")
 def probe_serve(session: nox.Session) -> None:
-    """Serve each seed fixture (or its stand-in) x seed under each flag set; record each request."""
+    """Serve each seed fixture (or its stand-in) x seed per flag set (-- --fresh --fixture X)."""
     _install(session)
-    session.run("omniprobe", "probe-serve", *session.posargs, env=INVOCATION,
+    session.run("omniprobe", "probe-serve", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
 
 
 @nox.session(name="probe-offline")
 def probe_offline(session: nox.Session) -> None:
-    """Generate the fixtures with an offline Omni(...) engine per kwarg set; a new attempt."""
+    """Generate the fixtures with an offline Omni(...) engine per kwarg set (-- --kwarg-set K)."""
     _install(session)
-    session.run("omniprobe", "probe-offline", *session.posargs, env=INVOCATION,
+    session.run("omniprobe", "probe-offline", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
 
 
 @nox.session
 def propagation(session: nox.Session) -> None:
-    """Serve one fixture and seed with and without a deploy config: did its knob reach the model?"""
+    """Serve one fixture with and without a deploy config: did its knob reach the model? (-- --with F)"""
     _install(session)
-    session.run("omniprobe", "propagation", *session.posargs, env=INVOCATION,
+    session.run("omniprobe", "propagation", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
 
 
@@ -143,7 +168,7 @@ def upstream(session: nox.Session) -> None:
     with its upstream file:line. `-- --check` fails only when a result differs from the committed
     evidence; `-- --source PATH` checks another wheel, source tree or clone instead."""
     _install(session)
-    args = list(session.posargs)
+    args = _args(session)
     if "--source" not in args:
         pin = _toml()["upstream"]
         folder = Path(session.create_tmp()) / "upstream-wheel"

@@ -245,7 +245,8 @@ editable = true
 
 def fixtures_json(reference_sha256: str) -> str:
     return json.dumps({
-        "source": "test", "reference_suite": "test-suite", "prompt_set": "test",
+        "source": {"name": "test.txt"}, "section": "test", "reference_suite": "test-suite",
+        "prompt_set": "test",
         "generator": "test",
         "sampling": {"seeds": [1], "num_inference_steps": 1, "true_cfg_scale": 1.0,
                      "negative_prompt": False},

@@ -51,6 +51,9 @@ class FakeNvml:
         if self.fail_init:
             raise NVMLError(self.fail_init)
 
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +20,7 @@ from omniprobe import cli
 from omniprobe.env import checks as envcheck
 from omniprobe.env.build import build_env, check_env, dry_run
 from omniprobe.env.state import EnvBuildError, EnvNotReady, Runner, uv_command
-from omniprobe.evidence.models import load_attempt, load_evidence
+from omniprobe.evidence.models import ServedModel, load_attempt, load_evidence
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.server import free_port
 
@@ -335,8 +336,16 @@ def _probe_init(world: World, nvml) -> tuple[int, str]:
 
 
 def test_env_session_then_probe_runs_the_server_from_the_env(world, first, stub_vllm,
-                                                              monkeypatch, capsys):
+                                                              monkeypatch, capsys, tmp_path):
+    from .env_scaffold import MODEL_REPO, SNAPSHOT_FILES, make_hf_cache, revision_of
+
     script, marker = stub_vllm
+    # Two revisions cached, `main` at the other one: the repo id would serve that one.
+    cache = tmp_path / "hub"
+    shutil.copytree(world.hf_cache, cache, symlinks=True)
+    make_hf_cache(cache, MODEL_REPO, revision_of("other"), SNAPSHOT_FILES)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    pinned = cache / f"models--{MODEL_REPO.replace('/', '--')}" / "snapshots" / world.revision
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-env")
     monkeypatch.setattr(envcheck, "load_nvml", FakeNvml)
     assert cli.main(["env", "build", "--host", HOST, "--select"]) == 0
@@ -365,6 +374,22 @@ def test_env_session_then_probe_runs_the_server_from_the_env(world, first, stub_
     assert run.init.outcome == "ready"
     assert run.lifetimes[0].command[0] == str(script)
     assert marker.read_text().split() == [str(script), "offline=1"]
+    # The server was given the pinned snapshot's folder, and the attempt says so, with the
+    # manifest the env session filed.
+    assert str(pinned) in run.lifetimes[0].command
+    assert not any(revision_of("other") in part for part in run.lifetimes[0].command)
+    env = attempt.meta.environment
+    assert env.served == ServedModel(model=str(pinned), source="pinned", revision=world.revision)
+    manifests = sorted((world.project.evidence_dir / HOST).glob("*-env"))
+    assert env.manifest == manifests[-1].name
+    # A model given by hand is recorded as such, in a new attempt (it serves another model).
+    code, out = in_process(world.project, ["probe-init", "--port", str(free_port()), "--grace",
+                                           "2", "--model", MODEL_REPO], nvml=FakeNvml())
+    assert code == 0 and f"(new: {folder.name} served another model" in out
+    newest = sorted((world.project.evidence_dir / HOST).glob("*-probe"))[-1]
+    by_hand = load_attempt(newest)[0]
+    assert by_hand.meta.environment.served == ServedModel(model=MODEL_REPO, source="by_hand")
+    assert by_hand.runs[0].lifetimes[0].command[2] == MODEL_REPO
 
 
 def test_env_session_with_a_failed_check_makes_the_probe_refuse(world, first, stub_vllm,
@@ -376,7 +401,8 @@ def test_env_session_with_a_failed_check_makes_the_probe_refuse(world, first, st
     capsys.readouterr()
     code, out = _probe_init(world, FakeNvml(**RTX5080))
     assert code == 4  # an environment failure
-    assert (f"error: env-{HOST} failed its checks: gpu.name failed: NVML's device name against "
+    assert (f"error: env-{HOST} failed, so it selected no host and the probe sessions of this nox "
+            "run do not run: gpu.name failed: NVML's device name against "
             "hosts.toml gpu (expected NVIDIA GeForce RTX 3090, got NVIDIA GeForce RTX 5080)") in out
     assert sorted((world.project.evidence_dir / HOST).glob("*-probe")) == before
     assert not stub_vllm[1].exists()

@@ -61,7 +61,7 @@ def test_select_hands_the_sim_to_the_probe_sessions(project, invocation, capsys)
     assert main(["env", "build", "--host", "sim", "--select"]) == 0
     assert "selected host sim for the probe sessions of this nox run" in capsys.readouterr().out
     state = read_state(state_path(project), invocation)
-    assert (state["host"], state["problems"], state["venv"]) == ("sim", [], None)
+    assert (state["host"], state["env_failure"], state["venv"]) == ("sim", None, None)
     assert main(["select-host", "--host", "rtx3090"]) == 0
     assert capsys.readouterr().out.strip() == "host sim (selected by an earlier env session)"
 
@@ -78,10 +78,23 @@ def test_a_failed_env_session_makes_the_probe_refuse_naming_the_check(project, i
     reference = next(f for f in suite["fixtures"] if f["id"] == "sim-single")["references"][0]
     (project.fixtures_file.parent / reference["file"]).write_bytes(b"tampered")
     assert main(["env", "build", "--host", "sim", "--select"]) == 1
-    assert f"FAIL fixtures.references: {reference['file']}: sha256 differs" in (
-        capsys.readouterr().out)
+    printed = capsys.readouterr().out
+    assert f"FAIL fixtures.references: {reference['file']}: sha256 differs" in printed
+    assert "env-sim failed: no host selected" in printed
     code, out = in_process(project, probe_argv("probe-init", port))
     assert code == 4  # an environment failure
-    assert (f"error: env-sim failed its checks: fixtures.references failed: {reference['file']}: "
-            "sha256 differs") in out
+    assert (f"error: env-sim failed, so it selected no host and the probe sessions of this nox "
+            f"run do not run: fixtures.references failed: {reference['file']}: sha256 differs"
+            ) in out
     assert not (project.evidence_dir / "sim").exists()
+
+
+def test_a_dry_run_env_session_selects_nothing(project, invocation, capsys):
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.config.selection import SelectedEnvFailed, resolve_host
+
+    assert main(["env", "build", "--host", "sim", "--select", "--dry-run"]) == 0
+    assert "dry run: nothing was run" in capsys.readouterr().out
+    assert read_state(state_path(project), invocation)["host"] is None
+    with pytest.raises(SelectedEnvFailed, match="env-sim failed, .*: it was a dry run"):
+        resolve_host(project, load_hosts(project.hosts_file), "sim")

@@ -74,7 +74,8 @@ def test_resume_after_a_crash_mid_matrix_runs_only_the_rest(tmp_path, port, harn
     assert sorted((r["fixture"], r["seed"]) for r in after) == sorted(
         (f, s) for f in ("sim-single", "sim-pair") for s in (2301, 2302, 2303, 2304))
     assert {r["lifetime"] for r in after[len(before):]} == {1}
-    assert f"{8 - len(before)} request(s) in 1 run(s)" in out
+    assert (f"1 flag set(s) x 2 fixture(s) x 4 seed(s): {len(before)} already recorded, "
+            f"{8 - len(before)} to run") in out
     [run] = load_attempt(_attempt_folder(project))[0].runs
     assert [lt.ended for lt in run.lifetimes] == [None, "stopped"]  # the killed one never ended
     log = (project.artifacts_dir / run.lifetimes[1].log.path).read_text()

@@ -10,6 +10,7 @@ from omniprobe.evidence.migrations import (
     content_key,
     content_path,
     update_to_2,
+    update_to_3,
     upgrade,
     version_of,
 )
@@ -24,6 +25,7 @@ VERSIONS = [
     ({"id": "a"}, 1),
     ({"format_version": 1, "requests": []}, 1),
     ({"format_version": 2, "requests": []}, 2),
+    ({"format_version": 3, "requests": []}, 3),
 ]
 
 
@@ -32,7 +34,7 @@ def test_version_of(data, version):
     assert version_of(data) == version
 
 
-UNKNOWN = [3, 0, -1, "2", 2.0, True, None]
+UNKNOWN = [4, 0, -1, "2", 2.0, True, None]
 
 
 @pytest.mark.parametrize("found", UNKNOWN, ids=repr)
@@ -40,7 +42,7 @@ def test_an_unknown_version_is_refused_by_name(found):
     with pytest.raises(UnknownFormatVersion) as err:
         version_of({"format_version": found, "requests": []})
     assert f"format version {found!r} is not one" in str(err.value)
-    assert "it knows 1, 2" in str(err.value)
+    assert "it knows 1, 2, 3" in str(err.value)
 
 
 KEYS = [
@@ -82,8 +84,38 @@ def test_update_to_2(file_name, old, new):
     assert update_to_2(file_name, old) == new
 
 
+SEED = "shared/seed/000_c587d909495397fe.txt"
+NAMED = {"name": "000_c587d909495397fe.txt", "sha256": None}
+UPDATES_TO_3 = [
+    # A transcribed attempt's source path becomes the document's name; v2 recorded no digest.
+    ("attempt.json",
+     {"format_version": 2, "attempt": {"id": "x", "provenance": {
+         "kind": "transcribed", "source": SEED, "section": "intro"}}},
+     {"format_version": 3, "attempt": {"id": "x", "provenance": {
+         "kind": "transcribed", "source": NAMED, "section": "intro"}}}),
+    ("attempt.json",
+     {"format_version": 2, "attempt": {"provenance": {"kind": "transcribed", "source": "seed"}}},
+     {"format_version": 3, "attempt": {"provenance": {
+         "kind": "transcribed", "source": {"name": "seed", "sha256": None}}}}),
+    # Measured and simulated attempts, and every other file, change only their version.
+    ("attempt.json",
+     {"format_version": 2, "attempt": {"provenance": {"kind": "measured", "host": "h"}}},
+     {"format_version": 3, "attempt": {"provenance": {"kind": "measured", "host": "h"}}}),
+    ("requests.json", {"format_version": 2, "requests": [{"source": SEED}]},
+     {"format_version": 3, "requests": [{"source": SEED}]}),
+    # Malformed content is left for validation to name.
+    ("attempt.json", {"format_version": 2, "attempt": []},
+     {"format_version": 3, "attempt": []}),
+]
+
+
+@pytest.mark.parametrize(("file_name", "old", "new"), UPDATES_TO_3)
+def test_update_to_3(file_name, old, new):
+    assert update_to_3(file_name, old) == new
+
+
 def test_upgrade_runs_the_migrations_from_the_version_found():
-    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 2, "psnr": [{"a": 1}]}, 1)
+    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 3, "psnr": [{"a": 1}]}, 1)
     current = {"format_version": FORMAT_VERSION, "psnr": []}
     assert upgrade("psnr.json", current) == (current, FORMAT_VERSION)
 
@@ -96,7 +128,7 @@ def test_every_file_schema_requires_the_current_version():
 
 
 @pytest.mark.parametrize("name", ["attempt.json", "runs.json", "requests.json"])
-def test_a_version_1_file_loads_as_the_committed_version_2(repo, tmp_path, name):
+def test_a_version_1_file_loads_as_the_committed_version(repo, tmp_path, name):
     committed = repo.root / PROBE / name
     old = tmp_path / name
     old.write_text(json.dumps(json.loads(committed.read_text())[content_key(name)]))
@@ -107,19 +139,19 @@ def test_the_writer_writes_the_current_version_first(repo, tmp_path):
     runs = parse_file(repo.root / PROBE / "runs.json")
     write_section(tmp_path, "runs.json", runs)
     text = (tmp_path / "runs.json").read_text()
-    assert text.startswith('{\n  "format_version": 2,\n  "runs": [\n')
+    assert text.startswith('{\n  "format_version": 3,\n  "runs": [\n')
     assert text == (repo.root / PROBE / "runs.json").read_text()
 
 
 def test_a_newer_file_is_refused_naming_file_field_and_versions(repo_copy):
     path = repo_copy.root / PROBE / "requests.json"
     data = json.loads(path.read_text())
-    path.write_text(json.dumps({**data, "format_version": 3}))
+    path.write_text(json.dumps({**data, "format_version": 4}))
     with pytest.raises(InputError) as err:
         parse_file(path)
     [problem] = err.value.problems
     assert (problem.file, problem.path) == (str(path), "$.format_version")
-    assert "format version 3" in problem.message and "knows 1, 2" in problem.message
+    assert "format version 4" in problem.message and "knows 1, 2, 3" in problem.message
 
 
 def test_a_bad_field_in_a_version_1_file_says_it_was_migrated(repo_copy):
@@ -130,7 +162,7 @@ def test_a_bad_field_in_a_version_1_file_says_it_was_migrated(repo_copy):
     _, problems = load_attempt(path.parent)
     [problem] = problems
     assert problem.path == "$.runs[0].flag_set"
-    assert "(a format version 1 file, path as in version 2)" in problem.message
+    assert "(a format version 1 file, path as in version 3)" in problem.message
 
 
 def test_validate_names_a_newer_attempt_file_and_leaves_it(repo_copy, monkeypatch, capsys):
@@ -143,6 +175,17 @@ def test_validate_names_a_newer_attempt_file_and_leaves_it(repo_copy, monkeypatc
     err = capsys.readouterr().err
     assert f"{path}: $.format_version: format version 9 is not one" in err
     assert "Traceback" not in err and path.read_bytes() == before
+
+
+def test_a_version_2_transcribed_attempt_loads_naming_its_document(repo, tmp_path):
+    committed = json.loads((repo.root / MATRIX / "attempt.json").read_text())
+    committed["format_version"] = 2
+    committed["attempt"]["provenance"]["source"] = SEED
+    old = tmp_path / "attempt.json"
+    old.write_text(json.dumps(committed))
+    source = parse_file(old).provenance.source
+    assert (source.name, source.sha256) == ("000_c587d909495397fe.txt", None)
+    assert source.cite() == "000_c587d909495397fe.txt (sha256 not recorded)"
 
 
 def test_every_committed_evidence_file_is_at_the_current_version(repo):

@@ -70,6 +70,14 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
     loaded, problems = load_project(project)
     assert problems == []
     assert "| elapsed" in out and "ETA" in out and "[fp8 3/4] sim-four seed 2301: ok" in out
+    assert attempt.meta.environment.served.source == "simulated"
+    # Every cell recorded in this environment: a re-run says so, runs nothing and says how to
+    # measure again.
+    code, out = probe(project, "probe-serve", port,
+                      *(arg for f in SIM_FIXTURES for arg in ("--fixture", f)))
+    assert code == 0 and f"complete: {attempt.id} holds every cell asked for" in out
+    assert "0 to run; nothing to run; to measure again: nox -s env-sim probe-serve -- --fresh" in out
+    assert len(attempts(project)) == 1
 
     # The gate: every image is measured; fp8's collapsed outputs are broken, bf16's sound.
     ok = [r for r in attempt.requests if r.outcome == "ok"]
@@ -115,10 +123,34 @@ def test_rerun_resumes_and_fresh_starts_anew(project, port):
     args = ("--flag-set", "fp8", "--fixture", "sim-single")
     assert probe(project, "probe-serve", port, *args)[0] == 0
     code, out = probe(project, "probe-serve", port, *args)
-    assert code == 0 and "0 request(s) in 0 run(s)" in out
     [attempt] = attempts(project)
+    assert code == 0 and f"complete: {attempt.id} holds every cell asked for" in out
+    assert "1 flag set(s) x 1 fixture(s) x 1 seed(s): 1 already recorded, 0 to run" in out
     assert len(attempt.requests) == 1 and len(attempt.runs[0].lifetimes) == 1
-    assert probe(project, "probe-serve", port, *args, "--fresh")[0] == 0
+    # Asked for more, the same attempt continues.
+    code, out = probe(project, "probe-serve", port, *args, "--fixture", "sim-t2i")
+    assert code == 0 and f"resumed: {attempt.id} is incomplete, made in this environment" in out
+    assert "1 flag set(s) x 2 fixture(s) x 1 seed(s): 1 already recorded, 1 to run" in out
+    assert [len(a.requests) for a in attempts(project)] == [2]
+    code, out = probe(project, "probe-serve", port, *args, "--fresh")
+    assert code == 0 and "(new: --fresh)" in out
+    # The pace of the host's earlier attempt gives the estimate.
+    assert "to run; about " in out and "at the pace of this host's 1 earlier attempt(s)" in out
+    assert [len(a.requests) for a in attempts(project)] == [2, 1]
+
+
+def test_an_attempt_of_another_environment_is_not_resumed(project, port):
+    from omniprobe.evidence.models import write_section
+
+    args = ("--flag-set", "fp8", "--fixture", "sim-single")
+    assert probe(project, "probe-serve", port, *args)[0] == 0
+    [attempt] = attempts(project)
+    moved = attempt.meta.environment.model_copy(update={"digest": "0" * 64})
+    write_section(attempt.path, "attempt.json", attempt.meta.model_copy(
+        update={"environment": moved}))
+    code, out = probe(project, "probe-serve", port, *args)
+    assert code == 0 and (f"(new: {attempt.id} ran in another environment (env digest "
+                          "000000000000, this one ") in out
     assert [len(a.requests) for a in attempts(project)] == [1, 1]
 
 
@@ -307,3 +339,15 @@ def test_a_busy_gpu_stops_the_probe_naming_the_holder(project, port):
     assert "the GPU is not idle after 0.3 s: pid 4242 (python3) holds 8,000 MiB" in out
     # Nothing was recorded: the attempt is removed, so a re-run does not resume an empty one.
     assert attempts(project) == [] and not processes_with(str(project.root))
+
+
+def test_a_fresh_clone_does_not_resume_the_committed_sim_attempt(repo_copy, port, monkeypatch):
+    """The committed sim attempt was made on another machine: a probe here starts its own."""
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    monkeypatch.setenv("OMNIPROBE_ARTIFACTS", str(repo_copy.root / "artifacts"))
+    committed = sorted(p.name for p in (repo_copy.evidence_dir / "sim").glob("*-probe"))
+    code, out = probe(repo_copy, "probe-init", port, "--flag-set", "fp8")
+    assert code == 0, out
+    assert f"(new: {committed[-1]} does not record its environment" in out
+    assert "1 flag set(s): 0 already recorded, 1 to run" in out
+    assert len(list((repo_copy.evidence_dir / "sim").glob("*-probe"))) == len(committed) + 1

@@ -170,7 +170,7 @@ def test_bad_layouts_are_refused(layout, message):
 def _attempt(attempt_id: str, kind: str, started: str | None, artifact: str | None):
     run = {"tool_version": "0.1.0", "command": ["omniprobe"], "started_at": started}
     provenance = {
-        "transcribed": {"source": "seed report", "section": "x"},
+        "transcribed": {"source": {"name": "seed.txt", "sha256": None}, "section": "x"},
         "measured": {"host": "rtx3090", "hostname": "h", **run},
         "simulated": {"model": "omniprobe.sim", **run},
     }[kind]
@@ -211,7 +211,8 @@ def project(tmp_path, monkeypatch):
     host = tmp_path / "evidence" / "rtx3090"
     write_section(host / "q3-pair", "attempt.json", {
         "id": "q3-pair", "host": "rtx3090", "date": "2026-10-07", "description": "Diffusers",
-        "provenance": {"kind": "transcribed", "source": "seed report", "section": "PSNR"}})
+        "provenance": {"kind": "transcribed", "section": "PSNR",
+                       "source": {"name": "seed.txt", "sha256": None}}})
     write_section(host / "run-1", "attempt.json", {
         "id": "run-1", "host": "rtx3090", "date": "2026-10-08", "description": "serve",
         "baseline": "q3-pair",

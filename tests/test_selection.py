@@ -70,10 +70,14 @@ def test_state_belongs_to_one_invocation(project, cfg):
     assert resolve_host(project, cfg, "rtx5080", env=env, hostname="x")[0] == "sim"
     assert resolve_host(project, cfg, "rtx5080", env={INVOCATION_ENV: "run-2"},
                         hostname="x")[0] == "rtx5080"
-    update_state(path, "run-3", host="rtx3090", problems=["GPU is 'X'"])
+    assert record_selection(project, "rtx3090", ["GPU is 'X'"], env={INVOCATION_ENV: "run-3"})
     assert "host" not in read_state(path, "run-1")
-    with pytest.raises(SelectedEnvFailed, match="env-rtx3090 failed its checks: GPU is 'X'"):
-        resolve_host(project, cfg, None, env={INVOCATION_ENV: "run-3"}, hostname="x")
+    assert read_state(path, "run-3")["host"] is None  # a failed env session selects nothing
+    for requested in (None, "rtx5080"):  # and no probe of its run falls back to another host
+        with pytest.raises(SelectedEnvFailed, match="env-rtx3090 failed, .*: GPU is 'X'"):
+            resolve_host(project, cfg, requested, env={INVOCATION_ENV: "run-3"}, hostname="x")
+    assert record_selection(project, "sim", [], env={INVOCATION_ENV: "run-3"})
+    assert resolve_host(project, cfg, None, env={INVOCATION_ENV: "run-3"}, hostname="x")[0] == "sim"
 
 
 def test_the_env_sessions_venv_reaches_the_probe_of_the_same_run_only(project):

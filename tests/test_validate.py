@@ -24,8 +24,8 @@ def test_committed_project_is_valid(repo):
     assert problems == []
     kinds = {(a.host, a.meta.provenance.kind) for a in loaded.evidence.attempts}
     assert kinds == {("rtx3090", "transcribed"), ("rtx5080", "transcribed"), ("sim", "simulated"),
+                     ("sim-emulated", "emulated"), ("sim-on-h200", "emulated"),
                      ("upstream", "measured")}
-
 
 BAD_EVIDENCE = [
     (

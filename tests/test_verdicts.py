@@ -335,3 +335,20 @@ def test_a_probe_attempts_pins_come_from_the_environment_filed_before_it(repo_co
     latest = verdict_history("rtx5080", loaded.hosts, loaded.fixtures, loaded.evidence)[-1]
     assert (latest.upstream_commit, latest.torch, latest.pins_from) == (
         "8484d85d1aaa", "2.13.0+cu130", folder.name)
+
+
+def test_a_model_given_by_hand_is_named_beside_the_verdict(repo_copy):
+    from omniprobe.report.render import render_report
+
+    reqs = [request(s, wall=40, peak=15000) for s in (2301, 2302, 2303, 2304)]
+    folder = add_attempt(repo_copy, "rtx5080", "measured", requests=reqs,
+                         runs=[{"flag_set": "cpuoff", "init": {"outcome": "ready"}}])
+    assert verdicts(repo_copy)["rtx5080"].unpinned == ()
+    meta = json.loads((folder / "attempt.json").read_text())
+    meta["environment"] = {"digest": "0" * 64,
+                           "served": {"model": "/models/qwen", "source": "by_hand"}}
+    (folder / "attempt.json").write_text(json.dumps(meta))
+    [unpinned] = verdicts(repo_copy)["rtx5080"].unpinned
+    assert (unpinned.attempt, unpinned.model) == ("measured", "/models/qwen")
+    assert ("Attempt measured served `/models/qwen`, given by hand with `--model`: not the pinned "
+            "snapshot") in render_report(repo_copy)

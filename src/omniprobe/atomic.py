@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import tempfile
@@ -36,14 +37,19 @@ class NotWritable(EnvironmentFailure):
 
 
 def require_writable(folder: Path, what: str) -> None:
-    """Write and remove a small file in `folder` (made if missing), as a record will be written;
-    NotWritable naming it otherwise. Run before a server starts: on a real host a failed write
-    after the model has loaded costs minutes."""
+    """Write and remove a small file in `folder`, as a record will be written; NotWritable naming
+    it otherwise. Folders it had to make are removed again: a check leaves no trace. Run before a
+    server starts: on a real host a failed write after the model has loaded costs minutes."""
+    made = [p for p in (folder, *folder.parents) if not p.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(folder / ".omniprobe-write-check", b"ok\n").unlink()
     except OSError as exc:
         raise NotWritable(f"{what} {folder} cannot be written: {exc.strerror or exc}") from None
+    finally:
+        for path in made:  # innermost first
+            with contextlib.suppress(OSError):
+                path.rmdir()
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:

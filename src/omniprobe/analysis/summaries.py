@@ -43,12 +43,13 @@ def cell_from(records: list[RequestRecord]) -> Cell:
     """One fixture under one flag set; wall and peak ranges are over the requests that succeeded."""
     ok = [r for r in records if r.outcome == "ok"]
     oom = next((r.oom for r in records if r.oom is not None), None)
+    breach = next((r.emulation_breach for r in records if r.emulation_breach is not None), None)
     return Cell(fixture=records[0].fixture, seeds=sorted({r.seed for r in records}),
                 outcome=cell_outcome([r.outcome for r in records]),
                 quality=cell_quality(records),
                 wall_s=_range([r.wall_s for r in ok]),
                 server_peak_mb=_range([r.server_peak_mb for r in ok]),
-                oom=oom, inputs=records[0].inputs)
+                oom=oom, inputs=records[0].inputs, emulation_breach=breach)
 
 
 def current_requests(requests: list[RequestRecord]) -> list[RequestRecord]:

@@ -5,7 +5,11 @@
 - Otherwise the blocker is `init` when no run got past server start; `quality` when some run
   fits the target count (every request ok) but its output is not sound; `capacity` when a run
   asked for the target count and did not fit; else `untested`: no run asked for it at all.
-- Simulated evidence counts only for a simulated host.
+- Simulated evidence counts only for a simulated host; emulated evidence only for the emulated
+  host it was filed under, never for the host it emulates.
+- An emulated host's verdict reads its attempts at the emulated card's capacity only.
+- On an emulated host, a cell whose server's process tree exceeded the cap (emulation breached)
+  does not fit, whatever its outcome.
 - Stand-in inputs (omniprobe's, in place of inputs the source does not state) count for capacity
   (fits, OOM, peaks, OOM signatures) and for output structure, which do not depend on what the
   pictures show; never for speed-ups against the baseline, which ran the original inputs. The
@@ -119,6 +123,7 @@ class HostVerdict:
     unreached_offline: tuple[UnreachedKnob, ...] = ()  # offline kwarg sets, as `unreached`
     capacity_inputs: tuple[str, ...] = ()
     structure_inputs: tuple[str, ...] = ()
+    unpinned: tuple[UnpinnedModel, ...] = ()
 
     @property
     def standin_halves(self) -> tuple[str, ...]:
@@ -126,6 +131,20 @@ class HostVerdict:
         return tuple(half for half, inputs in (("capacity", self.capacity_inputs),
                                                ("output structure", self.structure_inputs))
                      if "stand-in" in inputs)
+
+
+@dataclass(frozen=True)
+class UnpinnedModel:
+    """An attempt whose server was given a model by hand (--model), not the pinned snapshot."""
+
+    attempt: str
+    model: str
+
+
+def unpinned_models(attempts) -> tuple[UnpinnedModel, ...]:
+    return tuple(UnpinnedModel(a.id, a.meta.environment.served.model) for a in attempts
+                 if a.meta.environment is not None
+                 and a.meta.environment.served.source == "by_hand")
 
 
 def cells_by_refs(cells, fixtures: FixtureSuite) -> dict[int, list[Cell]]:
@@ -138,7 +157,7 @@ def cells_by_refs(cells, fixtures: FixtureSuite) -> dict[int, list[Cell]]:
 def evaluate_run(view: RunView, fixtures: FixtureSuite) -> RunResult:
     by_refs = cells_by_refs(view.cells, fixtures)
     fitting = sorted(r for r, cells in by_refs.items() if r > 0
-                     and all(c.outcome == "ok" for c in cells))
+                     and all(c.outcome == "ok" and c.emulation_breach is None for c in cells))
     served = [r for r in fitting if all(c.quality == "sound" for c in by_refs[r])]
     return RunResult(view, view.run.init.outcome == "ready", tuple(served), tuple(fitting))
 
@@ -181,11 +200,21 @@ def _ordered(names, host: Host) -> tuple[str, ...]:
     return tuple(sorted(set(names), key=lambda n: (order.get(n, len(order)), n)))
 
 
+def verdict_attempts(name: str, hosts: HostsConfig, evidence: Evidence) -> list[LoadedAttempt]:
+    """The attempts a host's verdict reads: its own, simulated ones only for a simulated host;
+    an emulated host's at the emulated card's capacity (a sweep's other caps are the curve's)."""
+    host = hosts.host(name)
+    attempts = evidence.for_host(name, include_simulated=host.simulated,
+                                 include_emulated=host.emulation is not None)
+    cap = hosts.emulated_cap_mib(name)
+    return attempts if cap is None else [a for a in attempts if a.meta.provenance.cap_mib == cap]
+
+
 def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
                  evidence: Evidence) -> HostVerdict:
     host = hosts.host(name)
     target = hosts.probe.target_reference_count
-    attempts = evidence.for_host(name, include_simulated=host.simulated)
+    attempts = verdict_attempts(name, hosts, evidence)
     results = [evaluate_run(v, fixtures) for a in attempts for v in run_views(a)]
     initialised = _ordered((r.flag_set for r in results if r.initialised), host)
     failed = _ordered((r.flag_set for r in results if not r.initialised), host)
@@ -219,6 +248,7 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
         attempts=tuple(a.id for a in attempts),
         blockers=blockers(results, fixtures, target, host),
         unreached=unreached_knobs(attempts),
+        unpinned=unpinned_models(attempts),
         unreached_offline=unreached_knobs(attempts, via="offline"),
         capacity_inputs=capacity_inputs(results), structure_inputs=structure_inputs(results),
     )

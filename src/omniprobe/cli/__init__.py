@@ -195,21 +195,32 @@ def _pinned_env(args: argparse.Namespace, project) -> tuple[int, list[str], str 
 
 def _env(args: argparse.Namespace) -> int:
     from omniprobe.config.hosts import load_hosts
-    from omniprobe.config.selection import INVOCATION_ENV, record_selection
+    from omniprobe.config.selection import INVOCATION_ENV, record_env_failure, record_selection
     from omniprobe.env.state import EnvError
 
     project = find_project()
     simulated = load_hosts(project.hosts_file).host(args.host, "--host").simulated
+    select = args.select and not args.dry_run
+    if args.select and args.dry_run:
+        record_env_failure(project, args.host, "it was a dry run (--dry-run): nothing was built "
+                                               "or checked")
+    elif select:  # until it ends well, this session has failed: a crash selects nothing either
+        record_env_failure(project, args.host, "it did not finish (see its output)")
     try:
         code, problems, venv = (_sim_env if simulated else _pinned_env)(args, project)
     except EnvError as exc:
-        if args.select and not args.dry_run:  # the probe sessions after refuse, saying why
+        if select:  # the probe sessions after refuse, saying why
             record_selection(project, args.host, [" ".join(str(exc).split())])
         raise
-    if args.select and not args.dry_run:
+    if select:
         handed = record_selection(project, args.host, problems, venv=venv)
-        print(f"selected host {args.host} for the probe sessions of this nox run" if handed else
-              f"--select: not in a nox run ({INVOCATION_ENV} unset); nothing handed on")
+        if not handed:
+            print(f"--select: not in a nox run ({INVOCATION_ENV} unset); nothing handed on")
+        elif problems:
+            print(f"env-{args.host} failed: no host selected; the probe sessions of this nox run "
+                  "refuse")
+        else:
+            print(f"selected host {args.host} for the probe sessions of this nox run")
     return code
 
 
@@ -247,7 +258,8 @@ def probe_options(args: argparse.Namespace):
     from omniprobe.harness.probe import ProbeOptions
 
     return ProbeOptions(**_server_options_of(args), fresh=args.fresh,
-                        flag_sets=tuple(args.flag_set), fixtures=tuple(args.fixture))
+                        flag_sets=tuple(args.flag_set), fixtures=tuple(args.fixture),
+                        caps_gib=args.caps)
 
 
 def offline_options(args: argparse.Namespace):
@@ -281,6 +293,16 @@ def _propagation(args: argparse.Namespace) -> int:
     from omniprobe.harness.propagation import run_propagation
 
     return run_propagation(find_project(), propagation_options(args), command=args.argv)
+
+
+def _nox_args(args: argparse.Namespace) -> int:
+    import json
+
+    from omniprobe.cli.nox_args import route_options
+
+    posargs = args.posargs[1:] if args.posargs[:1] == ["--"] else args.posargs
+    print(json.dumps(route_options(build_parser(), args.session, args.run.split(","), posargs)))
+    return 0
 
 
 def _timeline(args: argparse.Namespace) -> int:
@@ -323,6 +345,8 @@ def _probe_options(p: argparse.ArgumentParser) -> None:
                    help="only this flag set (repeatable)")
     p.add_argument("--fixture", action="append", default=[],
                    help="probe-serve: only this fixture (repeatable)")
+    p.add_argument("--caps", help="emulated hosts: sweep these caps (GiB, comma-separated, e.g. "
+                                  "12,16,20,24,32), one attempt series per cap")
     p.set_defaults(func=_probe)
 
 
@@ -472,6 +496,14 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--record", action="store_true",
                       help="record the result as a new attempt under evidence/upstream/")
     q.set_defaults(func=_upstream)
+
+    p = sub.add_parser("nox-args", help="the noxfile's router: which of the arguments after "
+                       "`nox ... --` SESSION takes, as a JSON list (cli/nox_args.py): "
+                       "omniprobe nox-args --run S1,S2 SESSION -- ARGS")
+    p.add_argument("session", help="the nox session asking")
+    p.add_argument("--run", required=True, help="the sessions of the nox run, comma-separated")
+    p.add_argument("posargs", nargs=argparse.REMAINDER, help="the arguments after `--`")
+    p.set_defaults(func=_nox_args)
 
     p = sub.add_parser("timeline", help="render a recorded GPU memory series (JSONL) as SVG")
     p.add_argument("series", type=Path)

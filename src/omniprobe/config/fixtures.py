@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from omniprobe.config.sources import SourceDocument
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.safe_io import InsidePath, confine, load_json, read_bytes
@@ -134,7 +135,9 @@ class Sampling(_Input):
 
 
 class FixtureSuite(_Input):
-    source: str = Field(description="Where these facts come from.")
+    source: SourceDocument = Field(description="The document these facts come from.")
+    section: str = Field(description="Where in it.")
+    note: str | None = Field(default=None, description="What the source leaves out.")
     reference_suite: str
     prompt_set: str
     generator: str = Field(description="What rendered the prompts and bindings.")

@@ -165,6 +165,33 @@ class SimCapacity(_Input):
         return self
 
 
+class Emulation(_Input):
+    """What an emulated host stands in for, and how its capacity is imposed on the GPU it runs on.
+
+    The host entry itself describes the physical GPU (gpu, compute_capability and vram_gb are what
+    the env checks compare NVML against); this table names the card it emulates.
+    """
+
+    emulates: str | None = Field(
+        default=None, description="The host entry it emulates; its flag sets and offline kwarg "
+                                  "sets are taken (and, for a simulated one, its capacity model).")
+    capacity_mib: int | None = Field(
+        default=None, gt=0, description="The emulated capacity; default: the emulated host's "
+                                        "(vram_gb GiB, or a simulated host's vram_mib).")
+    mechanism: Literal["memory-fraction", "sim-account"] = Field(
+        description="memory-fraction: a startup hook on the server's PYTHONPATH caps PyTorch in "
+                    "every server process (cap less its CUDA context), and the sampler checks "
+                    "the process tree against the cap; sim-account: the simulated server's "
+                    "accounted memory takes the cap as its total (no GPU).")
+
+    @model_validator(mode="after")
+    def _names_a_capacity(self) -> Emulation:
+        if self.emulates is None and self.capacity_mib is None:
+            raise ValueError("an emulation names the host it emulates ('emulates') or a "
+                             "'capacity_mib'")
+        return self
+
+
 class Host(_Input):
     name: str = Field(description="Human name of the host, e.g. 'RTX 3090'.")
     hostname: str
@@ -188,6 +215,8 @@ class Host(_Input):
                     "{host} are filled in. Default: the host's pinned venv python and {runner}.",
     )
     capacity: SimCapacity | None = Field(default=None, description="Simulated hosts only.")
+    emulation: Emulation | None = Field(
+        default=None, description="An emulated host: the card it emulates on this physical GPU.")
     model_code: list[str] = Field(
         default=["vllm_omni/"], min_length=1,
         description="Path fragments of the model's source files: an OOM's location is the "
@@ -216,6 +245,9 @@ class Host(_Input):
             raise ValueError("a simulated host needs a [capacity] table")
         if not self.simulated and self.capacity is not None:
             raise ValueError("only a simulated host has a [capacity] table")
+        if self.emulation and self.emulation.mechanism == "sim-account" and not self.simulated:
+            raise ValueError("the 'sim-account' mechanism needs a simulated server "
+                             "(emulate a simulated host)")
         return self
 
 
@@ -392,6 +424,31 @@ class HostsConfig(_Input):
     upstream: UpstreamPin | None = Field(
         default=None, description="The registry's upstream the contract checks run against.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _inherit_emulated(cls, data):
+        """An emulated host takes the matrix of the host it emulates: its flag sets, offline
+        kwarg sets and, for a simulated one, the capacity model its server runs."""
+        hosts = data.get("hosts") if isinstance(data, dict) else None
+        if not isinstance(hosts, dict):
+            return data
+        filled = dict(hosts)
+        for name, host in hosts.items():
+            emulation = host.get("emulation") if isinstance(host, dict) else None
+            emulates = emulation.get("emulates") if isinstance(emulation, dict) else None
+            if emulates is None:
+                continue
+            target = hosts.get(emulates)
+            if not isinstance(target, dict):
+                raise ValueError(f"[hosts.{name}.emulation] key 'emulates': host {emulates!r} "
+                                 "is not defined under [hosts]")
+            if target.get("emulation") is not None:
+                raise ValueError(f"[hosts.{name}.emulation] key 'emulates': host {emulates!r} "
+                                 "is itself emulated; name a real or simulated host")
+            inherited = {key: target[key] for key in _INHERITED if key in target}
+            filled[name] = {**inherited, **host}
+        return {**data, "hosts": filled}
+
     def host(self, name: str, where: str = "the command") -> Host:
         """The host called `name`; UnknownHost, saying who named it and listing the hosts."""
         if name not in self.hosts:
@@ -405,6 +462,20 @@ class HostsConfig(_Input):
 
     def real_hosts(self) -> dict[str, Host]:
         return {k: h for k, h in self.hosts.items() if not h.simulated}
+
+    def emulated_cap_mib(self, name: str) -> int | None:
+        """The capacity an emulated host imposes (MiB); None for a host that is not emulated."""
+        emulation = self.host(name).emulation
+        if emulation is None:
+            return None
+        if emulation.capacity_mib is not None:
+            return emulation.capacity_mib
+        target = self.host(emulation.emulates)
+        return target.capacity.vram_mib if target.capacity else target.vram_gb * 1024
+
+
+# What an emulated host takes from the host it emulates, unless it sets them itself.
+_INHERITED = ("serve_flag_sets", "offline_kwarg_sets", "simulated", "capacity")
 
 
 def _toml_loc(loc) -> str:

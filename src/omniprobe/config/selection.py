@@ -2,8 +2,10 @@
 
 Order: the host an earlier env-<host> session of the same nox invocation selected, else
 `--host NAME`, else the hosts.toml host whose hostname is this machine's, else an error that
-lists the hosts. Nox runs each session in its own venv and process, so the selection travels
-through a small state file keyed by the invocation id the noxfile puts in the environment.
+lists the hosts. An env-<host> session that fails selects nothing: the probe sessions of its
+run refuse, naming its failure, rather than fall back to another host. Nox runs each session in
+its own venv and process, so the selection travels through a small state file keyed by the
+invocation id the noxfile puts in the environment.
 """
 
 from __future__ import annotations
@@ -73,25 +75,42 @@ def choose_host(cfg: HostsConfig, *, selected: str | None, requested: str | None
 
 def resolve_host(project: Project, cfg: HostsConfig, requested: str | None,
                  env: dict[str, str] | None = None, hostname: str | None = None) -> tuple[str, str]:
-    """The probe's host; refuses one whose env session failed its GPU check."""
+    """The probe's host; refuses, naming the failure, when an env session of this nox run failed
+    (it selected nothing, so no probe of the run may fall back to another host)."""
     env = os.environ if env is None else env
     state = read_state(state_path(project), env.get(INVOCATION_ENV))
-    name, why = choose_host(cfg, selected=state.get("host"), requested=requested,
-                            hostname=hostname or socket.gethostname())
-    if state.get("host") == name and state.get("problems"):
-        raise SelectedEnvFailed(f"env-{name} failed its checks: " + "; ".join(state["problems"]))
-    return name, why
+    failed = state.get("env_failure")
+    if failed:
+        raise SelectedEnvFailed(f"{failed['session']} failed, so it selected no host and the "
+                                f"probe sessions of this nox run do not run: {failed['failure']}")
+    return choose_host(cfg, selected=state.get("host"), requested=requested,
+                       hostname=hostname or socket.gethostname())
 
 
 def record_selection(project: Project, host: str, problems: list[str], *, venv: str | None = None,
                      env: dict[str, str] | None = None) -> bool:
-    """Hand the host (its failed checks, its env's venv) to the later sessions of this nox
-    invocation; False when there is no invocation to hand it to."""
+    """Hand the host and its env's venv to the later sessions of this nox invocation, or, when
+    its env failed (`problems`), no host but the failure; False when there is no invocation to
+    hand it to."""
+    if problems:
+        return record_env_failure(project, host, "; ".join(problems), env=env)
     env = os.environ if env is None else env
     invocation = env.get(INVOCATION_ENV)
     if not invocation:
         return False
-    update_state(state_path(project), invocation, host=host, problems=problems, venv=venv)
+    update_state(state_path(project), invocation, host=host, venv=venv, env_failure=None)
+    return True
+
+
+def record_env_failure(project: Project, host: str, failure: str, *,
+                       env: dict[str, str] | None = None) -> bool:
+    """Hand on that env-<host> failed and selected nothing; the probe sessions after refuse."""
+    env = os.environ if env is None else env
+    invocation = env.get(INVOCATION_ENV)
+    if not invocation:
+        return False
+    update_state(state_path(project), invocation, host=None, venv=None,
+                 env_failure={"session": f"env-{host}", "failure": failure})
     return True
 
 

@@ -15,6 +15,7 @@ reproduce).
 
 from __future__ import annotations
 
+import functools
 import io
 from dataclasses import dataclass
 
@@ -95,8 +96,9 @@ def _draws(seed: int, layer: int, count: int) -> list[int]:
     return hash_bytes(seed, layer, np.zeros(count, np.int64), np.arange(count)).tolist()
 
 
+@functools.cache  # a pure function of a frozen reference: `standins --check` and drawing share it
 def reference_pixels(ref: StandinReference) -> np.ndarray:
-    """The picture as (height, width, 3) uint8 RGB."""
+    """The picture as (height, width, 3) uint8 RGB, read-only (one array serves every caller)."""
     w, h, seed = ref.width, ref.height, ref.seed
     ys = np.arange(h, dtype=np.int64)[:, None]
     xs = np.arange(w, dtype=np.int64)[None, :]
@@ -127,7 +129,9 @@ def reference_pixels(ref: StandinReference) -> np.ndarray:
         colour = np.array([r, g, b], dtype=np.int64) + shading // 2 - ((ys - cy) * 48 // ry)[..., None]
         picture = np.where(inside[..., None], colour, picture)
 
-    return np.clip(picture, 0, 255).astype(np.uint8)
+    pixels = np.clip(picture, 0, 255).astype(np.uint8)
+    pixels.flags.writeable = False
+    return pixels
 
 
 def encode_png(pixels: np.ndarray) -> bytes:

@@ -162,7 +162,8 @@ def host_facts(nvml: Any) -> HostFacts:
 
 
 def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]:
-    if host.simulated:
+    """NVML against hosts.toml; an emulated host's entry describes its physical GPU."""
+    if host.simulated and host.emulation is None:
         return [_check("gpu.nvml", "skip", "simulated host: its GPU is modelled, not checked")]
     gpu = facts.gpu
     if gpu is None:
@@ -185,6 +186,19 @@ def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]
         _check("gpu.driver", "pass", f"recorded; driver supports CUDA {gpu.cuda_driver_version}",
                actual=gpu.driver_version),
     ]
+
+
+def emulation_check(cap_mib: int, facts: HostFacts) -> EnvCheck:
+    """An emulated host's cap must fit the physical GPU; it is recorded either way."""
+    gpu = facts.gpu
+    if gpu is None:
+        return _check("emulation.cap", "fail", f"NVML cannot read the physical GPU: "
+                      f"{facts.nvml_error}", expected=f"a GPU of more than {cap_mib} MiB")
+    fits = cap_mib < gpu.memory_total_mib
+    return _check("emulation.cap", "pass" if fits else "fail",
+                  f"the emulated {cap_mib:,} MiB against the physical {gpu.name}'s "
+                  f"{gpu.memory_total_mib:,} MiB", f"< {gpu.memory_total_mib} MiB",
+                  f"{cap_mib} MiB")
 
 
 def torch_check(host: Host, probe: dict | None, torch_pinned: bool) -> EnvCheck:
@@ -300,6 +314,27 @@ def hf_cache_dir() -> Path:
     return Path(xdg).expanduser() / "huggingface" / "hub"
 
 
+def _at_revision(revisions, revision: str) -> list:
+    return [rev for rev in revisions if rev.commit_hash.startswith(revision) or revision in rev.refs]
+
+
+def pinned_snapshot(cfg: HostsConfig):
+    """The hub cache's snapshot at the pinned revision (a CachedRevisionInfo: its folder is what
+    the server is given for {model}); None unless exactly one revision matches, as the
+    model.snapshot check requires. The repo id would resolve through the cache's `main` ref,
+    which need not be the pinned revision."""
+    from huggingface_hub import scan_cache_dir
+
+    cache = hf_cache_dir()
+    if not cache.is_dir():
+        return None
+    revisions = [rev for r in scan_cache_dir(cache).repos
+                 if r.repo_id == cfg.stack.model_repo and r.repo_type == "model"
+                 for rev in r.revisions]
+    matching = _at_revision(revisions, cfg.stack.model_revision)
+    return matching[0] if len(matching) == 1 else None
+
+
 def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
     from huggingface_hub import scan_cache_dir
 
@@ -314,8 +349,7 @@ def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
         info = scan_cache_dir(cache)
         cached = [r for r in info.repos if r.repo_id == repo and r.repo_type == "model"]
         revisions = [rev for r in cached for rev in r.revisions]
-        matching = [rev for rev in revisions
-                    if rev.commit_hash.startswith(revision) or revision in rev.refs]
+        matching = _at_revision(revisions, revision)
         if not cached:
             broken = [str(w) for w in info.warnings if repo.replace("/", "--") in str(w)]
             snapshot = _check("model.snapshot", "fail",
@@ -449,6 +483,9 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     facts = timed("host", host_facts, nvml)
     if host.simulated:
         checks.append(_check("host.hostname", "skip", "simulated host: runs anywhere"))
+    elif host.emulation is not None:
+        checks.append(_check("host.hostname", "skip", "emulated host: runs on any machine with "
+                             f"its physical GPU ({host.gpu})"))
     else:
         checks.append(_check("host.hostname", "pass" if facts.hostname == host.hostname
                              else "fail", "this machine's name against hosts.toml",
@@ -467,6 +504,8 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
         pins.append(pin)
 
     checks.extend(gpu_checks(host, facts, env.checks.vram_tolerance))
+    if host.emulation is not None:
+        checks.append(emulation_check(cfg.emulated_cap_mib(host_name), facts))
     checks.append(torch_check(host, probe, torch_pinned))
     checks.extend(timed("snapshot", snapshot_checks, cfg, project))
     checks.append(timed("references", lambda: references_check(project, simulated=host.simulated)))

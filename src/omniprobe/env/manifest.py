@@ -20,7 +20,9 @@ from omniprobe.evidence.models import (
     ATTEMPT_FILE,
     Attempt,
     CommandTiming,
+    EnvCheck,
     EnvManifest,
+    EnvPin,
     EnvTimings,
     parse_file,
     write_section,
@@ -53,6 +55,26 @@ def fingerprint(manifest: EnvManifest) -> str:
     """What the environment is, leaving out how long it took and whether this run installed."""
     state = manifest.model_dump(mode="json", exclude={"timings", "action"})
     return sha256_json(state)
+
+
+def env_digest(pins: list[EnvPin], checks: list[EnvCheck], where: str) -> str:
+    """What a probe attempt records of its environment: the pins as resolved and each check's
+    outcome (not its wording, which names paths and times), and where the env runs from."""
+    return sha256_json({
+        "where": where,
+        "pins": [p.model_dump(mode="json", include={"name", "pin", "resolved"}) for p in pins],
+        "checks": [c.model_dump(mode="json", include={"name", "status", "expected", "actual"})
+                   for c in checks]})
+
+
+def manifest_of(evidence_dir: Path, host: str, digest: str) -> str | None:
+    """The attempt id of the host's newest manifest if it is of the env with `digest`."""
+    latest = latest_manifest(evidence_dir, host)
+    if latest is None:
+        return None
+    folder, manifest = latest
+    return folder.name if env_digest(manifest.pins, manifest.checks, manifest.venv) == digest \
+        else None
 
 
 def latest_manifest(evidence_dir: Path, host: str) -> tuple[Path, EnvManifest] | None:
@@ -89,7 +111,8 @@ def record_manifest(project: Project, cfg: HostsConfig, manifest: EnvManifest, *
                                   "`omniprobe env`",
                       provenance=provenance(
                           manifest.host, cfg.host(manifest.host), command, started_at,
-                          simulated_model="environment of a simulated host; GPU checks skipped"))
+                          simulated_model="environment of a simulated host; GPU checks skipped",
+                          cap_mib=cfg.emulated_cap_mib(manifest.host)))
     # Both files land in a scratch folder renamed into place, so no reader sees half an attempt.
     scratch = host_dir / f".{attempt_id}.tmp"
     try:

@@ -9,13 +9,23 @@ simulated ones and the stand-ins) match their digests.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from dataclasses import dataclass
 
-from omniprobe.config.hosts import HostsConfig
+from omniprobe import __version__
+from omniprobe.config.hosts import EnvChecks, HostsConfig
 from omniprobe.config.project import Project
-from omniprobe.env.checks import check_lines, failure_lines, references_check
+from omniprobe.digests import sha256_json
+from omniprobe.env.checks import (
+    check_lines,
+    emulation_check,
+    failure_lines,
+    gpu_checks,
+    host_facts,
+    references_check,
+)
 from omniprobe.env.state import Runner
 from omniprobe.evidence.models import EnvCheck
 
@@ -52,15 +62,31 @@ def interpreter_check(python: str, runner: Runner) -> EnvCheck:
 
 
 def check_sim_env(cfg: HostsConfig, project: Project, host: str, *, python: str = sys.executable,
-                  runner: Runner | None = None) -> SimEnv:
-    """The checks of a simulated host's env; ValueError for a real host."""
+                  runner: Runner | None = None, nvml=None) -> SimEnv:
+    """The checks of a simulated host's env; ValueError for a real host. A simulated server
+    emulated on a real GPU also has that GPU checked through NVML (`nvml` stands in for pynvml)."""
     if not cfg.host(host).simulated:
         raise ValueError(f"host {host!r} is not simulated; its env is built from [env]")
     skipped = EnvCheck(name="env.install", status="skip",
                        detail="simulated host: nothing is installed ([env] pins the real stack; "
                               f"its server is {SIM_MODULE} run by this interpreter)")
-    return SimEnv(host, python, [skipped, interpreter_check(python, runner or Runner()),
-                                 references_check(project, simulated=True)])
+    checks = [skipped, interpreter_check(python, runner or Runner()),
+              references_check(project, simulated=True)]
+    emulation = cfg.host(host).emulation
+    if emulation is not None and emulation.mechanism == "memory-fraction":
+        facts = host_facts(nvml)
+        tolerance = (cfg.env.checks if cfg.env else EnvChecks()).vram_tolerance
+        checks += [*gpu_checks(cfg.host(host), facts, tolerance),
+                   emulation_check(cfg.emulated_cap_mib(host), facts)]
+    return SimEnv(host, python, checks)
+
+
+def sim_env_digest(python: str = sys.executable) -> str:
+    """A simulated host's environment as a probe attempt records it: omniprobe's version and
+    where it and the interpreter running its server live (another clone is another env)."""
+    spec = importlib.util.find_spec(SIM_MODULE)
+    return sha256_json({"where": python, "python": sys.version.split()[0],
+                        "omniprobe": __version__, "sim": spec.origin if spec else None})
 
 
 def format_sim_env(env: SimEnv) -> str:

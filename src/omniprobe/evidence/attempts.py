@@ -11,6 +11,7 @@ import fcntl
 import os
 import shutil
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +26,8 @@ from omniprobe.evidence.models import (
     ATTEMPT_FILE,
     ArtifactRef,
     Attempt,
+    AttemptEnvironment,
+    Emulated,
     Measured,
     RequestRecord,
     ServeRun,
@@ -54,6 +57,11 @@ def new_attempt_id(host_name: str, now: datetime, n: int = 1, suffix: str = SUFF
     return f"{now:%Y-%m-%dT%H%M%SZ}{again}-{host_name}{suffix}"
 
 
+def cap_suffix(cap_mib: int | None) -> str:
+    """The id suffix of an emulated host's probe attempts: one series of attempts per cap."""
+    return SUFFIX if cap_mib is None else f"-{cap_mib}mib{SUFFIX}"
+
+
 def free_attempt_id(host_dir: Path, host_name: str, now: datetime, suffix: str) -> str:
     """The first id of `new_attempt_id`'s sequence for this second with no folder yet."""
     n = 1
@@ -63,11 +71,20 @@ def free_attempt_id(host_dir: Path, host_name: str, now: datetime, suffix: str) 
 
 
 def provenance(host_name: str, host: Host, command: list[str], started_at: datetime, *,
-               simulated_model: str | None = None) -> Measured | Simulated:
-    """Where an attempt made now comes from: measured on this machine, or simulated (by the
-    sim's capacity model unless `simulated_model` says what else). Secrets in the command are
-    redacted."""
+               simulated_model: str | None = None,
+               cap_mib: int | None = None) -> Measured | Simulated | Emulated:
+    """Where an attempt made now comes from: measured on this machine, emulated on it at `cap_mib`
+    (an emulated host), or simulated (by the sim's capacity model unless `simulated_model` says
+    what else). Secrets in the command are redacted."""
     command = redact_args(command)
+    if host.emulation is not None:
+        if cap_mib is None:
+            raise ValueError(f"host {host_name!r} is emulated: its attempts need the cap")
+        return Emulated(kind="emulated", host=host_name, hostname=socket.gethostname(),
+                        tool_version=__version__, command=command, started_at=started_at,
+                        emulates=host.emulation.emulates, cap_mib=cap_mib,
+                        physical_gpu=host.gpu, physical_compute_capability=host.compute_capability,
+                        mechanism=host.emulation.mechanism, simulated_server=host.simulated)
     if host.simulated:
         model = simulated_model or f"omniprobe.sim capacity model ([hosts.{host_name}.capacity])"
         return Simulated(kind="simulated", tool_version=__version__, command=command,
@@ -76,12 +93,14 @@ def provenance(host_name: str, host: Host, command: list[str], started_at: datet
                     tool_version=__version__, command=command, started_at=started_at)
 
 
-def probe_attempts(host_dir: Path) -> list[Path]:
-    """This host's probe attempt folders, oldest first (ids start with a UTC timestamp)."""
+def probe_attempts(host_dir: Path, cap_mib: int | None = None) -> list[Path]:
+    """This host's probe attempt folders (of one cap, on an emulated host), oldest first (ids
+    start with a UTC timestamp)."""
     if not host_dir.is_dir():
         return []
+    suffix = cap_suffix(cap_mib)
     return sorted(p for p in host_dir.iterdir()
-                  if p.is_dir() and p.name.endswith(SUFFIX) and (p / ATTEMPT_FILE).is_file())
+                  if p.is_dir() and p.name.endswith(suffix) and (p / ATTEMPT_FILE).is_file())
 
 
 def file_ref(path: Path, artifacts_dir: Path) -> ArtifactRef:
@@ -160,28 +179,34 @@ def _load(project: Project, folder: Path) -> AttemptStore:
 
 
 def _create(project: Project, host_name: str, host: Host, command: list[str],
-            suffix: str = SUFFIX, what: str = "probe-init / probe-serve") -> AttemptStore:
+            suffix: str = SUFFIX, what: str = "probe-init / probe-serve",
+            cap_mib: int | None = None,
+            environment: AttemptEnvironment | None = None) -> AttemptStore:
     now = datetime.now(UTC).replace(microsecond=0)
     attempt_id = free_attempt_id(project.evidence_dir / host_name, host_name, now, suffix)
     folder = project.evidence_dir / host_name / attempt_id
     meta = Attempt(id=attempt_id, host=host_name, date=now.date().isoformat(),
                    description=f"{what} by omniprobe {__version__} on "
-                               f"{host.name}" + (" (simulated)" if host.simulated else ""),
-                   provenance=provenance(host_name, host, command, now))
+                               f"{host.name}" + (" (simulated)" if host.simulated else "")
+                               + (f", capped at {cap_mib:,} MiB" if cap_mib else ""),
+                   provenance=provenance(host_name, host, command, now, cap_mib=cap_mib),
+                   environment=environment)
     folder.mkdir(parents=True, exist_ok=False)
     write_section(folder, ATTEMPT_FILE, meta)
     return AttemptStore(project, folder, meta)
 
 
 def open_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
-                 fresh: bool, fresh_id: str | None = None) -> AttemptStore:
-    """The attempt to write: this invocation's fresh one, a new one, or the newest to resume."""
+                 fresh: bool, fresh_id: str | None = None,
+                 cap_mib: int | None = None) -> AttemptStore:
+    """The attempt to write: this invocation's fresh one, a new one, or the newest to resume
+    (on an emulated host, of the same cap)."""
     host_dir = project.evidence_dir / host_name
-    existing = probe_attempts(host_dir)
+    existing = probe_attempts(host_dir, cap_mib)
     if fresh_id and (host_dir / fresh_id).is_dir():
         store = _load(project, host_dir / fresh_id)
     elif fresh or not existing:
-        store = _create(project, host_name, host, command)
+        store = _create(project, host_name, host, command, cap_suffix(cap_mib), cap_mib=cap_mib)
         store.created = True  # a resumable attempt: removed again if its run records nothing
     else:
         store = _load(project, existing[-1])
@@ -190,11 +215,67 @@ def open_attempt(project: Project, host_name: str, host: Host, command: list[str
 
 
 def new_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
-                suffix: str, what: str) -> AttemptStore:
+                suffix: str, what: str,
+                environment: AttemptEnvironment | None = None) -> AttemptStore:
     """A new attempt of another session (e.g. `-offline`); its suffix keeps probe-init and
     probe-serve from resuming it."""
     if suffix == SUFFIX:
         raise ValueError(f"{SUFFIX!r} is the suffix of probe-init / probe-serve attempts")
-    store = _create(project, host_name, host, command, suffix, what)
+    if host.emulation is not None:
+        raise Refusal(f"host {host_name!r} is emulated: {what} does not cap its processes at the "
+                      "emulated capacity; only probe-init and probe-serve run on an emulated host")
+    store = _create(project, host_name, host, command, suffix, what, environment=environment)
     store._take_lock()
     return store
+
+
+def resume_decision(newest: Attempt | None, environment: AttemptEnvironment, *,
+                    complete: bool) -> tuple[bool, str]:
+    """Whether to resume the host's newest probe attempt in `environment`, and why (or why a new
+    one starts): only an attempt made by this omniprobe version in the same environment, serving
+    the same model, resumes; a complete one is resumed only to say so."""
+    if newest is None:
+        return False, "new: no earlier probe attempt of this host"
+    made = newest.provenance
+    if made.kind == "transcribed":
+        return False, f"new: {newest.id} is transcribed, never resumed"
+    if newest.environment is None:
+        return False, f"new: {newest.id} does not record its environment (made before attempts did)"
+    if made.tool_version != __version__:
+        return False, (f"new: {newest.id} was made by omniprobe {made.tool_version}, this is "
+                       f"{__version__}")
+    if newest.environment.digest != environment.digest:
+        return False, (f"new: {newest.id} ran in another environment (env digest "
+                       f"{newest.environment.digest[:12]}, this one {environment.digest[:12]})")
+    if newest.environment.served != environment.served:
+        return False, (f"new: {newest.id} served another model ({newest.environment.served.model}, "
+                       f"this one {environment.served.model})")
+    if complete:
+        return True, f"complete: {newest.id} holds every cell asked for"
+    return True, f"resumed: {newest.id} is incomplete, made in this environment"
+
+
+def open_probe_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
+                       environment: AttemptEnvironment, fresh: bool, fresh_id: str | None,
+                       complete: Callable[[AttemptStore], bool],
+                       cap_mib: int | None = None) -> tuple[AttemptStore, str]:
+    """The probe attempt to write, and why: this nox run's fresh one, a new one (--fresh, or the
+    newest cannot be resumed: resume_decision says why), or the newest to resume (on an emulated
+    host, of the same cap)."""
+    host_dir = project.evidence_dir / host_name
+    if fresh_id and (host_dir / fresh_id).is_dir():
+        store, why = _load(project, host_dir / fresh_id), f"joined: {fresh_id}, this nox run's --fresh one"
+    elif fresh:
+        store, why = None, "new: --fresh"
+    else:
+        existing = probe_attempts(host_dir, cap_mib)
+        newest = _load(project, existing[-1]) if existing else None
+        resume, why = resume_decision(newest.meta if newest else None, environment,
+                                      complete=newest is not None and complete(newest))
+        store = newest if resume else None
+    if store is None:
+        store = _create(project, host_name, host, command, cap_suffix(cap_mib), cap_mib=cap_mib,
+                        environment=environment)
+        store.created = True  # removed again if its run records nothing
+    store._take_lock()
+    return store, why

@@ -5,6 +5,7 @@ for every file, so an object (attempt.json) and a list (requests.json) carry the
 same way. The content key is named for the file (`requests.json` -> `requests`).
 
 Version 1 is the unversioned format: the content alone, an object or a list, with no wrapper.
+Version 3 names a transcribed attempt's source document by file name and sha256, not a path.
 `update_to_N` turns a file of version N-1 into version N; the loader runs them in order, in
 memory (the file on disk is left as it is until the package rewrites it). A version newer than
 this package knows is refused by name rather than guessed at.
@@ -13,8 +14,9 @@ this package knows is refused by name rather than guessed at.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import PurePosixPath
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 VERSION_KEY = "format_version"
 
 
@@ -40,7 +42,22 @@ def update_to_2(file_name: str, data: object) -> dict:
     return {VERSION_KEY: 2, content_key(file_name): data}
 
 
-MIGRATIONS: dict[int, Callable[[str, object], object]] = {2: update_to_2}
+def update_to_3(file_name: str, data: object) -> object:
+    """Version 2 -> 3: a transcribed attempt names its source document by file name and sha256
+    (`{"name", "sha256"}`) instead of a path; version 2 recorded no digest, so it is null."""
+    if not isinstance(data, dict):
+        return data
+    data = {**data, VERSION_KEY: 3}
+    attempt = data.get("attempt") if file_name == "attempt.json" else None
+    provenance = attempt.get("provenance") if isinstance(attempt, dict) else None
+    if (isinstance(provenance, dict) and provenance.get("kind") == "transcribed"
+            and isinstance(provenance.get("source"), str)):
+        named = {"name": PurePosixPath(provenance["source"]).name, "sha256": None}
+        data["attempt"] = {**attempt, "provenance": {**provenance, "source": named}}
+    return data
+
+
+MIGRATIONS: dict[int, Callable[[str, object], object]] = {2: update_to_2, 3: update_to_3}
 KNOWN_VERSIONS = range(1, FORMAT_VERSION + 1)
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from omniprobe.atomic import is_temp_file, write_text_atomic
 from omniprobe.config.fixtures import Inputs
+from omniprobe.config.sources import SourceDocument
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import (
     FORMAT_VERSION,
@@ -49,7 +50,7 @@ class _In(BaseModel):
 
 class Transcribed(_In):
     kind: Literal["transcribed"]
-    source: str = Field(description="The document the figures were copied from.")
+    source: SourceDocument = Field(description="The document the figures were copied from.")
     section: str = Field(description="Where in it.")
 
 
@@ -70,7 +71,27 @@ class Simulated(_In):
     model: str = Field(description="What was simulated, e.g. 'omniprobe.sim capacity model'.")
 
 
-Provenance = Annotated[Transcribed | Measured | Simulated, Field(discriminator="kind")]
+class Emulated(_In):
+    """Measured by this package on a bigger GPU with its memory capped to another card's."""
+
+    kind: Literal["emulated"]
+    host: str = Field(description="The emulated host entry of hosts.toml.")
+    hostname: str = Field(description="What the machine called itself.")
+    tool_version: str
+    command: list[str]
+    started_at: datetime
+    emulates: str | None = Field(description="The host emulated; null: a bare capacity.")
+    cap_mib: int = Field(gt=0, description="The emulated capacity imposed on the server.")
+    physical_gpu: str = Field(description="The GPU it ran on.")
+    physical_compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    mechanism: Literal["memory-fraction", "sim-account"] = Field(
+        description="How the cap was imposed (hosts.toml [hosts.<host>.emulation] mechanism).")
+    simulated_server: bool = Field(
+        description="The server was omniprobe.sim: its figures are the capacity model's.")
+
+
+Provenance = Annotated[Transcribed | Measured | Simulated | Emulated,
+                       Field(discriminator="kind")]
 
 
 class AttemptPins(_In):
@@ -79,6 +100,31 @@ class AttemptPins(_In):
     upstream_commit: str | None = None
     torch: str | None = None
     model_snapshot: str | None = None
+
+
+class ServedModel(_In):
+    """What a probe's server was given for {model}, and whether it is the pinned snapshot."""
+
+    model: str = Field(description="The {model} value: a snapshot folder, a repo id or a path.")
+    source: Literal["pinned", "by_hand", "simulated"] = Field(
+        description="'pinned': the snapshot folder the env check found at the pinned revision; "
+                    "'by_hand': given with --model, not checked against the pin; 'simulated': "
+                    "the simulated server, which loads no model.")
+    revision: str | None = Field(
+        default=None, description="The served snapshot's commit; null: not known (by hand, "
+                                  "simulated).")
+
+
+class AttemptEnvironment(_In):
+    """The environment a probe attempt ran in: resume continues an attempt only in the same one."""
+
+    manifest: str | None = Field(
+        default=None, description="Attempt id of the environment manifest filed for this env "
+                                  "(evidence/<host>/<id>/environment.json); null: none filed (a "
+                                  "simulated host's env is omniprobe itself).")
+    digest: Sha256 = Field(description="sha256 of the env's pins and checks (name, status, "
+                                       "expected, actual) and where it runs from.")
+    served: ServedModel
 
 
 class Attempt(_In):
@@ -94,6 +140,10 @@ class Attempt(_In):
     pins: AttemptPins | None = Field(
         default=None, description="The stack it ran on, as stated; null: the environment manifest "
                                   "filed with it or before it says.")
+    environment: AttemptEnvironment | None = Field(
+        default=None, description="The environment a probe attempt ran in and the model it "
+                                  "served; null: not a probe attempt, or made before attempts "
+                                  "recorded it.")
 
 
 # --- shared pieces ----------------------------------------------------------------------
@@ -123,6 +173,14 @@ class OomSignature(_In):
     location: CodeRef | None = Field(default=None, description="Innermost frame in model code.")
     via: str | None = None
     note: str | None = None
+
+
+class EmulationBreach(_In):
+    """The first sample at which an emulated server's process tree held more than the cap."""
+
+    t_s: float = Field(ge=0, description="Seconds since the server was started.")
+    held_mib: float = Field(ge=0, description="What the process tree held then.")
+    cap_mib: int = Field(gt=0)
 
 
 # --- serve runs -------------------------------------------------------------------------
@@ -162,6 +220,9 @@ class Cell(_In):
                                         "inputs the source does not state (fixtures.json).")
     stated: list[StatedCellFigure] = Field(
         default=[], description="The same cell's figures as stated elsewhere in the source.")
+    emulation_breach: EmulationBreach | None = Field(
+        default=None, description="Emulated hosts: the server's tree exceeded the cap by the end "
+                                  "of one of these requests; the cell never counts as a fit.")
 
 
 class ArtifactRef(_In):
@@ -176,6 +237,27 @@ class TimelinePoint(_In):
     t_s: float = Field(ge=0, description="Seconds since the server was started.")
     device_mib: float = Field(ge=0)
     process_mib: float | None = Field(default=None, ge=0, description="The server's processes.")
+
+
+class CappedProcess(_In):
+    """One server process as the emulation hook capped it (from its line in the server log)."""
+
+    pid: int
+    context_mib: float = Field(ge=0)
+    allowed_mib: float = Field(ge=0, description="What PyTorch's allocator may reserve.")
+
+
+class EmulationCheck(_In):
+    """The sampler's guard of an emulated host: the server's process tree against the cap."""
+
+    cap_mib: int = Field(gt=0)
+    checked_samples: int = Field(ge=0)
+    unchecked_samples: int = Field(
+        default=0, ge=0, description="Samples in which NVML gave no figure for the tree.")
+    peak_mib: float | None = Field(default=None, ge=0, description="The tree's peak.")
+    breach: EmulationBreach | None = Field(default=None, description="The first breach.")
+    capped: list[CappedProcess] = Field(
+        default=[], description="Processes the hook capped; empty under the sim-account mechanism.")
 
 
 class TimelineSummary(_In):
@@ -195,6 +277,7 @@ class TimelineSummary(_In):
     series: ArtifactRef | None = Field(default=None, description="The JSONL series.")
     points: list[TimelinePoint] = Field(
         default=[], description="Peak-preserving reduction of the series, for the report's figure.")
+    emulation: EmulationCheck | None = Field(default=None, description="Emulated hosts only.")
 
 
 class ServerLifetime(_In):
@@ -268,6 +351,9 @@ class RequestRecord(_In):
         default=None, description="true: no answer came (connection refused or dropped, the "
                                   "server gone), so nothing about the model was measured; a "
                                   "resume sends the request again and records that after it.")
+    emulation_breach: EmulationBreach | None = Field(
+        default=None, description="Emulated hosts: the server's process tree exceeded the cap "
+                                  "by the time this request ended; it never counts as a fit.")
 
 
 # --- offline, quality, reproducibility --------------------------------------------------
@@ -626,7 +712,13 @@ class LoadedAttempt:
 
     @property
     def simulated(self) -> bool:
-        return self.meta.provenance.kind == "simulated"
+        """Its figures come from omniprobe.sim (an emulated run of the sim server included)."""
+        prov = self.meta.provenance
+        return prov.kind == "simulated" or (prov.kind == "emulated" and prov.simulated_server)
+
+    @property
+    def emulated(self) -> bool:
+        return self.meta.provenance.kind == "emulated"
 
 
 def parse_file(path: Path, text: str | None = None):
@@ -696,9 +788,11 @@ def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
 class Evidence:
     attempts: list[LoadedAttempt]
 
-    def for_host(self, host: str, *, include_simulated: bool = False) -> list[LoadedAttempt]:
+    def for_host(self, host: str, *, include_simulated: bool = False,
+                 include_emulated: bool = False) -> list[LoadedAttempt]:
         return [a for a in self.attempts
-                if a.host == host and (include_simulated or not a.simulated)]
+                if a.host == host and (include_simulated or not a.simulated)
+                and (include_emulated or not a.emulated)]
 
     def attempt(self, attempt_id: str) -> LoadedAttempt:
         for a in self.attempts:

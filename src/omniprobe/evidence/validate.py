@@ -43,6 +43,15 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
         problems.append(Problem(str(folder / ATTEMPT_FILE),
                                 content_path(ATTEMPT_FILE, "$.provenance.host"),
                                 f"measured on {prov.host!r} but filed under {attempt.host!r}"))
+    if (prov.kind == "emulated") != (host.emulation is not None):
+        problems.append(Problem(str(folder / "attempt.json"), "$.provenance.kind",
+                                f"host {attempt.host!r} is " + (
+                                    "emulated; its evidence must be 'emulated'" if host.emulation
+                                    else f"not emulated; '{prov.kind}' evidence belongs under an "
+                                         "emulated host")))
+    if prov.kind == "emulated" and prov.host != attempt.host:
+        problems.append(Problem(str(folder / "attempt.json"), "$.provenance.host",
+                                f"emulated as {prov.host!r} but filed under {attempt.host!r}"))
     if prov.kind == "measured" and host.simulated:
         problems.append(Problem(str(folder / ATTEMPT_FILE),
                                 content_path(ATTEMPT_FILE, "$.provenance.kind"),

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
@@ -23,23 +23,50 @@ from omniprobe.analysis.series import decimate, unavailable
 from omniprobe.analysis.structure_gate import gate_record
 from omniprobe.atomic import write_bytes_atomic
 from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig
+from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
-from omniprobe.config.selection import INVOCATION_ENV, read_state, session_venv, state_path, update_state
+from omniprobe.config.selection import (
+    INVOCATION_ENV,
+    read_state,
+    resolve_host,
+    session_venv,
+    state_path,
+    update_state,
+)
 from omniprobe.digests import sha256_bytes
-from omniprobe.env.checks import require_env_ok
+from omniprobe.env.checks import hf_cache_dir, pinned_snapshot, require_env_ok
+from omniprobe.env.manifest import env_digest, manifest_of
+from omniprobe.env.simulated import sim_env_digest
+from omniprobe.env.state import EnvNotReady
 from omniprobe.errors import EnvironmentFailure, Refusal
-from omniprobe.evidence.attempts import AttemptStore, file_ref, open_attempt
-from omniprobe.evidence.models import InitResult, RequestRecord, ServerLifetime, ServeRun, TimelineSummary
+from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
+from omniprobe.evidence.models import (
+    AttemptEnvironment,
+    InitResult,
+    RequestRecord,
+    ServedModel,
+    ServerLifetime,
+    ServeRun,
+    TimelineSummary,
+)
 from omniprobe.harness import client
+from omniprobe.harness.emulation import (
+    EmulationGuard,
+    EmulationUnguarded,
+    capped_processes,
+    emulation_env,
+    parse_caps_gib,
+)
 from omniprobe.harness.logs import (
     DEPLOY_IGNORED_WARNING,
     deploy_config_ignored,
     log_tail,
     read_from,
 )
+from omniprobe.harness.plan import Pace, attempt_complete, earlier_attempts, estimate, pace, plan_line
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
+    MIB,
     GpuReader,
     NvmlReader,
     NvmlUnavailable,
@@ -75,6 +102,7 @@ class ProbeOptions(ServerOptions):
     fresh: bool = False
     flag_sets: tuple[str, ...] = ()
     fixtures: tuple[str, ...] = ()
+    caps_gib: str | None = None  # emulated hosts: the caps to sweep, e.g. "12,16,20,24,32"
 
 
 @dataclass(frozen=True)
@@ -92,6 +120,7 @@ class ServeSettings:
     flag_sets: tuple[str, ...] = ()
     fixtures: tuple[str, ...] = ()
     max_restarts: int = 2
+    cap_mib: int | None = None  # an emulated host's cap for this attempt
 
 
 @dataclass(frozen=True)
@@ -103,6 +132,7 @@ class Live:
     index: int
     t0: float
     folder: Path
+    guard: EmulationGuard | None = None
 
 
 def default_readers(host: Host, gpu_index: int = 0) -> ReaderFactory:
@@ -238,6 +268,11 @@ class ServeProbe:
         self.recorder = Recorder()
         self.refused: list[str] = []
         self.unfinished: list[str] = []
+        # What the session says of its attempt (new or resumed, and why), the host's pace so far,
+        # and the command that measures again; a session that always starts anew keeps these.
+        self.attempt_why = "new: every run of this session starts one"
+        self.pace = Pace(None, None, 0)
+        self.again = "the same command"
 
     # --- plan ------------------------------------------------------------------------
 
@@ -301,10 +336,18 @@ class ServeProbe:
         folder = self.store.artifacts / flag_set / f"{session}-{index + 1}"
         folder.mkdir(parents=True, exist_ok=True)
         reader, reason = self._reader(folder)
+        cap = self.settings.cap_mib
+        if cap is not None and reader is None:
+            raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its server's "
+                                     f"memory cannot be sampled to check the cap: {reason}")
         self._wait_idle(reader)
         env = server_env(self.cfg, flag_set, self.base_env, self.env_bin)
         if self.host.memory_file_env:
             env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
+        guard = None
+        if cap is not None:
+            env.update(emulation_env(self.host, cap, env))
+            guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
         serve = self.cfg.serve
         server = ServerProcess(command, env, folder / "server.log",
                                Endpoints(self.base_url, serve.health_path, serve.ready_path),
@@ -317,17 +360,20 @@ class ServeProbe:
         try:
             if reader is not None:
                 sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.settings.sample_hz,
-                                  root_pid=lambda: server.pid, t0=t0)
+                                  root_pid=lambda: server.pid, t0=t0, guard=guard)
                 sampler.start()
             init = server.wait_ready(self.settings.ready_timeout_s, self.settings.poll_s)
             record = ServerLifetime(session=session, started_at=started_at,
                                     command=redact_args(command), init=init)
             self._put_lifetime(flag_set, index, record)
-            yield Live(server, init, index, t0, folder)
+            yield Live(server, init, index, t0, folder, guard)
         finally:
             ended = server.stop()
             self.recorder.drain()
             timeline = self._timeline(sampler, reason)
+            if guard is not None:
+                capped = capped_processes(server.log_path.read_text(errors="replace"))
+                timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
             if record is not None:
                 redact_file(server.log_path)
                 log = file_ref(server.log_path, self.store.project.artifacts_dir)
@@ -342,8 +388,10 @@ class ServeProbe:
         flag_sets = self.flag_sets()
         todo = [f for f in flag_sets if self.store.run(f) is None]
         progress = Progress(len(todo), self.out)
-        progress.say(f"probe-init on {self.host_name}: {len(todo)} of {len(flag_sets)} flag "
-                     f"set(s) to start; attempt {self.store.meta.id}")
+        progress.say(plan_line(
+            "probe-init", self.host_name, self.store.meta.id, self.attempt_why,
+            flag_sets=len(flag_sets), fixtures=0, seeds=0, recorded=len(flag_sets) - len(todo),
+            to_run=len(todo), time=estimate(self.pace, len(todo), 0), again=self.again))
         for number, flag_set in enumerate(todo, 1):
             command = self._command(flag_set)
             if command is None:
@@ -361,19 +409,25 @@ class ServeProbe:
         fixtures = serve_fixtures(self.suite, self.host, self.settings.fixtures)
         seeds = self.suite.sampling.seeds
         plan: dict[str, list[tuple[Fixture, int]]] = {}
+        served = []
         for flag_set in self.flag_sets():
             run = self.store.run(flag_set)
             if run is not None and run.init.outcome != "ready":
                 print(f"[{flag_set}] skipped: init {run.init.outcome} is recorded in this attempt",
                       file=self.out)
                 continue
+            served.append(flag_set)
             pending = [(f, s) for f in fixtures for s in seeds
                        if not self.store.recorded(flag_set, f.id, s)]
             if pending:
                 plan[flag_set] = pending
         progress = Progress(sum(len(p) for p in plan.values()), self.out)
-        progress.say(f"probe-serve on {self.host_name}: {progress.total} request(s) in "
-                     f"{len(plan)} run(s); attempt {self.store.meta.id}")
+        cells = len(served) * len(fixtures) * len(seeds)
+        progress.say(plan_line(
+            "probe-serve", self.host_name, self.store.meta.id, self.attempt_why,
+            flag_sets=len(served), fixtures=len(fixtures), seeds=len(seeds),
+            recorded=cells - progress.total, to_run=progress.total,
+            time=estimate(self.pace, len(plan), progress.total), again=self.again))
         if not self.settings.fixtures:
             for note in self.suite.default_fixtures()[1]:
                 progress.say(note)
@@ -449,6 +503,8 @@ class ServeProbe:
                   "error": error and redact_text(error), "started_s": round(started_s, 3),
                   "lifetime": live.index,
                   "transport_failure": transport or None}
+        if live.guard is not None:
+            fields["emulation_breach"] = live.guard.breach_by(time.monotonic() - live.t0)
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
         restart = "" if up else " (server down: restarting)"
 
@@ -499,20 +555,43 @@ def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
 
 
-def probe_env(project: Project, cfg: HostsConfig, host_name: str, settings: ServeSettings, *,
-              venv: str | None, nvml=None, out: TextIO | None = None) -> Path | None:
-    """The bin folder of the host's verified env, which the server runs from; None for a
-    simulated host, whose server is omniprobe's own sim. EnvNotReady names each failed check;
-    NotInEnv when the env lacks the serve command's program. Each upstream contract check the
-    env's clone fails is a warning on `out`, before any GPU time is spent."""
+@dataclass(frozen=True)
+class ProbeEnv:
+    """Where the server runs from (None: the simulator) and what the attempt records of it."""
+
+    bin_dir: Path | None
+    record: AttemptEnvironment
+
+
+def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: str | None,
+                venv: str | None, nvml=None, out: TextIO | None = None) -> ProbeEnv:
+    """The host's verified env and the model its server is given: the snapshot folder the env
+    check found at the pinned revision, unless --model gave one by hand (recorded as such).
+    EnvNotReady names each failed check; NotInEnv when the env lacks the serve program. Each
+    upstream contract check the env's clone fails is a warning on `out`, before any GPU time is
+    spent."""
     if cfg.host(host_name).simulated:
-        return None
-    venv = session_venv(project, host_name) or venv
-    bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml,
-                             out=out).paths.bin_dir
-    base_command(cfg, host_name, model=settings.model, hosts_file=project.hosts_file,
+        served = ServedModel(model=redact_text(by_hand) if by_hand else cfg.stack.model_repo,
+                             source="by_hand" if by_hand else "simulated")
+        return ProbeEnv(None, AttemptEnvironment(digest=sim_env_digest(), served=served))
+    verification = require_env_ok(host_name, project=project, nvml=nvml, out=out,
+                                   venv=session_venv(project, host_name) or venv)
+    snapshot = None if by_hand else pinned_snapshot(cfg)
+    if by_hand:
+        served = ServedModel(model=redact_text(by_hand), source="by_hand")
+    elif snapshot is None:  # the model.snapshot check passed a moment ago: the cache changed
+        raise EnvNotReady(f"no single snapshot of {cfg.stack.model_snapshot} in the hub cache "
+                          f"{hf_cache_dir()}; run `omniprobe env check --host {host_name}`")
+    else:
+        served = ServedModel(model=str(snapshot.snapshot_path), source="pinned",
+                             revision=snapshot.commit_hash)
+    bin_dir = verification.paths.bin_dir
+    base_command(cfg, host_name, model=by_hand or served.model, hosts_file=project.hosts_file,
                  bin_dir=bin_dir)
-    return bin_dir
+    digest = env_digest(verification.pins, verification.checks, str(verification.paths.venv))
+    return ProbeEnv(bin_dir, AttemptEnvironment(
+        manifest=manifest_of(project.evidence_dir, host_name, digest), digest=digest,
+        served=served))
 
 
 class ProbeSession(Session):
@@ -520,36 +599,60 @@ class ProbeSession(Session):
     or with --fresh starts one (once per nox invocation: the sessions after join it)."""
 
     def __init__(self, name: str, options: ProbeOptions, command: list[str], *,
-                 readers: ReaderFactory | None = None, nvml=None):
+                 readers: ReaderFactory | None = None, nvml=None, cap_mib: int | None = None):
         self.name, self.options, self.command = name, options, command
-        self.readers, self.nvml = readers, nvml
+        self.readers, self.nvml, self.cap_mib = readers, nvml, cap_mib
         self.probe: ServeProbe | None = None
 
     def prepare(self, ctx: Context) -> None:
-        self.settings = settings_from(self.options, ctx.cfg, flag_sets=self.options.flag_sets,
-                                      fixtures=self.options.fixtures)
+        self.settings = replace(settings_from(self.options, ctx.cfg,
+                                              flag_sets=self.options.flag_sets,
+                                              fixtures=self.options.fixtures),
+                                cap_mib=self.cap_mib)
         check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
         if self.name == "probe-serve":
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
             client.check_references(fixtures, ctx.project.fixtures_file.parent)
-        self.env_bin = probe_env(ctx.project, ctx.cfg, ctx.host_name, self.settings,
-                                 venv=self.options.venv, nvml=self.nvml, out=ctx.out)
+        self.env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=self.options.model,
+                               venv=self.options.venv, nvml=self.nvml, out=ctx.out)
+        self.env_bin = self.env.bin_dir
+        # The server gets the model as given; the record holds it with its secrets redacted.
+        self.settings = replace(self.settings,
+                                model=self.options.model or self.env.record.served.model)
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
+
+    def _plan(self, ctx: Context) -> tuple[list[str], list[tuple[str, int]]]:
+        """What this run asks of an attempt: its flag sets and every (fixture, seed) cell the
+        probe-serve of the same options serves (the defaults where none are named)."""
+        try:
+            fixtures = [f.id for f in serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)]
+        except FixtureNotRunnable:
+            fixtures = []
+        return (check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets),
+                [(f, s) for f in fixtures for s in ctx.suite.sampling.seeds])
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
         invocation = os.environ.get(INVOCATION_ENV)
         state = read_state(state_path(ctx.project), invocation)
         fresh = self.options.fresh
-        fresh_id = state.get("fresh_attempts", {}).get(ctx.host_name) if fresh else None
-        store = open_attempt(ctx.project, ctx.host_name, ctx.host, self.command, fresh=fresh,
-                             fresh_id=fresh_id)
+        # One fresh attempt per cap on an emulated host: a sweep's sessions join theirs.
+        key = ctx.host_name if self.cap_mib is None else f"{ctx.host_name}@{self.cap_mib}mib"
+        fresh_id = state.get("fresh_attempts", {}).get(key) if fresh else None
+        flag_sets, cells = self._plan(ctx)
+        store, self.why = open_probe_attempt(
+            ctx.project, ctx.host_name, ctx.host, self.command, environment=self.env.record,
+            fresh=fresh, fresh_id=fresh_id, cap_mib=self.cap_mib,
+            complete=lambda found: attempt_complete(found, flag_sets, cells))
         if fresh and invocation:
             update_state(state_path(ctx.project), invocation, fresh_attempts={
-                **state.get("fresh_attempts", {}), ctx.host_name: store.meta.id})
+                **state.get("fresh_attempts", {}), key: store.meta.id})
         return store
 
     def run(self, ctx: Context, store: AttemptStore) -> int:
         out = ctx.out
+        if self.cap_mib is not None:
+            print(f"emulated capacity {self.cap_mib:,} MiB ({self.cap_mib / 1024:g} GiB) on "
+                  f"{ctx.host.gpu}", file=out)
         if self.env_bin is not None:
             print(f"env {self.env_bin.parent}: every check passed; the server runs from it",
                   file=out)
@@ -557,6 +660,10 @@ class ProbeSession(Session):
             ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.project.hosts_file,
             ctx.host_name, store, self.settings, env_bin=self.env_bin, out=out,
             readers=self.readers or default_readers(ctx.host, self.options.gpu_index))
+        probe.attempt_why = self.why
+        probe.pace = pace(earlier_attempts(ctx.project.evidence_dir / ctx.host_name,
+                                           store.meta.id))
+        probe.again = f"nox -s env-{ctx.host_name} {self.name} -- --fresh"
         (probe.probe_init if self.name == "probe-init" else probe.probe_serve)()
         probe.recorder.drain()
         print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
@@ -575,9 +682,29 @@ class ProbeSession(Session):
 
 def run_probe(project: Project, session: str, options: ProbeOptions, *, command: list[str],
               readers: ReaderFactory | None = None, nvml=None, out: TextIO | None = None) -> int:
-    """The probe-init / probe-serve command: 0 when everything planned was recorded.
+    """The probe-init / probe-serve command: 0 when everything planned was recorded. On an
+    emulated host each cap (`--caps`, else the host's) is its own session and attempt.
 
     `command` is the command line recorded as the attempt's provenance; `nvml` stands in for
     pynvml in the env's GPU checks (tests fake the GPU there)."""
-    return run_session(project, ProbeSession(session, options, command, readers=readers,
-                                             nvml=nvml), options.host, out)
+    cfg = load_hosts(project.hosts_file)
+    host_name, _ = resolve_host(project, cfg, options.host)
+    code = 0
+    for cap in probe_caps(cfg, host_name, options.caps_gib):
+        code = max(code, run_session(project, ProbeSession(
+            session, options, command, readers=readers, nvml=nvml, cap_mib=cap), options.host, out))
+    return code
+
+
+def probe_caps(cfg: HostsConfig, host_name: str, caps_gib: str | None) -> list[int | None]:
+    """The caps to probe in turn, one attempt each: the sweep's, an emulated host's own, or none
+    (a real card)."""
+    if caps_gib is None:
+        return [cfg.emulated_cap_mib(host_name)]
+    if cfg.host(host_name).emulation is None:
+        raise PlanError(f"--caps sweeps an emulated host's cap; host {host_name!r} is not "
+                        "emulated (hosts.toml [hosts.<name>.emulation])")
+    try:
+        return list(parse_caps_gib(caps_gib))
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None

@@ -33,7 +33,7 @@ from omniprobe.harness.probe import (
     ReaderFactory,
     ServeProbe,
     default_readers,
-    probe_env,
+    prepare_env,
     serve_fixtures,
     settings_from,
 )
@@ -260,13 +260,17 @@ class PropagationSession(Session):
         self.settings = replace(settings, fixtures=(fixture.id,))
         check_references([fixture], ctx.project.fixtures_file.parent)
         self.plan = Plan(choose_knob(cfg, with_, options.knob), with_, without, fixture, seed)
-        self.env_bin = probe_env(ctx.project, cfg, ctx.host_name, self.settings,
-                                 venv=options.venv, nvml=self.nvml, out=ctx.out)
+        self.env = prepare_env(ctx.project, cfg, ctx.host_name, by_hand=options.model,
+                               venv=options.venv, nvml=self.nvml, out=ctx.out)
+        self.env_bin = self.env.bin_dir
+        self.settings = replace(self.settings,
+                                model=options.model or self.env.record.served.model)
         check_port(cfg.serve.bind_host, self.settings.port)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
         return new_attempt(ctx.project, ctx.host_name, ctx.host, self.command,
-                           suffix=ATTEMPT_SUFFIX, what="propagation check")
+                           suffix=ATTEMPT_SUFFIX, what="propagation check",
+                           environment=self.env.record)
 
     def run(self, ctx: Context, store: AttemptStore) -> int:
         cfg, plan = ctx.cfg, self.plan

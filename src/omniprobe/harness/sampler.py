@@ -164,12 +164,19 @@ def tree_memory(compute: list[ProcessMemory], graphics: list[ProcessMemory],
     return sum(mine.values())
 
 
+class SampleObserver(Protocol):
+    def observe(self, sample: Sample) -> None: ...
+
+
 class Sampler:
-    """Samples a reader at `hz` in a thread, appending each sample to a JSONL file at once."""
+    """Samples a reader at `hz` in a thread, appending each sample to a JSONL file at once, and
+    hands each to the guard (an emulated host's EmulationGuard), if any."""
 
     def __init__(self, reader: GpuReader, path: Path, *, hz: float = 10.0,
-                 root_pid: Callable[[], int | None] = lambda: None, t0: float | None = None):
+                 root_pid: Callable[[], int | None] = lambda: None, t0: float | None = None,
+                 guard: SampleObserver | None = None):
         self.reader, self.path, self.hz = reader, path, hz
+        self.guard = guard
         self.root_pid = root_pid
         self.t0 = time.monotonic() if t0 is None else t0
         self.samples: list[Sample] = []
@@ -229,6 +236,8 @@ class Sampler:
                     self.error = f"sampling stopped: {type(exc).__name__}: {exc}"
                     return
                 self.samples.append(sample)
+                if self.guard is not None:
+                    self.guard.observe(sample)
                 out.write(json.dumps({"t": round(sample.t_s, 4), "device_mib": sample.device_mib,
                                       "process_mib": sample.process_mib}) + "\n")
                 due += interval

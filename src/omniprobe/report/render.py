@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jinja2
 
+from omniprobe.analysis.capacity_curve import CapacityCurve, capacity_curve
 from omniprobe.analysis.derived import (
     ImageStructure,
     KvDelta,
@@ -20,6 +21,14 @@ from omniprobe.analysis.derived import (
     stated_disagreements,
     target_ooms,
 )
+from omniprobe.analysis.emulation_compare import (
+    CellPair,
+    InitPair,
+    TransferCaveat,
+    compare_cells,
+    compare_inits,
+    transfer_caveat,
+)
 from omniprobe.analysis.estimates import EstimateCheck, estimate_checks
 from omniprobe.analysis.summaries import RunView, manifest_summary, run_views
 from omniprobe.analysis.verdicts import (
@@ -28,18 +37,21 @@ from omniprobe.analysis.verdicts import (
     HostVerdict,
     UnreachedKnob,
     all_verdicts,
+    verdict_attempts,
     verdict_history,
 )
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.config.project import Project
-from omniprobe.evidence.models import Cell, LoadedAttempt, StatedFigure
+from omniprobe.evidence.models import Cell, EmulationCheck, LoadedAttempt, StatedFigure
 from omniprobe.evidence.quantities import Range, size_mib
 from omniprobe.evidence.validate import Loaded, load_valid_project
+from omniprobe.report.capacity_svg import render_curve_svg
 from omniprobe.report.timeline_svg import render_svg
 
 TEMPLATE = "report.md.j2"
 TIMELINES_DIR = Path("report") / "timelines"
+CAPACITY_DIR = Path("report") / "capacity"
 
 
 # --- formatting: every figure passes through one of these, so templates hold no numbers ----
@@ -79,6 +91,10 @@ def cell_text(cell: Cell | None) -> str:
     one measured on stand-in inputs says so."""
     if cell is None:
         return "—"
+    if cell.emulation_breach is not None:
+        breach = cell.emulation_breach
+        return (f"**EMULATION BREACHED** ({num(breach.held_mib)} MiB held, "
+                f"cap {num(breach.cap_mib)} MiB)")
     if cell.outcome != "ok":
         return f"**{cell.outcome.upper()}**" + standin_mark(cell)
     text = "OK" + (f" {span(cell.wall_s)} s" if cell.wall_s else "")
@@ -271,10 +287,16 @@ def serve_text(hosts: HostsConfig, host_key: str) -> str:
             + f" --served-model-name {serve.served_model_name}")
 
 
+def _cap_of(attempt: LoadedAttempt, capacity_mib: int | None) -> int | None:
+    """The capacity line of an attempt's timelines: its emulated cap, else the modelled card's."""
+    prov = attempt.meta.provenance
+    return prov.cap_mib if prov.kind == "emulated" else capacity_mib
+
+
 def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     hosts, fixtures = loaded.hosts, loaded.fixtures
     host = hosts.host(key)
-    attempts = loaded.evidence.for_host(key, include_simulated=host.simulated)
+    attempts = verdict_attempts(key, hosts, loaded.evidence)
     views = [v for a in attempts for v in run_views(a)]
     kv = kv_deltas(views, fixtures)
     refs = sorted({fixtures.get(c.fixture).reference_count for v in views for c in v.cells})
@@ -286,7 +308,7 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
         rows.append(RunRow(view, flags_text(hosts, view.flag_set), cells))
     stated_figures = {f.key: f for a in attempts for f in a.figures}
     capacity = host.capacity.vram_mib if host.capacity else None
-    timelines = [t for v in views for t in timeline_figures(v, capacity)]
+    timelines = [t for v in views for t in timeline_figures(v, _cap_of(v.attempt, capacity))]
     return HostSection(
         key=key, host=host, verdict=verdict, attempts=attempts, views=views, ref_columns=refs,
         rows=rows, kv=kv, psnr=psnr_groups(attempts),
@@ -301,6 +323,69 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     )
 
 
+@dataclass
+class CurveFigure:
+    path: str
+    svg: str
+    caps_gib: list[str]
+    rows: list[tuple[str, list[str]]]  # flag set, minimum GiB per reference count
+
+
+def curve_figure(curve: CapacityCurve, host: Host) -> CurveFigure:
+    def gib(mib: int) -> str:
+        return f"{mib / 1024:g}"
+
+    rows = [(flag_set, [gib(cap) if (cap := curve.min_cap(flag_set, count)) is not None
+                        else f"none ≤ {gib(max(curve.caps_mib))}"
+                        for count in curve.reference_counts])
+            for flag_set in curve.flag_sets]
+    svg = render_curve_svg(curve, title=f"{host.name}: minimum VRAM (GiB) per reference count")
+    return CurveFigure((CAPACITY_DIR / f"{curve.host}.svg").as_posix(), svg,
+                       [gib(c) for c in curve.caps_mib], rows)
+
+
+@dataclass(frozen=True)
+class GuardRow:
+    """One emulated server lifetime as its guard saw it."""
+
+    attempt: str
+    flag_set: str
+    check: EmulationCheck
+
+
+@dataclass
+class EmulationSection:
+    """An emulated host beside the host it emulates."""
+
+    section: HostSection
+    target: HostSection | None
+    cap_mib: int
+    caveat: TransferCaveat
+    inits: list[InitPair]
+    pairs: list[CellPair]
+    curve: CapacityCurve | None
+    figure: CurveFigure | None
+    guards: list[GuardRow]
+
+
+def emulation_section(section: HostSection, by_key: dict[str, HostSection],
+                      loaded: Loaded) -> EmulationSection:
+    hosts, key = loaded.hosts, section.key
+    curve = capacity_curve(key, hosts, loaded.fixtures, loaded.evidence)
+    target = section.host.emulation.emulates
+    return EmulationSection(
+        section=section, target=by_key.get(target) if target else None,
+        cap_mib=hosts.emulated_cap_mib(key), caveat=transfer_caveat(hosts, key),
+        inits=compare_inits(hosts, key, loaded.evidence),
+        pairs=compare_cells(hosts, key, loaded.fixtures, loaded.evidence), curve=curve,
+        figure=curve_figure(curve, section.host) if curve else None,
+        guards=[GuardRow(v.attempt.id, v.flag_set, life.timeline.emulation)
+                for a in loaded.evidence.for_host(key, include_simulated=section.host.simulated,
+                                                  include_emulated=True)
+                for v in run_views(a) for life in v.run.lifetimes
+                if life.timeline and life.timeline.emulation])
+
+
 def newest_upstream(attempts: list[LoadedAttempt]) -> LoadedAttempt | None:
     """The most recently run `upstream check` attempt, if any."""
     checked = [a for a in attempts if a.upstream is not None and a.meta.provenance.kind == "measured"]
@@ -310,6 +395,8 @@ def newest_upstream(attempts: list[LoadedAttempt]) -> LoadedAttempt | None:
 def build_context(loaded: Loaded) -> dict:
     verdicts = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)
     sections = [host_section(k, loaded, verdicts[k]) for k in loaded.hosts.hosts]
+    by_key = {s.key: s for s in sections}
+    emulated = [s for s in sections if s.host.emulation is not None]
     baselines = [a for a in loaded.evidence.attempts if a.baseline is not None]
     return {
         "cfg": loaded.hosts,
@@ -318,9 +405,12 @@ def build_context(loaded: Loaded) -> dict:
         "fixtures": loaded.fixtures,
         "target": loaded.hosts.probe.target_reference_count,
         "sections": sections,
-        "real": [s for s in sections if not s.host.simulated],
+        "real": [s for s in sections if not s.host.simulated and s.host.emulation is None],
+        # An emulated simulated host is simulated: it goes to the appendix with the others.
         "simulated": [s for s in sections if s.host.simulated],
-        "by_key": {s.key: s for s in sections},
+        "emulated": [s for s in emulated if not s.host.simulated],
+        "emulations": {s.key: emulation_section(s, by_key, loaded) for s in emulated if s.attempts},
+        "by_key": by_key,
         "baselines": baselines,
         "attempts": loaded.evidence.attempts,
         "upstream": newest_upstream(loaded.evidence.attempts),
@@ -353,6 +443,8 @@ def render_outputs(project: Project) -> dict[Path, str]:
     outputs = {Path("REPORT.md"): text}
     for section in context["sections"]:
         outputs.update({Path(t.path): t.svg for t in section.timelines})
+    outputs.update({Path(e.figure.path): e.figure.svg for e in context["emulations"].values()
+                    if e.figure})
     return outputs
 
 
@@ -360,9 +452,10 @@ def render_report(project: Project) -> str:
     return render_outputs(project)[Path("REPORT.md")]
 
 
-def _committed_timelines(project: Project) -> set[Path]:
-    folder = project.root / TIMELINES_DIR
-    return {p.relative_to(project.root) for p in folder.rglob("*.svg")} if folder.is_dir() else set()
+def _committed_figures(project: Project) -> set[Path]:
+    folders = [project.root / TIMELINES_DIR, project.root / CAPACITY_DIR]
+    return {p.relative_to(project.root) for folder in folders if folder.is_dir()
+            for p in folder.rglob("*.svg")}
 
 
 def write_report(project: Project) -> Path:
@@ -370,7 +463,7 @@ def write_report(project: Project) -> Path:
     outputs = render_outputs(project)
     for rel, text in outputs.items():
         write_text_atomic(project.root / rel, text)
-    for stale in _committed_timelines(project) - set(outputs):
+    for stale in _committed_figures(project) - set(outputs):
         (project.root / stale).unlink()
     return project.report_file
 
@@ -379,7 +472,7 @@ def check_report(project: Project) -> str:
     """A unified diff between the committed report files and a fresh render; empty when fresh."""
     outputs = render_outputs(project)
     diffs = []
-    for rel in sorted(set(outputs) | _committed_timelines(project)):
+    for rel in sorted(set(outputs) | _committed_figures(project)):
         path = project.root / rel
         committed = path.read_text(encoding="utf-8") if path.exists() else ""
         fresh = outputs.get(rel, "")

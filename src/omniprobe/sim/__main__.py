@@ -17,6 +17,7 @@ import traceback
 
 from omniprobe.config.hosts import UnknownHost, load_hosts
 from omniprobe.errors import InputError
+from omniprobe.harness.emulation_site.sitecustomize import EmulationError, cap_from_env
 from omniprobe.sim import offline
 from omniprobe.sim.http import Faults, SimService, serve
 from omniprobe.sim.knobs import (
@@ -53,7 +54,8 @@ def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--torch", action="store_true",
                    help="allocate the modelled memory on the CUDA device for real")
     p.add_argument("--torch-cap-gib", type=float,
-                   help="per-process cap under --torch (default: the model's vram_mib)")
+                   help="per-process cap under --torch (default: none of its own; the card's "
+                        "memory, or an emulated host's cap, bounds it)")
     p.add_argument("--time-scale", type=float,
                    default=float(os.environ.get(TIME_SCALE_ENV, "1")),
                    help=f"multiplies modelled times (0: instant; default ${TIME_SCALE_ENV} or 1)")
@@ -107,12 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _memory(args, host):
     cap = host.capacity
     if args.torch:
-        cap_gib = args.torch_cap_gib or cap.vram_mib / 1024
-        return Torch(int(cap_gib * 1024**3))
+        return Torch(int(args.torch_cap_gib * 1024**3) if args.torch_cap_gib else None)
+    # An emulated host's cap (the sim-account mechanism) replaces the modelled card's memory.
+    total = cap_from_env() or cap.vram_mib * MIB
     # The harness names the file to publish in through the variable the host's config names.
     state_path = os.environ.get(host.memory_file_env) if host.memory_file_env else None
-    state = StateFile(state_path, cap.vram_mib * MIB) if state_path else None
-    return Accounted(cap.vram_mib * MIB, cap.context_mib * MIB, state)
+    state = StateFile(state_path, total) if state_path else None
+    return Accounted(total, cap.context_mib * MIB, state)
 
 
 def _sim_host(args):
@@ -172,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     flags = Flags(precision=args.quantization or "bf16", cpu_offload=args.enable_cpu_offload,
                   layerwise=args.enable_layerwise_offload, kv_cache_dtype=kv)
     print(f"INFO: simulated server (omniprobe.sim) for {args.model}: {flags}", file=sys.stderr)
-    memory = _memory(args, host)
+    try:
+        memory = _memory(args, host)
+    except EmulationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     try:
         pipeline = Pipeline(cap, flags, memory, args.time_scale)
         pipeline.init_parameters()

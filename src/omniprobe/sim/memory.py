@@ -120,9 +120,10 @@ class Accounted:
 
 
 class Torch:
-    """Real CUDA allocations through torch, capped with the per-process memory fraction."""
+    """Real CUDA allocations through torch; with a cap (bytes), capped with the per-process
+    memory fraction, else by whatever caps the process (the card itself, or an emulation hook)."""
 
-    def __init__(self, cap: int):
+    def __init__(self, cap: int | None):
         import torch
 
         self.torch = torch
@@ -131,7 +132,8 @@ class Torch:
         torch.zeros(1, device="cuda")  # creates the context and loads a kernel, as a model would
         after = _device_used()
         total = torch.cuda.get_device_properties(0).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
+        if cap is not None:
+            torch.cuda.set_per_process_memory_fraction(min(1.0, cap / total))
         reserved = torch.cuda.memory_reserved()
         self.context = max(0, after - before - reserved) if None not in (before, after) else 0
         self._lifetime_reserved = 0

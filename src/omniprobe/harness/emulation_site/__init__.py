@@ -1,0 +1,1 @@
+"""The emulation startup hook's folder: put on an emulated server's PYTHONPATH."""

@@ -1,0 +1,82 @@
+"""What a probe session will do, said in one line before it spends GPU time: the host, the
+attempt (new or resumed, and why), flag sets x fixtures x seeds, the cells already recorded, and
+an estimate of the time from the host's own earlier attempts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from statistics import fmean
+
+from omniprobe.evidence.attempts import AttemptStore, probe_attempts
+from omniprobe.evidence.models import LoadedAttempt, load_attempt
+
+
+@dataclass(frozen=True)
+class Pace:
+    """Mean times of the host's earlier probe attempts; None where they hold none."""
+
+    init_s: float | None
+    request_s: float | None
+    attempts: int
+
+
+def attempt_complete(store: AttemptStore, flag_sets: list[str],
+                     cells: list[tuple[str, int]]) -> bool:
+    """Whether the attempt holds an init for every flag set and, for each that came up ready,
+    every (fixture, seed) cell."""
+    for flag_set in flag_sets:
+        run = store.run(flag_set)
+        if run is None:
+            return False
+        if run.init.outcome == "ready" and not all(store.recorded(flag_set, f, s)
+                                                   for f, s in cells):
+            return False
+    return True
+
+
+def earlier_attempts(host_dir: Path, current: str) -> list[LoadedAttempt]:
+    """The host's readable probe attempts other than `current` (validate reports the others)."""
+    found = []
+    for folder in probe_attempts(host_dir):
+        loaded, problems = load_attempt(folder)
+        if loaded is not None and not problems and loaded.id != current:
+            found.append(loaded)
+    return found
+
+
+def pace(attempts: list[LoadedAttempt]) -> Pace:
+    """Mean init time of a ready server and mean wall time of a request, over the attempts."""
+    inits = [lt.init.time_s for a in attempts for run in a.runs for lt in run.lifetimes
+             if lt.init.outcome == "ready"]
+    walls = [r.wall_s for a in attempts for r in a.requests]
+    return Pace(fmean(inits) if inits else None, fmean(walls) if walls else None, len(attempts))
+
+
+def estimate(p: Pace, starts: int, requests: int) -> str:
+    """The time `starts` server starts and `requests` requests took on this host before."""
+    if not starts and not requests:
+        return "nothing to run"
+    if p.attempts == 0 or (starts and p.init_s is None) or (requests and p.request_s is None):
+        return "no estimate (no earlier attempt of this host measured it)"
+    seconds = starts * (p.init_s or 0.0) + requests * (p.request_s or 0.0)
+    return (f"about {_duration(seconds)} at the pace of this host's {p.attempts} earlier "
+            f"attempt(s)")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def plan_line(session: str, host: str, attempt: str, why: str, *, flag_sets: int, fixtures: int,
+              seeds: int, recorded: int, to_run: int, time: str, again: str) -> str:
+    """The one line: probe-init counts flag sets (fixtures=0), probe-serve cells."""
+    shape = (f"{flag_sets} flag set(s)" if not fixtures else
+             f"{flag_sets} flag set(s) x {fixtures} fixture(s) x {seeds} seed(s)")
+    line = (f"{session} on {host}: attempt {attempt} ({why}); {shape}: {recorded} already "
+            f"recorded, {to_run} to run; {time}")
+    return line + (f"; to measure again: {again}" if not to_run else "")

@@ -1,0 +1,74 @@
+"""The noxfile driven through nox itself (no venvs, nothing installed: the sessions run this
+interpreter's omniprobe), on a private copy of the project: options after `--` reach the sessions
+that take them, and a failed env session stops the probe sessions of its run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import REPO
+
+
+def nox(project, tmp_path: Path, *args: str) -> tuple[int, str]:
+    env = {**os.environ, "OMNIPROBE_ROOT": str(project.root),
+           "OMNIPROBE_ARTIFACTS": str(tmp_path / "artifacts"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-m", "nox", "--no-venv", "--no-install", "-f",
+                           str(REPO / "noxfile.py"), *args], env=env, capture_output=True,
+                          text=True, check=False, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+def probe_attempts(project, host: str) -> list[str]:
+    return sorted(p.name for p in (project.evidence_dir / host).glob("*-probe"))
+
+
+def test_env_session_takes_dry_run(repo_copy, tmp_path):
+    before = sorted(p.name for p in (repo_copy.evidence_dir / "rtx3090").iterdir())
+    code, out = nox(repo_copy, tmp_path, "-s", "env-rtx3090", "--", "--dry-run")
+    assert code == 0, out
+    assert "omniprobe env build --host rtx3090 --select --dry-run" in out
+    assert "dry run" in out
+    assert sorted(p.name for p in (repo_copy.evidence_dir / "rtx3090").iterdir()) == before
+
+
+def test_an_option_no_session_of_the_run_takes_is_an_error_naming_those_that_would(repo_copy,
+                                                                                  tmp_path):
+    code, out = nox(repo_copy, tmp_path, "-s", "report", "--", "--dry-run")
+    assert code != 0
+    assert ("error: nox arguments after --: --dry-run: no session of this run (report) takes it; "
+            "the sessions that take it: env-<host>") in out
+    assert "wrote REPORT.md" not in out
+
+
+def test_probe_options_reach_the_probes_and_the_report_renders(repo_copy, tmp_path):
+    from omniprobe.harness.server import free_port
+
+    before = probe_attempts(repo_copy, "sim")
+    code, out = nox(repo_copy, tmp_path, "-s", "env-sim", "probe-init", "probe-serve", "report",
+                    "--", "--fresh", "--flag-set", "fp8", "--fixture", "sim-single",
+                    "--port", str(free_port()))
+    assert code == 0, out
+    assert "nox > omniprobe report\n" in out and "wrote REPORT.md" in out  # no --fresh for it
+    [new] = sorted(set(probe_attempts(repo_copy, "sim")) - set(before))
+    assert f"probe-init on sim: attempt {new} (new: --fresh)" in out
+    assert f"probe-serve on sim: attempt {new} (joined: {new}, this nox run's --fresh one)" in out
+    attempt = json.loads((repo_copy.evidence_dir / "sim" / new / "attempt.json").read_text())
+    assert attempt["attempt"]["environment"]["served"]["source"] == "simulated"
+
+
+def test_a_failed_env_session_makes_the_probe_of_its_run_refuse(repo_copy, tmp_path):
+    suite = json.loads(repo_copy.fixtures_file.read_text())
+    reference = next(f for f in suite["fixtures"] if f["id"] == "sim-single")["references"][0]
+    (repo_copy.fixtures_file.parent / reference["file"]).write_bytes(b"tampered")
+    before = probe_attempts(repo_copy, "sim")
+    code, out = nox(repo_copy, tmp_path, "-s", "env-sim", "probe-init")
+    assert code != 0
+    assert "env-sim failed: no host selected" in out
+    assert ("error: env-sim failed, so it selected no host and the probe sessions of this nox run "
+            f"do not run: fixtures.references failed: {reference['file']}") in out
+    assert probe_attempts(repo_copy, "sim") == before
