@@ -159,9 +159,11 @@ class Host(_Input):
     )
     capacity: SimCapacity | None = Field(default=None, description="Simulated hosts only.")
     model_code: list[str] = Field(
-        default=["vllm_omni/"], min_length=1,
+        # vLLM-Omni keeps its models' code under these trees; the rest of it is the server's.
+        default=["vllm_omni/diffusion/models/", "vllm_omni/model_executor/models/"], min_length=1,
         description="Path fragments of the model's source files: an OOM's location is the "
-                    "innermost traceback frame in them.",
+                    "innermost traceback frame in them, and a crash there is the card's (a "
+                    "traceback elsewhere in upstream code is the server software's).",
     )
     memory_file_env: str | None = Field(
         default=None, pattern=r"^[A-Z_][A-Z0-9_]*$",
