@@ -17,6 +17,7 @@ from typing import TextIO
 
 import requests
 
+from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.imaging import UnreadableImage, decode_pixels, measure, pixels_sha256
 from omniprobe.analysis.oom import merge, parse_oom
 from omniprobe.analysis.series import decimate, unavailable
@@ -28,9 +29,16 @@ from omniprobe.config.project import Project
 from omniprobe.config.selection import INVOCATION_ENV, read_state, session_venv, state_path, update_state
 from omniprobe.digests import sha256_bytes
 from omniprobe.env.checks import require_env_ok
-from omniprobe.errors import Refusal
+from omniprobe.errors import EnvironmentFailure, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_attempt
-from omniprobe.evidence.models import InitResult, RequestRecord, ServerLifetime, ServeRun, TimelineSummary
+from omniprobe.evidence.models import (
+    FailureCause,
+    InitResult,
+    RequestRecord,
+    ServerLifetime,
+    ServeRun,
+    TimelineSummary,
+)
 from omniprobe.harness import client
 from omniprobe.harness.logs import log_tail, read_from
 from omniprobe.harness.progress import Progress
@@ -207,6 +215,9 @@ class ServeProbe:
         self.recorder = Recorder()
         self.refused: list[str] = []
         self.unfinished: list[str] = []
+        # Flag sets that failed as a whole for an environment cause: the card was not measured.
+        self.environment_failures: list[str] = []
+        self._request_causes: dict[str, list[FailureCause | None]] = {}
 
     # --- plan ------------------------------------------------------------------------
 
@@ -305,6 +316,7 @@ class ServeProbe:
             progress.say(f"[{flag_set} {number}/{len(todo)}] starting the server")
             with self.lifetime(flag_set, "probe-init", command) as live:
                 init = live.init
+            self._init_failed_for_environment(flag_set, init)
             progress.step(f"[{flag_set} {number}/{len(todo)}] init {init.outcome} after "
                           f"{init.time_s:g} s" + _oom_text(init.oom)
                           + _peak(self.store.run(flag_set)))
@@ -333,6 +345,18 @@ class ServeProbe:
             if command is not None:
                 self._serve_flag_set(f"{flag_set} {number}/{len(plan)}", flag_set, command,
                                      pending, progress)
+                self._requests_failed_for_environment(flag_set)
+
+    def _init_failed_for_environment(self, flag_set: str, init: InitResult) -> None:
+        if init.cause is not None and init.cause.kind == "environment":
+            self.environment_failures.append(f"{flag_set}: init {init.outcome}: {init.cause.reason}")
+
+    def _requests_failed_for_environment(self, flag_set: str) -> None:
+        causes = self._request_causes.get(flag_set, [])
+        if causes and all(c is not None and c.kind == "environment" for c in causes):
+            reasons = sorted({c.reason for c in causes})
+            self.environment_failures.append(
+                f"{flag_set}: all {len(causes)} request(s) failed: {'; '.join(reasons)}")
 
     def _serve_flag_set(self, label: str, flag_set: str, command: list[str],
                         pending: list[tuple[Fixture, int]], progress: Progress) -> None:
@@ -343,6 +367,7 @@ class ServeProbe:
                 progress.say(f"[{label}] init {live.init.outcome} after {live.init.time_s:g} s"
                              + _oom_text(live.init.oom))
                 if live.init.outcome != "ready":
+                    self._init_failed_for_environment(flag_set, live.init)
                     self.unfinished.append(f"{flag_set}: {len(pending)} request(s) not sent, "
                                            f"init {live.init.outcome}")
                     return
@@ -389,12 +414,15 @@ class ServeProbe:
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
                      + f"; its log ends: {log_tail(log)}")
+        cause = (None if reply.outcome == "ok"
+                 else classify_failure(f"{error or ''}\n{log}", tuple(self.host.model_code)))
+        self._request_causes.setdefault(flag_set, []).append(cause)
         fields = {"flag_set": flag_set, "fixture": fixture.id, "seed": seed,
                   "outcome": reply.outcome, "quality": "unchecked",
                   "wall_s": round(reply.wall_s, 4),
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
-                  "error": error, "started_s": round(started_s, 3), "lifetime": live.index}
+                  "error": error, "cause": cause, "started_s": round(started_s, 3), "lifetime": live.index}
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
         self.recorder.submit(self._record, fields, reply.image, path)
         return reply, up
@@ -493,6 +521,11 @@ class ProbeSession(Session):
               f"artifacts in {store.artifacts}", file=out)
         for line in probe.refused + probe.unfinished:
             print(f"not done: {line}", file=out)
+        if probe.environment_failures:
+            raise EnvironmentFailure(
+                "the card was not measured: whole flag set(s) failed for an environment cause "
+                "(the evidence records it; fix the environment and re-run):\n"
+                + "\n".join(f"  {line}" for line in probe.environment_failures))
         return 1 if probe.unfinished else 0
 
     def close(self) -> None:
