@@ -29,14 +29,42 @@ def git(*args: str, cwd: Path | None = None) -> str:
     return out.stdout.strip()
 
 
-def make_git_package(folder: Path, dist: str, deps: list[str]) -> list[str]:
-    """A flit package in a fresh repository with two commits; returns both full commits."""
+# A `vllm serve MODEL --omni` stand-in for the serve preflight: it parses what the probe passes
+# and, like vLLM, lists every option under --help=all; it never serves.
+SERVE_CLI = """import argparse
+import sys
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="vllm", add_help=False)
+    serve = parser.add_subparsers(dest="command", required=True).add_parser("serve", add_help=False)
+    serve.add_argument("model")
+    serve.add_argument("--help", nargs="?", const="short")
+    serve.add_argument("--omni", action="store_true")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--enforce-eager", action="store_true")
+    serve.add_argument("--served-model-name")
+    args = parser.parse_args()
+    if args.help:
+        serve.print_help()
+        return 0
+    sys.exit("this stand-in never serves")
+"""
+
+
+def make_git_package(folder: Path, dist: str, deps: list[str], *, cli: str | None = None) -> list[str]:
+    """A flit package in a fresh repository with two commits; returns both full commits.
+    `cli`: the source of its `cli` module, installed as the `vllm` console script."""
     module = folder / dist.replace("-", "_")
     module.mkdir(parents=True)
+    scripts = f'[project.scripts]\nvllm = "{module.name}.cli:main"\n' if cli else ""
+    if cli:
+        (module / "cli.py").write_text(cli)
     (folder / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["flit_core>=3.4,<4"]\nbuild-backend = "flit_core.buildapi"\n'
         f'[project]\nname = "{dist}"\nversion = "0.1.0"\ndescription = "test package"\n'
-        f"dependencies = {json.dumps(deps)}\n")
+        f"dependencies = {json.dumps(deps)}\n{scripts}")
     git("init", "-q", str(folder))
     commits = []
     for n in (1, 2):
@@ -255,7 +283,7 @@ def make_world(root: Path) -> World:
     world = World(root=root, project=project, env_root=root / "envroot", hf_cache=root / "hf",
                   repo_a=repo_a, repo_b=repo_b,
                   commits_a=make_git_package(repo_a, "gitpkg-a", []),
-                  commits_b=make_git_package(repo_b, "gitpkg-b", ["six"]),
+                  commits_b=make_git_package(repo_b, "gitpkg-b", ["six"], cli=SERVE_CLI),
                   revision=revision_of("tiny-model main"))
     make_hf_cache(world.hf_cache, MODEL_REPO, world.revision, SNAPSHOT_FILES)
     (project.root / "snapshot-manifest.json").write_text(json.dumps({

@@ -317,14 +317,16 @@ def stub_vllm(world, first):
     """A `vllm` in the built env's bin that is the sim (with CPU offload, so that it fits), and
     a file it notes how it was started in; removed afterwards, leaving the env as built."""
     script, marker = first.paths.bin_dir / "vllm", world.root / "vllm-started-as"
+    built = script.read_bytes()  # the env's own `vllm`, put back afterwards
     script.write_text(
         "#!/bin/sh\n"
-        f'echo "$0 offline=$HF_HUB_OFFLINE" > "{marker}"\n'
+        # The env's serve preflight reads its help; only a start is noted.
+        f'case " $* " in *" --help=all "*) ;; *) echo "$0 offline=$HF_HUB_OFFLINE" > "{marker}";; esac\n'
         f'exec "{sys.executable}" -m omniprobe.sim "$@" --hosts-file '
         f'"{world.project.hosts_file}" --sim-host simhost --enable-cpu-offload\n')
     script.chmod(0o755)
     yield script, marker
-    script.unlink()
+    script.write_bytes(built)
     marker.unlink(missing_ok=True)
 
 
@@ -368,12 +370,22 @@ def test_env_session_with_a_failed_check_makes_the_probe_refuse(world, first, st
     assert not stub_vllm[1].exists()
 
 
-def test_an_env_without_the_serve_program_is_refused_before_any_evidence(world, first,
+@pytest.fixture
+def no_vllm(first):
+    """The built env without its `vllm`, put back afterwards."""
+    script = first.paths.bin_dir / "vllm"
+    away = script.with_name("vllm.away")
+    script.rename(away)
+    yield
+    away.rename(script)
+
+
+def test_an_env_without_the_serve_program_is_refused_before_any_evidence(world, first, no_vllm,
                                                                          monkeypatch):
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-no-vllm")
     before = sorted((world.project.evidence_dir / HOST).glob("*-probe"))
     code, out = _probe_init(world, FakeNvml())
     assert code == 4
-    assert (f"error: the serve command's program 'vllm' is not in the probe env: "
-            f"{first.paths.bin_dir}/vllm is missing") in out
+    assert (f"serve.command failed: command not found: the serve command's program 'vllm' is "
+            f"not in the probe env: {first.paths.bin_dir}/vllm is missing") in out
     assert sorted((world.project.evidence_dir / HOST).glob("*-probe")) == before

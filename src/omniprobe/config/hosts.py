@@ -50,10 +50,23 @@ class Stack(_Input):
         return self
 
 
+class ArgsCheck(_Input):
+    """How the env preflight sees that the serve command's parser accepts a flag set's arguments
+    without starting a server."""
+
+    mode: Literal["help", "parse"] = Field(
+        description="help: the command with `args` appended prints its help and exits 0, and "
+                    "every option the probe passes must be listed in it; parse: the flag set's "
+                    "full command with `args` appended parses and exits 0 only if it accepts it.")
+    args: list[str] = Field(min_length=1, description="Appended to the serve command.")
+
+
 class Serve(_Input):
     """How the server is started; {model} is replaced by the snapshot path or repo id."""
 
     command: list[str] = Field(min_length=1)
+    # vLLM-Omni's serve help names it: "Use `--help=all` to show all available flags at once".
+    args_check: ArgsCheck = ArgsCheck(mode="help", args=["--help=all"])
     bind_host: Literal["127.0.0.1"] = "127.0.0.1"
     port: int = Field(ge=1, le=65535)
     enforce_eager: bool
@@ -157,6 +170,8 @@ class Host(_Input):
         description="Runs the offline runner on this host; {python}, {runner}, {hosts_file} and "
                     "{host} are filled in. Default: the host's pinned venv python and {runner}.",
     )
+    args_check: ArgsCheck | None = Field(
+        default=None, description="Replaces [serve] args_check on this host (with serve_command).")
     capacity: SimCapacity | None = Field(default=None, description="Simulated hosts only.")
     model_code: list[str] = Field(
         # vLLM-Omni keeps its models' code under these trees; the rest of it is the server's.

@@ -24,6 +24,7 @@ from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import Host, HostsConfig, InstallStep, load_hosts
 from omniprobe.config.project import Project, find_project
 from omniprobe.digests import sha256_file
+from omniprobe.env.preflight import serve_preflight
 from omniprobe.env.state import (
     EnvNotReady,
     EnvPaths,
@@ -431,6 +432,9 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
         checks.append(check)
         pins.append(pin)
 
+    checks.extend(timed("preflight", lambda: serve_preflight(
+        cfg, host_name, project.hosts_file, python=str(paths.python), bin_dir=paths.bin_dir,
+        runner=runner)))
     checks.extend(gpu_checks(host, facts, env.checks.vram_tolerance))
     checks.append(torch_check(host, probe, torch_pinned))
     checks.extend(timed("snapshot", snapshot_checks, cfg, project))

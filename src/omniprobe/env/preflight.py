@@ -1,0 +1,155 @@
+"""The serve preflight, before any GPU time: the host's serve command resolves in its env, its
+entry point imports, and its argument parser accepts every flag set's arguments.
+
+Each is a named env check (`serve.command`, `serve.entry_point`, `serve.args:<flag set>`), so
+`omniprobe env check|build` shows it and the probe sessions refuse with it. A failure names its
+cause as the failure classifier reads it (a missing module, an unknown flag, a missing program).
+The arguments are checked as the host's `args_check` says: by the help text every option the
+probe passes must appear in (vLLM), or by the server's own parse-only mode (the sim).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import shlex
+from pathlib import Path
+
+from omniprobe.analysis.failure_cause import classify_failure
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.env.state import Runner
+from omniprobe.evidence.models import EnvCheck
+from omniprobe.harness.server import (
+    FlagSetNotRunnable,
+    NotInEnv,
+    base_command,
+    server_command,
+    server_env,
+)
+
+# Importing vLLM imports torch: generous, but bounded.
+TIMEOUT_S = 300.0
+
+# Runs in the serve command's interpreter: import what `python -m MODULE` or the console script
+# PROGRAM would run, without running it.
+_ENTRY = r"""
+import importlib, importlib.util, sys
+from importlib import metadata
+kind, name = sys.argv[1], sys.argv[2]
+if kind == "module":
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        raise ModuleNotFoundError("No module named %r" % name)
+    if spec.submodule_search_locations is not None:
+        name += ".__main__"
+    importlib.import_module(name)
+    print(name)
+else:
+    found = [ep for ep in metadata.entry_points(group="console_scripts") if ep.name == name]
+    if not found:
+        sys.exit("ModuleNotFoundError: no console script named %r in this environment" % name)
+    found[0].load()
+    print(found[0].value)
+"""
+
+
+def _check(name: str, status: str, detail: str, expected: str | None = None,
+           actual: str | None = None) -> EnvCheck:
+    return EnvCheck(name=name, status=status, detail=detail, expected=expected, actual=actual)
+
+
+def _why(proc, model_code: tuple[str, ...]) -> str:
+    """What a failed command says, as the failure classifier reads it (else its last line)."""
+    text = f"{proc.stdout}\n{proc.stderr}"
+    cause = classify_failure(text, model_code)
+    if cause is not None:
+        return f"{cause.kind}: {cause.reason}"
+    last = [line.strip() for line in text.splitlines() if line.strip()][-1:]
+    return f"exit {proc.returncode}" + (f": {last[0][:300]}" if last else "")
+
+
+def _entry_point(command: list[str], python: str) -> tuple[str, str, str]:
+    """(interpreter, 'module' or 'script', name) of what the command runs."""
+    program, *args = command
+    if args[:1] == ["-m"] and len(args) > 1:
+        return program, "module", args[1]
+    return python, "script", Path(program).name
+
+
+def _program_check(command: list[str]) -> EnvCheck:
+    program = command[0]
+    found = program if "/" in program else shutil.which(program)
+    if found is None or not (Path(found).is_file() and os.access(found, os.X_OK)):
+        return _check("serve.command", "fail", f"command not found: {program} is missing or not "
+                      "executable", "an executable", program)
+    return _check("serve.command", "pass", "the serve command's program resolves", actual=program)
+
+
+def _options(argv: list[str]) -> list[str]:
+    """The long options of an argument list, without their `=value`."""
+    return [a.split("=", 1)[0] for a in argv if a.startswith("--")]
+
+
+def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, python: str,
+                    bin_dir: Path | None, runner: Runner, model: str | None = None,
+                    base_env: dict[str, str] | None = None) -> list[EnvCheck]:
+    """The preflight checks of the host's serve command; runs the command's parser, never a
+    server. `python`: the env's interpreter (a console script's entry point is read with it)."""
+    host = cfg.host(host_name)
+    model = model or cfg.stack.model_repo
+    model_code = tuple(host.model_code)
+    try:
+        base = base_command(cfg, host_name, model=model, hosts_file=hosts_file, bin_dir=bin_dir)
+    except NotInEnv as exc:
+        return [_check("serve.command", "fail", f"command not found: {exc}")]
+    checks = [_program_check(base)]
+    if checks[0].status == "fail":
+        return checks
+
+    interpreter, kind, name = _entry_point(base, python)
+    proc = runner.run([interpreter, "-c", _ENTRY, kind, name], timeout_s=TIMEOUT_S)
+    if proc.returncode != 0:
+        checks.append(_check("serve.entry_point", "fail",
+                             f"{interpreter} cannot import {kind} {name}: {_why(proc, model_code)}",
+                             f"{name} imports"))
+        return checks
+    checks.append(_check("serve.entry_point", "pass", f"{kind} {name} imports",
+                         actual=proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else None))
+
+    args_check = host.args_check or cfg.serve.args_check
+    env = dict(os.environ if base_env is None else base_env)
+    help_text = None
+    if args_check.mode == "help":
+        argv = [*base, *args_check.args]
+        proc = runner.run(argv, env=server_env(cfg, host.serve_flag_sets[0], env, bin_dir),
+                          timeout_s=TIMEOUT_S)
+        if proc.returncode != 0:
+            return [*checks, _check("serve.args", "fail",
+                                    f"`{shlex.join(argv)}` failed: {_why(proc, model_code)}")]
+        help_text = proc.stdout + proc.stderr
+    for flag_set in host.serve_flag_sets:
+        name = f"serve.args:{flag_set}"
+        try:
+            command = server_command(cfg, host_name, flag_set, port=cfg.serve.port, model=model,
+                                     hosts_file=hosts_file, bin_dir=bin_dir)
+        except FlagSetNotRunnable as exc:
+            checks.append(_check(name, "skip", f"not runnable, so not checked: {exc}"))
+            continue
+        if help_text is not None:
+            unlisted = [o for o in _options(command[len(base):])
+                        if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", help_text)]
+            checks.append(_check(
+                name, "fail" if unlisted else "pass",
+                f"argument error: the serve help does not list {', '.join(unlisted)}" if unlisted
+                else f"every option is listed by `{shlex.join(args_check.args)}`",
+                "every option listed", ", ".join(unlisted) or None))
+            continue
+        argv = [*command, *args_check.args]
+        proc = runner.run(argv, env=server_env(cfg, flag_set, env, bin_dir), timeout_s=TIMEOUT_S)
+        checks.append(_check(name, "pass", "the serve command's parser accepts the arguments")
+                      if proc.returncode == 0 else
+                      _check(name, "fail", f"the parser refuses the arguments: "
+                                           f"{_why(proc, model_code)}", "exit 0",
+                             f"exit {proc.returncode}"))
+    return checks
