@@ -93,6 +93,8 @@ WARNING_THEN_CRASH = ("WARNING: Failed to import flash_attn: ImportError: libcud
 
 @pytest.mark.parametrize(("text", "kind", "reason_starts"), [
     (IMPORT_ERROR, "environment", "import error: No module named 'vllm_omni_missing'"),
+    ("/venv/bin/python3: No module named omniprobe.gone\n", "environment",
+     "import error: No module named omniprobe.gone"),
     (UNKNOWN_FLAG, "environment", "argument error: unrecognized arguments: --enable-layerwise"),
     (INVALID_CHOICE, "environment", "argument error: argument --quantization: invalid choice"),
     (EXEC_FAILED, "environment", "command not found: /opt/venv/bin/vllm"),
@@ -107,7 +109,7 @@ WARNING_THEN_CRASH = ("WARNING: Failed to import flash_attn: ImportError: libcud
      + "/vllm_omni/diffusion/models/qwen_image/transformer.py:402 in forward: RuntimeError: shape"),
     (WARNING_THEN_CRASH, "card", "crash in model code"),
     (DEAD_CONNECTION, "environment", "dead connection: connection failed (server gone?)"),
-], ids=["import", "unknown-flag", "invalid-choice", "exec", "shell", "port", "permission",
+], ids=["import", "python-m", "unknown-flag", "invalid-choice", "exec", "shell", "port", "permission",
         "missing-file", "oom", "server", "model-crash", "warning-then-crash", "dead-connection"])
 def test_classify(text, kind, reason_starts):
     cause = classify_failure(text, MODEL_CODE)

@@ -45,6 +45,8 @@ def _rule(label: str, pattern: str) -> Rule:
 # The environment's causes, looked for in the last traceback (or the whole text when it has none).
 ENVIRONMENT_RULES: tuple[Rule, ...] = (
     _rule("import error", r"(?:ModuleNotFoundError|ImportError): ([^\n]+)"),
+    # `python -m MODULE` for a module that is not there: "/usr/bin/python3: No module named x".
+    _rule("import error", r"(?m)^\S*python[\d.]*: (No module named [^\n]+)"),
     # The server's keeper when exec fails: "omniprobe.harness.supervise: cannot start X: [Errno 2] ..."
     _rule("command not found", r"cannot start ([^\n]+)"),
     _rule("command not found", r"([^\n]*: command not found)"),

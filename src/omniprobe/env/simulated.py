@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.env.checks import check_lines, failure_lines, references_check
+from omniprobe.env.preflight import serve_preflight
 from omniprobe.env.state import Runner
 from omniprobe.evidence.models import EnvCheck
 
@@ -59,8 +60,17 @@ def check_sim_env(cfg: HostsConfig, project: Project, host: str, *, python: str 
     skipped = EnvCheck(name="env.install", status="skip",
                        detail="simulated host: nothing is installed ([env] pins the real stack; "
                               f"its server is {SIM_MODULE} run by this interpreter)")
-    return SimEnv(host, python, [skipped, interpreter_check(python, runner or Runner()),
+    runner = runner or Runner()
+    return SimEnv(host, python, [skipped, interpreter_check(python, runner),
+                                 *sim_preflight(cfg, project, host, runner=runner),
                                  references_check(project, simulated=True)])
+
+
+def sim_preflight(cfg: HostsConfig, project: Project, host: str, *,
+                  runner: Runner | None = None) -> list[EnvCheck]:
+    """The serve preflight of a simulated host: its command runs with this interpreter."""
+    return serve_preflight(cfg, host, project.hosts_file, python=sys.executable, bin_dir=None,
+                           runner=runner or Runner())
 
 
 def format_sim_env(env: SimEnv) -> str:

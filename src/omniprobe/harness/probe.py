@@ -28,7 +28,9 @@ from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.config.selection import INVOCATION_ENV, read_state, session_venv, state_path, update_state
 from omniprobe.digests import sha256_bytes
-from omniprobe.env.checks import require_env_ok
+from omniprobe.env.checks import failure_lines, require_env_ok
+from omniprobe.env.simulated import sim_preflight
+from omniprobe.env.state import EnvNotReady
 from omniprobe.errors import EnvironmentFailure, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_attempt
 from omniprobe.evidence.models import (
@@ -318,7 +320,7 @@ class ServeProbe:
                 init = live.init
             self._init_failed_for_environment(flag_set, init)
             progress.step(f"[{flag_set} {number}/{len(todo)}] init {init.outcome} after "
-                          f"{init.time_s:g} s" + _oom_text(init.oom)
+                          f"{init.time_s:g} s" + _oom_text(init.oom) + _cause_text(init.cause)
                           + _peak(self.store.run(flag_set)))
 
     # --- probe-serve ----------------------------------------------------------------------
@@ -455,6 +457,10 @@ def _oom_text(oom) -> str:
     return f" (tried to allocate {oom.requested}{where})" if oom.requested else where
 
 
+def _cause_text(cause: FailureCause | None) -> str:
+    return f" ({cause.kind}: {cause.reason})" if cause is not None and cause.kind != "card" else ""
+
+
 def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
 
@@ -462,9 +468,14 @@ def _peak(run: ServeRun | None) -> str:
 def probe_env(project: Project, cfg: HostsConfig, host_name: str, settings: ServeSettings, *,
               venv: str | None, nvml=None) -> Path | None:
     """The bin folder of the host's verified env, which the server runs from; None for a
-    simulated host, whose server is omniprobe's own sim. EnvNotReady names each failed check;
-    NotInEnv when the env lacks the serve command's program."""
+    simulated host, whose server is omniprobe's own sim (its serve preflight still runs).
+    EnvNotReady names each failed check; NotInEnv when the env lacks the serve command's
+    program."""
     if cfg.host(host_name).simulated:
+        failed = failure_lines(sim_preflight(cfg, project, host_name))
+        if failed:
+            raise EnvNotReady(f"the serve preflight of host {host_name!r} fails, so no server "
+                              "is started:\n" + "\n".join(f"  {line}" for line in failed))
         return None
     venv = session_venv(project, host_name) or venv
     bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths.bin_dir
