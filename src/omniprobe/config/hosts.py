@@ -283,6 +283,14 @@ class InstallStep(_Input):
         default=None, pattern=r"^[0-9a-f]{7,40}$", description="Pinned commit, may be abbreviated."
     )
     editable: bool = Field(default=False, description="Install the clone in place (git only).")
+    recipe: str | None = Field(
+        default=None,
+        description="Where the version comes from: a file of the upstream clone ([stack] "
+                    "upstream_repo at upstream_commit) that names it; `env build` checks the pin "
+                    "against it, and says so when the file is not there.")
+    seed_says: str | None = Field(
+        default=None, description="What the seed states about how it installed this pin, quoted "
+                                  "when the install plan does not resolve.")
 
     @model_validator(mode="after")
     def _one_source(self) -> InstallStep:
@@ -294,6 +302,8 @@ class InstallStep(_Input):
             raise ValueError("'commit' and 'editable' apply to git steps only")
         if self.git is not None and self.index is not None:
             raise ValueError("'index' applies to version steps only")
+        if self.git is not None and self.recipe is not None:
+            raise ValueError("'recipe' applies to version steps only (a git step pins a commit)")
         return self
 
     @property

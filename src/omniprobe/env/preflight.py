@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import shlex
+import shutil
 from pathlib import Path
 
 from omniprobe.analysis.failure_cause import classify_failure
@@ -153,3 +153,26 @@ def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, pytho
                                            f"{_why(proc, model_code)}", "exit 0",
                              f"exit {proc.returncode}"))
     return checks
+
+
+def preflight_plan(cfg: HostsConfig, host_name: str, hosts_file: Path, paths) -> list[str]:
+    """What the serve preflight will run in the env at `paths`, for a dry run; runs nothing."""
+    host = cfg.host(host_name)
+    fill = {"python": str(paths.python), "model": cfg.stack.model_repo,
+            "hosts_file": str(hosts_file), "host": host_name}
+    program, *args = [re.sub(r"\{(\w+)\}", lambda m: fill.get(m[1], m[0]), part)
+                      for part in (host.serve_command or cfg.serve.command)]
+    program = program if "/" in program else str(paths.bin_dir / program)
+    interpreter, kind, name = _entry_point([program, *args], str(paths.python))
+    args_check = host.args_check or cfg.serve.args_check
+    lines = [f"serve.command: {program} exists and is executable",
+             f"serve.entry_point: {interpreter} imports the {kind} {name}"]
+    if args_check.mode == "help":
+        lines.append(f"serve.args: {shlex.join([program, *args, *args_check.args])}, which "
+                     "must list every option of each flag set: "
+                     + ", ".join(host.serve_flag_sets))
+    else:
+        lines.append(f"serve.args:<flag set>: each flag set's full command with "
+                     f"{shlex.join(args_check.args)} must exit 0: "
+                     + ", ".join(host.serve_flag_sets))
+    return lines
