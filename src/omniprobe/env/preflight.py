@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from omniprobe.analysis.failure_cause import classify_failure
@@ -93,9 +94,11 @@ def _options(argv: list[str]) -> list[str]:
 
 def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, python: str,
                     bin_dir: Path | None, runner: Runner, model: str | None = None,
-                    base_env: dict[str, str] | None = None) -> list[EnvCheck]:
+                    base_env: dict[str, str] | None = None,
+                    flag_sets: tuple[str, ...] = ()) -> list[EnvCheck]:
     """The preflight checks of the host's serve command; runs the command's parser, never a
-    server. `python`: the env's interpreter (a console script's entry point is read with it)."""
+    server. `python`: the env's interpreter (a console script's entry point is read with it);
+    `flag_sets`: the ones to check (empty: all of the host's)."""
     host = cfg.host(host_name)
     model = model or cfg.stack.model_repo
     model_code = tuple(host.model_code)
@@ -128,7 +131,8 @@ def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, pytho
             return [*checks, _check("serve.args", "fail",
                                     f"`{shlex.join(argv)}` failed: {_why(proc, model_code)}")]
         help_text = proc.stdout + proc.stderr
-    for flag_set in host.serve_flag_sets:
+    parses: list[tuple[str, list[str]]] = []
+    for flag_set in [f for f in host.serve_flag_sets if not flag_sets or f in flag_sets]:
         name = f"serve.args:{flag_set}"
         try:
             command = server_command(cfg, host_name, flag_set, port=cfg.serve.port, model=model,
@@ -145,8 +149,13 @@ def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, pytho
                 else f"every option is listed by `{shlex.join(args_check.args)}`",
                 "every option listed", ", ".join(unlisted) or None))
             continue
-        argv = [*command, *args_check.args]
-        proc = runner.run(argv, env=server_env(cfg, flag_set, env, bin_dir), timeout_s=TIMEOUT_S)
+        parses.append((flag_set, [*command, *args_check.args]))
+    # One parse per flag set, side by side: each is an interpreter start and nothing else.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        procs = list(pool.map(lambda item: runner.run(
+            item[1], env=server_env(cfg, item[0], env, bin_dir), timeout_s=TIMEOUT_S), parses))
+    for (flag_set, _), proc in zip(parses, procs, strict=True):
+        name = f"serve.args:{flag_set}"
         checks.append(_check(name, "pass", "the serve command's parser accepts the arguments")
                       if proc.returncode == 0 else
                       _check(name, "fail", f"the parser refuses the arguments: "

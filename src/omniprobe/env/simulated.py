@@ -67,10 +67,11 @@ def check_sim_env(cfg: HostsConfig, project: Project, host: str, *, python: str 
 
 
 def sim_preflight(cfg: HostsConfig, project: Project, host: str, *,
-                  runner: Runner | None = None) -> list[EnvCheck]:
-    """The serve preflight of a simulated host: its command runs with this interpreter."""
+                  runner: Runner | None = None, flag_sets: tuple[str, ...] = ()) -> list[EnvCheck]:
+    """The serve preflight of a simulated host (of `flag_sets`; empty: all): its command runs
+    with this interpreter."""
     return serve_preflight(cfg, host, project.hosts_file, python=sys.executable, bin_dir=None,
-                           runner=runner or Runner())
+                           runner=runner or Runner(), flag_sets=flag_sets)
 
 
 def format_sim_env(env: SimEnv) -> str:

@@ -472,7 +472,8 @@ def probe_env(project: Project, cfg: HostsConfig, host_name: str, settings: Serv
     EnvNotReady names each failed check; NotInEnv when the env lacks the serve command's
     program."""
     if cfg.host(host_name).simulated:
-        failed = failure_lines(sim_preflight(cfg, project, host_name))
+        failed = failure_lines(sim_preflight(cfg, project, host_name,
+                                             flag_sets=settings.flag_sets))
         if failed:
             raise EnvNotReady(f"the serve preflight of host {host_name!r} fails, so no server "
                               "is started:\n" + "\n".join(f"  {line}" for line in failed))
