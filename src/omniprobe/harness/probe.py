@@ -416,8 +416,11 @@ class ServeProbe:
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
                      + f"; its log ends: {log_tail(log)}")
-        cause = (None if reply.outcome == "ok"
-                 else classify_failure(f"{error or ''}\n{log}", tuple(self.host.model_code)))
+        # A connection to a server that is down is its death, not the environment's: only the
+        # log says why it died.
+        cause = (None if reply.outcome == "ok" else classify_failure(
+            log if not up and reply.outcome != "timeout" else f"{error or ''}\n{log}",
+            tuple(self.host.model_code)))
         self._request_causes.setdefault(flag_set, []).append(cause)
         fields = {"flag_set": flag_set, "fixture": fixture.id, "seed": seed,
                   "outcome": reply.outcome, "quality": "unchecked",
