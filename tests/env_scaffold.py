@@ -216,6 +216,8 @@ vram_gb = 24
 python_provider = "whatever uv finds"
 simulated = true
 serve_flag_sets = ["default"]
+serve_command = ["{{python}}", "-m", "omniprobe.sim", "serve", "{{model}}", "--omni", "--hosts-file", "{{hosts_file}}", "--sim-host", "{{host}}"]
+args_check = {{ mode = "parse", args = ["--check-args"] }}
 
 [hosts.simhost.capacity]
 vram_mib = 24576
