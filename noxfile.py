@@ -59,6 +59,13 @@ def schema(session: nox.Session) -> None:
 
 
 @nox.session
+def standins(session: nox.Session) -> None:
+    """Draw the stand-in reference images under fixtures/ (`-- --check`: only compare)."""
+    _install(session)
+    session.run("omniprobe", "standins", *session.posargs)
+
+
+@nox.session
 def quality(session: nox.Session) -> None:
     """PSNR against a baseline's images and determinism groups (`-- --baseline DIR`)."""
     _install(session)
@@ -104,7 +111,7 @@ def probe_init(session: nox.Session) -> None:
 
 @nox.session(name="probe-serve")
 def probe_serve(session: nox.Session) -> None:
-    """Serve every runnable fixture x seed under each flag set and record each request."""
+    """Serve each seed fixture (or its stand-in) x seed under each flag set; record each request."""
     _install(session)
     session.run("omniprobe", "probe-serve", *session.posargs, env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)

@@ -15,6 +15,14 @@ from pathlib import Path
 from omniprobe.config.project import Project
 from omniprobe.evidence.models import EnvManifest
 
+# Imported as tests.env_scaffold by the tests, as env_scaffold by the benchmarks.
+if __package__:
+    from .upstream_tree import FILES as UPSTREAM_FILES
+    from .upstream_tree import write_tree
+else:
+    from upstream_tree import FILES as UPSTREAM_FILES
+    from upstream_tree import write_tree
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPO = "testorg/tiny-model"
 SNAPSHOT_FILES = {"config.json": b'{"layers": 2}\n', "weights/part-1.bin": b"\x00\x01weights"}
@@ -53,11 +61,14 @@ def main():
 """
 
 
-def make_git_package(folder: Path, dist: str, deps: list[str], *, cli: str | None = None) -> list[str]:
-    """A flit package in a fresh repository with two commits; returns both full commits.
-    `cli`: the source of its `cli` module, installed as the `vllm` console script."""
+def make_git_package(folder: Path, dist: str, deps: list[str],
+                     tree: dict[str, str] | None = None, *, cli: str | None = None) -> list[str]:
+    """A flit package in a fresh repository with two commits, beside the files of `tree`;
+    returns both full commits. `cli`: the source of its `cli` module, installed as the `vllm`
+    console script."""
     module = folder / dist.replace("-", "_")
     module.mkdir(parents=True)
+    write_tree(folder, tree or {})
     scripts = f'[project.scripts]\nvllm = "{module.name}.cli:main"\n' if cli else ""
     if cli:
         (module / "cli.py").write_text(cli)
@@ -216,7 +227,8 @@ vram_gb = 24
 python_provider = "whatever uv finds"
 simulated = true
 serve_flag_sets = ["default"]
-serve_command = ["{{python}}", "-m", "omniprobe.sim", "serve", "{{model}}", "--omni", "--hosts-file", "{{hosts_file}}", "--sim-host", "{{host}}"]
+serve_command = ["{{python}}", "-m", "omniprobe.sim", "serve", "{{model}}", "--omni",
+                 "--hosts-file", "{{hosts_file}}", "--sim-host", "{{host}}"]
 args_check = {{ mode = "parse", args = ["--check-args"] }}
 
 [hosts.simhost.capacity]
@@ -285,7 +297,9 @@ def make_world(root: Path) -> World:
     world = World(root=root, project=project, env_root=root / "envroot", hf_cache=root / "hf",
                   repo_a=repo_a, repo_b=repo_b,
                   commits_a=make_git_package(repo_a, "gitpkg-a", []),
-                  commits_b=make_git_package(repo_b, "gitpkg-b", ["six"], cli=SERVE_CLI),
+                  # [stack] upstream_repo: its clone holds the synthetic upstream tree.
+                  commits_b=make_git_package(repo_b, "gitpkg-b", ["six"], UPSTREAM_FILES,
+                                             cli=SERVE_CLI),
                   revision=revision_of("tiny-model main"))
     make_hf_cache(world.hf_cache, MODEL_REPO, world.revision, SNAPSHOT_FILES)
     (project.root / "snapshot-manifest.json").write_text(json.dumps({

@@ -363,10 +363,23 @@ def test_env_session_then_probe_runs_the_server_from_the_env(world, first, stub_
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-env")
     monkeypatch.setattr(envcheck, "load_nvml", FakeNvml)
     assert cli.main(["env", "build", "--host", HOST, "--select"]) == 0
-    assert f"selected host {HOST}" in capsys.readouterr().out
+    env_out = capsys.readouterr().out
+    assert f"selected host {HOST}" in env_out
+    # The env holds its clone of upstream (the synthetic tree) against the contract: the tiny
+    # model has neither a registered pipeline nor model code there.
+    failed = ["pipeline:testorg/tiny-model", "model-code:testorg/tiny-model"]
+    assert "upstream contract of its clone: " in env_out
+    assert all(f"upstream contract check {name} FAILS" in env_out for name in failed)
     code, out = _probe_init(world, FakeNvml())
     assert code == 0, out
     assert f"host {HOST} (selected by an earlier env session)" in out
+    warnings = [line for line in out.splitlines() if line.startswith("warning: upstream contract")]
+    assert [w.split()[4] for w in warnings] == failed  # each named, before the server starts
+    assert out.index(warnings[-1]) < out.index("probe-init")
+    manifest = next(a.environment for a in load_evidence(world.project.evidence_dir)[0].attempts
+                    if a.environment is not None and a.environment.upstream is not None)
+    assert sorted(c.name for c in manifest.upstream.checks if c.status == "fail") == sorted(failed)
+    assert manifest.upstream.source.kind == "git"
     assert f"env {first.paths.venv}: every check passed" in out
     folder = next((world.project.evidence_dir / HOST).glob("*-probe"))
     attempt, problems = load_attempt(folder)

@@ -33,7 +33,7 @@ def test_env_build_of_the_sim_installs_nothing_and_files_nothing(project, capsys
     assert "PASS serve.args:cpuoff-layerwise: the serve command's parser accepts" in out
     assert "SKIP env.install: simulated host: nothing is installed" in out
     assert "PASS sim.interpreter" in out and "omniprobe/sim/__init__.py" in out
-    assert "PASS fixtures.references: 4 files match" in out
+    assert "PASS fixtures.references: 8 files match" in out  # simulated and stand-in
     assert "manifest: not filed" in out
     assert not (project.evidence_dir / "sim").exists()
 

@@ -4,6 +4,7 @@ NVML, the snapshot and reference checks, the stamp and the manifest evidence."""
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shlex
 import subprocess
@@ -16,12 +17,16 @@ from omniprobe import cli
 from omniprobe.analysis.summaries import manifest_summary
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
+from omniprobe.env import checks as envchecks
 from omniprobe.env.build import _provide_python
 from omniprobe.env.checks import (
+    clone_contract,
+    contract_warnings,
     gpu_checks,
     host_facts,
     read_gpu,
     references_check,
+    require_env_ok,
     snapshot_checks,
 )
 from omniprobe.env.manifest import record_manifest
@@ -50,8 +55,11 @@ from .env_scaffold import (
     revision_of,
     sample_manifest,
 )
+from .upstream_tree import FILES as UPSTREAM_FILES
+from .upstream_tree import write_tree as write_upstream_tree
 
 REAL = Project(REPO_ROOT)
+UPSTREAM_API = "vllm_omni/entrypoints/openai/api_server.py"
 
 
 def _world(tmp_path: Path, *, manifest: bool = True) -> World:
@@ -323,15 +331,25 @@ def test_snapshot_file_missing_or_unlisted(tmp_path, monkeypatch):
 # --- reference suite --------------------------------------------------------------------
 
 
-def test_real_fixtures_know_no_reference_digests():
+def test_a_real_host_checks_the_stand_ins_references_only():
     check = references_check(REAL)
-    assert check.status == "skip"
-    assert "references-suite-2" in check.detail
+    assert check.status == "pass", check.detail
+    assert check.detail == "4 files match the fixtures' sha256"  # the stand-ins' a-d
 
 
-def test_simulated_fixtures_check_their_committed_references():
+def test_a_simulated_host_checks_the_simulated_references_too():
     check = references_check(REAL, simulated=True)
     assert check.status == "pass", check.detail
+    assert check.detail == "8 files match the fixtures' sha256"
+
+
+def test_with_no_bound_references_the_check_skips(tmp_path):
+    suite = json.loads(REAL.fixtures_file.read_text())
+    suite["fixtures"] = [f for f in suite["fixtures"] if "references" not in f]
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "fixtures" / "fixtures.json").write_text(json.dumps(suite))
+    check = references_check(Project(tmp_path))
+    assert check.status == "skip" and "references-suite-2" in check.detail
 
 
 def test_reference_digests(tmp_path):
@@ -427,3 +445,76 @@ def test_manifest_is_filed_once_per_state(tmp_path):
     sim, _ = record_manifest(world.project, cfg, sample_manifest(host="simhost"), command=["x"],
                              started_at=at)
     assert load_attempt(sim)[0].meta.provenance.kind == "simulated"
+
+
+# --- the upstream contract of the env's own clone ------------------------------------------
+
+EDITS_ROUTE_RENAMED = {UPSTREAM_API: UPSTREAM_FILES[UPSTREAM_API].replace(
+    '"/v1/images/edits"', '"/v1/images/edit"')}
+
+
+def _clone_world(tmp_path, monkeypatch, doctor=None):
+    """The paper world with its upstream (gitpkg-b, [stack] upstream_repo) cloned as the
+    synthetic upstream tree, doctored as asked; None: not cloned."""
+    world = _world(tmp_path)
+    monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(world.env_root))
+    cfg = load_hosts(world.project.hosts_file)
+    paths = env_paths(cfg, world.project, "testhost")
+    if doctor is not None:
+        [step] = [s for s in cfg.env.install if s.name == "gitpkg-b"]
+        write_upstream_tree(paths.clone_dir(step), doctor)
+    return world, cfg, paths
+
+
+def test_the_env_holds_its_own_clone_against_the_contract(tmp_path, monkeypatch):
+    world, cfg, paths = _clone_world(tmp_path / "as-is", monkeypatch, {})
+    contract, note = clone_contract(cfg, world.project, paths)
+    assert note is None and contract.source.kind == "tree" and contract.citations == []
+    status = {c.name: c.status for c in contract.checks}
+    assert status["route:/v1/images/edits"] == "pass"
+    world, cfg, paths = _clone_world(tmp_path / "renamed", monkeypatch, EDITS_ROUTE_RENAMED)
+    doctored, _ = clone_contract(cfg, world.project, paths)
+    changed = {c.name: c.status for c in doctored.checks if status[c.name] != c.status}
+    assert changed["route:/v1/images/edits"] == "fail"
+    warnings = contract_warnings(SimpleNamespace(upstream=doctored, upstream_note=None))
+    failed = [c for c in doctored.checks if c.status == "fail"]
+    # One warning per failed check, each naming it and where upstream decides it.
+    assert len(warnings) == len(failed) and all(
+        f"check {c.name} FAILS at {c.where or '(no location)'}: {c.detail}" in w
+        for c, w in zip(failed, warnings, strict=True))
+    assert any("route:/v1/images/edits" in w for w in warnings)
+
+
+def test_an_env_without_its_clone_says_the_contract_was_not_checked(tmp_path, monkeypatch):
+    world, cfg, paths = _clone_world(tmp_path, monkeypatch)
+    contract, note = clone_contract(cfg, world.project, paths)
+    assert contract is None and note.startswith("no clone of gitpkg-b at ")
+    [warning] = contract_warnings(SimpleNamespace(upstream=None, upstream_note=note))
+    assert warning == f"upstream contract not checked: {note}"
+
+
+def test_the_manifest_records_the_clones_contract(tmp_path, monkeypatch):
+    world, cfg, paths = _clone_world(tmp_path, monkeypatch, EDITS_ROUTE_RENAMED)
+    contract, _ = clone_contract(cfg, world.project, paths)
+    from datetime import datetime
+
+    folder, _ = record_manifest(world.project, cfg, sample_manifest(upstream=contract),
+                                command=["x"], started_at=datetime(2026, 11, 30, 10))
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    assert attempt.environment.upstream.checks == contract.checks
+    # A manifest written before the field still loads: no contract recorded.
+    assert sample_manifest().upstream is None
+
+
+def test_a_probe_session_warns_of_each_failed_contract_check_before_it_runs(
+        tmp_path, monkeypatch):
+    world, cfg, paths = _clone_world(tmp_path, monkeypatch, EDITS_ROUTE_RENAMED)
+    contract, _ = clone_contract(cfg, world.project, paths)
+    verified = SimpleNamespace(ok=True, upstream=contract, upstream_note=None, paths=paths)
+    monkeypatch.setattr(envchecks, "verify_env", lambda *args, **kwargs: verified)
+    out = io.StringIO()
+    assert require_env_ok("testhost", project=world.project, out=out) is verified
+    lines = out.getvalue().splitlines()
+    assert lines == [f"warning: {w}" for w in contract_warnings(verified)]
+    assert any("route:/v1/images/edits FAILS" in line for line in lines)

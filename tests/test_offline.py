@@ -6,6 +6,7 @@ import ast
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from omniprobe.analysis.imaging import load_pixels, pixels_sha256
 from omniprobe.analysis.oom import parse_oom
+from omniprobe.analysis.verdicts import all_verdicts
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import EnvError
 from omniprobe.evidence.attempts import probe_attempts
@@ -22,8 +24,16 @@ from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import offline_runner
 from omniprobe.harness.offline import RUNNER, runner_command
+from omniprobe.harness.propagation import offline_pairs, unchecked_extras
+from omniprobe.report.render import render_report
+from omniprobe.sim.http import Faults
+from omniprobe.sim.knobs import EXTRAS_BRIDGE_ENV
+from omniprobe.sim.memory import MIB, Accounted
+from omniprobe.sim.offline import EngineClosed, SimEngine
 
-from .conftest import in_process, make_project, processes_with, wait_for
+from .conftest import REPO, in_process, make_project, processes_with, wait_for
+
+REPO_HOSTS = REPO / "hosts.toml"
 
 
 def offline(project, *extra, host="sim"):
@@ -94,9 +104,72 @@ def test_records_hash_the_saved_image_and_the_kv_knob_changes_its_pixels(project
         assert hashlib.sha256(path.read_bytes()).hexdigest() == record.output_sha256
         assert pixels_sha256(load_pixels(path)) == record.pixels_sha256
         assert record.quality == "sound" and record.peak_mib > 0
+        assert record.peak_source == "sim-model"
     # fp8_v takes a quarter of the KV part (320 MiB) off each of the two references.
     assert bf16.peak_mib - fp8v.peak_mib == 2 * 80
     assert bf16.pixels_sha256 != fp8v.pixels_sha256
+    code, out = offline(project, "--fixture", "sim-single", "--kwarg-set", "sim-offline-fp8v")
+    assert code == 0 and ("not checked: whether sim-offline-fp8v's extras reach the model; no "
+                          "kwarg set run beside it has its kwargs without them") in out
+
+
+@pytest.mark.parametrize("bridge", ["honour", "drop"])
+def test_an_offline_knob_gets_a_propagation_check_and_one_never_reached_is_reported(
+        project, monkeypatch, bridge):
+    monkeypatch.setenv(EXTRAS_BRIDGE_ENV, bridge)
+    code, out = offline(project, "--fixture", "sim-pair", "--kwarg-set", "sim-offline-bf16",
+                        "--kwarg-set", "sim-offline-fp8v")
+    assert code == 0, out
+    attempt = the_attempt(project)
+    [check] = attempt.propagation
+    assert (check.via, check.knob, check.flag_set_with, check.flag_set_without) == (
+        "offline", "extras.prefix_kv_cache_dtype", "sim-offline-fp8v", "sim-offline-bf16")
+    assert (check.fixture, check.seed) == ("sim-pair", 2301)
+    assert "not checked" not in out
+    bf16, fp8v = attempt.offline_requests
+    assert check.reached_model is (bridge == "honour")
+    assert (bf16.peak_mib == fp8v.peak_mib) is (bridge == "drop")
+    assert load_project(project)[1] == []
+    shutil.copytree(REPO / "templates", project.root / "templates")
+    loaded, _ = load_project(project)
+    verdict = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)["sim"]
+    report = render_report(project)
+    if bridge == "drop":
+        assert check.bytes_identical and "did NOT reach the model: the outputs are byte-identical" in out
+        [unreached] = verdict.unreached_offline
+        assert (unreached.flag_set, unreached.base) == ("sim-offline-fp8v", "sim-offline-bf16")
+        assert verdict.unreached == ()  # no serve flag set is concerned
+        assert ("sim-offline-fp8v ran as sim-offline-bf16: its `extras.prefix_kv_cache_dtype` "
+                "never reached the model offline") in report
+        assert ("The `Omni(...)` kwarg `extras.prefix_kv_cache_dtype` **does not reach the model "
+                "offline**") in report
+        log = (project.artifacts_dir / attempt.offline[1].logs[0].path).read_text()
+        assert "the simulated default diffusion stage config builds its own extras" in log
+    else:
+        assert "extras.prefix_kv_cache_dtype reached the model" in out
+        assert verdict.unreached_offline == () and "ran as sim-offline-bf16" not in report
+
+
+@pytest.mark.parametrize(("kwarg_sets", "pairs"), [
+    (["sim-offline-bf16", "sim-offline-fp8v", "sim-offline-fp8"],
+     [("sim-offline-fp8v", "sim-offline-bf16", "extras.prefix_kv_cache_dtype"),
+      ("sim-offline-fp8", "sim-offline-bf16", "quantization")]),
+    (["sim-offline-fp8v", "sim-offline-fp8"], []),  # neither is the other plus one setting
+    # Same kwargs, another environment: not a twin.
+    (["offline-fp8v", "offline-fp8v-expandable"], []),
+])
+def test_offline_twins_differ_by_one_setting_under_one_environment(kwarg_sets, pairs):
+    assert offline_pairs(load_hosts(REPO_HOSTS), kwarg_sets) == pairs
+
+
+@pytest.mark.parametrize(("kwarg_sets", "unchecked"), [
+    (["sim-offline-bf16", "sim-offline-fp8v"], []),
+    (["sim-offline-fp8v", "sim-offline-fp8"], ["sim-offline-fp8v"]),
+    (["offline-fp8v", "offline-fp8v-expandable", "offline-fp8-no-img-mlp"],
+     ["offline-fp8v", "offline-fp8v-expandable"]),
+])
+def test_extras_without_a_twin_are_named_as_unchecked(kwarg_sets, unchecked):
+    assert unchecked_extras(load_hosts(REPO_HOSTS), kwarg_sets) == unchecked
 
 
 def test_init_failures_are_runs_without_requests(project):
@@ -145,7 +218,7 @@ description = "test: the source does not give its kwargs"
 @pytest.mark.parametrize(("host", "extra", "message"), [
     ("rtx3090", ["--kwarg-set", "offline-fp8-encoder-only"],
      "hosts.toml [offline_kwarg_sets.offline-fp8-encoder-only] has no 'kwargs'"),
-    ("rtx3090", ["--kwarg-set", "offline-fp8v"],
+    ("rtx3090", ["--kwarg-set", "offline-fp8v", "--fixture", "single-reference"],
      "fixture 'single-reference' cannot run: its source does not state prompt, width, height, "
      "references"),
     ("sim", ["--kwarg-set", "offline-fp8v"],
@@ -209,6 +282,52 @@ def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, monkeypatch):
     assert [r.outcome for r in the_attempt(project).offline_requests] == ["error"] * 3
 
 
+@pytest.mark.parametrize(("fault", "outcomes"), [
+    ("fail@2", [("ok", 0), ("error", 0), ("ok", 1), ("error", 1)]),
+    # More failed requests than max_restarts (2): a planned end is no restart.
+    ("fail@1", [("error", 0), ("error", 1), ("error", 2), ("error", 3)]),
+])
+def test_a_failed_request_ends_its_runner_and_the_rest_get_a_fresh_one(tmp_path, monkeypatch,
+                                                                       fault, outcomes):
+    project = make_project(tmp_path, seeds=[2301, 2302, 2303, 2304])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    add_to_hosts(project, "", command_extra=f'"--fault", "{fault}"')
+    code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-single")
+    assert code == 0, out
+    attempt = the_attempt(project)
+    records = attempt.offline_requests
+    assert [(r.outcome, r.lifetime) for r in records] == outcomes
+    # Each failure is the request's own, never the closed engine's refusal of a later one.
+    assert all(r.error.startswith("RuntimeError: simulated failure during generation")
+               for r in records if r.outcome == "error")
+    assert len(attempt.offline[0].logs) == outcomes[-1][1] + 1
+    assert "the engine closed on the failed request: a fresh runner" in out
+    assert "not done" not in out
+    assert not processes_with(str(tmp_path))
+
+
+def test_the_sim_engine_closes_on_a_failed_request_as_upstreams_does(project, tmp_path):
+    cfg = load_hosts(project.hosts_file)
+    cap = cfg.host("sim").capacity
+    engine = SimEngine(cap, cfg.offline_kwarg_sets["sim-offline-bf16"].kwargs,
+                       Accounted(cap.vram_mib * MIB, cap.context_mib * MIB, None), 0,
+                       Faults(fail={1}))
+    request = {"prompt": "p", "references": [], "width": 64, "height": 48, "seed": 1,
+               "num_inference_steps": 2, "output": str(tmp_path / "out.png")}
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        engine.generate(request)
+    with pytest.raises(EngineClosed):
+        engine.generate(request)
+    # The runner stops at the failure: the closed engine is never asked again.
+    out = tmp_path / "r.jsonl"
+    engine.closed, engine.count = False, 0
+    requests = [{**request, "id": f"r{i}", "fixture": "f"} for i in range(3)]
+    assert offline_runner.run(lambda: engine, requests, offline_runner.Results(str(out))) == 0
+    assert [(e["event"], e.get("outcome")) for e in results(out)] == [
+        ("init", "ready"), ("request", "error"), ("closed", None)]
+    assert results(out)[-1]["after"] == "r0" and engine.count == 1
+
+
 # --- the runner script itself, with a stand-in for vLLM-Omni ------------------------------
 
 FAKE_OMNI = '''
@@ -237,7 +356,7 @@ class Omni:
         if len(images) > 1:
             self.image_mlp()
         image = Image.linear_gradient("L").resize((params.width, params.height)).convert("RGBA")
-        return [SimpleNamespace(images=[image])]
+        return [SimpleNamespace(images=[image], peak_memory_mb=20480.25)]
 
     def image_mlp(self):
         raise OutOfMemoryError(
@@ -293,8 +412,10 @@ def test_the_runner_generates_saves_and_reports_oom_from_the_exception(tmp_path,
                       "--requests", str(reqs), "--results", str(tmp_path / "r.jsonl"))
     assert done.returncode == 0, done.stderr
     init, ok, oom, end = results(tmp_path / "r.jsonl")
-    assert (init["event"], init["outcome"], end["event"]) == ("init", "ready", "done")
+    assert (init["event"], init["outcome"], end["event"]) == ("init", "ready", "closed")
+    assert end["after"] == "r1"
     assert (ok["id"], ok["outcome"], ok["image"]) == ("r0", "ok", str(tmp_path / "out-0.png"))
+    assert (ok["peak_mib"], ok["peak_source"]) == (20480.2, "worker-reserved")
     assert load_pixels(ok["image"]).width == 40
     assert oom["outcome"] == "oom" and oom["image"] is None
     assert oom["error"].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 490")
@@ -357,6 +478,9 @@ def test_the_harness_runs_the_real_runner_script(project, fake_omni, monkeypatch
     single, pair = the_attempt(project).offline_requests
     assert (single.outcome, single.quality, single.image.width) == ("ok", "sound", 64)
     assert pair.outcome == "oom" and pair.oom.location.function == "image_mlp"
+    # The worker's reserved-pool peak off upstream's request output, and the record says so.
+    assert (single.peak_mib, single.peak_source) == (20480.2, "worker-reserved")
+    assert (pair.peak_mib, pair.peak_source) == (None, None)
     call = results(tmp_path / "calls.jsonl")[0]
     assert call["kwargs"]["extras"] == {"prefix_kv_cache_dtype": "fp8_v"}
 

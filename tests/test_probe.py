@@ -34,10 +34,15 @@ def requests_of(project):
     return attempt.requests
 
 
+SIM_FIXTURES = ("sim-t2i", "sim-single", "sim-pair", "sim-three", "sim-four")
+
+
 def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
     code, out = probe(project, "probe-init", port)
     assert code == 0, out
-    code, out = probe(project, "probe-serve", port)
+    # The simulated fixtures run only when named (by default the stand-ins run: test_standins).
+    code, out = probe(project, "probe-serve", port,
+                      *(arg for f in SIM_FIXTURES for arg in ("--fixture", f)))
     assert code == 0, out
     [attempt] = attempts(project)
     assert attempt.meta.provenance.kind == "simulated" and attempt.simulated
@@ -174,12 +179,21 @@ def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, port, monkeypat
     assert [r.outcome for r in requests_of(project)] == ["error"] * 3
 
 
-def test_real_fixtures_are_refused_naming_what_is_missing(project, port):
-    code, out = probe(project, "probe-serve", port, "--host", "rtx3090")
+def test_seed_fixtures_named_are_refused_naming_what_is_missing(project, port):
+    code, out = probe(project, "probe-serve", port, "--host", "rtx3090",
+                      "--fixture", "single-reference", "--fixture", "t2i")
     assert code == 3  # a refusal
     assert ("fixture 'single-reference' cannot run: its source does not state prompt, width, "
-            "height, references") in out
+            "height, references; record them in fixtures/fixtures.json first (or serve its "
+            "stand-in: --fixture standin-single)") in out
     assert "fixture 't2i' cannot run: its source does not state prompt, width, height" in out
+    assert not (project.evidence_dir / "rtx3090").exists()
+
+
+def test_simulated_fixtures_are_refused_on_a_real_host(project, port):
+    code, out = probe(project, "probe-serve", port, "--host", "rtx3090", "--fixture", "sim-pair")
+    assert code == 3  # a refusal
+    assert "fixture(s) sim-pair are simulated: they run on simulated hosts only" in out
     assert not (project.evidence_dir / "rtx3090").exists()
 
 

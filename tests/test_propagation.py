@@ -4,14 +4,18 @@ config bridge drops, one that cannot be measured, and the refusals."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
+from omniprobe.harness import logs
+from omniprobe.report.render import render_report
+from omniprobe.sim import knobs as sim_knobs
 from omniprobe.sim.knobs import BRIDGE_ENV
 
-from .conftest import in_process, processes_with
+from .conftest import REPO, in_process, processes_with
 
 
 def check(project, port, *extra, host="sim"):
@@ -33,14 +37,17 @@ def test_a_knob_the_bridge_honours_reaches_the_model(project, port, tmp_path):
     assert attempt.id.endswith("-sim-propagation") and attempt.simulated
     [result] = attempt.propagation
     assert (result.flag_set_with, result.flag_set_without) == ("sim-cpuoff-kvfp8v", "cpuoff")
+    # By default the host's own default fixtures: on the sim as on a real host, the stand-ins.
     assert (result.knob, result.fixture, result.seed) == (
-        "extras.prefix_kv_cache_dtype", "sim-single", 2301)
+        "extras.prefix_kv_cache_dtype", "standin-single", 2301)
     assert result.bytes_identical is False and result.pixels_identical is False
     assert result.reached_model is True
     served = {r.flag_set: r for r in attempt.requests}
     assert set(served) == {"cpuoff", "sim-cpuoff-kvfp8v"}
-    assert all(r.outcome == "ok" and r.seed == 2301 for r in served.values())
+    assert all(r.outcome == "ok" and r.seed == 2301 and r.inputs == "stand-in"
+               for r in served.values())
     assert "extras.prefix_kv_cache_dtype reached the model" in out
+    assert result.deploy_config_ignored is False
     _, problems = load_project(project)
     assert problems == []
     assert not processes_with(str(tmp_path))
@@ -60,6 +67,37 @@ def test_a_knob_the_bridge_drops_leaves_identical_outputs(project, port, monkeyp
     assert "the simulated config bridge drops them" in log
 
 
+def test_a_deploy_config_upstream_ignores_is_recorded_from_its_warning_line(project, port,
+                                                                          monkeypatch):
+    monkeypatch.setenv(BRIDGE_ENV, "ignore")
+    code, out = check(project, port)
+    assert code == 0, out
+    attempt = the_attempt(project)
+    [result] = attempt.propagation
+    assert result.deploy_config_ignored is True and result.reached_model is False
+    assert result.bytes_identical is True
+    assert "the server logged that upstream ignored the deploy config" in out
+    assert ("warning: [sim-cpuoff-kvfp8v] the server logged 'No registered PipelineConfig "
+            "resolved for model': its --deploy-config was ignored") in out
+    ignored = {r.flag_set: r.lifetimes[0].deploy_config_ignored for r in attempt.runs}
+    assert ignored == {"sim-cpuoff-kvfp8v": True, "cpuoff": None}  # cpuoff passes no config
+    assert load_project(project)[1] == []
+    shutil.copytree(REPO / "templates", project.root / "templates")
+    report = render_report(project)
+    assert "carries upstream's warning that it ignored the deploy config" in report
+    assert "sim-cpuoff-kvfp8v ran as cpuoff" in report
+    assert (f"sim-cpuoff-kvfp8v ({attempt.id}): the server's log carries upstream's warning "
+            "that it ignored the deploy config") in report
+    assert f"cpuoff ({attempt.id}): the server's log" not in report
+
+
+def test_the_sim_warns_in_upstreams_words():
+    assert sim_knobs.DEPLOY_IGNORED_WARNING == logs.DEPLOY_IGNORED_WARNING
+    assert logs.deploy_config_ignored(
+        f"WARNING 11-30 10:00:00 [resolver.py:88] {logs.DEPLOY_IGNORED_WARNING} Qwen/Qwen-Image")
+    assert not logs.deploy_config_ignored("INFO: stage extras parsed")
+
+
 def test_outputs_that_never_came_are_not_measured(project, port):
     code, out = check(project, port, "--fixture", "sim-four")
     assert code == 1
@@ -76,7 +114,8 @@ def test_outputs_that_never_came_are_not_measured(project, port):
     ("sim", ["--with", "int8"], "flag set 'int8' is not run on host 'sim'"),
     ("sim", ["--without", "sim-cpuoff-kvfp8v"], "pass the same deploy config 'sim-kvfp8v'"),
     ("sim", ["--fixture", "single-reference"],
-     "fixture 'single-reference' is not for host 'sim', which runs simulated fixtures only"),
+     "fixture 'single-reference' cannot run: its source does not state prompt, width, height, "
+     "references"),
     ("sim", ["--fixture", "nope"], "unknown fixture(s) nope"),
     ("rtx5080", [], "host 'rtx5080' has 0 flag sets with a deploy config (none)"),
 ])
@@ -106,10 +145,10 @@ def test_the_knob_comes_from_hosts_toml_or_the_command_line(project, port):
 
 def test_a_fixture_that_cannot_run_is_refused_and_passed_over_by_default(project, port):
     suite = json.loads(project.fixtures_file.read_text())
-    next(f for f in suite["fixtures"] if f["id"] == "sim-single")["prompt"] = None
+    next(f for f in suite["fixtures"] if f["id"] == "standin-single")["prompt"] = None
     project.fixtures_file.write_text(json.dumps(suite))
-    code, out = check(project, port, "--fixture", "sim-single")
+    code, out = check(project, port, "--fixture", "standin-single")
     assert code == 3
-    assert "fixture 'sim-single' cannot run: its source does not state prompt" in out
+    assert "fixture 'standin-single' cannot run: its source does not state prompt" in out
     assert check(project, port)[0] == 0
-    assert the_attempt(project).propagation[0].fixture == "sim-pair"
+    assert the_attempt(project).propagation[0].fixture == "standin-pair"

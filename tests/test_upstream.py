@@ -17,6 +17,7 @@ from omniprobe.errors import InputError
 from omniprobe.evidence.models import CodeRef
 from omniprobe.evidence.upstream import Anchor
 from omniprobe.evidence.validate import load_project
+from omniprobe.harness import offline_runner
 from omniprobe.upstream.anchors import Citation, lines_digest, locate
 from omniprobe.upstream.checks import run_checks
 from omniprobe.upstream.contract import check_source, differences, record
@@ -55,8 +56,8 @@ def test_the_synthetic_tree_passes_what_it_defines(baseline):
     assert baseline["flag-set-deploy:cpuoff-fp8v"] == "fail"
     assert baseline["log-line:deploy-config-ignored"] == "not-found"
     assert baseline["model-code:Qwen/Qwen-Image-2.1"] == "fail"  # a version before the model
-    # A failed request closes upstream's engine; the offline runner still goes on with it.
-    assert baseline["offline-failure:engine-survives"] == "fail"
+    # A failed request closes upstream's engine, and ends the offline runner.
+    assert baseline["offline-failure:engine-survives"] == "pass"
     # The runner takes the worker's peak off the output, and keeps the references' modes.
     assert baseline["offline-peak:worker-peak"] == "pass"
     assert baseline["reference-mode:serve-equals-offline"] == "pass"
@@ -90,10 +91,6 @@ DOCTORED = [
       .replace('"bagel": BAGEL_PIPELINE,', '"qwen_image": QWEN_IMAGE_PIPELINE,')},
      {"pipeline:Qwen/Qwen-Image-2.1": "pass", "flag-set-deploy:cpuoff-fp8v": "pass",
       "flag-set-deploy:sim-cpuoff-kvfp8v": "pass"}),
-    ("generate keeps the engine open on a failure",
-     {"vllm_omni/entrypoints/omni.py": FILES["vllm_omni/entrypoints/omni.py"].replace(
-         "            self.close()\n", "")},
-     {"offline-failure:engine-survives": "pass"}),
     ("the server converts every upload to RGB",
      {API: FILES[API].replace("normalize_rgb=normalize", "normalize_rgb=True")},
      {"reference-mode:serve-equals-offline": "fail"}),
@@ -114,6 +111,30 @@ def test_a_doctored_tree_changes_exactly_the_matching_checks(tmp_path, baseline,
     results = _results(write_tree(tmp_path, doctor))
     changed = {name: status for name, status in results.items() if baseline.get(name) != status}
     assert changed == expected
+
+
+def _runner_that_goes_on(make_engine, requests, results):
+    """The offline runner as it was: a failed request is logged and the same engine goes on."""
+    engine = make_engine()
+    for request in requests:
+        try:
+            engine.generate(request)
+        except Exception:
+            results.emit("request", outcome="error")
+
+
+@pytest.mark.parametrize(("runner", "closes", "status"), [
+    (None, True, "pass"),
+    (_runner_that_goes_on, True, "fail"),
+    (_runner_that_goes_on, False, "pass"),  # upstream would keep the engine open
+])
+def test_a_runner_going_on_after_a_failure_fails_only_where_upstream_closes(
+        tmp_path, monkeypatch, runner, closes, status):
+    if runner is not None:
+        monkeypatch.setattr(offline_runner, "run", runner)
+    omni = "vllm_omni/entrypoints/omni.py"
+    doctor = {} if closes else {omni: FILES[omni].replace("            self.close()\n", "")}
+    assert _results(write_tree(tmp_path, doctor))["offline-failure:engine-survives"] == status
 
 
 def _state(root: Path, ref: CodeRef):

@@ -49,7 +49,7 @@ def cell_from(records: list[RequestRecord]) -> Cell:
                 quality=cell_quality(records),
                 wall_s=_range([r.wall_s for r in ok]),
                 server_peak_mb=_range([r.server_peak_mb for r in ok]),
-                oom=oom)
+                oom=oom, inputs=records[0].inputs)
 
 
 def cells_from_requests(requests: list[RequestRecord]) -> dict[str, list[Cell]]:

@@ -6,6 +6,10 @@
   fits the target count (every request ok) but its output is not sound; `capacity` when a run
   asked for the target count and did not fit; else `untested`: no run asked for it at all.
 - Simulated evidence counts only for a simulated host.
+- Stand-in inputs (omniprobe's, in place of inputs the source does not state) count for capacity
+  (fits, OOM, peaks, OOM signatures) and for output structure, which do not depend on what the
+  pictures show; never for speed-ups against the baseline, which ran the original inputs. The
+  verdict says which half rests on stand-ins.
 - Only the card's failures are evidence about the card (`failure_cause`): a run whose init failed
   for the server software, the environment or an unclassified cause, and a request that failed
   so, are left out of the rules above and listed as not measured. A host with runs but none
@@ -147,6 +151,16 @@ class HostVerdict:
     blockers: tuple[BlockerEntry, ...] = ()
     unreached: tuple[UnreachedKnob, ...] = ()
     not_measured: tuple[NotMeasured, ...] = ()
+    unreached_offline: tuple[UnreachedKnob, ...] = ()  # offline kwarg sets, as `unreached`
+    capacity_inputs: tuple[str, ...] = ()
+    structure_inputs: tuple[str, ...] = ()
+
+    @property
+    def standin_halves(self) -> tuple[str, ...]:
+        """The halves of the verdict that rest, at least in part, on stand-in inputs."""
+        return tuple(half for half, inputs in (("capacity", self.capacity_inputs),
+                                               ("output structure", self.structure_inputs))
+                     if "stand-in" in inputs)
 
 
 def cells_by_refs(cells, fixtures: FixtureSuite) -> dict[int, list[Cell]]:
@@ -164,11 +178,28 @@ def evaluate_run(view: RunView, fixtures: FixtureSuite) -> RunResult:
     return RunResult(view, view.run.init.outcome == "ready", tuple(served), tuple(fitting))
 
 
+def capacity_inputs(results: list[RunResult]) -> tuple[str, ...]:
+    """Whose inputs the capacity half read: every cell of every run, whatever its outcome."""
+    return tuple(sorted({c.inputs for r in results for c in r.view.cells}))
+
+
+def structure_inputs(results: list[RunResult]) -> tuple[str, ...]:
+    """Whose inputs the output-structure half read: the cells whose output was checked."""
+    return tuple(sorted({c.inputs for r in results for c in r.view.cells
+                         if c.quality != "unchecked"}))
+
+
+def compares_to_baseline(cell: Cell) -> bool:
+    """Speed against the baseline means something only on the baseline's own inputs."""
+    return cell.inputs == "original"
+
+
 def speedups(view: RunView, baseline: Baseline, fixtures: FixtureSuite) -> list[Speedup]:
     walls = {w.fixture: w.wall_s for w in baseline.walls}
     out = []
     for cell in view.cells:
-        if cell.outcome != "ok" or cell.wall_s is None or cell.fixture not in walls:
+        if (cell.outcome != "ok" or cell.wall_s is None or cell.fixture not in walls
+                or not compares_to_baseline(cell)):
             continue
         base = walls[cell.fixture]
         out.append(Speedup(
@@ -226,6 +257,8 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
         attempts=tuple(a.id for a in attempts),
         blockers=blockers(results, fixtures, target, host),
         unreached=unreached_knobs(attempts), not_measured=unmeasured,
+        unreached_offline=unreached_knobs(attempts, via="offline"),
+        capacity_inputs=capacity_inputs(results), structure_inputs=structure_inputs(results),
     )
 
 
@@ -301,13 +334,14 @@ def blockers(results: list[RunResult], fixtures: FixtureSuite, target: int,
     return tuple(entries)
 
 
-def unreached_knobs(attempts) -> tuple[UnreachedKnob, ...]:
-    """Flag sets whose latest propagation check shows their knob never reached the model."""
+def unreached_knobs(attempts, via: str = "serve") -> tuple[UnreachedKnob, ...]:
+    """Flag sets (via "offline": offline kwarg sets) whose latest propagation check shows their
+    knob never reached the model: each ran as the one it was compared with."""
     latest: dict[str, UnreachedKnob | None] = {}
     for attempt in sorted(attempts, key=lambda a: (a.meta.date, a.id)):
         for check in attempt.propagation:
             reached = check.reached_model
-            if reached is None:
+            if reached is None or check.via != via:
                 continue
             latest[check.flag_set_with] = None if reached else UnreachedKnob(
                 check.flag_set_with, check.flag_set_without, check.knob, attempt.id)

@@ -91,6 +91,19 @@ def _image_check(args: argparse.Namespace) -> int:
     return 1 if any(c.metrics.verdict == "broken" for c in checked) else 0
 
 
+def _standins(args: argparse.Namespace) -> int:
+    from omniprobe.cli.standins import draw, render, standin_problems
+    from omniprobe.config.fixtures import load_fixtures
+
+    project = find_project()
+    drawn = draw(project.fixtures_file.parent, write=not args.check)
+    print(render(drawn))
+    found = standin_problems(load_fixtures(project.fixtures_file), drawn)
+    for line in found:
+        print(f"error: {line}", file=sys.stderr)
+    return 1 if found else 0
+
+
 def _quality(args: argparse.Namespace) -> int:
     from omniprobe.cli.tables import psnr_summary
     from omniprobe.harness.psnr_check import run_quality
@@ -117,7 +130,7 @@ def _sim_env(args: argparse.Namespace, project) -> tuple[int, list[str], str | N
     if args.dry_run:
         print(f"# omniprobe env build --host {args.host}: a simulated host; nothing to build "
               f"(dry run: nothing was run)\n# checks: {sys.executable} imports omniprobe.sim; "
-              "the simulated fixtures' references")
+              "the references of the fixtures it runs (simulated and stand-in)")
         return 0, [], None
     env = check_sim_env(load_hosts(project.hosts_file), project, args.host)
     print(format_sim_env(env), end="")
@@ -317,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "recursively for .png/.jpg/.jpeg/.webp")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_image_check)
+
+    p = sub.add_parser("standins", help="draw the stand-in reference images under fixtures/ "
+                       "(a file whose pixels are right is kept) and check the fixtures' digests")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing; exit 1 if a file or a pinned digest differs from a fresh draw")
+    p.set_defaults(func=_standins)
 
     p = sub.add_parser("quality", help="PSNR of an attempt's outputs against a baseline attempt's "
                        "images, and determinism groups; writes psnr.json and determinism.json")

@@ -25,6 +25,7 @@ def psnr_summary(result: QualityResult) -> str:
     headers = ["flag set", "fixture", "seed", "psnr (dB)", "comparator", "quality"]
     lines = [f"attempt {result.attempt.id} against baseline {result.rows[0].baseline_attempt}",
              text_table(headers, rows)]
+    lines += [f"refused: {problem.message}" for problem in result.refused]
     if result.groups:
         lines.append("determinism (pixel hash):")
         lines += [f"  {g.fixture} seed {g.seed}: "

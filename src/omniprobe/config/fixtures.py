@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+
+# Where a request's inputs come from: the fixture's own, as its source states them (or as a user
+# who holds them filled them in), or omniprobe's stand-ins for inputs the source does not state.
+Inputs = Literal["original", "stand-in"]
+ChosenField = Literal["prompt", "width", "height", "references"]
 
 
 class _Input(BaseModel):
@@ -21,8 +28,21 @@ class FixtureNotRunnable(Refusal):
 
 class ReferenceImage(_Input):
     name: str
-    file: str = Field(description="Path of the image, relative to the fixtures file.")
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    file: str = Field(description="Path of the image, relative to the fixtures file, inside its folder.")
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$",
+                        description="sha256 of the file's bytes: what the server is sent.")
+    pixels_sha256: str | None = Field(
+        default=None, pattern=r"^[0-9a-f]{64}$",
+        description="sha256 of the decoded pixels (omniprobe.analysis.imaging.pixels_sha256), for "
+                    "generated images whose PNG bytes may differ between encoder versions.")
+
+    @field_validator("file")
+    @classmethod
+    def _inside_the_fixtures_folder(cls, value: str) -> str:
+        path = PurePosixPath(value)
+        if path.is_absolute() or ".." in path.parts or "\\" in value or not path.parts:
+            raise ValueError(f"expected a relative path inside the fixtures folder, got {value!r}")
+        return value
 
 
 class Derivation(_Input):
@@ -49,8 +69,13 @@ class Fixture(_Input):
     )
     derived_from: Derivation | None = None
     simulated: bool = Field(
-        default=False, description="Made up for the sim host; runs only on simulated hosts."
+        default=False, description="Made up for the sim host; runs there only, and only when named."
     )
+    stands_in_for: str | None = Field(
+        default=None, description="The seed fixture this stand-in runs in place of: same kind and "
+                                  "reference count, with omniprobe's prompt and references.")
+    chosen_by_omniprobe: list[ChosenField] = Field(
+        default=[], description="Fields whose values omniprobe chose: the source does not state them.")
     note: str | None = None
 
     @model_validator(mode="after")
@@ -64,7 +89,19 @@ class Fixture(_Input):
                 f"{len(self.references)} references bound but reference_count is "
                 f"{self.reference_count}"
             )
+        if self.stands_in_for is not None:
+            if self.simulated:
+                raise ValueError("a stand-in runs on real hosts: it cannot be simulated")
+            unmarked = [f for f in ("prompt", "references") if f not in self.chosen_by_omniprobe
+                        and (f == "prompt" or self.kind == "edit")]
+            if unmarked:
+                raise ValueError(f"a stand-in's {' and '.join(unmarked)} are omniprobe's: list "
+                                 "them in chosen_by_omniprobe")
         return self
+
+    @property
+    def inputs(self) -> Inputs:
+        return "stand-in" if self.stands_in_for is not None else "original"
 
     def missing_fields(self) -> list[str]:
         missing = [f for f in ("prompt", "width", "height") if getattr(self, f) is None]
@@ -110,7 +147,38 @@ class FixtureSuite(_Input):
         for f in self.fixtures:
             if f.derived_from and f.derived_from.fixture not in ids:
                 raise ValueError(f"{f.id} is derived from unknown fixture {f.derived_from.fixture!r}")
+            if f.stands_in_for is not None:
+                check_stand_in(f, next((o for o in self.fixtures if o.id == f.stands_in_for),
+                                         None))
         return self
+
+    def standins_for(self, fixture_id: str) -> list[Fixture]:
+        return [f for f in self.fixtures if f.stands_in_for == fixture_id]
+
+    def default_fixtures(self) -> tuple[list[Fixture], list[str]]:
+        """What a host serves when no fixture is named, and why each stand-in is among them.
+
+        Each of the source's fixtures runs as stated where its inputs are known (a user filled
+        them in); otherwise its stand-ins run in its place. Simulated fixtures run only when named.
+        """
+        chosen: list[Fixture] = []
+        notes: list[str] = []
+        for fixture in self.fixtures:
+            if fixture.simulated or fixture.stands_in_for is not None:
+                continue
+            if fixture.runnable:
+                chosen.append(fixture)
+                continue
+            standins = [s for s in self.standins_for(fixture.id) if s.runnable]
+            missing = ", ".join(fixture.missing_fields())
+            if standins:
+                chosen.extend(standins)
+                notes.append(f"{fixture.id}: its source does not state {missing}; stand-in "
+                             f"{', '.join(s.id for s in standins)} runs in its place")
+            else:
+                notes.append(f"{fixture.id}: not run: its source does not state {missing}, and "
+                             "it has no runnable stand-in")
+        return chosen, notes
 
     def get(self, fixture_id: str) -> Fixture:
         for f in self.fixtures:
@@ -121,6 +189,57 @@ class FixtureSuite(_Input):
     @property
     def ids(self) -> list[str]:
         return [f.id for f in self.fixtures]
+
+
+def check_stand_in(standin: Fixture, original: Fixture | None) -> None:
+    """A stand-in must match the fixture it stands in for wherever that fixture is stated, and
+    mark as chosen what it is not; ValueError otherwise."""
+    name = f"stand-in {standin.id!r}"
+    if original is None:
+        raise ValueError(f"{name} stands in for unknown fixture {standin.stands_in_for!r}")
+    if original.simulated or original.stands_in_for is not None:
+        raise ValueError(f"{name} stands in for {original.id!r}, which is itself made up")
+    if (standin.kind, standin.reference_count) != (original.kind, original.reference_count):
+        raise ValueError(f"{name} is a {standin.kind} with {standin.reference_count} references; "
+                         f"{original.id!r} is a {original.kind} with {original.reference_count}")
+    for field in ("width", "height"):
+        stated = getattr(original, field)
+        if stated is not None and getattr(standin, field) != stated:
+            raise ValueError(f"{name} has {field} {getattr(standin, field)}; {original.id!r} "
+                             f"states {stated}")
+        if (stated is None) != (field in standin.chosen_by_omniprobe):
+            raise ValueError(f"{name}: {field} is in chosen_by_omniprobe exactly when "
+                             f"{original.id!r} does not state it")
+
+
+def reference_problems(suite: FixtureSuite, fixtures_file: Path,
+                       wanted: Callable[[Fixture], bool] | None = None) -> list[Problem]:
+    """Every bound reference of the wanted fixtures whose file is missing, lies outside the
+    fixtures folder, or whose bytes do not match its pinned sha256."""
+    problems = []
+    base = fixtures_file.parent
+    for i, fixture in enumerate(suite.fixtures):
+        if wanted is not None and not wanted(fixture):
+            continue
+        for j, ref in enumerate(fixture.references or []):
+            where = f"$.fixtures[{i}].references[{j}]"
+            path = base / ref.file
+            if not path.resolve().is_relative_to(base.resolve()):  # a link that leads out
+                problems.append(Problem(str(fixtures_file), f"{where}.file",
+                                        f"{ref.file}: resolves outside {base}"))
+                continue
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                problems.append(Problem(str(fixtures_file), f"{where}.file",
+                                        f"{ref.file}: cannot read: {exc.strerror or exc}"))
+                continue
+            digest = sha256_bytes(data)
+            if digest != ref.sha256:
+                problems.append(Problem(str(fixtures_file), f"{where}.sha256",
+                                        f"{ref.file}: sha256 differs from the pinned "
+                                        f"{ref.sha256[:12]}… (the file's: {digest[:12]}…)"))
+    return problems
 
 
 def load_fixtures(path: str | Path) -> FixtureSuite:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import HostsConfig, InstallStep, load_hosts
 from omniprobe.config.project import Project, find_project
-from omniprobe.env.checks import Verification, check_lines, verify_env
+from omniprobe.env.checks import Verification, check_lines, contract_warnings, verify_env
 from omniprobe.env.manifest import make_manifest, record_manifest
 from omniprobe.env.preflight import preflight_plan
 from omniprobe.env.resolve import check_recipe, compile_command, resolve_plan
@@ -330,6 +330,11 @@ def format_result(result: BuildResult, project: Project) -> str:
     """What `omniprobe env build|check` prints: one line per check, then where the manifest is."""
     v = result.verification
     lines = check_lines(f"env {v.host} ({result.action}) at {v.paths.venv}", v.checks)
+    if v.upstream is not None:
+        held = sum(c.status == "pass" for c in v.upstream.checks)
+        lines.append(f"upstream contract of its clone: {held} of {len(v.upstream.checks)} "
+                     "checks hold")
+    lines += [f"  {line}" for line in contract_warnings(v)]
     if result.attempt is None:
         lines.append("manifest: not filed (the env has no complete build)")
     else:

@@ -12,15 +12,16 @@ import json
 import os
 import platform
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from omniprobe.config.fixtures import load_fixtures
+from omniprobe.config.fixtures import load_fixtures, reference_problems
 from omniprobe.config.hosts import Host, HostsConfig, InstallStep, load_hosts
 from omniprobe.config.project import Project, find_project
 from omniprobe.digests import sha256_file
@@ -37,6 +38,8 @@ from omniprobe.env.state import (
 )
 from omniprobe.errors import InputError, problems_from_validation
 from omniprobe.evidence.models import CheckStatus, EnvCheck, EnvPin, EnvPython, GpuFacts, HostFacts
+from omniprobe.evidence.upstream import UpstreamContract
+from omniprobe.upstream.contract import check_clone
 
 if TYPE_CHECKING:
     from huggingface_hub import CachedRevisionInfo
@@ -92,6 +95,8 @@ class Verification:
     freeze: list[str]
     checks: list[EnvCheck]
     phases: dict[str, float]
+    upstream: UpstreamContract | None = None  # the contract check against the env's own clone
+    upstream_note: str | None = None  # why it was not read, where it was not
 
     @property
     def failed(self) -> list[EnvCheck]:
@@ -366,31 +371,56 @@ def _manifest_check(path: Path, model_snapshot: str, revision: CachedRevisionInf
 
 
 def references_check(project: Project, *, simulated: bool = False) -> EnvCheck:
-    """The reference images of the fixtures this host runs (simulated ones on a simulated host)."""
+    """The reference images of the fixtures this host can run: every fixture's but the simulated
+    ones, which only a simulated host runs."""
     name = "fixtures.references"
     try:
         suite = load_fixtures(project.fixtures_file)
     except InputError as exc:
         return _check(name, "fail", f"cannot read the fixtures: {exc}")
-    known = {ref.file: ref.sha256 for fixture in suite.fixtures
-             if fixture.simulated == simulated for ref in fixture.references or []}
+
+    def runs_here(fixture) -> bool:
+        return simulated or not fixture.simulated
+
+    known = {ref.file for fixture in suite.fixtures if runs_here(fixture)
+             for ref in fixture.references or []}
     if not known:
         return _check(name, "skip", f"the fixtures record no reference digests "
                                     f"({suite.reference_suite} bindings unknown)")
-    base = project.fixtures_file.parent
-    bad = []
-    for rel, digest in sorted(known.items()):
-        path = base / rel
-        if not path.is_file():
-            bad.append(f"{rel}: missing")
-        elif sha256_file(path) != digest:
-            bad.append(f"{rel}: sha256 differs from the fixtures' {digest[:12]}…")
+    bad = sorted({p.message for p in reference_problems(suite, project.fixtures_file, runs_here)})
     return _check(name, "fail" if bad else "pass",
                   "; ".join(bad) or f"{len(known)} files match the fixtures' sha256",
                   f"{len(known)} files", f"{len(known) - len(bad)} match")
 
 
 # --- everything together ----------------------------------------------------------------
+
+
+def clone_contract(cfg: HostsConfig, project: Project,
+                   paths: EnvPaths) -> tuple[UpstreamContract | None, str | None]:
+    """The upstream contract check against the env's own clone of [stack] upstream_repo; (None,
+    why) where there is no clone to read, (None, None) where the env clones no upstream."""
+    step = next((s for s in env_config(cfg, project.hosts_file).install
+                 if s.git == cfg.stack.upstream_repo), None)
+    if step is None:
+        return None, None
+    clone = paths.clone_dir(step)
+    if not clone.is_dir():
+        return None, f"no clone of {step.name} at {clone}"
+    try:
+        return check_clone(cfg, clone, project.root), None
+    except InputError as exc:
+        return None, f"the clone at {clone} could not be read: {exc}"
+
+
+def contract_warnings(verification: Verification) -> list[str]:
+    """One line per upstream contract check the env's clone fails (or why none was read)."""
+    contract = verification.upstream
+    if contract is None:
+        note = verification.upstream_note
+        return [f"upstream contract not checked: {note}"] if note else []
+    return [f"upstream contract check {c.name} FAILS at {c.where or '(no location)'}: {c.detail}"
+            for c in contract.checks if c.status == "fail"]
 
 
 def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPaths, *,
@@ -440,6 +470,8 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     checks.extend(timed("snapshot", snapshot_checks, cfg, project))
     checks.append(timed("references", lambda: references_check(project, simulated=host.simulated)))
 
+    upstream, upstream_note = (None, None) if host.simulated else timed(
+        "upstream", clone_contract, cfg, project, paths)
     uv = uv_command()
     freeze: list[str] = []
     if paths.python.exists():
@@ -453,7 +485,7 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
                         model_snapshot=cfg.stack.model_snapshot, complete=current,
                         uv_version=uv_version,
                         python=python, facts=facts, pins=pins, freeze=freeze, checks=checks,
-                        phases=phases)
+                        phases=phases, upstream=upstream, upstream_note=upstream_note)
 
 
 def expected_and_got(check: EnvCheck) -> str:
@@ -483,8 +515,11 @@ def describe_failures(verification: Verification) -> str:
 
 
 def require_env_ok(host: str, *, project: Project | None = None, venv: str | Path | None = None,
-                   nvml: Any = None, runner: Runner | None = None) -> Verification:
-    """For probe sessions: the verified env of `host`, or EnvNotReady naming each failed check."""
+                   nvml: Any = None, runner: Runner | None = None,
+                   out: TextIO | None = None) -> Verification:
+    """For probe sessions: the verified env of `host`, or EnvNotReady naming each failed check.
+    Each upstream contract check its clone fails is a warning to `out` (a probe may still be
+    worth its GPU time: the check may fail because upstream really behaves so)."""
     project = project or find_project()
     cfg = load_hosts(project.hosts_file)
     paths = env_paths(cfg, project, host, venv)
@@ -494,4 +529,6 @@ def require_env_ok(host: str, *, project: Project | None = None, venv: str | Pat
             f"the probe environment of host {host!r} at {paths.venv} is not usable:\n"
             f"{describe_failures(verification)}\n"
             f"run `omniprobe env build --host {host}` (it repairs an incomplete build)")
+    for line in contract_warnings(verification):
+        print(f"warning: {line}", file=out or sys.stderr)
     return verification

@@ -37,6 +37,7 @@ def make_manifest(verification: Verification, action: Literal["built", "verified
         host=v.host, action=action, venv=str(v.paths.venv), pins_hash=v.pins_hash,
         uv_version=v.uv_version, python=v.python, host_facts=v.facts,
         model_snapshot=v.model_snapshot, pins=v.pins, freeze=v.freeze, checks=v.checks,
+        upstream=v.upstream, upstream_note=v.upstream_note,
         timings=EnvTimings(
             total_s=round(total_s, 4),
             build_s=None if build_s is None else round(build_s, 4),

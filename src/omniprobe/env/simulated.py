@@ -3,8 +3,8 @@
 [env] pins the real stack (torch, vLLM-Omni, ...), which a simulated host never runs: its server is
 `{python} -m omniprobe.sim`. So `omniprobe env build|check --host <simulated host>` installs
 nothing and files no manifest. It checks that this interpreter starts the sim in a fresh process
-with our environment, as the probe will, and that the simulated fixtures' references match their
-digests.
+with our environment, as the probe will, and that the references of the fixtures it runs (the
+simulated ones and the stand-ins) match their digests.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from omniprobe.atomic import write_text_atomic
+from omniprobe.config.fixtures import Inputs
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import (
     FORMAT_VERSION,
@@ -32,6 +33,7 @@ from omniprobe.evidence.upstream import Anchor, UpstreamContract
 Outcome = Literal["ok", "oom", "error", "timeout"]
 InitOutcome = Literal["ready", "oom", "error", "timeout"]
 StructureVerdict = Literal["sound", "broken", "unchecked"]
+PeakSource = Literal["worker-reserved", "sim-model"]
 Sha256Prefix = Annotated[str, Field(pattern=r"^[0-9a-f]{8,64}$")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
@@ -168,6 +170,9 @@ class Cell(_In):
     server_peak_mb: Range | None = Field(default=None, description="Server-reported peak (MB).")
     oom: OomSignature | None = None
     note: str | None = None
+    inputs: Inputs = Field(
+        default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
+                                        "inputs the source does not state (fixtures.json).")
     stated: list[StatedCellFigure] = Field(
         default=[], description="The same cell's figures as stated elsewhere in the source.")
 
@@ -215,6 +220,10 @@ class ServerLifetime(_In):
     ended: str | None = Field(default=None, description="How it ended, e.g. 'stopped', 'exited 1'.")
     log: ArtifactRef | None = None
     timeline: TimelineSummary | None = None
+    deploy_config_ignored: bool | None = Field(
+        default=None, description="Whether the log carries upstream's 'No registered "
+        "PipelineConfig resolved for model' warning: the flag set's --deploy-config was accepted "
+        "and ignored; null: the flag set passes no deploy config.")
 
 
 class ServeRun(_In):
@@ -267,6 +276,9 @@ class RequestRecord(_In):
         default=None, ge=0, description="When it was sent, seconds since its server started.")
     lifetime: int | None = Field(
         default=None, ge=0, description="Index of its server in the run's lifetimes.")
+    inputs: Inputs = Field(
+        default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
+                                        "inputs the source does not state (fixtures.json).")
 
 
 # --- offline, quality, reproducibility --------------------------------------------------
@@ -300,6 +312,10 @@ class OfflineRequest(_In):
         default=None, ge=0, description="The worker's peak as the engine's request output reports "
                                         "it (upstream's peak_memory_mb: torch's reserved pool, MiB), "
                                         "or the sim's model; null: none reported.")
+    peak_source: PeakSource | None = Field(
+        default=None, description="Which figure peak_mib is: upstream's worker peak_memory_mb "
+        "(torch's reserved-pool peak over the request) or the sim's capacity model; null: no "
+        "peak, or a record written before the runner said.")
     output_sha256: Sha256 | None = None
     pixels_sha256: Sha256 | None = Field(default=None, description="imaging.pixels_sha256.")
     artifact: str | None = Field(default=None, description="Image path outside git.")
@@ -310,6 +326,9 @@ class OfflineRequest(_In):
         default=None, ge=0, description="When it began, seconds since its runner started.")
     lifetime: int | None = Field(
         default=None, ge=0, description="Which runner process of the kwarg set (0: the first).")
+    inputs: Inputs = Field(
+        default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
+                                        "inputs the source does not state (fixtures.json).")
 
 
 class StructureObservation(_In):
@@ -363,6 +382,9 @@ class PropagationCheck(_In):
     knob: str
     flag_set_with: str
     flag_set_without: str
+    via: Literal["serve", "offline"] = Field(
+        default="serve", description="serve: the two are flag sets served by `vllm serve`; "
+                                     "offline: they are offline kwarg sets of `Omni(...)` engines.")
     # A default, because files are written without nulls: an unmeasured check must load back.
     bytes_identical: bool | None = None
     pixels_identical: bool | None = None
@@ -372,9 +394,14 @@ class PropagationCheck(_In):
     note: str | None = None
     fixture: str | None = Field(default=None, description="Probed checks: the fixture served.")
     seed: int | None = Field(default=None, description="Probed checks: the seed served.")
+    deploy_config_ignored: bool | None = Field(
+        default=None, description="Probed serve checks: whether the with-server's log says "
+                                  "upstream ignored the deploy config; null: not read.")
 
     @property
     def reached_model(self) -> bool | None:
+        if self.deploy_config_ignored:
+            return False  # upstream said so: whatever the outputs, the config never reached it
         if self.bytes_identical is None and self.pixels_identical is None:
             return None
         return not (self.bytes_identical or self.pixels_identical)
@@ -522,6 +549,11 @@ class EnvManifest(_In):
     freeze: list[str] = Field(description="`uv pip freeze` of the venv, line by line.")
     checks: list[EnvCheck] = Field(min_length=1)
     timings: EnvTimings
+    upstream: UpstreamContract | None = Field(
+        default=None, description="`omniprobe upstream check`'s named checks against the env's "
+                                  "own clone of vLLM-Omni (no citations); null: none was read.")
+    upstream_note: str | None = Field(
+        default=None, description="Why the clone's contract was not read, where it was not.")
 
     @property
     def failed_checks(self) -> list[EnvCheck]:

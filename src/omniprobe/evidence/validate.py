@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omniprobe.config.fixtures import FixtureSuite, load_fixtures
+from omniprobe.config.fixtures import FixtureSuite, load_fixtures, reference_problems
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
@@ -70,20 +70,41 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
         f"unknown fixture {name!r} (fixtures: {', '.join(fixtures.ids)})"))
     baseline = checker(attempt_ids, lambda name: f"baseline attempt {name!r} is not under evidence/")
 
+    by_id = {f.id: f for f in fixtures.fixtures}
+
+    def inputs(file: str, path: str, record) -> None:
+        """A record says whose inputs it ran on, and says it as its fixture does."""
+        known = by_id.get(record.fixture)
+        if known is not None and record.inputs != known.inputs:
+            problems.append(Problem(str(folder / file), content_path(file, f"{path}.inputs"),
+                                    f"expected {known.inputs!r}, the inputs of fixture "
+                                    f"{record.fixture!r}, got {record.inputs!r}"))
+
+    def original(file: str, path: str, name: str | None, what: str) -> None:
+        """PSNR and speed against the baseline need the baseline's own inputs: no stand-ins."""
+        known = by_id.get(name or "")
+        if known is not None and known.inputs == "stand-in":
+            problems.append(Problem(str(folder / file), content_path(file, path),
+                                    f"fixture {name!r} is a stand-in for {known.stands_in_for!r}: "
+                                    f"{what} needs the baseline's own inputs"))
+
     baseline("attempt.json", "$.baseline", attempt.meta.baseline)
     for i, run in enumerate(attempt.runs):
         flag_set("runs.json", f"$[{i}].flag_set", run.flag_set)
         for j, cell in enumerate(run.cells):
             fixture("runs.json", f"$[{i}].cells[{j}].fixture", cell.fixture)
+            inputs("runs.json", f"$[{i}].cells[{j}]", cell)
     for i, req in enumerate(attempt.requests):
         flag_set("requests.json", f"$[{i}].flag_set", req.flag_set)
         fixture("requests.json", f"$[{i}].fixture", req.fixture)
+        inputs("requests.json", f"$[{i}]", req)
     for i, run in enumerate(attempt.offline):
         kwarg_set("offline.json", f"$[{i}].kwarg_set", run.kwarg_set)
         fixture("offline.json", f"$[{i}].fixture", run.fixture)
     for i, req in enumerate(attempt.offline_requests):
         kwarg_set("offline-requests.json", f"$[{i}].kwarg_set", req.kwarg_set)
         fixture("offline-requests.json", f"$[{i}].fixture", req.fixture)
+        inputs("offline-requests.json", f"$[{i}]", req)
     for i, obs in enumerate(attempt.structure):
         flag_set("structure.json", f"$[{i}].flag_set", obs.flag_set)
         kwarg_set("structure.json", f"$[{i}].kwarg_set", obs.kwarg_set)
@@ -92,18 +113,21 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     for i, row in enumerate(attempt.psnr):
         flag_set("psnr.json", f"$[{i}].flag_set", row.flag_set)
         fixture("psnr.json", f"$[{i}].fixture", row.fixture)
+        original("psnr.json", f"$[{i}].fixture", row.fixture, "PSNR against the baseline")
         baseline("psnr.json", f"$[{i}].baseline_attempt", row.baseline_attempt)
     for i, group in enumerate(attempt.determinism):
         fixture("determinism.json", f"$[{i}].fixture", group.fixture)
         for j, name in enumerate(group.flag_sets):
             flag_set("determinism.json", f"$[{i}].flag_sets[{j}]", name)
     for i, check in enumerate(attempt.propagation):
-        flag_set("propagation.json", f"$[{i}].flag_set_with", check.flag_set_with)
-        flag_set("propagation.json", f"$[{i}].flag_set_without", check.flag_set_without)
+        pair = kwarg_set if check.via == "offline" else flag_set
+        pair("propagation.json", f"$[{i}].flag_set_with", check.flag_set_with)
+        pair("propagation.json", f"$[{i}].flag_set_without", check.flag_set_without)
         fixture("propagation.json", f"$[{i}].fixture", check.fixture)
     if attempt.baseline is not None:
         for i, wall in enumerate(attempt.baseline.walls):
             fixture("baseline.json", f"$.walls[{i}].fixture", wall.fixture)
+            original("baseline.json", f"$.walls[{i}].fixture", wall.fixture, "a baseline wall")
     return problems
 
 
@@ -137,6 +161,8 @@ def load_project(project: Project) -> tuple[Loaded | None, list[Problem]]:
         fixtures = load_fixtures(project.fixtures_file)
     except InputError as exc:
         problems.extend(exc.problems)
+    else:
+        problems.extend(reference_problems(fixtures, project.fixtures_file))
     evidence, found = load_evidence(project.evidence_dir)
     problems.extend(found)
     if hosts is None or fixtures is None:

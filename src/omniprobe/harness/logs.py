@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
+# Upstream's warning when --deploy-config is accepted and then ignored: a single-stage diffusion
+# model without a registered pipeline config gets the default stage, built from CLI arguments.
+DEPLOY_IGNORED_WARNING = "No registered PipelineConfig resolved for model"
+
 
 def read_from(path: Path, offset: int) -> str:
     """The log's text written since `offset` bytes (undecodable bytes replaced)."""
     with open(path, "rb") as handle:
         handle.seek(offset)
         return handle.read().decode("utf-8", "replace")
+
+
+def deploy_config_ignored(log: str) -> bool:
+    """Whether a server's log says upstream ignored its deploy config."""
+    return DEPLOY_IGNORED_WARNING in log
 
 
 def log_tail(text: str, lines: int = 2, max_chars: int = 400) -> str:

@@ -4,7 +4,10 @@ Each kwarg set runs the runner script (omniprobe/harness/offline_runner.py) with
 python, in its own process group under omniprobe.harness.supervise, like the server. The runner writes
 one JSON line per request; each becomes an OfflineRequest in offline-requests.json (OOM parsed
 from the exception's text, the image measured and gated as serve's are), and each kwarg set and
-fixture an OfflineRun in offline.json. Every invocation writes a new attempt (`-offline`).
+fixture an OfflineRun in offline.json. A kwarg set that is another's plus one setting gets a
+propagation check against it (propagation.json), as serve's deploy configs do. A failed request
+ends its runner (upstream's engine closes on one) and the rest get a fresh runner; only a lost
+runner counts as a restart. Every invocation writes a new attempt (`-offline`).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from omniprobe.harness.probe import (
     serve_fixtures,
 )
 from omniprobe.harness.progress import Progress
+from omniprobe.harness.propagation import describe, offline_checks, unchecked_extras
 from omniprobe.harness.sampler import NvmlUnavailable, wait_idle
 from omniprobe.harness.server import ServerProcess, classify_exit
 from omniprobe.harness.session import Context, Session, SessionOptions, run_session
@@ -124,16 +128,17 @@ def check_kwarg_sets(cfg: HostsConfig, host_name: str, host: Host,
 
 
 def runner_command(cfg: HostsConfig, project: Project, host_name: str,
-                   venv: str | None = None, *, nvml=None) -> list[str]:
+                   venv: str | None = None, *, nvml=None, out: TextIO | None = None) -> list[str]:
     """The host's offline_command, else the pinned venv's python on the runner script; refuses an
-    env that fails any check (EnvNotReady names each), as the probe sessions do."""
+    env that fails any check (EnvNotReady names each), as the probe sessions do, and warns on
+    `out` of each upstream contract check its clone fails."""
     host = cfg.host(host_name)
     if host.offline_command:
         fill = {"python": sys.executable, "runner": str(RUNNER),
                 "hosts_file": str(project.hosts_file), "host": host_name}
         return [_PLACEHOLDER.sub(lambda m: fill[m[1]], part) for part in host.offline_command]
     venv = session_venv(project, host_name) or venv
-    paths = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths
+    paths = require_env_ok(host_name, project=project, venv=venv, nvml=nvml, out=out).paths
     return [str(paths.python), str(RUNNER)]
 
 
@@ -210,8 +215,9 @@ class OfflineProbe:
 
     def _kwarg_set(self, label: str, name: str, pending: list[Planned], progress: Progress) -> None:
         state = KwargSetState()
+        restarts = 0
         for index in itertools.count():
-            pending = self._lifetime(label, name, index, pending, state, progress)
+            pending, closed = self._lifetime(label, name, index, pending, state, progress)
             if not pending:
                 break
             if state.failure is not None:
@@ -219,10 +225,13 @@ class OfflineProbe:
                     self.unfinished.append(f"{name}: {len(pending)} request(s) not run, the "
                                            f"restarted runner's init ended {state.failure.outcome}")
                 break
-            if index >= self.settings.max_restarts:
+            if closed:
+                continue  # the engine closed on a failed request, as upstream's does: planned
+            if restarts >= self.settings.max_restarts:
                 self.unfinished.append(f"{name}: {len(pending)} request(s) not run after "
-                                       f"{index} restart(s); re-run to try them again")
+                                       f"{restarts} restart(s); re-run to try them again")
                 break
+            restarts += 1
         self.runs.extend(self._summary(name, state))
         write_section(self.store.folder, "offline.json", self.runs)
 
@@ -272,8 +281,10 @@ class OfflineProbe:
                                   poll_s=0.25)
 
     def _lifetime(self, label: str, name: str, index: int, pending: list[Planned],
-                  state: KwargSetState, progress: Progress) -> list[Planned]:
-        """One runner process over the pending requests; returns those it did not get to."""
+                  state: KwargSetState, progress: Progress) -> tuple[list[Planned], bool]:
+        """One runner process over the pending requests; returns those it did not get to, and
+        whether it ended because a request failed (upstream's engine closes then: the runner
+        ends by plan, not by a fault)."""
         folder = self.store.artifacts / name / f"runner-{index + 1}"
         folder.mkdir(parents=True, exist_ok=True)
         args = self._write_inputs(name, folder, pending)
@@ -292,7 +303,7 @@ class OfflineProbe:
         runner.start()
         try:
             if not self._init(label, name, runner, events, state, progress):
-                return pending
+                return pending, False
             while pending:
                 planned = pending[0]
                 waited_from = time.monotonic()
@@ -310,9 +321,15 @@ class OfflineProbe:
                                  if record.oom and record.oom.requested else "")
                               + ("" if event is not None else " (runner lost: restarting)"))
                 if event is None:
-                    return pending
+                    return pending, False
+                if event["outcome"] != "ok":
+                    runner.wait_exit(self.settings.grace_s)
+                    if pending:
+                        progress.say(f"[{label}] the engine closed on the failed request: a "
+                                     f"fresh runner for the {len(pending)} left")
+                    return pending, True
             runner.wait_exit(self.settings.grace_s)  # let the engine shut down on its own
-            return pending
+            return pending, False
         finally:
             runner.stop()
             state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
@@ -382,9 +399,11 @@ class OfflineProbe:
         return record
 
     def _record(self, name: str, planned: Planned, event: dict, index: int) -> OfflineRequest:
-        fields = {"kwarg_set": name, "fixture": planned.fixture.id, "seed": planned.seed,
+        fields = {"kwarg_set": name, "fixture": planned.fixture.id,
+                  "inputs": planned.fixture.inputs, "seed": planned.seed,
                   "outcome": event.get("outcome"), "quality": "unchecked",
                   "wall_s": event.get("wall_s"), "peak_mib": event.get("peak_mib"),
+                  "peak_source": event.get("peak_source"),
                   "started_s": event.get("started_s"), "lifetime": index}
         if event.get("outcome") == "ok":
             fields.update(self._image(self.store.artifacts / name / "images" / f"{planned.id}.png"))
@@ -410,8 +429,9 @@ class OfflineProbe:
     def _lost(self, name: str, planned: Planned, index: int, why: str | None, log_path: Path,
               waited_s: float) -> OfflineRequest:
         """A request the runner never answered: it hung (timeout) or died."""
-        fields = {"kwarg_set": name, "fixture": planned.fixture.id, "seed": planned.seed,
-                  "quality": "unchecked", "lifetime": index, "wall_s": round(waited_s, 4)}
+        fields = {"kwarg_set": name, "fixture": planned.fixture.id,
+                  "inputs": planned.fixture.inputs, "seed": planned.seed, "quality": "unchecked",
+                  "lifetime": index, "wall_s": round(waited_s, 4)}
         if why == "timeout":
             fields.update(outcome="timeout",
                           error=f"no result within {self.settings.request_timeout_s:g} s")
@@ -467,7 +487,7 @@ class OfflineSession(Session):
         seeds = settings.seeds or tuple(ctx.suite.sampling.seeds)
         self.plan = [Planned(f, s) for f in fixtures for s in seeds]
         self.runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
-                                     nvml=self.nvml)
+                                     nvml=self.nvml, out=ctx.out)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
         return new_attempt(ctx.project, ctx.host_name, ctx.host, self.command,
@@ -482,6 +502,14 @@ class OfflineSession(Session):
                              readers=self.readers or default_readers(ctx.host,
                                                                      self.options.gpu_index))
         probe.run(self.kwarg_sets, self.plan)
+        checks = offline_checks(ctx.cfg, self.kwarg_sets, probe.records)
+        if checks:
+            write_section(store.folder, "propagation.json", checks)
+        for check in checks:
+            print(describe(check), file=out)
+        for name in unchecked_extras(ctx.cfg, self.kwarg_sets):
+            print(f"not checked: whether {name}'s extras reach the model; no kwarg set run "
+                  "beside it has its kwargs without them", file=out)
         print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
               f"artifacts in {store.artifacts}", file=out)
         for line in self.refused + probe.unfinished:

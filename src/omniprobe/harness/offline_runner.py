@@ -15,10 +15,14 @@ The results file gets JSON lines, each flushed as it happens (also printed to st
 
     {"event": "init", "outcome": "ready" | "oom" | "error", "wall_s", "error", "traceback"}
     {"event": "request", "id", "fixture", "seed", "outcome": "ok" | "oom" | "error", "wall_s",
-     "started_s", "image", "peak_mib", "error", "traceback"}
+     "started_s", "image", "peak_mib", "peak_source", "error", "traceback"}
+    {"event": "closed", "after": id}
     {"event": "done"}
 
-After a failed init nothing else is written and the exit status is 1.
+After a failed init nothing else is written and the exit status is 1. A failed request ends the
+runner: upstream's `Omni.generate` shuts its engine down on any exception and re-raises, so the
+runner writes "closed" after that request's result and exits 0; the harness gives the requests
+left a fresh runner.
 """
 
 from __future__ import annotations
@@ -36,12 +40,11 @@ _TRACEBACK_CHARS = 20000  # the tail of a traceback: the OOM message and the fra
 
 
 class Engine(Protocol):
+    peak_source: str  # which figure generate's peak is (OfflineRequest.peak_source)
+
     def generate(self, request: dict) -> float | None:
         """Generate one request, write its image to request["output"], return the peak MiB the
-        engine reports for it (None: none reported)."""
-
-    def recover(self) -> None:
-        """Tidy up after a failed request so the next one starts clean."""
+        engine reports for it (None: none reported). Raising closes the engine for good."""
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -69,7 +72,7 @@ class Results:
 
 
 def run(make_engine: Callable[[], Engine], requests: list[dict], results: Results) -> int:
-    """Build the engine, then generate every request in order; one event each."""
+    """Build the engine, then generate the requests in order, one event each, until one fails."""
     t0 = time.monotonic()
     try:
         engine = make_engine()
@@ -86,11 +89,13 @@ def run(make_engine: Callable[[], Engine], requests: list[dict], results: Result
             peak = engine.generate(request)
         except Exception as exc:
             results.emit("request", **head, wall_s=round(time.monotonic() - started, 4),
-                         image=None, peak_mib=None, **failure(exc))
-            engine.recover()
+                         image=None, peak_mib=None, peak_source=None, **failure(exc))
+            results.emit("closed", after=request["id"])
+            return 0
         else:
             results.emit("request", **head, wall_s=round(time.monotonic() - started, 4),
-                         outcome="ok", image=request["output"], peak_mib=peak, error=None,
+                         outcome="ok", image=request["output"], peak_mib=peak,
+                         peak_source=None if peak is None else engine.peak_source, error=None,
                          traceback=None)
     results.emit("done")
     return 0
@@ -154,6 +159,8 @@ def open_reference(path: str) -> Any:
 class OmniEngine:
     """vLLM-Omni's offline engine, as the contract shows it at the pinned commit."""
 
+    peak_source = "worker-reserved"  # upstream's peak_memory_mb: the worker's reserved pool
+
     def __init__(self, model: str, kwargs: dict):
         from vllm_omni import Omni
         from vllm_omni.inputs.data import OmniDiffusionSamplingParams
@@ -174,11 +181,6 @@ class OmniEngine:
         save_png(first_image(outputs), request["output"])
         # The diffusion runs in upstream's worker processes: this process has no peak of its own.
         return output_peak_mib(outputs)
-
-    def recover(self) -> None:
-        torch = sys.modules.get("torch")
-        if torch is not None and torch.cuda.is_available():
-            torch.cuda.empty_cache()
 
 
 def build_parser(prog: str = "offline_runner.py") -> argparse.ArgumentParser:

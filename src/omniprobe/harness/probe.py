@@ -42,7 +42,12 @@ from omniprobe.evidence.models import (
     TimelineSummary,
 )
 from omniprobe.harness import client
-from omniprobe.harness.logs import log_tail, read_from
+from omniprobe.harness.logs import (
+    DEPLOY_IGNORED_WARNING,
+    deploy_config_ignored,
+    log_tail,
+    read_from,
+)
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
     GpuReader,
@@ -129,28 +134,40 @@ def settings_from(options: ServerOptions, cfg: HostsConfig, *, flag_sets: tuple[
 
 
 def serve_fixtures(suite: FixtureSuite, host: Host, wanted: tuple[str, ...] = ()) -> list[Fixture]:
-    """The host's fixtures (simulated ones on a simulated host), fewest references first.
+    """The fixtures to serve on the host, fewest references first: those named, else the suite's
+    default (each seed fixture where its inputs are stated, else its stand-ins).
 
-    Refuses, naming the missing fields of each, when any chosen fixture is not runnable.
+    Refuses a simulated fixture on a real host, and names the missing fields of each chosen
+    fixture that cannot run (and its stand-ins, which can).
     """
     unknown = sorted(set(wanted) - set(suite.ids))
     if unknown:
         raise PlanError(f"unknown fixture(s) {', '.join(unknown)}; "
                         f"fixtures: {', '.join(suite.ids)}")
-    chosen = [f for f in suite.fixtures
-              if f.simulated == host.simulated and (not wanted or f.id in wanted)]
-    refusals = [f for f in chosen if not f.runnable]
-    if refusals:
-        messages = []
-        for fixture in refusals:
-            try:
-                fixture.require_runnable()
-            except FixtureNotRunnable as exc:
-                messages.append(str(exc))
-        raise FixtureNotRunnable("\n".join(messages))
-    if not chosen:
-        raise FixtureNotRunnable(f"no {'simulated ' if host.simulated else ''}fixtures to run")
+    if wanted:
+        chosen = [f for f in suite.fixtures if f.id in wanted]
+        if not host.simulated and any(f.simulated for f in chosen):
+            raise PlanError(f"fixture(s) {', '.join(f.id for f in chosen if f.simulated)} are "
+                            "simulated: they run on simulated hosts only")
+        _refuse_unrunnable(suite, chosen)
+    else:
+        chosen, notes = suite.default_fixtures()
+        if not chosen:
+            raise FixtureNotRunnable("no fixture can run:\n" + "\n".join(notes))
     return sorted(chosen, key=lambda f: f.reference_count)
+
+
+def _refuse_unrunnable(suite: FixtureSuite, chosen: list[Fixture]) -> None:
+    messages = []
+    for fixture in chosen:
+        try:
+            fixture.require_runnable()
+        except FixtureNotRunnable as exc:
+            standins = [s.id for s in suite.standins_for(fixture.id)]
+            messages.append(str(exc) + (f" (or serve its stand-in: --fixture {standins[0]})"
+                                        if standins else ""))
+    if messages:
+        raise FixtureNotRunnable("\n".join(messages))
 
 
 def check_flag_sets(host_name: str, host: Host, wanted: tuple[str, ...]) -> list[str]:
@@ -249,6 +266,18 @@ class ServeProbe:
             self.baseline = wait_idle(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
                                       poll_s=min(self.settings.poll_s, 0.5))
 
+    def _deploy_ignored(self, flag_set: str, log_path: Path) -> bool | None:
+        """Whether upstream's log says it ignored the flag set's deploy config (None: it passes
+        none); a warning when it did, since the flag set then measures its base."""
+        if not self.cfg.flag_sets[flag_set].deploy_config:
+            return None
+        ignored = deploy_config_ignored(log_path.read_text(errors="replace"))
+        if ignored:
+            print(f"warning: [{flag_set}] the server logged {DEPLOY_IGNORED_WARNING!r}: its "
+                  "--deploy-config was ignored, so it measures its base configuration",
+                  file=self.out, flush=True)
+        return ignored
+
     def _put_lifetime(self, flag_set: str, index: int, lifetime: ServerLifetime) -> None:
         run = self.store.run(flag_set)
         lifetimes = list(run.lifetimes) if run else []
@@ -301,7 +330,9 @@ class ServeProbe:
             if record is not None:
                 log = file_ref(server.log_path, self.store.project.artifacts_dir)
                 self._put_lifetime(flag_set, index, record.model_copy(
-                    update={"ended": ended, "log": log, "timeline": timeline}))
+                    update={"ended": ended, "log": log, "timeline": timeline,
+                            "deploy_config_ignored": self._deploy_ignored(flag_set,
+                                                                          server.log_path)}))
 
     # --- probe-init -----------------------------------------------------------------------
 
@@ -342,6 +373,9 @@ class ServeProbe:
         progress = Progress(sum(len(p) for p in plan.values()), self.out)
         progress.say(f"probe-serve on {self.host_name}: {progress.total} request(s) in "
                      f"{len(plan)} run(s); attempt {self.store.meta.id}")
+        if not self.settings.fixtures:
+            for note in self.suite.default_fixtures()[1]:
+                progress.say(note)
         for number, (flag_set, pending) in enumerate(plan.items(), 1):
             command = self._command(flag_set)
             if command is not None:
@@ -422,8 +456,8 @@ class ServeProbe:
             log if not up and reply.outcome != "timeout" else f"{error or ''}\n{log}",
             tuple(self.host.model_code)))
         self._request_causes.setdefault(flag_set, []).append(cause)
-        fields = {"flag_set": flag_set, "fixture": fixture.id, "seed": seed,
-                  "outcome": reply.outcome, "quality": "unchecked",
+        fields = {"flag_set": flag_set, "fixture": fixture.id, "inputs": fixture.inputs,
+                  "seed": seed, "outcome": reply.outcome, "quality": "unchecked",
                   "wall_s": round(reply.wall_s, 4),
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
@@ -469,11 +503,12 @@ def _peak(run: ServeRun | None) -> str:
 
 
 def probe_env(project: Project, cfg: HostsConfig, host_name: str, settings: ServeSettings, *,
-              venv: str | None, nvml=None) -> Path | None:
+              venv: str | None, nvml=None, out: TextIO | None = None) -> Path | None:
     """The bin folder of the host's verified env, which the server runs from; None for a
     simulated host, whose server is omniprobe's own sim (its serve preflight still runs).
     EnvNotReady names each failed check; NotInEnv when the env lacks the serve command's
-    program."""
+    program. Each upstream contract check the env's clone fails is a warning on `out`, before
+    any GPU time is spent."""
     if cfg.host(host_name).simulated:
         failed = failure_lines(sim_preflight(cfg, project, host_name,
                                              flag_sets=settings.flag_sets))
@@ -482,7 +517,8 @@ def probe_env(project: Project, cfg: HostsConfig, host_name: str, settings: Serv
                               "is started:\n" + "\n".join(f"  {line}" for line in failed))
         return None
     venv = session_venv(project, host_name) or venv
-    bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml).paths.bin_dir
+    bin_dir = require_env_ok(host_name, project=project, venv=venv, nvml=nvml,
+                             out=out).paths.bin_dir
     base_command(cfg, host_name, model=settings.model, hosts_file=project.hosts_file,
                  bin_dir=bin_dir)
     return bin_dir
@@ -506,7 +542,7 @@ class ProbeSession(Session):
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
             client.check_references(fixtures, ctx.project.fixtures_file.parent)
         self.env_bin = probe_env(ctx.project, ctx.cfg, ctx.host_name, self.settings,
-                                 venv=self.options.venv, nvml=self.nvml)
+                                 venv=self.options.venv, nvml=self.nvml, out=ctx.out)
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:

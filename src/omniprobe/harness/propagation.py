@@ -5,6 +5,10 @@ It serves one fixture and seed under two flag sets of the host, one passing the 
 by decoded pixels (imaging.pixels_sha256). Identical outputs mean the knob never reached the
 model. The two server lifetimes, their requests and the check (propagation.json) go to a new
 attempt (`-propagation`).
+
+Offline kwarg sets get the same check inside probe-offline (offline_checks): a kwarg set whose
+kwargs are another's plus one setting is compared with that twin on the first fixture and seed
+both generated.
 """
 
 from __future__ import annotations
@@ -17,7 +21,12 @@ from omniprobe.config.fixtures import Fixture, FixtureSuite
 from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.evidence.attempts import AttemptStore, new_attempt
-from omniprobe.evidence.models import PropagationCheck, RequestRecord, write_section
+from omniprobe.evidence.models import (
+    OfflineRequest,
+    PropagationCheck,
+    RequestRecord,
+    write_section,
+)
 from omniprobe.harness.client import check_references
 from omniprobe.harness.probe import (
     PlanError,
@@ -103,19 +112,13 @@ def choose_knob(cfg: HostsConfig, flag_set_with: str, knob: str | None) -> str:
 
 def choose_case(suite: FixtureSuite, host_name: str, host: Host, fixture: str | None,
                 seed: int | None) -> tuple[Fixture, int]:
-    """The fixture (default: the runnable edit with the fewest references) and the seed
-    (default: the first of the sampling seeds); refuses a fixture that cannot run."""
+    """The fixture (default: the edit with the fewest references of those the host serves by
+    default) and the seed (default: the first of the sampling seeds); refuses a fixture that
+    cannot run on the host."""
     if fixture is not None:
-        wanted = next((f for f in suite.fixtures if f.id == fixture), None)
-        if wanted is not None and wanted.simulated != host.simulated:
-            kind = "simulated" if host.simulated else "real"
-            raise PlanError(f"fixture {fixture!r} is not for host {host_name!r}, which runs "
-                            f"{kind} fixtures only")
         [chosen] = serve_fixtures(suite, host, (fixture,))
     else:
-        mine = [f for f in suite.fixtures if f.simulated == host.simulated and f.runnable]
-        if not mine:
-            serve_fixtures(suite, host)  # raises, naming what each fixture lacks
+        mine = serve_fixtures(suite, host)
         chosen = sorted(mine, key=lambda f: (f.kind != "edit", f.reference_count))[0]
     return chosen, suite.sampling.seeds[0] if seed is None else seed
 
@@ -150,19 +153,91 @@ def compare(store: AttemptStore, plan: Plan, deploy_path: str) -> PropagationChe
     a, b = records.values()
     artifacts = store.project.artifacts_dir
     pixels = [pixels_sha256(load_pixels(resolve_artifact(r.artifact, artifacts))) for r in (a, b)]
+    run = store.run(plan.flag_set_with)
+    ignored = run.lifetimes[-1].deploy_config_ignored if run and run.lifetimes else None
     return PropagationCheck(**base, bytes_identical=a.output_sha256 == b.output_sha256,
-                            pixels_identical=pixels[0] == pixels[1], note=served)
+                            pixels_identical=pixels[0] == pixels[1], note=served,
+                            deploy_config_ignored=ignored)
+
+
+def kwarg_settings(kwargs: dict, prefix: str = "") -> dict[str, object]:
+    """Every setting of an Omni(...) kwargs table by its dotted path (extras.KEY); a list is one
+    setting."""
+    settings: dict[str, object] = {}
+    for key, value in kwargs.items():
+        if isinstance(value, dict) and value:
+            settings.update(kwarg_settings(value, f"{prefix}{key}."))
+        else:
+            settings[f"{prefix}{key}"] = value
+    return settings
+
+
+def offline_pairs(cfg: HostsConfig, kwarg_sets: list[str]) -> list[tuple[str, str, str]]:
+    """(with, without, knob) for each kwarg set whose kwargs are another's plus exactly one
+    setting, under the same environment; the first such twin in the given order."""
+    pairs = []
+    for with_ in kwarg_sets:
+        mine = cfg.offline_kwarg_sets[with_]
+        settings = kwarg_settings(mine.kwargs or {})
+        for without in kwarg_sets:
+            theirs = cfg.offline_kwarg_sets[without]
+            if without == with_ or theirs.env != mine.env or theirs.kwargs is None:
+                continue
+            base = kwarg_settings(theirs.kwargs)
+            extra = sorted(set(settings) - set(base))
+            if len(extra) == 1 and all(settings.get(k) == v for k, v in base.items()):
+                pairs.append((with_, without, extra[0]))
+                break
+    return pairs
+
+
+def compare_offline(records: list[OfflineRequest], with_: str, without: str,
+                    knob: str) -> PropagationCheck:
+    """The check from the first fixture and seed both kwarg sets generated an image of."""
+    base = {"knob": knob, "flag_set_with": with_, "flag_set_without": without, "via": "offline"}
+    images = {(r.kwarg_set, r.fixture, r.seed): r for r in records
+              if r.outcome == "ok" and r.output_sha256 and r.pixels_sha256}
+    for (kwarg_set, fixture, seed), a in images.items():
+        b = images.get((without, fixture, seed))
+        if kwarg_set == with_ and b is not None:
+            return PropagationCheck(
+                **base, fixture=fixture, seed=seed,
+                bytes_identical=a.output_sha256 == b.output_sha256,
+                pixels_identical=a.pixels_sha256 == b.pixels_sha256,
+                note=f"generated {fixture} seed {seed} offline with {knob} ({with_}) and "
+                     f"without it ({without})")
+    return PropagationCheck(**base, note=f"not measured: {with_} and {without} generated no image "
+                                         "of the same fixture and seed")
+
+
+def unchecked_extras(cfg: HostsConfig, kwarg_sets: list[str]) -> list[str]:
+    """The kwarg sets passing `extras` (which upstream's default diffusion path may never hand
+    the model) with no twin among `kwarg_sets` to check them against."""
+    paired = {with_ for with_, _, _ in offline_pairs(cfg, kwarg_sets)}
+    return [k for k in kwarg_sets if k not in paired
+            and (cfg.offline_kwarg_sets[k].kwargs or {}).get("extras")]
+
+
+def offline_checks(cfg: HostsConfig, kwarg_sets: list[str],
+                   records: list[OfflineRequest]) -> list[PropagationCheck]:
+    return [compare_offline(records, *pair) for pair in offline_pairs(cfg, kwarg_sets)]
 
 
 def describe(check: PropagationCheck) -> str:
     if check.reached_model is None:
         return f"{check.knob}: {check.note}"
+    ignored = ("; the server logged that upstream ignored the deploy config"
+               if check.deploy_config_ignored else "")
     if check.reached_model:
         return (f"{check.knob} reached the model: the outputs differ in bytes and in pixels "
                 f"({check.flag_set_with} against {check.flag_set_without})")
+    if not (check.bytes_identical or check.pixels_identical):  # the log alone says so
+        return (f"{check.knob} did NOT reach the model ({check.flag_set_with} against "
+                f"{check.flag_set_without}){ignored}")
     same = "byte-identical" if check.bytes_identical else "pixel-identical (bytes differ)"
     return (f"{check.knob} did NOT reach the model: the outputs are {same} "
-            f"({check.flag_set_with} against {check.flag_set_without})")
+            f"({check.flag_set_with} against {check.flag_set_without}){ignored}")
+
 
 class PropagationSession(Session):
     """The propagation check: every invocation writes a new attempt (`-propagation`)."""
@@ -186,7 +261,7 @@ class PropagationSession(Session):
         check_references([fixture], ctx.project.fixtures_file.parent)
         self.plan = Plan(choose_knob(cfg, with_, options.knob), with_, without, fixture, seed)
         self.env_bin = probe_env(ctx.project, cfg, ctx.host_name, self.settings,
-                                 venv=options.venv, nvml=self.nvml)
+                                 venv=options.venv, nvml=self.nvml, out=ctx.out)
         check_port(cfg.serve.bind_host, self.settings.port)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:

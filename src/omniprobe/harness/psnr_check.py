@@ -6,6 +6,10 @@ artifacts folder) and compares it with the baseline image of the same fixture an
 under DIR by the hosts.toml [quality] baseline_layout pattern. One PsnrRow per request goes to
 the attempt's psnr.json. The outputs of one fixture and seed under different flag sets are
 grouped by pixel hash into determinism.json. Every input is checked before anything is written.
+
+Outputs made from stand-in inputs (fixtures.json `stands_in_for`) get no PSNR row: the baseline
+ran the original inputs, so a comparison would set two different pictures side by side. Each is
+refused by name; they still join the determinism groups, which compare flag sets with each other.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -53,6 +57,7 @@ class QualityResult:
     rows: list[PsnrRow]
     groups: list[DeterminismGroup]
     written: list[Path]
+    refused: list[Problem] = field(default_factory=list)
 
 
 def resolve_artifact(artifact: str, artifacts_dir: Path) -> Path:
@@ -88,6 +93,22 @@ def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]
     if problems:
         raise InputError(problems)
     return outputs
+
+
+def standin_refusals(attempt: LoadedAttempt, outputs: list[Output],
+                     fixtures: FixtureSuite) -> list[Problem]:
+    """One refusal per output made from stand-in inputs, naming it and what it stands in for."""
+    file = str(attempt.path / "requests.json")
+    refused = []
+    for out in outputs:
+        if out.record.inputs != "stand-in":
+            continue
+        fixture = fixtures.get(out.record.fixture)
+        refused.append(Problem(file, content_path("requests.json", f"$[{out.index}].inputs"), (
+            f"{out.record.flag_set} {fixture.id} seed {out.record.seed}: no PSNR against the "
+            f"baseline: {fixture.id!r} is a stand-in for {fixture.stands_in_for!r}, and the "
+            "baseline ran the original inputs")))
+    return refused
 
 
 def baseline_path(baseline_dir: Path, layout: str, fixture: Fixture, seed: int) -> Path:
@@ -226,16 +247,21 @@ def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None 
         raise InputError([Problem(str(baseline_dir), "", "baseline folder not found")])
 
     outputs = attempt_outputs(attempt, project.artifacts_dir)
-    baselines = baseline_paths(outputs, baseline_dir, cfg.baseline_layout, loaded.fixtures)
+    refused = standin_refusals(attempt, outputs, loaded.fixtures)
+    originals = [o for o in outputs if o.record.inputs == "original"]
+    if not originals:
+        raise InputError(refused)
+    baselines = baseline_paths(originals, baseline_dir, cfg.baseline_layout, loaded.fixtures)
     baseline_pixels = {key: load_pixels(path) for key, path in baselines.items()}
     rows, computed = [], {}
     for out in outputs:
         pixels = load_pixels(out.path)
-        baseline = baseline_pixels[(out.record.fixture, out.record.seed)]
-        rows.append(psnr_row(out.record, pixels, baseline, cfg, comparator, baseline_attempt))
         computed[out.index] = pixels_sha256(pixels)
+        if out.record.inputs == "original":
+            baseline = baseline_pixels[(out.record.fixture, out.record.seed)]
+            rows.append(psnr_row(out.record, pixels, baseline, cfg, comparator, baseline_attempt))
     groups = determinism_groups(pixel_hashes(outputs, computed))
     written = [write_section(attempt.path, "psnr.json", rows),
                write_section(attempt.path, "determinism.json", groups)]
-    return QualityResult(attempt, rows, groups, written)
+    return QualityResult(attempt, rows, groups, written, refused)
 

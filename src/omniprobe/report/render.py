@@ -75,17 +75,22 @@ def seeds_text(seeds: list[int] | None) -> str:
 
 
 def cell_text(cell: Cell | None) -> str:
-    """A run-matrix cell: 'OK 34.2 s', '**OOM**', 'OK 44.06–44.35 s — **output broken**'."""
+    """A run-matrix cell: 'OK 34.2 s', '**OOM**', 'OK 44.06–44.35 s — **output broken**';
+    one measured on stand-in inputs says so."""
     if cell is None:
         return "—"
     if cell.outcome != "ok":
-        return f"**{cell.outcome.upper()}**"
+        return f"**{cell.outcome.upper()}**" + standin_mark(cell)
     text = "OK" + (f" {span(cell.wall_s)} s" if cell.wall_s else "")
     if cell.quality == "broken":
         text += " — **output broken**"
     elif cell.quality == "unchecked":
         text += " (output not checked)"
-    return text
+    return text + standin_mark(cell)
+
+
+def standin_mark(cell: Cell) -> str:
+    return " (stand-in)" if cell.inputs == "stand-in" else ""
 
 
 def mib_as_gib(size: str) -> str:

@@ -19,7 +19,16 @@ from omniprobe.config.hosts import UnknownHost, load_hosts
 from omniprobe.errors import InputError
 from omniprobe.sim import offline
 from omniprobe.sim.http import Faults, SimService, serve
-from omniprobe.sim.knobs import BRIDGE_ENV, BRIDGES, DeployConfigError, deploy_extras, kv_dtype
+from omniprobe.sim.knobs import (
+    BRIDGE_ENV,
+    BRIDGES,
+    DEPLOY_BRIDGES,
+    DEPLOY_IGNORED_WARNING,
+    EXTRAS_BRIDGE_ENV,
+    DeployConfigError,
+    deploy_extras,
+    kv_dtype,
+)
 from omniprobe.sim.memory import MIB, Accounted, StateFile, Torch
 from omniprobe.sim.model import Flags, Pipeline, UnsupportedFlags, reference_cost_mib, resident_mib
 
@@ -30,8 +39,9 @@ def _faults(specs: list[str]) -> Faults:
     faults = Faults()
     for spec in specs:
         kind, _, number = spec.partition("@")
-        if kind not in ("crash", "hang", "malformed") or not number.isdigit():
-            raise SystemExit(f"--fault expects crash@N, hang@N or malformed@N, got {spec!r}")
+        if kind not in ("crash", "hang", "malformed", "fail") or not number.isdigit():
+            raise SystemExit(f"--fault expects crash@N, hang@N, malformed@N or fail@N, "
+                             f"got {spec!r}")
         getattr(faults, kind).add(int(number))
     return faults
 
@@ -48,7 +58,8 @@ def _model_options(p: argparse.ArgumentParser) -> None:
                    default=float(os.environ.get(TIME_SCALE_ENV, "1")),
                    help=f"multiplies modelled times (0: instant; default ${TIME_SCALE_ENV} or 1)")
     p.add_argument("--fault", action="append", default=[],
-                   help="test fault: crash@N, hang@N or malformed@N (N: request number)")
+                   help="test fault: crash@N, hang@N, malformed@N or fail@N (generation "
+                        "raises) (N: request number)")
 
 
 def build_offline_parser() -> argparse.ArgumentParser:
@@ -57,6 +68,10 @@ def build_offline_parser() -> argparse.ArgumentParser:
         description="the offline runner's protocol over the capacity model; the runner's own "
                     "arguments (--model, --kwargs/--kwargs-file, --requests, --results) follow")
     _model_options(parser)
+    parser.add_argument("--extras-bridge", choices=BRIDGES,
+                        default=os.environ.get(EXTRAS_BRIDGE_ENV, "honour"),
+                        help="whether the simulated engine passes the `extras` kwarg to the model "
+                             f"or drops it (default ${EXTRAS_BRIDGE_ENV} or honour)")
     return parser
 
 
@@ -88,10 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check-args", action="store_true",
                    help="parse and check the arguments against the capacity model, then exit 0 "
                         "without allocating or serving (the env's serve preflight)")
-    p.add_argument("--deploy-bridge", choices=BRIDGES,
+    p.add_argument("--deploy-bridge", choices=DEPLOY_BRIDGES,
                    default=os.environ.get(BRIDGE_ENV, "honour"),
                    help="whether the simulated config bridge passes the deploy config's stage "
-                        f"extras to the model or drops them (default ${BRIDGE_ENV} or honour)")
+                        "extras to the model, drops them, or ignores the whole config as "
+                        "upstream does for a model without a registered pipeline config "
+                        f"(default ${BRIDGE_ENV} or honour)")
     _model_options(p)
     return parser
 
@@ -122,6 +139,11 @@ def _kv_from_deploy(args) -> str:
     """The deploy config's conditioning-KV dtype as the model sees it after the config bridge."""
     if not args.deploy_config:
         return "auto"
+    if args.deploy_bridge == "ignore":
+        print(f"WARNING: {DEPLOY_IGNORED_WARNING} {args.model}; --deploy-config "
+              f"{args.deploy_config} is ignored and the default diffusion stage is built from "
+              "CLI arguments", file=sys.stderr)
+        return "auto"
     extras = deploy_extras(args.deploy_config)
     if args.deploy_bridge == "drop":
         print(f"INFO: deploy config {args.deploy_config}: stage extras {extras} parsed; the "
@@ -138,7 +160,7 @@ def offline_main(argv: list[str]) -> int:
         return 2
     print(f"INFO: simulated offline engine (omniprobe.sim) on {args.sim_host}", file=sys.stderr)
     return offline.main(runner_argv, host.capacity, _memory(args, host), args.time_scale,
-                        _faults(args.fault))
+                        _faults(args.fault), args.extras_bridge)
 
 
 def main(argv: list[str] | None = None) -> int:

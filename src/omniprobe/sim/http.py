@@ -31,6 +31,7 @@ class Faults:
     crash: set[int] = field(default_factory=set)
     hang: set[int] = field(default_factory=set)
     malformed: set[int] = field(default_factory=set)
+    fail: set[int] = field(default_factory=set)  # generation raises: 500, or the engine closes
 
 
 def parse_multipart(content_type: str, body: bytes) -> tuple[dict[str, str], list[bytes]]:
@@ -108,6 +109,8 @@ class SimService:
                 os._exit(1)
             if number in self.faults.hang:
                 time.sleep(3600)
+            if number in self.faults.fail:
+                raise RuntimeError("simulated failure during generation")
             try:
                 output = self.pipeline.generate(request)
             except self.pipeline.memory.oom_error as exc:

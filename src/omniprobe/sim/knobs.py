@@ -1,5 +1,7 @@
 """How the simulated model reads the settings it models: offline `Omni(...)` kwargs, and the stage
 extras of a deploy config on the serve path, which a simulated config bridge honours or drops.
+Offline, the `extras` kwarg meets the same choice: upstream's default single-stage diffusion path
+builds its own stage extras, so what `Omni(extras=...)` passes may never reach the model.
 """
 
 from __future__ import annotations
@@ -12,6 +14,12 @@ from omniprobe.sim.model import Flags, UnsupportedFlags
 # Where the serve path's bridge comes from unless --deploy-bridge says: honour or drop the extras.
 BRIDGE_ENV = "OMNIPROBE_SIM_DEPLOY_BRIDGE"
 BRIDGES = ("honour", "drop")
+# Serve also has upstream's own way: no registered pipeline config resolves for the model, so the
+# whole deploy config is ignored, with upstream's warning line in the log.
+DEPLOY_BRIDGES = (*BRIDGES, "ignore")
+DEPLOY_IGNORED_WARNING = "No registered PipelineConfig resolved for model"
+# The offline engine's: honour or drop the `extras` kwarg, unless --extras-bridge says.
+EXTRAS_BRIDGE_ENV = "OMNIPROBE_SIM_EXTRAS_BRIDGE"
 KV_KEY = "prefix_kv_cache_dtype"
 _KWARGS = {"enforce_eager", "enable_cpu_offload", "enable_layerwise_offload", "quantization",
            "quantization_config", "extras"}
@@ -30,8 +38,9 @@ def kv_dtype(extras: object, where: str) -> str:
     return str(extras.get(KV_KEY, "auto"))
 
 
-def flags_from_kwargs(kwargs: dict) -> Flags:
-    """The capacity model's flags for Omni(...) kwargs; UnsupportedFlags names what it lacks."""
+def flags_from_kwargs(kwargs: dict, extras_bridge: str = "honour") -> Flags:
+    """The capacity model's flags for Omni(...) kwargs; UnsupportedFlags names what it lacks.
+    Under the "drop" bridge the extras are read (and checked) but never reach the model."""
     unknown = sorted(set(kwargs) - _KWARGS)
     if unknown:
         raise UnsupportedFlags(f"Omni(...) kwarg(s) {', '.join(unknown)} are not in the capacity "
@@ -44,9 +53,10 @@ def flags_from_kwargs(kwargs: dict) -> Flags:
             raise UnsupportedFlags(f"quantization_config {config!r} is not in the capacity model "
                                    "(modelled: {'method': PRECISION})")
         precision = config["method"]
+    kv = kv_dtype(kwargs.get("extras"), "extras")
     return Flags(precision=precision, cpu_offload=bool(kwargs.get("enable_cpu_offload")),
                  layerwise=bool(kwargs.get("enable_layerwise_offload")),
-                 kv_cache_dtype=kv_dtype(kwargs.get("extras"), "extras"))
+                 kv_cache_dtype="auto" if extras_bridge == "drop" else kv)
 
 
 class DeployConfigError(ValueError):

@@ -20,10 +20,20 @@ from omniprobe.sim.knobs import flags_from_kwargs
 from omniprobe.sim.model import Pipeline, Request
 
 
+class EngineClosed(RuntimeError):
+    """A request to an engine that a failed request shut down."""
+
+
 class SimEngine:
-    def __init__(self, cap: SimCapacity, kwargs: dict, memory, time_scale: float, faults: Faults):
-        self.memory, self.faults, self.count = memory, faults, 0
-        self.pipeline = Pipeline(cap, flags_from_kwargs(kwargs), memory, time_scale)
+    peak_source = "sim-model"
+
+    def __init__(self, cap: SimCapacity, kwargs: dict, memory, time_scale: float, faults: Faults,
+                 extras_bridge: str = "honour"):
+        self.memory, self.faults, self.count, self.closed = memory, faults, 0, False
+        self.pipeline = Pipeline(cap, flags_from_kwargs(kwargs, extras_bridge), memory, time_scale)
+        if extras_bridge == "drop" and kwargs.get("extras"):
+            print(f"INFO: Omni(...) extras {kwargs['extras']} parsed; the simulated default "
+                  "diffusion stage config builds its own extras and drops them", file=sys.stderr)
         try:
             self.pipeline.init_parameters()
         except Exception:
@@ -34,11 +44,23 @@ class SimEngine:
                                "during init; see the worker log") from None
 
     def generate(self, request: dict) -> float:
+        if self.closed:
+            raise EngineClosed("the engine was shut down after a failed request")
         self.count += 1
+        try:
+            return self._generate(request)
+        except Exception:
+            # As upstream's Omni.generate: any failure shuts the engine down, then re-raises.
+            self.closed = True
+            raise
+
+    def _generate(self, request: dict) -> float:
         if self.count in self.faults.crash:
             raise SystemExit("RuntimeError: CUDA error: an illegal memory access was encountered")
         if self.count in self.faults.hang:
             time.sleep(3600)
+        if self.count in self.faults.fail:
+            raise RuntimeError("simulated failure during generation")
         if self.count in self.faults.malformed:
             write_bytes_atomic(request["output"], b"\x89PNG not really")
             return 0.0
@@ -49,11 +71,10 @@ class SimEngine:
         write_bytes_atomic(request["output"], output.png)
         return round(output.peak_memory_mb, 1)
 
-    def recover(self) -> None:
-        """Nothing to tidy: the pipeline releases a failed request's blocks itself."""
 
-
-def main(argv: list[str], cap: SimCapacity, memory, time_scale: float, faults: Faults) -> int:
+def main(argv: list[str], cap: SimCapacity, memory, time_scale: float, faults: Faults,
+         extras_bridge: str = "honour") -> int:
     return offline_runner.main(
-        argv, engine=lambda model, kwargs: SimEngine(cap, kwargs, memory, time_scale, faults),
+        argv, engine=lambda model, kwargs: SimEngine(cap, kwargs, memory, time_scale, faults,
+                                                     extras_bridge),
         prog="python -m omniprobe.sim offline")

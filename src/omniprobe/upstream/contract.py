@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from omniprobe import __version__
-from omniprobe.config.hosts import load_hosts
+from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import (
@@ -38,6 +38,14 @@ def check_source(project: Project, path: Path) -> UpstreamContract:
     return UpstreamContract(source=source_record(source),
                             checks=run_checks(source, cfg, project.root),
                             citations=[locate(source, c) for c in cited])
+
+
+def check_clone(cfg: HostsConfig, path: Path, root: Path) -> UpstreamContract:
+    """The named checks alone against the source at `path` (a host env's own clone); the
+    evidence's citations are the upstream session's to locate."""
+    source = open_source(path)
+    return UpstreamContract(source=source_record(source), checks=run_checks(source, cfg, root),
+                            citations=[])
 
 
 def attempt_id(contract: UpstreamContract) -> str:
