@@ -142,6 +142,8 @@ def test_server_crash_mid_request_is_recorded_and_the_rest_runs(tmp_path, port, 
         (2301, "ok", 0), (2302, "error", 0), (2303, "ok", 1)]
     assert "the server is down (exited 1)" in records[1].error
     assert "illegal memory access" in records[1].error
+    # The connection died with the server, whose log holds no traceback: not the environment's.
+    assert records[1].cause is None and records[0].cause is None
     [run] = attempts(project)[0].runs
     assert [lt.ended for lt in run.lifetimes] == ["exited 1", "stopped"]
     assert not processes_with(str(tmp_path))
