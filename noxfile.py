@@ -32,9 +32,9 @@ def _hosts() -> dict[str, bool]:
     return {name: bool(host.get("simulated")) for name, host in hosts.items()}
 
 
-def _install(session: nox.Session, *extras: str) -> None:
+def _install(session: nox.Session, *extras: str, env: dict[str, str] | None = None) -> None:
     spec = f".[{','.join(extras)}]" if extras else "."
-    session.install("-e", spec)
+    session.install("-e", spec, env=env)
 
 
 @nox.session
@@ -74,9 +74,12 @@ def quality(session: nox.Session) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pytest); GPU tests skip without CUDA."""
-    _install(session, "test")
-    session.run("pytest", *session.posargs)
+    """Run the test suite (pytest, one worker per core); GPU tests skip without CUDA."""
+    # The suite starts about a hundred Python processes (servers, supervisors, harnesses): with
+    # bytecode compiled at install, none of them compiles numpy and pydantic anew (uv does not
+    # compile by default, and PYTHONDONTWRITEBYTECODE stops Python caching it at run time).
+    _install(session, "test", env={"UV_COMPILE_BYTECODE": "1"})
+    session.run("pytest", "-n", "auto", "--dist", "loadgroup", *session.posargs)
 
 
 @nox.session

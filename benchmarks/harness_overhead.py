@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import requests
+from machine import describe
 
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
@@ -50,11 +51,14 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main(count: int) -> None:
+    machine = describe()  # before the run: the load average is the machine's, not ours
     root = Path(tempfile.mkdtemp(prefix="omniprobe-bench-"))
     shutil.copy(REPO / "hosts.toml", root / "hosts.toml")
     shutil.copytree(REPO / "fixtures", root / "fixtures")
     os.environ["OMNIPROBE_SIM_TIME_SCALE"] = "0"
-    os.environ["PYTHONPATH"] = str(REPO / "src")
+    # The sim imports what this process imports: keep the caller's PYTHONPATH, src first.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO / "src"), os.environ.get("PYTHONPATH")]))
     project = Project(root)
     cfg, suite = load_hosts(project.hosts_file), load_fixtures(project.fixtures_file)
     fixture = suite.get(FIXTURE)
@@ -90,6 +94,9 @@ def main(count: int) -> None:
     paths, handles = [], []
     try:
         with probe.lifetime("cpuoff", "probe-serve", command) as live:
+            if live.init.outcome != "ready":
+                raise SystemExit(f"the simulated server did not start: init {live.init.outcome}: "
+                                 f"{live.init.note} (its log: {live.server.log_path})")
             for seed in range(3):  # warm-up: imports, connection, caches
                 probe._request(live, "cpuoff", fixture, seed)
             probe.recorder.drain()
@@ -118,8 +125,8 @@ def main(count: int) -> None:
                 f"p90 {1000 * percentile(values, 0.9):6.1f} ms")
 
     print(f"harness overhead per request, {count} requests of {FIXTURE} "
-          f"({fixture.width}x{fixture.height} PNG, {size / 1024:.0f} KiB), sim model time 0, "
-          f"{os.cpu_count()} cores")
+          f"({fixture.width}x{fixture.height} PNG, {size / 1024:.0f} KiB), sim model time 0")
+    print(machine)
     print(f"  harness overhead         {1000 * per_request:6.1f} ms a request  (target < 20 ms)"
           "\n    = batch wall time / requests - the sim's own handling, records all written")
     print(f"  sim's own handling       {ms(handles)}")

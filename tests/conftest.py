@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -97,15 +99,66 @@ def wait_for(predicate, timeout_s: float, poll_s: float = 0.05):
     return predicate()
 
 
-def harness(project: Project, session: str, port: int, *extra: str,
-            env: dict[str, str] | None = None) -> subprocess.Popen:
-    """The probe CLI as its own process, as nox would run it."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "omniprobe", session, "--host", "sim", "--port", str(port),
-         "--grace", "2", *extra],
-        cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "PYTHONPATH": str(SRC), "OMNIPROBE_ROOT": str(project.root),
-             "OMNIPROBE_SIM_TIME_SCALE": "0", **(env or {})})
+def _sigint_default() -> None:
+    """Run in the child before exec: a process started with SIGINT ignored (pytest in the
+    background, under nohup) passes that on, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class Children:
+    """Processes a test starts, each the leader of its own group, with SIGINT as a terminal
+    gives it; at teardown every group is killed, and so is anything left that names `marker`
+    (a server or runner whose supervisor outlived its harness), whether the test passed or not."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, command: list[str], **popen) -> subprocess.Popen:
+        proc = subprocess.Popen(command, start_new_session=True, preexec_fn=_sigint_default,
+                                **popen)
+        self.started.append(proc)
+        return proc
+
+    def kill_all(self) -> None:
+        for proc in self.started:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        own_group = os.getpgid(0)
+        for pid, _ in processes_with(self.marker):
+            with contextlib.suppress(ProcessLookupError):
+                group = os.getpgid(pid)
+                if group == own_group:
+                    os.kill(pid, signal.SIGKILL)
+                else:
+                    os.killpg(group, signal.SIGKILL)
+
+
+@pytest.fixture
+def children(tmp_path):
+    started = Children(str(tmp_path))
+    yield started
+    started.kill_all()
+
+
+@pytest.fixture
+def harness(children):
+    """Start the probe CLI as its own process, as nox would run it."""
+
+    def start(project: Project, session: str, port: int, *extra: str,
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+        return children.start(
+            [sys.executable, "-m", "omniprobe", session, "--host", "sim", "--port", str(port),
+             "--grace", "2", *extra],
+            cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONPATH": str(SRC), "OMNIPROBE_ROOT": str(project.root),
+                 "OMNIPROBE_SIM_TIME_SCALE": "0", **(env or {})})
+
+    return start
 
 
 @pytest.fixture(autouse=True)

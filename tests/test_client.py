@@ -45,13 +45,13 @@ def test_success_with_metrics_where_either_build_puts_them():
     (b'{"created": 1, "data": [{"b64_json": "', "JSONDecodeError"),
     (b'{"data": []}', "IndexError"),
     (b'{"data": [{"url": "http://x"}]}', "KeyError"),
-    (b'{"data": [{"b64_json": "***"}]}', "Error"),
+    (b'{"data": [{"b64_json": "***"}]}', "Error"),  # binascii.Error
     (b"<html>502</html>", "JSONDecodeError"),
 ])
 def test_malformed_success_bodies_are_errors(content, kind):
     reply = parse_success(content, 0.1)
     assert reply.outcome == "error" and reply.image is None
-    assert reply.error.startswith("malformed response: ") and kind in reply.error
+    assert reply.error.startswith(f"malformed response: {kind}: ")
 
 
 def test_failures():

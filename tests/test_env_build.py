@@ -26,7 +26,8 @@ from omniprobe.harness.server import free_port
 from .conftest import in_process
 from .env_scaffold import RTX5080, FakeNvml, World, git, make_world
 
-pytestmark = pytest.mark.network
+# One worker runs the module in order: its tests share one build.
+pytestmark = [pytest.mark.network, pytest.mark.xdist_group("env-build")]
 HOST = "testhost"
 
 

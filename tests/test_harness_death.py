@@ -7,7 +7,7 @@ import signal
 
 from omniprobe.evidence.models import load_attempt
 
-from .conftest import harness, make_project, processes_with, wait_for
+from .conftest import make_project, processes_with, wait_for
 
 
 def _attempt_folder(project):
@@ -29,7 +29,7 @@ def _serving(project) -> bool:
     return folder is not None and (folder / "runs.json").is_file()
 
 
-def test_ctrl_c_stops_the_server_before_the_harness_exits(tmp_path, port):
+def test_ctrl_c_stops_the_server_before_the_harness_exits(tmp_path, port, harness):
     project = make_project(tmp_path, faults=["hang@1"])
     run = harness(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture", "sim-single")
     assert wait_for(lambda: _serving(project), 20)
@@ -43,7 +43,7 @@ def test_ctrl_c_stops_the_server_before_the_harness_exits(tmp_path, port):
     assert run_record.lifetimes[0].ended == "stopped"
 
 
-def test_sigkill_of_the_harness_leaves_no_orphan_within_10_s(tmp_path, port):
+def test_sigkill_of_the_harness_leaves_no_orphan_within_10_s(tmp_path, port, harness):
     project = make_project(tmp_path, faults=["hang@1"])
     run = harness(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture", "sim-single")
     assert wait_for(lambda: _serving(project), 20)
@@ -54,7 +54,7 @@ def test_sigkill_of_the_harness_leaves_no_orphan_within_10_s(tmp_path, port):
         f"--port {port}")
 
 
-def test_resume_after_a_crash_mid_matrix_runs_only_the_rest(tmp_path, port):
+def test_resume_after_a_crash_mid_matrix_runs_only_the_rest(tmp_path, port, harness):
     project = make_project(tmp_path, seeds=[2301, 2302, 2303, 2304])
     args = ("--flag-set", "cpuoff", "--fixture", "sim-single", "--fixture", "sim-pair")
     slow = {"OMNIPROBE_SIM_TIME_SCALE": "0.5"}  # about 0.3 s a request

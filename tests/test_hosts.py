@@ -31,7 +31,8 @@ def _errors(path) -> list[str]:
             "",
             "[hosts.rtx3090] key 'hostname': required field is missing",
         ),
-        ("vram_gb = 24", 'vram_gb = "lots"', "[hosts.rtx3090] key 'vram_gb'"),
+        ("vram_gb = 24", 'vram_gb = "lots"',
+         "[hosts.rtx3090] key 'vram_gb': Input should be a valid integer"),
         (
             '"cpuoff-expandable", "fp8"]',
             '"cpuoff-expandable", "fp8", "turbo"]',
@@ -42,7 +43,8 @@ def _errors(path) -> list[str]:
             'deploy_config = "nope"',
             "[flag_sets.cpuoff-fp8v] key 'deploy_config': deploy config 'nope'",
         ),
-        ("port = 8091", 'port = 8091\nbind_host = "0.0.0.0"', "[serve] key 'bind_host'"),
+        ("port = 8091", 'port = 8091\nbind_host = "0.0.0.0"',
+         "[serve] key 'bind_host': Input should be '127.0.0.1' (got '0.0.0.0')"),
     ],
 )
 def test_bad_hosts_name_file_table_and_key(repo_copy, old, new, expected):

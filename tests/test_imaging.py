@@ -107,10 +107,13 @@ def _flat_reference(rgb: np.ndarray, tile: int, tolerance: int) -> float:
 ])
 def test_flatness_matches_a_tile_by_tile_reference(shape, tile, tolerance):
     rng = np.random.default_rng(sum(shape))
-    rgb = rng.integers(0, 3, (*shape, 3), dtype=np.uint8)  # mostly flat at tolerance >= 2
-    rgb[: shape[0] // 2, : shape[1] // 2] = rng.integers(0, 255, (shape[0] // 2, shape[1] // 2, 3))
-    expected = _flat_reference(rgb, tile, tolerance)
-    assert flat_fraction(rgb, tile, tolerance) == pytest.approx(expected)
+    rgba = rng.integers(0, 3, (*shape, 4), dtype=np.uint8)  # mostly flat at tolerance >= 2
+    rgba[: shape[0] // 2, : shape[1] // 2] = rng.integers(0, 255, (shape[0] // 2, shape[1] // 2, 4))
+    rgba[..., 3] = rng.integers(0, 256, shape)  # alpha noise: flatness is about colour alone
+    expected = _flat_reference(rgba[..., :3], tile, tolerance)
+    assert flat_fraction(rgba, tile, tolerance) == pytest.approx(expected)
+    assert flat_fraction(rgba.astype(np.uint16) * 257, tile, tolerance * 257) == pytest.approx(
+        expected)
     assert 0 <= expected <= 1
 
 

@@ -500,11 +500,11 @@ def test_the_runner_imports_only_the_standard_library_and_the_pinned_env():
 
 # --- the harness interrupted or killed mid-request ---------------------------------------
 
-def _hanging_run(tmp_path):
+def _hanging_run(tmp_path, children):
     """probe-offline as its own process, its runner hung in the first request."""
     project = make_project(tmp_path)
     add_to_hosts(project, "", command_extra='"--fault", "hang@1"')
-    run = subprocess.Popen(
+    run = children.start(
         [sys.executable, "-m", "omniprobe", "probe-offline", "--host", "sim", "--grace", "2",
          "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-single"],
         cwd=project.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -515,8 +515,8 @@ def _hanging_run(tmp_path):
     return run, runner
 
 
-def test_ctrl_c_stops_the_runner_before_the_harness_exits(tmp_path):
-    run, runner = _hanging_run(tmp_path)
+def test_ctrl_c_stops_the_runner_before_the_harness_exits(tmp_path, children):
+    run, runner = _hanging_run(tmp_path, children)
     run.send_signal(signal.SIGINT)
     out, _ = run.communicate(timeout=20)
     assert run.returncode == 130, out
@@ -524,8 +524,8 @@ def test_ctrl_c_stops_the_runner_before_the_harness_exits(tmp_path):
     assert processes_with(runner) == []
 
 
-def test_sigkill_of_the_harness_leaves_no_orphan_runner(tmp_path):
-    run, runner = _hanging_run(tmp_path)
+def test_sigkill_of_the_harness_leaves_no_orphan_runner(tmp_path, children):
+    run, runner = _hanging_run(tmp_path, children)
     run.kill()
     run.wait()
     assert wait_for(lambda: processes_with(runner) == [], 10), processes_with(runner)

@@ -181,6 +181,22 @@ def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, port, monkeypat
     assert [r.outcome for r in requests_of(project)] == ["error"] * 3
 
 
+def test_a_server_that_exits_at_init_stops_its_run_with_its_own_error(project, port):
+    # As a server started without the caller's PYTHONPATH does: it dies at import.
+    sim_serve = '["{python}", "-m", "omniprobe.sim", "serve", '
+    hosts = project.hosts_file.read_text()
+    assert sim_serve in hosts
+    project.hosts_file.write_text(hosts.replace(
+        sim_serve, '["{python}", "-c", "import omniprobe_absent", '))
+    code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i")
+    assert code == 1
+    error = "ModuleNotFoundError: No module named 'omniprobe_absent'"
+    assert f"not done: fp8: 1 request(s) not sent, init error: exited 1 before it was ready: {error}" in out
+    assert "connection" not in out.lower()
+    [attempt] = attempts(project)
+    assert attempt.requests == [] and error in attempt.runs[0].init.note
+
+
 def test_seed_fixtures_named_are_refused_naming_what_is_missing(project, port):
     code, out = probe(project, "probe-serve", port, "--host", "rtx3090",
                       "--fixture", "single-reference", "--fixture", "t2i")
@@ -278,6 +294,7 @@ def test_port_in_use_is_refused_before_anything_runs(project, port, session):
         code, out = probe(project, session, port, "--flag-set", "fp8", "--fixture", "sim-t2i")
     assert code == 4 and f"error: port {port} on 127.0.0.1 is already in use" in out
     assert not (project.evidence_dir / "sim").exists()
+    assert not processes_with(str(project.root))
 
 
 def test_a_busy_gpu_stops_the_probe_naming_the_holder(project, port):

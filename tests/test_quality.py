@@ -13,6 +13,7 @@ from skimage.metrics import peak_signal_noise_ratio
 
 from omniprobe.analysis.imaging import load_pixels, measure, pixels_sha256, to_pixels
 from omniprobe.analysis.structure_gate import gate_record, quality_of
+from omniprobe.analysis.verdicts import host_verdict
 from omniprobe.cli import main
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import ImageChecks
@@ -26,7 +27,7 @@ from omniprobe.evidence.models import (
     load_attempt,
     write_section,
 )
-from omniprobe.evidence.validate import load_project
+from omniprobe.evidence.validate import load_project, load_valid_project
 from omniprobe.harness.psnr_check import (
     Output,
     baseline_path,
@@ -35,6 +36,7 @@ from omniprobe.harness.psnr_check import (
     pixel_hashes,
 )
 
+from .evidence_scaffold import add_attempt
 from .synthetic import broken_signature, natural, perturbed, save
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,21 +54,32 @@ def record(flag_set="cpuoff", seed=2301, outcome="ok", quality="unchecked", **ex
                          quality=quality, wall_s=36.7, **extra)
 
 
-def served(r: RequestRecord) -> bool:
-    """The verdict rule the gate feeds: only an ok request with a sound image counts."""
-    return r.outcome == "ok" and r.quality == "sound"
+def rtx5080_verdict(repo_copy: Project, request: RequestRecord):
+    """The rtx5080's verdict by verdicts.py's rules: its committed evidence (every flag set
+    fails init) plus one attempt in which `request` is the only request of a ready server."""
+    folder = repo_copy.evidence_dir / "rtx5080" / "gate-check"
+    if not folder.exists():
+        add_attempt(repo_copy, "rtx5080", "gate-check",
+                    runs=[{"flag_set": request.flag_set, "init": {"outcome": "ready"}}])
+    write_section(folder, "requests.json", [request])
+    loaded = load_valid_project(repo_copy)
+    return host_verdict("rtx5080", loaded.hosts, loaded.fixtures, loaded.evidence)
 
 
 # --- the gate ------------------------------------------------------------------------------
 
 
-def test_the_gate_turns_an_ok_request_with_a_broken_image_into_a_quality_failure():
+def test_the_gate_turns_an_ok_request_with_a_broken_image_into_a_quality_failure(repo_copy):
     # The report's trap: an fp8 run counted as working because it returned an image.
-    counted_before = record(flag_set="fp8", quality="sound")
-    assert served(counted_before)
+    counted_before = record(flag_set="fp8", quality="sound").model_copy(
+        update={"fixture": "edit-compose-four"})
+    before = rtx5080_verdict(repo_copy, counted_before)
+    assert (before.verdict, before.served_by, before.highest_served_refs) == ("built", ("fp8",), 4)
     gated = gate_record(counted_before, metrics_of(broken_signature()))
     assert (gated.outcome, gated.quality) == ("ok", "broken")
-    assert not served(gated)
+    after = rtx5080_verdict(repo_copy, gated)
+    assert (after.verdict, after.blocker, after.highest_served_refs) == ("not-built", "quality", 0)
+    assert [(u.flag_set, u.quality) for u in after.capacity_unlocks] == [("fp8", "broken")]
     assert gated.image is not None and gated.image.opaque_fraction < 0.05
     assert counted_before.quality == "sound" and counted_before.image is None  # input untouched
 

@@ -4,6 +4,7 @@ import re
 import pytest
 
 from omniprobe import cli
+from omniprobe.errors import InputError
 from omniprobe.evidence.models import Cell
 from omniprobe.evidence.quantities import Range
 from omniprobe.report.render import cell_text, check_report, num, render_report, span, write_report
@@ -69,7 +70,7 @@ def test_verdict_wording_follows_the_evidence(repo_copy):
 
 def test_report_refuses_invalid_evidence(repo_copy):
     (repo_copy.root / MATRIX / "runs.json").write_text("[{")
-    with pytest.raises(Exception, match="runs.json"):
+    with pytest.raises(InputError, match=r"serve-matrix/runs\.json: line 1 column 3: not valid JSON"):
         render_report(repo_copy)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,20 @@ def test_request_oom_leaves_the_server_serving(project, port):
     assert single.outcome == "ok" and single.server_peak_mb == 18944
     assert single.denoise_step_latency_ms is not None
     assert pixels_sha256(decode_pixels(single.image, "single")) != sha256_bytes(single.image)
+
+
+def test_readiness_is_polled_often_at_first_then_every_poll_s(project, port, monkeypatch):
+    delays = []
+    sleep = time.sleep
+
+    def recorded(seconds):
+        delays.append(round(seconds, 3))
+        sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", recorded)
+    quits = [sys.executable, "-c", "import time; time.sleep(1.5)"]  # never serves, then exits
+    with ServerProcess(quits, dict(os.environ), project.root / "quits.log",
+                       Endpoints(f"http://127.0.0.1:{port}"), grace_s=1) as server:
+        init = server.wait_ready(20, 0.25)
+    assert init.outcome == "error" and init.note == "exited 0 before it was ready"
+    assert delays[:4] == [0.05, 0.1, 0.2, 0.25]

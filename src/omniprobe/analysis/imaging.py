@@ -158,7 +158,9 @@ def pixels_sha256(px: Pixels) -> str:
     """
     header = f"rgba{8 if px.peak == 255 else 16} {px.width}x{px.height}\n".encode()
     data = px.rgba.astype("<u2", copy=False) if px.peak == 65535 else px.rgba
-    return hashlib.sha256(header + np.ascontiguousarray(data).tobytes()).hexdigest()
+    digest = hashlib.sha256(header)
+    digest.update(np.ascontiguousarray(data))  # the array's own buffer: no copy of the pixels
+    return digest.hexdigest()
 
 
 # --- metrics and the structure verdict -------------------------------------------------------
@@ -185,25 +187,27 @@ def _mean_std(counts: np.ndarray) -> tuple[float, float]:
     return mean, math.sqrt(float(counts @ (levels - mean) ** 2) / n)
 
 
-def flat_fraction(rgb: np.ndarray, tile: int, tolerance: int) -> float:
-    """Share of tile x tile blocks in which no channel spans more than `tolerance` levels."""
-    h, w = rgb.shape[:2]
+def flat_fraction(rgba: np.ndarray, tile: int, tolerance: int) -> float:
+    """Share of tile x tile blocks in which no R, G or B channel spans more than `tolerance`
+    levels; alpha, the last of the four channels, is not looked at."""
+    h, w, depth = rgba.shape
     sh, sw = min(tile, h), min(tile, w)
     th, tw = h // sh, w // sw
-    blocks = rgb[: th * sh, : tw * sw]
-    # Running max/min over strided slices: far faster than reducing a 5-D reshaped view.
-    hi = _over_runs(_over_runs(blocks, sw, 1, np.maximum), sh, 0, np.maximum)
-    lo = _over_runs(_over_runs(blocks, sw, 1, np.minimum), sh, 0, np.minimum)
-    return float(np.count_nonzero((hi - lo).max(axis=-1) <= tolerance)) / (th * tw)
+    # Whole RGBA rows, alpha and all: every step then runs over contiguous memory, many times
+    # faster than over an RGB view, which skips every fourth value.
+    rows = rgba[: th * sh, : tw * sw].reshape(th, sh, tw * sw * depth)
+    hi = _fold(_fold(rows, np.maximum).reshape(th * tw, sw, depth), np.maximum)
+    lo = _fold(_fold(rows, np.minimum).reshape(th * tw, sw, depth), np.minimum)
+    return float(np.count_nonzero((hi[:, :3] - lo[:, :3]).max(axis=-1) <= tolerance)) / (th * tw)
 
 
-def _over_runs(a: np.ndarray, step: int, axis: int, op: np.ufunc) -> np.ndarray:
-    """`op` (np.maximum or np.minimum) over each run of `step` neighbours along axis 0 or 1."""
-    parts = [a[i::step] if axis == 0 else a[:, i::step] for i in range(step)]
-    out = parts[0].copy()
-    for part in parts[1:]:
-        op(out, part, out=out)
-    return out
+def _fold(a: np.ndarray, op: np.ufunc) -> np.ndarray:
+    """`op` (np.maximum or np.minimum) over axis 1, halving it each step; when its length is odd
+    the two halves share the middle, which max and min do not mind."""
+    while a.shape[1] > 1:
+        half = (a.shape[1] + 1) // 2
+        a = op(a[:, :half], a[:, -half:])
+    return a[:, 0]
 
 
 def structure_reasons(opaque_fraction: float, flatness: float, cfg: ImageChecks) -> list[str]:
@@ -223,7 +227,7 @@ def measure(px: Pixels, cfg: ImageChecks) -> ImageMetrics:
     opaque = float(alpha_counts[cfg.opaque_alpha * per_level:].sum()) / (px.width * px.height)
     alpha_mean, _ = _mean_std(alpha_counts)
     rgb_mean, rgb_std = _mean_std(rgb_counts)
-    flatness = flat_fraction(px.rgba[..., :3], cfg.flat_tile, cfg.flat_tolerance * per_level)
+    flatness = flat_fraction(px.rgba, cfg.flat_tile, cfg.flat_tolerance * per_level)
     reasons = structure_reasons(opaque, flatness, cfg)
     return ImageMetrics(
         mode=px.mode,
@@ -291,10 +295,13 @@ def psnr(a: Pixels, b: Pixels, comparator: Comparator = "rgba", *,
     data_range = float(peak if data_range is None else data_range)
     if data_range <= 0:
         raise ValueError(f"data_range must be positive, got {data_range}")
+    diff = np.maximum(x, y)
+    diff -= np.minimum(x, y)  # |x - y| in the pixels' own type, over contiguous RGBA
     if comparator == "rgb":
-        x, y = x[..., :3], y[..., :3]
-    diff = np.subtract(x, y, dtype=np.float64).reshape(-1)
-    # Integer differences squared and summed in float64 are exact up to 2**53: no rounding here.
-    mse = float(diff @ diff) / diff.size
+        diff = diff[..., :3]
+    # Exact integers throughout: each square fits the next wider type (255**2, 65535**2) and
+    # the sum fits uint64, so nothing is rounded before the one division.
+    wider = np.uint16 if diff.dtype == np.uint8 else np.uint32
+    mse = int(np.square(diff, dtype=wider).sum(dtype=np.uint64)) / diff.size
     db = None if mse == 0 else 10 * math.log10(data_range**2 / mse)
     return Psnr(comparator, data_range, mse, db)

@@ -78,8 +78,12 @@ def value_noise(seed: int, layer: int, width: int, height: int, spacing: int) ->
     wx = _smooth_weights(xs % spacing, spacing)[None, :]
     full = spacing ** 3
 
+    # Hash each lattice point once, then look it up per pixel: the same values as hashing every
+    # pixel's corners, at a spacing-squared fraction of the cost.
+    lattice = hash_bytes(seed, layer, np.arange(gy[-1] + 2)[:, None], np.arange(gx[-1] + 2)[None, :])
+
     def corner(dy: int, dx: int) -> np.ndarray:
-        return hash_bytes(seed, layer, (gy + dy)[:, None], (gx + dx)[None, :])
+        return lattice[(gy + dy)[:, None], (gx + dx)[None, :]]
 
     top = corner(0, 0) * (full - wx) + corner(0, 1) * wx
     bottom = corner(1, 0) * (full - wx) + corner(1, 1) * wx

@@ -351,7 +351,8 @@ class ServeProbe:
                 init = live.init
             self._init_failed_for_environment(flag_set, init)
             progress.step(f"[{flag_set} {number}/{len(todo)}] init {init.outcome} after "
-                          f"{init.time_s:g} s" + _oom_text(init.oom) + _cause_text(init.cause)
+                          f"{init.time_s:g} s" + _oom_text(init.oom) + _failure_text(init)
+                          + _cause_text(init.cause)
                           + _peak(self.store.run(flag_set)))
 
     # --- probe-serve ----------------------------------------------------------------------
@@ -401,11 +402,12 @@ class ServeProbe:
             progress.say(f"[{label}] starting the server")
             with self.lifetime(flag_set, "probe-serve", command) as live:
                 progress.say(f"[{label}] init {live.init.outcome} after {live.init.time_s:g} s"
-                             + _oom_text(live.init.oom))
+                             + _oom_text(live.init.oom) + _failure_text(live.init))
                 if live.init.outcome != "ready":
                     self._init_failed_for_environment(flag_set, live.init)
                     self.unfinished.append(f"{flag_set}: {len(pending)} request(s) not sent, "
-                                           f"init {live.init.outcome}")
+                                           f"init {live.init.outcome}"
+                                           + _failure_text(live.init))
                     return
                 while pending:
                     fixture, seed = pending.pop(0)
@@ -496,6 +498,12 @@ def _oom_text(oom) -> str:
 
 def _cause_text(cause: FailureCause | None) -> str:
     return f" ({cause.kind}: {cause.reason})" if cause is not None and cause.kind != "card" else ""
+
+
+def _failure_text(init: InitResult) -> str:
+    """The server's own words when it did not come up (an exit at import, a refused flag, a
+    timeout), so a run never stops on a later symptom such as a refused connection."""
+    return f": {init.note}" if init.outcome in ("error", "timeout") and init.note else ""
 
 
 def _peak(run: ServeRun | None) -> str:

@@ -210,7 +210,11 @@ class ServerProcess:
             return None
 
     def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> InitResult:
-        """Ready when /health (and the ready path, if any) answers 200; failed if it exits first."""
+        """Ready when /health (and the ready path, if any) answers 200; failed if it exits first.
+
+        The first polls come 50 ms apart and back off to poll_s: a quick start is timed to
+        within a few tens of ms, and a slow one costs few requests."""
+        delay_s = min(0.05, poll_s)
         while True:
             elapsed = time.monotonic() - self.started
             code = self.returncode()
@@ -224,7 +228,8 @@ class ServerProcess:
             if elapsed >= timeout_s:
                 return InitResult(outcome="timeout", time_s=round(elapsed, 2),
                                   note=f"not ready after {timeout_s:g} s")
-            time.sleep(min(poll_s, max(0.0, timeout_s - elapsed)))
+            time.sleep(min(delay_s, max(0.0, timeout_s - elapsed)))
+            delay_s = min(2 * delay_s, poll_s)
 
     def stop(self) -> str:
         """SIGTERM to the group, the grace period, then SIGKILL; returns how it ended."""
