@@ -71,10 +71,12 @@ def _why(proc, model_code: tuple[str, ...]) -> str:
 
 
 def _entry_point(command: list[str], python: str) -> tuple[str, str, str]:
-    """(interpreter, 'module' or 'script', name) of what the command runs."""
+    """(interpreter, 'module', 'code' or 'script', name) of what the command runs."""
     program, *args = command
     if args[:1] == ["-m"] and len(args) > 1:
         return program, "module", args[1]
+    if args[:1] == ["-c"]:
+        return program, "code", ""
     return python, "script", Path(program).name
 
 
@@ -85,6 +87,22 @@ def _program_check(command: list[str]) -> EnvCheck:
         return _check("serve.command", "fail", f"command not found: {program} is missing or not "
                       "executable", "an executable", program)
     return _check("serve.command", "pass", "the serve command's program resolves", actual=program)
+
+
+def _entry_point_check(command: list[str], python: str, runner: Runner,
+                       model_code: tuple[str, ...]) -> EnvCheck:
+    interpreter, kind, name = _entry_point(command, python)
+    if kind == "code":
+        return _check("serve.entry_point", "skip", "the command runs inline code (`-c`), no "
+                      "entry point: its argument check shows whether it starts")
+    proc = runner.run([interpreter, "-c", _ENTRY, kind, name], timeout_s=TIMEOUT_S)
+    if proc.returncode != 0:
+        return _check("serve.entry_point", "fail",
+                      f"{interpreter} cannot import {kind} {name}: {_why(proc, model_code)}",
+                      f"{name} imports")
+    lines = proc.stdout.strip().splitlines()
+    return _check("serve.entry_point", "pass", f"{kind} {name} imports",
+                  actual=lines[-1] if lines else None)
 
 
 def _options(argv: list[str]) -> list[str]:
@@ -110,15 +128,9 @@ def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, pytho
     if checks[0].status == "fail":
         return checks
 
-    interpreter, kind, name = _entry_point(base, python)
-    proc = runner.run([interpreter, "-c", _ENTRY, kind, name], timeout_s=TIMEOUT_S)
-    if proc.returncode != 0:
-        checks.append(_check("serve.entry_point", "fail",
-                             f"{interpreter} cannot import {kind} {name}: {_why(proc, model_code)}",
-                             f"{name} imports"))
+    checks.append(_entry_point_check(base, python, runner, model_code))
+    if checks[-1].status == "fail":
         return checks
-    checks.append(_check("serve.entry_point", "pass", f"{kind} {name} imports",
-                         actual=proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else None))
 
     args_check = host.args_check or cfg.serve.args_check
     env = dict(os.environ if base_env is None else base_env)
