@@ -37,17 +37,45 @@ def git(*args: str, cwd: Path | None = None) -> str:
     return out.stdout.strip()
 
 
+# A `vllm serve MODEL --omni` stand-in for the serve preflight: it parses what the probe passes
+# and, like vLLM, lists every option under --help=all; it never serves.
+SERVE_CLI = """import argparse
+import sys
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="vllm", add_help=False)
+    serve = parser.add_subparsers(dest="command", required=True).add_parser("serve", add_help=False)
+    serve.add_argument("model")
+    serve.add_argument("--help", nargs="?", const="short")
+    serve.add_argument("--omni", action="store_true")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--enforce-eager", action="store_true")
+    serve.add_argument("--served-model-name")
+    args = parser.parse_args()
+    if args.help:
+        serve.print_help()
+        return 0
+    sys.exit("this stand-in never serves")
+"""
+
+
 def make_git_package(folder: Path, dist: str, deps: list[str],
-                     tree: dict[str, str] | None = None) -> list[str]:
+                     tree: dict[str, str] | None = None, *, cli: str | None = None) -> list[str]:
     """A flit package in a fresh repository with two commits, beside the files of `tree`;
-    returns both full commits."""
+    returns both full commits. `cli`: the source of its `cli` module, installed as the `vllm`
+    console script."""
     module = folder / dist.replace("-", "_")
     module.mkdir(parents=True)
     write_tree(folder, tree or {})
+    scripts = f'[project.scripts]\nvllm = "{module.name}.cli:main"\n' if cli else ""
+    if cli:
+        (module / "cli.py").write_text(cli)
     (folder / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["flit_core>=3.4,<4"]\nbuild-backend = "flit_core.buildapi"\n'
         f'[project]\nname = "{dist}"\nversion = "0.1.0"\ndescription = "test package"\n'
-        f"dependencies = {json.dumps(deps)}\n")
+        f"dependencies = {json.dumps(deps)}\n{scripts}")
     git("init", "-q", str(folder))
     commits = []
     for n in (1, 2):
@@ -199,6 +227,9 @@ vram_gb = 24
 python_provider = "whatever uv finds"
 simulated = true
 serve_flag_sets = ["default"]
+serve_command = ["{{python}}", "-m", "omniprobe.sim", "serve", "{{model}}", "--omni",
+                 "--hosts-file", "{{hosts_file}}", "--sim-host", "{{host}}"]
+args_check = {{ mode = "parse", args = ["--check-args"] }}
 
 [hosts.simhost.capacity]
 vram_mib = 24576
@@ -268,7 +299,8 @@ def make_world(root: Path) -> World:
                   repo_a=repo_a, repo_b=repo_b,
                   commits_a=make_git_package(repo_a, "gitpkg-a", []),
                   # [stack] upstream_repo: its clone holds the synthetic upstream tree.
-                  commits_b=make_git_package(repo_b, "gitpkg-b", ["six"], UPSTREAM_FILES),
+                  commits_b=make_git_package(repo_b, "gitpkg-b", ["six"], UPSTREAM_FILES,
+                                             cli=SERVE_CLI),
                   revision=revision_of("tiny-model main"))
     make_hf_cache(world.hf_cache, MODEL_REPO, world.revision, SNAPSHOT_FILES)
     (project.root / "snapshot-manifest.json").write_text(json.dumps({

@@ -247,20 +247,42 @@ def test_interrupted_build_is_marked_incomplete_and_repaired(world, tmp_path):
     envcheck.require_env_ok(HOST, project=world.project, venv=venv, nvml=FakeNvml())
 
 
-def test_failed_install_marks_incomplete_and_the_next_run_repairs(world, tmp_path, capfd):
+def test_a_plan_that_does_not_resolve_installs_nothing(world, tmp_path):
     venv = tmp_path / "venv"
     world.write_hosts(idna="0.0.0")  # no such release: uv fails to resolve it
     try:
-        with pytest.raises(EnvBuildError) as info:
+        with pytest.raises(EnvBuildError, match="the install plan does not resolve, so nothing "
+                                                "was installed") as info:
             build_env(HOST, project=world.project, venv=venv, nvml=FakeNvml(), echo=_quiet)
-        message = str(info.value)
-        assert "installing idna 0.0.0 failed" in message
-        assert "marked incomplete" in message and f"--host {HOST}" in message
-        assert "idna==0.0.0" in capfd.readouterr().err  # uv's own words, shown as it ran
-        with pytest.raises(EnvNotReady, match="env.stamp failed: incomplete"):
-            envcheck.require_env_ok(HOST, project=world.project, venv=venv, nvml=FakeNvml())
+        assert "idna==0.0.0" in str(info.value)  # uv's own words
+        assert not venv.exists()
     finally:
         world.write_hosts()
+
+
+class FailingInstall(Runner):
+    """A Runner whose `uv pip install` of one requirement fails, as a broken download would."""
+
+    def __init__(self, requirement: str):
+        super().__init__()
+        self.requirement = requirement
+
+    def run(self, argv, **kwargs):
+        if list(argv[1:3]) == ["pip", "install"] and self.requirement in argv:
+            return subprocess.CompletedProcess(list(argv), 1, "", "simulated failure")
+        return super().run(argv, **kwargs)
+
+
+def test_failed_install_marks_incomplete_and_the_next_run_repairs(world, tmp_path):
+    venv = tmp_path / "venv"
+    with pytest.raises(EnvBuildError) as info:
+        build_env(HOST, project=world.project, venv=venv, nvml=FakeNvml(), echo=_quiet,
+                  runner=FailingInstall("idna==3.7"))
+    message = str(info.value)
+    assert "installing idna 3.7 failed" in message
+    assert "marked incomplete" in message and f"--host {HOST}" in message
+    with pytest.raises(EnvNotReady, match="env.stamp failed: incomplete"):
+        envcheck.require_env_ok(HOST, project=world.project, venv=venv, nvml=FakeNvml())
     with pytest.raises(EnvNotReady, match="env.stamp failed: incomplete"):
         envcheck.require_env_ok(HOST, project=world.project, venv=venv, nvml=FakeNvml())
     repaired = build_env(HOST, project=world.project, venv=venv, nvml=FakeNvml(), echo=_quiet,
@@ -319,14 +341,16 @@ def stub_vllm(world, first):
     """A `vllm` in the built env's bin that is the sim (with CPU offload, so that it fits), and
     a file it notes how it was started in; removed afterwards, leaving the env as built."""
     script, marker = first.paths.bin_dir / "vllm", world.root / "vllm-started-as"
+    built = script.read_bytes()  # the env's own `vllm`, put back afterwards
     script.write_text(
         "#!/bin/sh\n"
-        f'echo "$0 offline=$HF_HUB_OFFLINE" > "{marker}"\n'
+        # The env's serve preflight reads its help; only a start is noted.
+        f'case " $* " in *" --help=all "*) ;; *) echo "$0 offline=$HF_HUB_OFFLINE" > "{marker}";; esac\n'
         f'exec "{sys.executable}" -m omniprobe.sim "$@" --hosts-file '
         f'"{world.project.hosts_file}" --sim-host simhost --enable-cpu-offload\n')
     script.chmod(0o755)
     yield script, marker
-    script.unlink()
+    script.write_bytes(built)
     marker.unlink(missing_ok=True)
 
 
@@ -408,12 +432,22 @@ def test_env_session_with_a_failed_check_makes_the_probe_refuse(world, first, st
     assert not stub_vllm[1].exists()
 
 
-def test_an_env_without_the_serve_program_is_refused_before_any_evidence(world, first,
+@pytest.fixture
+def no_vllm(first):
+    """The built env without its `vllm`, put back afterwards."""
+    script = first.paths.bin_dir / "vllm"
+    away = script.with_name("vllm.away")
+    script.rename(away)
+    yield
+    away.rename(script)
+
+
+def test_an_env_without_the_serve_program_is_refused_before_any_evidence(world, first, no_vllm,
                                                                          monkeypatch):
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-no-vllm")
     before = sorted((world.project.evidence_dir / HOST).glob("*-probe"))
     code, out = _probe_init(world, FakeNvml())
     assert code == 4
-    assert (f"error: the serve command's program 'vllm' is not in the probe env: "
-            f"{first.paths.bin_dir}/vllm is missing") in out
+    assert (f"serve.command failed: command not found: the serve command's program 'vllm' is "
+            f"not in the probe env: {first.paths.bin_dir}/vllm is missing") in out
     assert sorted((world.project.evidence_dir / HOST).glob("*-probe")) == before

@@ -26,7 +26,11 @@ def invocation(monkeypatch) -> str:
 def test_env_build_of_the_sim_installs_nothing_and_files_nothing(project, capsys):
     assert main(["env", "build", "--host", "sim"]) == 0
     out = capsys.readouterr().out
-    assert "env sim (simulated: nothing to build)" in out and "2 pass, 0 fail, 1 skip" in out
+    # The interpreter, the serve command, its entry point, a parse of each of the 5 flag sets,
+    # the references.
+    assert "env sim (simulated: nothing to build)" in out and "9 pass, 0 fail, 1 skip" in out
+    assert "PASS serve.entry_point: module omniprobe.sim imports" in out
+    assert "PASS serve.args:cpuoff-layerwise: the serve command's parser accepts" in out
     assert "SKIP env.install: simulated host: nothing is installed" in out
     assert "PASS sim.interpreter" in out and "omniprobe/sim/__init__.py" in out
     assert "PASS fixtures.references: 8 files match" in out  # simulated and stand-in

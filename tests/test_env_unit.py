@@ -87,7 +87,11 @@ def _by_name(checks) -> dict:
 
 def test_real_hosts_toml_env_follows_the_recipe_order():
     cfg = load_hosts(REAL.hosts_file)
-    assert [s.name for s in cfg.env.install] == ["torch", "transformers", "diffusers", "vllm-omni"]
+    assert [s.name for s in cfg.env.install] == ["torch", "transformers", "diffusers", "vllm",
+                                                 "vllm-omni"]
+    # vLLM at the version the pinned vLLM-Omni's recipe names, with that recipe as its source.
+    vllm = cfg.env.install[3]
+    assert (vllm.version, vllm.recipe) == ("0.31.0", "recipes/Qwen/Qwen-Image-2.1.md")
     assert cfg.env.checks.snapshot_manifest is None  # the seed states no file digests
     assert [s.name for s in cfg.env.install if s.editable] == ["vllm-omni"]
 
@@ -97,7 +101,7 @@ def test_real_hosts_toml_env_follows_the_recipe_order():
      "expected [stack] torch '2.13.0+cu130', got '2.12.0'"),
     ('\ncommit = "122b1e11"', "[[env.install]] item 2 key 'commit'",
      "expected [stack] diffusers_commit '122b1e11', got 'abcdef12'"),
-    ('editable = true', "[[env.install]] item 3 key 'colour'", "unknown key"),
+    ('editable = true', "[[env.install]] item 4 key 'colour'", "unknown key"),
     ('name = "transformers"\nversion = "5.14.1"', "[[env.install]] item 1",
      "give either 'version' (from an index) or 'git' with 'commit'"),
     ('vram_tolerance = 0.05', "[env.checks] key 'snapshot_manifest'",
@@ -159,10 +163,24 @@ def test_dry_run_prints_the_pinned_commands_and_runs_nothing(host, tmp_path, mon
         "torch==2.13.0+cu130", "transformers==5.14.1",
         f"diffusers @ git+file://{tmp_path}/envs/git/diffusers-122b1e11"
         "@<full commit of 122b1e11>",
+        "vllm==0.31.0",
         f"{tmp_path}/envs/git/vllm-omni-8484d85d1"]
     assert installs[0][3:5] == ["--python", python]
     assert installs[0][-3:-1] == ["--index-url", "https://download.pytorch.org/whl/cu130"]
-    assert installs[3][-2] == "--editable"
+    assert installs[4][-2] == "--editable"
+    # The vLLM step says its version and where it comes from; the recipe check, the resolution
+    # (before the venv) and the serve preflight are shown.
+    assert ("vllm==0.31.0  # vllm 0.31.0 from the default index; version from "
+            "recipes/Qwen/Qwen-Image-2.1.md of https://github.com/vllm-project/vllm-omni.git at "
+            "8484d85d1") in out
+    assert (f"# check vllm 0.31.0 against {tmp_path}/envs/git/vllm-omni-8484d85d1/"
+            "recipes/Qwen/Qwen-Image-2.1.md") in out
+    [resolve] = [c for c in commands if c[:3] == [uv, "pip", "compile"]]
+    assert commands.index(resolve) < commands.index(
+        [uv, "venv", "--clear", "--python", "<python 3.13 found by uv>", str(venv)])
+    assert f"#   serve.entry_point: {python} imports the script vllm" in out
+    assert (f"#   serve.args: {venv}/bin/vllm serve Qwen/Qwen-Image-2.1 --omni --help=all, which "
+            "must list every option of each flag set") in out
     assert [uv, "python", "find", "--system", "3.13"] in commands
     assert [uv, "python", "install", "3.13"] in commands
     assert commands.index(["git", "-C", f"{tmp_path}/envs/git/vllm-omni-8484d85d1", "checkout",

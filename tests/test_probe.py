@@ -14,6 +14,7 @@ from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import Stamp, env_paths, pins_hash, write_stamp
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
+from omniprobe.harness import probe as probe_module
 from omniprobe.harness.sampler import NvmlUnavailable
 
 from .conftest import in_process, make_project, probe_argv, processes_with
@@ -174,6 +175,8 @@ def test_server_crash_mid_request_is_recorded_and_the_rest_runs(tmp_path, port, 
         (2301, "ok", 0), (2302, "error", 0), (2303, "ok", 1)]
     assert "the server is down (exited 1)" in records[1].error
     assert "illegal memory access" in records[1].error
+    # The connection died with the server, whose log holds no traceback: not the environment's.
+    assert records[1].cause is None and records[0].cause is None
     [run] = attempts(project)[0].runs
     assert [lt.ended for lt in run.lifetimes] == ["exited 1", "stopped"]
     assert not processes_with(str(tmp_path))
@@ -211,20 +214,29 @@ def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, port, monkeypat
     assert [r.outcome for r in requests_of(project)] == ["error"] * 3
 
 
-def test_a_server_that_exits_at_init_stops_its_run_with_its_own_error(project, port):
+def test_a_server_that_exits_at_init_stops_its_run_with_its_own_error(project, port, monkeypatch):
     # As a server started without the caller's PYTHONPATH does: it dies at import.
     sim_serve = '["{python}", "-m", "omniprobe.sim", "serve", '
     hosts = project.hosts_file.read_text()
     assert sim_serve in hosts
     project.hosts_file.write_text(hosts.replace(
         sim_serve, '["{python}", "-c", "import omniprobe_absent", '))
-    code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i")
-    assert code == 1
     error = "ModuleNotFoundError: No module named 'omniprobe_absent'"
+    # The serve preflight refuses it before any server starts (issue 14) ...
+    code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i")
+    assert code == 4
+    assert ("serve.args:fp8 failed: the parser refuses the arguments: environment: import "
+            "error: No module named 'omniprobe_absent'") in out
+    assert not (project.evidence_dir / "sim").exists()
+    # ... and forced past it, the run stops with the server's own error, an environment's.
+    monkeypatch.setattr(probe_module, "sim_preflight", lambda *a, **k: [])
+    code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i")
+    assert code == 4
     assert f"not done: fp8: 1 request(s) not sent, init error: exited 1 before it was ready: {error}" in out
     assert "connection" not in out.lower()
     [attempt] = attempts(project)
     assert attempt.requests == [] and error in attempt.runs[0].init.note
+    assert attempt.runs[0].init.cause.kind == "environment"
 
 
 def test_seed_fixtures_named_are_refused_naming_what_is_missing(project, port):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from omniprobe.analysis.summaries import cells_from_requests
-from omniprobe.evidence.models import OomSignature, RequestRecord
+from omniprobe.evidence.models import FailureCause, OomSignature, RequestRecord
 from omniprobe.evidence.quantities import Range
 
 
@@ -40,5 +40,7 @@ def test_quality_is_sound_only_when_every_image_is():
     assert cell("sound", "sound") == "sound"
     assert cell("sound", "broken") == "broken"
     assert cell("sound", "unchecked") == "unchecked"
-    [only] = cells_from_requests([rec("x", "f", 1, outcome="error", quality="sound")])["x"]
+    crashed = rec("x", "f", 1, outcome="error", quality="sound").model_copy(
+        update={"cause": FailureCause(kind="card", reason="crash in model code")})
+    [only] = cells_from_requests([crashed])["x"]
     assert only.quality == "unchecked" and only.wall_s is None

@@ -352,3 +352,55 @@ def test_a_model_given_by_hand_is_named_beside_the_verdict(repo_copy):
     assert (unpinned.attempt, unpinned.model) == ("measured", "/models/qwen")
     assert ("Attempt measured served `/models/qwen`, given by hand with `--model`: not the pinned "
             "snapshot") in render_report(repo_copy)
+
+
+ENV_CAUSE = {"kind": "environment", "reason": "import error: No module named 'vllm'"}
+
+
+def test_a_host_whose_inits_all_failed_outside_the_card_is_not_measured(repo_copy):
+    import shutil
+
+    from omniprobe.report.render import render_report
+
+    shutil.rmtree(repo_copy.evidence_dir / "rtx5080")
+    add_attempt(repo_copy, "rtx5080", "broken-env", runs=[
+        {"flag_set": "default", "init": {"outcome": "error", "cause": ENV_CAUSE}},
+        {"flag_set": "cpuoff", "init": {"outcome": "error", "cause": {
+            "kind": "server", "reason": "traceback in server code: vllm_omni/engine/x.py:7"}}},
+        {"flag_set": "int8", "init": {"outcome": "timeout"}},
+    ])
+    v = verdicts(repo_copy)["rtx5080"]
+    assert (v.verdict, v.blocker, v.blockers, v.failed_init) == ("not-measured", None, (), ())
+    assert [(n.flag_set, n.phase, n.cause) for n in v.not_measured] == [
+        ("default", "init", "environment: import error: No module named 'vllm'"),
+        ("cpuoff", "init", "server: traceback in server code: vllm_omni/engine/x.py:7"),
+        ("int8", "init", "not classified (timeout)")]
+    report = render_report(repo_copy)
+    verdict = report[report.index("**RTX 5080 (16 GB)"):report.index("## Verdict history")]
+    assert verdict.startswith("**RTX 5080 (16 GB): not-measured.**")
+    assert "blocked at init" not in verdict and "cannot initialize" not in verdict
+    section = report[report.index("## What failed outside the card — RTX 5080"):]
+    assert "| `broken-env` | default | init | 1 | environment: import error: No module named 'vllm' |" \
+        in section
+
+
+def test_failures_outside_the_card_beside_card_ooms_leave_the_init_blocker(repo_copy):
+    add_attempt(repo_copy, "rtx5080", "broken-env", runs=[
+        {"flag_set": "fp8", "init": {"outcome": "error", "cause": ENV_CAUSE}}])
+    v = verdicts(repo_copy)["rtx5080"]
+    assert (v.verdict, v.blocker) == ("not-built", "init")
+    assert [(n.attempt, n.flag_set) for n in v.not_measured] == [("broken-env", "fp8")]
+    # The committed OOMs still block each flag set at init; the new error adds no blocker.
+    assert v.failed_init == ("default", "cpuoff", "cpuoff-layerwise", "fp8", "fp8-expandable",
+                             "int8")
+
+
+def test_a_request_that_failed_outside_the_card_is_no_cell():
+    def record(outcome, cause=None):
+        return RequestRecord(flag_set="cpuoff", fixture="edit-compose-four", seed=1,
+                             outcome=outcome, quality="unchecked", wall_s=1.0, cause=cause)
+
+    assert cells_from_requests([record("error", ENV_CAUSE)]) == {}
+    assert cells_from_requests([record("error")]) == {}  # unclassified: measured nothing
+    [cell] = cells_from_requests([record("error", ENV_CAUSE), record("oom")])["cpuoff"]
+    assert (cell.outcome, cell.seeds) == ("oom", [1])

@@ -73,10 +73,15 @@ def _short_path(path: str, model_code: tuple[str, ...]) -> str:
     return path
 
 
+def traceback_frames(text: str) -> list[dict[str, str]]:
+    """Every `File "...", line N, in f` frame of the text, outermost first."""
+    return [m.groupdict() for m in _FRAME.finditer(text)]
+
+
 def innermost_model_frame(traceback_text: str,
                           model_code: tuple[str, ...] = MODEL_CODE) -> CodeRef | None:
     """The innermost frame in model code; else the innermost outside torch and the stdlib."""
-    frames = [m.groupdict() for m in _FRAME.finditer(traceback_text)]
+    frames = traceback_frames(traceback_text)
     for wanted in (lambda f: any(m in f["file"] for m in model_code),
                    lambda f: not any(m in f["file"] for m in _LIBRARY)):
         for frame in reversed(frames):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omniprobe.analysis.failure_cause import is_card_evidence
 from omniprobe.evidence.models import (
     Cell,
     EnvManifest,
@@ -61,9 +62,12 @@ def current_requests(requests: list[RequestRecord]) -> list[RequestRecord]:
 
 
 def cells_from_requests(requests: list[RequestRecord]) -> dict[str, list[Cell]]:
-    """flag set -> its cells, in the order the fixtures were first requested."""
+    """flag set -> its cells, in the order the fixtures were first requested; a request that
+    failed for a cause other than the card measured nothing, and is left out."""
     grouped: dict[str, dict[str, list[RequestRecord]]] = {}
     for record in current_requests(requests):
+        if not is_card_evidence(record.outcome, record.cause):
+            continue
         grouped.setdefault(record.flag_set, {}).setdefault(record.fixture, []).append(record)
     return {flag_set: [cell_from(records) for records in fixtures.values()]
             for flag_set, fixtures in grouped.items()}

@@ -14,6 +14,10 @@
   (fits, OOM, peaks, OOM signatures) and for output structure, which do not depend on what the
   pictures show; never for speed-ups against the baseline, which ran the original inputs. The
   verdict says which half rests on stand-ins.
+- Only the card's failures are evidence about the card (`failure_cause`): a run whose init failed
+  for the server software, the environment or an unclassified cause, and a request that failed
+  so, are left out of the rules above and listed as not measured. A host with runs but none
+  measured is `not-measured`, never blocked at init.
 
 Every blocker, not only the headline one: each flag set that does not serve the target count is
 blocked by the first of init, capacity, quality, untested that holds for it, and the verdict lists
@@ -26,13 +30,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from omniprobe.analysis.failure_cause import cause_text, is_card_evidence
 from omniprobe.analysis.summaries import RunView, run_views
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.evidence.models import Baseline, Cell, Evidence, LoadedAttempt
 from omniprobe.evidence.quantities import Range
 
-Verdict = Literal["built", "not-built", "no-evidence"]
+Verdict = Literal["built", "not-built", "not-measured", "no-evidence"]
 Blocker = Literal["init", "capacity", "quality", "untested"]
 
 
@@ -106,6 +111,35 @@ class UnreachedKnob:
 
 
 @dataclass(frozen=True)
+class NotMeasured:
+    """Failures that say nothing about the card, grouped by attempt, flag set, phase and cause."""
+
+    attempt: str
+    flag_set: str
+    phase: Literal["init", "request"]
+    cause: str
+    count: int
+
+
+def not_measured(attempts) -> tuple[NotMeasured, ...]:
+    """Every init and request failure of the attempts whose cause is not the card's."""
+    counts: dict[tuple[str, str, str, str], int] = {}
+    for attempt in attempts:
+        for run in attempt.runs:
+            inits = [lt.init for lt in run.lifetimes] or [run.init]
+            for init in inits:
+                if not is_card_evidence(init.outcome, init.cause):
+                    key = (attempt.id, run.flag_set, "init", cause_text(init.outcome, init.cause))
+                    counts[key] = counts.get(key, 0) + 1
+        for record in attempt.requests:
+            if not is_card_evidence(record.outcome, record.cause):
+                key = (attempt.id, record.flag_set, "request",
+                       cause_text(record.outcome, record.cause))
+                counts[key] = counts.get(key, 0) + 1
+    return tuple(NotMeasured(*key, count) for key, count in counts.items())
+
+
+@dataclass(frozen=True)
 class HostVerdict:
     host: str
     verdict: Verdict
@@ -120,6 +154,7 @@ class HostVerdict:
     attempts: tuple[str, ...]
     blockers: tuple[BlockerEntry, ...] = ()
     unreached: tuple[UnreachedKnob, ...] = ()
+    not_measured: tuple[NotMeasured, ...] = ()
     unreached_offline: tuple[UnreachedKnob, ...] = ()  # offline kwarg sets, as `unreached`
     capacity_inputs: tuple[str, ...] = ()
     structure_inputs: tuple[str, ...] = ()
@@ -215,7 +250,10 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
     host = hosts.host(name)
     target = hosts.probe.target_reference_count
     attempts = verdict_attempts(name, hosts, evidence)
-    results = [evaluate_run(v, fixtures) for a in attempts for v in run_views(a)]
+    # A run whose init failed for a cause other than the card measured nothing about it.
+    results = [evaluate_run(v, fixtures) for a in attempts for v in run_views(a)
+               if is_card_evidence(v.run.init.outcome, v.run.init.cause)]
+    unmeasured = not_measured(attempts)
     initialised = _ordered((r.flag_set for r in results if r.initialised), host)
     failed = _ordered((r.flag_set for r in results if not r.initialised), host)
     highest = max((r.highest_served for r in results), default=0)
@@ -230,7 +268,7 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
             found.extend(speedups(r.view, base, fixtures))
 
     if not results:
-        verdict, blocker = "no-evidence", None
+        verdict, blocker = ("not-measured" if unmeasured else "no-evidence"), None
     elif any(target in r.served_refs for r in results):
         verdict, blocker = "built", None
     elif not initialised:
@@ -248,7 +286,7 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
         attempts=tuple(a.id for a in attempts),
         blockers=blockers(results, fixtures, target, host),
         unreached=unreached_knobs(attempts),
-        unpinned=unpinned_models(attempts),
+        unpinned=unpinned_models(attempts), not_measured=unmeasured,
         unreached_offline=unreached_knobs(attempts, via="offline"),
         capacity_inputs=capacity_inputs(results), structure_inputs=structure_inputs(results),
     )

@@ -74,10 +74,23 @@ def _check_placeholders(command: list[str] | None, known: frozenset[str]) -> lis
     return command
 
 
+class ArgsCheck(_Input):
+    """How the env preflight sees that the serve command's parser accepts a flag set's arguments
+    without starting a server."""
+
+    mode: Literal["help", "parse"] = Field(
+        description="help: the command with `args` appended prints its help and exits 0, and "
+                    "every option the probe passes must be listed in it; parse: the flag set's "
+                    "full command with `args` appended parses and exits 0 only if it accepts it.")
+    args: list[str] = Field(min_length=1, description="Appended to the serve command.")
+
+
 class Serve(_Input):
     """How the server is started; {model} is replaced by the snapshot path or repo id."""
 
     command: list[str] = Field(min_length=1)
+    # vLLM-Omni's serve help names it: "Use `--help=all` to show all available flags at once".
+    args_check: ArgsCheck = ArgsCheck(mode="help", args=["--help=all"])
     bind_host: Literal["127.0.0.1"] = "127.0.0.1"
     port: int = Field(ge=1, le=65535)
     enforce_eager: bool
@@ -214,13 +227,17 @@ class Host(_Input):
         description="Runs the offline runner on this host; {python}, {runner}, {hosts_file} and "
                     "{host} are filled in. Default: the host's pinned venv python and {runner}.",
     )
+    args_check: ArgsCheck | None = Field(
+        default=None, description="Replaces [serve] args_check on this host (with serve_command).")
     capacity: SimCapacity | None = Field(default=None, description="Simulated hosts only.")
     emulation: Emulation | None = Field(
         default=None, description="An emulated host: the card it emulates on this physical GPU.")
     model_code: list[str] = Field(
-        default=["vllm_omni/"], min_length=1,
+        # vLLM-Omni keeps its models' code under these trees; the rest of it is the server's.
+        default=["vllm_omni/diffusion/models/", "vllm_omni/model_executor/models/"], min_length=1,
         description="Path fragments of the model's source files: an OOM's location is the "
-                    "innermost traceback frame in them.",
+                    "innermost traceback frame in them, and a crash there is the card's (a "
+                    "traceback elsewhere in upstream code is the server software's).",
     )
     memory_file_env: str | None = Field(
         default=None, pattern=r"^[A-Z_][A-Z0-9_]*$",
@@ -345,6 +362,14 @@ class InstallStep(_Input):
         default=None, pattern=r"^[0-9a-f]{7,40}$", description="Pinned commit, may be abbreviated."
     )
     editable: bool = Field(default=False, description="Install the clone in place (git only).")
+    recipe: str | None = Field(
+        default=None,
+        description="Where the version comes from: a file of the upstream clone ([stack] "
+                    "upstream_repo at upstream_commit) that names it; `env build` checks the pin "
+                    "against it, and says so when the file is not there.")
+    seed_says: str | None = Field(
+        default=None, description="What the seed states about how it installed this pin, quoted "
+                                  "when the install plan does not resolve.")
 
     @model_validator(mode="after")
     def _one_source(self) -> InstallStep:
@@ -356,6 +381,8 @@ class InstallStep(_Input):
             raise ValueError("'commit' and 'editable' apply to git steps only")
         if self.git is not None and self.index is not None:
             raise ValueError("'index' applies to version steps only")
+        if self.git is not None and self.recipe is not None:
+            raise ValueError("'recipe' applies to version steps only (a git step pins a commit)")
         return self
 
     @property

@@ -25,6 +25,8 @@ from omniprobe.config.hosts import HostsConfig, InstallStep, load_hosts
 from omniprobe.config.project import Project, find_project
 from omniprobe.env.checks import Verification, check_lines, contract_warnings, verify_env
 from omniprobe.env.manifest import make_manifest, record_manifest
+from omniprobe.env.preflight import preflight_plan
+from omniprobe.env.resolve import check_recipe, compile_command, resolve_plan
 from omniprobe.env.state import (
     EnvBuildError,
     EnvPaths,
@@ -111,6 +113,19 @@ def _full_commit_placeholder(step: InstallStep) -> str:
     return f"<full commit of {step.commit}>"
 
 
+def _upstream_step(cfg: HostsConfig, steps: list[InstallStep]) -> InstallStep | None:
+    """The install step of the upstream clone ([stack] upstream_repo), where recipes live."""
+    return next((s for s in steps if s.git == cfg.stack.upstream_repo), None)
+
+
+def _source(step: InstallStep, cfg: HostsConfig) -> str:
+    where = step.index or "the default index"
+    if step.recipe:
+        return (f"{where}; version from {step.recipe} of {cfg.stack.upstream_repo} at "
+                f"{cfg.stack.upstream_commit}")
+    return step.git or where
+
+
 # --- dry run ----------------------------------------------------------------------------
 
 
@@ -141,12 +156,25 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None) -> s
                 line(_fetch(dest), f"only if the clone lacks {step.commit}"),
                 line(_checkout(dest, str(step.commit))),
                 line(_head(dest), f"HEAD must start with {step.commit}")]
-    out.append(line(_venv(uv, f"<python {version} found by uv>", paths)))
+    upstream = _upstream_step(cfg, env.install)
+    for step in env.install:
+        if step.recipe:
+            clone = paths.clone_dir(upstream) if upstream else "<no upstream clone in the plan>"
+            out.append(f"# check {step.name} {step.version} against {clone}/{step.recipe} "
+                       "(a mismatch stops the build; an absent file is said and the pin stands)")
+    python = f"<python {version} found by uv>"
+    out.append(line(compile_command(uv, python, Path("<plan.in: the install steps below>"),
+                                    Path("<pins.txt: the constraints below>"), env.install),
+                    "resolve the whole plan first; a clash stops the build, nothing installed"))
+    out.append(line(_venv(uv, python, paths)))
     out.append(f"# write {paths.stamp}: incomplete")
     out.append(f"# write {paths.constraints}:")
     out += [f"#   {c}" for c in _constraints(env.install, paths, commits).splitlines()]
-    out += [line(_install(uv, step, paths, commits.get(step.name, ""))) for step in env.install]
-    out.append(f"# write {paths.stamp}: complete; then the checks of `omniprobe env check`")
+    out += [line(_install(uv, step, paths, commits.get(step.name, "")),
+                 f"{step.name} {step.pin} from {_source(step, cfg)}") for step in env.install]
+    out.append(f"# write {paths.stamp}: complete; then the checks of `omniprobe env check`, "
+               "the serve preflight among them (before any GPU time):")
+    out += [f"#   {text}" for text in preflight_plan(cfg, host, project.hosts_file, paths)]
     return "\n".join(out) + "\n"
 
 
@@ -210,6 +238,15 @@ def _build(cfg: HostsConfig, project: Project, host: str, paths: EnvPaths, runne
     python = _provide_python(uv, cfg.stack.python, runner, echo)
     commits = {step.name: _check_out(step, paths, runner, echo)
                for step in env.install if step.kind == "git"}
+    upstream = _upstream_step(cfg, env.install)
+    for step in env.install:
+        if step.recipe:
+            echo(check_recipe(step, paths.clone_dir(upstream), commits[upstream.name])
+                 if upstream else f"# {step.name} {step.version}: cannot check against "
+                                  f"{step.recipe}: the plan clones no {cfg.stack.upstream_repo}")
+    # Before the venv is touched: a plan that does not resolve leaves the old env as it was.
+    resolve_plan(uv, python, env.install, _constraints(env.install, paths, commits),
+                 lambda step: _requirement(step, paths, commits.get(step.name, "")), runner, echo)
     repair = (f"  the env at {paths.venv} is marked incomplete; fix the cause and re-run "
               f"`omniprobe env build --host {host}` to repair it.")
     _step(runner, echo, _venv(uv, python, paths), "creating the venv", after=repair)

@@ -25,6 +25,7 @@ from omniprobe.config.fixtures import load_fixtures, reference_problems
 from omniprobe.config.hosts import Host, HostsConfig, InstallStep, load_hosts
 from omniprobe.config.project import Project, find_project
 from omniprobe.digests import sha256_file
+from omniprobe.env.preflight import serve_preflight
 from omniprobe.env.state import (
     EnvNotReady,
     EnvPaths,
@@ -503,6 +504,9 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
         checks.append(check)
         pins.append(pin)
 
+    checks.extend(timed("preflight", lambda: serve_preflight(
+        cfg, host_name, project.hosts_file, python=str(paths.python), bin_dir=paths.bin_dir,
+        runner=runner)))
     checks.extend(gpu_checks(host, facts, env.checks.vram_tolerance))
     if host.emulation is not None:
         checks.append(emulation_check(cfg.emulated_cap_mib(host_name), facts))

@@ -26,6 +26,7 @@ from omniprobe.env.checks import (
     host_facts,
     references_check,
 )
+from omniprobe.env.preflight import serve_preflight
 from omniprobe.env.state import Runner
 from omniprobe.evidence.models import EnvCheck
 
@@ -70,7 +71,9 @@ def check_sim_env(cfg: HostsConfig, project: Project, host: str, *, python: str 
     skipped = EnvCheck(name="env.install", status="skip",
                        detail="simulated host: nothing is installed ([env] pins the real stack; "
                               f"its server is {SIM_MODULE} run by this interpreter)")
-    checks = [skipped, interpreter_check(python, runner or Runner()),
+    runner = runner or Runner()
+    checks = [skipped, interpreter_check(python, runner),
+              *sim_preflight(cfg, project, host, runner=runner),
               references_check(project, simulated=True)]
     emulation = cfg.host(host).emulation
     if emulation is not None and emulation.mechanism == "memory-fraction":
@@ -87,6 +90,14 @@ def sim_env_digest(python: str = sys.executable) -> str:
     spec = importlib.util.find_spec(SIM_MODULE)
     return sha256_json({"where": python, "python": sys.version.split()[0],
                         "omniprobe": __version__, "sim": spec.origin if spec else None})
+
+
+def sim_preflight(cfg: HostsConfig, project: Project, host: str, *,
+                  runner: Runner | None = None, flag_sets: tuple[str, ...] = ()) -> list[EnvCheck]:
+    """The serve preflight of a simulated host (of `flag_sets`; empty: all): its command runs
+    with this interpreter."""
+    return serve_preflight(cfg, host, project.hosts_file, python=sys.executable, bin_dir=None,
+                           runner=runner or Runner(), flag_sets=flag_sets)
 
 
 def format_sim_env(env: SimEnv) -> str:

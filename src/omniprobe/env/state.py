@@ -166,12 +166,17 @@ class Runner:
     ran: list[Ran] = field(default_factory=list)
 
     def run(self, argv: Sequence[str], *, capture: bool = True,
-            env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+            env: Mapping[str, str] | None = None,
+            timeout_s: float | None = None) -> subprocess.CompletedProcess[str]:
+        """`timeout_s`: past it the command is killed and reads as exit 124, saying so."""
         start = time.perf_counter()
         try:
             proc = subprocess.run(list(argv), capture_output=capture, text=True, check=False,
-                                  env=None if env is None else dict(env))
+                                  env=None if env is None else dict(env), timeout=timeout_s)
         except FileNotFoundError:
             raise EnvError(f"{argv[0]!r} is not installed or not on PATH") from None
+        except subprocess.TimeoutExpired:
+            proc = subprocess.CompletedProcess(list(argv), 124, "",
+                                               f"timed out after {timeout_s:g} s")
         self.ran.append(Ran(tuple(argv), proc.returncode, time.perf_counter() - start))
         return proc

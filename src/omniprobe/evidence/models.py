@@ -186,12 +186,27 @@ class EmulationBreach(_In):
 # --- serve runs -------------------------------------------------------------------------
 
 
+class FailureCause(_In):
+    """Why an init or a request failed, as its log or error text shows it. Only `card` is evidence
+    about the card; the other kinds say the card was never measured."""
+
+    kind: Literal["card", "server", "environment"] = Field(
+        description="card: the model or the card (CUDA OOM, a crash in model code); server: the "
+                    "server software (a traceback in upstream code that is not an OOM); "
+                    "environment: the harness or the environment (command not found, import "
+                    "error, argument error, a port or permission problem, a dead connection).")
+    reason: str = Field(description="What the text shows, e.g. \"import error: No module named 'x'\".")
+
+
 class InitResult(_In):
     outcome: InitOutcome
     time_s: float | None = Field(default=None, ge=0)
     time_approx: bool = False
     oom: OomSignature | None = None
     note: str | None = None
+    cause: FailureCause | None = Field(
+        default=None, description="Why init failed; null: ready, or not classified (an OOM at "
+                                  "init is the card's all the same).")
 
 
 class StatedCellFigure(_In):
@@ -340,6 +355,9 @@ class RequestRecord(_In):
     image: ImageMetrics | None = None
     oom: OomSignature | None = None
     error: str | None = None
+    cause: FailureCause | None = Field(
+        default=None, description="Why it failed; null: ok, or not classified (an OOM is the "
+                                  "card's all the same).")
     started_s: float | None = Field(
         default=None, ge=0, description="When it was sent, seconds since its server started.")
     lifetime: int | None = Field(

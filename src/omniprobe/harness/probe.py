@@ -17,6 +17,7 @@ from typing import TextIO
 
 import requests
 
+from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.imaging import UnreadableImage, decode_pixels, measure, pixels_sha256
 from omniprobe.analysis.oom import merge, parse_oom
 from omniprobe.analysis.series import decimate, unavailable
@@ -34,14 +35,15 @@ from omniprobe.config.selection import (
     update_state,
 )
 from omniprobe.digests import sha256_bytes
-from omniprobe.env.checks import hf_cache_dir, pinned_snapshot, require_env_ok
+from omniprobe.env.checks import failure_lines, hf_cache_dir, pinned_snapshot, require_env_ok
 from omniprobe.env.manifest import env_digest, manifest_of
-from omniprobe.env.simulated import sim_env_digest
+from omniprobe.env.simulated import sim_env_digest, sim_preflight
 from omniprobe.env.state import EnvNotReady
 from omniprobe.errors import EnvironmentFailure, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
 from omniprobe.evidence.models import (
     AttemptEnvironment,
+    FailureCause,
     InitResult,
     RequestRecord,
     ServedModel,
@@ -273,6 +275,9 @@ class ServeProbe:
         self.attempt_why = "new: every run of this session starts one"
         self.pace = Pace(None, None, 0)
         self.again = "the same command"
+        # Flag sets that failed as a whole for an environment cause: the card was not measured.
+        self.environment_failures: list[str] = []
+        self._request_causes: dict[str, list[FailureCause | None]] = {}
 
     # --- plan ------------------------------------------------------------------------
 
@@ -399,8 +404,10 @@ class ServeProbe:
             progress.say(f"[{flag_set} {number}/{len(todo)}] starting the server")
             with self.lifetime(flag_set, "probe-init", command) as live:
                 init = live.init
+            self._init_failed_for_environment(flag_set, init)
             progress.step(f"[{flag_set} {number}/{len(todo)}] init {init.outcome} after "
                           f"{init.time_s:g} s" + _oom_text(init.oom) + _failure_text(init)
+                          + _cause_text(init.cause)
                           + _peak(self.store.run(flag_set)))
 
     # --- probe-serve ----------------------------------------------------------------------
@@ -436,6 +443,18 @@ class ServeProbe:
             if command is not None:
                 self._serve_flag_set(f"{flag_set} {number}/{len(plan)}", flag_set, command,
                                      pending, progress)
+                self._requests_failed_for_environment(flag_set)
+
+    def _init_failed_for_environment(self, flag_set: str, init: InitResult) -> None:
+        if init.cause is not None and init.cause.kind == "environment":
+            self.environment_failures.append(f"{flag_set}: init {init.outcome}: {init.cause.reason}")
+
+    def _requests_failed_for_environment(self, flag_set: str) -> None:
+        causes = self._request_causes.get(flag_set, [])
+        if causes and all(c is not None and c.kind == "environment" for c in causes):
+            reasons = sorted({c.reason for c in causes})
+            self.environment_failures.append(
+                f"{flag_set}: all {len(causes)} request(s) failed: {'; '.join(reasons)}")
 
     def _serve_flag_set(self, label: str, flag_set: str, command: list[str],
                         pending: list[tuple[Fixture, int]], progress: Progress) -> None:
@@ -446,6 +465,7 @@ class ServeProbe:
                 progress.say(f"[{label}] init {live.init.outcome} after {live.init.time_s:g} s"
                              + _oom_text(live.init.oom) + _failure_text(live.init))
                 if live.init.outcome != "ready":
+                    self._init_failed_for_environment(flag_set, live.init)
                     self.unfinished.append(f"{flag_set}: {len(pending)} request(s) not sent, "
                                            f"init {live.init.outcome}"
                                            + _failure_text(live.init))
@@ -495,13 +515,19 @@ class ServeProbe:
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
                      + f"; its log ends: {log_tail(log)}")
+        # A connection to a server that is down is its death, not the environment's: only the
+        # log says why it died.
+        cause = (None if reply.outcome == "ok" else classify_failure(
+            log if not up and reply.outcome != "timeout" else f"{error or ''}\n{log}",
+            tuple(self.host.model_code)))
+        self._request_causes.setdefault(flag_set, []).append(cause)
         fields = {"flag_set": flag_set, "fixture": fixture.id, "inputs": fixture.inputs,
                   "seed": seed, "outcome": reply.outcome, "quality": "unchecked",
                   "wall_s": round(reply.wall_s, 4),
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
-                  "error": error and redact_text(error), "started_s": round(started_s, 3),
-                  "lifetime": live.index,
+                  "error": error and redact_text(error), "cause": cause,
+                  "started_s": round(started_s, 3), "lifetime": live.index,
                   "transport_failure": transport or None}
         if live.guard is not None:
             fields["emulation_breach"] = live.guard.breach_by(time.monotonic() - live.t0)
@@ -545,6 +571,10 @@ def _oom_text(oom) -> str:
     return f" (tried to allocate {oom.requested}{where})" if oom.requested else where
 
 
+def _cause_text(cause: FailureCause | None) -> str:
+    return f" ({cause.kind}: {cause.reason})" if cause is not None and cause.kind != "card" else ""
+
+
 def _failure_text(init: InitResult) -> str:
     """The server's own words when it did not come up (an exit at import, a refused flag, a
     timeout), so a run never stops on a later symptom such as a refused connection."""
@@ -564,13 +594,19 @@ class ProbeEnv:
 
 
 def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: str | None,
-                venv: str | None, nvml=None, out: TextIO | None = None) -> ProbeEnv:
+                venv: str | None, flag_sets: tuple[str, ...] = (), nvml=None,
+                out: TextIO | None = None) -> ProbeEnv:
     """The host's verified env and the model its server is given: the snapshot folder the env
     check found at the pinned revision, unless --model gave one by hand (recorded as such).
     EnvNotReady names each failed check; NotInEnv when the env lacks the serve program. Each
     upstream contract check the env's clone fails is a warning on `out`, before any GPU time is
-    spent."""
+    spent. A simulated host's server is omniprobe's own sim; its serve preflight (of
+    `flag_sets`; empty: all) still runs."""
     if cfg.host(host_name).simulated:
+        failed = failure_lines(sim_preflight(cfg, project, host_name, flag_sets=flag_sets))
+        if failed:
+            raise EnvNotReady(f"the serve preflight of host {host_name!r} fails, so no server "
+                              "is started:\n" + "\n".join(f"  {line}" for line in failed))
         served = ServedModel(model=redact_text(by_hand) if by_hand else cfg.stack.model_repo,
                              source="by_hand" if by_hand else "simulated")
         return ProbeEnv(None, AttemptEnvironment(digest=sim_env_digest(), served=served))
@@ -614,7 +650,8 @@ class ProbeSession(Session):
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
             client.check_references(fixtures, ctx.project.fixtures_file.parent)
         self.env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=self.options.model,
-                               venv=self.options.venv, nvml=self.nvml, out=ctx.out)
+                               venv=self.options.venv, flag_sets=self.settings.flag_sets,
+                               nvml=self.nvml, out=ctx.out)
         self.env_bin = self.env.bin_dir
         # The server gets the model as given; the record holds it with its secrets redacted.
         self.settings = replace(self.settings,
@@ -670,6 +707,11 @@ class ProbeSession(Session):
               f"artifacts in {store.artifacts}", file=out)
         for line in probe.refused + probe.unfinished:
             print(f"not done: {line}", file=out)
+        if probe.environment_failures:
+            raise EnvironmentFailure(
+                "the card was not measured: whole flag set(s) failed for an environment cause "
+                "(the evidence records it; fix the environment and re-run):\n"
+                + "\n".join(f"  {line}" for line in probe.environment_failures))
         return 1 if probe.unfinished else 0
 
     def close(self) -> None:

@@ -261,7 +261,8 @@ class PropagationSession(Session):
         check_references([fixture], ctx.project.fixtures_file.parent)
         self.plan = Plan(choose_knob(cfg, with_, options.knob), with_, without, fixture, seed)
         self.env = prepare_env(ctx.project, cfg, ctx.host_name, by_hand=options.model,
-                               venv=options.venv, nvml=self.nvml, out=ctx.out)
+                               venv=options.venv, flag_sets=self.settings.flag_sets,
+                               nvml=self.nvml, out=ctx.out)
         self.env_bin = self.env.bin_dir
         self.settings = replace(self.settings,
                                 model=options.model or self.env.record.served.model)

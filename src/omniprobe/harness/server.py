@@ -21,6 +21,7 @@ from pathlib import Path
 
 import requests
 
+from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.oom import MODEL_CODE, parse_oom
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.errors import EnvironmentFailure, Refusal
@@ -134,14 +135,16 @@ class Endpoints:
 
 def classify_exit(returncode: int, log_text: str, elapsed: float,
                   model_code: tuple[str, ...] = MODEL_CODE) -> InitResult:
-    """A server that exited before it was ready: OOM at init when its log says so, else error."""
+    """A server that exited before it was ready: OOM at init when its log says so, else error;
+    with the cause its log shows (the card, the server software, or the environment)."""
+    cause = classify_failure(log_text, model_code)
     oom = parse_oom(log_text, "init", model_code)
     if oom is not None:
-        return InitResult(outcome="oom", time_s=round(elapsed, 2), oom=oom)
+        return InitResult(outcome="oom", time_s=round(elapsed, 2), oom=oom, cause=cause)
     last = [line.strip() for line in log_text.splitlines() if line.strip()][-1:]
     return InitResult(outcome="error", time_s=round(elapsed, 2),
                       note=f"exited {returncode} before it was ready"
-                      + (f": {last[0][:300]}" if last else ""))
+                      + (f": {last[0][:300]}" if last else ""), cause=cause)
 
 
 class ServerProcess:

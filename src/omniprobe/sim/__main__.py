@@ -31,7 +31,7 @@ from omniprobe.sim.knobs import (
     kv_dtype,
 )
 from omniprobe.sim.memory import MIB, Accounted, StateFile, Torch
-from omniprobe.sim.model import Flags, Pipeline, UnsupportedFlags
+from omniprobe.sim.model import Flags, Pipeline, UnsupportedFlags, reference_cost_mib, resident_mib
 
 TIME_SCALE_ENV = "OMNIPROBE_SIM_TIME_SCALE"
 
@@ -78,12 +78,18 @@ def build_offline_parser() -> argparse.ArgumentParser:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m omniprobe.sim", description=__doc__)
+    # Only -h here: `serve --help=all` is the serve parser's, as in vLLM.
+    parser = argparse.ArgumentParser(prog="python -m omniprobe.sim", description=__doc__,
+                                     add_help=False)
+    parser.add_argument("-h", action="help", help="show this help message and exit")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("offline", help="run the offline runner protocol over the capacity model "
                                    "(see `python -m omniprobe.sim offline --help`)")
-    p = sub.add_parser("serve", help="serve the simulated model")
+    p = sub.add_parser("serve", help="serve the simulated model", add_help=False)
     p.add_argument("model")
+    p.add_argument("-h", "--help", nargs="?", const="short", metavar="all",
+                   help="show this help message and exit (--help=all: every option, as vLLM)")
+    p.set_defaults(print_help=p.print_help)
     p.add_argument("--omni", action="store_true", required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -96,6 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage-init-timeout", type=float)
     p.add_argument("--init-timeout", type=float)
     p.add_argument("--log-stats", action="store_true")
+    p.add_argument("--check-args", action="store_true",
+                   help="parse and check the arguments against the capacity model, then exit 0 "
+                        "without allocating or serving (the env's serve preflight)")
     p.add_argument("--deploy-bridge", choices=DEPLOY_BRIDGES,
                    default=os.environ.get(BRIDGE_ENV, "honour"),
                    help="whether the simulated config bridge passes the deploy config's stage "
@@ -162,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["offline"]:
         return offline_main(argv[1:])
     args = build_parser().parse_args(argv)
+    if args.help:
+        args.print_help()
+        return 0
     host, error = _sim_host(args)
     if error:
         print(error, file=sys.stderr)
@@ -174,6 +186,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     flags = Flags(precision=args.quantization or "bf16", cpu_offload=args.enable_cpu_offload,
                   layerwise=args.enable_layerwise_offload, kv_cache_dtype=kv)
+    if args.check_args:
+        try:
+            resident_mib(cap, flags)
+            reference_cost_mib(cap, flags)
+        except UnsupportedFlags as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"arguments accepted: {flags}")
+        return 0
     print(f"INFO: simulated server (omniprobe.sim) for {args.model}: {flags}", file=sys.stderr)
     try:
         memory = _memory(args, host)

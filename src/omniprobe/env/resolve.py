@@ -1,0 +1,124 @@
+"""Before anything is installed: the whole install plan resolves, and a pin whose source is an
+upstream recipe agrees with it.
+
+`uv pip compile` resolves every [[env.install]] requirement at once, each pin also a constraint,
+for the pinned interpreter; it installs nothing. A clash is a `ResolutionConflict` naming which
+requirement of which package meets which pin, with uv's own explanation and what the seed says
+about how it installed the pins concerned.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from omniprobe.config.hosts import InstallStep
+from omniprobe.env.state import EnvBuildError, Runner
+
+# "... gitpkg-b==0.1.0 depends on six>=1.17 ..." in uv's explanation of a failed resolution.
+# ("... all versions of alpha depend on beta>=2.0 ..." where the package has one version.)
+_DEPENDS = re.compile(r"([A-Za-z0-9][\w.-]*?)(?:==([\w.+!-]+))? depends? on "
+                      r"([A-Za-z0-9][\w.-]*?)([<>=!~][^\s,]*)?(?=[\s,]|$)")
+# A version a recipe names for vLLM ("vllm==0.31.0", "vLLM 0.31.0", "vllm>=0.31.0"), not vLLM-Omni's.
+_RECIPE_VERSION = r"(?i)\b{name}\b(?![-_]omni)[^\n\d]{{0,20}}?v?(\d+\.\d+(?:\.\d+)?)"
+
+
+class ResolutionConflict(EnvBuildError):
+    """The install plan does not resolve: nothing was installed."""
+
+
+class RecipeMismatch(EnvBuildError):
+    """A pin disagrees with the upstream recipe it names as its source."""
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def requirement_lines(steps: list[InstallStep], requirement: Callable[[InstallStep], list[str]]
+                      ) -> str:
+    """The plan as a requirements file: one line per step (`-e PATH` for an editable one)."""
+    lines = []
+    for step in steps:
+        argv = requirement(step)
+        lines.append(f"-e {argv[1]}" if argv[:1] == ["--editable"] else " ".join(argv))
+    return "".join(f"{line}\n" for line in lines)
+
+
+def compile_command(uv: str, python: str, requirements: Path, constraints: Path,
+                    steps: list[InstallStep]) -> list[str]:
+    """`uv pip compile` of the whole plan; a step's own index is searched first, as its install
+    step searches only it."""
+    indexes = sorted({step.index for step in steps if step.index})
+    extra = [arg for index in indexes for arg in ("--extra-index-url", index)]
+    return [uv, "pip", "compile", "--quiet", "--no-header", "--python", python,
+            "--constraint", str(constraints), *extra, str(requirements)]
+
+
+def explain_conflict(uv_output: str, steps: list[InstallStep]) -> list[str]:
+    """One line per requirement of a package that meets a pin, as uv's explanation names them."""
+    pins = {_norm(step.name): step for step in steps}
+    found = []
+    for package, version, wanted, spec in _DEPENDS.findall(" ".join(uv_output.split())):
+        step = pins.get(_norm(wanted))
+        if step is None or _norm(package) == _norm(wanted):
+            continue
+        own = pins.get(_norm(package))
+        version = version or (own.version if own is not None and own.version else "")
+        line = (f"{package}{'==' + version if version else ''} requires {wanted}{spec}, which "
+                f"clashes with the pin {step.name} {step.pin} ([[env.install]] {step.name})")
+        if step.seed_says:
+            line += f"; the seed says: {step.seed_says}"
+        if line not in found:
+            found.append(line)
+    return found
+
+
+def resolve_plan(uv: str, python: str, steps: list[InstallStep], constraints_text: str,
+                 requirement: Callable[[InstallStep], list[str]], runner: Runner,
+                 echo: Callable[[str], None]) -> None:
+    """Resolve the whole plan with every pin as a constraint; ResolutionConflict if it does not."""
+    with tempfile.TemporaryDirectory(prefix="omniprobe-plan-") as folder:
+        requirements, constraints = Path(folder) / "plan.in", Path(folder) / "pins.txt"
+        requirements.write_text(requirement_lines(steps, requirement))
+        constraints.write_text(constraints_text)
+        argv = compile_command(uv, python, requirements, constraints, steps)
+        echo(f"$ {' '.join(argv)}  # resolve the whole plan; installs nothing")
+        proc = runner.run(argv)
+    if proc.returncode == 0:
+        echo(f"# the install plan resolves: {len(proc.stdout.splitlines())} line(s) pinned")
+        return
+    output = (proc.stderr or proc.stdout).strip()
+    clashes = explain_conflict(output, steps)
+    raise ResolutionConflict(
+        "the install plan does not resolve, so nothing was installed"
+        + "".join(f"\n  {line}" for line in clashes)
+        + ("" if clashes else "\n  (uv names no requirement of a package against a pin; "
+                              "its explanation follows)")
+        + f"\nuv pip compile says:\n{output[-2000:]}")
+
+
+def recipe_versions(text: str, name: str) -> list[str]:
+    """The versions of `name` a recipe text names, in order, without repeats."""
+    found = re.findall(_RECIPE_VERSION.format(name=re.escape(name)), text)
+    return list(dict.fromkeys(found))
+
+
+def check_recipe(step: InstallStep, clone: Path, commit: str) -> str:
+    """Whether the pin agrees with the recipe file it names, in the upstream clone at `commit`:
+    a line to print; RecipeMismatch when the recipe names other versions only."""
+    path = clone / str(step.recipe)
+    if not path.is_file():
+        return (f"# {step.name} {step.version}: cannot check against {step.recipe}: the file is "
+                f"not in the upstream clone at {commit[:12]}; the pin stands as hosts.toml states")
+    named = recipe_versions(path.read_text(encoding="utf-8", errors="replace"), step.name)
+    if step.version in named:
+        return f"# {step.name} {step.version}: {step.recipe} at {commit[:12]} names it"
+    if not named:
+        return (f"# {step.name} {step.version}: cannot check against {step.recipe}: it names no "
+                f"{step.name} version at {commit[:12]}; the pin stands as hosts.toml states")
+    raise RecipeMismatch(
+        f"{step.name} is pinned to {step.version}, but {step.recipe} at {commit[:12]} names "
+        f"{', '.join(named)}; fix [[env.install]] {step.name} (nothing was installed)")

@@ -1,0 +1,146 @@
+"""The install plan resolves before anything is installed: two pins that clash stop the build at
+resolution, naming both requirements, with nothing installed. Local wheels only, no network."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from omniprobe.config.hosts import InstallStep, load_hosts
+from omniprobe.env.build import build_env
+from omniprobe.env.resolve import (
+    RecipeMismatch,
+    ResolutionConflict,
+    check_recipe,
+    explain_conflict,
+    recipe_versions,
+    resolve_plan,
+)
+from omniprobe.env.state import Runner, env_paths, uv_command
+
+from .env_scaffold import make_world
+
+
+def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
+    """A pure-Python wheel with one empty module and the given Requires-Dist."""
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": b"",
+        f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+                             + "".join(f"Requires-Dist: {r}\n" for r in requires)).encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                         b"Tag: py3-none-any\n",
+    }
+    record = "".join(
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+        f"{len(data)}\n" for path, data in files.items()) + f"{info}/RECORD,,\n"
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, data in files.items():
+            zf.writestr(path, data)
+        zf.writestr(f"{info}/RECORD", record)
+    return wheel
+
+
+@pytest.fixture
+def wheels(tmp_path, monkeypatch) -> Path:
+    """alpha 1.0 needs beta>=2.0; beta comes as 1.0 and 2.0; uv sees only this folder."""
+    folder = tmp_path / "wheels"
+    folder.mkdir()
+    make_wheel(folder, "alpha", "1.0", ("beta>=2.0",))
+    make_wheel(folder, "beta", "1.0")
+    make_wheel(folder, "beta", "2.0")
+    monkeypatch.setenv("UV_NO_INDEX", "1")
+    monkeypatch.setenv("UV_FIND_LINKS", str(folder))
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    return folder
+
+
+def steps(alpha: str, beta: str) -> list[InstallStep]:
+    return [InstallStep(name="alpha", version=alpha),
+            InstallStep(name="beta", version=beta, seed_says="beta 1.0, installed on its own")]
+
+
+def _pins(plan: list[InstallStep]) -> str:
+    return "".join(f"{s.name}=={s.version}\n" for s in plan)
+
+
+def _resolve(plan: list[InstallStep]) -> None:
+    resolve_plan(uv_command(), sys.executable, plan, _pins(plan),
+                 lambda s: [f"{s.name}=={s.version}"], Runner(), lambda line: None)
+
+
+def test_pins_that_agree_resolve(wheels):
+    _resolve(steps("1.0", "2.0"))
+
+
+def test_clashing_pins_name_both_requirements(wheels):
+    with pytest.raises(ResolutionConflict) as caught:
+        _resolve(steps("1.0", "1.0"))
+    message = str(caught.value)
+    assert message.startswith("the install plan does not resolve, so nothing was installed\n")
+    assert ("alpha==1.0 requires beta>=2.0, which clashes with the pin beta 1.0 "
+            "([[env.install]] beta); the seed says: beta 1.0, installed on its own") in message
+    assert "uv pip compile says:" in message
+
+
+def test_the_build_stops_at_resolution_with_nothing_installed(wheels, tmp_path, monkeypatch):
+    world = make_world(tmp_path / "world")
+    text = world.project.hosts_file.read_text()
+    text = text[:text.index("[[env.install]]")] + (
+        '[[env.install]]\nname = "alpha"\nversion = "1.0"\n\n'
+        '[[env.install]]\nname = "beta"\nversion = "1.0"\n')
+    world.project.hosts_file.write_text(text)
+    for key, value in world.env_vars.items():
+        monkeypatch.setenv(key, value)
+    # uv finds the interpreter running the tests even from inside a virtual environment.
+    monkeypatch.setenv("PATH", f"{Path(sys._base_executable).parent}{os.pathsep}{os.environ['PATH']}")
+    paths = env_paths(load_hosts(world.project.hosts_file), world.project, "testhost")
+    echoed: list[str] = []
+    with pytest.raises(ResolutionConflict, match=r"alpha==1\.0 requires beta>=2\.0, which clashes "
+                                                 r"with the pin beta 1\.0"):
+        build_env("testhost", project=world.project, echo=echoed.append)
+    assert any(line.startswith("$ ") and " pip compile " in line for line in echoed)
+    assert not any(" pip install " in line for line in echoed)
+    assert not paths.venv.exists()  # not even created: nothing is half-installed
+
+
+def test_explain_conflict_reads_uvs_words():
+    output = ("× No solution found when resolving dependencies:\n  ╰─▶ Because gitpkg-b==0.1.0 "
+              "depends on diffusers==0.40.0 and you require diffusers==0.36.0.dev0, we can "
+              "conclude that your requirements are unsatisfiable.")
+    plan = [InstallStep(name="diffusers", version="0.36.0.dev0")]
+    assert explain_conflict(output, plan) == [
+        "gitpkg-b==0.1.0 requires diffusers==0.40.0, which clashes with the pin diffusers "
+        "0.36.0.dev0 ([[env.install]] diffusers)"]
+
+
+VLLM = InstallStep(name="vllm", version="0.31.0", recipe="recipes/Qwen/Qwen-Image-2.1.md")
+
+
+@pytest.mark.parametrize(("text", "versions"), [
+    ("uv pip install vllm==0.31.0 --torch-backend=auto\n", ["0.31.0"]),
+    ("Requires vLLM 0.31.0 and vLLM-Omni 0.32.0.\n", ["0.31.0"]),
+    ("pip install vllm-omni==0.30.0\n", []),
+])
+def test_recipe_versions(text, versions):
+    assert recipe_versions(text, "vllm") == versions
+
+
+def test_the_recipe_check(tmp_path):
+    assert "cannot check against recipes/Qwen/Qwen-Image-2.1.md: the file is not in" in \
+        check_recipe(VLLM, tmp_path, "8484d85d1" + "0" * 31)
+    recipe = tmp_path / "recipes" / "Qwen" / "Qwen-Image-2.1.md"
+    recipe.parent.mkdir(parents=True)
+    recipe.write_text("```\nuv pip install vllm==0.31.0\n```\n")
+    assert "names it" in check_recipe(VLLM, tmp_path, "8484d85d1")
+    recipe.write_text("```\nuv pip install vllm==0.32.1\n```\n")
+    with pytest.raises(RecipeMismatch, match="pinned to 0.31.0, but recipes/Qwen/Qwen-Image-2.1.md "
+                                             "at 8484d85d1 names 0.32.1"):
+        check_recipe(VLLM, tmp_path, "8484d85d1")
