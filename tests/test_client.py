@@ -79,10 +79,12 @@ def test_image_that_does_not_decode_is_recorded_as_an_error(project):
     fields = {"flag_set": "fp8", "fixture": "sim-t2i", "seed": 1, "outcome": "ok",
               "quality": "unchecked", "wall_s": 0.1}
     images = store.artifacts / "fp8" / "images"
-    probe._record(dict(fields), b"\x89PNG but not really", images / "x.png")
-    probe._record(dict(fields, seed=2), png(), images / "y.png")
+    shown = []  # what the console is told, after each record is written
+    probe._record(dict(fields), b"\x89PNG but not really", images / "x.png", shown.append)
+    probe._record(dict(fields, seed=2), png(), images / "y.png", shown.append)
     store.close()
     first, second = store.requests
+    assert shown == store.requests
     assert first.outcome == "error" and "the image does not decode" in first.error
     assert first.output_sha256 is None and not (images / "x.png").exists()
     assert second.outcome == "ok" and len(second.pixels_sha256) == 64

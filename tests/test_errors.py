@@ -239,6 +239,9 @@ class _Store:
     def close(self) -> None:
         self.steps.append("store closed")
 
+    def discard_if_empty(self) -> bool:
+        return False
+
 
 @pytest.mark.parametrize(("fail", "error", "raised", "steps"), [
     (None, None, None, ["prepare", "open", "run", "close", "store closed"]),

@@ -303,8 +303,9 @@ def _drop_the_baseline_attempt(p: Project) -> None:
 @pytest.mark.parametrize(("change", "args", "message"), [
     (lambda p: (p.artifacts_dir / "run-1" / "fp8-2301.png").unlink(), [],
      "$.requests[2].artifact: image not found at"),
-    (_repeat_first_request, [], "$.requests[5]: repeats flag set 'cpuoff-expandable', "
-                                "fixture 'edit-compose-pair', seed 2301 of $.requests[0]"),
+    (_repeat_first_request, [], "$.requests[5]: a second record of (flag set, fixture, seed) "
+                                "('cpuoff-expandable', 'edit-compose-pair', 2301); the first is "
+                                "at $.requests[0]"),
     (_drop_the_baseline_attempt, [], "$.attempt.baseline: the attempt names no baseline attempt"),
     (lambda p: save(p.artifacts_dir / "run-1" / "fp8-2301.png", natural((10, 10))), [],
      "size 312x208 differs from 10x10"),

@@ -71,7 +71,7 @@ def test_deploy_extras_read_the_stage_extras(tmp_path, repo):
         bad.write_text(text)
         with pytest.raises(DeployConfigError, match=message):
             deploy_extras(str(bad))
-    with pytest.raises(DeployConfigError, match="No such file"):
+    with pytest.raises(DeployConfigError, match="file not found"):
         deploy_extras(str(tmp_path / "absent.yaml"))
 
 

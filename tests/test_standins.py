@@ -144,7 +144,7 @@ def _standin(data, fixture_id):
     (lambda d: _standin(d, "standin-single").update(stands_in_for="sim-single"),
      "which is itself made up"),
     (lambda d: _standin(d, "standin-single")["references"][0].update(file="../hosts.toml"),
-     "expected a relative path inside the fixtures folder"),
+     "which climbs out with '..'"),
 ])
 def test_stand_in_rules_are_named(repo_copy, mutate, expected):
     data = json.loads(repo_copy.fixtures_file.read_text())

@@ -39,9 +39,11 @@ from typing import Literal
 import numpy as np
 from PIL import Image
 
+from omniprobe.config.fixtures import MAX_SIDE_PX
 from omniprobe.config.hosts import ImageChecks
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import ImageMetrics
+from omniprobe.safe_io import read_bytes
 
 Comparator = Literal["rgba", "rgb"]
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".webp"})
@@ -49,6 +51,12 @@ _SIXTEEN_BIT = {"I;16": "I;16", "I;16B": "I;16", "I;16L": "I;16", "I;16N": "I;16
 _VIA_RGB = {"RGB", "CMYK", "YCbCr"}
 _VIA_RGBA = {"P", "PA"}
 SUPPORTED_MODES = ("RGBA", *sorted(_VIA_RGB), "L", "1", "LA", *sorted(_VIA_RGBA), *_SIXTEEN_BIT)
+
+
+# The largest image decoded: the largest output a fixture can ask for (fixtures.py bounds its
+# width and height); a larger one would cost gigabytes to decode before anything refused it.
+MAX_IMAGE_PIXELS = MAX_SIDE_PX * MAX_SIDE_PX
+MAX_IMAGE_BYTES = MAX_IMAGE_PIXELS * 8  # 16-bit RGBA stored without compression
 
 
 class UnreadableImage(InputError):
@@ -127,13 +135,9 @@ def load_pixels(path: str | Path) -> Pixels:
     """Open and decode an image file; UnreadableImage names the file and what went wrong."""
     path = Path(path)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UnreadableImage(path, "file not found") from None
-    except IsADirectoryError:
-        raise UnreadableImage(path, "is a folder, not an image file") from None
-    except OSError as exc:
-        raise UnreadableImage(path, f"cannot read or decode: {exc}") from None
+        data = read_bytes(path, max_bytes=MAX_IMAGE_BYTES)  # a regular file only: no FIFO hangs
+    except InputError as exc:
+        raise UnreadableImage(path, exc.problems[0].message) from None
     return decode_pixels(data, str(path))
 
 
@@ -141,6 +145,12 @@ def decode_pixels(data: bytes, name: str) -> Pixels:
     """Decode an encoded image (a file's bytes, a server's answer); `name` is what errors call it."""
     try:
         with Image.open(io.BytesIO(data)) as img:
+            width, height = img.size  # from the header: nothing is decoded yet
+            if width * height > MAX_IMAGE_PIXELS:
+                raise UnreadableImage(name, f"{width}x{height} is {width * height} pixels, over "
+                                            f"the limit of {MAX_IMAGE_PIXELS} (the largest "
+                                            f"output a fixture can ask for, {MAX_SIDE_PX}x"
+                                            f"{MAX_SIDE_PX}); not decoded")
             img.load()
             return to_pixels(img, name)
     except Image.UnidentifiedImageError:

@@ -7,10 +7,13 @@ draws it (omniprobe.report.timeline_svg) from the decimated points these functio
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import TimelinePoint, TimelineSummary
+from omniprobe.safe_io import read_text
 
 
 @dataclass(frozen=True)
@@ -61,14 +64,35 @@ def unavailable(reason: str, hz: float) -> TimelineSummary:
                            samples=0)
 
 
+def _sample(line: str) -> Sample | None:
+    """A sample of one JSONL line; None unless it is an object with finite numbers."""
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(row, dict):
+        return None
+    process = row.get("process_mib")
+    values = (row.get("t"), row.get("device_mib"), 0 if process is None else process)
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+               for v in values):
+        return None
+    return Sample(t_s=row["t"], device_mib=row["device_mib"], process_mib=row.get("process_mib"))
+
+
 def read_series(path: Path) -> list[Sample]:
-    """The samples of a JSONL series; a torn last line (the sampler was killed) is left out."""
-    samples = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        samples.append(Sample(t_s=row["t"], device_mib=row["device_mib"],
-                              process_mib=row.get("process_mib")))
+    """The samples of a JSONL series; a torn last line (the sampler was killed) is left out, any
+    other bad line is an InputError naming it."""
+    lines = read_text(path).splitlines()
+    samples, problems = [], []
+    for number, line in enumerate(lines, start=1):
+        sample = _sample(line)
+        if sample is not None:
+            samples.append(sample)
+        elif number < len(lines) and line.strip():
+            problems.append(Problem(str(path), f"line {number}", "expected a JSON object with "
+                                    "finite numbers t and device_mib (and process_mib or none), "
+                                    f"got {line[:60]!r}"))
+    if problems:
+        raise InputError(problems)
     return samples

@@ -53,11 +53,19 @@ def cell_from(records: list[RequestRecord]) -> Cell:
                 oom=oom, inputs=records[0].inputs, emulation_breach=breach)
 
 
+def current_requests(requests: list[RequestRecord]) -> list[RequestRecord]:
+    """The records that stand: a transport failure that a later send of its cell superseded
+    measured nothing, and drops out."""
+    last = {(r.flag_set, r.fixture, r.seed): i for i, r in enumerate(requests)}
+    return [r for i, r in enumerate(requests)
+            if not r.transport_failure or last[(r.flag_set, r.fixture, r.seed)] == i]
+
+
 def cells_from_requests(requests: list[RequestRecord]) -> dict[str, list[Cell]]:
     """flag set -> its cells, in the order the fixtures were first requested; a request that
     failed for a cause other than the card measured nothing, and is left out."""
     grouped: dict[str, dict[str, list[RequestRecord]]] = {}
-    for record in requests:
+    for record in current_requests(requests):
         if not is_card_evidence(record.outcome, record.cause):
             continue
         grouped.setdefault(record.flag_set, {}).setdefault(record.fixture, []).append(record)

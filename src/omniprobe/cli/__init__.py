@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +13,46 @@ from omniprobe.config.project import NoProject, find_project
 from omniprobe.errors import InputError, Interrupted, OmniprobeError, Problem
 
 Command = Callable[[argparse.Namespace], int]
+
+
+def _number(text: str, convert, *, low: float, high: float, low_open: bool, what: str):
+    try:
+        value = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (0, negatives, nan and inf are refused)."""
+    return _number(text, float, low=0, high=7 * 24 * 3600, low_open=True,
+                   what="a number of seconds above 0 and at most a week")
+
+
+def grace_seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more."""
+    return _number(text, float, low=0, high=3600, low_open=False,
+                   what="a number of seconds from 0 to 3600")
+
+
+def hertz(text: str) -> float:
+    return _number(text, float, low=0, high=1000, low_open=True,
+                   what="a rate in Hz above 0 and at most 1000")
+
+
+def port(text: str) -> int:
+    return _number(text, int, low=1, high=65535, low_open=False, what="a TCP port from 1 to 65535")
+
+
+def index(text: str) -> int:
+    return _number(text, int, low=0, high=1023, low_open=False, what="an index from 0")
+
+
+def seed(text: str) -> int:
+    return _number(text, int, low=0, high=2**63 - 1, low_open=False,
+                   what="a seed from 0 to 2**63-1")
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -281,16 +322,19 @@ def _server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
     p.add_argument("--venv", help="the real host's probe env, when no env-<host> session built "
                    "one (default: <[env] root>/envs/<host>)")
-    p.add_argument("--port", type=int, help="server port (default: [serve] port)")
+    p.add_argument("--port", type=port, help="server port (default: [serve] port)")
     p.add_argument("--model", help="model path or repo id for {model} (default: snapshot repo)")
-    p.add_argument("--ready-timeout", type=float, help="seconds (default: [serve] ready_timeout_s)")
-    p.add_argument("--request-timeout", type=float,
+    p.add_argument("--ready-timeout", type=seconds,
+                   help="seconds (default: [serve] ready_timeout_s)")
+    p.add_argument("--request-timeout", type=seconds,
                    help="seconds (default: [serve] request_timeout_s)")
-    p.add_argument("--grace", type=float, help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
-    p.add_argument("--sample-hz", type=float, default=10.0, help="GPU memory sampling rate")
-    p.add_argument("--idle-timeout", type=float, default=60.0,
+    p.add_argument("--grace", type=grace_seconds,
+                   help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
+    p.add_argument("--sample-hz", type=hertz, default=10.0, help="GPU memory sampling rate")
+    p.add_argument("--idle-timeout", type=grace_seconds, default=60.0,
                    help="seconds to wait for an idle GPU before each server start")
-    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU (PCI bus order)")
+    p.add_argument("--gpu-index", type=index, default=0,
+                   help="NVML index of the GPU (PCI bus order)")
 
 
 def _probe_options(p: argparse.ArgumentParser) -> None:
@@ -410,18 +454,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kwarg-set", action="append", default=[],
                    help="only this offline kwarg set (repeatable; default: every runnable one)")
     p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
-    p.add_argument("--seed", action="append", type=int, default=[],
+    p.add_argument("--seed", action="append", type=seed, default=[],
                    help="only this seed (repeatable; default: the fixtures' sampling seeds)")
     p.add_argument("--model", help="model path or repo id (default: snapshot repo)")
     p.add_argument("--venv", help="the pinned venv (default: <[env] root>/envs/<host>)")
-    p.add_argument("--ready-timeout", type=float,
+    p.add_argument("--ready-timeout", type=seconds,
                    help="seconds to build the engine (default: [serve] ready_timeout_s)")
-    p.add_argument("--request-timeout", type=float,
+    p.add_argument("--request-timeout", type=seconds,
                    help="seconds (default: [serve] request_timeout_s)")
-    p.add_argument("--grace", type=float, help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
-    p.add_argument("--idle-timeout", type=float, default=60.0,
+    p.add_argument("--grace", type=grace_seconds,
+                   help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
+    p.add_argument("--idle-timeout", type=grace_seconds, default=60.0,
                    help="seconds to wait for an idle GPU before each runner start")
-    p.add_argument("--gpu-index", type=int, default=0, help="NVML index of the GPU (PCI bus order)")
+    p.add_argument("--gpu-index", type=index, default=0,
+                   help="NVML index of the GPU (PCI bus order)")
     p.set_defaults(func=_probe_offline)
 
     p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "
@@ -433,7 +479,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--knob", help="what the deploy config sets (default: its hosts.toml 'knob')")
     p.add_argument("--fixture", help="fixture to serve (default: the runnable edit with the "
                    "fewest references)")
-    p.add_argument("--seed", type=int, help="seed (default: the first sampling seed)")
+    p.add_argument("--seed", type=seed, help="seed (default: the first sampling seed)")
     _server_options(p)
     p.set_defaults(func=_propagation)
 

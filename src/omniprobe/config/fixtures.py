@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path, PurePosixPath
-from typing import Literal
+from pathlib import Path
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from omniprobe.config.sources import SourceDocument
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+from omniprobe.safe_io import InsidePath, confine, load_json, read_bytes
 
 # Where a request's inputs come from: the fixture's own, as its source states them (or as a user
 # who holds them filled them in), or omniprobe's stand-ins for inputs the source does not state.
@@ -20,7 +20,15 @@ ChosenField = Literal["prompt", "width", "height", "references"]
 
 
 class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict when loaded (load_fixtures): no coercion of "2301" or true to an int; finite floats.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+# Seeds as torch takes them (a 64-bit generator seed).
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+# Pixels per side: above any output the served model makes, below what would exhaust memory.
+MAX_SIDE_PX = 4096
+MAX_REFERENCE_BYTES = 64 * 1024**2  # a 4096x4096 RGBA PNG stored raw is 64 MiB
 
 
 class FixtureNotRunnable(Refusal):
@@ -29,21 +37,14 @@ class FixtureNotRunnable(Refusal):
 
 class ReferenceImage(_Input):
     name: str
-    file: str = Field(description="Path of the image, relative to the fixtures file, inside its folder.")
+    file: InsidePath = Field(
+        description="Path of the image, relative to the fixtures file, inside its folder.")
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$",
                         description="sha256 of the file's bytes: what the server is sent.")
     pixels_sha256: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{64}$",
         description="sha256 of the decoded pixels (omniprobe.analysis.imaging.pixels_sha256), for "
                     "generated images whose PNG bytes may differ between encoder versions.")
-
-    @field_validator("file")
-    @classmethod
-    def _inside_the_fixtures_folder(cls, value: str) -> str:
-        path = PurePosixPath(value)
-        if path.is_absolute() or ".." in path.parts or "\\" in value or not path.parts:
-            raise ValueError(f"expected a relative path inside the fixtures folder, got {value!r}")
-        return value
 
 
 class Derivation(_Input):
@@ -57,11 +58,13 @@ class Derivation(_Input):
 class Fixture(_Input):
     id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     kind: Literal["edit", "t2i"]
-    reference_count: int = Field(ge=0)
+    reference_count: int = Field(ge=0, le=64)
     source_name: str = Field(description="What the source calls this fixture.")
     prompt: str | None = Field(default=None, description="null: not stated by the source.")
-    width: int | None = Field(default=None, gt=0, description="null: not stated by the source.")
-    height: int | None = Field(default=None, gt=0, description="null: not stated by the source.")
+    width: int | None = Field(default=None, gt=0, le=MAX_SIDE_PX,
+                              description="null: not stated by the source.")
+    height: int | None = Field(default=None, gt=0, le=MAX_SIDE_PX,
+                               description="null: not stated by the source.")
     references: list[ReferenceImage] | None = Field(
         default=None, description="The bound reference images; null: not stated by the source."
     )
@@ -125,9 +128,9 @@ class Fixture(_Input):
 
 
 class Sampling(_Input):
-    seeds: list[int] = Field(min_length=1)
-    num_inference_steps: int = Field(gt=0)
-    true_cfg_scale: float
+    seeds: list[Seed] = Field(min_length=1)
+    num_inference_steps: int = Field(gt=0, le=1000)
+    true_cfg_scale: float = Field(ge=0)
     negative_prompt: Literal[False] = Field(description="The report sends no negative prompt.")
 
 
@@ -226,16 +229,13 @@ def reference_problems(suite: FixtureSuite, fixtures_file: Path,
             continue
         for j, ref in enumerate(fixture.references or []):
             where = f"$.fixtures[{i}].references[{j}]"
-            path = base / ref.file
-            if not path.resolve().is_relative_to(base.resolve()):  # a link that leads out
-                problems.append(Problem(str(fixtures_file), f"{where}.file",
-                                        f"{ref.file}: resolves outside {base}"))
-                continue
             try:
-                data = path.read_bytes()
-            except OSError as exc:
-                problems.append(Problem(str(fixtures_file), f"{where}.file",
-                                        f"{ref.file}: cannot read: {exc.strerror or exc}"))
+                path = confine(base, ref.file, file=fixtures_file, field=f"{where}.file")
+                data = read_bytes(path, max_bytes=MAX_REFERENCE_BYTES)
+            except InputError as exc:
+                problem = exc.problems[0]
+                problems.append(problem if problem.file == str(fixtures_file) else Problem(
+                    str(fixtures_file), f"{where}.file", f"{ref.file}: {problem.message}"))
                 continue
             digest = sha256_bytes(data)
             if digest != ref.sha256:
@@ -247,14 +247,8 @@ def reference_problems(suite: FixtureSuite, fixtures_file: Path,
 
 def load_fixtures(path: str | Path) -> FixtureSuite:
     path = Path(path)
+    data = load_json(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError([Problem(str(path), "", "file not found")]) from None
-    except json.JSONDecodeError as exc:
-        raise InputError([Problem(str(path), f"line {exc.lineno} column {exc.colno}",
-                                  f"not valid JSON: {exc.msg}")]) from None
-    try:
-        return FixtureSuite.model_validate(data)
+        return FixtureSuite.model_validate(data, strict=True)
     except ValidationError as exc:
         raise InputError(problems_from_validation(path, exc)) from None

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import re
 import string
-import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+from omniprobe.safe_io import InsidePath, load_toml
 
 
 class UnknownHost(Refusal):
@@ -17,7 +25,8 @@ class UnknownHost(Refusal):
 
 
 class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict when loaded (load_hosts): no coercion of "8091" or true to an int; finite floats.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Stack(_Input):
@@ -50,6 +59,21 @@ class Stack(_Input):
         return self
 
 
+SERVE_PLACEHOLDERS = frozenset({"python", "model", "hosts_file", "host"})
+OFFLINE_PLACEHOLDERS = frozenset({"python", "runner", "hosts_file", "host"})
+
+
+def _check_placeholders(command: list[str] | None, known: frozenset[str]) -> list[str] | None:
+    """A command's {name} placeholders must be ones the harness fills in; else a typo would reach
+    the server verbatim. Braces around anything but a name (a JSON argument) are text."""
+    for part in command or []:
+        unknown = sorted(set(re.findall(r"\{([A-Za-z_]\w*)\}", part)) - known)
+        if unknown:
+            raise ValueError(f"{part!r} uses unknown placeholder(s) {unknown}; expected "
+                             f"{sorted(known)}")
+    return command
+
+
 class ArgsCheck(_Input):
     """How the env preflight sees that the serve command's parser accepts a flag set's arguments
     without starting a server."""
@@ -79,11 +103,17 @@ class Serve(_Input):
     request_timeout_s: float = Field(default=900, gt=0)
     stop_grace_s: float = Field(default=15, ge=0, description="SIGTERM to SIGKILL.")
 
+    @field_validator("command")
+    @classmethod
+    def _known_placeholders(cls, command: list[str]) -> list[str]:
+        return _check_placeholders(command, SERVE_PLACEHOLDERS)
+
 
 class DeployConfig(_Input):
     """A deploy YAML a flag set passes with --deploy-config."""
 
-    path: str = Field(description="Path in this repository, relative to hosts.toml.")
+    path: InsidePath = Field(pattern=r"^deploy/",
+                             description="Path under deploy/, relative to hosts.toml.")
     content_known: bool = Field(
         description="False when the source names the file but does not give its content."
     )
@@ -216,6 +246,16 @@ class Host(_Input):
                     "host); the sampler reads that file instead of NVML. null: NVML.",
     )
 
+    @field_validator("serve_command")
+    @classmethod
+    def _serve_placeholders(cls, command: list[str] | None) -> list[str] | None:
+        return _check_placeholders(command, SERVE_PLACEHOLDERS)
+
+    @field_validator("offline_command")
+    @classmethod
+    def _offline_placeholders(cls, command: list[str] | None) -> list[str] | None:
+        return _check_placeholders(command, OFFLINE_PLACEHOLDERS)
+
     @model_validator(mode="after")
     def _capacity_iff_simulated(self) -> Host:
         if self.simulated and self.capacity is None:
@@ -286,20 +326,27 @@ class ImageChecks(_Input):
         "(fixture id), {source_name} (the source's name for it) and {seed}.",
     )
 
-    @model_validator(mode="after")
-    def _layout_placeholders(self) -> ImageChecks:
-        names = {name for _, name, _, _ in string.Formatter().parse(self.baseline_layout) if name}
+    @field_validator("baseline_layout")
+    @classmethod
+    def _layout_placeholders(cls, layout: str) -> str:
+        fields = [(name, spec, conversion) for _, name, spec, conversion
+                  in string.Formatter().parse(layout) if name is not None]
+        for name, spec, conversion in fields:
+            if spec or conversion or not name:
+                raise ValueError(f"baseline_layout placeholders are bare names such as {{seed}}, "
+                                 f"without a format spec or conversion; got {layout!r}")
+        names = {name for name, _, _ in fields}
         unknown = names - LAYOUT_PLACEHOLDERS
         if unknown:
             raise ValueError(f"baseline_layout uses unknown placeholder(s) {sorted(unknown)}; "
                              f"expected {sorted(LAYOUT_PLACEHOLDERS)}")
         if "seed" not in names or not names & {"fixture", "source_name"}:
             raise ValueError("baseline_layout must name {seed} and {fixture} or {source_name}, "
-                             f"got {self.baseline_layout!r}")
-        if Path(self.baseline_layout).is_absolute() or ".." in Path(self.baseline_layout).parts:
+                             f"got {layout!r}")
+        if Path(layout).is_absolute() or ".." in Path(layout).parts:
             raise ValueError(f"baseline_layout must stay inside the baseline folder, "
-                             f"got {self.baseline_layout!r}")
-        return self
+                             f"got {layout!r}")
+        return layout
 
 
 class InstallStep(_Input):
@@ -354,7 +401,7 @@ class EnvChecks(_Input):
         default=0.05, ge=0, lt=1,
         description="Allowed relative difference between NVML's total memory (GiB) and vram_gb.",
     )
-    snapshot_manifest: str | None = Field(
+    snapshot_manifest: InsidePath | None = Field(
         default=None,
         description="JSON of the snapshot's file sha256 digests, relative to hosts.toml; "
                     "null: not known (the seed states none).",
@@ -524,13 +571,7 @@ def load_hosts(path: str | Path) -> HostsConfig:
     """Load and check hosts.toml; raise InputError listing every problem."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError([Problem(str(path), "", "file not found")]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError([Problem(str(path), "", f"not valid TOML: {exc}")]) from None
-    try:
-        cfg = HostsConfig.model_validate(data)
+        cfg = HostsConfig.model_validate(load_toml(path), strict=True)
     except ValidationError as exc:
         raise InputError(problems_from_validation(path, exc, _toml_loc)) from None
     problems = _cross_references(cfg, str(path))

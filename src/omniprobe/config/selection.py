@@ -18,7 +18,8 @@ from pathlib import Path
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
-from omniprobe.errors import EnvironmentFailure, Refusal
+from omniprobe.errors import EnvironmentFailure, InputError, Refusal
+from omniprobe.safe_io import load_json
 
 INVOCATION_ENV = "OMNIPROBE_INVOCATION"
 
@@ -40,8 +41,8 @@ def read_state(path: Path, invocation: str | None) -> dict:
     if not invocation:
         return {}
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
+        data = load_json(path)
+    except InputError:  # missing, unreadable or not JSON: no state handed on
         return {}
     return data if isinstance(data, dict) and data.get("invocation") == invocation else {}
 

@@ -39,6 +39,7 @@ from omniprobe.env.state import (
 from omniprobe.errors import InputError, problems_from_validation
 from omniprobe.evidence.models import CheckStatus, EnvCheck, EnvPin, EnvPython, GpuFacts, HostFacts
 from omniprobe.evidence.upstream import UpstreamContract
+from omniprobe.safe_io import confine, load_json
 from omniprobe.upstream.contract import check_clone
 
 if TYPE_CHECKING:
@@ -369,18 +370,22 @@ def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
     if manifest_file is None:
         return [snapshot, _check("model.snapshot_files", "skip",
                                  "no snapshot_manifest configured: the file digests are unknown")]
-    return [snapshot, _manifest_check(project.hosts_file.parent / manifest_file,
-                                      cfg.stack.model_snapshot, found)]
+    try:
+        path = confine(project.hosts_file.parent, manifest_file, file=project.hosts_file,
+                       field="[env.checks] key 'snapshot_manifest'")
+    except InputError as exc:
+        return [snapshot, _check("model.snapshot_files", "fail", str(exc))]
+    return [snapshot, _manifest_check(path, cfg.stack.model_snapshot, found)]
 
 
 def _manifest_check(path: Path, model_snapshot: str, revision: CachedRevisionInfo | None
                     ) -> EnvCheck:
     name = "model.snapshot_files"
     try:
-        manifest = SnapshotManifest.model_validate_json(path.read_text(encoding="utf-8"))
-    except (OSError, ValidationError) as exc:
+        manifest = SnapshotManifest.model_validate(load_json(path), strict=True)
+    except (InputError, ValidationError) as exc:
         problems = (problems_from_validation(path, exc) if isinstance(exc, ValidationError)
-                    else [f"{path}: {exc}"])
+                    else exc.problems)
         return _check(name, "fail", f"unusable manifest: {'; '.join(map(str, problems))}")
     if manifest.model_snapshot != model_snapshot:
         return _check(name, "fail", f"{path} lists the files of another snapshot",

@@ -19,7 +19,8 @@ from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import EnvConfig, HostsConfig, InstallStep
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_json
-from omniprobe.errors import EnvironmentFailure
+from omniprobe.errors import EnvironmentFailure, InputError
+from omniprobe.safe_io import MissingFile, read_text
 
 ENV_ROOT_VAR = "OMNIPROBE_ENV_ROOT"
 STAMP_FILE = "omniprobe-env.json"
@@ -124,9 +125,11 @@ def write_stamp(paths: EnvPaths, stamp: Stamp) -> None:
 def stamp_state(paths: EnvPaths, want_hash: str) -> tuple[bool, str]:
     """(current, why): current means a complete build of exactly these pins."""
     try:
-        stamp = Stamp.model_validate_json(paths.stamp.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        stamp = Stamp.model_validate_json(read_text(paths.stamp))
+    except MissingFile:
         return False, f"no build stamp at {paths.stamp}: the env was never completely built"
+    except InputError as exc:
+        return False, f"unreadable build stamp {exc}"
     except ValidationError as exc:
         return False, f"unreadable build stamp {paths.stamp}: {exc.errors()[0]['msg']}"
     if stamp.state != "complete":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from omniprobe import __version__
+from omniprobe.atomic import is_temp_file
 from omniprobe.config.hosts import Host
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_file
@@ -33,6 +35,7 @@ from omniprobe.evidence.models import (
     load_attempt,
     write_section,
 )
+from omniprobe.redaction import redact_args
 
 SUFFIX = "-probe"  # marks attempts this module made, apart from transcribed or other evidence
 
@@ -72,7 +75,8 @@ def provenance(host_name: str, host: Host, command: list[str], started_at: datet
                cap_mib: int | None = None) -> Measured | Simulated | Emulated:
     """Where an attempt made now comes from: measured on this machine, emulated on it at `cap_mib`
     (an emulated host), or simulated (by the sim's capacity model unless `simulated_model` says
-    what else)."""
+    what else). Secrets in the command are redacted."""
+    command = redact_args(command)
     if host.emulation is not None:
         if cap_mib is None:
             raise ValueError(f"host {host_name!r} is emulated: its attempts need the cap")
@@ -111,6 +115,7 @@ class AttemptStore:
     meta: Attempt
     runs: list[ServeRun] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
+    created: bool = False  # a probe attempt this process made, not one it resumes
     _lock: int | None = None
 
     @property
@@ -129,12 +134,23 @@ class AttemptStore:
         write_section(self.folder, "runs.json", self.runs)
 
     def add_request(self, record: RequestRecord) -> None:
+        """Held as recorded only once on disk: a failed write leaves it to be sent again."""
+        write_section(self.folder, "requests.json", [*self.requests, record])
         self.requests.append(record)
-        write_section(self.folder, "requests.json", self.requests)
 
     def recorded(self, flag_set: str, fixture: str, seed: int) -> bool:
+        """A record of the cell that measured something: a transport failure is sent again."""
         return any(r.flag_set == flag_set and r.fixture == fixture and r.seed == seed
-                   for r in self.requests)
+                   and not r.transport_failure for r in self.requests)
+
+    def discard_if_empty(self) -> bool:
+        """Remove a probe attempt this process made that holds nothing but attempt.json (a run
+        that failed early), so it never becomes the newest one a re-run resumes."""
+        if not self.created or any(p.name != ATTEMPT_FILE and not is_temp_file(p)
+                                   for p in self.folder.iterdir()):
+            return False
+        shutil.rmtree(self.folder)
+        return True
 
     def close(self) -> None:
         if self._lock is not None:
@@ -150,11 +166,12 @@ class AttemptStore:
             os.close(fd)
             raise AttemptBusy(f"another probe is writing attempt {self.meta.id}") from None
         self._lock = fd
+        # Only the lock's holder writes the folder: a temp file now was left by a killed writer.
+        for stale in filter(is_temp_file, self.folder.iterdir()):
+            stale.unlink(missing_ok=True)
 
 
 def _load(project: Project, folder: Path) -> AttemptStore:
-    for stale in folder.glob(".*.tmp"):  # left by a probe killed mid-write; never valid evidence
-        stale.unlink()
     loaded, problems = load_attempt(folder)
     if problems or loaded is None:
         raise InputError(problems)
@@ -190,6 +207,7 @@ def open_attempt(project: Project, host_name: str, host: Host, command: list[str
         store = _load(project, host_dir / fresh_id)
     elif fresh or not existing:
         store = _create(project, host_name, host, command, cap_suffix(cap_mib), cap_mib=cap_mib)
+        store.created = True  # a resumable attempt: removed again if its run records nothing
     else:
         store = _load(project, existing[-1])
     store._take_lock()
@@ -258,5 +276,6 @@ def open_probe_attempt(project: Project, host_name: str, host: Host, command: li
     if store is None:
         store = _create(project, host_name, host, command, cap_suffix(cap_mib), cap_mib=cap_mib,
                         environment=environment)
+        store.created = True  # removed again if its run records nothing
     store._take_lock()
     return store, why

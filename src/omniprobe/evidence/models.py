@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
-from omniprobe.atomic import write_text_atomic
+from omniprobe.atomic import is_temp_file, write_text_atomic
 from omniprobe.config.fixtures import Inputs
 from omniprobe.config.sources import SourceDocument
 from omniprobe.errors import InputError, Problem, problems_from_validation
@@ -30,6 +30,7 @@ from omniprobe.evidence.migrations import (
 )
 from omniprobe.evidence.quantities import Range, Size
 from omniprobe.evidence.upstream import Anchor, UpstreamContract
+from omniprobe.safe_io import InsidePath, MissingFile, outside, parse_json, read_text
 
 Outcome = Literal["ok", "oom", "error", "timeout"]
 InitOutcome = Literal["ready", "oom", "error", "timeout"]
@@ -40,7 +41,8 @@ Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Strict when loaded (parse_file): no coercion of "2301" or true to an int; finite floats.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --- provenance -------------------------------------------------------------------------
@@ -241,7 +243,7 @@ class Cell(_In):
 class ArtifactRef(_In):
     """A large file kept outside git, in the project's artifacts folder."""
 
-    path: str = Field(description="Relative to the artifacts folder.")
+    path: InsidePath = Field(description="Relative to the artifacts folder.")
     sha256: Sha256
     bytes: int = Field(ge=0)
 
@@ -348,7 +350,8 @@ class RequestRecord(_In):
     denoise_step_latency_ms: float | None = None
     output_sha256: Sha256 | None = None
     pixels_sha256: Sha256 | None = None
-    artifact: str | None = Field(default=None, description="Image path outside git.")
+    artifact: InsidePath | None = Field(
+        default=None, description="Image path outside git, relative to the artifacts folder.")
     image: ImageMetrics | None = None
     oom: OomSignature | None = None
     error: str | None = None
@@ -362,6 +365,10 @@ class RequestRecord(_In):
     inputs: Inputs = Field(
         default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
                                         "inputs the source does not state (fixtures.json).")
+    transport_failure: bool | None = Field(
+        default=None, description="true: no answer came (connection refused or dropped, the "
+                                  "server gone), so nothing about the model was measured; a "
+                                  "resume sends the request again and records that after it.")
     emulation_breach: EmulationBreach | None = Field(
         default=None, description="Emulated hosts: the server's process tree exceeded the cap "
                                   "by the time this request ended; it never counts as a fit.")
@@ -404,7 +411,8 @@ class OfflineRequest(_In):
         "peak, or a record written before the runner said.")
     output_sha256: Sha256 | None = None
     pixels_sha256: Sha256 | None = Field(default=None, description="imaging.pixels_sha256.")
-    artifact: str | None = Field(default=None, description="Image path outside git.")
+    artifact: InsidePath | None = Field(
+        default=None, description="Image path outside git, relative to the artifacts folder.")
     image: ImageMetrics | None = None
     oom: OomSignature | None = None
     error: str | None = None
@@ -678,7 +686,7 @@ def _file_model(file_name: str, content: type) -> type[BaseModel]:
     key = content_key(file_name)
     return create_model(
         "".join(part.title() for part in key.split("_")) + "File",
-        __config__=ConfigDict(extra="forbid", frozen=True),
+        __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
         __doc__=f"{file_name}: the evidence format version, then the content under {key!r}.",
         **{VERSION_KEY: (Literal[FORMAT_VERSION], Field(
             description="Evidence format version; a file without it is version 1 and is "
@@ -735,18 +743,16 @@ def parse_file(path: Path, text: str | None = None):
     """One evidence file's content, its kind told by its name, migrated from an older format
     version; raise InputError naming the file and the JSON path of every problem."""
     model = FILE_MODELS[path.name]
-    try:
-        text = path.read_text(encoding="utf-8") if text is None else text
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError([Problem(str(path), f"line {exc.lineno} column {exc.colno}",
-                                  f"not valid JSON (truncated or malformed): {exc.msg}")]) from None
+    text = read_text(path) if text is None else text
+    data = parse_json(path, text)
     try:
         data, found = upgrade(path.name, data)
     except UnknownFormatVersion as exc:
         raise InputError([Problem(str(path), f"$.{VERSION_KEY}", str(exc))]) from None
     try:
-        value = model.model_validate(data)
+        # Validated as JSON, strictly: timestamps are ISO text there, and nothing is coerced.
+        value = model.model_validate_json(text if found == FORMAT_VERSION else json.dumps(data),
+                                          strict=True)
     except ValidationError as exc:
         problems = problems_from_validation(path, exc)
         if found != FORMAT_VERSION:
@@ -758,11 +764,20 @@ def parse_file(path: Path, text: str | None = None):
 
 
 def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
-    """Load one attempt folder, collecting every problem rather than stopping at the first."""
+    """Load one attempt folder, collecting every problem rather than stopping at the first.
+    A file symlinked from outside evidence/ is refused, not read."""
     problems: list[Problem] = []
+    evidence_root = folder.parent.parent
+    for child in (folder, *sorted(folder.iterdir())):
+        real = outside(child, evidence_root)
+        if real is not None:
+            problems.append(Problem(str(child), "", f"a symlink to {real}, outside "
+                                                    f"{evidence_root}; evidence lives in evidence/"))
+    if problems:
+        return None, problems
     try:
         meta = parse_file(folder / ATTEMPT_FILE)
-    except FileNotFoundError:
+    except MissingFile:
         return None, [Problem(str(folder), "", f"attempt folder has no {ATTEMPT_FILE}")]
     except InputError as exc:
         return None, exc.problems
@@ -774,7 +789,7 @@ def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
         problems.append(Problem(str(folder / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.host"),
                                 f"expected the host folder {folder.parent.name!r}, got {meta.host!r}"))
     for child in sorted(folder.iterdir()):
-        if child.name == ATTEMPT_FILE:
+        if child.name == ATTEMPT_FILE or is_temp_file(child):  # a write in flight is no evidence
             continue
         if child.name not in SECTION_FILES:
             problems.append(Problem(str(child), "", "unknown evidence file; expected one of "

@@ -46,7 +46,7 @@ Size = Annotated[str, AfterValidator(_check_size)]
 class Range(BaseModel):
     """A closed interval; a single observation has min == max."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     min: float
     max: float

@@ -17,7 +17,7 @@ UPSTREAM_HOST = "upstream"  # evidence/upstream/: the attempts of `upstream chec
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Anchor(_In):

@@ -17,10 +17,11 @@ from pathlib import Path
 import requests
 
 from omniprobe.analysis.oom import error_message, is_oom, parse_oom
-from omniprobe.config.fixtures import Fixture, Sampling
+from omniprobe.config.fixtures import MAX_REFERENCE_BYTES, Fixture, ReferenceImage, Sampling
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import OomSignature, Outcome
+from omniprobe.safe_io import MissingFile, confine, read_bytes
 
 EDITS_PATH = "/v1/images/edits"
 GENERATIONS_PATH = "/v1/images/generations"
@@ -43,6 +44,13 @@ class Reply:
     oom: OomSignature | None = None
     error: str | None = None
     status: int | None = None
+    transport_failure: bool = False  # no answer at all: the connection failed
+
+
+def reference_path(fixture: Fixture, ref: ReferenceImage, fixtures_dir: Path) -> Path:
+    """Where a reference image is: inside fixtures/, or InputError naming the fixture's field."""
+    return confine(fixtures_dir, ref.file, file=fixtures_dir / "fixtures.json",
+                   field=f"fixture {fixture.id!r} reference {ref.name!r} key 'file'")
 
 
 def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, bytes]]:
@@ -50,12 +58,16 @@ def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, byt
     ReferenceMismatch names every file that is missing or differs, with both digests."""
     loaded, problems = [], []
     for ref in fixture.references or []:
-        path = fixtures_dir / ref.file
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
+            path = reference_path(fixture, ref, fixtures_dir)
+            data = read_bytes(path, max_bytes=MAX_REFERENCE_BYTES)
+        except MissingFile:
+            path = fixtures_dir / ref.file
             problems.append(Problem(str(path), "", f"reference {ref.name!r} of fixture "
                                                    f"{fixture.id!r} is missing"))
+            continue
+        except InputError as exc:
+            problems += exc.problems
             continue
         digest = sha256_bytes(data)
         if digest != ref.sha256:
@@ -150,7 +162,8 @@ def send(base_url: str, fixture: Fixture, seed: int, sampling: Sampling, fixture
                      error=f"no answer within {timeout_s:g} s")
     except requests.ConnectionError as exc:
         return Reply("error", time.perf_counter() - started,
-                     error=f"connection failed (server gone?): {str(exc)[:300]}")
+                     error=f"connection failed (server gone?): {str(exc)[:300]}",
+                     transport_failure=True)
     wall_s = time.perf_counter() - started
     if response.status_code == 200:
         return parse_success(response.content, wall_s)

@@ -37,7 +37,7 @@ from omniprobe.errors import HarnessError
 from omniprobe.evidence.attempts import AttemptStore, file_ref, new_attempt
 from omniprobe.evidence.models import ArtifactRef, OfflineRequest, OfflineRun, write_section
 from omniprobe.evidence.quantities import Range
-from omniprobe.harness.client import check_references
+from omniprobe.harness.client import check_references, reference_path
 from omniprobe.harness.logs import log_tail
 from omniprobe.harness.probe import (
     MEMORY_FILE,
@@ -51,6 +51,7 @@ from omniprobe.harness.propagation import describe, offline_checks, unchecked_ex
 from omniprobe.harness.sampler import NvmlUnavailable, wait_idle
 from omniprobe.harness.server import ServerProcess, classify_exit
 from omniprobe.harness.session import Context, Session, SessionOptions, run_session
+from omniprobe.redaction import redact_file, redact_text
 
 RUNNER = Path(__file__).with_name("offline_runner.py")
 ATTEMPT_SUFFIX = "-offline"
@@ -259,7 +260,7 @@ class OfflineProbe:
         requests = [{
             "id": p.id, "fixture": p.fixture.id, "seed": p.seed, "prompt": p.fixture.prompt,
             "width": p.fixture.width, "height": p.fixture.height,
-            "references": [str((self.fixtures_dir / r.file).resolve())
+            "references": [str(reference_path(p.fixture, r, self.fixtures_dir))
                            for r in p.fixture.references or []],
             "num_inference_steps": sampling.num_inference_steps,
             "true_cfg_scale": sampling.true_cfg_scale,
@@ -332,6 +333,7 @@ class OfflineProbe:
             return pending, False
         finally:
             runner.stop()
+            redact_file(runner.log_path)
             state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
 
     def _next(self, runner: ServerProcess, events: Events,
@@ -372,7 +374,7 @@ class OfflineProbe:
                    if event.get("outcome") == "oom" or is_oom(text) else None)
             failure = OfflineRun(kwarg_set=name, outcome="init-oom" if oom else "init-error",
                                  quality="unchecked", oom=oom, init_s=event.get("wall_s"),
-                                 note=(event.get("error") or "")[:500] or None)
+                                 note=redact_text(event.get("error") or "")[:500] or None)
         elif why == "timeout":
             failure = OfflineRun(kwarg_set=name, outcome="timeout", quality="unchecked",
                                  note=f"the engine was not built within "
@@ -393,9 +395,12 @@ class OfflineProbe:
     # --- records ----------------------------------------------------------------------------
 
     def _add(self, fields: dict) -> OfflineRequest:
+        """Write the record (its error redacted), and only then hold it as recorded."""
+        if fields.get("error"):
+            fields = {**fields, "error": redact_text(fields["error"])}
         record = OfflineRequest.model_validate(fields)
+        write_section(self.store.folder, "offline-requests.json", [*self.records, record])
         self.records.append(record)
-        write_section(self.store.folder, "offline-requests.json", self.records)
         return record
 
     def _record(self, name: str, planned: Planned, event: dict, index: int) -> OfflineRequest:

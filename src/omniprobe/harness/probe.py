@@ -86,6 +86,7 @@ from omniprobe.harness.server import (
     server_env,
 )
 from omniprobe.harness.session import Context, ServerOptions, Session, run_session
+from omniprobe.redaction import redact_args, redact_file, redact_text
 
 ReaderFactory = Callable[[Path], GpuReader]
 # The file a server publishes its memory in (hosts.toml memory_file_env), in its lifetime's folder.
@@ -211,6 +212,10 @@ def run_from_lifetimes(flag_set: str, lifetimes: list[ServerLifetime]) -> ServeR
                     gpu_sampler=", ".join(samplers) or None, lifetimes=lifetimes)
 
 
+class RecordNotWritten(EnvironmentFailure):
+    """A request's record or image could not be written (the disk is full or read-only)."""
+
+
 class Recorder:
     """Finishes each record off the request path, in order: decoding the image for its pixel
     hash and quality metrics costs more than the rest of the harness, and overlaps the next
@@ -224,10 +229,19 @@ class Recorder:
         self._pending.append(self._pool.submit(fn, *args))
 
     def drain(self) -> None:
-        """Wait for every submitted record; a failure to write one is raised here."""
+        """Wait for every submitted record; a failure to write one is raised here, as the
+        machine's (a full or read-only disk), once every other record had its chance."""
         pending, self._pending = self._pending, []
+        failed: list[OSError] = []
         for future in pending:
-            future.result()
+            try:
+                future.result()
+            except OSError as exc:
+                failed.append(exc)
+        if failed:
+            raise RecordNotWritten(
+                f"{len(failed)} request record(s) could not be written ({failed[0]}); the "
+                "attempt holds every request shown above: free the space and re-run to resume")
 
     def close(self) -> None:
         try:
@@ -354,8 +368,8 @@ class ServeProbe:
                                   root_pid=lambda: server.pid, t0=t0, guard=guard)
                 sampler.start()
             init = server.wait_ready(self.settings.ready_timeout_s, self.settings.poll_s)
-            record = ServerLifetime(session=session, started_at=started_at, command=command,
-                                    init=init)
+            record = ServerLifetime(session=session, started_at=started_at,
+                                    command=redact_args(command), init=init)
             self._put_lifetime(flag_set, index, record)
             yield Live(server, init, index, t0, folder, guard)
         finally:
@@ -366,6 +380,7 @@ class ServeProbe:
                 capped = capped_processes(server.log_path.read_text(errors="replace"))
                 timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
             if record is not None:
+                redact_file(server.log_path)
                 log = file_ref(server.log_path, self.store.project.artifacts_dir)
                 self._put_lifetime(flag_set, index, record.model_copy(
                     update={"ended": ended, "log": log, "timeline": timeline,
@@ -457,10 +472,7 @@ class ServeProbe:
                     return
                 while pending:
                     fixture, seed = pending.pop(0)
-                    reply, up = self._request(live, flag_set, fixture, seed)
-                    progress.step(f"[{label}] {fixture.id} seed {seed}: {reply.outcome} "
-                                  f"{reply.wall_s:.2f} s" + _oom_text(reply.oom)
-                                  + ("" if up else " (server down: restarting)"))
+                    up = self._request(live, flag_set, fixture, seed, progress, label)
                     if not up:
                         break
             if pending:
@@ -479,10 +491,10 @@ class ServeProbe:
             return False
         return status.status_code == 200
 
-    def _request(self, live: Live, flag_set: str, fixture: Fixture,
-                 seed: int) -> tuple[client.Reply, bool]:
-        """Send one request and hand it to the recorder; returns the reply and whether the
-        server can go on."""
+    def _request(self, live: Live, flag_set: str, fixture: Fixture, seed: int,
+                 progress: Progress, label: str) -> bool:
+        """Send one request and hand it to the recorder, which shows it once it is on disk;
+        returns whether the server can go on."""
         log_start = live.server.log_path.stat().st_size
         started_s = time.monotonic() - live.t0
         reply = client.send(self.base_url, fixture, seed, self.suite.sampling, self.fixtures_dir,
@@ -493,8 +505,13 @@ class ServeProbe:
         oom = (merge(reply.oom, parse_oom(log, "request", tuple(self.host.model_code)))
                if reply.outcome == "oom" else None)
         error = reply.error
+        # No answer at all, and no exit of the server's own: the harness lost it (refused, or
+        # killed by a signal), which measured nothing about the model.
+        transport = reply.transport_failure
         if not up and reply.outcome != "timeout":
             code = live.server.wait_exit(2)  # a crashed server may take a moment to be reaped
+            # Killed by a signal: -N from Popen, 128 + N from the keeper.
+            transport = transport and (code is None or code < 0 or code > 128)
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
                      + f"; its log ends: {log_tail(log)}")
@@ -509,17 +526,25 @@ class ServeProbe:
                   "wall_s": round(reply.wall_s, 4),
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
-                  "error": error, "cause": cause, "started_s": round(started_s, 3),
-                  "lifetime": live.index}
+                  "error": error and redact_text(error), "cause": cause,
+                  "started_s": round(started_s, 3), "lifetime": live.index,
+                  "transport_failure": transport or None}
         if live.guard is not None:
             fields["emulation_breach"] = live.guard.breach_by(time.monotonic() - live.t0)
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
-        self.recorder.submit(self._record, fields, reply.image, path)
-        return reply, up
+        restart = "" if up else " (server down: restarting)"
 
-    def _record(self, fields: dict, image: bytes | None, path: Path) -> None:
+        def show(record: RequestRecord) -> None:
+            progress.step(f"[{label}] {fixture.id} seed {seed}: {record.outcome} "
+                          f"{record.wall_s:.2f} s" + _oom_text(record.oom) + restart)
+        self.recorder.submit(self._record, fields, reply.image, path, show)
+        return up
+
+    def _record(self, fields: dict, image: bytes | None, path: Path,
+                show: Callable[[RequestRecord], None]) -> None:
         """Decode the image once for its pixel hash and quality metrics, save it, then validate,
-        gate and write the record (on the recorder)."""
+        gate and write the record, and only then show it (on the recorder): a request the
+        console calls ok is on disk."""
         pixels = None
         if image is not None:
             try:
@@ -536,6 +561,7 @@ class ServeProbe:
         if pixels is not None:
             record = gate_record(record, measure(pixels, self.cfg.quality))
         self.store.add_request(record)
+        show(record)
 
 
 def _oom_text(oom) -> str:
@@ -581,14 +607,14 @@ def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: 
         if failed:
             raise EnvNotReady(f"the serve preflight of host {host_name!r} fails, so no server "
                               "is started:\n" + "\n".join(f"  {line}" for line in failed))
-        served = ServedModel(model=by_hand or cfg.stack.model_repo,
+        served = ServedModel(model=redact_text(by_hand) if by_hand else cfg.stack.model_repo,
                              source="by_hand" if by_hand else "simulated")
         return ProbeEnv(None, AttemptEnvironment(digest=sim_env_digest(), served=served))
     verification = require_env_ok(host_name, project=project, nvml=nvml, out=out,
                                    venv=session_venv(project, host_name) or venv)
     snapshot = None if by_hand else pinned_snapshot(cfg)
     if by_hand:
-        served = ServedModel(model=by_hand, source="by_hand")
+        served = ServedModel(model=redact_text(by_hand), source="by_hand")
     elif snapshot is None:  # the model.snapshot check passed a moment ago: the cache changed
         raise EnvNotReady(f"no single snapshot of {cfg.stack.model_snapshot} in the hub cache "
                           f"{hf_cache_dir()}; run `omniprobe env check --host {host_name}`")
@@ -596,7 +622,7 @@ def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: 
         served = ServedModel(model=str(snapshot.snapshot_path), source="pinned",
                              revision=snapshot.commit_hash)
     bin_dir = verification.paths.bin_dir
-    base_command(cfg, host_name, model=served.model, hosts_file=project.hosts_file,
+    base_command(cfg, host_name, model=by_hand or served.model, hosts_file=project.hosts_file,
                  bin_dir=bin_dir)
     digest = env_digest(verification.pins, verification.checks, str(verification.paths.venv))
     return ProbeEnv(bin_dir, AttemptEnvironment(
@@ -627,7 +653,9 @@ class ProbeSession(Session):
                                venv=self.options.venv, flag_sets=self.settings.flag_sets,
                                nvml=self.nvml, out=ctx.out)
         self.env_bin = self.env.bin_dir
-        self.settings = replace(self.settings, model=self.env.record.served.model)
+        # The server gets the model as given; the record holds it with its secrets redacted.
+        self.settings = replace(self.settings,
+                                model=self.options.model or self.env.record.served.model)
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
 
     def _plan(self, ctx: Context) -> tuple[list[str], list[tuple[str, int]]]:

@@ -264,7 +264,8 @@ class PropagationSession(Session):
                                venv=options.venv, flag_sets=self.settings.flag_sets,
                                nvml=self.nvml, out=ctx.out)
         self.env_bin = self.env.bin_dir
-        self.settings = replace(self.settings, model=self.env.record.served.model)
+        self.settings = replace(self.settings,
+                                model=options.model or self.env.record.served.model)
         check_port(cfg.serve.bind_host, self.settings.port)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:

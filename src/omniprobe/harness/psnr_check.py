@@ -38,6 +38,7 @@ from omniprobe.evidence.models import (
 )
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import load_valid_project
+from omniprobe.safe_io import confine
 
 CellKey = tuple[str, int]  # (fixture, seed)
 
@@ -60,9 +61,11 @@ class QualityResult:
     refused: list[Problem] = field(default_factory=list)
 
 
-def resolve_artifact(artifact: str, artifacts_dir: Path) -> Path:
-    path = Path(artifact)
-    return path if path.is_absolute() else artifacts_dir / path
+def resolve_artifact(artifact: str, artifacts_dir: Path, *, file: str | Path = "requests.json",
+                     field: str = "artifact") -> Path:
+    """An evidence record's artifact, inside the artifacts folder (InputError naming the record
+    otherwise)."""
+    return confine(artifacts_dir, artifact, file=file, field=field)
 
 
 def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]:
@@ -71,20 +74,19 @@ def attempt_outputs(attempt: LoadedAttempt, artifacts_dir: Path) -> list[Output]
     at = functools.partial(content_path, "requests.json")
     outputs: list[Output] = []
     problems: list[Problem] = []
-    seen: dict[tuple[str, str, int], int] = {}
-    for i, record in enumerate(attempt.requests):
+    for i, record in enumerate(attempt.requests):  # one per cell: validate refuses repeats
         if record.outcome != "ok":
             continue
-        key = (record.flag_set, record.fixture, record.seed)
-        if key in seen:
-            problems.append(Problem(file, at(f"$[{i}]"), f"repeats flag set {key[0]!r}, fixture "
-                                    f"{key[1]!r}, seed {key[2]} of {at(f'$[{seen[key]}]')}"))
-        seen[key] = i
         if record.artifact is None:
             problems.append(Problem(file, at(f"$[{i}].artifact"),
                                     "an ok request has no artifact; its image cannot be compared"))
             continue
-        path = resolve_artifact(record.artifact, artifacts_dir)
+        try:
+            path = resolve_artifact(record.artifact, artifacts_dir, file=file,
+                                    field=at(f"$[{i}].artifact"))
+        except InputError as exc:
+            problems += exc.problems
+            continue
         if not path.is_file():
             problems.append(Problem(file, at(f"$[{i}].artifact"), f"image not found at {path}"))
         outputs.append(Output(i, record, path))
@@ -112,8 +114,11 @@ def standin_refusals(attempt: LoadedAttempt, outputs: list[Output],
 
 
 def baseline_path(baseline_dir: Path, layout: str, fixture: Fixture, seed: int) -> Path:
-    return baseline_dir / layout.format(fixture=fixture.id, source_name=fixture.source_name,
-                                        seed=seed)
+    """The baseline image's path, inside the baseline folder whatever a fixture's source name
+    holds (InputError naming the layout otherwise)."""
+    return confine(baseline_dir, layout.format(fixture=fixture.id, source_name=fixture.source_name,
+                                               seed=seed),
+                   file="baseline_layout", field=f"fixture {fixture.id!r} seed {seed}")
 
 
 def baseline_paths(outputs: list[Output], baseline_dir: Path, layout: str,
@@ -126,7 +131,11 @@ def baseline_paths(outputs: list[Output], baseline_dir: Path, layout: str,
         key = (out.record.fixture, out.record.seed)
         if key in paths:
             continue
-        paths[key] = path = baseline_path(baseline_dir, layout, fixtures.get(key[0]), key[1])
+        try:
+            paths[key] = path = baseline_path(baseline_dir, layout, fixtures.get(key[0]), key[1])
+        except InputError as exc:
+            problems += exc.problems
+            continue
         if not path.is_file():
             problems.append(Problem(str(path), "", f"baseline image for fixture {key[0]!r} seed "
                                     f"{key[1]} not found (layout {layout!r} under {baseline_dir})"))

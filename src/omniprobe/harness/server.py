@@ -27,6 +27,7 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.errors import EnvironmentFailure, Refusal
 from omniprobe.evidence.models import InitResult
 from omniprobe.harness.processes import alive
+from omniprobe.safe_io import confine
 
 
 class PortInUse(EnvironmentFailure):
@@ -80,7 +81,8 @@ def server_command(cfg: HostsConfig, host_name: str, flag_set: str, *, port: int
     command += flags.args
     if flags.deploy_config:
         deploy = cfg.deploy_configs[flags.deploy_config]
-        path = hosts_file.parent / deploy.path
+        path = confine(hosts_file.parent, deploy.path, file=hosts_file,
+                       field=f"[deploy_configs.{flags.deploy_config}] key 'path'")
         if not deploy.content_known:
             raise FlagSetNotRunnable(
                 f"flag set {flag_set!r} needs {deploy.path}, whose content the source does not "

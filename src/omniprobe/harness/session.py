@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TextIO
 
+from omniprobe.atomic import require_writable
 from omniprobe.config.fixtures import FixtureSuite, load_fixtures
 from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
@@ -92,10 +93,15 @@ def run_session(project: Project, session: Session, host: str | None,
     print(f"host {host_name} ({why})", file=out)
     ctx = Context(project, cfg, suite, host_name, cfg.host(host_name), out)
     session.prepare(ctx)
+    require_writable(project.evidence_dir / host_name, "the evidence folder")
+    require_writable(project.artifacts_dir / host_name, "the artifacts folder")
     store = session.open_attempt(ctx)
+    failed = True
     try:
         with signals_interrupt():
-            return session.run(ctx, store)
+            code = session.run(ctx, store)
+        failed = False
+        return code
     except KeyboardInterrupt:
         raise Interrupted(session.interrupted(store)) from None
     finally:
@@ -103,3 +109,5 @@ def run_session(project: Project, session: Session, host: str | None,
             session.close()
         finally:
             store.close()
+            if failed:
+                store.discard_if_empty()

@@ -6,9 +6,8 @@ builds its own stage extras, so what `Omni(extras=...)` passes may never reach t
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
+from omniprobe.errors import InputError
+from omniprobe.safe_io import MissingFile, load_json
 from omniprobe.sim.model import Flags, UnsupportedFlags
 
 # Where the serve path's bridge comes from unless --deploy-bridge says: honour or drop the extras.
@@ -70,12 +69,13 @@ def deploy_extras(path: str) -> dict:
     the one the seed report found vLLM-Omni's deploy parser reads: stages[].engine_extras.extras.
     """
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DeployConfigError(f"deploy config {path}: {exc.strerror}") from None
-    except json.JSONDecodeError as exc:
+        data = load_json(path)
+    except MissingFile:
+        raise DeployConfigError(f"deploy config {path}: file not found") from None
+    except InputError as exc:
+        found = "; ".join(f"{p.path}: {p.message}" if p.path else p.message for p in exc.problems)
         raise DeployConfigError(f"deploy config {path}: the sim reads only YAML written as JSON; "
-                                f"line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+                                f"{found}") from None
     stages = data.get("stages") if isinstance(data, dict) else None
     if not isinstance(stages, list) or not stages:
         raise DeployConfigError(f"deploy config {path}: expected a non-empty top-level 'stages' list")

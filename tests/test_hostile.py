@@ -1,0 +1,811 @@
+"""Hostile input, table-driven (issue 12): each case breaks one thing in a private copy of the
+project and runs the command line in process. It asserts the exit code, that no traceback is
+printed, and that the message names the file and the field (or, for valid unusual input, that the
+command accepts it)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from omniprobe import cli
+from omniprobe.config.project import Project
+
+PROBE = "evidence/sim/2026-11-30T095416Z-sim-probe"
+OFFLINE = "evidence/sim/2026-11-30T095539Z-sim-offline"
+FIXTURES = "fixtures/fixtures.json"
+SIM_REF = "fixtures/sim/ref-a.png"
+_COMMITTED = json.loads((Path(__file__).resolve().parent.parent / FIXTURES).read_text())
+AT = {f["id"]: i for i, f in enumerate(_COMMITTED["fixtures"])}  # a fixture's index in the file
+SINGLE, PAIR, T2I = AT["sim-single"], AT["sim-pair"], AT["sim-t2i"]
+
+
+# --- how a case breaks the project ----------------------------------------------------------
+
+
+def write(rel: str, data: bytes | str) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data if isinstance(data, bytes) else data.encode())
+    return apply
+
+
+def hosts(old: str, new: str) -> Callable[[Path], None]:
+    """Replace one exact piece of hosts.toml."""
+    def apply(root: Path) -> None:
+        path = root / "hosts.toml"
+        text = path.read_text()
+        assert old in text, old
+        path.write_text(text.replace(old, new, 1))
+    return apply
+
+
+def json_edit(rel: str, edit: Callable[[dict], object]) -> Callable[[Path], None]:
+    """Edit a JSON file as a dict; `edit` changes it in place."""
+    def apply(root: Path) -> None:
+        path = root / rel
+        data = json.loads(path.read_text())
+        edit(data)
+        path.write_text(json.dumps(data, indent=2, allow_nan=True))
+    return apply
+
+
+def fixtures(edit: Callable[[dict], object]) -> Callable[[Path], None]:
+    return json_edit(FIXTURES, edit)
+
+
+def requests(edit: Callable[[list], object]) -> Callable[[Path], None]:
+    return json_edit(f"{PROBE}/requests.json", lambda d: edit(d["requests"]))
+
+
+def set_in(path: list, value) -> Callable[[object], None]:
+    """An edit that sets data[p0][p1]... = value."""
+    def edit(data) -> None:
+        for key in path[:-1]:
+            data = data[key]
+        data[path[-1]] = value
+    return edit
+
+
+def replace_with_folder(rel: str) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        (root / rel).unlink()
+        (root / rel).mkdir()
+    return apply
+
+
+def replace_with_fifo(rel: str) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        path = root / rel
+        path.unlink(missing_ok=True)
+        os.mkfifo(path)
+    return apply
+
+
+def symlink_out(rel: str, outside: Path) -> Callable[[Path], None]:
+    """Move `rel` (a file or folder) outside the project and leave a symlink to it."""
+    def apply(root: Path) -> None:
+        path = root / rel
+        path.rename(outside)
+        path.symlink_to(outside, target_is_directory=outside.is_dir())
+    return apply
+
+
+def duplicate_first(records: list) -> None:
+    records.append(dict(records[0]))
+
+
+def contradict_first(records: list) -> None:
+    records.append({**records[0], "outcome": "oom", "quality": "unchecked"})
+
+
+# --- the cases ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    kind: str  # the issue's class: loader, strict, path, option, repeat, digest, image
+    argv: list[str]
+    exit_code: int
+    says: tuple[str, ...] = ()
+    breaks: Callable[[Path], None] | None = None
+
+
+DEEP_TOML = "deep = " + "[" * 5000 + "]" * 5000 + "\n"
+DEEP_JSON = '{"format_version": 2, "attempt": ' + "[" * 100000 + "]" * 100000 + "}"
+
+CASES = [
+    # 1. the loaders: bytes, nesting, folders and FIFOs where a file belongs, malformed text
+    Case("hosts-not-utf8", "loader", ["validate"], 1, ("hosts.toml", "line 1", "not UTF-8"),
+         write("hosts.toml", b"\xff\xfe[stack]\n")),
+    Case("fixtures-not-utf8", "loader", ["validate"], 1, (FIXTURES, "not UTF-8"),
+         write(FIXTURES, b'{"source": "\xc3\x28"}')),
+    Case("evidence-not-utf8", "loader", ["validate"], 1, (f"{PROBE}/runs.json", "not UTF-8"),
+         write(f"{PROBE}/runs.json", b'{"format_version": 2, "runs": ["\xe9"]}')),
+    Case("hosts-deep", "loader", ["validate"], 1, ("hosts.toml", "nested deeper than 64"),
+         lambda root: (root / "hosts.toml").write_text(DEEP_TOML + (root / "hosts.toml").read_text())),
+    Case("fixtures-deep", "loader", ["validate"], 1, (FIXTURES, "nested deeper than 64"),
+         write(FIXTURES, "[" * 100000 + "]" * 100000)),
+    Case("evidence-deep", "loader", ["validate"], 1, (f"{PROBE}/attempt.json", "nested deeper"),
+         write(f"{PROBE}/attempt.json", DEEP_JSON)),
+    Case("fixtures-deep-in-a-string-is-text", "loader", ["validate"], 1,
+         (FIXTURES, "$.fixtures[0].note", "valid string"),
+         fixtures(set_in(["fixtures", 0, "note"], ["[" * 100]))),
+    Case("hosts-folder", "loader", ["validate"], 1, ("hosts.toml", "is a folder"),
+         replace_with_folder("hosts.toml")),
+    Case("fixtures-folder", "loader", ["validate"], 1, (FIXTURES, "is a folder"),
+         replace_with_folder(FIXTURES)),
+    Case("evidence-file-folder", "loader", ["validate"], 1, (f"{PROBE}/requests.json", "is a folder"),
+         replace_with_folder(f"{PROBE}/requests.json")),
+    Case("fixtures-fifo", "loader", ["validate"], 1, (FIXTURES, "not a regular file"),
+         replace_with_fifo(FIXTURES)),
+    Case("evidence-truncated", "loader", ["validate"], 1,
+         (f"{PROBE}/runs.json", "line 1 column 21", "not valid JSON"),
+         write(f"{PROBE}/runs.json", '{"format_version": 2')),
+    Case("hosts-bad-toml", "loader", ["validate"], 1, ("hosts.toml", "not valid TOML"),
+         hosts("[serve]\n", "[serve\n")),
+    Case("hosts-nul", "loader", ["validate"], 1, ("hosts.toml", "not valid TOML"),
+         hosts('served_model_name = "', 'served_model_name = "\x00')),
+    Case("evidence-not-an-object", "loader", ["validate"], 1,
+         (f"{PROBE}/runs.json", "$.runs", "valid array"), write(f"{PROBE}/runs.json", "42")),
+    Case("timeline-bad-line", "loader", ["timeline", "s.jsonl"], 2, ("s.jsonl", "line 2", "finite"),
+         write("s.jsonl", '{"t": 0, "device_mib": 1}\n{"t": "x", "device_mib": 1}\n'
+                          '{"t": 1, "device_mib": 2}\n')),
+    Case("timeline-not-an-object", "loader", ["timeline", "s.jsonl"], 2, ("s.jsonl", "line 1"),
+         write("s.jsonl", '[1, 2]\n{"t": 1, "device_mib": 2}\n')),
+    Case("timeline-nan", "loader", ["timeline", "s.jsonl"], 2, ("s.jsonl", "line 1"),
+         write("s.jsonl", '{"t": NaN, "device_mib": 1}\n{"t": 1, "device_mib": 2}\n')),
+    Case("timeline-not-utf8", "loader", ["timeline", "s.jsonl"], 2, ("s.jsonl", "not UTF-8"),
+         write("s.jsonl", b'{"t": 0, "device_mib": \xff}\n')),
+    Case("timeline-folder", "loader", ["timeline", "s.jsonl"], 2, ("s.jsonl", "is a folder"),
+         lambda root: (root / "s.jsonl").mkdir()),
+    Case("timeline-torn-last-line-is-fine", "loader", ["timeline", "s.jsonl"], 0, ("wrote",),
+         write("s.jsonl", '{"t": 0, "device_mib": 1}\n{"t": 1, "device_mib": 2}\n{"t": 2, "dev')),
+
+    # 2. strict input models: no coercion, finite floats, bounded ints, checked placeholders
+    Case("port-string", "strict", ["validate"], 1, ("hosts.toml", "[serve] key 'port'", "'8091'"),
+         hosts("port = 8091", 'port = "8091"')),
+    Case("port-bool", "strict", ["validate"], 1, ("hosts.toml", "[serve] key 'port'", "True"),
+         hosts("port = 8091", "port = true")),
+    Case("port-float", "strict", ["validate"], 1, ("hosts.toml", "[serve] key 'port'", "integer"),
+         hosts("port = 8091", "port = 8091.0")),
+    Case("port-out-of-range", "strict", ["validate"], 1, ("hosts.toml", "[serve] key 'port'"),
+         hosts("port = 8091", "port = 70000")),
+    Case("timeout-nan", "strict", ["validate"], 1,
+         ("hosts.toml", "[serve] key 'ready_timeout_s'", "finite"),
+         hosts("port = 8091", "port = 8091\nready_timeout_s = nan")),
+    Case("timeout-inf", "strict", ["validate"], 1,
+         ("hosts.toml", "[serve] key 'request_timeout_s'", "finite"),
+         hosts("port = 8091", "port = 8091\nrequest_timeout_s = inf")),
+    Case("timeout-int-for-float-is-fine", "strict", ["validate"], 0, ("valid",),
+         hosts("port = 8091", "port = 8091\nrequest_timeout_s = 12")),
+    Case("bool-string", "strict", ["validate"], 1, ("hosts.toml", "[serve] key 'enforce_eager'"),
+         hosts("enforce_eager = true", 'enforce_eager = "true"')),
+    Case("vram-string", "strict", ["validate"], 1, ("hosts.toml", "[hosts.rtx3090] key 'vram_gb'"),
+         hosts("vram_gb = 24", 'vram_gb = "24"')),
+    Case("ram-minus-inf", "strict", ["validate"], 1,
+         ("hosts.toml", "[hosts.rtx5080] key 'host_ram_gib'", "finite"),
+         hosts("host_ram_gib = 30", "host_ram_gib = -inf")),
+    Case("fraction-nan", "strict", ["validate"], 1,
+         ("hosts.toml", "[quality] key 'min_opaque_fraction'", "finite"),
+         hosts("min_opaque_fraction = 0.9", "min_opaque_fraction = nan")),
+    Case("layout-format-spec", "strict", ["validate"], 1,
+         ("hosts.toml", "[quality] key 'baseline_layout'", "format spec"),
+         hosts('baseline_layout = "{fixture}/{seed}.png"', 'baseline_layout = "{fixture}/{seed:s}.png"')),
+    Case("layout-conversion", "strict", ["validate"], 1,
+         ("hosts.toml", "[quality] key 'baseline_layout'", "conversion"),
+         hosts('baseline_layout = "{fixture}/{seed}.png"', 'baseline_layout = "{fixture}/{seed!r}.png"')),
+    Case("layout-positional", "strict", ["validate"], 1,
+         ("hosts.toml", "[quality] key 'baseline_layout'"),
+         hosts('baseline_layout = "{fixture}/{seed}.png"', 'baseline_layout = "{fixture}/{seed}{}.png"')),
+    Case("layout-unbalanced", "strict", ["validate"], 1,
+         ("hosts.toml", "[quality] key 'baseline_layout'"),
+         hosts('baseline_layout = "{fixture}/{seed}.png"', 'baseline_layout = "{fixture}/{seed.png"')),
+    Case("serve-placeholder-typo", "strict", ["validate"], 1,
+         ("hosts.toml", "[serve] key 'command'", "unknown placeholder", "modle"),
+         hosts('"vllm", "serve", "{model}"', '"vllm", "serve", "{modle}"')),
+    Case("serve-json-argument-is-fine", "strict", ["validate"], 0, ("valid",),
+         hosts('"vllm", "serve", "{model}", "--omni"',
+               '"vllm", "serve", "{model}", "--omni", "--hf-overrides", "{\\"a\\": 1}"')),
+    Case("host-serve-placeholder", "strict", ["validate"], 1,
+         ("hosts.toml", "[hosts.sim] key 'serve_command'", "runner"),
+         hosts('serve_command = ["{python}"', 'serve_command = ["{runner}"')),
+    Case("offline-placeholder", "strict", ["validate"], 1,
+         ("hosts.toml", "[hosts.sim] key 'offline_command'", "model"),
+         hosts('offline_command = ["{python}"', 'offline_command = ["{model}"')),
+    Case("seed-string", "strict", ["validate"], 1, (FIXTURES, "$.sampling.seeds[0]", "'2301'"),
+         fixtures(set_in(["sampling", "seeds", 0], "2301"))),
+    Case("seed-bool", "strict", ["validate"], 1, (FIXTURES, "$.sampling.seeds[0]"),
+         fixtures(set_in(["sampling", "seeds", 0], True))),
+    Case("seed-negative", "strict", ["validate"], 1, (FIXTURES, "$.sampling.seeds[0]"),
+         fixtures(set_in(["sampling", "seeds", 0], -1))),
+    Case("seed-huge", "strict", ["validate"], 1, (FIXTURES, "$.sampling.seeds[0]"),
+         fixtures(set_in(["sampling", "seeds", 0], 2**70))),
+    Case("width-string", "strict", ["validate"], 1, (FIXTURES, f"$.fixtures[{T2I}].width"),
+         fixtures(set_in(["fixtures", T2I, "width"], "1024"))),
+    Case("width-too-large", "strict", ["validate"], 1, (FIXTURES, f"$.fixtures[{T2I}].width", "4096"),
+         fixtures(set_in(["fixtures", T2I, "width"], 12000))),
+    Case("cfg-nan", "strict", ["validate"], 1, (FIXTURES, "$.sampling.true_cfg_scale", "finite"),
+         fixtures(set_in(["sampling", "true_cfg_scale"], float("nan")))),
+    Case("cfg-int-for-float-is-fine", "strict", ["validate"], 0, ("valid",),
+         fixtures(set_in(["sampling", "true_cfg_scale"], 4))),
+    Case("record-seed-string", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].seed", "'2301'"),
+         requests(set_in([0, "seed"], "2301"))),
+    Case("record-wall-nan", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].wall_s", "finite"),
+         requests(set_in([0, "wall_s"], float("nan")))),
+    Case("record-wall-inf", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].wall_s", "finite"),
+         requests(set_in([0, "wall_s"], float("inf")))),
+    Case("record-peak-minus-inf", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].server_peak_mb", "finite"),
+         requests(set_in([0, "server_peak_mb"], float("-inf")))),
+    Case("record-wall-int-is-fine", "strict", ["validate"], 0, ("valid",),
+         requests(set_in([0, "wall_s"], 12))),
+    Case("record-lifetime-bool", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].lifetime"),
+         requests(set_in([0, "lifetime"], True))),
+    Case("record-started-garbage", "strict", ["validate"], 1,
+         (f"{PROBE}/attempt.json", "$.attempt.provenance.simulated.started_at"),
+         json_edit(f"{PROBE}/attempt.json", set_in(["attempt", "provenance", "started_at"], "soon"))),
+    Case("record-seed-float", "strict", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].seed"),
+         requests(set_in([0, "seed"], 2301.0))),
+
+    # 3. paths a file names stay inside their folder
+    Case("reference-absolute", "path", ["validate"], 1,
+         (FIXTURES, f"$.fixtures[{SINGLE}].references[0].file", "absolute"),
+         fixtures(set_in(["fixtures", SINGLE, "references", 0, "file"], "/etc/passwd"))),
+    Case("reference-climbs-out", "path", ["validate"], 1,
+         (FIXTURES, f"$.fixtures[{SINGLE}].references[0].file", "'..'"),
+         fixtures(set_in(["fixtures", SINGLE, "references", 0, "file"], "sim/../../../etc/passwd"))),
+    Case("reference-home", "path", ["validate"], 1,
+         (FIXTURES, f"$.fixtures[{SINGLE}].references[0].file", "absolute"),
+         fixtures(set_in(["fixtures", SINGLE, "references", 0, "file"], "~/.ssh/id_rsa"))),
+    Case("deploy-absolute", "path", ["validate"], 1,
+         ("hosts.toml", "[deploy_configs.sim-kvfp8v] key 'path'"),
+         hosts('path = "deploy/sim-kvfp8v.yaml"', 'path = "/etc/hosts"')),
+    Case("deploy-climbs-out", "path", ["validate"], 1,
+         ("hosts.toml", "[deploy_configs.sim-kvfp8v] key 'path'", "'..'"),
+         hosts('path = "deploy/sim-kvfp8v.yaml"', 'path = "deploy/../../x.yaml"')),
+    Case("deploy-outside-deploy", "path", ["validate"], 1,
+         ("hosts.toml", "[deploy_configs.sim-kvfp8v] key 'path'", "deploy/"),
+         hosts('path = "deploy/sim-kvfp8v.yaml"', 'path = "fixtures/fixtures.json"')),
+    Case("snapshot-manifest-absolute", "path", ["validate"], 1,
+         ("hosts.toml", "[env] key 'checks.snapshot_manifest'", "absolute"),
+         hosts("[env.checks]\n", '[env.checks]\nsnapshot_manifest = "/etc/passwd"\n')),
+    Case("artifact-climbs-out", "path", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].artifact", "'..'"),
+         requests(set_in([0, "artifact"], "../../../etc/passwd"))),
+    Case("artifact-absolute", "path", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[0].artifact", "absolute"),
+         requests(set_in([0, "artifact"], "/etc/passwd"))),
+    Case("log-absolute", "path", ["validate"], 1,
+         (f"{PROBE}/runs.json", "$.runs[0].lifetimes[0].log.path", "absolute"),
+         json_edit(f"{PROBE}/runs.json",
+                   set_in(["runs", 0, "lifetimes", 0, "log", "path"], "/var/log/syslog"))),
+
+    Case("quality-layout-absolute", "path",
+         ["quality", "--baseline", ".", "--layout", "/etc/{fixture}/{seed}.png"], 2,
+         ("--layout", "$.baseline_layout", "inside the baseline folder")),
+    Case("quality-layout-climbs-out", "path",
+         ["quality", "--baseline", ".", "--layout", "{fixture}/../../{seed}.png"], 2,
+         ("--layout", "$.baseline_layout", "inside the baseline folder")),
+    Case("quality-layout-format-spec", "strict",
+         ["quality", "--baseline", ".", "--layout", "{fixture}/{seed:s}.png"], 2,
+         ("--layout", "$.baseline_layout", "format spec")),
+
+    # 4. command-line options, refused by argparse before any work
+    *[Case(f"option{argv[1]}={argv[2]}", "option", [verb, *argv[1:]], 2, (argv[1], argv[2]))
+      for verb, argv in [
+          ("probe-serve", ["", "--request-timeout", "-5"]),
+          ("probe-serve", ["", "--request-timeout", "nan"]),
+          ("probe-serve", ["", "--request-timeout", "inf"]),
+          ("probe-serve", ["", "--request-timeout", "0"]),
+          ("probe-init", ["", "--ready-timeout", "-0.5"]),
+          ("probe-serve", ["", "--sample-hz", "0"]),
+          ("probe-serve", ["", "--sample-hz", "nan"]),
+          ("probe-init", ["", "--port", "70000"]),
+          ("probe-init", ["", "--port", "0"]),
+          ("probe-init", ["", "--port", "80a"]),
+          ("probe-serve", ["", "--grace", "-1"]),
+          ("probe-serve", ["", "--idle-timeout", "-1"]),
+          ("probe-serve", ["", "--gpu-index", "-1"]),
+          ("probe-offline", ["", "--seed", "-1"]),
+          ("probe-offline", ["", "--request-timeout", "0"]),
+          ("probe-offline", ["", "--grace", "nan"]),
+          ("propagation", ["", "--port", "0"]),
+          ("propagation", ["", "--seed", "x"]),
+      ]],
+
+    # 5. one record per cell
+    Case("duplicate-request", "repeat", ["validate"], 1,
+         (f"{PROBE}/requests.json", "$.requests[", "a second record", "$.requests[0]"),
+         requests(duplicate_first)),
+    Case("contradictory-request", "repeat", ["validate"], 1,
+         (f"{PROBE}/requests.json", "a second record of (flag set, fixture, seed)"),
+         requests(contradict_first)),
+    Case("duplicate-run", "repeat", ["validate"], 1,
+         (f"{PROBE}/runs.json", "a second record of flag set"),
+         json_edit(f"{PROBE}/runs.json", lambda d: d["runs"].append(d["runs"][0]))),
+    Case("duplicate-offline-request", "repeat", ["validate"], 1,
+         (f"{OFFLINE}/offline-requests.json", "(kwarg set, fixture, seed)"),
+         json_edit(f"{OFFLINE}/offline-requests.json",
+                   lambda d: d["offline_requests"].append(d["offline_requests"][0]))),
+]
+
+
+def _run(argv: list[str], root: Path, capsys) -> tuple[int, str]:
+    os.chdir(root)
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse refuses an option
+        code = exc.code
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+@pytest.fixture
+def hostile(repo_copy: Project, monkeypatch) -> Project:
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    monkeypatch.chdir(repo_copy.root)
+    return repo_copy
+
+
+@pytest.fixture(autouse=True)
+def _no_hang():
+    """A case that blocks (a FIFO read) fails instead of hanging the suite."""
+    def stop(*_):
+        raise TimeoutError("the command hung")
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(60)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_hostile_input(case: Case, hostile: Project, capsys):
+    if case.breaks:
+        case.breaks(hostile.root)
+    code, output = _run(case.argv, hostile.root, capsys)
+    assert "Traceback" not in output
+    assert code == case.exit_code, output
+    for text in case.says:
+        assert text in output, f"{text!r} not in:\n{output}"
+
+
+# --- cases that need more than one file changed ---------------------------------------------
+
+
+def test_symlinked_attempt_folder_from_outside(hostile: Project, tmp_path_factory, capsys):
+    outside = tmp_path_factory.mktemp("elsewhere") / "attempt"
+    symlink_out(PROBE, outside)(hostile.root)
+    code, output = _run(["validate"], hostile.root, capsys)
+    assert "Traceback" not in output
+    assert code == 1
+    assert f"{PROBE}: a symlink to {outside}" in output
+
+
+def test_symlinked_evidence_file_from_outside(hostile: Project, tmp_path_factory, capsys):
+    outside = tmp_path_factory.mktemp("elsewhere") / "requests.json"
+    symlink_out(f"{PROBE}/requests.json", outside)(hostile.root)
+    code, output = _run(["validate"], hostile.root, capsys)
+    assert code == 1
+    assert f"{PROBE}/requests.json: a symlink to {outside}" in output
+
+
+def test_symlinked_reference_from_outside_is_refused(hostile, tmp_path_factory, capsys):
+    """A reference whose digest matches but whose file lies outside fixtures/ is not read."""
+    outside = tmp_path_factory.mktemp("elsewhere") / "ref-a.png"
+    symlink_out(SIM_REF, outside)(hostile.root)
+    code, output = _run(["validate"], hostile.root, capsys)
+    assert "Traceback" not in output
+    assert code == 1
+    assert (f"{FIXTURES}: $.fixtures[{SINGLE}].references[0].file: sim/ref-a.png: resolves "
+            f"outside {hostile.root / 'fixtures'}") in output
+    code, output = _run(["env", "check", "--host", "sim"], hostile.root, capsys)
+    assert code == 1 and "FAIL fixtures.references: sim/ref-a.png: resolves outside" in output
+
+
+def test_a_wrong_pin_is_not_hidden_by_a_right_one(hostile: Project, capsys):
+    """sim-single and sim-pair both pin sim/ref-a.png; a wrong digest on one fails the check."""
+    fixtures(set_in(["fixtures", PAIR, "references", 0, "sha256"], "0" * 64))(hostile.root)
+    code, output = _run(["validate"], hostile.root, capsys)
+    assert code == 1
+    assert (f"{FIXTURES}: $.fixtures[{PAIR}].references[0].sha256: sim/ref-a.png: sha256 "
+            "differs from the pinned 000000000000") in output
+    assert f"$.fixtures[{SINGLE}]" not in output
+    code, output = _run(["env", "check", "--host", "sim"], hostile.root, capsys)
+    assert code == 1
+    assert "FAIL fixtures.references: sim/ref-a.png: sha256 differs from the pinned 0000" in output
+
+
+def test_right_pins_on_a_shared_file_pass(hostile: Project, capsys):
+    code, output = _run(["env", "check", "--host", "sim"], hostile.root, capsys)
+    assert code == 0, output
+    assert "PASS fixtures.references" in output and "files match the fixtures' sha256" in output
+
+
+def _big_png(path: Path, side: int) -> Path:
+    Image.new("1", (side, side)).save(path)  # 1 bit a pixel: a few KB on disk
+    return path
+
+
+@pytest.mark.filterwarnings("ignore::PIL.Image.DecompressionBombWarning")
+@pytest.mark.parametrize("name, make, says", [
+    ("fifo", lambda p: os.mkfifo(p), "is not a regular file"),
+    ("huge", lambda p: _big_png(p, 12000), "12000x12000 is 144000000 pixels, over the limit"),
+    ("text", lambda p: p.write_text("not an image"), "not an image Pillow can identify"),
+    ("empty", lambda p: p.write_bytes(b""), "not an image"),
+    ("device", lambda p: p.symlink_to("/dev/zero"), "is not a regular file"),
+])
+def test_image_check_refuses(name, make, says, tmp_path, capsys):
+    path = tmp_path / f"{name}.png"
+    make(path)
+    code, output = _run(["image-check", str(path)], tmp_path, capsys)
+    assert "Traceback" not in output
+    assert code == 2
+    assert f"{path}: {says}" in output
+
+
+def test_image_check_skips_a_fifo_when_searching_a_folder(tmp_path, capsys):
+    os.mkfifo(tmp_path / "pipe.png")
+    Image.new("RGBA", (16, 16), (10, 200, 30, 255)).save(tmp_path / "ok.png")
+    code, output = _run(["image-check", str(tmp_path)], tmp_path, capsys)
+    assert "ok.png" in output and "pipe.png" not in output
+    assert code in (0, 1)
+
+
+def test_the_image_limit_is_the_largest_output_a_fixture_asks_for():
+    from omniprobe.analysis.imaging import MAX_IMAGE_PIXELS
+    from omniprobe.config.fixtures import MAX_SIDE_PX
+
+    assert MAX_IMAGE_PIXELS == MAX_SIDE_PX ** 2
+
+
+def test_the_text_loader_refuses_an_oversized_file(tmp_path):
+    from omniprobe.errors import InputError
+    from omniprobe.safe_io import read_text
+
+    path = tmp_path / "big.json"
+    path.write_text("x" * 11)
+    with pytest.raises(InputError, match="big.json: larger than the limit of 10 bytes"):
+        read_text(path, max_bytes=10)
+    assert read_text(path, max_bytes=11) == "x" * 11
+
+
+@pytest.mark.parametrize("relative, ok", [
+    ("sim/ref-a.png", True), ("a/./b.png", True), ("/etc/passwd", False), ("../x", False),
+    ("a/../../x", False), ("~root/x", False), ("a\\..\\x", False), ("", False), (" a", False),
+])
+def test_confine_relative_paths(relative, ok, tmp_path):
+    from omniprobe.errors import InputError
+    from omniprobe.safe_io import confine
+
+    if ok:
+        assert confine(tmp_path, relative, file="f.json", field="$.x").is_relative_to(tmp_path)
+    else:
+        with pytest.raises(InputError, match=r"f\.json: \$\.x: "):
+            confine(tmp_path, relative, file="f.json", field="$.x")
+
+
+def test_valid_unusual_options_are_accepted():
+    args = cli.build_parser().parse_args(["probe-serve", "--grace", "0", "--idle-timeout", "0",
+                                          "--port", "65535", "--request-timeout", "0.5",
+                                          "--sample-hz", "1000"])
+    assert (args.grace, args.idle_timeout, args.port, args.request_timeout, args.sample_hz) == (
+        0, 0, 65535, 0.5, 1000)
+
+
+def test_the_hostile_table_covers_every_class():
+    counts: dict[str, int] = {}
+    for case in CASES:
+        counts[case.kind] = counts.get(case.kind, 0) + 1
+    assert set(counts) == {"loader", "strict", "path", "option", "repeat"}
+    assert len(CASES) >= 60
+
+
+# --- faults and concurrency -----------------------------------------------------------------
+
+
+def test_a_full_artifacts_disk_loses_no_record_shown_as_ok(project, port, monkeypatch):
+    """Image writes fail with ENOSPC after the second: the probe stops as the machine's failure,
+    every request the console showed is on disk, and a resume completes the attempt."""
+    import errno
+    import re
+
+    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.validate import load_project
+    from omniprobe.harness import probe as probe_module
+
+    from .conftest import in_process, probe_argv
+
+    real, writes = probe_module.write_bytes_atomic, []
+
+    def full_disk(path, data):
+        writes.append(path)
+        if len(writes) > 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        return real(path, data)
+
+    monkeypatch.setattr(probe_module, "write_bytes_atomic", full_disk)
+    argv = probe_argv("probe-serve", port, "--flag-set", "cpuoff")
+    code, out = in_process(project, argv)
+    assert "Traceback" not in out
+    assert code == 4, out
+    assert "could not be written (" in out and "No space left on device" in out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    shown = set(re.findall(r"\] (\S+) seed (\d+): (\w+)", out))
+    on_disk = {(r.fixture, str(r.seed), r.outcome) for r in attempt.requests}
+    assert len(shown) == 3 and shown == on_disk  # two images written, and the OOM (no image)
+
+    monkeypatch.setattr(probe_module, "write_bytes_atomic", real)
+    code, out = in_process(project, argv)
+    assert code == 0, out
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    assert len(attempt.requests) == 5
+    assert load_project(project)[1] == []
+
+
+def test_a_second_open_attempt_in_a_loop_leaves_a_writing_probe_alone(project):
+    """Before the fix, opening the attempt deleted the writer's in-flight temp file."""
+    SEEDS = 40
+    import threading
+
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.evidence.attempts import AttemptBusy, open_attempt
+    from omniprobe.evidence.models import RequestRecord, load_attempt
+
+    host = load_hosts(project.hosts_file).host("sim")
+    store = open_attempt(project, "sim", host, ["omniprobe", "probe-serve"], fresh=True)
+    stop, refused, failed = threading.Event(), [], []
+
+    def intruder():
+        while not stop.is_set():
+            try:
+                open_attempt(project, "sim", host, ["omniprobe", "probe-serve"],
+                             fresh=False).close()
+            except AttemptBusy:
+                refused.append(True)
+            except Exception as exc:  # noqa: BLE001 - the test reports what the intruder met
+                failed.append(exc)
+
+    thread = threading.Thread(target=intruder)
+    thread.start()
+    try:
+        for seed in range(SEEDS):  # large records: each write's temp file lives a while
+            store.add_request(RequestRecord(flag_set="cpuoff", fixture="sim-t2i", seed=seed,
+                                            outcome="error", quality="unchecked", wall_s=0.1,
+                                            error="stand-in " * 4000))
+    finally:
+        stop.set()
+        thread.join()
+        store.close()
+    loaded, problems = load_attempt(store.folder)
+    assert problems == []
+    assert [r.seed for r in loaded.requests] == list(range(SEEDS))
+    assert refused and failed == []
+
+
+def test_rewritten_evidence_keeps_its_mode(tmp_path):
+    from omniprobe.atomic import write_text_atomic
+
+    path = tmp_path / "runs.json"
+    write_text_atomic(path, "{}")
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask
+    path.chmod(0o640)
+    write_text_atomic(path, "[]")
+    assert path.stat().st_mode & 0o777 == 0o640 and path.read_text() == "[]"
+
+
+def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, port, monkeypatch):
+    """The server is SIGKILLed while it holds request 2: that record says the transport failed,
+    a resume sends it again and records it after, and the cell's summary takes the resend."""
+    import threading
+
+    from omniprobe.analysis.summaries import cells_from_requests
+    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.validate import load_project
+
+    from .conftest import in_process, make_project, probe_argv, processes_with, wait_for
+
+    project = make_project(tmp_path, faults=["hang@2"], seeds=[2301, 2302, 2303])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    argv = probe_argv("probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i",
+                      "--request-timeout", "60")
+
+    def kill_the_server_on_request_2():
+        records = tmp_path / "evidence" / "sim"
+        assert wait_for(lambda: any(records.glob("*/requests.json")), 60)
+        time.sleep(0.5)  # request 2 hangs in the server
+        for pid, cmdline in processes_with(f"--port {port}"):
+            if "omniprobe.sim serve" in cmdline:
+                os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_server_on_request_2)
+    killer.start()
+    code, out = in_process(project, argv)
+    killer.join()
+    assert code == 0, out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    attempt, _ = load_attempt(folder)
+    assert [(r.seed, r.outcome, r.transport_failure) for r in attempt.requests] == [
+        (2301, "ok", None), (2302, "error", True), (2303, "ok", None)], attempt.requests[1].error
+
+    # The hang fault is per server process: the resume's server answers request 2302.
+    code, out = in_process(project, argv)
+    assert code == 0, out
+    attempt, _ = load_attempt(folder)
+    assert [(r.seed, r.outcome, r.transport_failure) for r in attempt.requests] == [
+        (2301, "ok", None), (2302, "error", True), (2303, "ok", None), (2302, "ok", None)]
+    assert load_project(project)[1] == []
+    [cell] = cells_from_requests(attempt.requests)["fp8"]
+    assert cell.outcome == "ok" and cell.seeds == [2301, 2302, 2303]
+    assert not processes_with(str(tmp_path))
+
+
+def test_a_server_that_crashes_on_its_own_is_a_measured_error():
+    """An exit of the server's own (status 1: a CUDA error) is about the model: not resent."""
+    from omniprobe.evidence.attempts import AttemptStore
+    from omniprobe.evidence.models import RequestRecord
+
+    store = AttemptStore.__new__(AttemptStore)
+    store.requests = [RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1, outcome="error",
+                                    quality="unchecked", wall_s=1, transport_failure=None)]
+    assert store.recorded("fp8", "sim-t2i", 1)
+    store.requests = [store.requests[0].model_copy(update={"transport_failure": True})]
+    assert not store.recorded("fp8", "sim-t2i", 1)
+
+
+def test_unwritable_artifacts_are_refused_before_any_server_or_attempt(project, port,
+                                                                       monkeypatch, tmp_path):
+    from .conftest import in_process, probe_argv
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the artifacts folder should be")
+    monkeypatch.setenv("OMNIPROBE_ARTIFACTS", str(blocker))
+    code, out = in_process(project, probe_argv("probe-init", port, "--flag-set", "fp8"))
+    assert "Traceback" not in out
+    assert code == 4, out
+    assert f"error: the artifacts folder {blocker}/sim cannot be written" in out
+    assert "starting the server" not in out
+    assert not list(project.evidence_dir.glob("sim/*"))  # no attempt, and the check left no trace
+
+
+@pytest.mark.parametrize("records, kept", [(False, False), (True, True)])
+def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records, kept):
+    """A new attempt whose run fails before it records anything is removed; one that recorded
+    something stays for the resume."""
+    import io
+
+    from omniprobe.errors import EnvironmentFailure
+    from omniprobe.evidence.attempts import open_attempt
+    from omniprobe.evidence.models import RequestRecord
+    from omniprobe.harness.session import Session, run_session
+
+    class FailsEarly(Session):
+        def prepare(self, ctx) -> None:
+            pass
+
+        def open_attempt(self, ctx):
+            self.store = open_attempt(ctx.project, ctx.host_name, ctx.host, ["omniprobe"],
+                                      fresh=True)
+            return self.store
+
+        def run(self, ctx, store) -> int:
+            if records:
+                store.add_request(RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1,
+                                                outcome="ok", quality="unchecked", wall_s=1))
+            raise EnvironmentFailure("the GPU is busy")
+
+        def close(self) -> None:
+            pass
+
+        def interrupted(self, store) -> str:
+            return "stopped"
+
+    session = FailsEarly()
+    with pytest.raises(EnvironmentFailure):
+        run_session(project, session, "sim", io.StringIO())
+    assert session.store.folder.exists() == kept
+
+
+# --- secrets --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, recorded", [
+    (["--hf-token", "hf_abc"], ["--hf-token", "<redacted>"]),
+    (["--api-key=sk-1"], ["--api-key=<redacted>"]),
+    (["--token", "t", "--port", "8091"], ["--token", "<redacted>", "--port", "8091"]),
+    (["--max-tokens", "5", "--tokenizer", "x"], ["--max-tokens", "5", "--tokenizer", "x"]),
+    (["https://user:pw@hub.example/m"], ["https://user:<redacted>@hub.example/m"]),
+    (["https://hub.example/m?rev=1&token=abc"], ["https://hub.example/m?rev=1&token=<redacted>"]),
+    (['{"hf_token": "abc", "dtype": "bf16"}'], ['{"hf_token": "<redacted>", "dtype": "bf16"}']),
+    (["serve", "Qwen/Qwen-Image-2.1", "--omni"], ["serve", "Qwen/Qwen-Image-2.1", "--omni"]),
+])
+def test_redacted_arguments(args, recorded):
+    from omniprobe.redaction import redact_args
+
+    assert redact_args(args) == recorded
+
+
+def test_a_secret_in_the_command_is_recorded_nowhere(project, port):
+    """--model with URL credentials reaches the server, but attempt.json, runs.json and the
+    kept server log hold it redacted."""
+    from .conftest import in_process, probe_argv
+
+    model = "https://probe:hunter2@hub.example/Qwen?token=s3cr3t"
+    code, out = in_process(project, probe_argv("probe-init", port, "--flag-set", "fp8",
+                                               "--model", model))
+    assert code == 0, out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    recorded = [folder / "attempt.json", folder / "runs.json",
+                *project.artifacts_dir.glob("sim/*/*/*/server.log")]
+    assert len(recorded) == 3
+    for path in recorded:
+        text = path.read_text()
+        assert "hunter2" not in text and "s3cr3t" not in text, path
+        assert "probe:<redacted>@hub.example" in text, path  # the sim logs its model
+    runs = json.loads((folder / "runs.json").read_text())["runs"]
+    assert ("https://probe:<redacted>@hub.example/Qwen?token=<redacted>"
+            in runs[0]["lifetimes"][0]["command"])
+    from omniprobe.evidence.validate import load_project
+
+    assert load_project(project)[1] == []
+
+
+def test_a_source_name_cannot_take_a_baseline_out_of_its_folder(tmp_path):
+    from omniprobe.config.fixtures import Fixture
+    from omniprobe.errors import InputError
+    from omniprobe.harness.psnr_check import baseline_path
+
+    fixture = Fixture(id="f", kind="t2i", reference_count=0, source_name="../../etc/passwd")
+    assert baseline_path(tmp_path, "{fixture}/{seed}.png", fixture, 1) == tmp_path / "f" / "1.png"
+    with pytest.raises(InputError, match=r"baseline_layout: fixture 'f' seed 1: .*'\.\.'"):
+        baseline_path(tmp_path, "{source_name}-{seed}.png", fixture, 1)
+
+
+def test_an_unreadable_selection_hands_nothing_on(tmp_path):
+    from omniprobe.config.selection import read_state
+
+    path = tmp_path / "selection.json"
+    for broken in (b"\xff\xfe", b"[" * 10000, b'{"invocation": "run-1"'):
+        path.write_bytes(broken)
+        assert read_state(path, "run-1") == {}
+    path.unlink()
+    path.mkdir()
+    assert read_state(path, "run-1") == {}
+
+
+@pytest.mark.parametrize("text, deep", [
+    ("[" * 64 + "]" * 64, False),
+    ("[" * 65 + "]" * 65, True),
+    ('["' + "[" * 100 + '"]', False),  # brackets in a string are text
+    ('["\\"' + "[" * 100 + '"]', False),  # after an escaped quote too
+])
+def test_the_nesting_limit_is_64_levels(text, deep, tmp_path):
+    from omniprobe.errors import InputError
+    from omniprobe.safe_io import parse_json
+
+    if deep:
+        with pytest.raises(InputError, match="x.json: line 1: nested deeper than 64 levels"):
+            parse_json(tmp_path / "x.json", text)
+    else:
+        parse_json(tmp_path / "x.json", text)
