@@ -10,6 +10,7 @@ Target: under 20 ms a request.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -28,6 +29,7 @@ from omniprobe.config.project import Project
 from omniprobe.evidence.attempts import open_attempt
 from omniprobe.harness import probe as probe_module
 from omniprobe.harness.probe import ServeProbe, ServeSettings
+from omniprobe.harness.progress import Progress
 from omniprobe.harness.server import free_port, server_command
 
 REPO = Path(__file__).resolve().parent.parent
@@ -97,18 +99,18 @@ def main(count: int) -> None:
             if live.init.outcome != "ready":
                 raise SystemExit(f"the simulated server did not start: init {live.init.outcome}: "
                                  f"{live.init.note} (its log: {live.server.log_path})")
+            progress = Progress(3 + count, io.StringIO())  # the per-request lines, unprinted
             for seed in range(3):  # warm-up: imports, connection, caches
-                probe._request(live, "cpuoff", fixture, seed)
+                assert probe._request(live, "cpuoff", fixture, seed, progress, "warm-up")
             probe.recorder.drain()
             sent.clear()
             recorded.clear()
             batch_wall, batch_cpu = time.perf_counter(), time.process_time()
             for seed in range(100, 100 + count):
                 started = time.perf_counter()
-                reply, _ = probe._request(live, "cpuoff", fixture, seed)
+                assert probe._request(live, "cpuoff", fixture, seed, progress, "batch")
                 paths.append(time.perf_counter() - started)
                 handles.append(session.last_handle_ms / 1000)
-                assert reply.outcome == "ok", reply.error
             probe.recorder.drain()  # the batch is done when its last record is written
             batch_wall = time.perf_counter() - batch_wall
             batch_cpu = time.process_time() - batch_cpu
