@@ -64,7 +64,7 @@ def test_an_interpreter_without_the_sim_fails_its_check(project, tmp_path):
 def test_select_hands_the_sim_to_the_probe_sessions(project, invocation, capsys):
     assert main(["env", "build", "--host", "sim", "--select"]) == 0
     assert "selected host sim for the probe sessions of this nox run" in capsys.readouterr().out
-    state = read_state(state_path(project), invocation)
+    state = read_state(state_path(project, invocation), invocation)
     assert (state["host"], state["env_failure"], state["venv"]) == ("sim", None, None)
     assert main(["select-host", "--host", "rtx3090"]) == 0
     assert capsys.readouterr().out.strip() == "host sim (selected by an earlier env session)"
@@ -73,7 +73,7 @@ def test_select_hands_the_sim_to_the_probe_sessions(project, invocation, capsys)
 def test_select_without_a_nox_run_says_so(project, capsys):
     assert main(["env", "build", "--host", "sim", "--select"]) == 0
     assert "not in a nox run (OMNIPROBE_INVOCATION unset)" in capsys.readouterr().out
-    assert not state_path(project).exists()
+    assert not (project.artifacts_dir / "selections").exists()
 
 
 def test_a_failed_env_session_makes_the_probe_refuse_naming_the_check(project, invocation,
@@ -99,6 +99,6 @@ def test_a_dry_run_env_session_selects_nothing(project, invocation, capsys):
 
     assert main(["env", "build", "--host", "sim", "--select", "--dry-run"]) == 0
     assert "dry run: nothing was run" in capsys.readouterr().out
-    assert read_state(state_path(project), invocation)["host"] is None
+    assert read_state(state_path(project, invocation), invocation)["host"] is None
     with pytest.raises(SelectedEnvFailed, match="env-sim failed, .*: it was a dry run"):
         resolve_host(project, load_hosts(project.hosts_file), "sim")

@@ -62,17 +62,18 @@ def test_simulated_host_never_matches_by_hostname(cfg):
 
 
 def test_state_belongs_to_one_invocation(project, cfg):
-    path = state_path(project)
+    path = state_path(project, "run-1")
     update_state(path, "run-1", host="sim", problems=[])
     assert read_state(path, "run-1")["host"] == "sim"
     assert read_state(path, "run-2") == {} and read_state(path, None) == {}
+    assert read_state(state_path(project, "run-2"), "run-2") == {}
     env = {INVOCATION_ENV: "run-1"}
     assert resolve_host(project, cfg, "rtx5080", env=env, hostname="x")[0] == "sim"
     assert resolve_host(project, cfg, "rtx5080", env={INVOCATION_ENV: "run-2"},
                         hostname="x")[0] == "rtx5080"
     assert record_selection(project, "rtx3090", ["GPU is 'X'"], env={INVOCATION_ENV: "run-3"})
-    assert "host" not in read_state(path, "run-1")
-    assert read_state(path, "run-3")["host"] is None  # a failed env session selects nothing
+    assert read_state(path, "run-1")["host"] == "sim"  # run-3's env session wrote its own file
+    assert read_state(state_path(project, "run-3"), "run-3")["host"] is None  # it selected nothing
     for requested in (None, "rtx5080"):  # and no probe of its run falls back to another host
         with pytest.raises(SelectedEnvFailed, match="env-rtx3090 failed, .*: GPU is 'X'"):
             resolve_host(project, cfg, requested, env={INVOCATION_ENV: "run-3"}, hostname="x")
@@ -109,3 +110,18 @@ def test_select_host_errors_are_messages_not_tracebacks(project, capsys):
     assert "Traceback" not in err
     assert main(["select-host"]) == 3
     assert "error: no host selected" in capsys.readouterr().err
+
+
+def test_two_nox_runs_in_one_checkout_keep_their_own_selections(project, cfg):
+    """Interleaved sessions of two runs: each run's probes see only its own env session."""
+    first, second = {INVOCATION_ENV: "run-a"}, {INVOCATION_ENV: "run-b"}
+    assert record_selection(project, "sim", [], env=first)
+    assert record_selection(project, "rtx3090", ["GPU is 'X'"], env=second)
+    update_state(state_path(project, "run-a"), "run-a", fresh_attempts={"sim": "attempt-a"})
+    assert resolve_host(project, cfg, None, env=first, hostname="x")[0] == "sim"
+    assert read_state(state_path(project, "run-a"), "run-a")["fresh_attempts"] == {
+        "sim": "attempt-a"}
+    with pytest.raises(SelectedEnvFailed, match="env-rtx3090 failed"):
+        resolve_host(project, cfg, None, env=second, hostname="x")
+    assert state_path(project, "run-a") != state_path(project, "run-b")
+    assert state_path(project, "../../x").parent == project.artifacts_dir / "selections"

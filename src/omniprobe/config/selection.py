@@ -18,6 +18,7 @@ from pathlib import Path
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.digests import sha256_bytes
 from omniprobe.errors import EnvironmentFailure, InputError, Refusal
 from omniprobe.safe_io import load_json
 
@@ -32,8 +33,12 @@ class SelectedEnvFailed(EnvironmentFailure):
     """The env session that selected the host found its environment failing a check."""
 
 
-def state_path(project: Project) -> Path:
-    return project.artifacts_dir / "selection.json"
+def state_path(project: Project, invocation: str | None) -> Path:
+    """This invocation's own state file: two nox runs in one checkout never share one (a run's
+    write would hide the other's selection). Named by a digest, since the id comes from the
+    environment. Without an invocation, read_state finds nothing and nothing writes."""
+    name = sha256_bytes((invocation or "").encode())[:24]
+    return project.artifacts_dir / "selections" / f"{name}.json"
 
 
 def read_state(path: Path, invocation: str | None) -> dict:
@@ -78,7 +83,8 @@ def resolve_host(project: Project, cfg: HostsConfig, requested: str | None,
     """The probe's host; refuses, naming the failure, when an env session of this nox run failed
     (it selected nothing, so no probe of the run may fall back to another host)."""
     env = os.environ if env is None else env
-    state = read_state(state_path(project), env.get(INVOCATION_ENV))
+    invocation = env.get(INVOCATION_ENV)
+    state = read_state(state_path(project, invocation), invocation)
     failed = state.get("env_failure")
     if failed:
         raise SelectedEnvFailed(f"{failed['session']} failed, so it selected no host and the "
@@ -98,7 +104,7 @@ def record_selection(project: Project, host: str, problems: list[str], *, venv: 
     invocation = env.get(INVOCATION_ENV)
     if not invocation:
         return False
-    update_state(state_path(project), invocation, host=host, venv=venv, env_failure=None)
+    update_state(state_path(project, invocation), invocation, host=host, venv=venv, env_failure=None)
     return True
 
 
@@ -109,7 +115,7 @@ def record_env_failure(project: Project, host: str, failure: str, *,
     invocation = env.get(INVOCATION_ENV)
     if not invocation:
         return False
-    update_state(state_path(project), invocation, host=None, venv=None,
+    update_state(state_path(project, invocation), invocation, host=None, venv=None,
                  env_failure={"session": f"env-{host}", "failure": failure})
     return True
 
@@ -117,6 +123,7 @@ def record_env_failure(project: Project, host: str, failure: str, *,
 def session_venv(project: Project, host: str, env: dict[str, str] | None = None) -> str | None:
     """The venv an env session of this invocation recorded for `host`, if any."""
     env = os.environ if env is None else env
-    state = read_state(state_path(project), env.get(INVOCATION_ENV))
+    invocation = env.get(INVOCATION_ENV)
+    state = read_state(state_path(project, invocation), invocation)
     return state.get("venv") if state.get("host") == host else None
 

@@ -670,7 +670,7 @@ class ProbeSession(Session):
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
         invocation = os.environ.get(INVOCATION_ENV)
-        state = read_state(state_path(ctx.project), invocation)
+        state = read_state(state_path(ctx.project, invocation), invocation)
         fresh = self.options.fresh
         # One fresh attempt per cap on an emulated host: a sweep's sessions join theirs.
         key = ctx.host_name if self.cap_mib is None else f"{ctx.host_name}@{self.cap_mib}mib"
@@ -681,7 +681,7 @@ class ProbeSession(Session):
             fresh=fresh, fresh_id=fresh_id, cap_mib=self.cap_mib,
             complete=lambda found: attempt_complete(found, flag_sets, cells))
         if fresh and invocation:
-            update_state(state_path(ctx.project), invocation, fresh_attempts={
+            update_state(state_path(ctx.project, invocation), invocation, fresh_attempts={
                 **state.get("fresh_attempts", {}), key: store.meta.id})
         return store
 
