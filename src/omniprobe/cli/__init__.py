@@ -317,24 +317,31 @@ def _timeline(args: argparse.Namespace) -> int:
     return 0
 
 
-def _server_options(p: argparse.ArgumentParser) -> None:
-    """Where the server runs from and how long it is given: every session that starts one."""
+def _run_options(p: argparse.ArgumentParser, started: str, model_default: str) -> None:
+    """Where a session's process runs from and how long it is given: every session that starts a
+    server or an offline runner (`started` names which, in the help)."""
     p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
     p.add_argument("--venv", help="the real host's probe env, when no env-<host> session built "
                    "one (default: <[env] root>/envs/<host>)")
-    p.add_argument("--port", type=port, help="server port (default: [serve] port)")
-    p.add_argument("--model", help="model path or repo id for {model} (default: snapshot repo)")
+    p.add_argument("--model", help=f"model path or repo id for {{model}} (default: {model_default})")
     p.add_argument("--ready-timeout", type=seconds,
-                   help="seconds (default: [serve] ready_timeout_s)")
+                   help=f"seconds for the {started} to get ready (default: [serve] "
+                        "ready_timeout_s)")
     p.add_argument("--request-timeout", type=seconds,
                    help="seconds (default: [serve] request_timeout_s)")
     p.add_argument("--grace", type=grace_seconds,
                    help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
-    p.add_argument("--sample-hz", type=hertz, default=10.0, help="GPU memory sampling rate")
     p.add_argument("--idle-timeout", type=grace_seconds, default=60.0,
-                   help="seconds to wait for an idle GPU before each server start")
+                   help=f"seconds to wait for an idle GPU before each {started} start")
     p.add_argument("--gpu-index", type=index, default=0,
                    help="NVML index of the GPU (PCI bus order)")
+
+
+def _server_options(p: argparse.ArgumentParser) -> None:
+    """The run options of every session that starts a server, with its port and sampling."""
+    _run_options(p, "server", "the pinned snapshot's folder")
+    p.add_argument("--port", type=port, help="server port (default: [serve] port)")
+    p.add_argument("--sample-hz", type=hertz, default=10.0, help="GPU memory sampling rate")
 
 
 def _probe_options(p: argparse.ArgumentParser) -> None:
@@ -450,24 +457,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("probe-offline", help="generate the fixtures with an offline Omni(...) "
                        "engine per offline kwarg set of the host (a new attempt)")
-    p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
+    _run_options(p, "offline runner", "the snapshot's repo id")
     p.add_argument("--kwarg-set", action="append", default=[],
                    help="only this offline kwarg set (repeatable; default: every runnable one)")
     p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
     p.add_argument("--seed", action="append", type=seed, default=[],
                    help="only this seed (repeatable; default: the fixtures' sampling seeds)")
-    p.add_argument("--model", help="model path or repo id (default: snapshot repo)")
-    p.add_argument("--venv", help="the pinned venv (default: <[env] root>/envs/<host>)")
-    p.add_argument("--ready-timeout", type=seconds,
-                   help="seconds to build the engine (default: [serve] ready_timeout_s)")
-    p.add_argument("--request-timeout", type=seconds,
-                   help="seconds (default: [serve] request_timeout_s)")
-    p.add_argument("--grace", type=grace_seconds,
-                   help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
-    p.add_argument("--idle-timeout", type=grace_seconds, default=60.0,
-                   help="seconds to wait for an idle GPU before each runner start")
-    p.add_argument("--gpu-index", type=index, default=0,
-                   help="NVML index of the GPU (PCI bus order)")
     p.set_defaults(func=_probe_offline)
 
     p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "
