@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import requests
 from PIL import Image
 
-from omniprobe.config.hosts import load_hosts
+from omniprobe.config.hosts import SimCapacity, load_hosts
 from omniprobe.sim import images
+from omniprobe.sim.capacity import Capacity, CapacityError, load_sim_host
 from omniprobe.sim.http import BadRequest, build_request, parse_multipart
 from omniprobe.sim.model import Flags, UnsupportedFlags, request_peak_mib, resident_mib
 
 
 @pytest.fixture
 def cap(project):
-    return load_hosts(project.hosts_file).hosts["sim"].capacity
+    return load_sim_host(project.hosts_file, "sim").capacity
 
 
 def test_capacity_model_reproduces_the_3090_shape(cap):
@@ -96,3 +100,65 @@ def test_hosts_toml_errors_name_the_capacity_table_and_key(project):
     project.hosts_file.write_text(text[:text.index("[hosts.sim.capacity]")])
     with pytest.raises(InputError, match="a simulated host needs a \\[capacity\\] table"):
         load_hosts(project.hosts_file)
+
+
+def test_the_sims_reading_of_its_capacity_model_is_the_models_own(repo):
+    """The sim reads its table without pydantic; SimCapacity stays the one definition of it."""
+    fields = {f.name: f for f in dataclasses.fields(Capacity)}
+    assert set(fields) == set(SimCapacity.model_fields)
+    for name, field in SimCapacity.model_fields.items():
+        ours = fields[name]
+        default = (ours.default_factory() if ours.default_factory is not dataclasses.MISSING
+                   else ours.default)
+        assert (default is dataclasses.MISSING) == field.is_required(), name
+        if not field.is_required():
+            assert default == field.default, name
+    cfg = load_hosts(repo.hosts_file)
+    simulated = [name for name, host in cfg.hosts.items() if host.capacity is not None]
+    assert {"sim", "sim-emulated", "sim-on-h200"} <= set(simulated)
+    for name in simulated:  # an emulated host's model is the one of the host it emulates
+        read = load_sim_host(repo.hosts_file, name)
+        assert dataclasses.asdict(read.capacity) == cfg.hosts[name].capacity.model_dump(), name
+        assert read.memory_file_env == cfg.hosts[name].memory_file_env
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ("spike_mib = 1536", "spike_mb = 1536", "hosts.sim.capacity: unknown key 'spike_mb'"),
+    ("spike_mib = 1536", "", "hosts.sim.capacity.spike_mib: required field is missing"),
+    ("spike_mib = 1536", 'spike_mib = "1536"', "spike_mib: expected a whole number"),
+    ("spike_mib = 1536", "spike_mib = true", "spike_mib: expected a whole number"),
+    ("step_s = 0.02", "step_s = nan", "step_s: expected a finite number"),
+    ('collapsed = ["fp8"]', "collapsed = [8]", "collapsed: expected a list of strings"),
+    ("dit_mib = { bf16", "dit_mib = { bf17", "must list the same precisions"),
+])
+def test_a_bad_capacity_table_is_named_by_the_sim(project, old, new, message):
+    text = project.hosts_file.read_text()
+    assert old in text
+    project.hosts_file.write_text(text.replace(old, new, 1))
+    with pytest.raises(CapacityError, match=message.replace(".", "[.]")):
+        load_sim_host(project.hosts_file, "sim")
+
+
+def test_the_sim_names_a_missing_host_or_model(project):
+    with pytest.raises(CapacityError, match="no host 'nope'"):
+        load_sim_host(project.hosts_file, "nope")
+    with pytest.raises(CapacityError, match="host 'rtx3090' has no capacity model"):
+        load_sim_host(project.hosts_file, "rtx3090")
+
+
+def test_the_sims_argument_check_starts_without_pydantic_numpy_or_pil(project):
+    """The env preflight parses each flag set in a fresh sim: it must cost an interpreter start,
+    not the model code's imports (a server imports its picture code when it first draws)."""
+    probe = (
+        "import runpy, sys\n"
+        "sys.argv = ['sim', 'serve', 'm', '--omni', '--hosts-file', sys.argv[1], '--sim-host',"
+        " 'sim', '--quantization', 'fp8', '--check-args']\n"
+        "try:\n    runpy.run_module('omniprobe.sim', run_name='__main__')\n"
+        "except SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'pydantic', 'numpy', 'PIL'}))\n")
+    proc = subprocess.run([sys.executable, "-c", probe, str(project.hosts_file)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["arguments accepted: Flags(precision='fp8', "
+                                        "cpu_offload=False, layerwise=False, "
+                                        "kv_cache_dtype='auto')", "[]"]

@@ -4,8 +4,9 @@ the paths that configuration and evidence name.
 Every loader reads through `read_text` (a regular file, UTF-8, at most MAX_TEXT_BYTES) and
 `load_json` / `load_toml` (at most MAX_NESTING levels of arrays and tables, checked before the
 parser runs, so a hostile file cannot exhaust Python's recursion limit). Every path a file names
-goes through `inside` (a model field: relative, no `..`) and `confine` (at use: it resolves inside
-its folder, symlinks included). Each refusal is an InputError naming the file and the field.
+goes through `relative_inside` (in a model, as the field type `InsidePath`: relative, no `..`)
+and `confine` (at use: it resolves inside its folder, symlinks included). Each refusal is an
+InputError naming the file and the field. No pydantic here: the sim reads with this module too.
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ import re
 import stat
 import tomllib
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any
-
-from pydantic import AfterValidator
+from typing import Any
 
 from omniprobe.errors import InputError, Problem
 
@@ -138,8 +137,8 @@ def load_toml(path: str | Path) -> dict[str, Any]:
 # --- paths a file names -----------------------------------------------------------------
 
 
-def _relative_inside(value: str) -> str:
-    """A pydantic check: a path relative to its folder that does not climb out of it."""
+def relative_inside(value: str) -> str:
+    """`value`, if it is a path relative to its folder that does not climb out of it."""
     if not value or value.strip() != value:
         raise ValueError(f"expected a relative path inside its folder, got {value!r}")
     if "\\" in value or "\x00" in value:
@@ -153,16 +152,11 @@ def _relative_inside(value: str) -> str:
     return value
 
 
-# A path a configuration or evidence file names, relative to its folder (fixtures/, deploy/,
-# artifacts/); `confine` resolves it at use.
-InsidePath = Annotated[str, AfterValidator(_relative_inside)]
-
-
 def confine(base: Path, relative: str | Path, *, file: str | Path, field: str) -> Path:
     """`base / relative`, resolved, if it lies inside `base` (resolved): no absolute path, no
     `..` out, no symlink out. InputError naming the file and field that named it otherwise."""
     try:
-        _relative_inside(str(relative))
+        relative_inside(str(relative))
     except ValueError as exc:
         raise InputError([Problem(str(file), field, str(exc))]) from None
     root = base.resolve()

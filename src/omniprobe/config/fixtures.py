@@ -8,10 +8,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.sources import SourceDocument
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
-from omniprobe.safe_io import InsidePath, confine, load_json, read_bytes
+from omniprobe.safe_io import confine, load_json, read_bytes
 
 # Where a request's inputs come from: the fixture's own, as its source states them (or as a user
 # who holds them filled them in), or omniprobe's stand-ins for inputs the source does not state.

@@ -16,8 +16,9 @@ from pydantic import (
     model_validator,
 )
 
+from omniprobe.config.inside_path import InsidePath
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
-from omniprobe.safe_io import InsidePath, load_toml
+from omniprobe.safe_io import load_toml
 
 
 class UnknownHost(Refusal):

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from omniprobe.atomic import is_temp_file, write_text_atomic
 from omniprobe.config.fixtures import Inputs
+from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.sources import SourceDocument
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import (
@@ -30,7 +31,7 @@ from omniprobe.evidence.migrations import (
 )
 from omniprobe.evidence.quantities import Range, Size
 from omniprobe.evidence.upstream import Anchor, UpstreamContract
-from omniprobe.safe_io import InsidePath, MissingFile, outside, parse_json, read_text
+from omniprobe.safe_io import MissingFile, outside, parse_json, read_text
 
 Outcome = Literal["ok", "oom", "error", "timeout"]
 InitOutcome = Literal["ready", "oom", "error", "timeout"]

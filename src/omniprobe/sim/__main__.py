@@ -15,10 +15,10 @@ import os
 import sys
 import traceback
 
-from omniprobe.config.hosts import UnknownHost, load_hosts
 from omniprobe.errors import InputError
 from omniprobe.harness.emulation_site.sitecustomize import EmulationError, cap_from_env
 from omniprobe.sim import offline
+from omniprobe.sim.capacity import CapacityError, load_sim_host
 from omniprobe.sim.http import Faults, SimService, serve
 from omniprobe.sim.knobs import (
     BRIDGE_ENV,
@@ -130,12 +130,9 @@ def _memory(args, host):
 def _sim_host(args):
     """The sim host (which has a capacity model), or an error message."""
     try:
-        host = load_hosts(args.hosts_file).host(args.sim_host, "--sim-host")
-    except (InputError, UnknownHost) as exc:
+        return load_sim_host(args.hosts_file, args.sim_host), None
+    except (InputError, CapacityError) as exc:
         return None, f"error: {exc}"
-    if host.capacity is None:
-        return None, f"error: host {args.sim_host!r} has no capacity model"
-    return host, None
 
 
 def _kv_from_deploy(args) -> str:

@@ -15,8 +15,6 @@ from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import BytesIO
 
-from PIL import Image
-
 from omniprobe.sim.model import Pipeline, Request
 
 
@@ -75,6 +73,8 @@ def build_request(fields: dict, images: list[bytes],
         raise BadRequest("response_format must be 'b64_json'")
     if fields.get("model") not in (None, served_model_name):
         raise BadRequest(f"Model mismatch: {fields['model']!r} is not {served_model_name!r}")
+    from PIL import Image  # here: the preflight's parse of the server's arguments draws nothing
+
     try:
         default = Image.open(BytesIO(images[0])).size if images else (1024, 1024)
     except OSError:

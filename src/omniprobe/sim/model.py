@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from omniprobe.config.hosts import SimCapacity
-from omniprobe.sim import images
+from omniprobe.sim.capacity import Capacity
 from omniprobe.sim.memory import MIB
 
 
@@ -48,7 +47,7 @@ class Output:
     denoise_s: float
 
 
-def resident_mib(cap: SimCapacity, flags: Flags) -> int:
+def resident_mib(cap: Capacity, flags: Flags) -> int:
     """Weights on the GPU after init; CPU offload keeps the text encoder in host memory."""
     if flags.precision not in cap.dit_mib:
         raise UnsupportedFlags(f"quantization {flags.precision!r} is not in the capacity model "
@@ -57,7 +56,7 @@ def resident_mib(cap: SimCapacity, flags: Flags) -> int:
     return cap.dit_mib[flags.precision] + encoder
 
 
-def reference_cost_mib(cap: SimCapacity, flags: Flags) -> int:
+def reference_cost_mib(cap: Capacity, flags: Flags) -> int:
     """Cache per reference image; a quantized conditioning KV takes part of it off."""
     if flags.kv_cache_dtype not in KV_SAVINGS:
         raise UnsupportedFlags(f"prefix_kv_cache_dtype {flags.kv_cache_dtype!r} is not in the "
@@ -70,7 +69,7 @@ def init_chunks(total_mib: int, chunk_mib: int) -> list[int]:
     return [chunk_mib] * full + ([rest] if rest else [])
 
 
-def request_peak_mib(cap: SimCapacity, flags: Flags, references: int) -> int:
+def request_peak_mib(cap: Capacity, flags: Flags, references: int) -> int:
     """The modelled allocated memory at a request's spike (weights included)."""
     working = cap.activation_mib + (cap.layerwise_mib if flags.layerwise else 0)
     return (resident_mib(cap, flags) + working + references * reference_cost_mib(cap, flags)
@@ -78,7 +77,7 @@ def request_peak_mib(cap: SimCapacity, flags: Flags, references: int) -> int:
 
 
 class Pipeline:
-    def __init__(self, cap: SimCapacity, flags: Flags, memory, time_scale: float = 1.0):
+    def __init__(self, cap: Capacity, flags: Flags, memory, time_scale: float = 1.0):
         resident_mib(cap, flags)
         reference_cost_mib(cap, flags)
         self.cap, self.flags, self.memory, self.time_scale = cap, flags, memory, time_scale
@@ -108,6 +107,9 @@ class Pipeline:
             denoise_s = time.perf_counter() - started
         finally:
             self.memory.release(blocks)
+        # Imported here: the preflight's parse and a server that only inits never draw a picture.
+        from omniprobe.sim import images
+
         render = (images.collapsed if self.flags.precision in self.cap.collapsed else images.sound)
         image = render(request.prompt, request.references, request.seed, request.width,
                        request.height)

@@ -13,8 +13,8 @@ import traceback
 from pathlib import Path
 
 from omniprobe.atomic import write_bytes_atomic
-from omniprobe.config.hosts import SimCapacity
 from omniprobe.harness import offline_runner
+from omniprobe.sim.capacity import Capacity
 from omniprobe.sim.http import Faults
 from omniprobe.sim.knobs import flags_from_kwargs
 from omniprobe.sim.model import Pipeline, Request
@@ -27,7 +27,7 @@ class EngineClosed(RuntimeError):
 class SimEngine:
     peak_source = "sim-model"
 
-    def __init__(self, cap: SimCapacity, kwargs: dict, memory, time_scale: float, faults: Faults,
+    def __init__(self, cap: Capacity, kwargs: dict, memory, time_scale: float, faults: Faults,
                  extras_bridge: str = "honour"):
         self.memory, self.faults, self.count, self.closed = memory, faults, 0, False
         self.pipeline = Pipeline(cap, flags_from_kwargs(kwargs, extras_bridge), memory, time_scale)
@@ -72,7 +72,7 @@ class SimEngine:
         return round(output.peak_memory_mb, 1)
 
 
-def main(argv: list[str], cap: SimCapacity, memory, time_scale: float, faults: Faults,
+def main(argv: list[str], cap: Capacity, memory, time_scale: float, faults: Faults,
          extras_bridge: str = "honour") -> int:
     return offline_runner.main(
         argv, engine=lambda model, kwargs: SimEngine(cap, kwargs, memory, time_scale, faults,
