@@ -58,6 +58,18 @@ def test_a_changed_figure_changes_the_report_and_check_fails(repo_copy, monkeypa
     assert cli.main(["report", "--check"]) == 0
 
 
+def test_an_edited_template_renders_anew_in_the_same_process(repo_copy):
+    """Compiled templates are kept per process by name: an edit (or another copy) must show."""
+    before = render_report(repo_copy)
+    template = repo_copy.templates_dir / "report.md.j2"
+    text = template.read_text()
+    template.write_text(text.replace("\n", "\nAn added line of words.\n", 1))
+    after = render_report(repo_copy)
+    assert "An added line of words." in after and "An added line of words." not in before
+    template.write_text(text)
+    assert render_report(repo_copy) == before
+
+
 def test_verdict_wording_follows_the_evidence(repo_copy):
     add_attempt(repo_copy, "rtx5080", "fixed", runs=[{
         "flag_set": "int8", "init": {"outcome": "ready"},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -28,11 +29,18 @@ def render(schema: dict) -> str:
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
+@functools.cache
+def _rendered() -> tuple[tuple[str, str], ...]:
+    """(file name, text) of every schema: the models are fixed for the life of the process, and
+    generating them costs more than validating the whole evidence tree."""
+    return tuple((name, render(schema)) for name, schema in all_schemas().items())
+
+
 def write_schemas(folder: Path) -> list[Path]:
     written = []
-    wanted = all_schemas()
-    for name, schema in wanted.items():
-        written.append(write_text_atomic(folder / name, render(schema)))
+    wanted = dict(_rendered())
+    for name, text in wanted.items():
+        written.append(write_text_atomic(folder / name, text))
     for stale in folder.glob("*.schema.json"):
         if stale.name not in wanted:
             stale.unlink()
@@ -41,8 +49,8 @@ def write_schemas(folder: Path) -> list[Path]:
 
 def stale_schemas(folder: Path) -> list[str]:
     """Names of committed schema files that differ from the models (or are missing or extra)."""
-    wanted = all_schemas()
-    stale = [name for name, schema in wanted.items()
-             if not (folder / name).is_file() or (folder / name).read_text() != render(schema)]
+    wanted = dict(_rendered())
+    stale = [name for name, text in wanted.items()
+             if not (folder / name).is_file() or (folder / name).read_text() != text]
     stale += [p.name for p in folder.glob("*.schema.json") if p.name not in wanted]
     return sorted(stale)

@@ -417,9 +417,35 @@ def build_context(loaded: Loaded) -> dict:
     }
 
 
+class CompiledTemplates(jinja2.BytecodeCache):
+    """Compiled templates kept for the life of the process, found by template name: jinja checks
+    each against its source's checksum and compiles anew when the source differs, so a project
+    whose templates were edited (or another copy of them) never renders stale code. Compiling
+    costs more than rendering; a process that renders twice (`report` then `report --check`,
+    the tests) compiles once."""
+
+    def __init__(self) -> None:
+        self._code: dict[str, bytes] = {}
+
+    def get_cache_key(self, name: str, filename: str | None = None) -> str:
+        return name
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        code = self._code.get(bucket.key)
+        if code is not None:
+            bucket.bytecode_from_string(code)
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        self._code[bucket.key] = bucket.bytecode_to_string()
+
+
+_COMPILED = CompiledTemplates()
+
+
 def environment(project: Project) -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(project.templates_dir),
+        bytecode_cache=_COMPILED,
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
