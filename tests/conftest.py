@@ -32,14 +32,16 @@ SRC = REPO / "src"
 
 def make_project(root: Path, *, faults: list[str] = (), seeds: list[int] = (2301,),
                  size: tuple[int, int] = (64, 48)) -> Project:
-    """A copy of hosts.toml and fixtures/ with small simulated images and the given sim faults."""
+    """A copy of hosts.toml and fixtures/ with small images and the given sim faults: every
+    fixture that states a size (simulated, stand-in, or the original a stand-in copies it from)
+    asks for `size`, so a request costs the harness milliseconds, not a 1248x832 decode."""
     shutil.copy(REPO / "hosts.toml", root / "hosts.toml")
     shutil.copytree(REPO / "fixtures", root / "fixtures")
     shutil.copytree(REPO / "deploy", root / "deploy")  # the sim host's deploy config
     suite = json.loads((root / "fixtures" / "fixtures.json").read_text())
     suite["sampling"]["seeds"] = list(seeds)
     for fixture in suite["fixtures"]:
-        if fixture.get("simulated"):
+        if fixture.get("width") is not None:
             fixture["width"], fixture["height"] = size
     (root / "fixtures" / "fixtures.json").write_text(json.dumps(suite, indent=2))
     if faults:

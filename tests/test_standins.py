@@ -211,7 +211,8 @@ def test_the_stand_ins_run_through_the_sim_end_to_end(project, port, tmp_path):
     assert outcomes[("cpuoff", "standin-three")] == ("ok", "sound")
     assert outcomes[("fp8", "standin-four")] == ("ok", "broken")
     pair = next(r for r in records if (r.flag_set, r.fixture) == ("cpuoff", "standin-pair"))
-    assert (pair.image.width, pair.image.height) == (1248, 832)
+    stated = load_fixtures(project.fixtures_file).get("edit-compose-pair")  # as the project has it
+    assert (pair.image.width, pair.image.height) == (stated.width, stated.height)
 
     # The stand-in cells count for capacity and output structure, and the verdict says so.
     loaded, problems = load_project(project)
@@ -233,7 +234,8 @@ def test_the_stand_ins_run_through_the_sim_end_to_end(project, port, tmp_path):
     assert "| **OOM** (stand-in) |" in matrix[0]
     assert "— **output broken** (stand-in) |" in matrix[1]
     assert "| cpuoff (stand-in) | 1.50 GiB |" in report  # the OOM signature at four references
-    assert "| standin-pair | edit-compose-pair | edit | 2 | 1248×832 | prompt, references |" in report
+    assert (f"| standin-pair | edit-compose-pair | edit | 2 | {stated.width}×{stated.height} | "
+            "prompt, references |") in report
     assert ("The capacity and output structure halves of this verdict rest on stand-in inputs "
             "(omniprobe's prompts") in report
 
