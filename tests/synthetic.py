@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 
@@ -58,3 +59,14 @@ def save(path: Path, array: np.ndarray, **params) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(array).save(path, **params)
     return path
+
+
+# scikit-image is the independent PSNR reference; importing it costs about 2 s, so only the worker
+# that runs the tests marked with this group pays for it.
+SCIKIT_IMAGE = pytest.mark.xdist_group("scikit-image")
+
+
+def skimage_psnr(*args, **kwargs) -> float:
+    from skimage.metrics import peak_signal_noise_ratio
+
+    return peak_signal_noise_ratio(*args, **kwargs)

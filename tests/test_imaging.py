@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from skimage.metrics import peak_signal_noise_ratio
 
 from omniprobe.analysis.imaging import (
     ImageMismatch,
@@ -26,7 +25,7 @@ from omniprobe.cli import main
 from omniprobe.config.hosts import ImageChecks, load_hosts
 from omniprobe.errors import InputError
 
-from .synthetic import broken_signature, natural, perturbed, save
+from .synthetic import SCIKIT_IMAGE, broken_signature, natural, perturbed, save, skimage_psnr
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGURED = load_hosts(ROOT / "hosts.toml").quality
@@ -229,6 +228,7 @@ def test_bytes_decode_as_their_file_does_and_garbage_is_named(tmp_path):
 # --- PSNR ----------------------------------------------------------------------------------
 
 
+@SCIKIT_IMAGE
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("comparator", ["rgba", "rgb"])
 def test_psnr_matches_scikit_image(seed, comparator):
@@ -236,12 +236,13 @@ def test_psnr_matches_scikit_image(seed, comparator):
     a = rng.integers(0, 256, (61, 47, 4), dtype=np.uint8)
     b = np.clip(a + rng.normal(0, 10 + 20 * seed, a.shape), 0, 255).astype(np.uint8)
     channels = slice(None) if comparator == "rgba" else slice(0, 3)
-    expected = peak_signal_noise_ratio(a[..., channels], b[..., channels], data_range=255)
+    expected = skimage_psnr(a[..., channels], b[..., channels], data_range=255)
     got = psnr(pixels(a), pixels(b), comparator)
     assert abs(got.db - expected) < 1e-6
     assert not got.identical
 
 
+@SCIKIT_IMAGE
 def test_psnr_16_bit_and_an_explicit_data_range_match_scikit_image():
     rng = np.random.default_rng(7)
     a = rng.integers(0, 65536, (30, 40), dtype=np.uint16)
@@ -249,9 +250,9 @@ def test_psnr_16_bit_and_an_explicit_data_range_match_scikit_image():
     pa, pb = pixels(a), pixels(b)
     assert psnr(pa, pb).data_range == 65535
     assert abs(psnr(pa, pb).db
-               - peak_signal_noise_ratio(_grey_rgba16(a), _grey_rgba16(b), data_range=65535)) < 1e-6
+               - skimage_psnr(_grey_rgba16(a), _grey_rgba16(b), data_range=65535)) < 1e-6
     assert abs(psnr(pa, pb, "rgb", data_range=70000).db
-               - peak_signal_noise_ratio(a, b, data_range=70000)) < 1e-6
+               - skimage_psnr(a, b, data_range=70000)) < 1e-6
 
 
 def test_identical_images_are_reported_as_identical_and_json_safe():
