@@ -43,13 +43,29 @@ def break_hosts(project, key: str) -> None:
     project.hosts_file.write_text(text.replace(SIM_COMMAND, BROKEN[key][0]))
 
 
+class CountingRunner(Runner):
+    def __init__(self):
+        super().__init__()
+        self.commands: list[list[str]] = []
+
+    def run(self, argv, **kwargs):
+        self.commands.append(list(argv))
+        return super().run(argv, **kwargs)
+
+
 def test_the_sims_preflight_passes_as_committed(project):
-    env = check_sim_env(load_hosts(project.hosts_file), project, "sim", runner=Runner())
+    runner = CountingRunner()
+    env = check_sim_env(load_hosts(project.hosts_file), project, "sim", runner=runner)
     assert env.ok, env.problems
     names = {c.name: c.status for c in env.checks}
     assert names["serve.command"] == names["serve.entry_point"] == "pass"
+    flag_sets = load_hosts(project.hosts_file).host("sim").serve_flag_sets
     assert {n for n, s in names.items() if n.startswith("serve.args:") and s == "pass"} == {
-        f"serve.args:{f}" for f in load_hosts(project.hosts_file).host("sim").serve_flag_sets}
+        f"serve.args:{f}" for f in flag_sets}
+    # Every parse ran the entry point, so no separate import was started for it.
+    parses = [c for c in runner.commands if c[-1] == "--check-args"]
+    assert len(parses) == len(flag_sets)
+    assert not [c for c in runner.commands if c[1:2] == ["-c"] and "module" in c]
 
 
 @pytest.mark.parametrize(("key", "check", "cause"), [

@@ -5,7 +5,9 @@ Each is a named env check (`serve.command`, `serve.entry_point`, `serve.args:<fl
 `omniprobe env check|build` shows it and the probe sessions refuse with it. A failure names its
 cause as the failure classifier reads it (a missing module, an unknown flag, a missing program).
 The arguments are checked as the host's `args_check` says: by the help text every option the
-probe passes must appear in (vLLM), or by the server's own parse-only mode (the sim).
+probe passes must appear in (vLLM), or by the server's own parse-only mode (the sim). In that
+mode every parse runs the entry point, so its separate import runs only when a parse fails, to
+name the cause.
 """
 
 from __future__ import annotations
@@ -124,55 +126,78 @@ def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, pytho
         base = base_command(cfg, host_name, model=model, hosts_file=hosts_file, bin_dir=bin_dir)
     except NotInEnv as exc:
         return [_check("serve.command", "fail", f"command not found: {exc}")]
-    checks = [_program_check(base)]
-    if checks[0].status == "fail":
-        return checks
-
-    checks.append(_entry_point_check(base, python, runner, model_code))
-    if checks[-1].status == "fail":
-        return checks
-
+    program = _program_check(base)
+    if program.status == "fail":
+        return [program]
     args_check = host.args_check or cfg.serve.args_check
     env = dict(os.environ if base_env is None else base_env)
-    help_text = None
-    if args_check.mode == "help":
-        argv = [*base, *args_check.args]
-        proc = runner.run(argv, env=server_env(cfg, host.serve_flag_sets[0], env, bin_dir),
-                          timeout_s=TIMEOUT_S)
-        if proc.returncode != 0:
-            return [*checks, _check("serve.args", "fail",
-                                    f"`{shlex.join(argv)}` failed: {_why(proc, model_code)}")]
-        help_text = proc.stdout + proc.stderr
-    parses: list[tuple[str, list[str]]] = []
+    commands: list[tuple[str, list[str] | None, str]] = []  # flag set, command, why not runnable
     for flag_set in [f for f in host.serve_flag_sets if not flag_sets or f in flag_sets]:
-        name = f"serve.args:{flag_set}"
         try:
-            command = server_command(cfg, host_name, flag_set, port=cfg.serve.port, model=model,
-                                     hosts_file=hosts_file, bin_dir=bin_dir)
+            commands.append((flag_set, server_command(
+                cfg, host_name, flag_set, port=cfg.serve.port, model=model,
+                hosts_file=hosts_file, bin_dir=bin_dir), ""))
         except FlagSetNotRunnable as exc:
-            checks.append(_check(name, "skip", f"not runnable, so not checked: {exc}"))
-            continue
-        if help_text is not None:
-            unlisted = [o for o in _options(command[len(base):])
-                        if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", help_text)]
-            checks.append(_check(
-                name, "fail" if unlisted else "pass",
-                f"argument error: the serve help does not list {', '.join(unlisted)}" if unlisted
-                else f"every option is listed by `{shlex.join(args_check.args)}`",
-                "every option listed", ", ".join(unlisted) or None))
-            continue
-        parses.append((flag_set, [*command, *args_check.args]))
-    # One parse per flag set, side by side: each is an interpreter start and nothing else.
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        procs = list(pool.map(lambda item: runner.run(
-            item[1], env=server_env(cfg, item[0], env, bin_dir), timeout_s=TIMEOUT_S), parses))
-    for (flag_set, _), proc in zip(parses, procs, strict=True):
+            commands.append((flag_set, None, str(exc)))
+
+    if args_check.mode == "parse":
+        parsed = _parses(commands, args_check.args, cfg, env, bin_dir, runner, model_code)
+        interpreter, kind, name = _entry_point(base, python)
+        ran = [c for c in parsed if c.status != "skip"]
+        if ran and all(c.status == "pass" for c in ran) and kind != "code":
+            # Each parse ran the entry point: a separate import would only repeat it.
+            entry = _check("serve.entry_point", "pass",
+                           f"{kind} {name} imports (each flag set's parse ran it)")
+            return [program, entry, *parsed]
+        entry = _entry_point_check(base, python, runner, model_code)
+        return [program, entry] + ([] if entry.status == "fail" else parsed)
+
+    entry = _entry_point_check(base, python, runner, model_code)
+    if entry.status == "fail":
+        return [program, entry]
+    argv = [*base, *args_check.args]
+    proc = runner.run(argv, env=server_env(cfg, host.serve_flag_sets[0], env, bin_dir),
+                      timeout_s=TIMEOUT_S)
+    if proc.returncode != 0:
+        return [program, entry, _check("serve.args", "fail",
+                                       f"`{shlex.join(argv)}` failed: {_why(proc, model_code)}")]
+    help_text = proc.stdout + proc.stderr
+    checks = [program, entry]
+    for flag_set, command, why_not in commands:
         name = f"serve.args:{flag_set}"
-        checks.append(_check(name, "pass", "the serve command's parser accepts the arguments")
-                      if proc.returncode == 0 else
-                      _check(name, "fail", f"the parser refuses the arguments: "
-                                           f"{_why(proc, model_code)}", "exit 0",
-                             f"exit {proc.returncode}"))
+        if command is None:
+            checks.append(_check(name, "skip", f"not runnable, so not checked: {why_not}"))
+            continue
+        unlisted = [o for o in _options(command[len(base):])
+                    if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", help_text)]
+        checks.append(_check(
+            name, "fail" if unlisted else "pass",
+            f"argument error: the serve help does not list {', '.join(unlisted)}" if unlisted
+            else f"every option is listed by `{shlex.join(args_check.args)}`",
+            "every option listed", ", ".join(unlisted) or None))
+    return checks
+
+
+def _parses(commands, args: list[str], cfg: HostsConfig, env: dict[str, str],
+            bin_dir: Path | None, runner: Runner, model_code: tuple[str, ...]) -> list[EnvCheck]:
+    """Each flag set's full command run in the server's parse-only mode (`args`), side by side:
+    each is an interpreter start and nothing else."""
+    runnable = [(f, [*command, *args]) for f, command, _ in commands if command is not None]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        procs = dict(zip([f for f, _ in runnable], pool.map(lambda item: runner.run(
+            item[1], env=server_env(cfg, item[0], env, bin_dir), timeout_s=TIMEOUT_S), runnable),
+            strict=True))
+    checks = []
+    for flag_set, command, why_not in commands:
+        name = f"serve.args:{flag_set}"
+        if command is None:
+            checks.append(_check(name, "skip", f"not runnable, so not checked: {why_not}"))
+        elif procs[flag_set].returncode == 0:
+            checks.append(_check(name, "pass", "the serve command's parser accepts the arguments"))
+        else:
+            checks.append(_check(name, "fail", "the parser refuses the arguments: "
+                                 f"{_why(procs[flag_set], model_code)}", "exit 0",
+                                 f"exit {procs[flag_set].returncode}"))
     return checks
 
 
