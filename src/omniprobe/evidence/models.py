@@ -740,11 +740,30 @@ class LoadedAttempt:
         return self.meta.provenance.kind == "emulated"
 
 
+# Validated contents by (file name, text): a content is a pure function of the two, and a process
+# that loads the evidence again (validate then report; the tests) parses each text once. Only
+# successes are kept, so every error still names the file it came from.
+_PARSED: dict[tuple[str, str], object] = {}
+_PARSED_MAX = 1024
+
+
 def parse_file(path: Path, text: str | None = None):
     """One evidence file's content, its kind told by its name, migrated from an older format
     version; raise InputError naming the file and the JSON path of every problem."""
-    model = FILE_MODELS[path.name]
     text = read_text(path) if text is None else text
+    key = (path.name, text)
+    if key not in _PARSED:
+        if len(_PARSED) >= _PARSED_MAX:
+            del _PARSED[next(iter(_PARSED))]
+        _PARSED[key] = _parse(path, text)
+    value = _PARSED[key]
+    # The models are frozen; a section that is a list is copied, so appending to it (a probe
+    # resuming its attempt) changes no other reader's.
+    return list(value) if isinstance(value, list) else value
+
+
+def _parse(path: Path, text: str):
+    model = FILE_MODELS[path.name]
     data = parse_json(path, text)
     try:
         data, found = upgrade(path.name, data)
