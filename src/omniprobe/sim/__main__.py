@@ -17,9 +17,7 @@ import traceback
 
 from omniprobe.errors import InputError
 from omniprobe.harness.emulation_site.sitecustomize import EmulationError, cap_from_env
-from omniprobe.sim import offline
 from omniprobe.sim.capacity import CapacityError, load_sim_host
-from omniprobe.sim.http import Faults, SimService, serve
 from omniprobe.sim.knobs import (
     BRIDGE_ENV,
     BRIDGES,
@@ -33,10 +31,15 @@ from omniprobe.sim.knobs import (
 from omniprobe.sim.memory import MIB, Accounted, StateFile, Torch
 from omniprobe.sim.model import Flags, Pipeline, UnsupportedFlags, reference_cost_mib, resident_mib
 
+# The serving and offline modules are imported where they run: the env preflight starts this
+# module once per flag set for `--check-args`, which needs neither.
+
 TIME_SCALE_ENV = "OMNIPROBE_SIM_TIME_SCALE"
 
 
-def _faults(specs: list[str]) -> Faults:
+def _faults(specs: list[str]):
+    from omniprobe.sim.http import Faults
+
     faults = Faults()
     for spec in specs:
         kind, _, number = spec.partition("@")
@@ -159,6 +162,8 @@ def offline_main(argv: list[str]) -> int:
         print(error, file=sys.stderr)
         return 2
     print(f"INFO: simulated offline engine (omniprobe.sim) on {args.sim_host}", file=sys.stderr)
+    from omniprobe.sim import offline
+
     return offline.main(runner_argv, host.capacity, _memory(args, host), args.time_scale,
                         _faults(args.fault), args.extras_bridge)
 
@@ -209,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         print("ERROR: Stage initialization failed; shutting down", file=sys.stderr, flush=True)
         return 1
     print(f"sim account: {json.dumps(memory.account().as_dict())}", file=sys.stderr, flush=True)
+    from omniprobe.sim.http import SimService, serve
+
     service = SimService(pipeline, args.served_model_name or args.model, _faults(args.fault))
     serve(service, args.host, args.port)
     return 0
