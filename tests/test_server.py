@@ -16,6 +16,7 @@ from omniprobe.config.hosts import load_hosts
 from omniprobe.digests import sha256_bytes
 from omniprobe.harness import client
 from omniprobe.harness.server import (
+    QUICK_POLL_S,
     Endpoints,
     FlagSetNotRunnable,
     NotInEnv,
@@ -172,9 +173,12 @@ def test_readiness_is_polled_often_at_first_then_every_poll_s(project, port, mon
         sleep(seconds)
 
     monkeypatch.setattr(time, "sleep", recorded)
-    quits = [sys.executable, "-c", "import time; time.sleep(1.5)"]  # never serves, then exits
+    quits = [sys.executable, "-c", "import time; time.sleep(2)"]  # never serves, then exits
     with ServerProcess(quits, dict(os.environ), project.root / "quits.log",
                        Endpoints(f"http://127.0.0.1:{port}"), grace_s=1) as server:
         init = server.wait_ready(20, 0.25)
     assert init.outcome == "error" and init.note == "exited 0 before it was ready"
-    assert delays[:4] == [0.05, 0.1, 0.2, 0.25]
+    # every 20 ms for the first second, then doubling up to poll_s
+    quick = [d for d in delays if d == QUICK_POLL_S]
+    assert 20 <= len(quick) <= 55 and delays[:len(quick)] == quick
+    assert delays[len(quick):len(quick) + 4] == [0.04, 0.08, 0.16, 0.25]

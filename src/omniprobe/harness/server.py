@@ -42,6 +42,9 @@ class NotInEnv(EnvironmentFailure):
     """The serve command's program is not in the host's probe environment."""
 
 
+# How often a server that may answer (or exit) any moment is looked at: its readiness in its
+# first second, its group while it stops.
+QUICK_POLL_S = 0.02
 _PLACEHOLDER = re.compile(r"\{(python|model|hosts_file|host)\}")
 
 
@@ -214,9 +217,9 @@ class ServerProcess:
     def wait_ready(self, timeout_s: float, poll_s: float = 0.5) -> InitResult:
         """Ready when /health (and the ready path, if any) answers 200; failed if it exits first.
 
-        The first polls come 50 ms apart and back off to poll_s: a quick start is timed to
-        within a few tens of ms, and a slow one costs few requests."""
-        delay_s = min(0.05, poll_s)
+        For the first second polls come every QUICK_POLL_S, then they back off to poll_s: a
+        quick start is timed to within a few tens of ms, and a slow one costs few requests."""
+        delay_s = min(QUICK_POLL_S, poll_s)
         while True:
             elapsed = time.monotonic() - self.started
             code = self.returncode()
@@ -231,7 +234,8 @@ class ServerProcess:
                 return InitResult(outcome="timeout", time_s=round(elapsed, 2),
                                   note=f"not ready after {timeout_s:g} s")
             time.sleep(min(delay_s, max(0.0, timeout_s - elapsed)))
-            delay_s = min(2 * delay_s, poll_s)
+            if elapsed >= 1.0:
+                delay_s = min(2 * delay_s, poll_s)
 
     def stop(self) -> str:
         """SIGTERM to the group, the grace period, then SIGKILL; returns how it ended."""
@@ -255,7 +259,7 @@ class ServerProcess:
             self.proc.poll()
             if not alive(pgid, group=True):
                 return "stopped"
-            time.sleep(0.05)
+            time.sleep(QUICK_POLL_S)
         _signal_group(pgid, signal.SIGKILL)
         self.proc.wait()
         deadline = time.monotonic() + 5
