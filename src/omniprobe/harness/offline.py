@@ -84,7 +84,7 @@ class OfflineSettings:
     request_timeout_s: float
     grace_s: float
     idle_timeout_s: float = 60.0
-    poll_s: float = 0.05
+    poll_s: float = 0.02  # the runner's results file: a read of what it appended, if anything
     kwarg_sets: tuple[str, ...] = ()
     fixtures: tuple[str, ...] = ()
     seeds: tuple[int, ...] = ()
