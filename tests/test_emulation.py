@@ -241,8 +241,10 @@ def test_caps_on_a_host_that_is_not_emulated_are_refused(project, port, capsys):
 
 
 def test_a_sweep_gives_the_capacity_models_curve_and_validates(project, port):
+    # The simulated fixtures: one to four small references (the stand-ins' are 1248x832).
+    fixtures = [a for f in ("sim-single", "sim-pair", "sim-three", "sim-four") for a in ("--fixture", f)]
     args = probe_argv("probe-serve", port, "--host", "sim-emulated", "--caps", "12,16,20,24,32",
-                      "--flag-set", "cpuoff", "--flag-set", "fp8")
+                      "--flag-set", "cpuoff", "--flag-set", "fp8", *fixtures)
     assert _run(project, args) == 1  # the 12 GiB cap cannot even init
     loaded, problems = load_project(project)
     assert problems == []
