@@ -106,7 +106,7 @@ def test_read_from_an_offset(tmp_path):
 
 @pytest.mark.xdist_group("group-check")
 def test_a_grouped_test_runs_in_its_group(request):
-    """Tests that share work per process (a build, a drawing, an import) are grouped onto one
+    """Tests that share work per process (one env build, one drawing) are grouped onto one
     worker; pytest 9.2 with xdist 3.8 dropped the groups silently (pytest-xdist#1386)."""
     if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("not run by a pytest-xdist worker under --dist loadgroup")

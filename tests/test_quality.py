@@ -36,7 +36,7 @@ from omniprobe.harness.psnr_check import (
 )
 
 from .evidence_scaffold import add_attempt
-from .synthetic import SCIKIT_IMAGE, broken_signature, natural, perturbed, save, skimage_psnr
+from .synthetic import broken_signature, natural, perturbed, save, textbook_psnr
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = ImageChecks()
@@ -236,7 +236,6 @@ def project(tmp_path, monkeypatch):
     return Project(tmp_path)
 
 
-@SCIKIT_IMAGE
 def test_quality_writes_psnr_rows_and_determinism_groups(project, capsys):
     args = ["quality", "--attempt", "run-1", "--baseline", str(project.root / "baseline")]
     assert main(args) == 0
@@ -249,7 +248,7 @@ def test_quality_writes_psnr_rows_and_determinism_groups(project, capsys):
     for (flag_set, seed), row in rows.items():
         ours = np.asarray(Image.open(project.artifacts_dir / "run-1" / f"{flag_set}-{seed}.png"))
         theirs = np.asarray(Image.open(project.root / "baseline" / FIXTURE / f"{seed}.png"))
-        expected = skimage_psnr(theirs, ours, data_range=255)
+        expected = textbook_psnr(theirs, ours, data_range=255)
         assert row.psnr_db.min == row.psnr_db.max == pytest.approx(expected, abs=1e-6)
         assert (row.comparator, row.baseline_attempt, row.identical) == ("rgba", "q3-pair", False)
     assert rows[("fp8", 2301)].quality == "broken" and "not a usable" in rows[("fp8", 2301)].note
