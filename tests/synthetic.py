@@ -56,6 +56,8 @@ def perturbed(rgba: np.ndarray, sigma: float, seed: int = 1) -> np.ndarray:
 def save(path: Path, array: np.ndarray, **params) -> Path:
     """Write `array` as an image file (format from the suffix), creating its folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".png":
+        params = {"compress_level": 1, **params}  # lossless at any level; 1 is the quick one
     Image.fromarray(array).save(path, **params)
     return path
 

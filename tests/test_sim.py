@@ -51,6 +51,22 @@ def test_multipart_as_requests_sends_it():
     fields, parts = parse_multipart(prepared.headers["Content-Type"], prepared.body)
     assert fields == {"prompt": "p", "size": "64x48", "seed": "7"}
     assert parts == [b"AAA", b"BB"]
+    # a payload holding CRLFs, dashes and a boundary-like line comes back byte for byte
+    tricky = b"\r\n--\r\n\r\n--not-the-boundary\r\n\x00\xff\r\n"
+    prepared = requests.Request("POST", "http://x/v1/images/edits", data={"prompt": "p"},
+                                files=[("image[]", ("t.png", tricky, "image/png"))]).prepare()
+    assert parse_multipart(prepared.headers["Content-Type"], prepared.body) == (
+        {"prompt": "p"}, [tricky])
+
+
+@pytest.mark.parametrize(("content_type", "body"), [
+    ("application/json", b"{}"),
+    ("multipart/form-data", b"--x\r\n\r\n"),
+    ("multipart/form-data; boundary=x", b'--x\r\nContent-Disposition: form-data; name="p"'),
+])
+def test_a_body_that_is_not_a_form_is_a_400(content_type, body):
+    with pytest.raises(BadRequest):
+        parse_multipart(content_type, body)
 
 
 @pytest.mark.parametrize(("fields", "message"), [

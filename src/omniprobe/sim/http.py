@@ -5,13 +5,12 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import sys
 import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from email.parser import BytesParser
-from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from io import BytesIO
 
@@ -32,21 +31,40 @@ class Faults:
     fail: set[int] = field(default_factory=set)  # generation raises: 500, or the engine closes
 
 
+_BOUNDARY = re.compile(r'boundary="?([^";]+)"?', re.IGNORECASE)
+_NAME = re.compile(rb'\bname="([^"]*)"')
+
+
 def parse_multipart(content_type: str, body: bytes) -> tuple[dict[str, str], list[bytes]]:
-    """Form fields and the `image` / `image[]` parts of a multipart/form-data body."""
-    message = BytesParser(policy=HTTP).parsebytes(
-        f"Content-Type: {content_type}\r\n\r\n".encode() + body)
-    if not message.is_multipart():
+    """Form fields and the `image` / `image[]` parts of a multipart/form-data body.
+
+    Split on its boundary directly: the sim's own reading of the format, in C-speed byte
+    splits (a four-reference form is some 2 MB)."""
+    kind, _, params = content_type.partition(";")
+    boundary = _BOUNDARY.search(params)
+    if kind.strip().lower() != "multipart/form-data" or boundary is None:
         raise BadRequest("expected a multipart/form-data body")
     fields: dict[str, str] = {}
     images: list[bytes] = []
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        payload = part.get_payload(decode=True) or b""
-        if name in ("image", "image[]"):
+    for part in body.split(b"--" + boundary[1].encode())[1:]:
+        if part.startswith(b"--"):  # the closing delimiter
+            break
+        head, separator, payload = part.partition(b"\r\n\r\n")
+        if not separator:
+            raise BadRequest("a multipart part without its blank line after the headers")
+        disposition = next((line for line in head.split(b"\r\n")
+                            if line.lower().startswith(b"content-disposition:")), b"")
+        name = _NAME.search(disposition)
+        payload = payload.removesuffix(b"\r\n")
+        if name is None:
+            continue
+        if name[1] in (b"image", b"image[]"):
             images.append(payload)
-        elif name:
-            fields[name] = payload.decode("utf-8")
+        else:
+            try:
+                fields[name[1].decode()] = payload.decode("utf-8")
+            except UnicodeDecodeError:
+                raise BadRequest(f"form field {name[1]!r} is not UTF-8 text") from None
     return fields, images
 
 
