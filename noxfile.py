@@ -99,10 +99,10 @@ def quality(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the test suite (pytest, a worker per core and one more; it takes every option after --)."""
     # The suite starts some 600 Python processes (servers, parses, supervisors, harnesses): with
-    # bytecode compiled at install and cached for src/ and tests/ at run time, none of them
-    # compiles numpy, pydantic or omniprobe anew (uv does not compile by default, and a set
-    # PYTHONDONTWRITEBYTECODE would stop Python caching omniprobe's, whose install is editable).
-    _install(session, "test", env={"UV_COMPILE_BYTECODE": "1"})
+    # bytecode cached as modules are first imported, none of them compiles numpy, pydantic or
+    # omniprobe anew (a set PYTHONDONTWRITEBYTECODE would make each one do it; compiling every
+    # installed module at install, UV_COMPILE_BYTECODE, costs more than the suite's share).
+    _install(session, "test")
     # One worker more than cores: a test spends part of its time waiting on its servers.
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     workers = str((cores or 1) + 1)
