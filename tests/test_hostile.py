@@ -521,7 +521,9 @@ def test_the_hostile_table_covers_every_class():
 
 
 def test_a_full_artifacts_disk_loses_no_record_shown_as_ok(project, port, monkeypatch):
-    """Image writes fail with ENOSPC after the second: the probe stops as the machine's failure,
+    """Image writes fail with ENOSPC after the second (the write itself stands in for the disk,
+    so this runs anywhere; the tmpfs test below fills a real one): the probe stops as the
+    machine's failure,
     every request the console showed is on disk, and a resume completes the attempt."""
     import errno
     import re
@@ -559,6 +561,88 @@ def test_a_full_artifacts_disk_loses_no_record_shown_as_ok(project, port, monkey
     attempt, problems = load_attempt(folder)
     assert problems == []
     assert len(attempt.requests) == 5
+    assert load_project(project)[1] == []
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs of its own (mounting one needs root, as CI runs), unmounted after."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                             capture_output=True, text=True, timeout=30)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=30)
+
+
+def test_an_artifacts_disk_that_fills_mid_run_loses_no_record_shown_as_ok(project, port,
+                                                                          small_disk,
+                                                                          monkeypatch):
+    """A real full disk: artifacts on a small tmpfs that a filler takes up once the first image
+    is there. Every write there may fail now (images, the server's log, the timeline): the probe
+    stops without a traceback, every request the console showed is on disk, and once space is
+    back a resume completes the attempt and the evidence validates."""
+    import re
+    import threading
+
+    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.validate import load_project
+
+    from .conftest import in_process, probe_argv
+
+    monkeypatch.setenv("OMNIPROBE_ARTIFACTS", str(small_disk / "artifacts"))
+    monkeypatch.setenv("OMNIPROBE_SIM_TIME_SCALE", "0.2")  # 80 ms a request: the filler wins
+    filler = small_disk / "filler"
+    done = threading.Event()
+
+    def fill_after_the_first_image() -> None:
+        while not done.is_set():
+            if any((small_disk / "artifacts").rglob("*.png")):
+                with open(filler, "wb") as handle:
+                    try:
+                        while True:
+                            handle.write(b"\0" * 65536)
+                            handle.flush()
+                    except OSError:
+                        pass  # ENOSPC: the disk is full
+                return
+            done.wait(0.005)
+
+    watcher = threading.Thread(target=fill_after_the_first_image, daemon=True)
+    watcher.start()
+    argv = probe_argv("probe-serve", port, "--flag-set", "cpuoff")
+    try:
+        code, out = in_process(project, argv)
+    finally:
+        done.set()
+        watcher.join(10)
+    assert filler.exists(), out  # the disk did fill during the run
+    assert "Traceback" not in out
+    assert code == 4 and "No space left on device" in out, out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    shown = set(re.findall(r"\] (\S+) seed (\d+): ok\b", out))
+    on_disk = {(r.fixture, str(r.seed)) for r in attempt.requests if r.outcome == "ok"}
+    assert shown and shown <= on_disk, (shown, on_disk, out)
+    assert len(attempt.requests) < 5
+
+    filler.unlink()  # space is back
+    code, out = in_process(project, argv)
+    assert code == 0, out
+    attempt, problems = load_attempt(folder)
+    assert problems == []
+    assert {(r.fixture, r.seed) for r in attempt.requests
+            if not r.transport_failure} == {(f, 2301) for f in (
+                "standin-single", "standin-pair", "standin-three", "standin-four", "standin-t2i")}
     assert load_project(project)[1] == []
 
 
