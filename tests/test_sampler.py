@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,18 @@ def test_wait_idle_waits_for_memory_to_return_to_baseline():
 def test_wait_idle_takes_the_first_idle_reading_as_baseline():
     fake = FakeNvml([Frame(0.0, 700 * MIB, compute=((ME, 100 * MIB),))])
     assert wait_idle(NvmlReader(nvml=fake), None, timeout_s=1) == 700 * MIB
+
+
+def test_a_series_file_that_cannot_be_written_leaves_the_series_whole(tmp_path):
+    """/dev/full answers every write with ENOSPC, as a full artifacts disk does: the thread
+    raises nothing, samples go on in memory, and the summary says the file is short."""
+    frames = [Frame(0.0, 1000 * MIB, compute=((ME, 500 * MIB),)),
+              Frame(0.2, 3000 * MIB, compute=((ME, 2500 * MIB),))]
+    reader = NvmlReader(nvml=FakeNvml(frames))
+    sampler = Sampler(reader, Path("/dev/full"), hz=20.0, root_pid=lambda: ME)
+    sampler.start()
+    time.sleep(0.4)
+    summary = sampler.stop()
+    assert summary.peak_mib == 2500 and summary.samples >= 5
+    assert summary.reason == ("the series file full holds the first 0 sample(s) only (No space "
+                              "left on device); the summary holds them all")

@@ -8,6 +8,7 @@ memory a server publishes in a file where NVML cannot see it (a host with hosts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TextIO
 
 from omniprobe.analysis.series import Sample, summarise
 from omniprobe.errors import EnvironmentFailure
@@ -184,6 +185,7 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
         self._owned: dict[tuple[int, int], bool] = {}  # a pid's ancestry is looked up once
         self.error: str | None = None
+        self._written = 0  # lines in the series file
 
     def __enter__(self) -> Sampler:
         self.start()
@@ -227,7 +229,8 @@ class Sampler:
 
     def _run(self) -> None:
         interval = 1.0 / self.hz
-        with open(self.path, "a", buffering=1, encoding="utf-8") as out:
+        out = self._open()
+        try:
             due = time.monotonic()
             while not self._stop.is_set():
                 try:
@@ -238,13 +241,42 @@ class Sampler:
                 self.samples.append(sample)
                 if self.guard is not None:
                     self.guard.observe(sample)
-                out.write(json.dumps({"t": round(sample.t_s, 4), "device_mib": sample.device_mib,
-                                      "process_mib": sample.process_mib}) + "\n")
+                if out is not None:
+                    out = self._append(out, sample)
                 due += interval
                 delay = due - time.monotonic()
                 if delay < 0:  # fell behind: keep the rate, skip the missed slots
                     due, delay = time.monotonic(), 0
                 self._stop.wait(delay)
+        finally:
+            if out is not None:
+                with contextlib.suppress(OSError):  # the line that failed is lost either way
+                    out.close()
+
+    def _open(self) -> TextIO | None:
+        try:
+            return open(self.path, "a", buffering=1, encoding="utf-8")
+        except OSError as exc:
+            self._unwritable(exc)
+            return None
+
+    def _append(self, out: TextIO, sample: Sample) -> TextIO | None:
+        """Write one line; a file that cannot take it (a full disk) is closed and left as it
+        is: the series goes on in memory, so the run's summary and peak stand."""
+        try:
+            out.write(json.dumps({"t": round(sample.t_s, 4), "device_mib": sample.device_mib,
+                                  "process_mib": sample.process_mib}) + "\n")
+            self._written += 1
+            return out
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                out.close()
+            self._unwritable(exc)
+            return None
+
+    def _unwritable(self, exc: OSError) -> None:
+        self.error = (f"the series file {self.path.name} holds the first {self._written} "
+                      f"sample(s) only ({exc.strerror or exc}); the summary holds them all")
 
 
 class GpuBusy(EnvironmentFailure):
