@@ -142,7 +142,7 @@ def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, pytho
 
     if args_check.mode == "parse":
         parsed = _parses(commands, args_check.args, cfg, env, bin_dir, runner, model_code)
-        interpreter, kind, name = _entry_point(base, python)
+        _, kind, name = _entry_point(base, python)
         ran = [c for c in parsed if c.status != "skip"]
         if ran and all(c.status == "pass" for c in ran) and kind != "code":
             # Each parse ran the entry point: a separate import would only repeat it.
