@@ -583,13 +583,18 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(disk)], capture_output=True, timeout=30)
 
 
-def test_an_artifacts_disk_that_fills_mid_run_loses_no_record_shown_as_ok(project, port,
-                                                                          small_disk,
-                                                                          monkeypatch):
-    """A real full disk: artifacts on a small tmpfs that a filler takes up once the first image
-    is there. Every write there may fail now (images, the server's log, the timeline): the probe
-    stops without a traceback, every request the console showed is on disk, and once space is
-    back a resume completes the attempt and the evidence validates."""
+@pytest.mark.parametrize(("fills_when", "exit_code", "stops_on"), [
+    # mid-run: the image writes fail; what the console showed is on disk
+    ("*.png", 4, "No space left on device"),
+    # at the server's start: it dies writing its log; its init is the environment's, not the card's
+    ("server.log", 4, "no space left on the disk of"),
+])
+def test_an_artifacts_disk_that_fills_mid_run_loses_no_record_shown_as_ok(
+        project, port, small_disk, monkeypatch, fills_when, exit_code, stops_on):
+    """A real full disk: artifacts on a small tmpfs that a filler takes up once the first file
+    named `fills_when` is there. Every write there may fail now (images, the server's log, the
+    timeline): the probe stops without a traceback, every request the console showed is on disk,
+    and once space is back a resume completes the attempt and the evidence validates."""
     import re
     import threading
 
@@ -603,9 +608,9 @@ def test_an_artifacts_disk_that_fills_mid_run_loses_no_record_shown_as_ok(projec
     filler = small_disk / "filler"
     done = threading.Event()
 
-    def fill_after_the_first_image() -> None:
+    def fill_once_it_is_there() -> None:
         while not done.is_set():
-            if any((small_disk / "artifacts").rglob("*.png")):
+            if any((small_disk / "artifacts").rglob(fills_when)):
                 with open(filler, "wb") as handle:
                     try:
                         while True:
@@ -616,7 +621,7 @@ def test_an_artifacts_disk_that_fills_mid_run_loses_no_record_shown_as_ok(projec
                 return
             done.wait(0.005)
 
-    watcher = threading.Thread(target=fill_after_the_first_image, daemon=True)
+    watcher = threading.Thread(target=fill_once_it_is_there, daemon=True)
     watcher.start()
     argv = probe_argv("probe-serve", port, "--flag-set", "cpuoff")
     try:
@@ -626,13 +631,13 @@ def test_an_artifacts_disk_that_fills_mid_run_loses_no_record_shown_as_ok(projec
         watcher.join(10)
     assert filler.exists(), out  # the disk did fill during the run
     assert "Traceback" not in out
-    assert code == 4 and "No space left on device" in out, out
+    assert code == exit_code and stops_on in out, out
     [folder] = (project.evidence_dir / "sim").iterdir()
     attempt, problems = load_attempt(folder)
     assert problems == []
     shown = set(re.findall(r"\] (\S+) seed (\d+): ok\b", out))
     on_disk = {(r.fixture, str(r.seed)) for r in attempt.requests if r.outcome == "ok"}
-    assert shown and shown <= on_disk, (shown, on_disk, out)
+    assert shown <= on_disk, (shown, on_disk, out)
     assert len(attempt.requests) < 5
 
     filler.unlink()  # space is back
@@ -643,6 +648,7 @@ def test_an_artifacts_disk_that_fills_mid_run_loses_no_record_shown_as_ok(projec
     assert {(r.fixture, r.seed) for r in attempt.requests
             if not r.transport_failure} == {(f, 2301) for f in (
                 "standin-single", "standin-pair", "standin-three", "standin-four", "standin-t2i")}
+    assert [r.init.outcome for r in attempt.runs] == ["ready"]
     assert load_project(project)[1] == []
 
 

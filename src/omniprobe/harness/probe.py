@@ -391,7 +391,7 @@ class ServeProbe:
 
     def probe_init(self) -> None:
         flag_sets = self.flag_sets()
-        todo = [f for f in flag_sets if self.store.run(f) is None]
+        todo = [f for f in flag_sets if not init_settled(self.store.run(f))]
         progress = Progress(len(todo), self.out)
         progress.say(plan_line(
             "probe-init", self.host_name, self.store.meta.id, self.attempt_why,
@@ -419,7 +419,7 @@ class ServeProbe:
         served = []
         for flag_set in self.flag_sets():
             run = self.store.run(flag_set)
-            if run is not None and run.init.outcome != "ready":
+            if init_settled(run) and run.init.outcome != "ready":
                 print(f"[{flag_set}] skipped: init {run.init.outcome} is recorded in this attempt",
                       file=self.out)
                 continue
@@ -583,6 +583,16 @@ def _failure_text(init: InitResult) -> str:
 
 def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
+
+
+def init_settled(run: ServeRun | None) -> bool:
+    """Whether a flag set's init is on record for good: ready, or failed for the card or the
+    server software. One the environment failed (a full disk, a busy port) measured nothing
+    about the card: a re-run starts that server again, as it sends a lost request again."""
+    if run is None:
+        return False
+    cause = run.init.cause
+    return run.init.outcome == "ready" or cause is None or cause.kind != "environment"
 
 
 @dataclass(frozen=True)

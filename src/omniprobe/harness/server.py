@@ -11,6 +11,7 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -25,7 +26,7 @@ from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.oom import MODEL_CODE, parse_oom
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.errors import EnvironmentFailure, Refusal
-from omniprobe.evidence.models import InitResult
+from omniprobe.evidence.models import FailureCause, InitResult
 from omniprobe.harness.processes import alive
 from omniprobe.safe_io import confine
 
@@ -150,6 +151,23 @@ def classify_exit(returncode: int, log_text: str, elapsed: float,
                       + (f": {last[0][:300]}" if last else ""), cause=cause)
 
 
+# Below this much room on the disk of its log, a server that exits at init may have died of it.
+LOW_SPACE_BYTES = 1024 * 1024
+
+
+def no_space_cause(folder: Path) -> FailureCause | None:
+    """The environment as the cause of a failure, when the disk holding `folder` is full: the
+    server's own log (where its reason would be) may not have been written either."""
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return None
+    if free >= LOW_SPACE_BYTES:
+        return None
+    return FailureCause(kind="environment", reason=f"no space left on the disk of {folder} "
+                                                   f"({free:,} bytes free)")
+
+
 class ServerProcess:
     """One server lifetime; as a context manager it stops the group however the block ends.
 
@@ -224,8 +242,10 @@ class ServerProcess:
             elapsed = time.monotonic() - self.started
             code = self.returncode()
             if code is not None:
-                return classify_exit(code, self.log_path.read_text(errors="replace"), elapsed,
-                                     self.model_code)
+                result = classify_exit(code, self.log_path.read_text(errors="replace"), elapsed,
+                                       self.model_code)
+                full = None if result.cause is not None else no_space_cause(self.log_path.parent)
+                return result if full is None else result.model_copy(update={"cause": full})
             if self._get(self.endpoints.health_path, 2) == 200 and (
                     self.endpoints.ready_path is None
                     or self._get(self.endpoints.ready_path, 2) == 200):
