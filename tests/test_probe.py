@@ -363,3 +363,21 @@ def test_a_fresh_clone_does_not_resume_the_committed_sim_attempt(repo_copy, port
     assert f"(new: {committed[-1]} does not record its environment" in out
     assert "1 flag set(s): 0 already recorded, 1 to run" in out
     assert len(list((repo_copy.evidence_dir / "sim").glob("*-probe"))) == len(committed) + 1
+
+
+@pytest.mark.parametrize(("outcome", "cause", "settled"), [
+    (None, None, False),                   # never started: run it
+    ("ready", None, True),
+    ("oom", "card", True),                 # the card's answer stands
+    ("error", "server", True),             # so does the server software's
+    ("error", None, True),                 # unclassified: kept, as recorded
+    ("error", "environment", False),       # a full disk, a busy port: start it again
+    ("timeout", "environment", False),
+])
+def test_an_init_the_environment_failed_is_run_again_on_resume(outcome, cause, settled):
+    from omniprobe.evidence.models import FailureCause, InitResult, ServeRun
+
+    run = None if outcome is None else ServeRun(flag_set="cpuoff", init=InitResult(
+        outcome=outcome, time_s=0.1,
+        cause=None if cause is None else FailureCause(kind=cause, reason="why")))
+    assert probe_module.init_settled(run) is settled
