@@ -72,6 +72,20 @@ def in_process(project: Project, argv: list[str], **doubles) -> tuple[int, str]:
     return code, out.getvalue()
 
 
+def fixtures_problems(project: Project, mutate) -> list[str]:
+    """The problems loading the project's fixtures.json names once `mutate` has edited its data
+    (the load must refuse it)."""
+    from omniprobe.config.fixtures import load_fixtures
+    from omniprobe.errors import InputError
+
+    data = json.loads(project.fixtures_file.read_text())
+    mutate(data)
+    project.fixtures_file.write_text(json.dumps(data))
+    with pytest.raises(InputError) as info:
+        load_fixtures(project.fixtures_file)
+    return [str(p) for p in info.value.problems]
+
+
 def probe_argv(session: str, port: int, *extra: str) -> list[str]:
     return [session, "--host", "sim", "--port", str(port), "--grace", "2", *extra]
 

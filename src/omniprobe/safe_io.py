@@ -101,18 +101,24 @@ def _nesting_problem(path: Path, text: str, strings: re.Pattern) -> InputError |
     return None
 
 
-def parse_json(path: Path, text: str) -> Any:
-    """JSON text of `path`, nesting checked first; InputError with the line of a syntax error."""
-    too_deep = _nesting_problem(path, text, _JSON_TEXT)
+def _parse_nested(path: Path, text: str, strings: re.Pattern, parse) -> Any:
+    """`parse(text)` once the nesting check has passed; InputError naming the file otherwise."""
+    too_deep = _nesting_problem(path, text, strings)
     if too_deep:
         raise too_deep
     try:
-        return json.loads(text)
+        return parse(text)
+    except RecursionError:  # a backstop: the nesting check above stops what reaches this
+        raise _problem(path, "nested too deeply to parse") from None
+
+
+def parse_json(path: Path, text: str) -> Any:
+    """JSON text of `path`, nesting checked first; InputError with the line of a syntax error."""
+    try:
+        return _parse_nested(path, text, _JSON_TEXT, json.loads)
     except json.JSONDecodeError as exc:
         raise _problem(path, f"not valid JSON (truncated or malformed): {exc.msg}",
                        f"line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:  # a backstop: the nesting check above stops what reaches this
-        raise _problem(path, "nested too deeply to parse") from None
 
 
 def load_json(path: str | Path) -> Any:
@@ -122,16 +128,10 @@ def load_json(path: str | Path) -> Any:
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    text = read_text(path)
-    too_deep = _nesting_problem(path, text, _TOML_TEXT)
-    if too_deep:
-        raise too_deep
     try:
-        return tomllib.loads(text)
+        return _parse_nested(path, read_text(path), _TOML_TEXT, tomllib.loads)
     except tomllib.TOMLDecodeError as exc:
         raise _problem(path, f"not valid TOML: {exc}") from None
-    except RecursionError:
-        raise _problem(path, "nested too deeply to parse") from None
 
 
 # --- paths a file names -----------------------------------------------------------------
