@@ -611,11 +611,11 @@ def test_an_artifacts_disk_that_fills_mid_run_loses_no_record_shown_as_ok(
     def fill_once_it_is_there() -> None:
         while not done.is_set():
             if any((small_disk / "artifacts").rglob(fills_when)):
-                with open(filler, "wb") as handle:
+                # Unbuffered: the write that meets ENOSPC leaves nothing for the close to flush.
+                with open(filler, "wb", buffering=0) as handle:
                     try:
                         while True:
                             handle.write(b"\0" * 65536)
-                            handle.flush()
                     except OSError:
                         pass  # ENOSPC: the disk is full
                 return
