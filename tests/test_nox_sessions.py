@@ -72,3 +72,17 @@ def test_a_failed_env_session_makes_the_probe_of_its_run_refuse(repo_copy, tmp_p
     assert ("error: env-sim failed, so it selected no host and the probe sessions of this nox run "
             f"do not run: fixtures.references failed: {reference['file']}") in out
     assert probe_attempts(repo_copy, "sim") == before
+
+
+def test_a_capacity_sweep_whose_flag_sets_oom_at_init_exits_0(repo_copy, tmp_path):
+    """Issue 23: at 16 GiB every bf16 flag set of the sim OOMs at init, at 20 some do: these
+    are the card's answers, so the sweep's session succeeds, and says so last."""
+    from omniprobe.harness.server import free_port
+
+    code, out = nox(repo_copy, tmp_path, "-s", "env-sim-emulated", "probe-serve", "--",
+                    "--fresh", "--caps", "16,20", "--fixture", "sim-single",
+                    "--port", str(free_port()))
+    assert code == 0, out
+    assert "Session probe-serve was successful" in out
+    assert "not sent: the init oom on record settles them" in out
+    assert out.count("done: every init and cell this run asks for is settled") == 2

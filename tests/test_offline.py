@@ -195,6 +195,7 @@ kwargs = { enable_cpu_offload = true, vae_use_tiling = true }
     assert resident.note.startswith("RuntimeError: Orchestrator initialization failed")
     assert tiling.outcome == "init-error" and "vae_use_tiling" in tiling.note
     assert "[sim-offline-resident 1/2] the engine was not built: init-oom" in out
+    assert out.rstrip().splitlines()[-1].startswith("done: every init and cell")  # issue 23
 
 
 def test_a_kwarg_set_without_kwargs_is_refused_by_name_and_skipped_otherwise(project):
@@ -279,6 +280,7 @@ def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, monkeypatch):
     code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-t2i")
     assert code == 1
     assert "not done: sim-offline-bf16: 1 request(s) not run after 2 restart(s)" in out
+    assert out.rstrip().endswith("re-run to measure them")
     assert [r.outcome for r in the_attempt(project).offline_requests] == ["error"] * 3
 
 

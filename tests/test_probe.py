@@ -101,6 +101,23 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
     assert verdict.failed_init == ("default",)
 
 
+def test_a_probe_whose_cells_are_all_settled_exits_0_whatever_the_card_answered(project, port):
+    """Issue 23: default OOMs at init (its cells are implied by it), cpuoff OOMs at four
+    references, fp8's outputs are broken: all results, so probe-serve on its own exits 0."""
+    code, out = probe(project, "probe-serve", port, "--flag-set", "default", "--flag-set", "fp8",
+                      "--flag-set", "cpuoff", "--fixture", "sim-four")
+    assert code == 0, out
+    assert "[default 1/3] 1 request(s) not sent: the init oom on record settles them" in out
+    assert "not done" not in out and "unsettled" not in out
+    assert out.rstrip().splitlines()[-1].startswith("done: every init and cell this run asks "
+                                                    "for is settled")
+    [attempt] = attempts(project)
+    assert {r.flag_set: r.init.outcome for r in attempt.runs} == {
+        "default": "oom", "fp8": "ready", "cpuoff": "ready"}
+    assert {(r.flag_set, r.outcome, r.quality) for r in attempt.requests} == {
+        ("fp8", "ok", "broken"), ("cpuoff", "oom", "unchecked")}
+
+
 def test_artifacts_are_referenced_by_path_and_sha256(project, port):
     assert probe(project, "probe-serve", port, "--flag-set", "cpuoff",
                  "--fixture", "sim-pair")[0] == 0
@@ -211,6 +228,8 @@ def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, port, monkeypat
     code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i")
     assert code == 1
     assert "not done: fp8: 1 request(s) not sent after 2 restart(s); re-run to resume" in out
+    assert "unsettled: fp8: 1 of 4 cell(s) not measured" in out
+    assert out.rstrip().endswith("re-run to measure them")
     assert [r.outcome for r in requests_of(project)] == ["error"] * 3
 
 

@@ -100,7 +100,8 @@ def test_the_sim_warns_in_upstreams_words():
 
 def test_outputs_that_never_came_are_not_measured(project, port):
     code, out = check(project, port, "--fixture", "sim-four")
-    assert code == 1
+    assert code == 0, out  # both cells are measured: an OOM is a result (issue 23)
+    assert out.rstrip().endswith("implied by its flag set's init failure on record)")
     [result] = the_attempt(project).propagation
     assert result.bytes_identical is None and result.reached_model is None
     assert "not measured" in result.note and "cpuoff: request oom" in result.note

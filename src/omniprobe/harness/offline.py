@@ -39,6 +39,7 @@ from omniprobe.evidence.models import ArtifactRef, OfflineRequest, OfflineRun, w
 from omniprobe.evidence.quantities import Range
 from omniprobe.harness.client import check_references, reference_path
 from omniprobe.harness.logs import log_tail
+from omniprobe.harness.plan import settled_line
 from omniprobe.harness.probe import (
     MEMORY_FILE,
     PlanError,
@@ -519,6 +520,7 @@ class OfflineSession(Session):
               f"artifacts in {store.artifacts}", file=out)
         for line in self.refused + probe.unfinished:
             print(f"not done: {line}", file=out)
+        print(settled_line(probe.unfinished), file=out)
         return 1 if probe.unfinished else 0
 
     def close(self) -> None:

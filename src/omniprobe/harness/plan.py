@@ -9,7 +9,7 @@ from pathlib import Path
 from statistics import fmean
 
 from omniprobe.evidence.attempts import AttemptStore, probe_attempts
-from omniprobe.evidence.models import LoadedAttempt, load_attempt
+from omniprobe.evidence.models import LoadedAttempt, ServeRun, load_attempt
 
 
 @dataclass(frozen=True)
@@ -21,18 +21,51 @@ class Pace:
     attempts: int
 
 
-def attempt_complete(store: AttemptStore, flag_sets: list[str],
-                     cells: list[tuple[str, int]]) -> bool:
-    """Whether the attempt holds an init for every flag set and, for each that came up ready,
-    every (fixture, seed) cell."""
+def init_settled(run: ServeRun | None) -> bool:
+    """Whether a flag set's init is on record for good: ready, or failed for the card or the
+    server software. One the environment failed (a full disk, a busy port) measured nothing
+    about the card: a re-run starts that server again, as it sends a lost request again."""
+    if run is None:
+        return False
+    cause = run.init.cause
+    return run.init.outcome == "ready" or cause is None or cause.kind != "environment"
+
+
+def unsettled(store: AttemptStore, flag_sets: list[str], cells: list[tuple[str, int]]) -> list[str]:
+    """What the attempt leaves unsettled of a run asking for each flag set's init and, under it,
+    every (fixture, seed) cell: one line per flag set. A cell is settled when it is measured,
+    whatever came out (ok, oom, a broken image), or implied by its flag set's init failure on
+    record; a lost request (transport failure) or an init the environment failed settles
+    nothing. Empty: the run is done (exit 0), whatever the card answered."""
+    left = []
     for flag_set in flag_sets:
         run = store.run(flag_set)
         if run is None:
-            return False
-        if run.init.outcome == "ready" and not all(store.recorded(flag_set, f, s)
-                                                   for f, s in cells):
-            return False
-    return True
+            left.append(f"{flag_set}: no init on record")
+        elif not init_settled(run):
+            left.append(f"{flag_set}: init {run.init.outcome} for an environment cause "
+                        f"({run.init.cause.reason})")
+        elif run.init.outcome == "ready":
+            missing = sum(not store.recorded(flag_set, f, s) for f, s in cells)
+            if missing:
+                left.append(f"{flag_set}: {missing} of {len(cells)} cell(s) not measured")
+    return left
+
+
+def attempt_complete(store: AttemptStore, flag_sets: list[str],
+                     cells: list[tuple[str, int]]) -> bool:
+    """Whether the attempt settles every flag set's init and every cell under those that came
+    up ready."""
+    return not unsettled(store, flag_sets, cells)
+
+
+def settled_line(left: list[str]) -> str:
+    """The probe's last line, which its exit status agrees with: 0 when nothing is left."""
+    if not left:
+        return ("done: every init and cell this run asks for is settled (measured, or implied "
+                "by its flag set's init failure on record)")
+    return (f"not settled: {len(left)} flag set(s) hold an unmeasured init or cells (named "
+            "above; exit 1): re-run to measure them")
 
 
 def earlier_attempts(host_dir: Path, current: str) -> list[LoadedAttempt]:

@@ -65,7 +65,17 @@ from omniprobe.harness.logs import (
     log_tail,
     read_from,
 )
-from omniprobe.harness.plan import Pace, attempt_complete, earlier_attempts, estimate, pace, plan_line
+from omniprobe.harness.plan import (
+    Pace,
+    attempt_complete,
+    earlier_attempts,
+    estimate,
+    init_settled,
+    pace,
+    plan_line,
+    settled_line,
+    unsettled,
+)
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
     MIB,
@@ -269,6 +279,7 @@ class ServeProbe:
         self.http = requests.Session()
         self.recorder = Recorder()
         self.refused: list[str] = []
+        self.refused_flag_sets: set[str] = set()
         self.unfinished: list[str] = []
         # What the session says of its attempt (new or resumed, and why), the host's pace so far,
         # and the command that measures again; a session that always starts anew keeps these.
@@ -291,6 +302,7 @@ class ServeProbe:
                                   bin_dir=self.env_bin)
         except FlagSetNotRunnable as exc:
             self.refused.append(str(exc))
+            self.refused_flag_sets.add(flag_set)
             print(f"refused: {exc}", file=self.out, flush=True)
             return None
 
@@ -466,9 +478,13 @@ class ServeProbe:
                              + _oom_text(live.init.oom) + _failure_text(live.init))
                 if live.init.outcome != "ready":
                     self._init_failed_for_environment(flag_set, live.init)
-                    self.unfinished.append(f"{flag_set}: {len(pending)} request(s) not sent, "
-                                           f"init {live.init.outcome}"
-                                           + _failure_text(live.init))
+                    if init_settled(self.store.run(flag_set)):
+                        progress.say(f"[{label}] {len(pending)} request(s) not sent: the init "
+                                     f"{live.init.outcome} on record settles them")
+                    else:
+                        self.unfinished.append(f"{flag_set}: {len(pending)} request(s) not "
+                                               f"sent, init {live.init.outcome}"
+                                               + _failure_text(live.init))
                     return
                 while pending:
                     fixture, seed = pending.pop(0)
@@ -583,16 +599,6 @@ def _failure_text(init: InitResult) -> str:
 
 def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
-
-
-def init_settled(run: ServeRun | None) -> bool:
-    """Whether a flag set's init is on record for good: ready, or failed for the card or the
-    server software. One the environment failed (a full disk, a busy port) measured nothing
-    about the card: a re-run starts that server again, as it sends a lost request again."""
-    if run is None:
-        return False
-    cause = run.init.cause
-    return run.init.outcome == "ready" or cause is None or cause.kind != "environment"
 
 
 @dataclass(frozen=True)
@@ -722,7 +728,15 @@ class ProbeSession(Session):
                 "the card was not measured: whole flag set(s) failed for an environment cause "
                 "(the evidence records it; fix the environment and re-run):\n"
                 + "\n".join(f"  {line}" for line in probe.environment_failures))
-        return 1 if probe.unfinished else 0
+        # What this session asks for: each flag set it may start (a refused one cannot run, and
+        # says so above) and, for probe-serve, every cell under it.
+        flag_sets, cells = self._plan(ctx)
+        asked = [f for f in flag_sets if f not in probe.refused_flag_sets]
+        left = unsettled(store, asked, cells if self.name == "probe-serve" else [])
+        for line in left:
+            print(f"unsettled: {line}", file=out)
+        print(settled_line(left), file=out)
+        return 1 if left else 0
 
     def close(self) -> None:
         if self.probe is not None:
@@ -734,7 +748,8 @@ class ProbeSession(Session):
 
 def run_probe(project: Project, session: str, options: ProbeOptions, *, command: list[str],
               readers: ReaderFactory | None = None, nvml=None, out: TextIO | None = None) -> int:
-    """The probe-init / probe-serve command: 0 when everything planned was recorded. On an
+    """The probe-init / probe-serve command: 0 when every init and cell asked for is settled
+    (plan.unsettled), whatever the card answered; the highest of its caps' statuses. On an
     emulated host each cap (`--caps`, else the host's) is its own session and attempt.
 
     `command` is the command line recorded as the attempt's provenance; `nvml` stands in for

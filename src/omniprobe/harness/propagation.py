@@ -28,6 +28,7 @@ from omniprobe.evidence.models import (
     write_section,
 )
 from omniprobe.harness.client import check_references
+from omniprobe.harness.plan import settled_line, unsettled
 from omniprobe.harness.probe import (
     PlanError,
     ReaderFactory,
@@ -290,7 +291,14 @@ class PropagationSession(Session):
         print(describe(check), file=ctx.out)
         print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}",
               file=ctx.out)
-        return 0 if check.reached_model is not None else 1
+        # Settled cells (an OOM, an init failure on record) answer the run even where the check
+        # is not measured: only a lost or unmade one is exit 1.
+        left = unsettled(store, [plan.flag_set_with, plan.flag_set_without],
+                         [(plan.fixture.id, plan.seed)])
+        for line in left:
+            print(f"unsettled: {line}", file=ctx.out)
+        print(settled_line(left), file=ctx.out)
+        return 1 if left else 0
 
     def close(self) -> None:
         if self.probe is not None:
@@ -303,7 +311,8 @@ class PropagationSession(Session):
 def run_propagation(project: Project, options: PropagationOptions, *, command: list[str],
                     readers: ReaderFactory | None = None, nvml=None,
                     out: TextIO | None = None) -> int:
-    """The propagation command: 0 when the check was measured (whichever way it came out).
+    """The propagation command: 0 when both cells are settled (plan.unsettled), whether or not
+    the check could be measured from them.
 
     `command` is the command line recorded as the attempt's provenance; `nvml` stands in for
     pynvml in a real host's env checks, as for the probe."""
