@@ -754,6 +754,77 @@ def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, p
     assert not processes_with(str(tmp_path))
 
 
+def test_a_server_the_kernel_killed_for_host_ram_is_the_hosts_failure_not_resent(
+        tmp_path, port, monkeypatch):
+    """Issue 23: the server is SIGKILLed while it holds request 2 and the host's available memory
+    in the sampler's last readings is low: the host ran out of RAM. The record says so, is not a
+    transport failure, and a re-run has nothing left to send."""
+    import threading
+
+    from omniprobe.evidence.models import load_attempt
+    from omniprobe.harness import sampler as sampler_module
+
+    from .conftest import in_process, make_project, probe_argv, processes_with, wait_for
+
+    monkeypatch.setattr(sampler_module, "available_mib", lambda: 300.0)
+    project = make_project(tmp_path, faults=["hang@2"], seeds=[2301, 2302, 2303])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    argv = probe_argv("probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i",
+                      "--request-timeout", "60")
+
+    def kill_the_server_on_request_2():
+        records = tmp_path / "evidence" / "sim"
+        assert wait_for(lambda: any(records.glob("*/requests.json")), 60)
+        time.sleep(0.5)  # request 2 hangs in the server
+        for pid, cmdline in processes_with(f"--port {port}"):
+            if "omniprobe.sim serve" in cmdline:
+                os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_server_on_request_2)
+    killer.start()
+    code, out = in_process(project, argv)
+    killer.join()
+    assert code == 0, out  # every cell measured: the host's RAM is an answer
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    attempt, _ = load_attempt(folder)
+    lost = attempt.requests[1]
+    assert (lost.seed, lost.outcome, lost.transport_failure) == (2302, "error", None)
+    assert lost.cause.kind == "host"
+    # The keeper or the server got the SIGKILL: -9 or 137.
+    assert lost.cause.reason.startswith("host RAM exhausted: killed by SIGKILL (exit ")
+    assert lost.cause.reason.endswith(") with the host's available memory at 300 MiB in the "
+                                      "sampler's last readings")
+    code, out = in_process(project, argv)
+    assert code == 0 and "holds every cell asked for" in out
+    assert not processes_with(str(tmp_path))
+
+
+def test_a_server_killed_at_init_with_the_host_short_of_ram_is_the_hosts_init_failure(
+        tmp_path, port, monkeypatch):
+    from omniprobe.evidence.models import load_attempt
+    from omniprobe.harness import probe as probe_module
+    from omniprobe.harness import sampler as sampler_module
+
+    from .conftest import in_process, make_project, probe_argv
+
+    monkeypatch.setattr(sampler_module, "available_mib", lambda: 200.0)
+    monkeypatch.setattr(probe_module, "sim_preflight", lambda *a, **k: [])
+    project = make_project(tmp_path)
+    hosts = project.hosts_file.read_text()
+    sim_serve = '["{python}", "-m", "omniprobe.sim", "serve", '
+    project.hosts_file.write_text(hosts.replace(sim_serve, (
+        '["{python}", "-c", "import os, signal, time; time.sleep(1); '
+        'os.kill(os.getpid(), signal.SIGKILL)", '), 1))
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    code, out = in_process(project, probe_argv("probe-init", port, "--flag-set", "fp8"))
+    assert code == 0, out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    [run] = load_attempt(folder)[0].runs
+    assert run.init.outcome == "error" and run.init.cause.kind == "host"
+    assert "killed by SIGKILL (exit 137) with the host's available memory at 200 MiB" in (
+        run.init.cause.reason)
+
+
 def test_a_server_that_crashes_on_its_own_is_a_measured_error():
     """An exit of the server's own (status 1: a CUDA error) is about the model: not resent."""
     from omniprobe.evidence.attempts import AttemptStore

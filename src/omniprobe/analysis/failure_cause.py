@@ -1,5 +1,7 @@
 """Why an init or a request failed, read off its log or error text: the card, the server software,
-or the harness and its environment. Only the card's failures are evidence about the card.
+or the harness and its environment; and, from the signs a killed process leaves
+(`host_ram_cause`), the card's host when it ran out of RAM. Only the card's and its host's
+failures are evidence about the card.
 
 The rules are tried in order and the first that matches decides:
 
@@ -16,8 +18,10 @@ The rules are tried in order and the first that matches decides:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from omniprobe.analysis.host_ram import memory_failure
 from omniprobe.analysis.oom import is_oom, traceback_frames
 from omniprobe.evidence.models import FailureCause
 
@@ -99,6 +103,17 @@ def classify_failure(text: str, model_code: tuple[str, ...]) -> FailureCause | N
     return None
 
 
+def host_ram_cause(oom_kills: tuple[int, int] | None, returncode: int | None,
+                   available_mib: Sequence[float] | None, text: str,
+                   gpu_free_mib: float | None) -> FailureCause | None:
+    """The host's cause of a process that ran out of host RAM (host_ram.memory_failure, whose
+    arguments these are); None for a GPU OOM or anything else, which classify_failure reads."""
+    found = memory_failure(oom_kills, returncode, available_mib, text, gpu_free_mib)
+    if found is None or found.kind != "host-ram":
+        return None
+    return _cause("host", "host RAM exhausted", found.sign)
+
+
 def effective_cause(outcome: str, cause: FailureCause | None) -> FailureCause | None:
     """A failure's cause as the verdicts read it: the recorded one; an OOM is the card's even
     where none is recorded (transcribed evidence records the OOM, not a cause); None for a
@@ -113,11 +128,12 @@ def effective_cause(outcome: str, cause: FailureCause | None) -> FailureCause | 
 
 
 def is_card_evidence(outcome: str, cause: FailureCause | None) -> bool:
-    """Whether a result says something about the card: every success, and the card's failures."""
+    """Whether a result says something about the card: every success, and the failures of the
+    card and of its host (its RAM)."""
     if outcome in ("ok", "ready"):
         return True
     found = effective_cause(outcome, cause)
-    return found is not None and found.kind == "card"
+    return found is not None and found.kind in ("card", "host")
 
 
 def cause_text(outcome: str, cause: FailureCause | None) -> str:

@@ -188,12 +188,14 @@ class EmulationBreach(_In):
 
 
 class FailureCause(_In):
-    """Why an init or a request failed, as its log or error text shows it. Only `card` is evidence
-    about the card; the other kinds say the card was never measured."""
+    """Why an init or a request failed, as its log or error text shows it. Only `card` and `host`
+    are evidence about the card on its host; the other kinds say the card was never measured."""
 
-    kind: Literal["card", "server", "environment"] = Field(
-        description="card: the model or the card (CUDA OOM, a crash in model code); server: the "
-                    "server software (a traceback in upstream code that is not an OOM); "
+    kind: Literal["card", "host", "server", "environment"] = Field(
+        description="card: the model or the card (CUDA OOM, a crash in model code); host: the "
+                    "card's host ran out of RAM (the kernel killed the process for memory: "
+                    "analysis/host_ram.py), evidence about the host as the card's is; server: "
+                    "the server software (a traceback in upstream code that is not an OOM); "
                     "environment: the harness or the environment (command not found, import "
                     "error, argument error, a port or permission problem, a dead connection).")
     reason: str = Field(description="What the text shows, e.g. \"import error: No module named 'x'\".")

@@ -17,7 +17,7 @@ from typing import TextIO
 
 import requests
 
-from omniprobe.analysis.failure_cause import classify_failure
+from omniprobe.analysis.failure_cause import classify_failure, host_ram_cause
 from omniprobe.analysis.imaging import UnreadableImage, decode_pixels, measure, pixels_sha256
 from omniprobe.analysis.oom import merge, parse_oom
 from omniprobe.analysis.series import decimate, unavailable
@@ -59,6 +59,7 @@ from omniprobe.harness.emulation import (
     emulation_env,
     parse_caps_gib,
 )
+from omniprobe.harness.host_memory import oom_kill_count
 from omniprobe.harness.logs import (
     DEPLOY_IGNORED_WARNING,
     deploy_config_ignored,
@@ -145,6 +146,8 @@ class Live:
     t0: float
     folder: Path
     guard: EmulationGuard | None = None
+    sampler: Sampler | None = None
+    oom_kills: int | None = None  # the cgroup's oom_kill count before the server started
 
 
 def default_readers(host: Host, gpu_index: int = 0) -> ReaderFactory:
@@ -372,6 +375,7 @@ class ServeProbe:
                                model_code=tuple(self.host.model_code))
         started_at = datetime.now(UTC)
         record = sampler = None
+        oom_kills = oom_kill_count()
         server.start()
         t0 = server.started  # one origin for the init time, the series and the requests
         try:
@@ -380,10 +384,14 @@ class ServeProbe:
                                   root_pid=lambda: server.pid, t0=t0, guard=guard)
                 sampler.start()
             init = server.wait_ready(self.settings.ready_timeout_s, self.settings.poll_s)
+            if init.outcome == "error":  # exited: the kernel may have killed it for host RAM
+                host = host_ram_failure(sampler, oom_kills, server.returncode(),
+                                        server.log_path.read_text(errors="replace"))
+                init = init if host is None else init.model_copy(update={"cause": host})
             record = ServerLifetime(session=session, started_at=started_at,
                                     command=redact_args(command), init=init)
             self._put_lifetime(flag_set, index, record)
-            yield Live(server, init, index, t0, folder, guard)
+            yield Live(server, init, index, t0, folder, guard, sampler, oom_kills)
         finally:
             ended = server.stop()
             self.recorder.drain()
@@ -524,16 +532,20 @@ class ServeProbe:
         # No answer at all, and no exit of the server's own: the harness lost it (refused, or
         # killed by a signal), which measured nothing about the model.
         transport = reply.transport_failure
+        host = None
         if not up and reply.outcome != "timeout":
             code = live.server.wait_exit(2)  # a crashed server may take a moment to be reaped
+            # The kernel killed it for host RAM: the host's answer, never sent again.
+            host = host_ram_failure(live.sampler, live.oom_kills, code, log)
             # Killed by a signal: -N from Popen, 128 + N from the keeper.
-            transport = transport and (code is None or code < 0 or code > 128)
+            transport = (transport and host is None
+                         and (code is None or code < 0 or code > 128))
             error = (f"{error}; the server is down"
                      + (f" (exited {code})" if code is not None else "")
                      + f"; its log ends: {log_tail(log)}")
         # A connection to a server that is down is its death, not the environment's: only the
         # log says why it died.
-        cause = (None if reply.outcome == "ok" else classify_failure(
+        cause = (None if reply.outcome == "ok" else host or classify_failure(
             log if not up and reply.outcome != "timeout" else f"{error or ''}\n{log}",
             tuple(self.host.model_code)))
         self._request_causes.setdefault(flag_set, []).append(cause)
@@ -578,6 +590,17 @@ class ServeProbe:
             record = gate_record(record, measure(pixels, self.cfg.quality))
         self.store.add_request(record)
         show(record)
+
+
+def host_ram_failure(sampler: Sampler | None, oom_kills: int | None, returncode: int | None,
+                     text: str) -> FailureCause | None:
+    """The host's cause of a server or runner that died of host RAM, read off the cgroup's OOM
+    kills since `oom_kills` and the sampler's last readings (analysis/host_ram.py)."""
+    after = oom_kill_count()
+    return host_ram_cause(
+        None if oom_kills is None or after is None else (oom_kills, after), returncode,
+        list(sampler.host_available_mib) if sampler else None, text,
+        sampler.gpu_free_mib if sampler else None)
 
 
 def _oom_text(oom) -> str:

@@ -14,6 +14,7 @@ import os
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from typing import Protocol, TextIO
 from omniprobe.analysis.series import Sample, summarise
 from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models import TimelineSummary
+from omniprobe.harness.host_memory import available_mib
 from omniprobe.harness.processes import alive
 
 MIB = 1024**2
@@ -169,15 +171,26 @@ class SampleObserver(Protocol):
     def observe(self, sample: Sample) -> None: ...
 
 
+# The host's available memory of the last this many samples is kept: what a process the kernel
+# killed left behind (analysis/host_ram.py), some 2 s at 10 Hz.
+HOST_READINGS = 20
+
+
 class Sampler:
     """Samples a reader at `hz` in a thread, appending each sample to a JSONL file at once, and
-    hands each to the guard (an emulated host's EmulationGuard), if any."""
+    hands each to the guard (an emulated host's EmulationGuard), if any. Beside each sample it
+    reads the host's available memory (`host_memory`), and keeps the last HOST_READINGS of them
+    and the GPU's free memory at the last sample, for the cause of a process that dies."""
 
     def __init__(self, reader: GpuReader, path: Path, *, hz: float = 10.0,
                  root_pid: Callable[[], int | None] = lambda: None, t0: float | None = None,
-                 guard: SampleObserver | None = None):
+                 guard: SampleObserver | None = None,
+                 host_memory: Callable[[], float | None] | None = None):
         self.reader, self.path, self.hz = reader, path, hz
         self.guard = guard
+        self.host_memory = host_memory or available_mib
+        self.host_available_mib: deque[float] = deque(maxlen=HOST_READINGS)
+        self.gpu_free_mib: float | None = None
         self.root_pid = root_pid
         self.t0 = time.monotonic() if t0 is None else t0
         self.samples: list[Sample] = []
@@ -220,7 +233,11 @@ class Sampler:
 
     def sample(self) -> Sample:
         now = time.monotonic()
-        used, _ = self.reader.memory()
+        used, total = self.reader.memory()
+        self.gpu_free_mib = (total - used) / MIB if total else None
+        host = self.host_memory()
+        if host is not None:
+            self.host_available_mib.append(host)
         compute, graphics = self.reader.processes()
         mine = {pid for pid in unique_processes(compute, graphics) if self._mine(pid)}
         owned = tree_memory(compute, graphics, mine)
