@@ -25,6 +25,7 @@ from omniprobe.config.fixtures import load_fixtures, reference_problems
 from omniprobe.config.hosts import Host, HostsConfig, InstallStep, load_hosts
 from omniprobe.config.project import Project, find_project
 from omniprobe.digests import sha256_file
+from omniprobe.env.allocator import check_allocator_env
 from omniprobe.env.preflight import serve_preflight
 from omniprobe.env.state import (
     EnvNotReady,
@@ -511,6 +512,8 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     if host.emulation is not None:
         checks.append(emulation_check(cfg.emulated_cap_mib(host_name), facts))
     checks.append(torch_check(host, probe, torch_pinned))
+    checks.append(timed("allocator", check_allocator_env, cfg, host_name, paths, runner,
+                        torch_pinned))
     checks.extend(timed("snapshot", snapshot_checks, cfg, project))
     checks.append(timed("references", lambda: references_check(project, simulated=host.simulated)))
 

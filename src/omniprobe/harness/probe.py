@@ -35,6 +35,7 @@ from omniprobe.config.selection import (
     update_state,
 )
 from omniprobe.digests import sha256_bytes
+from omniprobe.env.allocator import honoured_var
 from omniprobe.env.checks import failure_lines, hf_cache_dir, pinned_snapshot, require_env_ok
 from omniprobe.env.manifest import env_digest, manifest_of
 from omniprobe.env.simulated import sim_env_digest, sim_preflight
@@ -269,8 +270,10 @@ class ServeProbe:
     def __init__(self, cfg: HostsConfig, suite: FixtureSuite, fixtures_dir: Path, hosts_file: Path,
                  host_name: str, store: AttemptStore, settings: ServeSettings, *,
                  readers: ReaderFactory | None = None, base_env: dict[str, str] | None = None,
-                 env_bin: Path | None = None, out: TextIO = sys.stderr):
+                 env_bin: Path | None = None, alloc_var: str | None = None,
+                 out: TextIO = sys.stderr):
         self.cfg, self.suite = cfg, suite
+        self.alloc_var = alloc_var
         self.env_bin = env_bin  # the probe env's bin folder: the server runs from it
         self.fixtures_dir, self.hosts_file = fixtures_dir, hosts_file
         self.host_name, self.host = host_name, cfg.host(host_name)
@@ -361,7 +364,8 @@ class ServeProbe:
             raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its server's "
                                      f"memory cannot be sampled to check the cap: {reason}")
         self._wait_idle(reader)
-        env = server_env(self.cfg, flag_set, self.base_env, self.env_bin)
+        env = server_env(self.cfg, flag_set, self.base_env, self.env_bin,
+                         alloc_var=self.alloc_var)
         if self.host.memory_file_env:
             env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
         guard = None
@@ -630,6 +634,7 @@ class ProbeEnv:
 
     bin_dir: Path | None
     record: AttemptEnvironment
+    alloc_var: str | None = None  # the allocator variable the env's torch honours
 
 
 def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: str | None,
@@ -666,7 +671,7 @@ def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: 
     digest = env_digest(verification.pins, verification.checks, str(verification.paths.venv))
     return ProbeEnv(bin_dir, AttemptEnvironment(
         manifest=manifest_of(project.evidence_dir, host_name, digest), digest=digest,
-        served=served))
+        served=served), honoured_var(verification.checks))
 
 
 class ProbeSession(Session):
@@ -734,7 +739,8 @@ class ProbeSession(Session):
                   file=out)
         self.probe = probe = ServeProbe(
             ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.project.hosts_file,
-            ctx.host_name, store, self.settings, env_bin=self.env_bin, out=out,
+            ctx.host_name, store, self.settings, env_bin=self.env_bin,
+            alloc_var=self.env.alloc_var, out=out,
             readers=self.readers or default_readers(ctx.host, self.options.gpu_index))
         probe.attempt_why = self.why
         probe.pace = pace(earlier_attempts(ctx.project.evidence_dir / ctx.host_name,

@@ -281,7 +281,8 @@ class PropagationSession(Session):
             update={"seeds": [plan.seed]})})
         self.probe = probe = ServeProbe(
             cfg, one_seed, ctx.project.fixtures_file.parent, ctx.project.hosts_file,
-            ctx.host_name, store, self.settings, env_bin=self.env_bin, out=ctx.out,
+            ctx.host_name, store, self.settings, env_bin=self.env_bin,
+            alloc_var=self.env.alloc_var, out=ctx.out,
             readers=self.readers or default_readers(ctx.host, self.options.gpu_index))
         probe.probe_serve()
         probe.recorder.drain()

@@ -25,6 +25,7 @@ import requests
 from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.oom import MODEL_CODE, parse_oom
 from omniprobe.config.hosts import HostsConfig
+from omniprobe.env.allocator import ALLOC_VARS, allocator_env
 from omniprobe.errors import EnvironmentFailure, Refusal
 from omniprobe.evidence.models import FailureCause, InitResult
 from omniprobe.harness.processes import alive
@@ -98,12 +99,16 @@ def server_command(cfg: HostsConfig, host_name: str, flag_set: str, *, port: int
 
 
 def server_env(cfg: HostsConfig, flag_set: str, base: dict[str, str],
-               bin_dir: Path | None = None) -> dict[str, str]:
+               bin_dir: Path | None = None, *, alloc_var: str | None = None) -> dict[str, str]:
     """The environment: ours, the stack's offline variables, the flag set's, CUDA's bus order,
-    and with an env, its bin folder first on PATH."""
+    and with an env, its bin folder first on PATH. A flag set's allocator setting goes under
+    `alloc_var`, the variable the env check found torch honours (env/allocator.py), and ours
+    of either name is dropped, so the one torch reads is the flag set's."""
+    flags = allocator_env(cfg.flag_sets[flag_set].env, alloc_var)
+    if any(var in flags for var in ALLOC_VARS):
+        base = {k: v for k, v in base.items() if k not in ALLOC_VARS}
     # PCI bus order makes CUDA number the GPUs as NVML does, so the sampler watches the right one.
-    env = {**base, **cfg.stack.offline_env, **cfg.flag_sets[flag_set].env,
-           "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    env = {**base, **cfg.stack.offline_env, **flags, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     if bin_dir is not None:
         # What the server starts by name (its own workers, compilers) comes from the env too.
         env["PATH"] = os.pathsep.join(filter(None, [str(bin_dir), base.get("PATH")]))
