@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from omniprobe.analysis.failure_cause import classify_failure
+from omniprobe.analysis.log_text import plain_log
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.env.state import Runner
 from omniprobe.evidence.models import EnvCheck
@@ -64,7 +65,7 @@ def _check(name: str, status: str, detail: str, expected: str | None = None,
 
 def _why(proc, model_code: tuple[str, ...]) -> str:
     """What a failed command says, as the failure classifier reads it (else its last line)."""
-    text = f"{proc.stdout}\n{proc.stderr}"
+    text = plain_log(f"{proc.stdout}\n{proc.stderr}")
     cause = classify_failure(text, model_code)
     if cause is not None:
         return f"{cause.kind}: {cause.reason}"
@@ -161,7 +162,7 @@ def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, pytho
     if proc.returncode != 0:
         return [program, entry, _check("serve.args", "fail",
                                        f"`{shlex.join(argv)}` failed: {_why(proc, model_code)}")]
-    help_text = proc.stdout + proc.stderr
+    help_text = plain_log(proc.stdout + proc.stderr)
     checks = [program, entry]
     for flag_set, command, why_not in commands:
         name = f"serve.args:{flag_set}"

@@ -1,19 +1,22 @@
-"""What a server's or runner's log says, shortened for an error message."""
+"""What a server's or runner's log says, as plain lines (analysis/log_text.py: no colour codes,
+no vLLM prefixes), and shortened for an error message."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from omniprobe.analysis.log_text import plain_log
 
 # Upstream's warning when --deploy-config is accepted and then ignored: a single-stage diffusion
 # model without a registered pipeline config gets the default stage, built from CLI arguments.
 DEPLOY_IGNORED_WARNING = "No registered PipelineConfig resolved for model"
 
 
-def read_from(path: Path, offset: int) -> str:
-    """The log's text written since `offset` bytes (undecodable bytes replaced)."""
+def read_from(path: Path, offset: int = 0) -> str:
+    """The log's plain text written since `offset` bytes (undecodable bytes replaced)."""
     with open(path, "rb") as handle:
         handle.seek(offset)
-        return handle.read().decode("utf-8", "replace")
+        return plain_log(handle.read().decode("utf-8", "replace"))
 
 
 def deploy_config_ignored(log: str) -> bool:

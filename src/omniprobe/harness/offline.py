@@ -38,7 +38,7 @@ from omniprobe.evidence.attempts import AttemptStore, file_ref, new_attempt
 from omniprobe.evidence.models import ArtifactRef, OfflineRequest, OfflineRun, write_section
 from omniprobe.evidence.quantities import Range
 from omniprobe.harness.client import check_references, reference_path
-from omniprobe.harness.logs import log_tail
+from omniprobe.harness.logs import log_tail, read_from
 from omniprobe.harness.plan import settled_line
 from omniprobe.harness.probe import (
     MEMORY_FILE,
@@ -370,7 +370,7 @@ class OfflineProbe:
             if not is_oom(text):
                 # Upstream reports a worker's death as "Orchestrator initialization failed";
                 # the CUDA OOM text is only in the worker's log, which is the runner's log.
-                text = runner.log_path.read_text(errors="replace")
+                text = read_from(runner.log_path)
             oom = (parse_oom(text, "init", self.model_code)
                    if event.get("outcome") == "oom" or is_oom(text) else None)
             failure = OfflineRun(kwarg_set=name, outcome="init-oom" if oom else "init-error",
@@ -383,7 +383,7 @@ class OfflineProbe:
         else:
             code = runner.returncode()
             init = classify_exit(code if code is not None else -1,
-                                 runner.log_path.read_text(errors="replace"), elapsed,
+                                 read_from(runner.log_path), elapsed,
                                  self.model_code)
             failure = OfflineRun(kwarg_set=name, quality="unchecked", oom=init.oom,
                                  outcome="init-oom" if init.outcome == "oom" else "init-error",
@@ -442,7 +442,7 @@ class OfflineProbe:
             fields.update(outcome="timeout",
                           error=f"no result within {self.settings.request_timeout_s:g} s")
             return self._add(fields)
-        log = _after_last_event(log_path.read_text(errors="replace"))
+        log = _after_last_event(read_from(log_path))
         oom = parse_oom(log, "request", self.model_code)
         fields.update(outcome="oom" if oom else "error", oom=oom,
                       error=f"the runner {why} during the request; its log ends: "

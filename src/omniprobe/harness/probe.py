@@ -330,7 +330,7 @@ class ServeProbe:
         none); a warning when it did, since the flag set then measures its base."""
         if not self.cfg.flag_sets[flag_set].deploy_config:
             return None
-        ignored = deploy_config_ignored(log_path.read_text(errors="replace"))
+        ignored = deploy_config_ignored(read_from(log_path))
         if ignored:
             print(f"warning: [{flag_set}] the server logged {DEPLOY_IGNORED_WARNING!r}: its "
                   "--deploy-config was ignored, so it measures its base configuration",
@@ -390,7 +390,7 @@ class ServeProbe:
             init = server.wait_ready(self.settings.ready_timeout_s, self.settings.poll_s)
             if init.outcome == "error":  # exited: the kernel may have killed it for host RAM
                 host = host_ram_failure(sampler, oom_kills, server.returncode(),
-                                        server.log_path.read_text(errors="replace"))
+                                        read_from(server.log_path))
                 init = init if host is None else init.model_copy(update={"cause": host})
             record = ServerLifetime(session=session, started_at=started_at,
                                     command=redact_args(command), init=init)
@@ -401,7 +401,7 @@ class ServeProbe:
             self.recorder.drain()
             timeline = self._timeline(sampler, reason)
             if guard is not None:
-                capped = capped_processes(server.log_path.read_text(errors="replace"))
+                capped = capped_processes(read_from(server.log_path))
                 timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
             if record is not None:
                 redact_file(server.log_path)

@@ -28,6 +28,7 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.env.allocator import ALLOC_VARS, allocator_env
 from omniprobe.errors import EnvironmentFailure, Refusal
 from omniprobe.evidence.models import FailureCause, InitResult
+from omniprobe.harness.logs import read_from
 from omniprobe.harness.processes import alive
 from omniprobe.safe_io import confine
 
@@ -247,7 +248,7 @@ class ServerProcess:
             elapsed = time.monotonic() - self.started
             code = self.returncode()
             if code is not None:
-                result = classify_exit(code, self.log_path.read_text(errors="replace"), elapsed,
+                result = classify_exit(code, read_from(self.log_path), elapsed,
                                        self.model_code)
                 full = None if result.cause is not None else no_space_cause(self.log_path.parent)
                 return result if full is None else result.model_copy(update={"cause": full})
