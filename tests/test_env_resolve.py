@@ -144,3 +144,43 @@ def test_the_recipe_check(tmp_path):
     with pytest.raises(RecipeMismatch, match="pinned to 0.31.0, but recipes/Qwen/Qwen-Image-2.1.md "
                                              "at 8484d85d1 names 0.32.1"):
         check_recipe(VLLM, tmp_path, "8484d85d1")
+
+
+def test_an_override_lets_a_pin_win_over_another_packages_requirement(wheels):
+    """Issue 23 item 1: alpha requires beta>=2.0, the plan pins beta 1.0. Without an override the
+    resolution stops naming both (test_clashing_pins_name_both_requirements); with one it
+    resolves, beta's pin replacing alpha's requirement (uv --override)."""
+    from omniprobe.config.hosts import StepOverride
+
+    plan = steps("1.0", "1.0")
+    plan[1] = plan[1].model_copy(update={"override": StepOverride(
+        chosen_by="omniprobe", reason="the seed installs beta 1.0 beside alpha")})
+    echoed: list[str] = []
+    resolve_plan(uv_command(), sys.executable, plan, _pins(plan),
+                 lambda s: [f"{s.name}=={s.version}"], Runner(), echoed.append)
+    assert ("# beta 1.0 overrides every other requirement on beta (uv --override; chosen by "
+            "omniprobe: the seed installs beta 1.0 beside alpha)") in echoed
+    assert any(" --override " in line for line in echoed if line.startswith("$ "))
+    assert echoed[-1].startswith("# the install plan resolves")
+
+
+def test_the_build_installs_an_overridden_pin_and_files_it(wheels, tmp_path, monkeypatch):
+    world = make_world(tmp_path / "world")
+    text = world.project.hosts_file.read_text()
+    text = text[:text.index("[[env.install]]")] + (
+        '[[env.install]]\nname = "alpha"\nversion = "1.0"\n\n'
+        '[[env.install]]\nname = "beta"\nversion = "1.0"\n'
+        'override = { chosen_by = "omniprobe", reason = "beta 1.0 as the seed ran it" }\n')
+    world.project.hosts_file.write_text(text)
+    for key, value in world.env_vars.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PATH", f"{Path(sys._base_executable).parent}{os.pathsep}{os.environ['PATH']}")
+    paths = env_paths(load_hosts(world.project.hosts_file), world.project, "testhost")
+    result = build_env("testhost", project=world.project, echo=lambda line: None, record=False)
+    installs = [r.argv for r in result.ran if r.argv[1:3] == ("pip", "install")]
+    assert len(installs) == 2 and all("--override" in argv for argv in installs)
+    assert paths.overrides.read_text() == "beta==1.0\n"
+    pins = {p.name: p for p in result.manifest.pins}
+    assert (pins["alpha"].installed_version, pins["beta"].installed_version) == ("1.0", "1.0")
+    assert pins["beta"].override == "chosen by omniprobe: beta 1.0 as the seed ran it"
+    assert pins["alpha"].override is None

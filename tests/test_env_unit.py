@@ -190,6 +190,15 @@ def test_dry_run_prints_the_pinned_commands_and_runs_nothing(host, tmp_path, mon
             f"{tmp_path}/envs/git/diffusers-122b1e11"] in commands
     assert [uv, "venv", "--clear", "--python", "<python 3.13 found by uv>", str(venv)] in commands
     assert not venv.exists()
+    # The diffusers pin overrides vLLM-Omni's own diffusers requirement, chosen by omniprobe
+    # (issue 23 item 1): in the resolution and every install, its file shown.
+    assert ("# override: diffusers 122b1e11 replaces every other requirement on diffusers (uv "
+            "--override), chosen by omniprobe: the seed pins diffusers at 122b1e11") in out
+    overrides = str(venv / "omniprobe-overrides.txt")
+    assert all(c[c.index("--override") + 1] == overrides for c in installs)
+    assert "--override" in resolve
+    assert (f"#   diffusers @ git+file://{tmp_path}/envs/git/diffusers-122b1e11@<full commit of "
+            "122b1e11>") in out.split(f"# write {overrides}:")[1]
 
 
 # --- Python provisioning ----------------------------------------------------------------

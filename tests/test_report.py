@@ -361,3 +361,17 @@ def test_kwargs_text(kwargs, text):
     from omniprobe.report.render import kwargs_text
 
     assert kwargs_text(kwargs) == text
+
+
+def test_reproducibility_names_an_override_from_hosts_toml(repo_copy):
+    """Issue 23 item 1: the diffusers pin's override, chosen by omniprobe, is named; a plan
+    without it names none."""
+    text = render_report(repo_copy)
+    section = text[text.index("## Reproducibility"):]
+    assert ("- diffusers `https://github.com/huggingface/diffusers.git` at `122b1e11`; it "
+            "overrides every other package's requirement on diffusers (uv `--override`), chosen "
+            "by omniprobe: the seed pins diffusers") in section
+    hosts = repo_copy.hosts_file.read_text()
+    start = hosts.index("override = { chosen_by")
+    repo_copy.hosts_file.write_text(hosts[:start] + hosts[hosts.index("\n", start) + 1:])
+    assert "--override" not in render_report(repo_copy)

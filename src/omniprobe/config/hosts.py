@@ -350,6 +350,17 @@ class ImageChecks(_Input):
         return layout
 
 
+class StepOverride(_Input):
+    """A step whose pin replaces every other package's requirement on it (uv `--override`), in
+    the whole-plan resolution and every install step: where a package's own pin clashes with
+    the seed's (vLLM-Omni 0.30.0 requires exactly diffusers==0.40.0; the seed pins a diffusers
+    commit beside it)."""
+
+    chosen_by: Literal["omniprobe"] = Field(
+        description="Who chose to override: the seed does not say how it installed the pin.")
+    reason: str = Field(min_length=1, description="Why, for the dry run, manifest and report.")
+
+
 class InstallStep(_Input):
     """One `uv pip install` of the probe environment; [[env.install]] runs in file order."""
 
@@ -371,6 +382,9 @@ class InstallStep(_Input):
     seed_says: str | None = Field(
         default=None, description="What the seed states about how it installed this pin, quoted "
                                   "when the install plan does not resolve.")
+    override: StepOverride | None = Field(
+        default=None, description="This pin overrides every other package's requirement on it "
+                                  "(uv --override); null: a clash stops the build.")
 
     @model_validator(mode="after")
     def _one_source(self) -> InstallStep:
@@ -384,6 +398,9 @@ class InstallStep(_Input):
             raise ValueError("'index' applies to version steps only")
         if self.git is not None and self.recipe is not None:
             raise ValueError("'recipe' applies to version steps only (a git step pins a commit)")
+        if self.override is not None and self.editable:
+            raise ValueError("'override' applies to non-editable steps (uv takes no editable "
+                             "override)")
         return self
 
     @property

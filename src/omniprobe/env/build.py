@@ -26,7 +26,13 @@ from omniprobe.config.project import Project, find_project
 from omniprobe.env.checks import Verification, check_lines, contract_warnings, verify_env
 from omniprobe.env.manifest import make_manifest, record_manifest
 from omniprobe.env.preflight import preflight_plan
-from omniprobe.env.resolve import check_recipe, compile_command, resolve_plan
+from omniprobe.env.resolve import (
+    check_recipe,
+    compile_command,
+    override_args,
+    override_lines,
+    resolve_plan,
+)
 from omniprobe.env.state import (
     EnvBuildError,
     EnvPaths,
@@ -95,10 +101,16 @@ def _requirement(step: InstallStep, paths: EnvPaths, commit: str) -> list[str]:
     return [f"{step.name} @ git+{clone.as_uri()}@{commit}"]
 
 
-def _install(uv: str, step: InstallStep, paths: EnvPaths, commit: str) -> list[str]:
+def _install(uv: str, step: InstallStep, paths: EnvPaths, commit: str,
+             steps: list[InstallStep]) -> list[str]:
     index = ["--index-url", step.index] if step.index else []
     return [uv, "pip", "install", "--python", str(paths.python),
-            "--constraint", str(paths.constraints), *index, *_requirement(step, paths, commit)]
+            "--constraint", str(paths.constraints), *override_args(steps, paths.overrides),
+            *index, *_requirement(step, paths, commit)]
+
+
+def _overrides(steps: list[InstallStep], paths: EnvPaths, commits: dict[str, str]) -> str:
+    return override_lines(steps, lambda step: _requirement(step, paths, commits.get(step.name, "")))
 
 
 def _constraints(steps: list[InstallStep], paths: EnvPaths, commits: dict[str, str]) -> str:
@@ -163,14 +175,22 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None) -> s
             out.append(f"# check {step.name} {step.version} against {clone}/{step.recipe} "
                        "(a mismatch stops the build; an absent file is said and the pin stands)")
     python = f"<python {version} found by uv>"
+    overridden = [step for step in env.install if step.override]
+    out += [f"# override: {step.name} {step.pin} replaces every other requirement on "
+            f"{step.name} (uv --override), chosen by {step.override.chosen_by}: "
+            f"{step.override.reason}" for step in overridden]
     out.append(line(compile_command(uv, python, Path("<plan.in: the install steps below>"),
-                                    Path("<pins.txt: the constraints below>"), env.install),
+                                    Path("<pins.txt: the constraints below>"), env.install,
+                                    Path("<overrides.txt: the overrides below>")),
                     "resolve the whole plan first; a clash stops the build, nothing installed"))
     out.append(line(_venv(uv, python, paths)))
     out.append(f"# write {paths.stamp}: incomplete")
     out.append(f"# write {paths.constraints}:")
     out += [f"#   {c}" for c in _constraints(env.install, paths, commits).splitlines()]
-    out += [line(_install(uv, step, paths, commits.get(step.name, "")),
+    if overridden:
+        out.append(f"# write {paths.overrides}:")
+        out += [f"#   {o}" for o in _overrides(env.install, paths, commits).splitlines()]
+    out += [line(_install(uv, step, paths, commits.get(step.name, ""), env.install),
                  f"{step.name} {step.pin} from {_source(step, cfg)}") for step in env.install]
     out.append(f"# write {paths.stamp}: complete; then the checks of `omniprobe env check`, "
                "the serve preflight among them (before any GPU time):")
@@ -254,8 +274,10 @@ def _build(cfg: HostsConfig, project: Project, host: str, paths: EnvPaths, runne
     write_stamp(paths, Stamp(state="incomplete", host=host, pins_hash=want_hash, python=python,
                              started_at=started))
     write_text_atomic(paths.constraints, _constraints(env.install, paths, commits))
+    if any(step.override for step in env.install):
+        write_text_atomic(paths.overrides, _overrides(env.install, paths, commits))
     for step in env.install:
-        _step(runner, echo, _install(uv, step, paths, commits.get(step.name, "")),
+        _step(runner, echo, _install(uv, step, paths, commits.get(step.name, ""), env.install),
               f"installing {step.name} {step.pin}", after=repair)
     write_stamp(paths, Stamp(state="complete", host=host, pins_hash=want_hash, python=python,
                              started_at=started, finished_at=datetime.now(UTC)))

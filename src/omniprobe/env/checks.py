@@ -267,7 +267,9 @@ def _pin_check(step: InstallStep, dist: dict | None, runner: Runner
     source = (step.git or step.index or "default index")
     pin = EnvPin(name=step.name, kind=step.kind, pin=step.pin, source=source,
                  editable=step.editable,
-                 installed_version=dist["version"] if dist else None)
+                 installed_version=dist["version"] if dist else None,
+                 override=(f"chosen by {step.override.chosen_by}: {step.override.reason}"
+                           if step.override else None))
     if dist is None:
         return _check(name, "fail", f"{step.name} is not installed", step.pin), pin
     if step.kind == "index":

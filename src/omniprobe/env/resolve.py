@@ -4,7 +4,8 @@ upstream recipe agrees with it.
 `uv pip compile` resolves every [[env.install]] requirement at once, each pin also a constraint,
 for the pinned interpreter; it installs nothing. A clash is a `ResolutionConflict` naming which
 requirement of which package meets which pin, with uv's own explanation and what the seed says
-about how it installed the pins concerned.
+about how it installed the pins concerned. A step with an `override` (hosts.toml, chosen by
+omniprobe) replaces every other requirement on its package (uv --override) instead.
 """
 
 from __future__ import annotations
@@ -47,14 +48,27 @@ def requirement_lines(steps: list[InstallStep], requirement: Callable[[InstallSt
     return "".join(f"{line}\n" for line in lines)
 
 
+def override_lines(steps: list[InstallStep], requirement: Callable[[InstallStep], list[str]]
+                   ) -> str:
+    """The overrides file (uv --override): the pin of each step that overrides others'
+    requirements on it; empty when none does."""
+    return "".join(f"{' '.join(requirement(step))}\n" for step in steps if step.override)
+
+
+def override_args(steps: list[InstallStep], overrides: Path | str) -> list[str]:
+    """`--override FILE` where a step overrides, for the resolution and every install."""
+    return ["--override", str(overrides)] if any(step.override for step in steps) else []
+
+
 def compile_command(uv: str, python: str, requirements: Path, constraints: Path,
-                    steps: list[InstallStep]) -> list[str]:
+                    steps: list[InstallStep], overrides: Path | str = "") -> list[str]:
     """`uv pip compile` of the whole plan; a step's own index is searched first, as its install
     step searches only it."""
     indexes = sorted({step.index for step in steps if step.index})
     extra = [arg for index in indexes for arg in ("--extra-index-url", index)]
     return [uv, "pip", "compile", "--quiet", "--no-header", "--python", python,
-            "--constraint", str(constraints), *extra, str(requirements)]
+            "--constraint", str(constraints), *override_args(steps, overrides), *extra,
+            str(requirements)]
 
 
 def explain_conflict(uv_output: str, steps: list[InstallStep]) -> list[str]:
@@ -82,9 +96,16 @@ def resolve_plan(uv: str, python: str, steps: list[InstallStep], constraints_tex
     """Resolve the whole plan with every pin as a constraint; ResolutionConflict if it does not."""
     with tempfile.TemporaryDirectory(prefix="omniprobe-plan-") as folder:
         requirements, constraints = Path(folder) / "plan.in", Path(folder) / "pins.txt"
+        overrides = Path(folder) / "overrides.txt"
         requirements.write_text(requirement_lines(steps, requirement))
         constraints.write_text(constraints_text)
-        argv = compile_command(uv, python, requirements, constraints, steps)
+        overrides.write_text(override_lines(steps, requirement))
+        argv = compile_command(uv, python, requirements, constraints, steps, overrides)
+        for step in steps:
+            if step.override:
+                echo(f"# {step.name} {step.pin} overrides every other requirement on "
+                     f"{step.name} (uv --override; chosen by {step.override.chosen_by}: "
+                     f"{step.override.reason})")
         echo(f"$ {' '.join(argv)}  # resolve the whole plan; installs nothing")
         proc = runner.run(argv)
     if proc.returncode == 0:
@@ -97,6 +118,9 @@ def resolve_plan(uv: str, python: str, steps: list[InstallStep], constraints_tex
         + "".join(f"\n  {line}" for line in clashes)
         + ("" if clashes else "\n  (uv names no requirement of a package against a pin; "
                               "its explanation follows)")
+        + ("\n  a pin meant to win over another package's requirement takes an override in "
+           "its [[env.install]] step: override = { chosen_by = \"omniprobe\", reason = \"...\" } "
+           "(uv --override)" if clashes else "")
         + f"\nuv pip compile says:\n{output[-2000:]}")
 
 

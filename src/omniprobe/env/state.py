@@ -25,6 +25,7 @@ from omniprobe.safe_io import MissingFile, read_text
 ENV_ROOT_VAR = "OMNIPROBE_ENV_ROOT"
 STAMP_FILE = "omniprobe-env.json"
 CONSTRAINTS_FILE = "omniprobe-constraints.txt"
+OVERRIDES_FILE = "omniprobe-overrides.txt"
 # Bump when the meaning of a build changes, so every stamp made before is rebuilt.
 _HASH_SCHEME = 1
 
@@ -68,6 +69,10 @@ class EnvPaths:
     def constraints(self) -> Path:
         return self.venv / CONSTRAINTS_FILE
 
+    @property
+    def overrides(self) -> Path:
+        return self.venv / OVERRIDES_FILE
+
     def clone_dir(self, step: InstallStep) -> Path:
         # One clone per pinned commit: an editable install must never see its tree move.
         return self.git_cache / f"{step.name}-{step.commit}"
@@ -100,7 +105,9 @@ def pins_hash(cfg: HostsConfig, project: Project) -> str:
     pins = {
         "scheme": _HASH_SCHEME,
         "python": cfg.stack.python,
-        "install": [step.model_dump(mode="json") for step in env.install],
+        # A step without an override hashes as before overrides existed: no rebuild for them.
+        "install": [step.model_dump(mode="json", exclude={"override"} if step.override is None
+                                    else None) for step in env.install],
     }
     return sha256_json(pins)
 

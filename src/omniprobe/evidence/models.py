@@ -605,6 +605,9 @@ class EnvPin(_In):
     resolved: str | None = Field(
         default=None, description="Installed version, or the full installed commit for git pins."
     )
+    override: str | None = Field(
+        default=None, description="Who chose, and why, that this pin replaces every other "
+                                  "package's requirement on it (uv --override); null: none.")
 
 
 class EnvCheck(_In):
