@@ -19,6 +19,7 @@ from omniprobe.env.resolve import (
     ResolutionConflict,
     check_recipe,
     explain_conflict,
+    index_strategy,
     recipe_versions,
     resolve_plan,
 )
@@ -184,3 +185,68 @@ def test_the_build_installs_an_overridden_pin_and_files_it(wheels, tmp_path, mon
     assert (pins["alpha"].installed_version, pins["beta"].installed_version) == ("1.0", "1.0")
     assert pins["beta"].override == "chosen by omniprobe: beta 1.0 as the seed ran it"
     assert pins["alpha"].override is None
+
+
+def simple_index(root: Path, wheels: list[tuple[str, str, tuple[str, ...]]]) -> str:
+    """A PEP 503 simple index of the given wheels under `root`; its file:// URL."""
+    for name, version, requires in wheels:
+        (root / name).mkdir(parents=True, exist_ok=True)
+        make_wheel(root / name, name, version, requires)
+    for folder in (p for p in root.iterdir() if p.is_dir()):
+        links = "".join(f'<a href="{w.name}">{w.name}</a>\n' for w in sorted(folder.glob("*.whl")))
+        (folder / "index.html").write_text(f"<html><body>\n{links}</body></html>\n")
+    return root.as_uri()
+
+
+@pytest.fixture
+def indexes(tmp_path, monkeypatch) -> str:
+    """A 'torch' index that also carries an old beta, as the cu130 index carries an old
+    filelock; the default index holds the new beta and gamma, which needs it. Returns the torch
+    index's URL."""
+    torch_index = simple_index(tmp_path / "torch-index", [("alpha", "1.0", ()), ("beta", "1.0", ())])
+    default = simple_index(tmp_path / "default-index", [("beta", "2.0", ()),
+                                                       ("gamma", "1.0", ("beta>=2.0",))])
+    for var in ("UV_NO_INDEX", "UV_FIND_LINKS", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("UV_DEFAULT_INDEX", default)
+    monkeypatch.setenv("UV_OFFLINE", "1")
+    return torch_index
+
+
+def test_a_steps_index_serves_its_package_only(indexes, tmp_path):
+    """Issue 23 item 2: as an extra index under uv's first-index strategy, the torch index's old
+    beta hides the default index's new one and the plan fails with a false clash; as the explicit
+    index of its step, it resolves."""
+    plan = [InstallStep(name="alpha", version="1.0", index=indexes),
+            InstallStep(name="gamma", version="1.0")]
+    echoed: list[str] = []
+    resolve_plan(uv_command(), sys.executable, plan, _pins(plan),
+                 lambda s: [f"{s.name}=={s.version}"], Runner(), echoed.append)
+    assert echoed[-1].startswith("# the install plan resolves")
+    # What the extra index did, and how its failure is explained: uv's index strategy, not pins.
+    (tmp_path / "plan.in").write_text("alpha==1.0\ngamma==1.0\n")
+    proc = Runner().run([uv_command(), "pip", "compile", "--python", sys.executable,
+                         "--extra-index-url", indexes, str(tmp_path / "plan.in")])
+    assert proc.returncode != 0
+    assert index_strategy(proc.stderr) == (
+        f"beta was taken from {indexes}, the first index that holds it, which has no beta>=2.0; "
+        "give that index to its own package only ([[env.install]] index: an explicit index of "
+        "its step)")
+    assert index_strategy("Because alpha==1.0 depends on beta>=2.0 and you require beta==1.0") is None
+
+
+def test_the_build_takes_only_its_package_from_a_steps_index(indexes, tmp_path, monkeypatch):
+    world = make_world(tmp_path / "world")
+    text = world.project.hosts_file.read_text()
+    text = text[:text.index("[[env.install]]")] + (
+        f'[[env.install]]\nname = "alpha"\nversion = "1.0"\nindex = "{indexes}"\n\n'
+        '[[env.install]]\nname = "gamma"\nversion = "1.0"\n')
+    world.project.hosts_file.write_text(text)
+    for key, value in world.env_vars.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PATH", f"{Path(sys._base_executable).parent}{os.pathsep}{os.environ['PATH']}")
+    result = build_env("testhost", project=world.project, echo=lambda line: None, record=False)
+    assert {p.name: p.installed_version for p in result.manifest.pins} == {"alpha": "1.0",
+                                                                          "gamma": "1.0"}
+    freeze = [line for line in result.verification.freeze if line.startswith("beta")]
+    assert freeze == ["beta==2.0"]

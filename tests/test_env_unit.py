@@ -160,13 +160,20 @@ def test_dry_run_prints_the_pinned_commands_and_runs_nothing(host, tmp_path, mon
     uv = uv_command()
     installs = [c for c in commands if c[:3] == [uv, "pip", "install"]]
     assert [c[-1] for c in installs] == [
-        "torch==2.13.0+cu130", "transformers==5.14.1",
+        str(venv / "omniprobe-step-torch" / "pyproject.toml"), "transformers==5.14.1",
         f"diffusers @ git+file://{tmp_path}/envs/git/diffusers-122b1e11"
         "@<full commit of 122b1e11>",
         "vllm==0.31.0",
         f"{tmp_path}/envs/git/vllm-omni-8484d85d1"]
     assert installs[0][3:5] == ["--python", python]
-    assert installs[0][-3:-1] == ["--index-url", "https://download.pytorch.org/whl/cu130"]
+    # Torch's index serves torch only (issue 23 item 2): an explicit index of its step, in the
+    # resolution and in torch's install; no step searches it for anything else.
+    assert not any("--index-url" in c or "--extra-index-url" in c for c in commands)
+    assert installs[0][-2] == "-r"
+    torch_index = ('#   [[tool.uv.index]]\n#   name = "torch-index"\n'
+                   '#   url = "https://download.pytorch.org/whl/cu130"\n#   explicit = true\n'
+                   '#   [tool.uv.sources]\n#   "torch" = { index = "torch-index" }')
+    assert out.count(torch_index) == 2  # the plan's pyproject.toml and the torch step's
     assert installs[4][-2] == "--editable"
     # The vLLM step says its version and where it comes from; the recipe check, the resolution
     # (before the venv) and the serve preflight are shown.

@@ -367,7 +367,9 @@ class InstallStep(_Input):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Distribution name.")
     version: str | None = Field(default=None, description="Exact version from an index (==).")
     index: str | None = Field(
-        default=None, description="Index of this step only (uv --index-url); null: uv's default."
+        default=None, description="Index of this step's package only (an explicit uv index, in the "
+                                  "resolution and the install), every other package from the "
+                                  "default index; null: uv's default."
     )
     git: str | None = Field(default=None, description="Repository URL, cloned into the git cache.")
     commit: str | None = Field(

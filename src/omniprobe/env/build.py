@@ -29,8 +29,10 @@ from omniprobe.env.preflight import preflight_plan
 from omniprobe.env.resolve import (
     check_recipe,
     compile_command,
+    index_pyproject,
     override_args,
     override_lines,
+    plan_files,
     resolve_plan,
 )
 from omniprobe.env.state import (
@@ -101,12 +103,23 @@ def _requirement(step: InstallStep, paths: EnvPaths, commit: str) -> list[str]:
     return [f"{step.name} @ git+{clone.as_uri()}@{commit}"]
 
 
+def _step_project(step: InstallStep, paths: EnvPaths) -> Path:
+    """Where a step with its own index gets its requirement from: a pyproject.toml taking its
+    package from that index only, the rest from the default one (resolve.index_pyproject)."""
+    return paths.venv / f"omniprobe-step-{step.name}" / "pyproject.toml"
+
+
+def _step_project_text(step: InstallStep) -> str:
+    return index_pyproject(f"omniprobe-step-{step.name}", [f"{step.name}=={step.version}"], [step])
+
+
 def _install(uv: str, step: InstallStep, paths: EnvPaths, commit: str,
              steps: list[InstallStep]) -> list[str]:
-    index = ["--index-url", step.index] if step.index else []
+    requirement = (["-r", str(_step_project(step, paths))] if step.index
+                   else _requirement(step, paths, commit))
     return [uv, "pip", "install", "--python", str(paths.python),
             "--constraint", str(paths.constraints), *override_args(steps, paths.overrides),
-            *index, *_requirement(step, paths, commit)]
+            *requirement]
 
 
 def _overrides(steps: list[InstallStep], paths: EnvPaths, commits: dict[str, str]) -> str:
@@ -179,7 +192,14 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None) -> s
     out += [f"# override: {step.name} {step.pin} replaces every other requirement on "
             f"{step.name} (uv --override), chosen by {step.override.chosen_by}: "
             f"{step.override.reason}" for step in overridden]
-    out.append(line(compile_command(uv, python, Path("<plan.in: the install steps below>"),
+    project_text, editable_text = plan_files(
+        env.install, lambda step: _requirement(step, paths, commits.get(step.name, "")))
+    out.append("# the plan, a pyproject.toml: a step's own index serves its package only "
+               "(explicit), every other package comes from the default index:")
+    out += [f"#   {text}" for text in project_text.splitlines() if text]
+    out += [f"#   and {text}" for text in editable_text.splitlines()]
+    out.append(line(compile_command(uv, python, Path("<the plan's pyproject.toml above>"),
+                                    Path("<its editables above>") if editable_text else None,
                                     Path("<pins.txt: the constraints below>"), env.install,
                                     Path("<overrides.txt: the overrides below>")),
                     "resolve the whole plan first; a clash stops the build, nothing installed"))
@@ -190,6 +210,10 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None) -> s
     if overridden:
         out.append(f"# write {paths.overrides}:")
         out += [f"#   {o}" for o in _overrides(env.install, paths, commits).splitlines()]
+    for step in env.install:
+        if step.index:
+            out.append(f"# write {_step_project(step, paths)}:")
+            out += [f"#   {t}" for t in _step_project_text(step).splitlines() if t]
     out += [line(_install(uv, step, paths, commits.get(step.name, ""), env.install),
                  f"{step.name} {step.pin} from {_source(step, cfg)}") for step in env.install]
     out.append(f"# write {paths.stamp}: complete; then the checks of `omniprobe env check`, "
@@ -276,6 +300,10 @@ def _build(cfg: HostsConfig, project: Project, host: str, paths: EnvPaths, runne
     write_text_atomic(paths.constraints, _constraints(env.install, paths, commits))
     if any(step.override for step in env.install):
         write_text_atomic(paths.overrides, _overrides(env.install, paths, commits))
+    for step in env.install:
+        if step.index:
+            _step_project(step, paths).parent.mkdir(exist_ok=True)
+            write_text_atomic(_step_project(step, paths), _step_project_text(step))
     for step in env.install:
         _step(runner, echo, _install(uv, step, paths, commits.get(step.name, ""), env.install),
               f"installing {step.name} {step.pin}", after=repair)

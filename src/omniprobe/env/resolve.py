@@ -10,6 +10,7 @@ omniprobe) replaces every other requirement on its package (uv --override) inste
 
 from __future__ import annotations
 
+import json
 import re
 import tempfile
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from omniprobe.env.state import EnvBuildError, Runner
 # ("... all versions of alpha depend on beta>=2.0 ..." where the package has one version.)
 _DEPENDS = re.compile(r"([A-Za-z0-9][\w.-]*?)(?:==([\w.+!-]+))? depends? on "
                       r"([A-Za-z0-9][\w.-]*?)([<>=!~][^\s,]*)?(?=[\s,]|$)")
+# uv's hint: "`beta` was found on URL, but not at the requested version (beta>=2.0)."
+_FOUND_ON = re.compile(r"`([^`]+)` was found on (\S+), but not at the requested version \(([^)]+)\)")
 # A version a recipe names for vLLM ("vllm==0.31.0", "vLLM 0.31.0", "vllm>=0.31.0"), not vLLM-Omni's.
 _RECIPE_VERSION = r"(?i)\b{name}\b(?![-_]omni)[^\n\d]{{0,20}}?v?(\d+\.\d+(?:\.\d+)?)"
 
@@ -38,14 +41,40 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def requirement_lines(steps: list[InstallStep], requirement: Callable[[InstallStep], list[str]]
-                      ) -> str:
-    """The plan as a requirements file: one line per step (`-e PATH` for an editable one)."""
-    lines = []
+def index_pyproject(name: str, requirements: list[str], steps: list[InstallStep]) -> str:
+    """A pyproject.toml whose dependencies are `requirements`, where each step with its own index
+    takes its package from that index only (an explicit named index, `tool.uv.sources`) and
+    every other package comes from the default index: torch's index cannot shadow the packages it
+    also carries (an older filelock), as uv's first-index strategy with an extra index would."""
+    indexed = [step for step in steps if step.index]
+    out = ["[project]", f"name = {json.dumps(name)}", 'version = "0"',
+           "dependencies = [" + ", ".join(json.dumps(r) for r in requirements) + "]", ""]
+    for step in indexed:
+        out += ["[[tool.uv.index]]", f"name = {json.dumps(index_name(step))}",
+                f"url = {json.dumps(step.index)}", "explicit = true", ""]
+    if indexed:
+        out.append("[tool.uv.sources]")
+        out += [f"{json.dumps(step.name)} = {{ index = {json.dumps(index_name(step))} }}"
+                for step in indexed]
+    return "\n".join(out) + "\n"
+
+
+def index_name(step: InstallStep) -> str:
+    return f"{_norm(step.name)}-index"
+
+
+def plan_files(steps: list[InstallStep], requirement: Callable[[InstallStep], list[str]]
+               ) -> tuple[str, str]:
+    """The plan as (pyproject.toml of every non-editable step, requirements file of the
+    editable ones: `-e PATH`)."""
+    requirements, editables = [], []
     for step in steps:
         argv = requirement(step)
-        lines.append(f"-e {argv[1]}" if argv[:1] == ["--editable"] else " ".join(argv))
-    return "".join(f"{line}\n" for line in lines)
+        if argv[:1] == ["--editable"]:
+            editables.append(f"-e {argv[1]}\n")
+        else:
+            requirements.append(" ".join(argv))
+    return index_pyproject("omniprobe-plan", requirements, steps), "".join(editables)
 
 
 def override_lines(steps: list[InstallStep], requirement: Callable[[InstallStep], list[str]]
@@ -60,15 +89,14 @@ def override_args(steps: list[InstallStep], overrides: Path | str) -> list[str]:
     return ["--override", str(overrides)] if any(step.override for step in steps) else []
 
 
-def compile_command(uv: str, python: str, requirements: Path, constraints: Path,
-                    steps: list[InstallStep], overrides: Path | str = "") -> list[str]:
-    """`uv pip compile` of the whole plan; a step's own index is searched first, as its install
-    step searches only it."""
-    indexes = sorted({step.index for step in steps if step.index})
-    extra = [arg for index in indexes for arg in ("--extra-index-url", index)]
+def compile_command(uv: str, python: str, pyproject: Path, editables: Path | None,
+                    constraints: Path, steps: list[InstallStep], overrides: Path | str = ""
+                    ) -> list[str]:
+    """`uv pip compile` of the whole plan (index_pyproject: a step's own index serves its
+    package only, as its install step's does)."""
     return [uv, "pip", "compile", "--quiet", "--no-header", "--python", python,
-            "--constraint", str(constraints), *override_args(steps, overrides), *extra,
-            str(requirements)]
+            "--constraint", str(constraints), *override_args(steps, overrides), str(pyproject),
+            *([str(editables)] if editables else [])]
 
 
 def explain_conflict(uv_output: str, steps: list[InstallStep]) -> list[str]:
@@ -95,12 +123,15 @@ def resolve_plan(uv: str, python: str, steps: list[InstallStep], constraints_tex
                  echo: Callable[[str], None]) -> None:
     """Resolve the whole plan with every pin as a constraint; ResolutionConflict if it does not."""
     with tempfile.TemporaryDirectory(prefix="omniprobe-plan-") as folder:
-        requirements, constraints = Path(folder) / "plan.in", Path(folder) / "pins.txt"
-        overrides = Path(folder) / "overrides.txt"
-        requirements.write_text(requirement_lines(steps, requirement))
+        pyproject, editables = Path(folder) / "pyproject.toml", Path(folder) / "editables.in"
+        constraints, overrides = Path(folder) / "pins.txt", Path(folder) / "overrides.txt"
+        project_text, editable_text = plan_files(steps, requirement)
+        pyproject.write_text(project_text)
+        editables.write_text(editable_text)
         constraints.write_text(constraints_text)
         overrides.write_text(override_lines(steps, requirement))
-        argv = compile_command(uv, python, requirements, constraints, steps, overrides)
+        argv = compile_command(uv, python, pyproject, editables if editable_text else None,
+                               constraints, steps, overrides)
         for step in steps:
             if step.override:
                 echo(f"# {step.name} {step.pin} overrides every other requirement on "
@@ -112,6 +143,11 @@ def resolve_plan(uv: str, python: str, steps: list[InstallStep], constraints_tex
         echo(f"# the install plan resolves: {len(proc.stdout.splitlines())} line(s) pinned")
         return
     output = (proc.stderr or proc.stdout).strip()
+    strategy = index_strategy(output)
+    if strategy:
+        raise ResolutionConflict(
+            "the install plan does not resolve, so nothing was installed: not a clash of pins "
+            f"but uv's index strategy: {strategy}\nuv pip compile says:\n{output[-2000:]}")
     clashes = explain_conflict(output, steps)
     raise ResolutionConflict(
         "the install plan does not resolve, so nothing was installed"
@@ -122,6 +158,22 @@ def resolve_plan(uv: str, python: str, steps: list[InstallStep], constraints_tex
            "its [[env.install]] step: override = { chosen_by = \"omniprobe\", reason = \"...\" } "
            "(uv --override)" if clashes else "")
         + f"\nuv pip compile says:\n{output[-2000:]}")
+
+
+def index_strategy(uv_output: str) -> str | None:
+    """What a failure that uv puts down to its index strategy says, in words; None for others.
+    uv takes a package from the first index that holds it, so an index that carries an old
+    version of a common package (torch's: filelock) hides every newer one on the next."""
+    flat = " ".join(uv_output.split())
+    if "index-strategy" not in flat and "first index that contains" not in flat:
+        return None
+    found = _FOUND_ON.search(flat)
+    if found is None:
+        return "uv considered only the first index holding a package, which lacks the version required"
+    package, index, wanted = found.groups()
+    return (f"{package} was taken from {index}, the first index that holds it, which has no "
+            f"{wanted}; give that index to its own package only ([[env.install]] index: an "
+            "explicit index of its step)")
 
 
 def recipe_versions(text: str, name: str) -> list[str]:
