@@ -151,6 +151,7 @@ def test_dry_run_prints_the_pinned_commands_and_runs_nothing(host, tmp_path, mon
     monkeypatch.setattr(subprocess, "Popen", refuse)
     monkeypatch.setenv("OMNIPROBE_ROOT", str(REPO_ROOT))
     monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(tmp_path / "envs"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert cli.main(["env", "build", "--host", host, "--dry-run"]) == 0
     out = capsys.readouterr().out
     commands = [shlex.split(line, comments=True) for line in out.splitlines()
@@ -186,8 +187,14 @@ def test_dry_run_prints_the_pinned_commands_and_runs_nothing(host, tmp_path, mon
     assert commands.index(resolve) < commands.index(
         [uv, "venv", "--clear", "--python", "<python 3.13 found by uv>", str(venv)])
     assert f"#   serve.entry_point: {python} imports the script vllm" in out
-    assert (f"#   serve.args: {venv}/bin/vllm serve Qwen/Qwen-Image-2.1 --omni --help=all, which "
+    # The preflight serves what the probe will: the snapshot folder; the snapshot check and the
+    # command that fetches a missing one are listed with every other check (issue 23 item 3).
+    snapshot = f"{tmp_path}/hub/models--Qwen--Qwen-Image-2.1/snapshots/<the commit starting 790c9263>"
+    assert (f"#   serve.args: {venv}/bin/vllm serve '{snapshot}' --omni --help=all, which "
             "must list every option of each flag set") in out
+    assert (f"#   model.snapshot: Qwen/Qwen-Image-2.1 at the commit starting 790c9263 in the hub "
+            f"cache {tmp_path}/hub; where it is missing, fetch it: `omniprobe env fetch-model`") in out
+    assert "`hf download Qwen/Qwen-Image-2.1 --revision <the full commit starting 790c9263>`" in out
     assert [uv, "python", "find", "--system", "3.13"] in commands
     assert [uv, "python", "install", "3.13"] in commands
     assert commands.index(["git", "-C", f"{tmp_path}/envs/git/vllm-omni-8484d85d1", "checkout",
@@ -534,3 +541,88 @@ def test_a_probe_session_warns_of_each_failed_contract_check_before_it_runs(
     lines = out.getvalue().splitlines()
     assert lines == [f"warning: {w}" for w in contract_warnings(verified)]
     assert any("route:/v1/images/edits FAILS" in line for line in lines)
+
+
+# --- the model snapshot's fetch and the dry run's checks (issue 23 item 3) ---------------
+
+
+def test_a_missing_snapshot_says_the_command_that_fetches_it(tmp_path, monkeypatch):
+    world = _world(tmp_path)
+    checks = _snapshot(world, monkeypatch)
+    detail = checks["model.snapshot"].detail
+    assert checks["model.snapshot"].status == "fail"
+    assert (f"fetch it: `omniprobe env fetch-model` (takes the commit of {MODEL_REPO} starting "
+            f"{world.revision[:8]} from its commit list, then downloads it into "
+            f"{world.hf_cache})") in detail
+    assert f"`hf download {MODEL_REPO} --revision <the full commit starting" in detail
+
+
+@pytest.mark.parametrize(("commits", "revision", "found"), [
+    (["790c9263" + "a" * 32, "1" * 40], None, "790c9263" + "a" * 32),
+    (["1" * 40], None, "no commit of Qwen/Qwen-Image-2.1's main branch starts with 790c9263"),
+    (["790c9263" + "a" * 32, "790c9263" + "b" * 32], None, "2 commits of Qwen/Qwen-Image-2.1 start"),
+    ([], "790c9263" + "c" * 32, "790c9263" + "c" * 32),   # given: no listing
+])
+def test_fetch_model_finds_the_full_revision_by_its_prefix(tmp_path, monkeypatch, commits,
+                                                          revision, found):
+    from omniprobe.env.fetch_model import FetchFailed, fetch_model
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    cfg = load_hosts(REAL.hosts_file)
+    asked = []
+
+    def download(repo, rev, cache):
+        asked.append((repo, rev, cache))
+        return str(cache / "snapshot")
+
+    def listed(repo):
+        assert revision is None, "a full revision given is not looked up"
+        return commits
+
+    if len(found) == 40:
+        folder = fetch_model(cfg, revision=revision, list_commits=listed, download=download,
+                             echo=lambda line: None)
+        assert asked == [("Qwen/Qwen-Image-2.1", found, tmp_path / "hub")]
+        assert folder == tmp_path / "hub" / "snapshot"
+    else:
+        with pytest.raises(FetchFailed, match=found) as caught:
+            fetch_model(cfg, list_commits=listed, download=download, echo=lambda line: None)
+        assert "omniprobe env fetch-model --revision <40 hex digits>" in str(caught.value)
+        assert asked == []
+
+
+def test_fetch_model_refuses_a_revision_of_another_prefix_and_names_hub_failures(monkeypatch):
+    from omniprobe.env.fetch_model import FetchFailed, fetch_model
+
+    cfg = load_hosts(REAL.hosts_file)
+    with pytest.raises(InputError, match="does not start with the pinned 790c9263"):
+        fetch_model(cfg, revision="f" * 40)
+
+    def offline(repo):
+        raise OSError("network is unreachable")
+    with pytest.raises(FetchFailed, match="the Hub did not give Qwen/Qwen-Image-2.1 at 790c9263: "
+                                          "OSError: network is unreachable"):
+        fetch_model(cfg, list_commits=offline, echo=lambda line: None)
+
+
+def test_the_dry_run_lists_every_check_the_build_runs(tmp_path, monkeypatch):
+    """Each check verify_env makes is on a line of the dry run's plan, in the same order, and the
+    serve preflight's --help=all line names the snapshot folder the probe serves."""
+    from omniprobe.env.checks import check_plan, verify_env
+    from omniprobe.env.state import Runner
+
+    world = _world(tmp_path)
+    monkeypatch.setenv("HF_HUB_CACHE", str(world.hf_cache))
+    monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(world.env_root))
+    cfg = load_hosts(world.project.hosts_file)
+    paths = env_paths(cfg, world.project, "testhost")
+    made = [c.name.split(":")[0] for c in verify_env(cfg, world.project, "testhost", paths,
+                                                     runner=Runner(), nvml=FakeNvml()).checks]
+    planned = [name for line in check_plan(cfg, world.project, "testhost", paths)
+               for name in line.split(": ")[0].split(", ")]
+    assert [n for n in planned if n in made] == list(dict.fromkeys(made))
+    make_hf_cache(world.hf_cache, MODEL_REPO, world.revision, SNAPSHOT_FILES)
+    [args] = [line for line in check_plan(cfg, world.project, "testhost", paths)
+              if line.startswith("serve.args:")]
+    snapshot = world.hf_cache / f"models--{MODEL_REPO.replace('/', '--')}" / "snapshots" / world.revision
+    assert f"serve {snapshot} --omni --help=all" in args

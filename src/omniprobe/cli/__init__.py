@@ -224,6 +224,14 @@ def _env(args: argparse.Namespace) -> int:
     return code
 
 
+def _fetch_model(args: argparse.Namespace) -> int:
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.env.fetch_model import fetch_model
+
+    fetch_model(load_hosts(find_project().hosts_file), revision=args.revision)
+    return 0
+
+
 def _select_host(args: argparse.Namespace) -> int:
     from omniprobe.config.hosts import load_hosts
     from omniprobe.config.selection import record_selection, resolve_host
@@ -443,6 +451,13 @@ def build_parser() -> argparse.ArgumentParser:
                            help="then select the host, and this env, for the probe sessions of "
                                 "the same nox run (env-<host>); failed checks make them refuse")
         q.set_defaults(func=_env, dry_run=False, select=False)
+
+    q = env_sub.add_parser("fetch-model", help="download the pinned model snapshot ([stack] "
+                           "model_snapshot) into the hub cache: the commit its short revision "
+                           "names, found in the repository's commit list")
+    q.add_argument("--revision", help="the full commit (default: the one of the main branch's "
+                                      "commits that starts with the pinned revision)")
+    q.set_defaults(func=_fetch_model)
 
     p = sub.add_parser("select-host", help="select the probe host without building its env "
                        "(env-<host> builds and selects); without NAME, show the probe's choice")

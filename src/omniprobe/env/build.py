@@ -23,9 +23,14 @@ from typing import Any, Literal
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import HostsConfig, InstallStep, load_hosts
 from omniprobe.config.project import Project, find_project
-from omniprobe.env.checks import Verification, check_lines, contract_warnings, verify_env
+from omniprobe.env.checks import (
+    Verification,
+    check_lines,
+    check_plan,
+    contract_warnings,
+    verify_env,
+)
 from omniprobe.env.manifest import make_manifest, record_manifest
-from omniprobe.env.preflight import preflight_plan
 from omniprobe.env.resolve import (
     check_recipe,
     compile_command,
@@ -216,9 +221,9 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None) -> s
             out += [f"#   {t}" for t in _step_project_text(step).splitlines() if t]
     out += [line(_install(uv, step, paths, commits.get(step.name, ""), env.install),
                  f"{step.name} {step.pin} from {_source(step, cfg)}") for step in env.install]
-    out.append(f"# write {paths.stamp}: complete; then the checks of `omniprobe env check`, "
-               "the serve preflight among them (before any GPU time):")
-    out += [f"#   {text}" for text in preflight_plan(cfg, host, project.hosts_file, paths)]
+    out.append(f"# write {paths.stamp}: complete; then every check of `omniprobe env check`, "
+               "in order, the serve preflight among them (before any GPU time):")
+    out += [f"#   {text}" for text in check_plan(cfg, project, host, paths)]
     return "\n".join(out) + "\n"
 
 

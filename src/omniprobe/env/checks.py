@@ -25,8 +25,9 @@ from omniprobe.config.fixtures import load_fixtures, reference_problems
 from omniprobe.config.hosts import Host, HostsConfig, InstallStep, load_hosts
 from omniprobe.config.project import Project, find_project
 from omniprobe.digests import sha256_file
-from omniprobe.env.allocator import check_allocator_env
-from omniprobe.env.preflight import serve_preflight
+from omniprobe.env.allocator import ALLOC_VARS, check_allocator_env, uses_allocator_env
+from omniprobe.env.fetch_model import fetch_hint, hf_cache_dir
+from omniprobe.env.preflight import preflight_plan, serve_preflight
 from omniprobe.env.state import (
     EnvNotReady,
     EnvPaths,
@@ -307,17 +308,6 @@ class SnapshotManifest(BaseModel):
     files: dict[str, str] = Field(min_length=1, description="Path in the snapshot -> sha256.")
 
 
-def hf_cache_dir() -> Path:
-    """The hub cache as huggingface_hub resolves it, read now rather than at its import."""
-    for var in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
-        if os.environ.get(var):
-            return Path(os.environ[var]).expanduser()
-    if os.environ.get("HF_HOME"):
-        return Path(os.environ["HF_HOME"]).expanduser() / "hub"
-    xdg = os.environ.get("XDG_CACHE_HOME") or "~/.cache"
-    return Path(xdg).expanduser() / "huggingface" / "hub"
-
-
 def _at_revision(revisions, revision: str) -> list:
     return [rev for rev in revisions if rev.commit_hash.startswith(revision) or revision in rev.refs]
 
@@ -339,6 +329,17 @@ def pinned_snapshot(cfg: HostsConfig):
     return matching[0] if len(matching) == 1 else None
 
 
+def snapshot_folder(cfg: HostsConfig) -> str:
+    """The folder the probe serves for {model}: the cached snapshot at the pinned revision, or
+    where the hub cache puts it once fetched."""
+    found = pinned_snapshot(cfg)
+    if found is not None:
+        return str(found.snapshot_path)
+    repo = cfg.stack.model_repo.replace("/", "--")
+    return str(hf_cache_dir() / f"models--{repo}" / "snapshots"
+               / f"<the commit starting {cfg.stack.model_revision}>")
+
+
 def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
     from huggingface_hub import scan_cache_dir
 
@@ -347,8 +348,8 @@ def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
     cache = hf_cache_dir()
     found = None
     if not cache.is_dir():
-        snapshot = _check("model.snapshot", "fail", f"missing: no Hugging Face cache at {cache}",
-                          cfg.stack.model_snapshot)
+        snapshot = _check("model.snapshot", "fail", f"missing: no Hugging Face cache at {cache}; "
+                          f"{fetch_hint(cfg)}", cfg.stack.model_snapshot)
     else:
         info = scan_cache_dir(cache)
         cached = [r for r in info.repos if r.repo_id == repo and r.repo_type == "model"]
@@ -358,14 +359,15 @@ def snapshot_checks(cfg: HostsConfig, project: Project) -> list[EnvCheck]:
             broken = [str(w) for w in info.warnings if repo.replace("/", "--") in str(w)]
             snapshot = _check("model.snapshot", "fail",
                               f"missing: {repo} is not in the cache {cache}"
-                              + (f" ({'; '.join(broken)})" if broken else ""),
-                              cfg.stack.model_snapshot)
+                              + (f" ({'; '.join(broken)})" if broken else "")
+                              + f"; {fetch_hint(cfg)}", cfg.stack.model_snapshot)
         elif len(matching) != 1:
             held = ", ".join(f"{rev.commit_hash[:12]} (refs: {', '.join(sorted(rev.refs)) or '-'})"
                              for rev in revisions) or "no complete revision"
             snapshot = _check("model.snapshot", "fail",
-                              f"{repo} is cached at {held}, not at the pinned {revision}",
-                              revision, ", ".join(rev.commit_hash for rev in revisions) or None)
+                              f"{repo} is cached at {held}, not at the pinned {revision}; "
+                              f"{fetch_hint(cfg)}", revision,
+                              ", ".join(rev.commit_hash for rev in revisions) or None)
         else:
             found = matching[0]
             snapshot = _check("model.snapshot", "pass", f"in {found.snapshot_path}", revision,
@@ -507,9 +509,12 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
         checks.append(check)
         pins.append(pin)
 
+    # The model argument the probe will give: the pinned snapshot's folder where it is cached.
+    snapshot = None if host.simulated else pinned_snapshot(cfg)
+    model = None if snapshot is None else str(snapshot.snapshot_path)
     checks.extend(timed("preflight", lambda: serve_preflight(
         cfg, host_name, project.hosts_file, python=str(paths.python), bin_dir=paths.bin_dir,
-        runner=runner)))
+        runner=runner, model=model)))
     checks.extend(gpu_checks(host, facts, env.checks.vram_tolerance))
     if host.emulation is not None:
         checks.append(emulation_check(cfg.emulated_cap_mib(host_name), facts))
@@ -535,6 +540,41 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
                         uv_version=uv_version,
                         python=python, facts=facts, pins=pins, freeze=freeze, checks=checks,
                         phases=phases, upstream=upstream, upstream_note=upstream_note)
+
+
+def check_plan(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPaths) -> list[str]:
+    """Every check verify_env runs, in its order, for a dry run: `name: what it looks at`."""
+    host = cfg.host(host_name)
+    env = env_config(cfg, project.hosts_file)
+    repo, revision = cfg.stack.model_repo, cfg.stack.model_revision
+    lines = [f"env.stamp: {paths.stamp} records a complete build of exactly these pins",
+             f"host.hostname: this machine is {host.hostname}" if host.emulation is None else
+             "host.hostname: skipped (an emulated host runs on any machine with its GPU)",
+             f"python.version: {paths.python} is Python {cfg.stack.python}"]
+    lines += [f"package.{step.name.lower()}: {step.name} {step.pin} is what the venv holds"
+              for step in env.install]
+    lines += preflight_plan(cfg, host_name, project.hosts_file, paths,
+                            model=snapshot_folder(cfg))
+    lines.append(f"gpu.nvml, gpu.name, gpu.compute_capability, gpu.memory, gpu.driver: NVML's "
+                 f"device against {host.gpu}, sm {host.compute_capability}, {host.vram_gb} GB")
+    if host.emulation is not None:
+        lines.append(f"emulation.cap: {cfg.emulated_cap_mib(host_name):,} MiB fits the "
+                     f"physical {host.gpu}")
+    lines.append(f"torch.cuda: the venv's torch sees {host.gpu} sm {host.compute_capability}")
+    lines.append("torch.allocator_env: the allocator variable the venv's torch honours "
+                 f"({' or '.join(ALLOC_VARS)}), read back from torch"
+                 if uses_allocator_env(cfg, host_name) else
+                 "torch.allocator_env: skipped (no flag set of this host sets it)")
+    lines.append(f"model.snapshot: {repo} at the commit starting {revision} in the hub cache "
+                 f"{hf_cache_dir()}; where it is missing, {fetch_hint(cfg)}")
+    lines.append("model.snapshot_files: " + (
+        f"every file against {env.checks.snapshot_manifest}" if env.checks.snapshot_manifest
+        else "skipped (no snapshot_manifest: the seed states no file digests)"))
+    lines.append("fixtures.references: the reference images of the fixtures this host runs "
+                 "against their sha256 in fixtures/fixtures.json")
+    lines.append(f"upstream contract: the env's clone of {cfg.stack.upstream_repo} held against "
+                 "the harness (a warning per failed check)")
+    return lines
 
 
 def expected_and_got(check: EnvCheck) -> str:

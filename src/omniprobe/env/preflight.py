@@ -202,10 +202,12 @@ def _parses(commands, args: list[str], cfg: HostsConfig, env: dict[str, str],
     return checks
 
 
-def preflight_plan(cfg: HostsConfig, host_name: str, hosts_file: Path, paths) -> list[str]:
-    """What the serve preflight will run in the env at `paths`, for a dry run; runs nothing."""
+def preflight_plan(cfg: HostsConfig, host_name: str, hosts_file: Path, paths,
+                   model: str | None = None) -> list[str]:
+    """What the serve preflight will run in the env at `paths` with `model` (default: the repo
+    id), for a dry run; runs nothing."""
     host = cfg.host(host_name)
-    fill = {"python": str(paths.python), "model": cfg.stack.model_repo,
+    fill = {"python": str(paths.python), "model": model or cfg.stack.model_repo,
             "hosts_file": str(hosts_file), "host": host_name}
     program, *args = [re.sub(r"\{(\w+)\}", lambda m: fill.get(m[1], m[0]), part)
                       for part in (host.serve_command or cfg.serve.command)]
