@@ -400,3 +400,47 @@ def test_an_init_the_environment_failed_is_run_again_on_resume(outcome, cause, s
         outcome=outcome, time_s=0.1,
         cause=None if cause is None else FailureCause(kind=cause, reason="why")))
     assert probe_module.init_settled(run) is settled
+
+
+class DesktopGpu:
+    """A GPU whose first reading is 500 MiB and every later one 900: another program (a desktop's
+    compositor, a browser) took 400 MiB more between the two servers."""
+
+    label = "NVML"
+
+    def __init__(self):
+        self.reads = 0
+
+    def memory(self):
+        self.reads += 1
+        return (500 if self.reads == 1 else 900) * 1024**2, 24 * 1024**3
+
+    def processes(self):
+        return [], []
+
+    def process_name(self, pid):
+        return "?"
+
+
+@pytest.mark.parametrize(("tolerance", "code"), [(None, 4), (512, 0)])
+def test_the_idle_tolerance_comes_from_hosts_toml(project, port, tolerance, code):
+    """Issue 23 item 7: 400 MiB moved by another program is fatal at the default 256 MiB, and
+    within a host's idle_tolerance_mib of 512 it is recorded on the timeline."""
+    if tolerance is not None:
+        hosts = project.hosts_file.read_text()
+        project.hosts_file.write_text(hosts.replace(
+            'python_provider = "the probe\'s own Python"\nsimulated = true\nserve_flag_sets = ["default"',
+            f'python_provider = "the probe\'s own Python"\nidle_tolerance_mib = {tolerance}\n'
+            'simulated = true\nserve_flag_sets = ["default"', 1))
+        assert f"idle_tolerance_mib = {tolerance}" in project.hosts_file.read_text()
+    gpu = DesktopGpu()
+    got, out = probe(project, "probe-init", port, "--flag-set", "fp8", "--flag-set", "cpuoff",
+                     "--idle-timeout", "0.3", readers=lambda folder: gpu)
+    assert got == code, out
+    if code:
+        assert ("900 MiB in use against a baseline of 500 MiB, more than its tolerance of 256 MiB "
+                "(hosts.toml idle_tolerance_mib)") in out
+        return
+    runs = {r.flag_set: r for r in attempts(project)[0].runs}
+    second = runs["fp8"].lifetimes[0].timeline
+    assert (second.idle_baseline_mib, second.idle_mib) == (500.0, 900.0)

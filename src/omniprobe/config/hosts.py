@@ -215,6 +215,12 @@ class Host(_Input):
     host_ram_gib: float | None = Field(default=None, description="null: not stated.")
     host_ram_note: str | None = None
     python_provider: str = Field(description="How the pinned Python is provided on this host.")
+    idle_tolerance_mib: float = Field(
+        default=256, ge=0,
+        description="How far the GPU's used memory may sit above the run's first idle reading "
+                    "when a server or runner is about to start: another program's VRAM moving "
+                    "within it (a desktop's compositor, a browser) is recorded on the timeline "
+                    "(idle_mib), not fatal. Chosen by omniprobe, not the seed.")
     simulated: bool = False
     serve_flag_sets: list[str]
     offline_kwarg_sets: list[str] = []

@@ -280,6 +280,7 @@ class OfflineProbe:
         except NvmlUnavailable:
             return  # no NVML here: nothing to wait on
         self.baseline = wait_idle(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
+                                  tolerance_mib=self.host.idle_tolerance_mib,
                                   poll_s=0.25)
 
     def _lifetime(self, label: str, name: str, index: int, pending: list[Planned],

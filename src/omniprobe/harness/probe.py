@@ -82,11 +82,12 @@ from omniprobe.harness.progress import Progress
 from omniprobe.harness.sampler import (
     MIB,
     GpuReader,
+    IdleReading,
     NvmlReader,
     NvmlUnavailable,
     PublishedMemoryReader,
     Sampler,
-    wait_idle,
+    idle_reading,
 )
 from omniprobe.harness.server import (
     Endpoints,
@@ -320,10 +321,14 @@ class ServeProbe:
         except NvmlUnavailable as exc:
             return None, str(exc)
 
-    def _wait_idle(self, reader: GpuReader | None) -> None:
-        if reader is not None:
-            self.baseline = wait_idle(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
-                                      poll_s=min(self.settings.poll_s, 0.5))
+    def _wait_idle(self, reader: GpuReader | None) -> IdleReading | None:
+        if reader is None:
+            return None
+        idle = idle_reading(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
+                            tolerance_mib=self.host.idle_tolerance_mib,
+                            poll_s=min(self.settings.poll_s, 0.5))
+        self.baseline = idle.baseline
+        return idle
 
     def _deploy_ignored(self, flag_set: str, log_path: Path) -> bool | None:
         """Whether upstream's log says it ignored the flag set's deploy config (None: it passes
@@ -363,7 +368,7 @@ class ServeProbe:
         if cap is not None and reader is None:
             raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its server's "
                                      f"memory cannot be sampled to check the cap: {reason}")
-        self._wait_idle(reader)
+        idle = self._wait_idle(reader)
         env = server_env(self.cfg, flag_set, self.base_env, self.env_bin,
                          alloc_var=self.alloc_var)
         if self.host.memory_file_env:
@@ -400,6 +405,10 @@ class ServeProbe:
             ended = server.stop()
             self.recorder.drain()
             timeline = self._timeline(sampler, reason)
+            if idle is not None:
+                timeline = timeline.model_copy(update={
+                    "idle_baseline_mib": round(idle.baseline / MIB, 1),
+                    "idle_mib": round(idle.used / MIB, 1)})
             if guard is not None:
                 capped = capped_processes(read_from(server.log_path))
                 timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
