@@ -444,3 +444,26 @@ def test_the_idle_tolerance_comes_from_hosts_toml(project, port, tolerance, code
     runs = {r.flag_set: r for r in attempts(project)[0].runs}
     second = runs["fp8"].lifetimes[0].timeline
     assert (second.idle_baseline_mib, second.idle_mib) == (500.0, 900.0)
+
+
+def test_gpu_index_moves_the_server_and_the_sampler_and_both_are_recorded(project, port,
+                                                                         monkeypatch):
+    """Issue 23 item 8: --gpu-index 1 gives the server CUDA_VISIBLE_DEVICES=1 (its own words
+    say so) and the lifetime records it; NVML's reader of that index names its device."""
+    from omniprobe.harness.sampler import NvmlReader
+
+    from .fakenvml import FakeNvml, Frame
+
+    monkeypatch.setattr(probe_module, "sim_preflight", lambda *a, **k: [])
+    hosts = project.hosts_file.read_text()
+    sim_serve = '["{python}", "-m", "omniprobe.sim", "serve", '
+    project.hosts_file.write_text(hosts.replace(sim_serve, (
+        '["{python}", "-c", "import os; print(\'on\', os.environ[\'CUDA_VISIBLE_DEVICES\']); '
+        'raise SystemExit(1)", '), 1))
+    code, out = probe(project, "probe-init", port, "--flag-set", "fp8", "--gpu-index", "1")
+    assert code == 0, out
+    [lifetime] = attempts(project)[0].runs[0].lifetimes
+    assert lifetime.cuda_visible_devices == "1"
+    assert lifetime.init.note == "exited 1 before it was ready: on 1"
+    reader = NvmlReader(1, nvml=FakeNvml([Frame(0.0, 0)]))
+    assert reader.label == "NVML device 1"

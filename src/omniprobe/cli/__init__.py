@@ -342,7 +342,8 @@ def _run_options(p: argparse.ArgumentParser, started: str, model_default: str) -
     p.add_argument("--idle-timeout", type=grace_seconds, default=60.0,
                    help=f"seconds to wait for an idle GPU before each {started} start")
     p.add_argument("--gpu-index", type=index, default=0,
-                   help="NVML index of the GPU (PCI bus order)")
+                   help=f"NVML index of the GPU (PCI bus order): the sampler watches it and "
+                        f"the {started} runs on it (CUDA_VISIBLE_DEVICES); both are recorded")
 
 
 def _server_options(p: argparse.ArgumentParser) -> None:

@@ -314,6 +314,10 @@ class ServerLifetime(_In):
     command: list[str]
     init: InitResult
     ended: str | None = Field(default=None, description="How it ended, e.g. 'stopped', 'exited 1'.")
+    cuda_visible_devices: str | None = Field(
+        default=None, description="The CUDA_VISIBLE_DEVICES the server ran with (--gpu-index); "
+                                  "the timeline's sampler names the device it watched. null: "
+                                  "not recorded.")
     log: ArtifactRef | None = None
     timeline: TimelineSummary | None = None
     deploy_config_ignored: bool | None = Field(

@@ -90,6 +90,7 @@ class OfflineSettings:
     fixtures: tuple[str, ...] = ()
     seeds: tuple[int, ...] = ()
     max_restarts: int = 2
+    gpu_index: int = 0  # NVML's index: the runner's device (CUDA_VISIBLE_DEVICES), as sampled
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,7 @@ class OfflineProbe:
             env.pop("PYTHONHOME", None)
         if self.host.memory_file_env:
             env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
+        env["CUDA_VISIBLE_DEVICES"] = str(self.settings.gpu_index)  # the sampled device
         runner = ServerProcess([*self.command, *args], env, folder / "runner.log", None,
                                grace_s=self.settings.grace_s, model_code=self.model_code)
         events = Events(folder / "results.jsonl")
@@ -475,7 +477,7 @@ def settings_from(options: OfflineOptions, cfg: HostsConfig) -> OfflineSettings:
         request_timeout_s=options.request_timeout_s or serve.request_timeout_s,
         grace_s=serve.stop_grace_s if options.grace_s is None else options.grace_s,
         idle_timeout_s=options.idle_timeout_s, kwarg_sets=options.kwarg_sets,
-        fixtures=options.fixtures, seeds=options.seeds)
+        fixtures=options.fixtures, seeds=options.seeds, gpu_index=options.gpu_index)
 
 
 class OfflineSession(Session):

@@ -136,6 +136,7 @@ class ServeSettings:
     fixtures: tuple[str, ...] = ()
     max_restarts: int = 2
     cap_mib: int | None = None  # an emulated host's cap for this attempt
+    gpu_index: int = 0  # NVML's index (PCI bus order): the sampler's device and the server's
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,7 @@ def settings_from(options: ServerOptions, cfg: HostsConfig, *, flag_sets: tuple[
         request_timeout_s=options.request_timeout_s or serve.request_timeout_s,
         grace_s=serve.stop_grace_s if options.grace_s is None else options.grace_s,
         sample_hz=options.sample_hz, idle_timeout_s=options.idle_timeout_s,
-        flag_sets=flag_sets, fixtures=fixtures)
+        flag_sets=flag_sets, fixtures=fixtures, gpu_index=options.gpu_index)
 
 
 def serve_fixtures(suite: FixtureSuite, host: Host, wanted: tuple[str, ...] = ()) -> list[Fixture]:
@@ -373,6 +374,9 @@ class ServeProbe:
                          alloc_var=self.alloc_var)
         if self.host.memory_file_env:
             env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
+        # The server runs on the device the sampler watches (--gpu-index; CUDA numbers the GPUs
+        # in PCI bus order, as NVML does: server_env).
+        env["CUDA_VISIBLE_DEVICES"] = str(self.settings.gpu_index)
         guard = None
         if cap is not None:
             env.update(emulation_env(self.host, cap, env))
@@ -398,7 +402,8 @@ class ServeProbe:
                                         read_from(server.log_path))
                 init = init if host is None else init.model_copy(update={"cause": host})
             record = ServerLifetime(session=session, started_at=started_at,
-                                    command=redact_args(command), init=init)
+                                    command=redact_args(command), init=init,
+                                    cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"])
             self._put_lifetime(flag_set, index, record)
             yield Live(server, init, index, t0, folder, guard, sampler, oom_kills)
         finally:

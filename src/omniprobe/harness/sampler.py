@@ -54,9 +54,8 @@ class GpuReader(Protocol):
 
 
 class NvmlReader:
-    label = "NVML"
-
     def __init__(self, index: int = 0, nvml=None):
+        self.label = f"NVML device {index}"  # the one the server runs on (CUDA_VISIBLE_DEVICES)
         if nvml is None:
             try:
                 import pynvml as nvml
