@@ -59,17 +59,60 @@ def test_hosts_toml_states_the_documented_defaults():
     assert ImageChecks() == CONFIGURED
 
 
-@pytest.mark.parametrize(("opaque", "flatness", "broken_by"), [
-    (1.0, 0.0, []),
-    (0.9, 0.98, []),
-    (0.899, 0.0, ["opaque"]),
-    (0.035, 0.0, ["opaque"]),
-    (1.0, 0.99, ["flatness"]),
-    (0.0, 1.0, ["opaque", "flatness"]),
+@pytest.mark.parametrize(("opaque", "flatness", "rgb_std", "broken_by"), [
+    (1.0, 0.0, 60.0, []),
+    (0.9, 0.98, 16.0, []),
+    (0.899, 0.0, 60.0, ["opaque"]),
+    (0.035, 0.0, 60.0, ["opaque"]),
+    (1.0, 0.99, 60.0, ["flatness"]),
+    (1.0, 0.0, 15.9, ["RGB"]),          # near-flat: the collapse without alpha (issue 23)
+    (0.0, 1.0, 0.0, ["opaque", "flatness", "RGB"]),
 ])
-def test_structure_reasons(opaque, flatness, broken_by):
-    reasons = structure_reasons(opaque, flatness, ImageChecks())
+def test_structure_reasons(opaque, flatness, rgb_std, broken_by):
+    reasons = structure_reasons(opaque, flatness, rgb_std, ImageChecks())
     assert [r.split()[0] for r in reasons] == broken_by
+
+
+def grey_noise_rgb(mean: float, std: float, per_channel: bool = False,
+                   shape: tuple[int, int] = (208, 312), seed: int = 3) -> np.ndarray:
+    """The seed's collapse as an RGB output shows it: near-flat grey noise around `mean`, one
+    draw for R, G and B (grey) or one each (grey-ish)."""
+    rng = np.random.default_rng(seed)
+    draw = rng.normal(mean, std, (*shape, 3 if per_channel else 1))
+    return np.clip(draw, 0, 255).round().astype(np.uint8).repeat(1 if per_channel else 3, -1)
+
+
+def photograph(name: str) -> np.ndarray:
+    """A natural photograph scikit-image ships, as RGB."""
+    data = pytest.importorskip("skimage.data", reason="scikit-image is a test dependency")
+    image = getattr(data, name)()
+    return np.stack([image] * 3, -1) if image.ndim == 2 else image[..., :3]
+
+
+@pytest.mark.parametrize(("image", "verdict"), [
+    # The seed's signature rendered without alpha: opacity cannot see it, nor flatness (no
+    # 8x8 tile of grey noise spans 2 levels or fewer); its near-flatness can (issue 23).
+    (lambda: grey_noise_rgb(125, 4), "broken"),
+    (lambda: grey_noise_rgb(120, 6), "broken"),
+    (lambda: grey_noise_rgb(130, 10, per_channel=True), "broken"),
+    (lambda: grey_noise_rgb(125, 15), "broken"),
+    (lambda: broken_signature()[..., :3], "broken"),  # the RGBA signature's own RGB
+    # Natural photographs, in colour and grey, and the smooth picture of synthetic.natural.
+    (lambda: photograph("astronaut"), "sound"),
+    (lambda: photograph("chelsea"), "sound"),
+    (lambda: photograph("coffee"), "sound"),
+    (lambda: photograph("camera"), "sound"),
+    (lambda: photograph("rocket"), "sound"),
+    (lambda: natural()[..., :3], "sound"),
+])
+def test_the_structure_gate_on_rgb_outputs(image, verdict):
+    array = image()
+    m = measure(pixels(array), CONFIGURED)
+    assert m.mode == "RGB" and m.opaque_fraction == 1.0
+    assert m.verdict == verdict, m.reasons
+    if verdict == "broken":
+        assert m.flatness <= CONFIGURED.max_flat_fraction  # flatness alone would pass it
+        assert [r for r in m.reasons if r.endswith("near-flat")] and 115 <= m.rgb_mean <= 135
 
 
 @pytest.mark.parametrize("colour", [(0, 0, 0, 255), (128, 128, 128, 255), (255, 255, 255, 255)])

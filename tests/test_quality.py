@@ -100,9 +100,12 @@ def test_the_gate_refuses_a_request_that_returned_no_image():
     (metrics_of(natural()), None, "sound"),
     (metrics_of(broken_signature()), None, "broken"),
     # Re-derived from the recorded figures under other thresholds:
-    (metrics_of(broken_signature()), ImageChecks(min_opaque_fraction=0.01), "sound"),
+    (metrics_of(broken_signature()), ImageChecks(min_opaque_fraction=0.01, min_rgb_std=0),
+     "sound"),
+    (metrics_of(broken_signature()), ImageChecks(min_opaque_fraction=0.01), "broken"),
     (metrics_of(WHITE), None, "broken"),
-    (metrics_of(WHITE), ImageChecks(max_flat_fraction=1), "sound"),
+    (metrics_of(WHITE), ImageChecks(max_flat_fraction=1, min_rgb_std=0), "sound"),
+    (metrics_of(WHITE), ImageChecks(max_flat_fraction=1), "broken"),  # near-flat too
 ])
 def test_quality_of(metrics, thresholds, expected):
     assert quality_of(metrics, thresholds) == expected

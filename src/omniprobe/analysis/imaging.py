@@ -25,6 +25,10 @@ Figures are on the 0-255 scale whatever the depth (16-bit values divided by 257,
 - flatness: share of `flat_tile`-pixel square tiles that are near-constant, i.e. in which no RGB
   channel spans more than `flat_tolerance` levels; 1.0 is a blank image. Tiles start at the top-left
   corner; a remainder narrower than a tile is left out; an image smaller than a tile is one tile.
+
+An image is broken when its opaque fraction is below `min_opaque_fraction`, its flatness above
+`max_flat_fraction` (blank), or its rgb_std below `min_rgb_std` (near-flat: the seed's collapse
+in an RGB output, which has no alpha to show it).
 """
 
 from __future__ import annotations
@@ -220,13 +224,18 @@ def _fold(a: np.ndarray, op: np.ufunc) -> np.ndarray:
     return a[:, 0]
 
 
-def structure_reasons(opaque_fraction: float, flatness: float, cfg: ImageChecks) -> list[str]:
-    """Why an image with these figures is broken under `cfg`; empty when it is sound."""
+def structure_reasons(opaque_fraction: float, flatness: float, rgb_std: float,
+                      cfg: ImageChecks) -> list[str]:
+    """Why an image with these figures is broken under `cfg`; empty when it is sound. Opacity
+    sees the seed's collapse only where the image has alpha; the spread of its RGB values sees
+    it in an RGB output too (near-flat grey noise, which flatness misses)."""
     reasons = []
     if opaque_fraction < cfg.min_opaque_fraction:
         reasons.append(f"opaque fraction {opaque_fraction:.3f} < {cfg.min_opaque_fraction}")
     if flatness > cfg.max_flat_fraction:
         reasons.append(f"flatness {flatness:.3f} > {cfg.max_flat_fraction}: blank")
+    if rgb_std < cfg.min_rgb_std:
+        reasons.append(f"RGB std {rgb_std:.1f} < {cfg.min_rgb_std:g}: near-flat")
     return reasons
 
 
@@ -238,7 +247,7 @@ def measure(px: Pixels, cfg: ImageChecks) -> ImageMetrics:
     alpha_mean, _ = _mean_std(alpha_counts)
     rgb_mean, rgb_std = _mean_std(rgb_counts)
     flatness = flat_fraction(px.rgba, cfg.flat_tile, cfg.flat_tolerance * per_level)
-    reasons = structure_reasons(opaque, flatness, cfg)
+    reasons = structure_reasons(opaque, flatness, rgb_std / per_level, cfg)
     return ImageMetrics(
         mode=px.mode,
         width=px.width,

@@ -19,7 +19,8 @@ def quality_of(metrics: ImageMetrics | None, thresholds: ImageChecks | None = No
         return "unchecked"
     if thresholds is None:
         return metrics.verdict
-    broken = structure_reasons(metrics.opaque_fraction, metrics.flatness, thresholds)
+    broken = structure_reasons(metrics.opaque_fraction, metrics.flatness, metrics.rgb_std,
+                               thresholds)
     return "broken" if broken else "sound"
 
 

@@ -319,6 +319,12 @@ class ImageChecks(_Input):
         default=0.98, ge=0, le=1,
         description="Above this fraction of near-constant tiles an image is broken (blank).",
     )
+    min_rgb_std: float = Field(
+        default=16, ge=0, le=255,
+        description="Below this standard deviation of its RGB values an image is broken "
+                    "(near-flat): the seed's collapse seen without alpha, which an RGB output "
+                    "has, and whose grey noise no tile of the flatness check finds flat.",
+    )
     comparator: Literal["rgba", "rgb"] = Field(
         default="rgba", description="Channels PSNR compares; rgba is the seed report's comparator."
     )
