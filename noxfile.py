@@ -184,4 +184,15 @@ def upstream(session: nox.Session) -> None:
                         "--only-binary=:all:", f"{pin['package']}=={pin['version']}",
                         "--dest", str(folder))
         args += ["--source", str(sorted(folder.glob(pattern))[0])]
+    vllm = _toml()["upstream"].get("vllm")
+    if vllm and "--vllm-source" not in args:
+        # vLLM's wheel (some 300 MB), downloaded once; a --check without it (CI) takes vLLM's
+        # own serve flags from the committed attempt's reading of them.
+        folder = Path(session.create_tmp()) / "vllm-wheel"
+        if not list(folder.glob(f"vllm-{vllm}-*.whl")) and "--check" not in args:
+            session.install("pip")
+            session.run("python", "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--only-binary=:all:", f"vllm=={vllm}", "--dest", str(folder))
+        wheels = sorted(folder.glob(f"vllm-{vllm}-*.whl"))
+        args += ["--vllm-source", str(wheels[0])] if wheels else []
     session.run("omniprobe", "upstream", "check", *args)

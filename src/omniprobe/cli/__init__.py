@@ -370,7 +370,7 @@ def _upstream(args: argparse.Namespace) -> int:
     from omniprobe.upstream.contract import check_source, differences, record, recorded, render
 
     project = find_project()
-    contract = check_source(project, args.source)
+    contract = check_source(project, args.source, args.vllm_source)
     print(render(contract))
     if args.check:
         committed = recorded(project, contract)
@@ -387,8 +387,9 @@ def _upstream(args: argparse.Namespace) -> int:
         print(f"every result equals the committed {committed.path.relative_to(project.root)}")
         return 0
     if args.record:
-        folder = record(project, contract, ["omniprobe", "upstream", "check", "--source",
-                                            args.source.name, "--record"])
+        folder = record(project, contract, [
+            "omniprobe", "upstream", "check", "--source", args.source.name,
+            *(["--vllm-source", args.vllm_source.name] if args.vllm_source else []), "--record"])
         print(f"recorded {folder.relative_to(project.root)}")
     return 1 if any(c.status == "fail" for c in contract.checks) else 0
 
@@ -501,6 +502,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "result differs from the committed evidence)")
     q.add_argument("--source", type=Path, required=True, metavar="PATH",
                    help="a vllm-omni .whl, an unpacked tree or a clone")
+    q.add_argument("--vllm-source", type=Path, metavar="PATH",
+                   help="a vllm .whl, tree or clone: the serve parser vLLM-Omni's starts from, "
+                        "for the flags it takes from vLLM (default: the committed attempt's "
+                        "reading of them, else NOT FOUND)")
     mode = q.add_mutually_exclusive_group()
     mode.add_argument("--check", action="store_true",
                       help="exit 1 only if a result differs from the committed evidence")

@@ -465,6 +465,10 @@ class UpstreamPin(_Input):
 
     package: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     version: str = Field(pattern=r"^[0-9][0-9A-Za-z.+-]*$")
+    vllm: str | None = Field(
+        default=None, pattern=r"^[0-9][0-9A-Za-z.+-]*$",
+        description="The registry's vLLM whose serve parser (vLLM-Omni's starts from it) the "
+                    "serve-flag checks read; null: vLLM's own flags are NOT FOUND.")
 
 
 class HostsConfig(_Input):

@@ -451,8 +451,11 @@ def clone_contract(cfg: HostsConfig, project: Project,
     clone = paths.clone_dir(step)
     if not clone.is_dir():
         return None, f"no clone of {step.name} at {clone}"
+    # vLLM-Omni's serve parser starts from vLLM's: read vLLM's flags off the env's own vllm.
+    installed = sorted(paths.venv.glob("lib/python3*/site-packages/vllm/__init__.py"))
     try:
-        return check_clone(cfg, clone, project.root), None
+        return check_clone(cfg, clone, project.root,
+                           installed[0].parent.parent if installed else None), None
     except InputError as exc:
         return None, f"the clone at {clone} could not be read: {exc}"
 

@@ -67,6 +67,10 @@ class CitationState(_In):
 
 class UpstreamContract(_In):
     source: UpstreamSource
+    vllm_source: UpstreamSource | None = Field(
+        default=None, description="The vLLM whose serve parser the serve-flag checks of vLLM's "
+                                  "own flags read (vLLM-Omni's starts from it); null: not read, "
+                                  "those flags are NOT FOUND.")
     checks: list[UpstreamCheck] = Field(min_length=1)
     citations: list[CitationState] = []
 

@@ -146,5 +146,5 @@ def _locate_in(source: Source, path: str, anchor: Anchor,
 
 def source_record(source: Source) -> UpstreamSource:
     ident = source.identity
-    return UpstreamSource(kind=ident.kind, version=ident.version, commit=ident.commit,
-                          sha256=ident.sha256)
+    return UpstreamSource(package=ident.package.replace("_", "-"), kind=ident.kind,
+                          version=ident.version, commit=ident.commit, sha256=ident.sha256)

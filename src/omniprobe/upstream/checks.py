@@ -21,6 +21,8 @@ from omniprobe.harness.logs import DEPLOY_IGNORED_WARNING
 from omniprobe.upstream import code
 from omniprobe.upstream.code import Found
 from omniprobe.upstream.source import Source
+from omniprobe.upstream.vllm_parser import VllmFlag
+from omniprobe.upstream.vllm_parser import serve_flags as vllm_parser_flags
 
 ENTRYPOINTS = "vllm_omni/entrypoints/"
 CLI = "vllm_omni/entrypoints/cli/"
@@ -67,17 +69,76 @@ def serve_flags_used(cfg: HostsConfig) -> dict[str, list[str]]:
     return users
 
 
-def check_serve_flags(source: Source, cfg: HostsConfig) -> list[UpstreamCheck]:
+def serve_flag_values(cfg: HostsConfig) -> dict[str, dict[str, list[str]]]:
+    """flag -> value -> the flag sets that pass it (`--flag value` or `--flag=value`)."""
+    values: dict[str, dict[str, list[str]]] = {}
+    for name, flag_set in cfg.flag_sets.items():
+        args = flag_set.args
+        for i, arg in enumerate(args):
+            flag, eq, value = arg.partition("=")
+            if not flag.startswith("--"):
+                continue
+            if not eq:
+                if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                    continue
+                value = args[i + 1]
+            values.setdefault(flag, {}).setdefault(value, []).append(f"flag set {name}")
+    return values
+
+
+def _vllm_flag_check(name: str, flag: str, who: str, found: VllmFlag,
+                     values: dict[str, list[str]]) -> UpstreamCheck:
+    """A flag of vLLM's serve parser, and the values the flag sets pass where it states choices."""
+    defined = (f"{flag} (used by {who}) is defined by vLLM's serve parser, which vLLM-Omni's "
+               "starts from (make_arg_parser)")
+    typed = (f"; its type is {found.field_type} ({found.type_at})"
+             if found.field_type and found.type_at and found.type_at != found.where else "")
+    if not values:
+        return _check(name, "pass", found.where, defined + typed)
+    choices = found.choices
+    if choices is not None:
+        bad = {v: users for v, users in values.items() if v not in choices}
+        if bad:
+            return _check(name, "fail", found.where, defined + typed + "; its choices are "
+                          + ", ".join(choices) + "; not among them: "
+                          + "; ".join(f"{v} ({', '.join(u)})" for v, u in sorted(bad.items())))
+        return _check(name, "pass", found.where, defined + typed + "; every value passed is "
+                      "among its choices: " + ", ".join(sorted(values)))
+    if found.literals:  # a metavar only: any string parses
+        named = sorted(v for v in values if v in found.literals)
+        other = sorted(v for v in values if v not in found.literals)
+        return _check(name, "pass", found.where, defined + typed + "; the parser states no "
+                      "choices (the type admits any string; its Literal is a metavar only), so "
+                      "every value parses: " + ", ".join(
+                          [f"{v} (one of vLLM's own)" for v in named]
+                          + [f"{v} (not one of vLLM's own: passed on as given)" for v in other]))
+    return _check(name, "pass", found.where, defined + typed + "; the parser states no choices: "
+                  "every value parses (" + ", ".join(sorted(values)) + ")")
+
+
+def check_serve_flags(source: Source, cfg: HostsConfig,
+                      vllm: Source | None = None) -> list[UpstreamCheck]:
+    """Each flag the probe passes: vLLM-Omni's own, else vLLM's (read from `vllm`, its serve
+    parser's source; None: not read, so NOT FOUND)."""
     # The serve command's own file first: other subcommands define flags of the same name.
     files = source.under(ENTRYPOINTS)
     defined = code.argparse_flags(source, sorted(files, key=lambda p: p != f"{CLI}serve.py"))
     vllm_parser = code.calls(source, source.under(CLI), "make_arg_parser")
+    vllm_flags = vllm_parser_flags(vllm) if vllm is not None and vllm_parser else {}
+    values = serve_flag_values(cfg)
     checks = []
     for flag, users in serve_flags_used(cfg).items():
         name, who = f"serve-flag:{flag}", ", ".join(users)
         if flag in defined:
             checks.append(_check(name, "pass", defined[flag],
                                  f"`vllm serve --omni` defines {flag} (used by {who})"))
+        elif flag in vllm_flags:
+            checks.append(_vllm_flag_check(name, flag, who, vllm_flags[flag],
+                                           values.get(flag, {})))
+        elif vllm_parser and vllm is not None:
+            checks.append(_check(name, "fail", vllm_parser[0], (
+                f"{flag} (used by {who}) is defined neither by vLLM-Omni nor by vLLM "
+                f"{vllm.identity.version}'s serve parser")))
         elif vllm_parser:
             checks.append(_check(name, "not-found", vllm_parser[0], (
                 f"{flag} (used by {who}) is not defined by vLLM-Omni; its serve parser starts "
@@ -221,11 +282,33 @@ def _stage_metric_key(source: Source) -> Found | None:
     return code.string_key(source, source.python_files, STAGE_METRIC)
 
 
+def _engine_error_branch(edits: Found) -> ast.ExceptHandler | None:
+    """The handler's `except (EngineGenerateError, ...)`: the branch a failed generation (an OOM
+    among them) takes where upstream has one."""
+    for node in ast.walk(edits.node):
+        if (isinstance(node, ast.ExceptHandler) and node.type is not None
+                and "EngineGenerateError" in ast.unparse(node.type)):
+            return node
+    return None
+
+
 def _error_path_check(edits: Found | None) -> UpstreamCheck:
-    """A generation that raises: the edits handler's catch-all answers 500 with the message."""
+    """A generation that fails (an OOM): the branch of the edits handler it takes, answering 500
+    with the error's message. Where the handler catches EngineGenerateError, an OOM takes that
+    branch (a stage's error result is raised as one), not the generic handler after it."""
     name = "error-path:edits-500"
     if edits is None:
         return _check(name, "not-found", None, f"no {client.EDITS_PATH} handler to read")
+    branch = _engine_error_branch(edits)
+    if branch is not None:
+        answers = [n.func.id for n in ast.walk(branch) if isinstance(n, ast.Call)
+                   and isinstance(n.func, ast.Name)]
+        return _check(name, "pass", Found(edits.file, branch.lineno), (
+            "a failed generation (a CUDA OOM among them) reaches the edits handler as "
+            f"{ast.unparse(branch.type)}: a stage's error result is raised as "
+            "EngineGenerateError; this branch answers with "
+            f"{answers[0] if answers else 'an error response'}, vLLM's error body "
+            "{\"error\": {\"message\": ...}} with status 500, which the client reads"))
     for call in code.raises_in(edits.node, "HTTPException"):
         status = code.keyword(call, "status_code")
         detail = code.keyword(call, "detail")
@@ -590,8 +673,11 @@ def _reference_mode_check(source: Source) -> UpstreamCheck:
                   "references in the same mode")
 
 
-def run_checks(source: Source, cfg: HostsConfig, root: Path) -> list[UpstreamCheck]:
-    """Every named check, in a fixed order."""
-    return (check_serve_flags(source, cfg) + check_http(source, cfg) + check_offline(source, cfg)
+def run_checks(source: Source, cfg: HostsConfig, root: Path,
+               vllm: Source | None = None) -> list[UpstreamCheck]:
+    """Every named check, in a fixed order; `vllm`: vLLM's source, for the flags vLLM-Omni's
+    serve parser takes from it."""
+    return (check_serve_flags(source, cfg, vllm) + check_http(source, cfg)
+            + check_offline(source, cfg)
             + check_offline_behaviour(source) + check_deploy(source, cfg, root)
             + check_pipeline(source, cfg) + [check_model_code(source, cfg)])

@@ -19,15 +19,19 @@ from omniprobe.evidence.models import (
     load_evidence,
     write_section,
 )
-from omniprobe.evidence.upstream import UPSTREAM_HOST, UpstreamContract
+from omniprobe.evidence.upstream import UPSTREAM_HOST, UpstreamContract, UpstreamSource
 from omniprobe.upstream.anchors import citations, locate, source_record
 from omniprobe.upstream.checks import run_checks
 from omniprobe.upstream.source import open_source
 
 
-def check_source(project: Project, path: Path) -> UpstreamContract:
-    """Every check and every citation's state in the source at `path`."""
+def check_source(project: Project, path: Path, vllm_path: Path | None = None) -> UpstreamContract:
+    """Every check and every citation's state in the source at `path`, vLLM's own serve flags
+    read from vLLM's source at `vllm_path`. Without one, the checks of those flags are the
+    committed attempt's of the same source (CI does not download vLLM's wheel), which name the
+    vLLM they read."""
     source = open_source(path)
+    vllm = None if vllm_path is None else open_source(vllm_path, "vllm")
     cfg = load_hosts(project.hosts_file)
     evidence, problems = load_evidence(project.evidence_dir)
     if problems:
@@ -35,23 +39,48 @@ def check_source(project: Project, path: Path) -> UpstreamContract:
     # Simulated evidence cites omniprobe.sim's own code, not upstream's.
     cited = citations([a for a in evidence.attempts
                        if a.host != UPSTREAM_HOST and not a.simulated])
-    return UpstreamContract(source=source_record(source),
-                            checks=run_checks(source, cfg, project.root),
-                            citations=[locate(source, c) for c in cited])
+    contract = UpstreamContract(
+        source=source_record(source), vllm_source=None if vllm is None else source_record(vllm),
+        checks=run_checks(source, cfg, project.root, vllm),
+        citations=[locate(source, c) for c in cited])
+    return contract if vllm is not None else _with_recorded_vllm(evidence.attempts, contract)
 
 
-def check_clone(cfg: HostsConfig, path: Path, root: Path) -> UpstreamContract:
-    """The named checks alone against the source at `path` (a host env's own clone); the
-    evidence's citations are the upstream session's to locate."""
+def _with_recorded_vllm(attempts: list[LoadedAttempt], contract: UpstreamContract
+                        ) -> UpstreamContract:
+    """The contract with the serve-flag checks that a committed attempt of the same source read
+    off vLLM, in place of NOT FOUND; as it was where none did."""
+    read = [a.upstream for a in attempts if a.host == UPSTREAM_HOST and a.upstream
+            and a.upstream.source == contract.source and a.upstream.vllm_source is not None]
+    if not read:
+        return contract
+    newest = read[-1]
+    recorded_checks = {c.name: c for c in newest.checks}
+    checks = [recorded_checks.get(c.name, c) if c.status == "not-found"
+              and c.name.startswith("serve-flag:") else c for c in contract.checks]
+    return contract.model_copy(update={"vllm_source": newest.vllm_source, "checks": checks})
+
+
+def check_clone(cfg: HostsConfig, path: Path, root: Path,
+                vllm_path: Path | None = None) -> UpstreamContract:
+    """The named checks alone against the source at `path` (a host env's own clone), vLLM's
+    flags read from the vLLM at `vllm_path` (the env's installed one); the evidence's citations
+    are the upstream session's to locate."""
     source = open_source(path)
-    return UpstreamContract(source=source_record(source), checks=run_checks(source, cfg, root),
-                            citations=[])
+    vllm = None if vllm_path is None else open_source(vllm_path, "vllm")
+    return UpstreamContract(source=source_record(source),
+                            vllm_source=None if vllm is None else source_record(vllm),
+                            checks=run_checks(source, cfg, root, vllm), citations=[])
+
+
+def _source_id(src: UpstreamSource) -> str:
+    mark = (src.commit or src.sha256 or "unidentified")[:12]
+    return f"{src.package}-{src.version or 'unknown'}-{src.kind}-{mark}"
 
 
 def attempt_id(contract: UpstreamContract) -> str:
-    src = contract.source
-    mark = (src.commit or src.sha256 or "unidentified")[:12]
-    return f"{src.package}-{src.version or 'unknown'}-{src.kind}-{mark}"
+    vllm = contract.vllm_source
+    return _source_id(contract.source) + (f"-with-{_source_id(vllm)}" if vllm else "")
 
 
 def record(project: Project, contract: UpstreamContract, command: list[str]) -> Path:
@@ -80,7 +109,8 @@ def recorded(project: Project, contract: UpstreamContract) -> LoadedAttempt | No
     if problems:
         raise InputError(problems)
     return next((a for a in evidence.attempts if a.host == UPSTREAM_HOST and a.upstream
-                 and a.upstream.source == contract.source), None)
+                 and a.upstream.source == contract.source
+                 and a.upstream.vllm_source == contract.vllm_source), None)
 
 
 def differences(committed: UpstreamContract, fresh: UpstreamContract) -> list[str]:
@@ -114,6 +144,10 @@ def render(contract: UpstreamContract) -> str:
     src = contract.source
     ident = src.commit or (f"sha256 {src.sha256}" if src.sha256 else "unidentified")
     lines = [f"{src.package} {src.version or '(version unknown)'} ({src.kind}, {ident})"]
+    if contract.vllm_source is not None:
+        v = contract.vllm_source
+        lines.append(f"vLLM's own serve flags read from {v.package} {v.version} ({v.kind}, "
+                     f"{v.commit or v.sha256})")
     for c in contract.checks:
         lines.append(f"{STATUS_TEXT[c.status]:9}  {c.name}  [{c.where or '-'}]  {c.detail}")
     held = sum(c.status == "pass" for c in contract.checks)

@@ -1,4 +1,5 @@
-"""An upstream vLLM-Omni source opened for reading: a wheel, an unpacked tree or a git clone.
+"""An upstream source opened for reading: a wheel, an unpacked tree or a git clone of vLLM-Omni
+(`vllm_omni`), or of vLLM (`vllm`), whose serve parser vLLM-Omni's starts from.
 
 Nothing of it is imported or executed (CI has neither vllm nor torch): files are read as text and
 parsed with `ast`. Paths are relative to the folder that holds the `vllm_omni` package, as
@@ -32,6 +33,7 @@ class Identity:
     version: str | None
     commit: str | None = None
     sha256: str | None = None
+    package: str = PACKAGE  # the import package read: vllm_omni or vllm
 
 
 @dataclass
@@ -78,9 +80,9 @@ class Source:
         return sorted(p for p in self.files if p.endswith("/" + cited))
 
 
-def _version_of(files: dict[str, str]) -> tuple[str | None, str | None]:
-    """`__version__` and `__commit_id__` as `vllm_omni/_version.py` assigns them."""
-    text = files.get(f"{PACKAGE}/_version.py")
+def _version_of(files: dict[str, str], package: str) -> tuple[str | None, str | None]:
+    """`__version__` and `__commit_id__` as `<package>/_version.py` assigns them."""
+    text = files.get(f"{package}/_version.py")
     if text is None:
         return None, None
     found: dict[str, str | None] = {}
@@ -95,29 +97,29 @@ def _version_of(files: dict[str, str]) -> tuple[str | None, str | None]:
             commit if isinstance(commit, str) else None)
 
 
-def _read_wheel(path: Path) -> dict[str, str]:
+def _read_wheel(path: Path, package: str) -> dict[str, str]:
     files = {}
     try:
         with zipfile.ZipFile(path) as wheel:
             for name in wheel.namelist():
-                if name.startswith(PACKAGE + "/") and name.endswith(_TEXT_SUFFIXES):
+                if name.startswith(package + "/") and name.endswith(_TEXT_SUFFIXES):
                     files[name] = wheel.read(name).decode("utf-8", "replace")
     except zipfile.BadZipFile as exc:
         raise InputError([Problem(str(path), "", f"not a wheel (zip) file: {exc}")]) from None
     return files
 
 
-def _package_root(path: Path) -> Path | None:
-    """The folder that holds `vllm_omni/`: the path itself, its parent, or a clone's root."""
+def _package_root(path: Path, package: str) -> Path | None:
+    """The folder that holds the package: the path itself, its parent, or a clone's root."""
     for candidate in (path, path.parent):
-        if (candidate / PACKAGE / "__init__.py").is_file():
+        if (candidate / package / "__init__.py").is_file():
             return candidate
     return None
 
 
-def _read_tree(root: Path) -> dict[str, str]:
+def _read_tree(root: Path, package: str) -> dict[str, str]:
     files = {}
-    for file in sorted((root / PACKAGE).rglob("*")):
+    for file in sorted((root / package).rglob("*")):
         if file.suffix in _TEXT_SUFFIXES and file.is_file() and "__pycache__" not in file.parts:
             files[file.relative_to(root).as_posix()] = file.read_text("utf-8", "replace")
     return files
@@ -143,25 +145,34 @@ def tree_digest(files: dict[str, str]) -> str:
     return digest.hexdigest()
 
 
-def open_source(path: Path) -> Source:
-    """Open a wheel (.whl), an unpacked tree or a git clone; InputError naming the path if not."""
+def open_source(path: Path, package: str = PACKAGE) -> Source:
+    """Open a wheel (.whl), an unpacked tree or a git clone of `package`; InputError naming the
+    path if not."""
     if path.is_file() and path.suffix == ".whl":
-        files = _read_wheel(path)
-        kind, sha = "wheel", hashlib.sha256(path.read_bytes()).hexdigest()
+        files = _read_wheel(path, package)
+        kind, sha = "wheel", _file_sha256(path)
         commit = None
     elif path.is_dir():
-        root = _package_root(path)
+        root = _package_root(path, package)
         if root is None:
-            raise InputError([Problem(str(path), "", f"no {PACKAGE}/ package here or in its "
+            raise InputError([Problem(str(path), "", f"no {package}/ package here or in its "
                                       "parent; expected an unpacked wheel, a source tree or a "
-                                      "clone of vLLM-Omni")])
-        files = _read_tree(root)
+                                      "clone")])
+        files = _read_tree(root, package)
         commit = _git_commit(root)
         kind, sha = ("git", None) if commit else ("tree", tree_digest(files))
     else:
         raise InputError([Problem(str(path), "", "not found, or neither a .whl nor a folder")])
     if not any(name.endswith(".py") for name in files):
-        raise InputError([Problem(str(path), "", f"holds no {PACKAGE}/*.py files")])
-    version, built_commit = _version_of(files)
+        raise InputError([Problem(str(path), "", f"holds no {package}/*.py files")])
+    version, built_commit = _version_of(files, package)
     return Source(Identity(kind=kind, path=str(path), version=version,
-                           commit=commit or built_commit, sha256=sha), files)
+                           commit=commit or built_commit, sha256=sha, package=package), files)
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:  # vLLM's wheel is some 300 MB: read it in pieces
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
