@@ -559,4 +559,5 @@ def test_a_runner_breaking_the_protocol_stops_the_run_naming_the_file(project, t
     code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-t2i")
     assert code == 5  # a harness error
     assert "results.jsonl: expected the result of 'sim-t2i-2301'" in out
-    assert the_attempt(project).offline_requests == []
+    # It recorded nothing, so its attempt is gone: a re-run never resumes an empty one.
+    assert not list((project.evidence_dir / "sim").glob("*/offline-requests.json"))

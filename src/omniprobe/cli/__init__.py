@@ -265,8 +265,10 @@ def probe_options(args: argparse.Namespace):
 def offline_options(args: argparse.Namespace):
     from omniprobe.harness.offline import OfflineOptions
 
-    return OfflineOptions(**_session_options(args), kwarg_sets=tuple(args.kwarg_set),
-                          fixtures=tuple(args.fixture), seeds=tuple(args.seed))
+    return OfflineOptions(**_session_options(args),
+                          kwarg_sets=tuple(args.kwarg_set) + tuple(args.profile),
+                          fixtures=tuple(args.fixture), seeds=tuple(args.seed), fresh=args.fresh,
+                          caps_gib=args.caps, sample_hz=args.sample_hz)
 
 
 def propagation_options(args: argparse.Namespace):
@@ -455,11 +457,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe-serve", help="serve every runnable fixture x seed per flag set")
     _probe_options(p)
 
-    p = sub.add_parser("probe-offline", help="generate the fixtures with an offline Omni(...) "
-                       "engine per offline kwarg set of the host (a new attempt)")
+    p = sub.add_parser("probe-offline", help="generate the fixtures with an offline engine per "
+                       "offline kwarg set of the host (Omni(...)), or per Diffusers profile on a "
+                       "Diffusers host; resumes the newest offline attempt of this environment")
     _run_options(p, "offline runner", "the snapshot's repo id")
     p.add_argument("--kwarg-set", action="append", default=[],
                    help="only this offline kwarg set (repeatable; default: every runnable one)")
+    p.add_argument("--profile", action="append", default=[],
+                   help="Diffusers hosts: only this Diffusers profile (repeatable; default: all)")
+    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+    p.add_argument("--caps", help="emulated hosts: sweep these caps (GiB, comma-separated, e.g. "
+                                  "16,20,24,32), one attempt series per cap")
+    p.add_argument("--sample-hz", type=hertz, default=10.0, help="GPU memory sampling rate")
     p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
     p.add_argument("--seed", action="append", type=seed, default=[],
                    help="only this seed (repeatable; default: the fixtures' sampling seeds)")
