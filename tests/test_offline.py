@@ -563,3 +563,37 @@ def test_a_runner_breaking_the_protocol_stops_the_run_naming_the_file(project, t
     assert "results.jsonl: expected the result of 'sim-t2i-2301'" in out
     # It recorded nothing, so its attempt is gone: a re-run never resumes an empty one.
     assert not list((project.evidence_dir / "sim").glob("*/offline-requests.json"))
+
+
+def test_a_runner_the_kernel_killed_for_host_ram_is_the_hosts_failure(tmp_path, monkeypatch):
+    """Issue 23 item 5: the runner is SIGKILLed in request 2 with the host's available memory
+    low in the sampler's last readings: the record's cause is the host's RAM."""
+    import threading
+    import time
+
+    from omniprobe.harness import sampler as sampler_module
+
+    monkeypatch.setattr(sampler_module, "available_mib", lambda: 250.0)
+    project = make_project(tmp_path, seeds=[2301, 2302, 2303])
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    add_to_hosts(project, "", command_extra='"--fault", "hang@2"')
+    marker = f"{project.hosts_file} --sim-host sim --fault hang@2"
+
+    def kill_the_runner_in_request_2():
+        assert wait_for(lambda: any('"event": "request"' in p.read_text() for p in
+                                    project.artifacts_dir.glob("sim/*/*/runner-1/results.jsonl")),
+                        30)
+        time.sleep(0.5)  # request 2 hangs in the runner
+        for pid, _ in processes_with(marker):
+            os.kill(pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_runner_in_request_2)
+    killer.start()
+    code, out = offline(project, "--kwarg-set", "sim-offline-fp8", "--fixture", "sim-t2i",
+                        "--request-timeout", "60")
+    killer.join()
+    lost = the_attempt(project).offline_requests[1]
+    assert (lost.seed, lost.outcome, lost.cause.kind) == (2302, "error", "host"), out
+    assert lost.cause.reason.endswith("with the host's available memory at 250 MiB in the "
+                                      "sampler's last readings")
+    assert not processes_with(str(tmp_path))
