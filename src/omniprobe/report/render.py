@@ -46,8 +46,8 @@ from omniprobe.config.project import Project
 from omniprobe.evidence.models import Cell, EmulationCheck, LoadedAttempt, StatedFigure
 from omniprobe.evidence.quantities import Range, size_mib
 from omniprobe.evidence.validate import Loaded, load_valid_project
-from omniprobe.report.diffusers_view import diffusers_section
 from omniprobe.report.capacity_svg import render_curve_svg
+from omniprobe.report.diffusers_view import diffusers_section
 from omniprobe.report.timeline_svg import render_svg
 
 TEMPLATE = "report.md.j2"
