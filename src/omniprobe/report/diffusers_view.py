@@ -29,12 +29,14 @@ def cell_text(cell: CapacityCell | None) -> str:
     if cell is None:
         return "—"
     peak = f"{cell.peak_mib:,.0f} MiB" if cell.peak_mib is not None else "no GPU peak"
+    breach = "; the process tree went over the cap" if cell.breached else ""
+    if cell.outcome == "oom":
+        return "**OOM**" + (f" (asked {cell.oom_requested}{breach})" if cell.oom_requested
+                            else f" ({breach[2:]})" if breach else "")
     if cell.breached:
-        return f"over the cap (breach), {peak}"
+        return f"ran, {peak}, but the process tree went over the cap: **not a fit**"
     if cell.fits:
         return f"fits, {peak}"
-    if cell.outcome == "oom":
-        return "**OOM**" + (f" (asked {cell.oom_requested})" if cell.oom_requested else "")
     return cell.outcome
 
 
