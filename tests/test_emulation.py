@@ -345,9 +345,9 @@ def test_the_report_shows_the_emulated_verdict_beside_the_real_one(project, port
     shutil.copytree(REPO / "templates", project.root / "templates")
     shutil.copytree(REPO / "schemas", project.root / "schemas")
     outputs = render_outputs(project)
-    heading = f"### Verdict — {load_hosts(project.hosts_file).host('sim-emulated').name}"
-    report = outputs[next(p for p in outputs if p.name == "REPORT.md")]
-    section = report.split(heading, 1)[1]  # a simulated host's emulation: in the appendix
+    heading = f"## {load_hosts(project.hosts_file).host('sim-emulated').name}\n"
+    report = outputs[next(p for p in outputs if p.name == "HARNESS.md")]
+    section = report.split(heading, 1)[1]  # a simulated host's emulation: in HARNESS.md
     assert "| cpuoff | sim-three | 3 | OK" in section
     assert "| agree | agree |" in section and "**disagree**" not in section
     assert "The emulated card is simulated" in section
@@ -362,7 +362,7 @@ def test_the_report_shows_the_emulated_verdict_beside_the_real_one(project, port
     verdict = host_verdict("sim-emulated", loaded.hosts, loaded.fixtures, loaded.evidence)
     assert verdict.highest_served_refs == 0
     outputs = render_outputs(project)
-    section = outputs[next(p for p in outputs if p.name == "REPORT.md")].split(heading, 1)[1]
+    section = outputs[next(p for p in outputs if p.name == "HARNESS.md")].split(heading, 1)[1]
     assert "**EMULATION BREACHED** (24,700 MiB held, cap 24,576 MiB)" in section
     assert "| cpuoff | sim-three | 3 |" in section and "**disagree**" in section
 
