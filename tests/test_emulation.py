@@ -403,7 +403,7 @@ def test_the_curve_svg_is_deterministic_and_follows_the_curve():
                                                                                    title="t")
     assert served == render_curve_svg(curve(24576), title="t")
     assert served.count("<circle") == 2 and unserved.count("<circle") == 1
-    assert "×</text>" in unserved and "not served up to 24 GiB" in unserved
+    assert ">≤ 24</text>" in served and ">none ≤ 24</text>" in unserved
 
 
 def test_server_starts_are_compared_flag_set_by_flag_set(project, port):
