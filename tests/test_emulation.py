@@ -448,3 +448,34 @@ def test_sessions_that_cannot_cap_refuse_an_emulated_host(project, port, session
     code, out = in_process(project, [session, "--host", "sim-emulated", *extra])
     assert code == Refusal.exit_code and "is emulated" in out, out
     assert not (project.evidence_dir / "sim-emulated").exists()
+
+
+def test_the_guard_sees_the_requests_memory_as_the_server_reports_it(project, port):
+    """The sampler reads the sim's accounted memory while requests run, as NVML shows a real
+    server's: the guard's tree peak is at least the server's own request peak."""
+    import shutil
+
+    from omniprobe.report.render import render_harness
+
+    from .conftest import REPO
+
+    args = probe_argv("probe-serve", port, "--host", "sim-emulated", "--flag-set", "cpuoff",
+                      "--fixture", "sim-three")
+    assert _run(project, args) == 0
+    loaded, problems = load_project(project)
+    assert problems == []
+    [attempt] = [a for a in loaded.evidence.attempts if a.host == "sim-emulated"]
+    [run] = attempt.runs
+    guard = run.lifetimes[0].timeline.emulation
+    request_peak = max(r.server_peak_mb for r in attempt.requests)
+    assert guard.peak_mib >= request_peak > 20000
+    shutil.copytree(REPO / "templates", project.templates_dir)
+    shutil.copytree(REPO / "schemas", project.root / "schemas")
+    harness = render_harness(project)
+    assert "The guard did not watch the requests" not in harness
+    # a guard that never rose to the requests' peak is called out
+    folder = project.evidence_dir / "sim-emulated" / attempt.id
+    data = json.loads((folder / "runs.json").read_text())
+    data[content_key("runs.json")][0]["lifetimes"][0]["timeline"]["emulation"]["peak_mib"] = 14848
+    (folder / "runs.json").write_text(json.dumps(data))
+    assert "**The guard did not watch the requests** of cpuoff" in render_harness(project)

@@ -219,7 +219,8 @@ def test_the_seeds_qualifications_are_kept(repo):
 def test_estimates_are_judged_fairly(repo_copy):
     text = render_report(repo_copy)
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| RTX 3090 |")}
-    assert "| consistent: the server-peak deltas from one reference to two" in rows["Conditioning KV per reference"]
+    kv = rows["Conditioning KV per reference"]
+    assert "| consistent: the server-peak deltas from one reference to two" in kv
     assert "(converted from the server's MB)" in rows["Conditioning KV per reference"]
     assert "| not confirmed: the server peaks under fp8 and cpuoff" in rows["Memory FP8 frees"]
     assert "**disagrees**" not in text
@@ -269,10 +270,12 @@ def test_a_host_without_evidence_is_not_probed_yet_and_none_reaches_the_reader(r
 def test_an_emulated_hosts_title_never_shows_the_physical_cards_memory(repo):
     harness = render_harness(repo)
     assert "(141 GB)" not in harness
-    assert "**Simulated GPU, capped on an H200 (torch-backed sim) (24,576 MiB emulated): not-built.**" in harness
+    assert ("**Simulated GPU, capped on an H200 (torch-backed sim) (24,576 MiB emulated): not-built.**"
+            in harness)
 
 
-COMPARISON = re.compile(r"==|!=|<=|>=|\s<\s|\s>\s|\bequalto\b|\bin\s*\[|\"\s+in\s|'\s+in\s|\|\s*length\s*[<>]")
+COMPARISON = re.compile(
+    r"==|!=|<=|>=|\s<\s|\s>\s|\bequalto\b|\bin\s*\[|\"\s+in\s|'\s+in\s|\|\s*length\s*[<>]")
 
 
 @pytest.mark.parametrize("snippet", ['{% if v.verdict == "built" %}', '{{ "s" if n != 1 else "" }}',
@@ -545,7 +548,8 @@ def test_the_history_merges_rows_that_say_the_same_and_shows_one_that_differs(re
     history = render_report(repo_copy).split("## Verdict history")[1]
     rows = [line for line in history.splitlines() if line.startswith("| RTX 5080 |")]
     assert rows[0].startswith("| RTX 5080 | `seed-5080-1-init-matrix` | 2026-10-07/08 | transcribed |")
-    assert rows[0].endswith("| not-built | init (default, cpuoff, cpuoff-layerwise, fp8, fp8-expandable, int8) |")
+    assert rows[0].endswith(
+        "| not-built | init (default, cpuoff, cpuoff-layerwise, fp8, fp8-expandable, int8) |")
     assert rows[1].startswith("| RTX 5080 | `fixed` | 2026-11-30 | measured | not recorded |")
     assert rows[1].endswith("| built | — |")
 

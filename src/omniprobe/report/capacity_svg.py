@@ -32,11 +32,13 @@ def render_curve_svg(curve: CapacityCurve, *, title: str) -> str:
     bottom = _TOP + _PLOT_H
     table = bottom + 40
     height = table + _ROW * (len(flag_sets) + 1) + 8
-    head = (f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
-            f'viewBox="0 0 {_W} {height}" font-family="sans-serif" font-size="11">'
-            "<style>.grid{stroke:#e5e5e5}.cap{stroke:#bbb;stroke-dasharray:2 3}"
-            ".line{stroke-width:2}</style>"
-            f'<text x="{_LEFT}" y="16" font-weight="bold">{escape(title)}</text>')
+    head = (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{height}" '
+        f'viewBox="0 0 {_W} {height}" font-family="sans-serif" font-size="11">'
+        "<style>.grid{stroke:#e5e5e5}.cap{stroke:#bbb;stroke-dasharray:2 3}"
+        ".line{stroke-width:2}</style>"
+        f'<text x="{_LEFT}" y="16" font-weight="bold">{escape(title)}</text>'
+    )
 
     def x(count: int) -> float:
         return _LEFT + x_step * (counts.index(count) + 0.5)
@@ -46,12 +48,15 @@ def render_curve_svg(curve: CapacityCurve, *, title: str) -> str:
 
     parts = [head]
     for tick in _ticks(y_top, 5):
-        parts.append(f'<line class="grid" x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{y(tick):.1f}" '
-                     f'y2="{y(tick):.1f}"/>')
+        parts.append(
+            f'<line class="grid" x1="{_LEFT}" x2="{_LEFT + plot_w}" y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>'
+        )
         parts.append(_label(_LEFT - 6, y(tick) + 4, f"{tick:g} GiB", "end"))
     for cap in curve.caps_mib:
-        parts.append(f'<line class="cap" x1="{_LEFT}" x2="{_LEFT + plot_w}" '
-                     f'y1="{y(cap / 1024):.1f}" y2="{y(cap / 1024):.1f}"/>')
+        parts.append(
+            f'<line class="cap" x1="{_LEFT}" x2="{_LEFT + plot_w}" '
+            f'y1="{y(cap / 1024):.1f}" y2="{y(cap / 1024):.1f}"/>'
+        )
     for count in counts:
         parts.append(_label(x(count), bottom + 16, str(count), "middle"))
     parts.append(_label(_LEFT + plot_w / 2, bottom + 30, "reference images", "middle"))
@@ -63,20 +68,28 @@ def render_curve_svg(curve: CapacityCurve, *, title: str) -> str:
         for count, cap in served:
             if cap is not None:
                 steps += [(x(count) - x_step / 2, y(cap / 1024)), (x(count) + x_step / 2, y(cap / 1024))]
-                parts.append(f'<circle cx="{x(count):.1f}" cy="{y(cap / 1024):.1f}" r="3" '
-                             f'fill="{colour}"/>')
+                parts.append(f'<circle cx="{x(count):.1f}" cy="{y(cap / 1024):.1f}" r="3" fill="{colour}"/>')
         if steps:
             coords = " ".join(f"{px:.1f},{py:.1f}" for px, py in steps)
             parts.append(f'<polyline class="line" fill="none" stroke="{colour}" points="{coords}"/>')
         row_y = table + _ROW * (i + 1)
         parts.append(_label(_LEFT - 6, row_y, flag_set, "end", colour))
         for count, cap in served:
-            parts.append(_label(x(count), row_y, f"≤ {_gib(cap)}" if cap is not None
-                                else f"none ≤ {largest}", "middle", colour))
+            parts.append(
+                _label(
+                    x(count),
+                    row_y,
+                    f"≤ {_gib(cap)}" if cap is not None else f"none ≤ {largest}",
+                    "middle",
+                    colour,
+                )
+            )
         legend_y = _TOP + 14 + 16 * i
         if steps:
-            parts.append(f'<line x1="{_W - _RIGHT + 12}" x2="{_W - _RIGHT + 30}" y1="{legend_y - 4}" '
-                         f'y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"/>')
+            parts.append(
+                f'<line x1="{_W - _RIGHT + 12}" x2="{_W - _RIGHT + 30}" y1="{legend_y - 4}" '
+                f'y2="{legend_y - 4}" stroke="{colour}" stroke-width="2"/>'
+            )
             parts.append(_label(_W - _RIGHT + 36, legend_y, flag_set))
         else:
             parts.append(_label(_W - _RIGHT + 36, legend_y, f"{flag_set}: no count served", fill=colour))

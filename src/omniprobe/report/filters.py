@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models import Cell
+from omniprobe.evidence.models import Cell, StatedFigure
 from omniprobe.evidence.quantities import Range, size_mib
 
 EM_DASH = "—"
@@ -36,6 +36,11 @@ def span(r: Range | None, digits: int | None = None) -> str:
 def opt_span(r: Range | None) -> str:
     """A table cell's range, or a dash where the evidence has none."""
     return EM_DASH if r is None else span(r)
+
+
+def figure_text(f: StatedFigure) -> str:
+    """A stated figure with its unit, '~' where the seed writes it as approximate."""
+    return f"{'~' if f.approximate else ''}{span(f.range) if f.range else num(f.value)} {f.unit}"
 
 
 def seeds_text(seeds: list[int] | None) -> str:
@@ -70,8 +75,7 @@ def cell_text(cell: Cell | None) -> str:
         return EM_DASH
     if cell.emulation_breach is not None:
         breach = cell.emulation_breach
-        return (f"**EMULATION BREACHED** ({num(breach.held_mib)} MiB held, "
-                f"cap {num(breach.cap_mib)} MiB)")
+        return f"**EMULATION BREACHED** ({num(breach.held_mib)} MiB held, cap {num(breach.cap_mib)} MiB)"
     if cell.outcome != "ok":
         return f"**{cell.outcome.upper()}**" + standin_mark(cell)
     text = "OK" + (f" {span(cell.wall_s)} s" if cell.wall_s else "")
@@ -126,13 +130,30 @@ def serve_text(hosts: HostsConfig, host_key: str) -> str:
     """The serve invocation as a person would type it, with the model as a placeholder."""
     serve, host = hosts.serve, hosts.host(host_key)
     command = " ".join(host.serve_command or serve.command)
-    for name, shown in (("{model}", "<snapshot>"), ("{python}", "python"),
-                        ("{hosts_file}", "hosts.toml"), ("{host}", host_key)):
+    for name, shown in (
+        ("{model}", "<snapshot>"),
+        ("{python}", "python"),
+        ("{hosts_file}", "hosts.toml"),
+        ("{host}", host_key),
+    ):
         command = command.replace(name, shown)
-    return (f"{command} --port {serve.port}" + (" --enforce-eager" if serve.enforce_eager else "")
-            + f" --served-model-name {serve.served_model_name}")
+    return (
+        f"{command} --port {serve.port}"
+        + (" --enforce-eager" if serve.enforce_eager else "")
+        + f" --served-model-name {serve.served_model_name}"
+    )
 
 
-FILTERS = {"num": num, "fixed": fixed, "span": span, "opt": opt_span, "seeds": seeds_text,
-           "cell": cell_text, "gib": mib_as_gib, "kwargs": kwargs_text, "sentence": sentence,
-           "refs": refs, "names": names}
+FILTERS = {
+    "num": num,
+    "fixed": fixed,
+    "span": span,
+    "opt": opt_span,
+    "seeds": seeds_text,
+    "cell": cell_text,
+    "gib": mib_as_gib,
+    "kwargs": kwargs_text,
+    "sentence": sentence,
+    "refs": refs,
+    "names": names,
+}

@@ -8,10 +8,10 @@ from pathlib import Path
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.project import Project
 from omniprobe.evidence.validate import load_valid_project
+from omniprobe.report.paths import CAPACITY_DIR, HARNESS_FILE, REPORT_FILE, TIMELINES_DIR
 from omniprobe.report.templating import environment
-from omniprobe.report.views import CAPACITY_DIR, HARNESS_FILE, TIMELINES_DIR, build_context
+from omniprobe.report.views import build_context
 
-REPORT_FILE = Path("REPORT.md")
 TEMPLATES = {REPORT_FILE: "report.md.j2", HARNESS_FILE: "harness.md.j2"}
 
 

@@ -69,8 +69,7 @@ def init_text(init: InitResult) -> str:
     """'ok', or '**OOM in 14 s** (23.51 GiB in use at load)'."""
     if init.outcome == "ready":
         return "ok"
-    time = (f" in {'~' if init.time_approx else ''}{num(init.time_s)} s"
-            if init.time_s is not None else "")
+    time = f" in {'~' if init.time_approx else ''}{num(init.time_s)} s" if init.time_s is not None else ""
     text = f"**{init.outcome.upper()}{time}**"
     oom = init.oom
     if oom is not None and (oom.in_use or oom.allocated):
@@ -93,9 +92,15 @@ def shrunk_cache_ooms(s, ask: str | None) -> list[str]:
     found = []
     for o in s.collect("offline"):
         kwargs = s.hosts.offline_kwarg_sets[o.kwarg_set].kwargs or {}
-        if (o.outcome == "oom" and o.oom is not None and o.oom.requested == ask and o.fixture
-                and s.fixtures.get(o.fixture).reference_count == s.verdict.target_refs
-                and o.kwarg_set not in unreached and knobs & {k for k, _ in flat_kwargs(kwargs)}):
+        if (
+            o.outcome == "oom"
+            and o.oom is not None
+            and o.oom.requested == ask
+            and o.fixture
+            and s.fixtures.get(o.fixture).reference_count == s.verdict.target_refs
+            and o.kwarg_set not in unreached
+            and knobs & {k for k, _ in flat_kwargs(kwargs)}
+        ):
             found.append(o.kwarg_set)
     return list(dict.fromkeys(found))
 
@@ -123,8 +128,13 @@ def early_ooms(rows, target: int) -> list[EarlyOom]:
     found: dict[str, EarlyOom] = {}
     for row in rows:
         for count, cell in sorted(row.cells.items()):
-            if (cell is not None and cell.outcome == "oom" and cell.oom is not None
-                    and count < target and row.view.flag_set not in found):
+            if (
+                cell is not None
+                and cell.outcome == "oom"
+                and cell.oom is not None
+                and count < target
+                and row.view.flag_set not in found
+            ):
                 found[row.view.flag_set] = EarlyOom(row.view.flag_set, count, cell.oom)
     return list(found.values())
 
@@ -149,8 +159,10 @@ def binding_line(s) -> Line | None:
     v, hosts = s.verdict, s.hosts
     if v.blocker == "init":
         oom = s.init_oom
-        text = (f"init fails before any flag acts: all {len(v.failed_init)} flag sets run out of memory "
-                "while the server starts")
+        text = (
+            f"init fails before any flag acts: all {len(v.failed_init)} flag sets run out of memory "
+            "while the server starts"
+        )
         if oom is not None:
             text += f", at the same {oom.requested} allocation in `{oom.location.function or oom.location}`"
         return Line("What binds", text)
@@ -160,14 +172,18 @@ def binding_line(s) -> Line | None:
     if signature is None:
         return Line("What binds", f"{refs(v.target_refs)} run out of memory; no OOM signature is recorded")
     dtype = "" if any(quantization(hosts, f) for f in cap.flag_sets) else f"{UNQUANTIZED} "
-    text = (f"the resident {dtype}working set plus a {signature.requested} activation in "
-            f"{where(signature.location, s.collect('code_read'))}")
+    text = (
+        f"the resident {dtype}working set plus a {signature.requested} activation in "
+        f"{where(signature.location, s.collect('code_read'))}"
+    )
     per_ref = kv_per_reference_gib(s.kv)
     growth = f"{span(per_ref)} GiB per reference" if per_ref else ""
     shrunk = shrunk_cache_ooms(s, signature.requested)
     if shrunk:
-        text += (f", not the conditioning KV ({growth + '; ' if growth else ''}with it quantized, "
-                 f"{names(shrunk)} still fail{'s' if len(shrunk) == 1 else ''} on the same ask)")
+        text += (
+            f", not the conditioning KV ({growth + '; ' if growth else ''}with it quantized, "
+            f"{names(shrunk)} still fail{'s' if len(shrunk) == 1 else ''} on the same ask)"
+        )
     elif kv_excluded(s, signature.requested):
         text += f", not the conditioning KV ({growth})"
     return Line("What binds", text)
@@ -184,8 +200,13 @@ def ceiling_line(s) -> Line | None:
     args = common_args(hosts, v.served_by)
     if args:
         text += " under " + " ".join(f"`{a}`" for a in args)
-    measured = {count for row in s.rows if not quantization(hosts, row.view.flag_set)
-                for count, cell in row.cells.items() if cell is not None}
+    measured = {
+        count
+        for row in s.rows
+        if not quantization(hosts, row.view.flag_set)
+        for count, cell in row.cells.items()
+        if cell is not None
+    }
     gaps = [n for n in range(v.highest_served_refs + 1, v.target_refs) if n not in measured]
     if gaps:
         text += f" ({names(str(n) for n in gaps)} never measured at {UNQUANTIZED})"
@@ -198,16 +219,29 @@ def ceiling_line(s) -> Line | None:
 
 
 def ran_counts(s, flag_set: str) -> list[int]:
-    return sorted({count for row in s.rows if row.view.flag_set == flag_set
-                   for count, cell in row.cells.items() if cell is not None and count > 0})
+    return sorted(
+        {
+            count
+            for row in s.rows
+            if row.view.flag_set == flag_set
+            for count, cell in row.cells.items()
+            if cell is not None and count > 0
+        }
+    )
 
 
 def fitting_counts(s, flag_set: str) -> list[int]:
     """The reference counts at which every cell of the flag set ran to an image."""
-    cells = [(count, cell) for row in s.rows if row.view.flag_set == flag_set
-             for count, cell in row.cells.items() if cell is not None and count > 0]
-    return sorted({n for n, _ in cells} - {n for n, c in cells
-                                           if c.outcome != "ok" or c.emulation_breach is not None})
+    cells = [
+        (count, cell)
+        for row in s.rows
+        if row.view.flag_set == flag_set
+        for count, cell in row.cells.items()
+        if cell is not None and count > 0
+    ]
+    return sorted(
+        {n for n, _ in cells} - {n for n, c in cells if c.outcome != "ok" or c.emulation_breach is not None}
+    )
 
 
 def unlock_lines(s) -> list[Line]:
@@ -219,11 +253,15 @@ def unlock_lines(s) -> list[Line]:
         shown = f"`--quantization {method}`" if method else flag_set
         counts, ran = fitting_counts(s, flag_set), ran_counts(s, flag_set)
         outcome = {"broken": "its output is broken", "sound": "its output is sound"}.get(
-            unlock.quality, "its output was not checked")
+            unlock.quality, "its output was not checked"
+        )
         which = "every count it ran" if counts == ran else "only some of the counts it ran"
-        lines.append(Line(f"What {flag_set} does",
-                          f"{shown} fits {which} ({names(str(n) for n in counts)} "
-                          f"references), and {outcome}"))
+        lines.append(
+            Line(
+                f"What {flag_set} does",
+                f"{shown} fits {which} ({names(str(n) for n in counts)} references), and {outcome}",
+            )
+        )
     return lines
 
 
@@ -233,8 +271,11 @@ def spill_line(s) -> Line | None:
         return None
     label = "Would a spill path for the conditioning KV change the verdict"
     if v.blocker == "init":
-        return Line(label, "no, not as the next step: the server fails before the cache exists; "
-                           "the load/init path comes first")
+        return Line(
+            label,
+            "no, not as the next step: the server fails before the cache exists; "
+            "the load/init path comes first",
+        )
     _, signature = _capacity_signature(v)
     if signature is not None and kv_excluded(s, signature.requested):
         return Line(label, "no, not as the next step: the conditioning KV is not what binds")
@@ -301,9 +342,11 @@ def blocker_lines(s) -> list[Line]:
                 for name in g.flag_sets:
                     e = early.get(name)
                     if e is not None:
-                        parts.append(f"runs out of memory from {refs(e.reference_count)} on "
-                                     f"({e.oom.allocated or e.oom.requested} "
-                                     f"{'allocated during the request' if e.oom.phase == 'request' else 'at init'})")
+                        parts.append(
+                            f"runs out of memory from {refs(e.reference_count)} on "
+                            f"({e.oom.allocated or e.oom.requested} "
+                            f"{'allocated during the request' if e.oom.phase == 'request' else 'at init'})"
+                        )
                 if g.requested:
                     at = f" at `{g.location}`" if g.location else ""
                     parts.append(f"{refs(target)} run out of memory with a {g.requested} ask{at}")
@@ -313,12 +356,21 @@ def blocker_lines(s) -> list[Line]:
         elif b.kind == "quality":
             for name in b.flag_sets:
                 unlocks = [u for u in v.capacity_unlocks if u.flag_set == name]
-                lines.append(Line(name, f"starts and fits {refs(target)} ("
-                                        + "; ".join(_unlock_figures(s, u) for u in unlocks)
-                                        + f"), but its output is {unlocks[0].quality}"))
+                lines.append(
+                    Line(
+                        name,
+                        f"starts and fits {refs(target)} ("
+                        + "; ".join(_unlock_figures(s, u) for u in unlocks)
+                        + f"), but its output is {unlocks[0].quality}",
+                    )
+                )
         else:
-            lines.append(Line(names(config_names(b.flag_sets, v.unreached)),
-                              f"never asked for {refs(target)}, so nothing shows whether they fit"))
+            lines.append(
+                Line(
+                    names(config_names(b.flag_sets, v.unreached)),
+                    f"never asked for {refs(target)}, so nothing shows whether they fit",
+                )
+            )
     return lines
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omniprobe.analysis.capacity_curve import CapacityCurve, capacity_curve
 from omniprobe.analysis.derived import (
     ImageStructure,
     KvDelta,
@@ -22,14 +21,6 @@ from omniprobe.analysis.derived import (
     psnr_groups,
     stated_disagreements,
     target_ooms,
-)
-from omniprobe.analysis.emulation_compare import (
-    CellPair,
-    InitPair,
-    TransferCaveat,
-    compare_cells,
-    compare_inits,
-    transfer_caveat,
 )
 from omniprobe.analysis.estimates import EstimateCheck, estimate_checks
 from omniprobe.analysis.summaries import RunView, manifest_summary, run_views
@@ -43,18 +34,17 @@ from omniprobe.analysis.verdicts import (
 )
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import Host, HostsConfig
-from omniprobe.evidence.models import Cell, CodeLocation, EmulationCheck, LoadedAttempt, StatedFigure
+from omniprobe.evidence.models import Cell, CodeLocation, LoadedAttempt, StatedFigure
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report import verdict_lines as vl
-from omniprobe.report.capacity_svg import render_curve_svg
-from omniprobe.report.filters import flags_text, kwargs_text, names, num, refs, seeds_text, span
+from omniprobe.report.emulation_view import emulation_section
+from omniprobe.report.filters import figure_text, flags_text, kwargs_text, names, num, refs, seeds_text, span
+from omniprobe.report.follow_through import follow_through
+from omniprobe.report.paths import HARNESS_FILE, REPORT_DIR, TIMELINES_DIR
+from omniprobe.report.provenance_view import contract, is_harness_attempt, newest_upstream, provenance_text
 from omniprobe.report.timeline_svg import render_svg
 
-REPORT_DIR = Path("report")
-TIMELINES_DIR = REPORT_DIR / "timelines"
-CAPACITY_DIR = REPORT_DIR / "capacity"
-HARNESS_FILE = REPORT_DIR / "HARNESS.md"
 SEAM_PREFIX = "spill_seam_"  # code-read keys of the places a spill path would go
 
 
@@ -82,12 +72,19 @@ def timeline_figures(view: RunView, capacity_mib: float | None) -> list[Timeline
     for index, life in enumerate(view.run.lifetimes):
         if life.timeline is None:
             continue
-        markers = [(r.started_s, f"{r.fixture} seed {r.seed}: {r.outcome}")
-                   for r in view.attempt.requests
-                   if r.flag_set == view.flag_set and r.lifetime == index and r.started_s is not None]
+        markers = [
+            (r.started_s, f"{r.fixture} seed {r.seed}: {r.outcome}")
+            for r in view.attempt.requests
+            if r.flag_set == view.flag_set and r.lifetime == index and r.started_s is not None
+        ]
         title = f"{view.attempt.host} {view.attempt.id} {view.flag_set} #{index} ({life.session})"
-        svg = render_svg(life.timeline.points, title=title, capacity_mib=capacity_mib,
-                         markers=markers, note=life.timeline.reason)
+        svg = render_svg(
+            life.timeline.points,
+            title=title,
+            capacity_mib=capacity_mib,
+            markers=markers,
+            note=life.timeline.reason,
+        )
         path = TIMELINES_DIR / view.attempt.host / view.attempt.id / f"{view.flag_set}-{index}.svg"
         figures.append(TimelineFigure(path.as_posix(), title, svg, life.timeline))
     return figures
@@ -154,20 +151,31 @@ class HostSection:
         return [f for f in self.collect("findings") if f.placement == placement]
 
     def failed_inits(self, flag_sets) -> list[tuple[str, object]]:
-        return [(v.flag_set, v.run.init) for v in self.views
-                if v.flag_set in flag_sets and v.run.init.outcome != "ready"]
+        return [
+            (v.flag_set, v.run.init)
+            for v in self.views
+            if v.flag_set in flag_sets and v.run.init.outcome != "ready"
+        ]
 
     def speedup_of(self, unlock: CapacityUnlock):
         """The speed-up of exactly the unlock's cell (attempt, flag set, fixture), if any."""
-        found = [x for x in self.verdict.speedups if (x.attempt, x.flag_set, x.fixture)
-                 == (unlock.attempt, unlock.flag_set, unlock.fixture)]
+        found = [
+            x
+            for x in self.verdict.speedups
+            if (x.attempt, x.flag_set, x.fixture) == (unlock.attempt, unlock.flag_set, unlock.fixture)
+        ]
         return found[0] if found else None
 
     @property
     def ceiling_speedup(self):
         v = self.verdict
-        found = [x for x in v.speedups if x.flag_set in v.served_by
-                 and x.reference_count == v.highest_served_refs and x.quality == "sound"]
+        found = [
+            x
+            for x in v.speedups
+            if x.flag_set in v.served_by
+            and x.reference_count == v.highest_served_refs
+            and x.quality == "sound"
+        ]
         return found[0] if found else None
 
     @property
@@ -206,7 +214,9 @@ class HostSection:
     @property
     def not_measured_causes(self) -> str | None:
         v = self.verdict
-        return "; ".join(dict.fromkeys(n.cause for n in v.not_measured)) if v.verdict == "not-measured" else None
+        return (
+            "; ".join(dict.fromkeys(n.cause for n in v.not_measured)) if v.verdict == "not-measured" else None
+        )
 
     @property
     def built_line(self) -> str | None:
@@ -214,9 +224,12 @@ class HostSection:
         if v.verdict != "built":
             return None
         sp = self.ceiling_speedup
-        return (f"{refs(v.target_refs)} are served with sound output under "
-                f"{names(vl.config_names(v.served_by, v.unreached))}"
-                + (f", at {span(sp.speedup, 1)}× the baseline's speed" if sp else "") + ".")
+        return (
+            f"{refs(v.target_refs)} are served with sound output under "
+            f"{names(vl.config_names(v.served_by, v.unreached))}"
+            + (f", at {span(sp.speedup, 1)}× the baseline's speed" if sp else "")
+            + "."
+        )
 
     @property
     def standin_note(self) -> str | None:
@@ -226,10 +239,12 @@ class HostSection:
             return None
         part = ", in part" if "original" in v.capacity_inputs + v.structure_inputs else ""
         plural = len(halves) > 1
-        return (f"The {' and '.join(halves)} {'halves' if plural else 'half'} of this verdict "
-                f"rest{'' if plural else 's'} on stand-in inputs{part} (omniprobe's prompts and references "
-                "where the seed's are unstated; cells marked \"stand-in\"); PSNR and speed against the "
-                "baseline never do.")
+        return (
+            f"The {' and '.join(halves)} {'halves' if plural else 'half'} of this verdict "
+            f"rest{'' if plural else 's'} on stand-in inputs{part} (omniprobe's prompts and references "
+            'where the seed\'s are unstated; cells marked "stand-in"); PSNR and speed against the '
+            "baseline never do."
+        )
 
     # --- sections --------------------------------------------------------------------
     @property
@@ -255,14 +270,16 @@ class HostSection:
         shown = {str(c.oom.location) for _, c in self.target_ooms if c.oom.location}
         if self.init_oom is not None and self.init_oom.location:
             shown.add(str(self.init_oom.location))
-        return [loc for loc in self.collect("code_read")
-                if not loc.key.startswith(SEAM_PREFIX) and not (loc.ref and str(loc.ref) in shown)]
+        return [
+            loc
+            for loc in self.collect("code_read")
+            if not loc.key.startswith(SEAM_PREFIX) and not (loc.ref and str(loc.ref) in shown)
+        ]
 
     @property
     def init_oom_what(self) -> list[str]:
         oom = self.init_oom
-        return [loc.what for loc in self.collect("code_read")
-                if oom is not None and loc.ref == oom.location]
+        return [loc.what for loc in self.collect("code_read") if oom is not None and loc.ref == oom.location]
 
     @property
     def kv_range(self) -> Range | None:
@@ -279,21 +296,32 @@ class HostSection:
 
     @property
     def kv_items(self) -> str:
-        return "; ".join(f"{d.flag_set}: {num(d.one_ref_peak_mb)}→{num(d.two_ref_peak_mb)} MB" for d in self.kv)
+        return "; ".join(
+            f"{d.flag_set}: {num(d.one_ref_peak_mb)}→{num(d.two_ref_peak_mb)} MB" for d in self.kv
+        )
 
     @property
     def run_notes(self) -> list[str]:
         """What the matrix needs said once: a model served by hand, a knob that never reached
         the model, a deploy config upstream said it ignored."""
         v = self.verdict
-        notes = [f"Attempt {u.attempt} served `{u.model}`, given by hand with `--model`: not the pinned "
-                 "snapshot, so its rows may be of another model revision." for u in v.unpinned]
-        notes += [f"{u.flag_set} ran as {u.base}: its `{u.knob}` never reached the model (see \"Propagation "
-                  f"gap\"); the report writes the two as {u.base}/{u.flag_set}." for u in v.unreached]
-        notes += [f"{w.flag_set} ({w.attempt.id}): the server's log carries upstream's warning that it ignored "
-                  "the deploy config (\"No registered PipelineConfig resolved for model …\"), so the run "
-                  "measures its configuration without it." for w in self.views
-                  if any(lt.deploy_config_ignored for lt in w.run.lifetimes)]
+        notes = [
+            f"Attempt {u.attempt} served `{u.model}`, given by hand with `--model`: not the pinned "
+            "snapshot, so its rows may be of another model revision."
+            for u in v.unpinned
+        ]
+        notes += [
+            f'{u.flag_set} ran as {u.base}: its `{u.knob}` never reached the model (see "Propagation '
+            f'gap"); the report writes the two as {u.base}/{u.flag_set}.'
+            for u in v.unreached
+        ]
+        notes += [
+            f"{w.flag_set} ({w.attempt.id}): the server's log carries upstream's warning that it ignored "
+            'the deploy config ("No registered PipelineConfig resolved for model …"), so the run '
+            "measures its configuration without it."
+            for w in self.views
+            if any(lt.deploy_config_ignored for lt in w.run.lifetimes)
+        ]
         return notes
 
     @property
@@ -306,9 +334,13 @@ class HostSection:
         labels = {id(r.view): r.label for r in self.rows}
         out = []
         for v in self.views:
-            cells = tuple(f"{c.fixture} {span(c.wall_s)} s"
-                          + (f" (peak {span(c.server_peak_mb)} MB)" if c.server_peak_mb else "")
-                          + f", {seeds_text(c.seeds)}" for c in v.cells if c.seeds and c.wall_s)
+            cells = tuple(
+                f"{c.fixture} {span(c.wall_s)} s"
+                + (f" (peak {span(c.server_peak_mb)} MB)" if c.server_peak_mb else "")
+                + f", {seeds_text(c.seeds)}"
+                for c in v.cells
+                if c.seeds and c.wall_s
+            )
             if cells or v.run.note:
                 out.append(Detail(labels[id(v)], cells, v.run.note))
         return out
@@ -317,8 +349,12 @@ class HostSection:
     def disagreement_lines(self) -> list[str]:
         def unit(d, stated):
             return "s" if d.figure == "wall_s" else ("MB server peak" if stated else "MB")
-        return [f"{d.fixture}: {span(d.stated)} {unit(d, True)} in {d.where}; the detail gives "
-                f"{span(d.detail)} {unit(d, False)}." for d in self.disagreements]
+
+        return [
+            f"{d.fixture}: {span(d.stated)} {unit(d, True)} in {d.where}; the detail gives "
+            f"{span(d.detail)} {unit(d, False)}."
+            for d in self.disagreements
+        ]
 
     @property
     def host_ram_line(self) -> str | None:
@@ -326,34 +362,60 @@ class HostSection:
         if self.init_oom is None or not host.host_ram_gib or f is None:
             return None
         ram = host.host_ram_note or f"{num(host.host_ram_gib)} GiB"
-        return (f"Host RAM ({ram}) is a separate ceiling for full weight offload ({figure_text(f)} of "
-                "BF16 weights) but is not what kills these runs.")
+        return (
+            f"Host RAM ({ram}) is a separate ceiling for full weight offload ({figure_text(f)} of "
+            "BF16 weights) but is not what kills these runs."
+        )
 
     @property
     def oom_rows(self) -> list[tuple[str, ...]]:
-        return [(flag_set + (" (stand-in)" if cell.inputs == "stand-in" else ""),
-                 cell.oom.requested or "not stated", cell.oom.allocated or "not stated",
-                 cell.oom.reserved_unallocated or "not stated",
-                 (f"`{cell.oom.location}`" + (f" via `{cell.oom.via}`" if cell.oom.via else "")
-                  if cell.oom.location else "not stated") + (f" — {cell.oom.note}" if cell.oom.note else ""))
-                for flag_set, cell in self.target_ooms]
+        return [
+            (
+                flag_set + (" (stand-in)" if cell.inputs == "stand-in" else ""),
+                cell.oom.requested or "not stated",
+                cell.oom.allocated or "not stated",
+                cell.oom.reserved_unallocated or "not stated",
+                (
+                    f"`{cell.oom.location}`" + (f" via `{cell.oom.via}`" if cell.oom.via else "")
+                    if cell.oom.location
+                    else "not stated"
+                )
+                + (f" — {cell.oom.note}" if cell.oom.note else ""),
+            )
+            for flag_set, cell in self.target_ooms
+        ]
 
     @property
     def determinism_lines(self) -> list[str]:
-        return [f"{g.fixture} seed {g.seed} outputs are {'byte' if g.compared == 'bytes' else 'pixel'}-identical"
-                f"{'' if g.identical else ' NOT'} across {', '.join(g.flag_sets)} (sha256 `{g.sha256_prefix}…`)"
-                for g in self.collect("determinism")]
+        return [
+            f"{g.fixture} seed {g.seed} outputs are {'byte' if g.compared == 'bytes' else 'pixel'}-identical"
+            f"{'' if g.identical else ' NOT'} across {', '.join(g.flag_sets)} (sha256 `{g.sha256_prefix}…`)"
+            for g in self.collect("determinism")
+        ]
 
     @property
     def structure_rows(self) -> list[StructureRow]:
         rows = []
         for o in self.collect("structure"):
             approx = "~" if o.approximate else ""
-            not_opaque = (Range(min=round(1 - o.opaque_fraction.max, 3), max=round(1 - o.opaque_fraction.min, 3))
-                          if o.opaque_fraction is not None else None)
-            rows.append(StructureRow(
-                o.scope, o.flag_set or o.kwarg_set or "—", _opt(o.opaque_fraction), _opt(not_opaque),
-                _opt(o.alpha_mean, approx), _opt(o.rgb_mean, approx), _opt(o.psnr_db), o.quality, o.note))
+            not_opaque = (
+                Range(min=round(1 - o.opaque_fraction.max, 3), max=round(1 - o.opaque_fraction.min, 3))
+                if o.opaque_fraction is not None
+                else None
+            )
+            rows.append(
+                StructureRow(
+                    o.scope,
+                    o.flag_set or o.kwarg_set or "—",
+                    _opt(o.opaque_fraction),
+                    _opt(not_opaque),
+                    _opt(o.alpha_mean, approx),
+                    _opt(o.rgb_mean, approx),
+                    _opt(o.psnr_db),
+                    o.quality,
+                    o.note,
+                )
+            )
         return rows
 
     @property
@@ -362,16 +424,18 @@ class HostSection:
         for o in self.collect("structure"):
             c = self.estimates.get(o.scope)
             if c is not None and c.judgement == "disagrees":
-                notes.append(f"The seed report's \"{span(c.stated)} transparent\" ({o.scope}) reads as not fully "
-                             f"opaque: an alpha mean of {span(o.alpha_mean)} allows at most {num(c.derived.max)} "
-                             "of the pixels to be fully transparent.")
+                notes.append(
+                    f'The seed report\'s "{span(c.stated)} transparent" ({o.scope}) reads as not fully '
+                    f"opaque: an alpha mean of {span(o.alpha_mean)} allows at most {num(c.derived.max)} "
+                    "of the pixels to be fully transparent."
+                )
         return notes
 
     @property
     def corrections(self) -> list[str]:
         out = []
         for c in self.collect("corrections"):
-            text = f"**Correction to {c.subject}**: it claimed \"{c.claimed}\"; {c.finding}"
+            text = f'**Correction to {c.subject}**: it claimed "{c.claimed}"; {c.finding}'
             if c.opaque_fraction is not None:
                 text += f" (opaque fraction {num(c.opaque_fraction)}"
                 text += f" in {', '.join(c.artifacts)})" if c.artifacts else ")"
@@ -389,27 +453,41 @@ class HostSection:
         rows = []
         for o in self.collect("offline"):
             ks = self.hosts.offline_kwarg_sets[o.kwarg_set]
-            kwargs = (kwargs_text(ks.kwargs) + "".join(f" `{k}={v}`" for k, v in ks.env.items())
-                      if ks.kwargs is not None else "not stated")
+            kwargs = (
+                kwargs_text(ks.kwargs) + "".join(f" `{k}={v}`" for k, v in ks.env.items())
+                if ks.kwargs is not None
+                else "not stated"
+            )
             fixture = (o.fixture or "not stated") + (f" ({seeds_text(o.seeds)})" if o.seeds else "")
-            outcome = f"**{o.outcome.upper()}**" + (f", output {o.quality}" if o.quality != "unchecked" else "")
+            outcome = f"**{o.outcome.upper()}**" + (
+                f", output {o.quality}" if o.quality != "unchecked" else ""
+            )
             detail = "; ".join(x for x in (oom_detail(o.oom) if o.oom else None, o.note) if x) or "—"
             rows.append((o.kwarg_set, kwargs, fixture, outcome, detail))
         return rows
 
     @property
     def offline_notes(self) -> list[str]:
-        notes = [f"{u.flag_set} ran as {u.base}: its `{u.knob}` never reached the model offline (see "
-                 f"\"Propagation gap\"), so its rows are {u.base}'s configuration, not a separate one."
-                 for u in self.verdict.unreached_offline]
-        still = [o for o in self.collect("offline") if o.outcome == "oom" and o.fixture
-                 and self.fixtures.get(o.fixture).reference_count == self.verdict.target_refs]
+        notes = [
+            f"{u.flag_set} ran as {u.base}: its `{u.knob}` never reached the model offline (see "
+            f'"Propagation gap"), so its rows are {u.base}\'s configuration, not a separate one.'
+            for u in self.verdict.unreached_offline
+        ]
+        still = [
+            o
+            for o in self.collect("offline")
+            if o.outcome == "oom"
+            and o.fixture
+            and self.fixtures.get(o.fixture).reference_count == self.verdict.target_refs
+        ]
         kv = self.stated_figures.get("kv_per_reference")
         if still and kv is not None and self.kv_not_binding:
-            notes.append(f"{names(list(dict.fromkeys(o.kwarg_set for o in still)))} still run out of memory at "
-                         f"{refs(self.verdict.target_refs)}: the conditioning cache contributes only "
-                         f"{figure_text(kv)} per reference, so quantizing it cannot bridge the gap; only a "
-                         "leaner resident working set would.")
+            notes.append(
+                f"{names(list(dict.fromkeys(o.kwarg_set for o in still)))} still run out of memory at "
+                f"{refs(self.verdict.target_refs)}: the conditioning cache contributes only "
+                f"{figure_text(kv)} per reference, so quantizing it cannot bridge the gap; only a "
+                "leaner resident working set would."
+            )
         return notes
 
     @property
@@ -417,11 +495,25 @@ class HostSection:
         labels = {(r.view.attempt.id, r.view.flag_set): r.label for r in self.rows}
         rows = []
         for g in self.psnr:
-            values = (" / ".join("identical" if r.identical else num(r.psnr_db.min) for r in g.rows)
-                      if g.per_seed else f"{num(g.low_db)}–{num(g.high_db)}")
-            mean = (f"{g.mean_db:,.2f}" if g.mean_db is not None else "—") + ("" if g.per_seed else " (stated)")
-            rows.append((labels.get((g.attempt, g.flag_set), g.flag_set), g.fixture, seeds_text(g.seeds),
-                         values, mean, f"{g.comparator.upper()} vs `{g.baseline}`", g.quality))
+            values = (
+                " / ".join("identical" if r.identical else num(r.psnr_db.min) for r in g.rows)
+                if g.per_seed
+                else f"{num(g.low_db)}–{num(g.high_db)}"
+            )
+            mean = (f"{g.mean_db:,.2f}" if g.mean_db is not None else "—") + (
+                "" if g.per_seed else " (stated)"
+            )
+            rows.append(
+                (
+                    labels.get((g.attempt, g.flag_set), g.flag_set),
+                    g.fixture,
+                    seeds_text(g.seeds),
+                    values,
+                    mean,
+                    f"{g.comparator.upper()} vs `{g.baseline}`",
+                    g.quality,
+                )
+            )
         return rows
 
     @property
@@ -435,9 +527,11 @@ class HostSection:
         b = self._baseline
         if b is None or not any(g.quality == "sound" for g in self.psnr):
             return None
-        return (f"PSNR of sound rows is cross-implementation agreement at matched seed and inputs, not parity: "
-                f"the baseline ran {b.baseline.engine} with {b.baseline.dit}, KV cache "
-                f"{'on' if b.baseline.kv_cache else 'off'}.")
+        return (
+            f"PSNR of sound rows is cross-implementation agreement at matched seed and inputs, not parity: "
+            f"the baseline ran {b.baseline.engine} with {b.baseline.dit}, KV cache "
+            f"{'on' if b.baseline.kv_cache else 'off'}."
+        )
 
     @property
     def speedup_lines(self) -> list[str]:
@@ -448,26 +542,36 @@ class HostSection:
             if sp.quality == "sound" or sp.reference_count == target:
                 groups.setdefault((sp.fixture, sp.quality, span(sp.speedup, 1)), []).append(sp)
         denoise = self.stated_figures.get("denoise_step_latency")
-        denoise_attempt = next((a.id for a in self.attempts if "denoise_step_latency" in
-                                {f.key for f in a.figures}), None)
+        denoise_attempt = next(
+            (a.id for a in self.attempts if "denoise_step_latency" in {f.key for f in a.figures}), None
+        )
         lines = []
         for (fixture, quality, speedup), found in groups.items():
             shown = names(dict.fromkeys(vl.config_names([sp.flag_set for sp in found], v.unreached)))
             wall = Range.of(x for sp in found for x in (sp.wall_s.min, sp.wall_s.max))
-            text = (f"{shown}, {fixture}: {span(wall)} s per image against the baseline's "
-                    f"{num(found[0].baseline_wall_s)} s — {speedup}× faster")
+            text = (
+                f"{shown}, {fixture}: {span(wall)} s per image against the baseline's "
+                f"{num(found[0].baseline_wall_s)} s — {speedup}× faster"
+            )
             if quality != "sound":
                 text += f", but the output is {quality}"
-                unquantized_fit = any(c.outcome == "ok" for r in self.rows if not vl.quantization(
-                    self.hosts, r.view.flag_set) for c in [r.cells.get(target)] if c is not None)
+                unquantized_fit = any(
+                    c.outcome == "ok"
+                    for r in self.rows
+                    if not vl.quantization(self.hosts, r.view.flag_set)
+                    for c in [r.cells.get(target)]
+                    if c is not None
+                )
                 if not unquantized_fit:
                     text += f": fast but not usable, and no valid {vl.UNQUANTIZED} number exists"
                 for f in self.findings("speed"):
                     text += f"; {f.statement}"
             elif denoise is not None and denoise_attempt in {sp.attempt for sp in found}:
                 row = next(r for r in self.rows if r.view.attempt.id == denoise_attempt)
-                text += (f"; in the {row.label} run the server's denoise step is "
-                         f"{figure_text(denoise)} × {self.steps} steps")
+                text += (
+                    f"; in the {row.label} run the server's denoise step is "
+                    f"{figure_text(denoise)} × {self.steps} steps"
+                )
             lines.append(text + ".")
         return lines
 
@@ -478,10 +582,12 @@ class HostSection:
         broken = [g for g in self.psnr if g.quality == "broken"]
         if not broken:
             return None
-        return (f"The {self.verdict.target_refs}-reference PSNR cell is obtainable only under "
-                f"{names(list(dict.fromkeys(g.flag_set for g in broken)))}, and there it is meaningless as "
-                "quality: the outputs are the collapsed renders above, recorded as the broken-output datum, "
-                "not as a usable comparison.")
+        return (
+            f"The {self.verdict.target_refs}-reference PSNR cell is obtainable only under "
+            f"{names(list(dict.fromkeys(g.flag_set for g in broken)))}, and there it is meaningless as "
+            "quality: the outputs are the collapsed renders above, recorded as the broken-output datum, "
+            "not as a usable comparison."
+        )
 
     @property
     def propagation_items(self) -> list[tuple[str, list[str]]]:
@@ -492,15 +598,24 @@ class HostSection:
         rows = []
         for f in self.stated_figures.values():
             c = self.estimates.get(f.key)
-            judged = f"{'**disagrees**' if c.judgement == 'disagrees' else c.judgement}: {estimate_note(c)}" \
-                if c is not None else "—"
-            rows.append((f.label or f.key.replace("_", " ").capitalize(), figure_text(f), f.statement, judged))
+            judged = (
+                f"{'**disagrees**' if c.judgement == 'disagrees' else c.judgement}: {estimate_note(c)}"
+                if c is not None
+                else "—"
+            )
+            rows.append(
+                (f.label or f.key.replace("_", " ").capitalize(), figure_text(f), f.statement, judged)
+            )
         return rows
 
     @property
     def kv_estimate_line(self) -> str | None:
         c = self.estimates.get("kv_per_reference")
-        return None if c is None else f"Against that estimate the measurements are {c.judgement}: {estimate_note(c)}."
+        return (
+            None
+            if c is None
+            else f"Against that estimate the measurements are {c.judgement}: {estimate_note(c)}."
+        )
 
     @property
     def environment(self) -> dict | None:
@@ -519,17 +634,19 @@ def _blockers_text(v: HostVerdict) -> str:
 
 def _history_key(e: HistoryEntry) -> tuple:
     v = e.verdict
-    return (e.date, e.provenance, e.upstream_commit, e.torch, e.model_snapshot, v.verdict,
-            tuple((b.kind, b.flag_sets) for b in v.blockers))
+    return (
+        e.date,
+        e.provenance,
+        e.upstream_commit,
+        e.torch,
+        e.model_snapshot,
+        v.verdict,
+        tuple((b.kind, b.flag_sets) for b in v.blockers),
+    )
 
 
 def _opt(r: Range | None, prefix: str = "") -> str:
     return "—" if r is None else prefix + span(r)
-
-
-def figure_text(f: StatedFigure) -> str:
-    """A stated figure with its unit, '~' where the seed writes it as approximate."""
-    return f"{'~' if f.approximate else ''}{span(f.range) if f.range else num(f.value)} {f.unit}"
 
 
 def oom_detail(o) -> str:
@@ -546,14 +663,20 @@ def oom_detail(o) -> str:
 def estimate_note(c: EstimateCheck) -> str:
     if c.kind == "kv_per_reference":
         spread = f", the same cells' own peaks spread {num(c.spread)} {c.unit}" if c.spread else ""
-        return (f"the server-peak deltas from one reference to two ({', '.join(c.flag_sets)}) give "
-                f"{span(c.derived)} {c.unit} per reference (converted from the server's MB){spread}")
+        return (
+            f"the server-peak deltas from one reference to two ({', '.join(c.flag_sets)}) give "
+            f"{span(c.derived)} {c.unit} per reference (converted from the server's MB){spread}"
+        )
     if c.kind == "fp8_frees":
-        return (f"the server peaks under {' and '.join(c.flag_sets)} at {', '.join(c.fixtures)} differ by "
-                f"{span(c.derived)} {c.unit}, but they are allocator high-water marks of different "
-                "configurations")
-    return (f"an alpha mean of that level allows at most {num(c.derived.max)} of the pixels to be fully "
-            "transparent")
+        return (
+            f"the server peaks under {' and '.join(c.flag_sets)} at {', '.join(c.fixtures)} differ by "
+            f"{span(c.derived)} {c.unit}, but they are allocator high-water marks of different "
+            "configurations"
+        )
+    return (
+        f"an alpha mean of that level allows at most {num(c.derived.max)} of the pixels to be fully "
+        "transparent"
+    )
 
 
 def propagation_text(p) -> tuple[str, list[str]]:
@@ -561,23 +684,35 @@ def propagation_text(p) -> tuple[str, list[str]]:
     lines = []
     identical = "byte-identical" if p.bytes_identical else "pixel-identical"
     if p.via == "offline" and p.reached_model is not None:
-        lines.append(f"The `Omni(...)` kwarg `{p.knob}` "
-                     + ("**does not reach the model offline**" if p.reached_model is False
-                        else "reaches the model offline")
-                     + f": offline outputs with ({p.flag_set_with}) and without ({p.flag_set_without}) it "
-                     + ("differ" if p.reached_model else f"are {identical}") + ".")
+        lines.append(
+            f"The `Omni(...)` kwarg `{p.knob}` "
+            + (
+                "**does not reach the model offline**"
+                if p.reached_model is False
+                else "reaches the model offline"
+            )
+            + f": offline outputs with ({p.flag_set_with}) and without ({p.flag_set_without}) it "
+            + ("differ" if p.reached_model else f"are {identical}")
+            + "."
+        )
     elif p.reached_model is False:
-        lines.append(f"The deploy-config route for `{p.knob}` **does not reach the model through "
-                     f"`vllm serve`**: serve outputs with ({p.flag_set_with}) and without "
-                     f"({p.flag_set_without}) it are {identical}.")
+        lines.append(
+            f"The deploy-config route for `{p.knob}` **does not reach the model through "
+            f"`vllm serve`**: serve outputs with ({p.flag_set_with}) and without "
+            f"({p.flag_set_without}) it are {identical}."
+        )
     elif p.reached_model:
-        lines.append(f"The deploy-config route for `{p.knob}` reaches the model: outputs with "
-                     f"({p.flag_set_with}) and without ({p.flag_set_without}) it differ.")
+        lines.append(
+            f"The deploy-config route for `{p.knob}` reaches the model: outputs with "
+            f"({p.flag_set_with}) and without ({p.flag_set_without}) it differ."
+        )
     else:
         lines.append(f"Whether `{p.knob}` reaches the model was not measured.")
     if p.deploy_config_ignored:
-        lines.append("The server's log carries upstream's warning that it ignored the deploy config "
-                     "(\"No registered PipelineConfig resolved for model …\").")
+        lines.append(
+            "The server's log carries upstream's warning that it ignored the deploy config "
+            '("No registered PipelineConfig resolved for model …").'
+        )
     if p.dropped_at:
         lines.append(f"The knob is lost in {p.dropped_at}.")
     if p.shapes_tried:
@@ -628,253 +763,40 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     capacity = host.capacity.vram_mib if host.capacity else None
     timelines = [t for v in views for t in timeline_figures(v, _cap_of(v.attempt, capacity))]
     baseline_ids = {a.meta.baseline for a in attempts if a.meta.baseline}
-    baseline = next((a for a in loaded.evidence.attempts if a.baseline is not None and a.id in baseline_ids), None)
+    baseline = next(
+        (a for a in loaded.evidence.attempts if a.baseline is not None and a.id in baseline_ids), None
+    )
     section = HostSection(
-        key=key, host=host, hosts=hosts, fixtures=fixtures, verdict=verdict, attempts=attempts, views=views,
-        ref_columns=refs_seen, rows=rows, kv=kv, psnr=psnr_groups(attempts),
+        key=key,
+        host=host,
+        hosts=hosts,
+        fixtures=fixtures,
+        verdict=verdict,
+        attempts=attempts,
+        views=views,
+        ref_columns=refs_seen,
+        rows=rows,
+        kv=kv,
+        psnr=psnr_groups(attempts),
         target_ooms=target_ooms(views, fixtures, hosts.probe.target_reference_count),
-        init_oom=common_init_oom([v.run for v in views]), stated_figures=stated_figures,
-        baseline_name=(f"{baseline.baseline.engine}{'' if baseline.baseline.kv_cache else ' nocache'}"
-                       if baseline else "baseline"),
-        timelines=timelines, images=image_structures(attempts),
+        init_oom=common_init_oom([v.run for v in views]),
+        stated_figures=stated_figures,
+        baseline_name=(
+            f"{baseline.baseline.engine}{'' if baseline.baseline.kv_cache else ' nocache'}"
+            if baseline
+            else "baseline"
+        ),
+        timelines=timelines,
+        images=image_structures(attempts),
         disagreements=stated_disagreements(c for v in views for c in v.cells),
-        estimates=estimate_checks(stated_figures, kv, views, hosts, host.serve_flag_sets,
-                                  [o for a in attempts for o in a.structure]),
+        estimates=estimate_checks(
+            stated_figures, kv, views, hosts, host.serve_flag_sets, [o for a in attempts for o in a.structure]
+        ),
         history=verdict_history(key, hosts, fixtures, loaded.evidence),
     )
     section._baseline = baseline
     section.steps = fixtures.sampling.num_inference_steps
     return section
-
-
-@dataclass
-class CurveFigure:
-    path: str
-    svg: str
-    caps_gib: list[str]
-    rows: list[tuple[str, list[str]]]  # flag set, minimum GiB per reference count
-
-    @property
-    def href(self) -> str:
-        return Path(self.path).relative_to(REPORT_DIR).as_posix()
-
-
-def curve_figure(curve: CapacityCurve, host: Host) -> CurveFigure:
-    def gib(mib: int) -> str:
-        return f"{mib / 1024:g}"
-
-    rows = [(flag_set, [gib(cap) if (cap := curve.min_cap(flag_set, count)) is not None
-                        else f"none ≤ {gib(max(curve.caps_mib))}"
-                        for count in curve.reference_counts])
-            for flag_set in curve.flag_sets]
-    svg = render_curve_svg(curve, title=f"{host.name}: minimum VRAM (GiB) per reference count")
-    return CurveFigure((CAPACITY_DIR / f"{curve.host}.svg").as_posix(), svg,
-                       [gib(c) for c in curve.caps_mib], rows)
-
-
-@dataclass(frozen=True)
-class GuardRow:
-    """One emulated server lifetime as its guard saw it."""
-
-    attempt: str
-    flag_set: str
-    check: EmulationCheck
-
-    @property
-    def capped(self) -> str:
-        return "; ".join(f"pid {c.pid}: {num(c.context_mib)} / {num(c.allowed_mib)}"
-                         for c in self.check.capped) or "none"
-
-    @property
-    def samples(self) -> str:
-        extra = self.check.unchecked_samples
-        return f"{self.check.checked_samples}" + (f" ({extra} unchecked)" if extra else "")
-
-    @property
-    def breach(self) -> str:
-        b = self.check.breach
-        return f"**{num(b.held_mib)} MiB at {num(b.t_s)} s**" if b else "none"
-
-
-@dataclass
-class EmulationSection:
-    """An emulated host beside the host it emulates."""
-
-    section: HostSection
-    target: HostSection | None
-    cap_mib: int
-    caveat: TransferCaveat
-    inits: list[InitPair]
-    pairs: list[CellPair]
-    curve: CapacityCurve | None
-    figure: CurveFigure | None
-    guards: list[GuardRow]
-
-    @property
-    def ceiling(self) -> str:
-        return _ceiling_text(self.section.verdict)
-
-    @property
-    def target_ceiling(self) -> str | None:
-        return _ceiling_text(self.target.verdict) if self.target else None
-
-    @property
-    def init_rows(self) -> list[tuple[str, str, str, str]]:
-        return [(p.flag_set, vl.init_text(p.emulated), vl.init_text(p.real),
-                 "agree" if p.agrees else "**disagree**") for p in self.inits]
-
-    @property
-    def pair_rows(self) -> list[tuple]:
-        return [(p, "agree" if p.capacity_agrees else "**disagree**",
-                 ("—" if p.quality_agrees is None else ("agree" if p.quality_agrees else "**disagree**"))
-                 + (" (kernel differs: does not transfer)" if p.kernel_caveat else "")) for p in self.pairs]
-
-    @property
-    def no_pairs(self) -> bool:
-        return self.target is not None and not self.pairs
-
-
-def _ceiling_text(v: HostVerdict) -> str:
-    return f"**{v.verdict}**; served reference ceiling {v.highest_served_refs}" + (
-        f" ({', '.join(v.served_by)})" if v.served_by else "")
-
-
-def emulation_section(section: HostSection, by_key: dict[str, HostSection],
-                      loaded: Loaded) -> EmulationSection:
-    hosts, key = loaded.hosts, section.key
-    curve = capacity_curve(key, hosts, loaded.fixtures, loaded.evidence)
-    target = section.host.emulation.emulates
-    return EmulationSection(
-        section=section, target=by_key.get(target) if target else None,
-        cap_mib=hosts.emulated_cap_mib(key), caveat=transfer_caveat(hosts, key),
-        inits=compare_inits(hosts, key, loaded.evidence),
-        pairs=compare_cells(hosts, key, loaded.fixtures, loaded.evidence), curve=curve,
-        figure=curve_figure(curve, section.host) if curve else None,
-        guards=[GuardRow(v.attempt.id, v.flag_set, life.timeline.emulation)
-                for a in loaded.evidence.for_host(key, include_simulated=section.host.simulated,
-                                                  include_emulated=True)
-                for v in run_views(a) for life in v.run.lifetimes
-                if life.timeline and life.timeline.emulation])
-
-
-def newest_upstream(attempts: list[LoadedAttempt]) -> LoadedAttempt | None:
-    """The most recently run `upstream check` attempt, if any."""
-    checked = [a for a in attempts if a.upstream is not None and a.meta.provenance.kind == "measured"]
-    return max(checked, key=lambda a: a.meta.provenance.started_at, default=None)
-
-
-def is_harness_attempt(a: LoadedAttempt, hosts: HostsConfig) -> bool:
-    """The harness's own runs: simulated hosts (emulations of the simulated server included) and
-    the upstream contract check."""
-    host = hosts.hosts.get(a.host)
-    return a.upstream is not None or a.simulated or (host is not None and host.simulated)
-
-
-@dataclass
-class FollowThrough:
-    lines: list[tuple[str, str]]
-    seams: list[CodeLocation]
-
-
-def follow_through(real: list[HostSection], hosts: HostsConfig) -> FollowThrough:
-    r, lines = hosts.report, []
-    for s in real:
-        v = s.verdict
-        if v.verdict == "built":
-            lines.append((f"#{r.serving_profile_issue} ({s.host.name})",
-                          f"the vLLM-Omni path serves {refs(v.target_refs)} with sound output under "
-                          f"{names(vl.config_names(v.served_by, v.unreached))}; candidacy holds for "
-                          f"{v.target_refs}-reference profiles on {s.host.vram_gb} GB."))
-        elif v.verdict == "not-built" and v.blocker == "init":
-            where = f" (`{s.init_oom.location}`)" if s.init_oom is not None else ""
-            extra = "".join(f"; {f.statement}" for f in s.findings("follow-through"))
-            lines.append((f"#{r.topology_issue} ({s.host.name}, topology input)",
-                          f"the card cannot host this stack at all — the init-time allocation fails before "
-                          f"any flag acts{where}. Any topology plan pairing it with {hosts.stack.model_repo} on "
-                          f"vLLM-Omni needs upstream load-path work (quantized or CPU-materialized init) "
-                          f"first{extra}."))
-        elif v.verdict == "not-built":
-            lines.append((f"#{r.serving_profile_issue} ({s.host.name}, serving-profile candidacy)",
-                          _candidacy(s)))
-    seams = [loc for s in real for loc in s.seams]
-    return FollowThrough(lines, seams)
-
-
-def _candidacy(s: HostSection) -> str:
-    v, hosts, target = s.verdict, s.hosts, s.verdict.target_refs
-    if not v.highest_served_refs:
-        return f"no reference count is served with sound output; no candidacy. {target}-reference profiles remain on the baseline engine."
-    walls = [x for row in s.rows if row.view.flag_set in v.served_by or row.view.flag_set in
-             {u.flag_set for u in v.unreached}
-             for count, c in row.cells.items() if c is not None and c.wall_s and c.quality == "sound"
-             and 0 < count <= v.highest_served_refs for x in (c.wall_s.min, c.wall_s.max)]
-    counts = "–".join(dict.fromkeys(["1", str(v.highest_served_refs)]))
-    text = f"the vLLM-Omni path serves {counts} reference{'s' if v.highest_served_refs > 1 else ''}"
-    if walls:
-        text += f" at {int(min(walls))}–{-int(-max(walls) // 1)} s/image"
-    sp = s.ceiling_speedup
-    if sp is not None:
-        text += f", {span(sp.speedup, 1)}× the {s.baseline_name} baseline"
-    kv, ret = s.stated_figures.get("kv_per_reference"), s.stated_figures.get("diffusers_retention_per_reference")
-    if kv is not None and ret is not None:
-        text += (f"; per-request cache pressure of {figure_text(kv)} per reference means concurrent "
-                 f"multi-reference sessions do not accumulate Diffusers-style {figure_text(ret)}-per-reference "
-                 "retention")
-    text += (f". Candidacy holds for ≤{v.highest_served_refs}-reference profiles on {s.host.vram_gb} GB; "
-             f"{target}-reference profiles remain on the baseline engine")
-    if v.blocker == "quality":
-        unlocks = list(dict.fromkeys(u.flag_set for u in v.capacity_unlocks))
-        fits = [f"all {len(vl.fitting_counts(s, f))} counts fit"
-                if vl.fitting_counts(s, f) == vl.ran_counts(s, f)
-                else f"{names(str(n) for n in vl.fitting_counts(s, f))} references fit" for f in unlocks]
-        sp4 = next((s.speedup_of(u) for u in v.capacity_unlocks if s.speedup_of(u)), None)
-        detail = fits[0] + (f", {span(sp4.speedup, 1)}× baseline speed" if sp4 else "")
-        text += (f": {names(unlocks)} unlocks the capacity ({detail}) but its output is broken, so the unlock "
-                 "order is upstream output correctness first, then serving")
-    for f in s.findings("follow-through"):
-        text += f"; {f.statement}"
-    del hosts
-    return text + "."
-
-
-@dataclass(frozen=True)
-class FailedCheck:
-    name: str
-    status_text: str
-    where: str | None
-    detail: str
-
-
-@dataclass(frozen=True)
-class Contract:
-    held: int
-    total: int
-    failed: list[FailedCheck]
-
-
-def contract(upstream: LoadedAttempt | None) -> Contract | None:
-    if upstream is None:
-        return None
-    u = upstream.upstream
-    shown = {"fail": "FAIL", "not-found": "NOT FOUND"}
-    return Contract(sum(c.status == "pass" for c in u.checks), len(u.checks),
-                    [FailedCheck(c.name, shown.get(c.status, c.status.upper()), c.where, c.detail)
-                     for c in u.failed])
-
-
-def provenance_text(p) -> str:
-    """Where an attempt's figures come from, in words."""
-    if p.kind == "transcribed":
-        return p.section
-    if p.kind == "measured":
-        return f"measured on `{p.hostname}` by omniprobe {p.tool_version}, started {p.started_at}"
-    if p.kind == "emulated":
-        server = ", server omniprobe.sim" if p.simulated_server else ""
-        emulates = f" {p.emulates}" if p.emulates else ""
-        return (f"emulated{emulates} capped at {num(p.cap_mib)} MiB on {p.physical_gpu} (compute capability "
-                f"{p.physical_compute_capability}, `{p.hostname}`) by {p.mechanism}{server}, omniprobe "
-                f"{p.tool_version}, started {p.started_at}")
-    return f"{p.model}, omniprobe {p.tool_version}, started {p.started_at}"
 
 
 def build_context(loaded: Loaded) -> dict:
@@ -909,8 +831,10 @@ def build_context(loaded: Loaded) -> dict:
         "contract": contract(newest_upstream(attempts)),
         "harness_file": HARNESS_FILE.as_posix(),
         "provenance": {a.id: provenance_text(a.meta.provenance) for a in attempts},
-        "seed_cite": next((a.meta.provenance.source.cite() for a in attempts
-                           if a.meta.provenance.kind == "transcribed"), "not recorded"),
+        "seed_cite": next(
+            (a.meta.provenance.source.cite() for a in attempts if a.meta.provenance.kind == "transcribed"),
+            "not recorded",
+        ),
         "seed_fixtures": [f for f in fixtures.fixtures if not f.simulated and not f.stands_in_for],
         "standins": [f for f in fixtures.fixtures if f.stands_in_for],
         "unknown_fixtures": [f for f in fixtures.fixtures if not f.simulated and f.missing_fields()],
