@@ -245,7 +245,8 @@ def test_the_harness_runs_are_in_a_file_of_their_own_linked_once(repo):
     outputs = render_outputs(repo)
     report, harness = render_report(repo), render_harness(repo)
     assert report.count("](report/HARNESS.md)") == 1
-    assert "Simulated" not in report and "sim-" not in report and "omniprobe.sim" not in report
+    study = seed_study(report)
+    assert "Simulated" not in study and "sim-" not in study and "omniprobe.sim" not in study
     assert "Upstream contract" not in report and "## Upstream contract" in harness
     assert "## Simulated GPU\n" in harness and "stand-in" in harness
     assert all(not str(p).startswith("report/timelines") or p.suffix == ".svg" for p in outputs)
@@ -578,3 +579,39 @@ def test_kwargs_text(kwargs, text):
     from omniprobe.report.filters import kwargs_text
 
     assert kwargs_text(kwargs) == text
+
+
+@pytest.mark.parametrize(
+    ("init", "text"),
+    [
+        ({"outcome": "ready"}, "ok"),
+        ({"outcome": "oom", "time_s": 14, "oom": {"phase": "init", "in_use": "23.51 GiB",
+                                                  "note": "in use at load"}},
+         "**OOM in 14 s** (23.51 GiB in use at load)"),
+        ({"outcome": "oom", "time_s": 9, "oom": {"phase": "init", "allocated": "14.99 GiB"}},
+         "**OOM in 9 s** (14.99 GiB allocated)"),
+        ({"outcome": "oom", "time_s": 10, "time_approx": True}, "**OOM in ~10 s**"),
+        ({"outcome": "oom"}, "**OOM**"),
+    ],
+)
+def test_init_text(init, text):
+    from omniprobe.evidence.models import InitResult
+    from omniprobe.report.verdict_lines import init_text
+
+    assert init_text(InitResult.model_validate(init)) == text
+
+
+@pytest.mark.parametrize(
+    ("flag_sets", "unreached", "names"),
+    [
+        (["cpuoff", "cpuoff-fp8v", "x"], [("cpuoff-fp8v", "cpuoff")], ["cpuoff/cpuoff-fp8v", "x"]),
+        (["cpuoff-fp8v", "x"], [("cpuoff-fp8v", "cpuoff")], ["cpuoff-fp8v", "x"]),  # its base absent
+        (["cpuoff", "x"], [], ["cpuoff", "x"]),
+    ],
+)
+def test_a_knob_that_never_reached_the_model_joins_its_base(flag_sets, unreached, names):
+    from omniprobe.analysis.verdicts import UnreachedKnob
+    from omniprobe.report.verdict_lines import config_names
+
+    knobs = tuple(UnreachedKnob(f, b, "k", "a") for f, b in unreached)
+    assert config_names(flag_sets, knobs) == names

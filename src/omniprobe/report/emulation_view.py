@@ -177,7 +177,7 @@ class EmulationSection:
             text += (
                 f"; {span(Range.of(before))} MiB were in use on the device before the server started "
                 "(the first samples, with no server process yet), so the gap is memory the server "
-                "never held; the guard counts the tree, which includes the server's CUDA context"
+                "never held, and the guard, which counts the server's tree, rightly leaves it out"
             )
         return text + "."
 

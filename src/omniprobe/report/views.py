@@ -143,6 +143,8 @@ class HostSection:
     disagreements: list[StatedDisagreement] = field(default_factory=list)
     estimates: dict[str, EstimateCheck] = field(default_factory=dict)
     history: list[HistoryEntry] = field(default_factory=list)
+    baseline_attempt: LoadedAttempt | None = None
+    steps: int = 0  # the fixtures' inference steps
 
     def collect(self, section: str) -> list:
         return [item for a in self.attempts for item in getattr(a, section)]
@@ -516,15 +518,10 @@ class HostSection:
             )
         return rows
 
-    @property
-    def baseline_attempt(self) -> LoadedAttempt | None:
-        return self._baseline
-
-    _baseline: LoadedAttempt | None = None
 
     @property
     def psnr_note(self) -> str | None:
-        b = self._baseline
+        b = self.baseline_attempt
         if b is None or not any(g.quality == "sound" for g in self.psnr):
             return None
         return (
@@ -574,8 +571,6 @@ class HostSection:
                 )
             lines.append(text + ".")
         return lines
-
-    steps: int = 0
 
     @property
     def broken_psnr_line(self) -> str | None:
@@ -670,7 +665,8 @@ def estimate_note(c: EstimateCheck) -> str:
     if c.kind == "fp8_frees":
         return (
             f"the server peaks under {' and '.join(c.flag_sets)} at {', '.join(c.fixtures)} differ by "
-            f"{span(c.derived)} {c.unit}, but they are allocator high-water marks of different "
+            f"{span(c.derived)} {c.unit} (converted from the server's MB), but they are allocator "
+            "high-water marks of different "
             "configurations"
         )
     return (
@@ -766,7 +762,7 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     baseline = next(
         (a for a in loaded.evidence.attempts if a.baseline is not None and a.id in baseline_ids), None
     )
-    section = HostSection(
+    return HostSection(
         key=key,
         host=host,
         hosts=hosts,
@@ -793,10 +789,9 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
             stated_figures, kv, views, hosts, host.serve_flag_sets, [o for a in attempts for o in a.structure]
         ),
         history=verdict_history(key, hosts, fixtures, loaded.evidence),
+        baseline_attempt=baseline,
+        steps=fixtures.sampling.num_inference_steps,
     )
-    section._baseline = baseline
-    section.steps = fixtures.sampling.num_inference_steps
-    return section
 
 
 def build_context(loaded: Loaded) -> dict:
