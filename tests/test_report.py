@@ -117,9 +117,11 @@ def test_the_opening_lines_are_computed_from_the_evidence(repo_copy):
                 o.update(outcome="ok", quality="sound")
                 o.pop("oom", None)
     edit(repo_copy, "evidence/rtx3090/seed-3090-3-offline/offline.json", cache_fits)
-    lines = opening(render_report(repo_copy), "RTX 3090")
+    text = render_report(repo_copy)
+    lines = opening(text, "RTX 3090")
     assert "not the conditioning KV" not in lines[0]
     assert lines[-1].endswith("not shown: no measurement excludes the conditioning KV.")
+    assert "the cache itself is not the binding constraint" not in text
 
     # A flag set's init: the 5080's int8 starts and serves one reference.
     def int8_starts(data):
@@ -151,6 +153,9 @@ def test_blockers_name_their_flag_sets_and_kind(repo):
             "during the request).") in detail
     follow = text[text.index("## Helper-system follow-through"):]
     assert "init, capacity, quality" not in follow
+    assert ("the cache itself is not the binding constraint on either card (RTX 3090: the resident BF16 "
+            "working set plus the 490.00 MiB activation in the image-branch MLP forward; RTX 5080: init), "
+            "so a spill path alone would change neither verdict.") in follow
 
 
 def test_the_seed_study_is_at_most_1_3_times_the_seed(repo):

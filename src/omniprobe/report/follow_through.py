@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 class FollowThrough:
     lines: list[tuple[str, str]]
     seams: list[CodeLocation]
+    not_the_cache: str | None = None  # why a spill path would change no verdict, where none would
 
 
 def follow_through(real: list[HostSection], hosts: HostsConfig) -> FollowThrough:
@@ -50,7 +51,19 @@ def follow_through(real: list[HostSection], hosts: HostsConfig) -> FollowThrough
                 (f"#{r.serving_profile_issue} ({s.host.name}, serving-profile candidacy)", _candidacy(s))
             )
     seams = [loc for s in real for loc in s.seams]
-    return FollowThrough(lines, seams)
+    return FollowThrough(lines, seams, not_the_cache(real))
+
+
+def not_the_cache(real: list[HostSection]) -> str | None:
+    """Where no probed card is bound by its conditioning cache: what binds each instead."""
+    binds = [vl.what_binds(s) for s in real]
+    if not real or any(b is None for b in binds):
+        return None
+    cards = "either card" if len(real) == 2 else "any probed card"
+    each = "; ".join(f"{s.host.name}: {b}" for s, b in zip(real, binds, strict=True))
+    verdicts = "neither verdict" if len(real) == 2 else "no verdict"
+    return (f"the cache itself is not the binding constraint on {cards} ({each}), so a spill path alone "
+            f"would change {verdicts}")
 
 
 def _candidacy(s: HostSection) -> str:

@@ -189,6 +189,23 @@ def binding_line(s) -> Line | None:
     return Line("What binds", text)
 
 
+def what_binds(s) -> str | None:
+    """What binds a not-built host, in a few words, where the evidence excludes its conditioning
+    KV (rules above); None otherwise."""
+    v = s.verdict
+    if v.verdict != "not-built":
+        return None
+    if v.blocker == "init":
+        return "init"
+    _, signature = _capacity_signature(v)
+    if signature is None or not kv_excluded(s, signature.requested):
+        return None
+    cap = next(b for b in v.blockers if b.kind == "capacity")
+    dtype = "" if any(quantization(s.hosts, f) for f in cap.flag_sets) else f"{UNQUANTIZED} "
+    return (f"the resident {dtype}working set plus the {signature.requested} activation in "
+            f"{where(signature.location, s.collect('code_read'))}")
+
+
 def ceiling_line(s) -> Line | None:
     v, hosts = s.verdict, s.hosts
     if v.verdict != "not-built" or v.blocker == "init":
