@@ -91,7 +91,8 @@ def shrunk_cache_ooms(s, ask: str | None) -> list[str]:
     unreached = {u.flag_set for u in s.verdict.unreached_offline}
     found = []
     for o in s.collect("offline"):
-        kwargs = s.hosts.offline_kwarg_sets[o.kwarg_set].kwargs or {}
+        ks = s.hosts.offline_kwarg_sets.get(o.kwarg_set)
+        kwargs = (ks.kwargs if ks is not None else None) or {}
         if (
             o.outcome == "oom"
             and o.oom is not None

@@ -454,10 +454,10 @@ class HostSection:
     def offline_rows(self) -> list[tuple[str, ...]]:
         rows = []
         for o in self.collect("offline"):
-            ks = self.hosts.offline_kwarg_sets[o.kwarg_set]
+            ks = self.hosts.offline_kwarg_sets.get(o.kwarg_set)
             kwargs = (
                 kwargs_text(ks.kwargs) + "".join(f" `{k}={v}`" for k, v in ks.env.items())
-                if ks.kwargs is not None
+                if ks is not None and ks.kwargs is not None
                 else "not stated"
             )
             fixture = (o.fixture or "not stated") + (f" ({seeds_text(o.seeds)})" if o.seeds else "")
@@ -799,8 +799,11 @@ def build_context(loaded: Loaded) -> dict:
     verdicts = all_verdicts(hosts, loaded.fixtures, loaded.evidence)
     sections = [host_section(k, loaded, verdicts[k]) for k in hosts.hosts]
     by_key = {s.key: s for s in sections}
-    emulated = [s for s in sections if s.host.emulation is not None]
-    real = [s for s in sections if not s.host.simulated and s.host.emulation is None]
+    # Diffusers hosts (a [diffusers] table) are the real-model section's, not the seed's study's.
+    study = [s for s in sections if s.host.diffusers is None]
+    emulated = [s for s in study if s.host.emulation is not None]
+    real = [s for s in study if not s.host.simulated and s.host.emulation is None]
+    diffusers = {s.key for s in sections if s.host.diffusers is not None}
     baselines = [a for a in loaded.evidence.attempts if a.baseline is not None]
     attempts = loaded.evidence.attempts
     fixtures = loaded.fixtures
@@ -811,7 +814,7 @@ def build_context(loaded: Loaded) -> dict:
         "target": hosts.probe.target_reference_count,
         "sections": sections,
         "real": [s for s in real if s.has_evidence],
-        "unprobed": [s.host.name for s in sections if not s.has_evidence and not s.host.simulated],
+        "unprobed": [s.host.name for s in study if not s.has_evidence and not s.host.simulated],
         # An emulated simulated host is simulated: it goes to HARNESS.md with the others.
         "simulated": [s for s in sections if s.host.simulated and s.has_evidence],
         "emulated": [s for s in emulated if not s.host.simulated and s.has_evidence],
@@ -819,8 +822,9 @@ def build_context(loaded: Loaded) -> dict:
         "baseline": baselines[0] if baselines else None,
         "hosts_word": "both" if len(real) == 2 else "all",
         "dates": ", ".join(dict.fromkeys(a.meta.date for s in real for a in s.attempts if a.runs)),
-        "attempts": [a for a in attempts if not is_harness_attempt(a, hosts)],
+        "attempts": [a for a in attempts if not is_harness_attempt(a, hosts) and a.host not in diffusers],
         "harness_attempts": [a for a in attempts if is_harness_attempt(a, hosts)],
+        "diffusers_attempts": [a for a in attempts if a.host in diffusers],
         "follow": follow_through([s for s in real if s.has_evidence], hosts),
         "upstream": newest_upstream(attempts),
         "contract": contract(newest_upstream(attempts)),
