@@ -7,7 +7,7 @@ from pathlib import Path
 
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.models import Cell, StatedFigure
-from omniprobe.evidence.quantities import Range, size_mib
+from omniprobe.evidence.quantities import Range
 
 EM_DASH = "—"
 
@@ -31,11 +31,6 @@ def span(r: Range | None, digits: int | None = None) -> str:
         return "unknown"
     fmt = num if digits is None else (lambda v: fixed(v, digits))
     return fmt(r.min) if r.single or fmt(r.min) == fmt(r.max) else f"{fmt(r.min)}–{fmt(r.max)}"
-
-
-def opt_span(r: Range | None) -> str:
-    """A table cell's range, or a dash where the evidence has none."""
-    return EM_DASH if r is None else span(r)
 
 
 def figure_text(f: StatedFigure) -> str:
@@ -84,10 +79,6 @@ def cell_text(cell: Cell | None) -> str:
     elif cell.quality == "unchecked":
         text += " (output not checked)"
     return text + standin_mark(cell)
-
-
-def mib_as_gib(size: str) -> str:
-    return fixed(size_mib(size) / 1024, 2)
 
 
 def sentence(text: str) -> str:
@@ -145,14 +136,12 @@ def serve_text(hosts: HostsConfig, host_key: str) -> str:
 
 
 FILTERS = {
+    "figure": figure_text,
     "num": num,
     "fixed": fixed,
     "span": span,
-    "opt": opt_span,
     "seeds": seeds_text,
     "cell": cell_text,
-    "gib": mib_as_gib,
-    "kwargs": kwargs_text,
     "sentence": sentence,
     "refs": refs,
     "names": names,
