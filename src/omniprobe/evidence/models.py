@@ -82,7 +82,8 @@ class Emulated(_In):
     tool_version: str
     command: list[str]
     started_at: datetime
-    emulates: str | None = Field(description="The host emulated; null: a bare capacity.")
+    emulates: str | None = Field(default=None,
+                                 description="The host emulated; null: a bare capacity.")
     cap_mib: int = Field(gt=0, description="The emulated capacity imposed on the server.")
     physical_gpu: str = Field(description="The GPU it ran on.")
     physical_compute_capability: str = Field(pattern=r"^\d+\.\d+$")

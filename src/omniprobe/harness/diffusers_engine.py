@@ -262,7 +262,7 @@ class DiffusersEngine:
 
             level = {"group-leaf-stream": "leaf_level", "group-block": "block_level"}[offload]
             extra = ({"use_stream": True} if level == "leaf_level"
-                     else {"num_blocks_per_group": int(self.profile.get("blocks_per_group", 1))})
+                     else {"num_blocks_per_group": int(self.profile.get("blocks_per_group") or 1)})
             for name in ("text_encoder", "transformer", "vae"):
                 apply_group_offloading(getattr(pipe, name), onload_device=torch.device("cuda"),
                                        offload_device=torch.device("cpu"), offload_type=level,
@@ -288,6 +288,8 @@ class DiffusersEngine:
         torch = self.torch
         start = None
         if self.device == "cuda":
+            # The pool the last request left cached would count in this one's reserved peak.
+            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
             start = round(torch.cuda.memory_allocated() / MIB, 1)
         images = [self.open_image(path) for path in request["references"]]
@@ -298,7 +300,7 @@ class DiffusersEngine:
                 true_cfg_scale=request["true_cfg_scale"],
                 generator=torch.Generator("cpu").manual_seed(request["seed"]),
                 output_type="pil", use_kv_cache=bool(self.profile.get("use_kv_cache", True)),
-                output_resolution=int(self.profile.get("output_resolution", 1024)))
+                output_resolution=int(self.profile.get("output_resolution") or 1024))
         finally:
             allocated, reserved = self._peaks()
             self.last = {"peak_mib": reserved, "peak_allocated_mib": allocated,
