@@ -8,9 +8,9 @@ Rules:
 - What binds: every flag set failing init binds at init; otherwise the OOM a capacity-blocked
   flag set records at the target count (its ask, where in the model code) on top of the resident
   working set. The conditioning KV is excluded when a run whose cache knob reached the model (a
-  smaller cache dtype) still fails at the target count with the same ask, or when the target
-  count's whole per-reference growth (the server-peak growth from one reference to two, an upper
-  bound of one reference's cache) is smaller than that ask; otherwise it is not excluded.
+  smaller cache dtype) still fails at the target count with the same ask, or when the cache of all
+  the target count's references together is smaller than that ask (each reference's at most the
+  server-peak growth from one reference to two); otherwise it is not excluded.
 - A flag set is quantized when its args carry `--quantization`; the others run the unquantized
   (BF16) weights. A count between the ceiling and the target with no unquantized cell was never
   measured at BF16.
