@@ -621,3 +621,33 @@ def test_a_knob_that_never_reached_the_model_joins_its_base(flag_sets, unreached
 
     knobs = tuple(UnreachedKnob(f, b, "k", "a") for f, b in unreached)
     assert config_names(flag_sets, knobs) == names
+
+
+def test_a_cache_too_small_for_the_failing_ask_is_not_what_binds(repo_copy):
+    """With no run that shrinks the cache, the KV is still excluded when the target count's
+    references together grow the peak by less than the ask that fails."""
+    def cache_fits(data):
+        for o in data["offline"]:
+            if o["kwarg_set"].startswith("offline-fp8v"):
+                o.update(outcome="ok", quality="sound")
+                o.pop("oom", None)
+    edit(repo_copy, "evidence/rtx3090/seed-3090-3-offline/offline.json", cache_fits)
+
+    def lean(data):
+        for run in data["runs"]:
+            cells = {c["fixture"]: c for c in run.get("cells", [])}
+            one, two = cells.get("single-reference"), cells.get("edit-compose-pair")
+            if one and two and one.get("server_peak_mb") and two.get("server_peak_mb"):
+                peak = one["server_peak_mb"]["max"] + 50
+                two["server_peak_mb"] = {"min": peak, "max": peak}
+    edit(repo_copy, f"{MATRIX}/runs.json", lean)
+
+    def lean_pair(data):
+        for run in data["runs"]:
+            for c in run.get("cells", []):
+                if c.get("server_peak_mb"):
+                    c["server_peak_mb"] = {"min": 21508, "max": 21508}
+    edit(repo_copy, "evidence/rtx3090/seed-3090-2-measured-pair/runs.json", lean_pair)
+    lines = opening(render_report(repo_copy), "RTX 3090")
+    assert lines[0].endswith("not the conditioning KV (0.05 GiB per reference).")
+    assert lines[-1].endswith("no, not as the next step: the conditioning KV is not what binds.")
