@@ -20,7 +20,7 @@ def render_outputs(project: Project) -> dict[Path, str]:
     their figures."""
     loaded = load_valid_project(project)
     env = environment(project, loaded.hosts)
-    context = build_context(loaded)
+    context = build_context(loaded, project.root)
     outputs = {path: env.get_template(name).render(**context) for path, name in TEMPLATES.items()}
     for section in context["sections"]:
         outputs.update({Path(t.path): t.svg for t in section.timelines})

@@ -38,6 +38,7 @@ from omniprobe.evidence.models import Cell, CodeLocation, LoadedAttempt, StatedF
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report import verdict_lines as vl
+from omniprobe.report.diffusers_view import diffusers_section
 from omniprobe.report.emulation_view import emulation_section
 from omniprobe.report.filters import figure_text, flags_text, kwargs_text, names, num, refs, seeds_text, span
 from omniprobe.report.follow_through import follow_through
@@ -794,7 +795,9 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     )
 
 
-def build_context(loaded: Loaded) -> dict:
+def build_context(loaded: Loaded, root: Path) -> dict:
+    """Everything the templates read; `root`: the project's, where the committed model configs
+    are (the Diffusers section reads them)."""
     hosts = loaded.hosts
     verdicts = all_verdicts(hosts, loaded.fixtures, loaded.evidence)
     sections = [host_section(k, loaded, verdicts[k]) for k in hosts.hosts]
@@ -824,7 +827,7 @@ def build_context(loaded: Loaded) -> dict:
         "dates": ", ".join(dict.fromkeys(a.meta.date for s in real for a in s.attempts if a.runs)),
         "attempts": [a for a in attempts if not is_harness_attempt(a, hosts) and a.host not in diffusers],
         "harness_attempts": [a for a in attempts if is_harness_attempt(a, hosts)],
-        "diffusers_attempts": [a for a in attempts if a.host in diffusers],
+        "diffusers": diffusers_section(loaded, root),
         "follow": follow_through([s for s in real if s.has_evidence], hosts),
         "upstream": newest_upstream(attempts),
         "contract": contract(newest_upstream(attempts)),
