@@ -260,6 +260,7 @@ def test_the_report_shows_the_newest_upstream_result(tmp_path):
 
     project = _project(tmp_path)
     shutil.copytree(REPO / "templates", project.templates_dir)
+    shutil.copytree(REPO / "models", project.root / "models")  # the Diffusers section reads them
     assert "Upstream contract" not in render_harness(project)
     doctor = {API: FILES[API].replace("true_cfg_scale: float | None = Form(None)",
                                       "cfg_scale: float | None = Form(None)")}
