@@ -377,6 +377,8 @@ class ServeProbe:
             self._put_lifetime(flag_set, index, record)
             yield Live(server, init, index, t0, folder, guard)
         finally:
+            if sampler is not None:
+                sampler.sample_now()
             ended = server.stop()
             self.recorder.drain()
             timeline = self._timeline(sampler, reason)
