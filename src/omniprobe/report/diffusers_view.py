@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omniprobe.analysis.diffusers_capacity import (
+    DTYPE_BYTES,
     CapacityCell,
     CardCapacity,
     KvPerReference,
@@ -45,7 +46,7 @@ class ProfileRow:
     profile: str
     description: str
     cells: list[str]  # by reference count, the table's columns
-    init: str
+    init: str  # "" when the build succeeded, else how it ended
 
 
 @dataclass(frozen=True)
@@ -109,13 +110,25 @@ class DiffusersHostView:
     attempts: list[str]
     emulated: bool
     fitting: list[ProfileFit]
+    verdict_text: str  # the capacity verdict, in words
+    cap_text: str  # e.g. "24 GiB"
+    host_ram_text: str
 
 
 @dataclass(frozen=True)
 class DiffusersSection:
     hosts: list[DiffusersHostView]
     ref_columns: list[int]
+    ref_headers: list[str]
+    first_refs: int
     target: int
+    model: str  # the model's name, from the pinned snapshot
+    cards: list[str]  # the emulated cards' names
+    caps: list[str]  # their capacities, in the same order
+    gpus: list[str]  # the physical GPUs the emulations ran on
+    pipeline: str
+    dtype: str
+    dtype_bytes: int
     arch_kib_per_token: float | None
     kv: list[KvRow]
     kv_refs: list[KvRefRow]
@@ -126,6 +139,31 @@ class DiffusersSection:
 
 def _gib(mib: int) -> str:
     return f"{mib / 1024:g}"
+
+
+def verdict_text(capacity: CardCapacity) -> str:
+    target = capacity.target
+    if capacity.verdict == "fits":
+        under = ", ".join(f"`{f.profile}`" + (f" (peak {f.peak_mib:,.0f} MiB reserved)"
+                                               if f.peak_mib is not None else "")
+                          for f in capacity.fits)
+        return f"{target} references **fit** under {under}"
+    if capacity.verdict == "does not fit":
+        return f"{target} references fit under **no** profile measured"
+    return f"{target} references not measured yet"
+
+
+def host_ram_text(runs_rss_mib: float | None, host_ram_gib: float | None, note: str | None) -> str:
+    """What the runner held in host memory beside the emulated card's host; host RAM is not
+    emulated, so the H200's host held whatever offload moved there."""
+    held = (f"the runner held up to {runs_rss_mib / 1024:.1f} GiB of host RAM"
+            if runs_rss_mib is not None else "the runner's host RAM was not recorded")
+    if host_ram_gib is None:
+        return f"host RAM not emulated ({held}; the card's host RAM is not stated)"
+    over = runs_rss_mib is not None and runs_rss_mib / 1024 > host_ram_gib
+    return (f"host RAM not emulated: {held}, "
+            + ("**more than**" if over else "within") + f" the real card's host's "
+            f"{note or f'{host_ram_gib:g} GiB'}")
 
 
 def _figure(evidence: Evidence, key: str) -> StatedFigure | None:
@@ -195,7 +233,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         for run_cap in sorted({r.cap_mib for r in runs}, key=lambda c: c or 0):
             rows = [ProfileRow(r.profile, hosts.diffusers_profiles[r.profile].description,
                                [cell_text(r.cell(n)) for n in range(target + 1)],
-                               r.init_outcome)
+                               "" if r.init_outcome == "ready" else f"build: {r.init_outcome}")
                     for r in runs if r.cap_mib == run_cap]
             tables.append(CapTable(_gib(run_cap) if run_cap else None, rows))
         sweep = []
@@ -208,12 +246,17 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
                                        for n in range(target + 1)]))
         built = next((row.build for a in mine for row in a.offline if row.build), None)
         emulation = host.emulation
+        card = hosts.host(emulation.emulates) if emulation and emulation.emulates else None
+        capacity = card_capacity(key, runs, cap, target)
+        rss = max((r.max_rss_mib for a in mine for r in a.offline_requests
+                   if r.max_rss_mib is not None), default=None)
         views.append(DiffusersHostView(
-            key, host, hosts.host(emulation.emulates).name if emulation and emulation.emulates
-            else None, card_capacity(key, runs, cap, target), tables, sweep,
+            key, host, card.name if card else None, capacity, tables, sweep,
             built.parameters_b if built else {}, [a.id for a in mine], emulation is not None,
             [ProfileFit(r.profile, r.fitting, tuple(c.reference_count for c in r.cells))
-             for r in runs]))
+             for r in runs], verdict_text(capacity), f"{_gib(cap)} GiB" if cap else "",
+            host_ram_text(rss, card.host_ram_gib if card else None,
+                          card.host_ram_note if card else None)))
     full = [v for v in views if v.emulated]
     resolutions = {name: p.output_resolution or 1024
                    for name, p in hosts.diffusers_profiles.items()}
@@ -231,8 +274,14 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         unconfirmed = list(configs.unconfirmed)
     steps = sorted({r.num_inference_steps for a in attempts for r in a.offline_requests
                     if r.num_inference_steps is not None})
-    return DiffusersSection(views, list(range(target + 1)), target, arch, kv, kv_refs,
-                            comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps)
+    columns = list(range(target + 1))
+    return DiffusersSection(
+        views, columns, [f"{n} ref{'' if n == 1 else 's'}" for n in columns], columns[0], target,
+        hosts.stack.model_repo.split("/")[-1], [v.emulates for v in full if v.emulates],
+        [v.cap_text for v in full if v.emulates], sorted({v.host.gpu for v in full}),
+        next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
+        DTYPE_BYTES["bfloat16"], arch, kv, kv_refs,
+        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps)
 
 
 def _per_reference(items: list[KvPerReference]) -> list[KvRefRow]:
