@@ -99,13 +99,26 @@ class ProfileFit:
 
 
 @dataclass(frozen=True)
+class SeedCeiling:
+    """The emulated card's result for the seed's baseline profile beside the seed's own Diffusers
+    ceiling on that card, with what differs between the two."""
+
+    card: str
+    profile: str
+    seed_refs: int
+    seed_statement: str
+    measured_refs: int  # the most references the profile fit (-1: none)
+    measured_peak_mib: float | None
+    differences: list[str]
+
+
+@dataclass(frozen=True)
 class DiffusersHostView:
     key: str
     host: Host
     emulates: str | None  # the emulated card's name
     capacity: CardCapacity
     tables: list[CapTable]
-    sweep: list[SweepRow]
     parameters_b: dict[str, float]
     attempts: list[str]
     emulated: bool
@@ -135,6 +148,8 @@ class DiffusersSection:
     comparisons: list[Comparison]
     unconfirmed: list[str]  # components whose configs nothing public confirms
     steps: list[int]  # the steps the capacity cells ran
+    sweep: list[SweepRow]  # over every full-size emulated host's caps together
+    ceilings: list[SeedCeiling]
 
 
 def _gib(mib: int) -> str:
@@ -213,6 +228,41 @@ def comparisons(evidence: Evidence, kv: list[KvRow], kv_refs: list[KvRefRow]) ->
     return out
 
 
+BASELINE_PROFILES = ("seed-baseline-capacity", "seed-baseline")
+
+
+def seed_ceilings(loaded: Loaded, views: list[DiffusersHostView], runs_by_host: dict,
+                  fixtures_res: str) -> list[SeedCeiling]:
+    """Where the seed states a Diffusers ceiling for a card (figure diffusers_ceiling_references
+    filed under that card), the emulated card's result for the seed's baseline profile."""
+    out = []
+    for view in views:
+        card_key = view.host.emulation.emulates if view.host.emulation else None
+        stated = next((f for a in loaded.evidence.for_host(card_key or "")
+                       for f in a.figures if f.key == "diffusers_ceiling_references"), None)
+        if stated is None or stated.value is None:
+            continue
+        runs = [r for r in runs_by_host[view.key] if r.profile in BASELINE_PROFILES]
+        if not runs:
+            continue
+        run = runs[0]
+        fitting = max(run.fitting, default=-1)
+        cell = run.cell(fitting) if fitting >= 0 else None
+        profile = loaded.hosts.diffusers_profiles[run.profile]
+        rss = max((r.max_rss_mib for a in loaded.evidence.for_host(view.key, include_emulated=True)
+                   for r in a.offline_requests if r.kwarg_set == run.profile
+                   and r.max_rss_mib is not None), default=None)
+        card = loaded.hosts.host(card_key)
+        out.append(SeedCeiling(view.emulates or card_key, run.profile, int(stated.value),
+                               stated.statement, fitting, cell.peak_mib if cell else None, [
+            "weights: random here (capacity only), the real checkpoint in the seed",
+            f"resolution: {fixtures_res} here (stand-ins); the seed does not state B2g's",
+            f"steps: {profile.steps} here, chosen by omniprobe; the seed does not state B2g's",
+            f"offload: {profile.offload} here, chosen by omniprobe; the seed says group offload",
+            host_ram_text(rss, card.host_ram_gib, card.host_ram_note)]))
+    return out
+
+
 def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     """The section, or None where hosts.toml has no Diffusers host; `root`: the project's, where
     the committed model configs are."""
@@ -221,11 +271,13 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     if not keys:
         return None
     target = hosts.probe.target_reference_count
-    views, all_runs, attempts = [], [], []
+    views, all_runs, attempts, runs_by_host = [], [], [], {}
     for key in keys:
         host = hosts.host(key)
         runs = host_runs(key, loaded.evidence, loaded.fixtures)
-        all_runs.extend(runs)
+        runs_by_host[key] = runs
+        if host.emulation is not None:
+            all_runs.extend(runs)
         mine = loaded.evidence.for_host(key, include_emulated=True)
         attempts.extend(mine)
         cap = hosts.emulated_cap_mib(key)
@@ -236,14 +288,6 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
                                "" if r.init_outcome == "ready" else f"build: {r.init_outcome}")
                     for r in runs if r.cap_mib == run_cap]
             tables.append(CapTable(_gib(run_cap) if run_cap else None, rows))
-        sweep = []
-        for profile in host.diffusers_profiles:
-            caps = sorted({r.cap_mib for r in runs if r.profile == profile and r.cap_mib})
-            if len(caps) > 1:
-                needs = min_caps(runs, profile)
-                sweep.append(SweepRow(profile, ", ".join(_gib(c) for c in caps),
-                                      [needs[n].text() if n in needs else "—"
-                                       for n in range(target + 1)]))
         built = next((row.build for a in mine for row in a.offline if row.build), None)
         emulation = host.emulation
         card = hosts.host(emulation.emulates) if emulation and emulation.emulates else None
@@ -251,7 +295,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         rss = max((r.max_rss_mib for a in mine for r in a.offline_requests
                    if r.max_rss_mib is not None), default=None)
         views.append(DiffusersHostView(
-            key, host, card.name if card else None, capacity, tables, sweep,
+            key, host, card.name if card else None, capacity, tables,
             built.parameters_b if built else {}, [a.id for a in mine], emulation is not None,
             [ProfileFit(r.profile, r.fitting, tuple(c.reference_count for c in r.cells))
              for r in runs], verdict_text(capacity), f"{_gib(cap)} GiB" if cap else "",
@@ -275,13 +319,24 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     steps = sorted({r.num_inference_steps for a in attempts for r in a.offline_requests
                     if r.num_inference_steps is not None})
     columns = list(range(target + 1))
+    sweep = []
+    for profile in hosts.diffusers_profiles:
+        caps = sorted({r.cap_mib for r in all_runs if r.profile == profile and r.cap_mib})
+        if len(caps) > 1:
+            needs = min_caps(all_runs, profile)
+            sweep.append(SweepRow(profile, ", ".join(_gib(c) for c in caps),
+                                  [needs[n].text() if n in needs else "—" for n in columns]))
+    sizes = sorted({f"{loaded.fixtures.get(r.fixture).width}×{loaded.fixtures.get(r.fixture).height}"
+                    for a in attempts for r in a.offline_requests
+                    if hosts.host(a.host).emulation is not None})
+    ceilings = seed_ceilings(loaded, full, runs_by_host, ", ".join(sizes) or "unknown")
     return DiffusersSection(
         views, columns, [f"{n} ref{'' if n == 1 else 's'}" for n in columns], columns[0], target,
         hosts.stack.model_repo.split("/")[-1], [v.emulates for v in full if v.emulates],
         [v.cap_text for v in full if v.emulates], sorted({v.host.gpu for v in full}),
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
         DTYPE_BYTES["bfloat16"], arch, kv, kv_refs,
-        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps)
+        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps, sweep, ceilings)
 
 
 def _per_reference(items: list[KvPerReference]) -> list[KvRefRow]:
