@@ -207,7 +207,7 @@ def test_dry_run_prints_the_pinned_commands_and_runs_nothing(host, tmp_path, mon
     # The diffusers pin overrides vLLM-Omni's own diffusers requirement, chosen by omniprobe
     # (issue 23 item 1): in the resolution and every install, its file shown.
     assert ("# override: diffusers 122b1e11 replaces every other requirement on diffusers (uv "
-            "--override), chosen by omniprobe: the seed pins diffusers at 122b1e11") in out
+            "--override), chosen by omniprobe: vLLM-Omni 0.30.0 requires diffusers==0.40.0") in out
     overrides = str(venv / "omniprobe-overrides.txt")
     assert all(c[c.index("--override") + 1] == overrides for c in installs)
     assert "--override" in resolve

@@ -593,9 +593,9 @@ def test_reproducibility_names_an_override_from_hosts_toml(repo_copy):
     without it names none."""
     text = render_report(repo_copy)
     section = text[text.index("## Reproducibility"):]
-    assert ("- diffusers `https://github.com/huggingface/diffusers.git` at `122b1e11`; it "
-            "overrides every other package's requirement on diffusers (uv `--override`), chosen "
-            "by omniprobe: the seed pins diffusers") in section
+    assert ("- diffusers `https://github.com/huggingface/diffusers.git` at `122b1e11`; "
+            "overrides others' requirements on it (uv `--override`; chosen by omniprobe: "
+            "vLLM-Omni 0.30.0 requires diffusers==0.40.0;") in section
     hosts = repo_copy.hosts_file.read_text()
     start = hosts.index("override = { chosen_by")
     repo_copy.hosts_file.write_text(hosts[:start] + hosts[hosts.index("\n", start) + 1:])
