@@ -597,3 +597,23 @@ def test_a_runner_the_kernel_killed_for_host_ram_is_the_hosts_failure(tmp_path, 
     assert lost.cause.reason.endswith("with the host's available memory at 250 MiB in the "
                                       "sampler's last readings")
     assert not processes_with(str(tmp_path))
+
+
+def test_a_runner_killed_at_init_with_the_host_short_of_ram_is_the_hosts_init_failure(
+        tmp_path, monkeypatch):
+    from omniprobe.harness import sampler as sampler_module
+
+    monkeypatch.setattr(sampler_module, "available_mib", lambda: 180.0)
+    project = make_project(tmp_path)
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    hosts = project.hosts_file.read_text()
+    sim_offline = '["{python}", "-m", "omniprobe.sim", "offline", '
+    assert sim_offline in hosts
+    project.hosts_file.write_text(hosts.replace(sim_offline, (
+        '["{python}", "-c", "import os, signal, time; time.sleep(1); '
+        'os.kill(os.getpid(), signal.SIGKILL)", '), 1))
+    code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-t2i")
+    [run] = the_attempt(project).offline
+    assert (run.outcome, run.cause.kind) == ("init-error", "host"), out
+    assert "with the host's available memory at 180 MiB" in run.cause.reason
+    assert code == 0, out  # the host's answer settles the kwarg set

@@ -382,7 +382,8 @@ class OfflineProbe:
                 sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.settings.sample_hz,
                                   root_pid=lambda: runner.pid, t0=runner.started, guard=guard)
                 sampler.start()
-            if not self._init(label, entry, runner, events, state, progress):
+            host_ram = functools.partial(host_ram_failure, sampler, oom_kills)
+            if not self._init(label, entry, runner, events, state, progress, host_ram):
                 return pending, False
             while pending:
                 planned = pending[0]
@@ -396,8 +397,7 @@ class OfflineProbe:
                           if event is not None else
                           self._lost(entry, planned, index, why, runner.log_path,
                                      time.monotonic() - waited_from, breach,
-                                     functools.partial(host_ram_failure, sampler, oom_kills,
-                                                       runner.returncode())))
+                                     functools.partial(host_ram, runner.returncode())))
                 pending.pop(0)
                 progress.step(f"[{label}] {planned.fixture.id} seed {planned.seed}: "
                               f"{record.outcome} {record.wall_s:.2f} s"
@@ -444,8 +444,10 @@ class OfflineProbe:
             time.sleep(self.settings.poll_s)
 
     def _init(self, label: str, entry: OfflineEntry, runner: ServerProcess, events: Events,
-              state: EntryState, progress: Progress) -> bool:
-        """Wait for the engine; on failure set state.failure and return False."""
+              state: EntryState, progress: Progress,
+              host_ram: Callable[[int | None, str], FailureCause | None]) -> bool:
+        """Wait for the engine; on failure set state.failure and return False. `host_ram`:
+        (exit status, log) -> the host's cause of a runner the kernel killed for host RAM."""
         name = entry.name
         event, why = self._next(runner, events, self.settings.ready_timeout_s)
         elapsed = round(time.monotonic() - runner.started, 2)
@@ -481,10 +483,10 @@ class OfflineProbe:
                                       f"{self.settings.ready_timeout_s:g} s")
         else:
             code = runner.returncode()
-            init = classify_exit(code if code is not None else -1,
-                                 read_from(runner.log_path), elapsed,
-                                 self.model_code)
-            cause = init.cause or no_space_cause(runner.log_path.parent)
+            log = read_from(runner.log_path)
+            init = classify_exit(code if code is not None else -1, log, elapsed, self.model_code)
+            # The kernel may have killed it for host RAM: the host's answer.
+            cause = host_ram(code, log) or init.cause or no_space_cause(runner.log_path.parent)
             failure = OfflineRun(kwarg_set=name, quality="unchecked", oom=init.oom,
                                  outcome="init-oom" if init.outcome == "oom" else "init-error",
                                  note=init.note, cause=cause)
