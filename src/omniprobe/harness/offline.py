@@ -202,11 +202,13 @@ class EntryState:
 
     @classmethod
     def resumed(cls, rows: list[OfflineRun]) -> EntryState:
-        first = rows[0] if rows else None
-        return cls(init_s=first.init_s if first else None,
-                   logs=list(first.logs) if first else [],
-                   timelines=list(first.timelines) if first else [],
-                   build=first.build if first else None)
+        """What a resumed attempt's rows of the entry hold (a fixture's row, where there is one:
+        an init failure's row is superseded by a fresh build)."""
+        row = next((r for r in rows if r.fixture is not None), rows[0] if rows else None)
+        if row is None:
+            return cls()
+        return cls(init_s=row.init_s, logs=list(row.logs), timelines=list(row.timelines),
+                   build=row.build)
 
 
 def init_settled(rows: list[OfflineRun]) -> bool:
@@ -262,14 +264,14 @@ class OfflineProbe:
 
     def _entry(self, label: str, entry: OfflineEntry, pending: list[Planned],
                progress: Progress, rows: list[OfflineRun]) -> None:
-        state = EntryState.resumed([r for r in rows if r.fixture is not None] or rows)
-        restarts = 0
-        for index in itertools.count(len(state.logs)):
+        state = EntryState.resumed(rows)
+        restarts, first = 0, len(state.logs)  # a resume numbers its runners after the earlier ones
+        for index in itertools.count(first):
             pending, closed = self._lifetime(label, entry, index, pending, state, progress)
             if not pending:
                 break
             if state.failure is not None:
-                if index > len(rows and rows[0].logs):  # a restart failed to build: the rest never ran
+                if index > first:  # a restart failed to build: the rest never ran
                     self.unfinished.append(f"{entry.name}: {len(pending)} request(s) not run, "
                                            f"the restarted runner's init ended "
                                            f"{state.failure.outcome}")
