@@ -9,11 +9,13 @@ what the GPU machine has) and runs this file; the plain suite skips it where the
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 
 import pytest
 
+from omniprobe import cli
 from omniprobe.analysis.diffusers_capacity import (
     architecture_bytes_per_token,
     card_capacity,
@@ -21,8 +23,10 @@ from omniprobe.analysis.diffusers_capacity import (
     kv_measures,
     kv_per_reference,
 )
+from omniprobe.cli import build_parser, offline_options
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.evidence.validate import load_project
+from omniprobe.harness.baseline import run_baseline
 
 from .conftest import REPO, in_process, make_project
 
@@ -222,3 +226,26 @@ def test_validate_refuses_a_random_weight_record_that_claims_a_structure_verdict
     path.write_text(json.dumps(data))
     _, problems = load_project(project)
     assert any("expected 'random' in a random-weight attempt" in str(p) for p in problems)
+
+
+def test_probe_baseline_lays_out_its_images_and_quality_refuses_random_weights_by_name(
+        project, monkeypatch, capsys):
+    code, out = offline(project, "--profile", "tiny-cpu", "--fixture", "standin-t2i",
+                        "--fixture", "standin-single")
+    assert code == 0, out
+    args = build_parser().parse_args(["probe-baseline", "--host", HOST, "--profile", "tiny-cpu",
+                                "--fixture", "standin-t2i", "--fixture", "standin-single"])
+    said = io.StringIO()
+    assert run_baseline(project, offline_options(args), command=["omniprobe"], out=said) == 0
+    _, [attempt] = attempts(project)
+    folder = project.artifacts_dir / HOST / attempt.id / "baseline"
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.png")) == [
+        "standin-single/2301.png", "standin-t2i/2301.png"]
+    marker = json.loads((folder / "baseline.json").read_text())
+    assert (marker["attempt"], marker["weights"]) == (attempt.id, "random")
+    assert f"--baseline {folder} --baseline-attempt {attempt.id}" in said.getvalue()
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(project.root))
+    code = cli.main(["quality", "--baseline", str(folder), "--attempt", attempt.id,
+                     "--baseline-attempt", attempt.id])
+    err = capsys.readouterr().err
+    assert code == 3 and f"baseline attempt {attempt.id!r} was made with random weights" in err
