@@ -168,7 +168,8 @@ def test_a_rerun_resumes_the_attempt_and_a_complete_one_says_so(project):
     assert len(attempts(project)[1]) == 1
 
 
-def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project):
+def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project, tmp_path,
+                                                                   monkeypatch):
     """An emulated tiny host: its runner starts with the emulation hook and the cap, and the
     attempt, the guard and the capacity verdict record the cap (the CPU allocates no CUDA memory,
     so nothing is capped here; a real capped OOM is the GPU test's)."""
@@ -192,8 +193,14 @@ def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project):
             configs = "models/qwen-image-2.1/tiny"
             [hosts.tiny-emulated.emulation]
             capacity_mib = 2048
+            host_ram_gib = 30
             mechanism = "memory-fraction"
         '''))
+    # A stand-in cgroup v2 root: the runner joins its cgroup there as it would the kernel's.
+    cgroups = tmp_path / "cgroup"
+    cgroups.mkdir()
+    (cgroups / "cgroup.controllers").write_text("cpu memory\n")
+    monkeypatch.setenv("OMNIPROBE_CGROUP_ROOT", str(cgroups))
     fake = FakeNvml([Frame(0.0, 100 * MIB)])
     code, out = in_process(project, ["probe-offline", "--host", "tiny-emulated", "--caps", "1,2",
                                      "--fixture", "standin-t2i", "--fixture", "standin-four"],
@@ -206,6 +213,9 @@ def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project):
         check = row.timelines[0].emulation
         assert check.cap_mib == attempt.meta.provenance.cap_mib and check.breach is None
         assert check.checked_samples > 0
+        assert [(h.mechanism, h.cap_mib, h.oom_kills) for h in row.host_ram] == [
+            ("cgroup-v2", 30 * 1024, 0)]
+    assert list(cgroups.iterdir()) == [cgroups / "cgroup.controllers"]  # each one removed
     runs = host_runs("tiny-emulated", loaded.evidence, loaded.fixtures)
     verdict = card_capacity("tiny-emulated", runs, 2048, 4)
     assert verdict.verdict == "fits" and [f.profile for f in verdict.fits] == ["tiny-cpu"]

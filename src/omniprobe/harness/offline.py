@@ -33,7 +33,7 @@ from omniprobe.analysis.oom import is_oom, parse_oom
 from omniprobe.analysis.summaries import cell_outcome, cell_quality
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import HostsConfig, load_hosts
+from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host, session_venv
 from omniprobe.digests import sha256_json
@@ -46,6 +46,7 @@ from omniprobe.evidence.models import (
     AttemptEnvironment,
     DiffusersBuild,
     FailureCause,
+    HostRamCheck,
     OfflineRequest,
     OfflineRun,
     ServedModel,
@@ -60,6 +61,7 @@ from omniprobe.harness.emulation import (
     capped_processes,
     emulation_env,
 )
+from omniprobe.harness.host_ram_cap import HostRamCap, require_host_ram_cap
 from omniprobe.harness.logs import log_tail
 from omniprobe.harness.offline_matrix import OfflineEntry, offline_matrix, runner_facts
 from omniprobe.harness.probe import (
@@ -123,6 +125,7 @@ class OfflineSettings:
     max_restarts: int = 2
     sample_hz: float = 10.0
     cap_mib: int | None = None  # an emulated host's cap for this attempt
+    host_ram_mib: int | None = None  # an emulated host's host RAM, capped by a cgroup
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,7 @@ class EntryState:
     timelines: list[TimelineSummary] = field(default_factory=list)
     build: DiffusersBuild | None = None
     survives_failure: bool = False
+    host_ram: list[HostRamCheck] = field(default_factory=list)
 
     @classmethod
     def resumed(cls, rows: list[OfflineRun]) -> EntryState:
@@ -208,7 +212,7 @@ class EntryState:
         if row is None:
             return cls()
         return cls(init_s=row.init_s, logs=list(row.logs), timelines=list(row.timelines),
-                   build=row.build)
+                   build=row.build, host_ram=list(row.host_ram))
 
 
 def init_settled(rows: list[OfflineRun]) -> bool:
@@ -293,7 +297,7 @@ class OfflineProbe:
     def _summary(self, name: str, state: EntryState) -> list[OfflineRun]:
         """The init failure, if any, then one row per fixture in the order they ran."""
         shared = {"logs": list(state.logs), "timelines": list(state.timelines),
-                  "build": state.build}
+                  "build": state.build, "host_ram": list(state.host_ram)}
         rows = [state.failure.model_copy(update=shared)] if state.failure else []
         records = [r for r in self.records if r.kwarg_set == name]
         for fixture in dict.fromkeys(r.fixture for r in records):
@@ -364,7 +368,13 @@ class OfflineProbe:
         if cap is not None:
             env.update(emulation_env(self.host, cap, env))
             guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
-        runner = ServerProcess([*self.command, *args], env, folder / "runner.log", None,
+        command = [*self.command, *args]
+        ram = None
+        if self.settings.host_ram_mib is not None:
+            ram = HostRamCap.create(f"omniprobe-{self.store.meta.id}-{name}-{index + 1}",
+                                    self.settings.host_ram_mib)
+            command = ram.wrap(command, sys.executable)
+        runner = ServerProcess(command, env, folder / "runner.log", None,
                                grace_s=self.settings.grace_s, model_code=self.model_code)
         events = Events(folder / "results.jsonl")
         progress.say(f"[{label}] starting the runner")
@@ -415,6 +425,9 @@ class OfflineProbe:
                 capped = capped_processes(runner.log_path.read_text(errors="replace"))
                 timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
             state.timelines.append(timeline)
+            if ram is not None:
+                state.host_ram.append(ram.check())
+                ram.remove()
             redact_file(runner.log_path)
             state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
 
@@ -586,8 +599,8 @@ def _after_last_event(log: str) -> str:
     return log if at < 0 else log[at:].partition("\n")[2]
 
 
-def settings_from(options: OfflineOptions, cfg: HostsConfig,
-                  cap_mib: int | None = None) -> OfflineSettings:
+def settings_from(options: OfflineOptions, cfg: HostsConfig, cap_mib: int | None = None,
+                  host_name: str | None = None) -> OfflineSettings:
     serve = cfg.serve
     return OfflineSettings(
         model=options.model or cfg.stack.model_repo,
@@ -596,7 +609,12 @@ def settings_from(options: OfflineOptions, cfg: HostsConfig,
         grace_s=serve.stop_grace_s if options.grace_s is None else options.grace_s,
         idle_timeout_s=options.idle_timeout_s, kwarg_sets=options.kwarg_sets,
         fixtures=options.fixtures, seeds=options.seeds, sample_hz=options.sample_hz,
-        cap_mib=cap_mib)
+        cap_mib=cap_mib, host_ram_mib=host_ram_mib(cfg.hosts.get(host_name)) if host_name else None)
+
+
+def host_ram_mib(host: Host | None) -> int | None:
+    ram = host.emulation.host_ram_gib if host is not None and host.emulation else None
+    return None if ram is None else round(ram * 1024)
 
 
 def offline_environment(ctx: Context, options: OfflineOptions, command: list[str],
@@ -638,7 +656,10 @@ class OfflineSession(Session):
         self.cap_mib = cap_mib
 
     def prepare(self, ctx: Context) -> None:
-        self.settings = settings = settings_from(self.options, ctx.cfg, self.cap_mib)
+        self.settings = settings = settings_from(self.options, ctx.cfg, self.cap_mib,
+                                                 ctx.host_name)
+        if settings.host_ram_mib is not None:
+            require_host_ram_cap()  # before any attempt exists
         try:
             self.entries, self.refused, configs = offline_matrix(
                 ctx.cfg, ctx.project, ctx.host_name, ctx.host, settings.kwarg_sets)
