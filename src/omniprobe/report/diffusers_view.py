@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from omniprobe.analysis.capacity_curve import CapacityCurve, CurveStep
 from omniprobe.analysis.diffusers_capacity import (
     DTYPE_BYTES,
     CapacityCell,
@@ -22,6 +23,8 @@ from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.evidence.models import Evidence, StatedFigure
 from omniprobe.evidence.validate import Loaded
+from omniprobe.report.capacity_svg import render_curve_svg
+from omniprobe.report.paths import CAPACITY_DIR
 
 GIB = 2**30
 
@@ -150,6 +153,8 @@ class DiffusersSection:
     steps: list[int]  # the steps the capacity cells ran
     sweep: list[SweepRow]  # over every full-size emulated host's caps together
     ceilings: list[SeedCeiling]
+    figure_path: str | None  # the smallest-card figure, relative to the project root
+    figure_svg: str | None
 
 
 def _gib(mib: int) -> str:
@@ -337,13 +342,33 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
                     for a in attempts for r in a.offline_requests
                     if hosts.host(a.host).emulation is not None})
     ceilings = seed_ceilings(loaded, full, runs_by_host, ", ".join(sizes) or "unknown")
+    figure = min_cap_figure(all_runs, [s.profile for s in sweep], columns)
     return DiffusersSection(
         views, columns, [f"{n} ref{'' if n == 1 else 's'}" for n in columns], columns[0], target,
         hosts.stack.model_repo.split("/")[-1], [v.emulates for v in full if v.emulates],
         [v.cap_text for v in full if v.emulates], sorted({v.host.gpu for v in full}),
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
         DTYPE_BYTES["bfloat16"], arch, kv, kv_refs,
-        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps, sweep, ceilings)
+        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps, sweep, ceilings,
+        *(figure or (None, None)))
+
+
+FIGURE = CAPACITY_DIR / "diffusers-min-vram.svg"
+
+
+def min_cap_figure(runs, profiles: list[str], columns: list[int]) -> tuple[str, str] | None:
+    """The smallest swept cap per profile and count, drawn as the capacity curves are; a count
+    whose sweep found no fit has no point."""
+    if not profiles:
+        return None
+    caps = tuple(sorted({r.cap_mib for r in runs if r.cap_mib}))
+    steps = tuple(CurveStep(profile, n, needs.at_most_mib if (needs := min_caps(runs, profile)
+                                                              .get(n)) else None, max(caps))
+                  for profile in profiles for n in columns)
+    curve = CapacityCurve("diffusers", caps, tuple(profiles), tuple(columns), (), steps)
+    svg = render_curve_svg(curve, title="Qwen-Image-2.1 in Diffusers, random weights: smallest "
+                                        "swept cap (GiB) per reference count", verb="fit")
+    return FIGURE.as_posix(), svg
 
 
 def _per_reference(items: list[KvPerReference]) -> list[KvRefRow]:

@@ -26,6 +26,9 @@ def render_outputs(project: Project) -> dict[Path, str]:
         outputs.update({Path(t.path): t.svg for t in section.timelines})
     outputs.update({Path(e.figure.path): e.figure.svg for e in context["emulations"].values()
                     if e.figure})
+    diffusers = context["diffusers"]
+    if diffusers is not None and diffusers.figure_path:
+        outputs[Path(diffusers.figure_path)] = diffusers.figure_svg
     return outputs
 
 
