@@ -334,7 +334,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     sweep = []
     for profile in hosts.diffusers_profiles:
         caps = sorted({r.cap_mib for r in all_runs if r.profile == profile and r.cap_mib})
-        if len(caps) > 1:
+        if caps:
             needs = min_caps(all_runs, profile)
             sweep.append(SweepRow(profile, ", ".join(_gib(c) for c in caps),
                                   [needs[n].text() if n in needs else "—" for n in columns]))
