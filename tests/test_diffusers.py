@@ -259,3 +259,68 @@ def test_probe_baseline_lays_out_its_images_and_quality_refuses_random_weights_b
                      "--baseline-attempt", attempt.id])
     err = capsys.readouterr().err
     assert code == 3 and f"baseline attempt {attempt.id!r} was made with random weights" in err
+
+
+SNAPSHOT_HOST = textwrap.dedent('''
+    [hosts.tiny-snapshot]
+    name = "the tiny model from a snapshot"
+    hostname = "(any)"
+    gpu = "none (the CPU)"
+    compute_capability = "0.0"
+    vram_gb = 1
+    python_provider = "the probe's own Python"
+    serve_flag_sets = []
+    diffusers_profiles = ["tiny-cpu"]
+    offline_command = ["{python}", "{runner}"]
+    [hosts.tiny-snapshot.diffusers]
+    weights = "snapshot"
+''')
+
+
+def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_its_output(
+        project, tmp_path, monkeypatch):
+    """Snapshot weights: the pipeline saved, laid out as the hub cache keeps the pinned revision,
+    loaded offline by the runner; its records are real weights', so the structure gate applies."""
+    import sys
+
+    from omniprobe.harness.offline import RUNNER
+
+    from .env_scaffold import make_hf_cache
+
+    sys.path.insert(0, str(RUNNER.parent))
+    import offline_runner
+    from diffusers_engine import DiffusersEngine
+
+    configs = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_configs()
+    engine = DiffusersEngine("random", {"profile": {"offload": "none"}, "weights": {
+        "kind": "random", "seed": 0, "configs": configs}},
+        open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
+    saved = tmp_path / "saved"
+    engine.pipe.save_pretrained(saved)
+    files = {p.relative_to(saved).as_posix(): p.read_bytes() for p in saved.rglob("*")
+             if p.is_file()}
+    revision = "790c9263" + "0" * 32  # hosts.toml pins Qwen/Qwen-Image-2.1@790c9263
+    snapshot = make_hf_cache(tmp_path / "hub", "Qwen/Qwen-Image-2.1", revision, files)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with open(project.hosts_file, "a") as handle:
+        handle.write(SNAPSHOT_HOST)
+    code, out = in_process(project, ["probe-offline", "--host", "tiny-snapshot",
+                                     "--fixture", "standin-t2i"])
+    assert code == 0, out
+    loaded, [attempt] = attempts(project, "tiny-snapshot")
+    served = attempt.meta.environment.served
+    assert (served.source, served.model, served.revision) == ("pinned", str(snapshot), revision)
+    [record] = attempt.offline_requests
+    assert record.outcome == "ok" and record.weights == "snapshot"
+    # The gate applies to a snapshot's output: this one holds random values, so it is noise.
+    assert record.image is not None and record.quality == record.image.verdict == "broken"
+
+
+def test_a_snapshot_host_without_its_snapshot_is_refused_before_any_attempt(project, tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    with open(project.hosts_file, "a") as handle:
+        handle.write(SNAPSHOT_HOST)
+    code, out = in_process(project, ["probe-offline", "--host", "tiny-snapshot"])
+    assert code == 3 and "no single snapshot of Qwen/Qwen-Image-2.1@790c9263" in out, out
+    assert not (project.evidence_dir / "tiny-snapshot").exists()

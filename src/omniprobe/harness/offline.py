@@ -24,7 +24,7 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -37,7 +37,7 @@ from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host, session_venv
 from omniprobe.digests import sha256_json
-from omniprobe.env.checks import require_env_ok
+from omniprobe.env.checks import hf_cache_dir, pinned_snapshot, require_env_ok
 from omniprobe.env.simulated import sim_env_digest
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
@@ -636,6 +636,8 @@ def offline_environment(ctx: Context, options: OfflineOptions, command: list[str
     if configs is not None:
         served = ServedModel(model="random", source="random", configs=configs.folder,
                              config_digests=configs.digests, init_seed=host.diffusers.init_seed)
+    elif options.model is None and host.diffusers is not None:
+        served = pinned_served(ctx)
     else:
         served = ServedModel(model=redact_text(options.model or ctx.cfg.stack.model_repo),
                              source="by_hand")
@@ -644,6 +646,22 @@ def offline_environment(ctx: Context, options: OfflineOptions, command: list[str
                           "runner": command})
     return AttemptEnvironment(digest=digest, served=served, packages=packages,
                               allocator_variable=facts.get("allocator_variable")), facts
+
+
+class SnapshotMissing(Refusal):
+    """A snapshot-weight host whose pinned snapshot is not in the hub cache."""
+
+
+def pinned_served(ctx: Context) -> ServedModel:
+    """The pinned snapshot's folder in the hub cache, as a Diffusers host with snapshot weights
+    loads it (the repo id would resolve through the cache's `main` ref, which need not be the
+    pin); refused, naming the cache, when it is not there exactly once."""
+    snapshot = pinned_snapshot(ctx.cfg)
+    if snapshot is None:
+        raise SnapshotMissing(f"no single snapshot of {ctx.cfg.stack.model_snapshot} in the hub "
+                              f"cache {hf_cache_dir()}: fetch it there, or pass --model PATH")
+    return ServedModel(model=str(snapshot.snapshot_path), source="pinned",
+                       revision=snapshot.commit_hash)
 
 
 class OfflineSession(Session):
@@ -671,6 +689,8 @@ class OfflineSession(Session):
                                      nvml=self.nvml, out=ctx.out)
         self.environment, _ = offline_environment(ctx, self.options, self.runner, configs,
                                                    nvml=self.nvml)
+        if self.environment.served.source == "pinned":  # the runner loads the snapshot folder
+            self.settings = replace(self.settings, model=self.environment.served.model)
         for entry in self.entries:  # a profile's allocator variable is the runner's torch's
             entry.runner_env(self.environment.allocator_variable)
         self.plans = {e.name: [Planned(f, s) for f in fixtures for s in
