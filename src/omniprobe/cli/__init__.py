@@ -11,6 +11,7 @@ from typing import TextIO
 
 from omniprobe.config.project import NoProject, find_project
 from omniprobe.errors import InputError, Interrupted, OmniprobeError, Problem
+from omniprobe.limits import MAX_SEED, MAX_WAIT_S
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -27,7 +28,7 @@ def _number(text: str, convert, *, low: float, high: float, low_open: bool, what
 
 def seconds(text: str) -> float:
     """A positive, finite number of seconds (0, negatives, nan and inf are refused)."""
-    return _number(text, float, low=0, high=7 * 24 * 3600, low_open=True,
+    return _number(text, float, low=0, high=MAX_WAIT_S, low_open=True,
                    what="a number of seconds above 0 and at most a week")
 
 
@@ -51,8 +52,8 @@ def index(text: str) -> int:
 
 
 def seed(text: str) -> int:
-    return _number(text, int, low=0, high=2**63 - 1, low_open=False,
-                   what="a seed from 0 to 2**63-1")
+    return _number(text, int, low=0, high=MAX_SEED, low_open=False,
+                   what=f"a seed from 0 to {MAX_SEED} (2**32-1)")
 
 
 def _validate(args: argparse.Namespace) -> int:

@@ -9,9 +9,11 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from omniprobe.config.inside_path import InsidePath
+from omniprobe.config.names import Name
 from omniprobe.config.sources import SourceDocument
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+from omniprobe.limits import MAX_SEED
 from omniprobe.safe_io import confine, load_json, read_bytes
 
 # Where a request's inputs come from: the fixture's own, as its source states them (or as a user
@@ -25,8 +27,8 @@ class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-# Seeds as torch takes them (a 64-bit generator seed).
-Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+# Seeds as every generator of the stacks takes them (omniprobe.limits).
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 # Pixels per side: above any output the served model makes, below what would exhaust memory.
 MAX_SIDE_PX = 4096
 MAX_REFERENCE_BYTES = 64 * 1024**2  # a 4096x4096 RGBA PNG stored raw is 64 MiB
@@ -57,7 +59,7 @@ class Derivation(_Input):
 
 
 class Fixture(_Input):
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    id: Name
     kind: Literal["edit", "t2i"]
     reference_count: int = Field(ge=0, le=64)
     source_name: str = Field(description="What the source calls this fixture.")
@@ -130,6 +132,13 @@ class Fixture(_Input):
 
 class Sampling(_Input):
     seeds: list[Seed] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _seeds_once(self) -> Sampling:
+        repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
+        if repeated:  # each seed is one request per cell: a repeat would be a second record
+            raise ValueError(f"seeds must each appear once; repeated: {repeated}")
+        return self
     num_inference_steps: int = Field(gt=0, le=1000)
     true_cfg_scale: float = Field(ge=0)
     negative_prompt: Literal[False] = Field(description="The report sends no negative prompt.")

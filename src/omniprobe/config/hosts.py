@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import string
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
@@ -17,7 +17,9 @@ from pydantic import (
 )
 
 from omniprobe.config.inside_path import InsidePath
+from omniprobe.config.names import Name
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+from omniprobe.limits import MAX_ISSUE, MAX_MIB, MAX_VRAM_GB, MAX_WAIT_S
 from omniprobe.safe_io import load_toml
 
 
@@ -28,6 +30,12 @@ class UnknownHost(Refusal):
 class _Input(BaseModel):
     # Strict when loaded (load_hosts): no coercion of "8091" or true to an int; finite floats.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+Issue = Annotated[int, Field(ge=1, le=MAX_ISSUE)]
+# A simulated capacity, size or cap in MiB: at most 2**40 bytes (omniprobe.limits).
+Mib = Annotated[int, Field(ge=0, le=MAX_MIB)]
+PositiveMib = Annotated[int, Field(gt=0, le=MAX_MIB)]
 
 
 class Stack(_Input):
@@ -100,9 +108,10 @@ class Serve(_Input):
     ready_path: str | None = Field(
         default=None, description="Optional readiness endpoint of newer builds (e.g. /ready)."
     )
-    ready_timeout_s: float = Field(default=1200, gt=0, description="Longer init: a timeout.")
-    request_timeout_s: float = Field(default=900, gt=0)
-    stop_grace_s: float = Field(default=15, ge=0, description="SIGTERM to SIGKILL.")
+    ready_timeout_s: float = Field(default=1200, gt=0, le=MAX_WAIT_S,
+                                   description="Longer init: a timeout.")
+    request_timeout_s: float = Field(default=900, gt=0, le=MAX_WAIT_S)
+    stop_grace_s: float = Field(default=15, ge=0, le=3600, description="SIGTERM to SIGKILL.")
 
     @field_validator("command")
     @classmethod
@@ -149,20 +158,20 @@ class OfflineKwargSet(_Input):
 class SimCapacity(_Input):
     """The simulated server's capacity model (MiB and seconds); only a simulated host has one."""
 
-    vram_mib: int = Field(gt=0, description="Memory of the modelled card.")
-    context_mib: int = Field(ge=0, description="CUDA context and other non-PyTorch memory.")
-    init_chunk_mib: int = Field(gt=0, description="Size of each parameter allocation at init.")
-    dit_mib: dict[str, int] = Field(description="Resident DiT weights by precision (bf16, ...).")
-    encoder_mib: dict[str, int] = Field(
+    vram_mib: PositiveMib = Field(description="Memory of the modelled card.")
+    context_mib: Mib = Field(description="CUDA context and other non-PyTorch memory.")
+    init_chunk_mib: PositiveMib = Field(description="Size of each parameter allocation at init.")
+    dit_mib: dict[str, Mib] = Field(description="Resident DiT weights by precision (bf16, ...).")
+    encoder_mib: dict[str, Mib] = Field(
         description="Text-encoder weights by precision; off the GPU under --enable-cpu-offload."
     )
-    activation_mib: int = Field(ge=0, description="Working memory of every request.")
-    reference_mib: int = Field(ge=0, description="Conditioning cache per reference image.")
-    spike_mib: int = Field(gt=0, description="The per-step activation spike (image MLP).")
-    kv_reference_mib: int = Field(
-        default=0, ge=0, description="Of reference_mib, the conditioning KV cache that "
-                                     "prefix_kv_cache_dtype quantizes (fp8_v: its V half).")
-    layerwise_mib: int = Field(ge=0, description="Extra staging under --enable-layerwise-offload.")
+    activation_mib: Mib = Field(description="Working memory of every request.")
+    reference_mib: Mib = Field(description="Conditioning cache per reference image.")
+    spike_mib: PositiveMib = Field(description="The per-step activation spike (image MLP).")
+    kv_reference_mib: Mib = Field(
+        default=0, description="Of reference_mib, the conditioning KV cache that "
+                               "prefix_kv_cache_dtype quantizes (fp8_v: its V half).")
+    layerwise_mib: Mib = Field(description="Extra staging under --enable-layerwise-offload.")
     collapsed: list[str] = Field(default=[], description="Precisions whose outputs collapse.")
     init_s: float = Field(ge=0, description="Modelled init time.")
     reference_s: float = Field(ge=0, description="Modelled prefill time per reference.")
@@ -189,8 +198,8 @@ class Emulation(_Input):
     emulates: str | None = Field(
         default=None, description="The host entry it emulates; its flag sets and offline kwarg "
                                   "sets are taken (and, for a simulated one, its capacity model).")
-    capacity_mib: int | None = Field(
-        default=None, gt=0, description="The emulated capacity; default: the emulated host's "
+    capacity_mib: PositiveMib | None = Field(
+        default=None, description="The emulated capacity; default: the emulated host's "
                                         "(vram_gb GiB, or a simulated host's vram_mib).")
     mechanism: Literal["memory-fraction", "sim-account"] = Field(
         description="memory-fraction: a startup hook on the server's PYTHONPATH caps PyTorch in "
@@ -211,8 +220,9 @@ class Host(_Input):
     hostname: str
     gpu: str
     compute_capability: str = Field(pattern=r"^\d+\.\d+$")
-    vram_gb: int = Field(gt=0, description="Nominal VRAM as marketed (GB).")
-    host_ram_gib: float | None = Field(default=None, description="null: not stated.")
+    vram_gb: int = Field(gt=0, le=MAX_VRAM_GB, description="Nominal VRAM as marketed (GB).")
+    host_ram_gib: float | None = Field(default=None, gt=0, le=MAX_MIB,
+                                       description="null: not stated.")
     host_ram_note: str | None = None
     python_provider: str = Field(description="How the pinned Python is provided on this host.")
     simulated: bool = False
@@ -274,11 +284,11 @@ class Report(_Input):
 
     title: str
     downstream_repo: str
-    serving_profile_issue: int
-    topology_issue: int
-    retention_issue: int
-    upstream_issue: int
-    earlier_probe_issue: int
+    serving_profile_issue: Issue
+    topology_issue: Issue
+    retention_issue: Issue
+    upstream_issue: Issue
+    earlier_probe_issue: Issue
 
 
 class ProbeSettings(_Input):
@@ -441,10 +451,10 @@ class HostsConfig(_Input):
     serve: Serve
     probe: ProbeSettings
     report: Report
-    hosts: dict[str, Host]
-    flag_sets: dict[str, FlagSet]
-    deploy_configs: dict[str, DeployConfig] = {}
-    offline_kwarg_sets: dict[str, OfflineKwargSet] = {}
+    hosts: dict[Name, Host]
+    flag_sets: dict[Name, FlagSet]
+    deploy_configs: dict[Name, DeployConfig] = {}
+    offline_kwarg_sets: dict[Name, OfflineKwargSet] = {}
     quality: ImageChecks = ImageChecks()
     env: EnvConfig | None = Field(
         default=None, description="The probe environment build; null: not configured."
@@ -509,6 +519,8 @@ _INHERITED = ("serve_flag_sets", "offline_kwarg_sets", "simulated", "capacity")
 def _toml_loc(loc) -> str:
     """A pydantic location as the TOML table and key a user would look for."""
     parts = [str(p) for p in loc]
+    if len(parts) == 3 and parts[2] == "[key]":  # the table's name itself
+        return f"[{parts[0]}] name {parts[1]!r}"
     if len(parts) >= 3 and parts[:2] == ["env", "install"]:
         item = f"[[env.install]] item {parts[2]}"
         return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item

@@ -8,6 +8,7 @@ from omniprobe.config.fixtures import FixtureSuite, load_fixtures, reference_pro
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
+from omniprobe.evidence.consistency import consistency_problems
 from omniprobe.evidence.migrations import content_path
 from omniprobe.evidence.models import (
     ATTEMPT_FILE,
@@ -222,6 +223,9 @@ def load_project(project: Project) -> tuple[Loaded | None, list[Problem]]:
     for attempt in evidence.attempts:
         problems.extend(_refs(attempt, hosts, fixtures, ids))
         problems.extend(_repeats(attempt))
+        host = hosts.hosts.get(attempt.host)
+        if host is not None:
+            problems.extend(consistency_problems(attempt, host, evidence))
     return Loaded(hosts, fixtures, evidence), problems
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from omniprobe.config.fixtures import MAX_REFERENCE_BYTES, Fixture, ReferenceIma
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import OomSignature, Outcome
-from omniprobe.safe_io import MissingFile, confine, read_bytes
+from omniprobe.safe_io import MissingFile, confine, json_loads, read_bytes
 
 EDITS_PATH = "/v1/images/edits"
 GENERATIONS_PATH = "/v1/images/generations"
@@ -119,7 +118,7 @@ def parse_success(content: bytes, wall_s: float) -> Reply:
 
     Whether the bytes decode as an image is checked where its pixels are hashed."""
     try:
-        body = json.loads(content)
+        body = json_loads(content)
         b64 = body["data"][0]["b64_json"]
         image = base64.b64decode(b64, validate=True)
     except (ValueError, KeyError, IndexError, TypeError, binascii.Error) as exc:

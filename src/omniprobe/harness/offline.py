@@ -52,6 +52,7 @@ from omniprobe.harness.sampler import NvmlUnavailable, wait_idle
 from omniprobe.harness.server import ServerProcess, classify_exit
 from omniprobe.harness.session import Context, Session, SessionOptions, run_session
 from omniprobe.redaction import redact_file, redact_text
+from omniprobe.safe_io import json_loads
 
 RUNNER = Path(__file__).with_name("offline_runner.py")
 ATTEMPT_SUFFIX = "-offline"
@@ -172,7 +173,7 @@ class Events:
         *lines, self._partial = (self._partial + data).split(b"\n")
         for line in filter(bytes.strip, lines):
             try:
-                event = json.loads(line)
+                event = json_loads(line)
             except ValueError:
                 raise RunnerProtocolError(f"{self.path}: not a JSON line: {line[:200]!r}") from None
             if not isinstance(event, dict) or "event" not in event:

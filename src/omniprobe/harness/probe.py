@@ -369,7 +369,8 @@ class ServeProbe:
                 sampler.start()
             init = server.wait_ready(self.settings.ready_timeout_s, self.settings.poll_s)
             record = ServerLifetime(session=session, started_at=started_at,
-                                    command=redact_args(command), init=init)
+                                    command=redact_args(command), init=init,
+                                    request_timeout_s=self.settings.request_timeout_s)
             self._put_lifetime(flag_set, index, record)
             yield Live(server, init, index, t0, folder, guard)
         finally:
