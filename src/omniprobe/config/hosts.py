@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -83,6 +84,67 @@ def _check_placeholders(command: list[str] | None, known: frozenset[str]) -> lis
     return command
 
 
+# What the harness passes the server itself (harness/server.py server_command): a flag set that
+# gave one again would win, being later, and listen elsewhere or serve another name.
+HARNESS_OPTIONS = ("--host", "--port", "--served-model-name", "--enforce-eager", "--deploy-config")
+
+
+def harness_option(arg: str) -> str | None:
+    """The harness option `arg` names, as argparse would read it: `--opt`, `--opt=value`, with
+    `_` for `-`, or an abbreviation argparse expands (`--ho`)."""
+    if not arg.startswith("--") or arg == "--":
+        return None
+    name = arg.split("=", 1)[0].replace("_", "-")
+    return next((option for option in HARNESS_OPTIONS
+                 if option == name or (len(name) > 3 and option.startswith(name))), None)
+
+
+# Variables that change what code a process loads: a flag or kwarg set sets one only when
+# hosts.toml marks it deliberate.
+LOADER_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME",
+                        "PYTHONSTARTUP"})
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh",
+                    "busybox"})
+# The prefix of every variable omniprobe itself defines.
+OWN_ENV_PREFIX = "OMNIPROBE_"
+
+
+def _not_a_shell(command: list[str] | None) -> list[str] | None:
+    """A command is a program and its arguments: a shell would run its arguments as shell text
+    (the harness never uses one), `env` in front of one included."""
+    programs = list(command or [])[:1]
+    if programs and Path(programs[0]).name == "env":
+        programs = [part for part in command[1:] if "=" not in part and not part.startswith("-")][:1]
+    for program in programs:
+        if Path(program).name in SHELLS:
+            raise ValueError(f"{program!r} is a shell, which would run its arguments as shell "
+                             "text; give the program itself and its arguments")
+    return command
+
+
+def _deliberate_env(env: dict[str, str], deliberate: list[str]) -> None:
+    loaders = sorted(set(env) & LOADER_ENV - set(deliberate))
+    if loaders:
+        raise ValueError(f"env sets {', '.join(loaders)}, which change(s) what code the process "
+                         "loads; list it in deliberate_env if that is meant")
+    unset = sorted(set(deliberate) - set(env))
+    if unset:
+        raise ValueError(f"deliberate_env names {', '.join(unset)}, which env does not set")
+
+
+def url_path(value: str) -> str:
+    """A server path such as '/health': it starts with one '/', holds only letters, digits and
+    `-._~/`, and no `..` segment (so no '@', scheme, host, query or escape can redirect it)."""
+    if not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value) or value.startswith("//") or ".." in (
+            value.split("/")):
+        raise ValueError(f"expected a path on the server such as '/health': starting with '/', "
+                         f"of letters, digits and -._~/ only, no '//' or '..'; got {value!r}")
+    return value
+
+
+ServerPath = Annotated[str, AfterValidator(url_path)]
+
+
 class ArgsCheck(_Input):
     """How the env preflight sees that the serve command's parser accepts a flag set's arguments
     without starting a server."""
@@ -104,8 +166,8 @@ class Serve(_Input):
     port: int = Field(ge=1, le=65535)
     enforce_eager: bool
     served_model_name: str
-    health_path: str = "/health"
-    ready_path: str | None = Field(
+    health_path: ServerPath = "/health"
+    ready_path: ServerPath | None = Field(
         default=None, description="Optional readiness endpoint of newer builds (e.g. /ready)."
     )
     ready_timeout_s: float = Field(default=1200, gt=0, le=MAX_WAIT_S,
@@ -116,7 +178,7 @@ class Serve(_Input):
     @field_validator("command")
     @classmethod
     def _known_placeholders(cls, command: list[str]) -> list[str]:
-        return _check_placeholders(command, SERVE_PLACEHOLDERS)
+        return _not_a_shell(_check_placeholders(command, SERVE_PLACEHOLDERS))
 
 
 class DeployConfig(_Input):
@@ -139,9 +201,28 @@ class FlagSet(_Input):
     description: str
     args: list[str] = []
     env: dict[str, str] = {}
+    deliberate_env: list[str] = Field(
+        default=[], description="Variables of env that change what code the server loads "
+                                "(LD_PRELOAD, PYTHONPATH, ...), set on purpose.")
     deploy_config: str | None = Field(
         default=None, description="Name of a [deploy_configs] entry passed as --deploy-config."
     )
+
+    @field_validator("args")
+    @classmethod
+    def _not_the_harness_options(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            option = harness_option(arg)
+            if option is not None:
+                raise ValueError(f"{arg!r} gives {option}, which the harness passes itself "
+                                 f"(every server gets {', '.join(HARNESS_OPTIONS)} from it; "
+                                 "deploy_config names a deploy config)")
+        return args
+
+    @model_validator(mode="after")
+    def _loader_env_deliberate(self) -> FlagSet:
+        _deliberate_env(self.env, self.deliberate_env)
+        return self
 
 
 class OfflineKwargSet(_Input):
@@ -153,6 +234,14 @@ class OfflineKwargSet(_Input):
         description="Omni(...) kwargs; absent when the source does not state them (not runnable).",
     )
     env: dict[str, str] = {}
+    deliberate_env: list[str] = Field(
+        default=[], description="Variables of env that change what code the runner loads "
+                                "(LD_PRELOAD, PYTHONPATH, ...), set on purpose.")
+
+    @model_validator(mode="after")
+    def _loader_env_deliberate(self) -> OfflineKwargSet:
+        _deliberate_env(self.env, self.deliberate_env)
+        return self
 
 
 class SimCapacity(_Input):
@@ -251,7 +340,7 @@ class Host(_Input):
                     "traceback elsewhere in upstream code is the server software's).",
     )
     memory_file_env: str | None = Field(
-        default=None, pattern=r"^[A-Z_][A-Z0-9_]*$",
+        default=None, pattern=rf"^{OWN_ENV_PREFIX}[A-Z0-9_]+$",
         description="The environment variable that tells the host's server (or offline runner) "
                     "the file to publish its memory in, where NVML cannot see it (a simulated "
                     "host); the sampler reads that file instead of NVML. null: NVML.",
@@ -260,12 +349,12 @@ class Host(_Input):
     @field_validator("serve_command")
     @classmethod
     def _serve_placeholders(cls, command: list[str] | None) -> list[str] | None:
-        return _check_placeholders(command, SERVE_PLACEHOLDERS)
+        return _not_a_shell(_check_placeholders(command, SERVE_PLACEHOLDERS))
 
     @field_validator("offline_command")
     @classmethod
     def _offline_placeholders(cls, command: list[str] | None) -> list[str] | None:
-        return _check_placeholders(command, OFFLINE_PLACEHOLDERS)
+        return _not_a_shell(_check_placeholders(command, OFFLINE_PLACEHOLDERS))
 
     @model_validator(mode="after")
     def _capacity_iff_simulated(self) -> Host:

@@ -20,6 +20,7 @@ from omniprobe.config.fixtures import MAX_REFERENCE_BYTES, Fixture, ReferenceIma
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import OomSignature, Outcome
+from omniprobe.harness.urls import url
 from omniprobe.safe_io import MissingFile, confine, json_loads, read_bytes
 
 EDITS_PATH = "/v1/images/edits"
@@ -148,11 +149,11 @@ def send(base_url: str, fixture: Fixture, seed: int, sampling: Sampling, fixture
     if fixture.kind == "edit":
         files = [(IMAGE_PART, (name, data, "image/png"))
                  for name, data in load_references(fixture, fixtures_dir)]
-        call = {"url": base_url + EDITS_PATH, "data": fields, "files": files}
+        call = {"url": url(base_url, EDITS_PATH), "data": fields, "files": files}
     else:
         body = {**fields, "seed": seed, "num_inference_steps": sampling.num_inference_steps,
                 "true_cfg_scale": sampling.true_cfg_scale, "return_stage_metrics": True}
-        call = {"url": base_url + GENERATIONS_PATH, "json": body}
+        call = {"url": url(base_url, GENERATIONS_PATH), "json": body}
     started = time.perf_counter()
     try:
         response = http.post(**call, timeout=timeout_s)

@@ -86,6 +86,7 @@ from omniprobe.harness.server import (
     server_env,
 )
 from omniprobe.harness.session import Context, ServerOptions, Session, run_session
+from omniprobe.harness.urls import base_url, url
 from omniprobe.redaction import redact_args, redact_file, redact_text
 
 ReaderFactory = Callable[[Path], GpuReader]
@@ -265,7 +266,7 @@ class ServeProbe:
         self.readers = readers or default_readers(self.host)
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.baseline: int | None = None
-        self.base_url = f"http://{cfg.serve.bind_host}:{settings.port}"
+        self.base_url = base_url(cfg.serve.bind_host, settings.port)
         self.http = requests.Session()
         self.recorder = Recorder()
         self.refused: list[str] = []
@@ -487,7 +488,7 @@ class ServeProbe:
         if live.server.returncode() is not None:
             return False
         try:
-            status = self.http.get(self.base_url + self.cfg.serve.health_path, timeout=5)
+            status = self.http.get(url(self.base_url, self.cfg.serve.health_path), timeout=5)
         except requests.RequestException:
             return False
         return status.status_code == 200
