@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TextIO
 
 from omniprobe.config.project import NoProject, find_project
-from omniprobe.errors import InputError, Interrupted, OmniprobeError, Problem
+from omniprobe.errors import EnvironmentFailure, InputError, Interrupted, OmniprobeError, Problem
 from omniprobe.limits import MAX_SEED, MAX_WAIT_S
 
 Command = Callable[[argparse.Namespace], int]
@@ -39,8 +39,8 @@ def grace_seconds(text: str) -> float:
 
 
 def hertz(text: str) -> float:
-    return _number(text, float, low=0, high=1000, low_open=True,
-                   what="a rate in Hz above 0 and at most 1000")
+    return _number(text, float, low=0.1, high=1000, low_open=False,
+                   what="a rate in Hz from 0.1 to 1000")
 
 
 def port(text: str) -> int:
@@ -526,6 +526,10 @@ def run_command(command: Callable[[], int], out: TextIO | None = None) -> int:
         for line in exc.lines():
             print(f"error: {line}", file=out)
         return exc.exit_code
+    except OSError as exc:  # the file system refused: a folder where a file belongs, no space
+        where = exc.filename if exc.filename is not None else "the file system"
+        print(f"error: {Problem(str(where), '', exc.strerror or str(exc))}", file=out)
+        return EnvironmentFailure.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=out)
         return Interrupted.exit_code

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
+from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from omniprobe.config.inside_path import InsidePath
@@ -32,6 +34,7 @@ Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 # Pixels per side: above any output the served model makes, below what would exhaust memory.
 MAX_SIDE_PX = 4096
 MAX_REFERENCE_BYTES = 64 * 1024**2  # a 4096x4096 RGBA PNG stored raw is 64 MiB
+MAX_REFERENCE_PIXELS = MAX_SIDE_PX**2  # hosts.toml [probe] max_reference_pixels: its default
 
 
 class FixtureNotRunnable(Refusal):
@@ -228,10 +231,33 @@ def check_stand_in(standin: Fixture, original: Fixture | None) -> None:
                              f"{original.id!r} does not state it")
 
 
-def reference_problems(suite: FixtureSuite, fixtures_file: Path,
+def reference_file_problem(path: Path, data: bytes, max_pixels: int) -> str | None:
+    """What makes a reference file unfit to send, or None: it must be a file of its own (one
+    link: a hard link may be a file outside fixtures/), decode completely with Pillow, and hold
+    at most `max_pixels` pixels (hosts.toml [probe] max_reference_pixels)."""
+    links = path.stat().st_nlink
+    if links != 1:
+        return (f"{path.name}: has {links} hard links; a reference is a file of its own in "
+                "fixtures/ (copy it there)")
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            width, height = img.size  # from the header: nothing is decoded yet
+            if width * height > max_pixels:
+                return (f"{path.name}: {width}x{height} is {width * height} pixels, over the "
+                        f"limit of {max_pixels} (hosts.toml [probe] max_reference_pixels)")
+            img.load()
+    except Image.UnidentifiedImageError:
+        return f"{path.name}: not an image Pillow can identify"
+    except (OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
+        return f"{path.name}: does not decode completely: {exc}"
+    return None
+
+
+def reference_problems(suite: FixtureSuite, fixtures_file: Path, max_pixels: int,
                        wanted: Callable[[Fixture], bool] | None = None) -> list[Problem]:
     """Every bound reference of the wanted fixtures whose file is missing, lies outside the
-    fixtures folder, or whose bytes do not match its pinned sha256."""
+    fixtures folder, is not a decodable image of its own within `max_pixels`, or whose bytes do
+    not match its pinned sha256."""
     problems = []
     base = fixtures_file.parent
     for i, fixture in enumerate(suite.fixtures):
@@ -252,6 +278,10 @@ def reference_problems(suite: FixtureSuite, fixtures_file: Path,
                 problems.append(Problem(str(fixtures_file), f"{where}.sha256",
                                         f"{ref.file}: sha256 differs from the pinned "
                                         f"{ref.sha256[:12]}… (the file's: {digest[:12]}…)"))
+                continue
+            unfit = reference_file_problem(path, data, max_pixels)
+            if unfit is not None:
+                problems.append(Problem(str(fixtures_file), f"{where}.file", unfit))
     return problems
 
 

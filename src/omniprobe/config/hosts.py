@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from omniprobe.config.fixtures import MAX_REFERENCE_PIXELS
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.names import Name
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
@@ -384,6 +385,10 @@ class ProbeSettings(_Input):
     """hosts.toml [probe] (the serve probe itself is harness/probe.py's ServeProbe)."""
 
     target_reference_count: int = Field(ge=1)
+    max_reference_pixels: int = Field(
+        default=MAX_REFERENCE_PIXELS, gt=0, le=MAX_REFERENCE_PIXELS,
+        description="The most pixels a reference image may hold; a larger one is refused before "
+                    "it is decoded or sent.")
 
 
 LAYOUT_PLACEHOLDERS = frozenset({"fixture", "source_name", "seed"})

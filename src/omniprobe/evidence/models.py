@@ -294,8 +294,11 @@ class TimelineSummary(_In):
     """A GPU memory series of one server lifetime, summarised; the full series is an artifact."""
 
     sampler: str = Field(description="What was read, e.g. 'NVML' or the sim's modelled memory.")
-    state: Literal["sampled", "unavailable"]
-    reason: str | None = Field(default=None, description="Why nothing could be sampled.")
+    state: Literal["sampled", "unavailable", "incomplete"] = Field(
+        description="incomplete: the sampler died during the lifetime; its series is cut short "
+                    "and its peak is no peak of the lifetime.")
+    reason: str | None = Field(default=None, description="Why nothing (or not everything) could "
+                                                         "be sampled.")
     target_hz: float = Field(gt=0)
     rate_hz: float | None = Field(default=None, ge=0, description="The rate achieved.")
     samples: int = Field(ge=0)

@@ -16,7 +16,13 @@ from pathlib import Path
 import requests
 
 from omniprobe.analysis.oom import error_message, is_oom, parse_oom
-from omniprobe.config.fixtures import MAX_REFERENCE_BYTES, Fixture, ReferenceImage, Sampling
+from omniprobe.config.fixtures import (
+    MAX_REFERENCE_BYTES,
+    Fixture,
+    ReferenceImage,
+    Sampling,
+    reference_file_problem,
+)
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import OomSignature, Outcome
@@ -80,14 +86,23 @@ def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, byt
     return loaded
 
 
-def check_references(fixtures: list[Fixture], fixtures_dir: Path) -> None:
-    """Every reference of the fixtures against its pin, before any request (or attempt) exists."""
+def check_references(fixtures: list[Fixture], fixtures_dir: Path, *, max_pixels: int) -> None:
+    """Every reference of the fixtures against its pin, and as an image that decodes completely
+    within `max_pixels`, before any request (or attempt) exists: a file the server could not
+    read is the input's fault, not the server's."""
     problems = []
     for fixture in fixtures:
         try:
-            load_references(fixture, fixtures_dir)
+            loaded = load_references(fixture, fixtures_dir)
         except ReferenceMismatch as exc:
             problems += exc.problems
+            continue
+        for ref, (_, data) in zip(fixture.references or [], loaded, strict=True):
+            path = reference_path(fixture, ref, fixtures_dir)
+            unfit = reference_file_problem(path, data, max_pixels)
+            if unfit is not None:
+                problems.append(Problem(str(path), "", f"reference {ref.name!r} of fixture "
+                                                       f"{fixture.id!r}: {unfit}"))
     if problems:
         raise ReferenceMismatch(problems)
 

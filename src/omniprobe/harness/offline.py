@@ -489,7 +489,8 @@ class OfflineSession(Session):
         self.kwarg_sets, self.refused = check_kwarg_sets(ctx.cfg, ctx.host_name, ctx.host,
                                                          settings.kwarg_sets)
         fixtures = serve_fixtures(ctx.suite, ctx.host, settings.fixtures)
-        check_references(fixtures, ctx.project.fixtures_file.parent)
+        check_references(fixtures, ctx.project.fixtures_file.parent,
+                         max_pixels=ctx.cfg.probe.max_reference_pixels)
         seeds = settings.seeds or tuple(ctx.suite.sampling.seeds)
         self.plan = [Planned(f, s) for f in fixtures for s in seeds]
         self.runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,

@@ -39,7 +39,7 @@ from omniprobe.env.checks import failure_lines, hf_cache_dir, pinned_snapshot, r
 from omniprobe.env.manifest import env_digest, manifest_of
 from omniprobe.env.simulated import sim_env_digest, sim_preflight
 from omniprobe.env.state import EnvNotReady
-from omniprobe.errors import EnvironmentFailure, Refusal
+from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
 from omniprobe.evidence.models import (
     AttemptEnvironment,
@@ -213,6 +213,10 @@ def run_from_lifetimes(flag_set: str, lifetimes: list[ServerLifetime]) -> ServeR
                     gpu_sampler=", ".join(samplers) or None, lifetimes=lifetimes)
 
 
+class SamplerDied(HarnessError):
+    """The memory sampler ended before its server did: the lifetime's timeline is incomplete."""
+
+
 class RecordNotWritten(EnvironmentFailure):
     """A request's record or image could not be written (the disk is full or read-only)."""
 
@@ -361,6 +365,7 @@ class ServeProbe:
                                model_code=tuple(self.host.model_code))
         started_at = datetime.now(UTC)
         record = sampler = None
+        finished = False
         server.start()
         t0 = server.started  # one origin for the init time, the series and the requests
         try:
@@ -374,6 +379,7 @@ class ServeProbe:
                                     request_timeout_s=self.settings.request_timeout_s)
             self._put_lifetime(flag_set, index, record)
             yield Live(server, init, index, t0, folder, guard)
+            finished = True
         finally:
             ended = server.stop()
             self.recorder.drain()
@@ -388,6 +394,10 @@ class ServeProbe:
                     update={"ended": ended, "log": log, "timeline": timeline,
                             "deploy_config_ignored": self._deploy_ignored(flag_set,
                                                                           server.log_path)}))
+            if finished and timeline.state == "incomplete":
+                # Recorded as incomplete first; a peak read off a cut series would be a wrong one.
+                raise SamplerDied(f"[{flag_set}] {timeline.reason}; the timeline of server "
+                                  f"lifetime {index} is recorded as incomplete (re-run to resume)")
 
     # --- probe-init -----------------------------------------------------------------------
 
@@ -660,7 +670,8 @@ class ProbeSession(Session):
         check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
         if self.name == "probe-serve":
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
-            client.check_references(fixtures, ctx.project.fixtures_file.parent)
+            client.check_references(fixtures, ctx.project.fixtures_file.parent,
+                                    max_pixels=ctx.cfg.probe.max_reference_pixels)
         self.env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=self.options.model,
                                venv=self.options.venv, flag_sets=self.settings.flag_sets,
                                nvml=self.nvml, out=ctx.out)

@@ -185,6 +185,7 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
         self._owned: dict[tuple[int, int], bool] = {}  # a pid's ancestry is looked up once
         self.error: str | None = None
+        self.died: str | None = None  # why the thread ended before stop(): the series is cut
         self._written = 0  # lines in the series file
 
     def __enter__(self) -> Sampler:
@@ -206,6 +207,8 @@ class Sampler:
 
     def summary(self) -> TimelineSummary:
         summary = summarise(self.samples, self.hz, self.reader.label)
+        if self.died:
+            return summary.model_copy(update={"state": "incomplete", "reason": self.died})
         if self.error:
             summary = summary.model_copy(update={"reason": self.error})
         return summary
@@ -228,6 +231,14 @@ class Sampler:
                       process_mib=None if owned is None else owned / MIB)
 
     def _run(self) -> None:
+        """The thread: any way it ends before stop() is a death, recorded for the run to fail on
+        (a series cut short must not pass for the server's whole timeline)."""
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - whatever killed it is what the run says
+            self.died = f"the sampler died: {type(exc).__name__}: {exc}"
+
+    def _loop(self) -> None:
         interval = 1.0 / self.hz
         out = self._open()
         try:
@@ -235,8 +246,8 @@ class Sampler:
             while not self._stop.is_set():
                 try:
                     sample = self.sample()
-                except Exception as exc:  # a reader failing mid-run ends the series, not the probe
-                    self.error = f"sampling stopped: {type(exc).__name__}: {exc}"
+                except Exception as exc:  # a reader failing mid-run ends the series
+                    self.died = f"sampling stopped: {type(exc).__name__}: {exc}"
                     return
                 self.samples.append(sample)
                 if self.guard is not None:

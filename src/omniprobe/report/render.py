@@ -43,6 +43,7 @@ from omniprobe.analysis.verdicts import (
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import Cell, EmulationCheck, LoadedAttempt, StatedFigure
 from omniprobe.evidence.quantities import Range, size_mib
 from omniprobe.evidence.validate import Loaded, load_valid_project
@@ -465,7 +466,16 @@ def render_outputs(project: Project) -> dict[Path, str]:
     env = environment(project)
     env.globals["cfg"] = loaded.hosts
     context = build_context(loaded)
-    text = env.get_template(TEMPLATE).render(**context)
+    try:
+        text = env.get_template(TEMPLATE).render(**context)
+    except jinja2.TemplateNotFound as exc:
+        raise InputError([Problem(str(project.templates_dir / exc.name), "",
+                                  "template not found (templates/ holds the report's layout)")]
+                         ) from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise InputError([Problem(str(project.templates_dir / (exc.name or TEMPLATE)),
+                                  f"line {exc.lineno}", f"not a valid template: {exc.message}")]
+                         ) from None
     outputs = {Path("REPORT.md"): text}
     for section in context["sections"]:
         outputs.update({Path(t.path): t.svg for t in section.timelines})
