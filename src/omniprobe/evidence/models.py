@@ -331,6 +331,13 @@ class ServerLifetime(_In):
         default=None, gt=0, le=MAX_WAIT_S,
         description="The request timeout in force for this lifetime's requests (their walls are "
                     "bounded by it); null: not recorded (made before lifetimes recorded it).")
+    server_group: int | None = Field(
+        default=None, gt=0, description="The server's process group (its supervisor's pid): a "
+                                        "resume stops it if a killed probe left it running.")
+    server_started: str | None = Field(
+        default=None, pattern=r"^[0-9a-f-]+/\d+$",
+        description="When the supervisor started, '<boot id>/<clock ticks>' (Linux /proc): a "
+                    "reused pid is never taken for the server.")
 
 
 class ServeRun(_In):

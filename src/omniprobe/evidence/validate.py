@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omniprobe.config.fixtures import FixtureSuite, load_fixtures, reference_problems
-from omniprobe.config.hosts import HostsConfig, ProbeSettings, load_hosts
+from omniprobe.config.fixtures import (
+    MAX_REFERENCE_PIXELS,
+    FixtureSuite,
+    load_fixtures,
+    reference_problems,
+)
+from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.consistency import consistency_problems
@@ -212,7 +217,7 @@ def load_project(project: Project) -> tuple[Loaded | None, list[Problem]]:
     else:
         problems.extend(reference_problems(
             fixtures, project.fixtures_file,
-            (hosts.probe if hosts else ProbeSettings()).max_reference_pixels))
+            hosts.probe.max_reference_pixels if hosts else MAX_REFERENCE_PIXELS))
     evidence, found = load_evidence(project.evidence_dir)
     problems.extend(found)
     if hosts is None or fixtures is None:

@@ -38,6 +38,7 @@ from omniprobe.evidence.attempts import AttemptStore, file_ref, new_attempt
 from omniprobe.evidence.models import ArtifactRef, OfflineRequest, OfflineRun, write_section
 from omniprobe.evidence.quantities import Range
 from omniprobe.harness.client import check_references, reference_path
+from omniprobe.harness.interrupt import pause
 from omniprobe.harness.logs import log_tail
 from omniprobe.harness.probe import (
     MEMORY_FILE,
@@ -351,7 +352,7 @@ class OfflineProbe:
                 return (event, None) if event is not None else (None, f"exited {code}")
             if time.monotonic() >= deadline:
                 return None, "timeout"
-            time.sleep(self.settings.poll_s)
+            pause(self.settings.poll_s)
 
     def _init(self, label: str, name: str, runner: ServerProcess, events: Events,
               state: KwargSetState, progress: Progress) -> bool:

@@ -40,7 +40,7 @@ from omniprobe.env.manifest import env_digest, manifest_of
 from omniprobe.env.simulated import sim_env_digest, sim_preflight
 from omniprobe.env.state import EnvNotReady
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
-from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
+from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt, probe_attempts
 from omniprobe.evidence.models import (
     AttemptEnvironment,
     FailureCause,
@@ -50,8 +50,9 @@ from omniprobe.evidence.models import (
     ServerLifetime,
     ServeRun,
     TimelineSummary,
+    parse_file,
 )
-from omniprobe.harness import client
+from omniprobe.harness import client, interrupt
 from omniprobe.harness.emulation import (
     EmulationGuard,
     EmulationUnguarded,
@@ -59,6 +60,7 @@ from omniprobe.harness.emulation import (
     emulation_env,
     parse_caps_gib,
 )
+from omniprobe.harness.leftover import stop_leftovers
 from omniprobe.harness.logs import (
     DEPLOY_IGNORED_WARNING,
     deploy_config_ignored,
@@ -376,12 +378,14 @@ class ServeProbe:
             init = server.wait_ready(self.settings.ready_timeout_s, self.settings.poll_s)
             record = ServerLifetime(session=session, started_at=started_at,
                                     command=redact_args(command), init=init,
-                                    request_timeout_s=self.settings.request_timeout_s)
+                                    request_timeout_s=self.settings.request_timeout_s,
+                                    server_group=server.pid, server_started=server.started_at)
             self._put_lifetime(flag_set, index, record)
             yield Live(server, init, index, t0, folder, guard)
             finished = True
         finally:
             ended = server.stop()
+            self.http.close()  # its pooled connections were to the server just stopped
             self.recorder.drain()
             timeline = self._timeline(sampler, reason)
             if guard is not None:
@@ -509,8 +513,11 @@ class ServeProbe:
         returns whether the server can go on."""
         log_start = live.server.log_path.stat().st_size
         started_s = time.monotonic() - live.t0
-        reply = client.send(self.base_url, fixture, seed, self.suite.sampling, self.fixtures_dir,
-                            self.settings.request_timeout_s, session=self.http)
+        # In a worker thread: an interrupt ends the wait at once, and the lifetime's exit stops
+        # the server the abandoned request waits on.
+        reply = interrupt.call(client.send, self.base_url, fixture, seed, self.suite.sampling,
+                               self.fixtures_dir, self.settings.request_timeout_s,
+                               session=self.http)
         # After a timeout the server may still be busy with the request: start afresh.
         up = reply.outcome == "ok" or (reply.outcome != "timeout" and self._healthy(live))
         log = read_from(live.server.log_path, log_start)
@@ -597,6 +604,13 @@ def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
 
 
+def resumable_runs(project: Project, host_name: str, cap_mib: int | None) -> list[ServeRun]:
+    """The runs of the host's newest probe attempt (of the cap), the one a resume would take."""
+    existing = probe_attempts(project.evidence_dir / host_name, cap_mib)
+    runs = existing[-1] / "runs.json" if existing else None
+    return parse_file(runs) if runs is not None and runs.is_file() else []
+
+
 def init_settled(run: ServeRun | None) -> bool:
     """Whether a flag set's init is on record for good: ready, or failed for the card or the
     server software. One the environment failed (a full disk, a busy port) measured nothing
@@ -679,6 +693,9 @@ class ProbeSession(Session):
         # The server gets the model as given; the record holds it with its secrets redacted.
         self.settings = replace(self.settings,
                                 model=self.options.model or self.env.record.served.model)
+        if not self.options.fresh:  # the attempt a resume takes: a server it left is its own
+            for line in stop_leftovers(resumable_runs(ctx.project, ctx.host_name, self.cap_mib)):
+                print(line, file=ctx.out)
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
 
     def _plan(self, ctx: Context) -> tuple[list[str], list[tuple[str, int]]]:

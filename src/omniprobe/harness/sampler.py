@@ -22,6 +22,7 @@ from typing import Protocol, TextIO
 from omniprobe.analysis.series import Sample, summarise
 from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models import TimelineSummary
+from omniprobe.harness.interrupt import pause
 from omniprobe.harness.processes import alive
 
 MIB = 1024**2
@@ -313,7 +314,7 @@ def wait_idle(reader: GpuReader, baseline: int | None, *, timeout_s: float = 60,
             return used if baseline is None else baseline
         if time.monotonic() >= deadline:
             raise GpuBusy(_busy_message(reader, holders, used, baseline, timeout_s))
-        time.sleep(poll_s)
+        pause(poll_s)
 
 
 def _busy_message(reader: GpuReader, holders: dict[int, int | None], used: int,

@@ -27,6 +27,8 @@ from omniprobe.analysis.oom import MODEL_CODE, parse_oom
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.models import FailureCause, InitResult
+from omniprobe.harness.interrupt import pause
+from omniprobe.harness.leftover import started
 from omniprobe.harness.listening import listeners
 from omniprobe.harness.processes import alive
 from omniprobe.harness.urls import host_port, url
@@ -186,6 +188,7 @@ class ServerProcess:
         self.endpoints, self.grace_s, self.model_code = endpoints, grace_s, model_code
         self.proc: subprocess.Popen | None = None
         self.started = 0.0
+        self.started_at: str | None = None  # the supervisor's boot id and start ticks
         self._lifeline: int | None = None
         self.ended: str | None = None
 
@@ -221,6 +224,7 @@ class ServerProcess:
         finally:
             os.close(read_end)
         self.started = time.monotonic()
+        self.started_at = started(self.proc.pid)
 
     def returncode(self) -> int | None:
         return self.proc.poll() if self.proc else None
@@ -260,7 +264,7 @@ class ServerProcess:
             if elapsed >= timeout_s:
                 return InitResult(outcome="timeout", time_s=round(elapsed, 2),
                                   note=f"not ready after {timeout_s:g} s")
-            time.sleep(min(delay_s, max(0.0, timeout_s - elapsed)))
+            pause(min(delay_s, max(0.0, timeout_s - elapsed)))
             if elapsed >= 1.0:
                 delay_s = min(2 * delay_s, poll_s)
 
@@ -310,17 +314,3 @@ def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
 
-
-@contextlib.contextmanager
-def signals_interrupt():
-    """SIGTERM and SIGHUP stop a run the way Ctrl-C does, so every cleanup path runs."""
-
-    def interrupt(signum, frame) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
