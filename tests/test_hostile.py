@@ -5,8 +5,12 @@ command accepts it)."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import re
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -105,7 +109,11 @@ def duplicate_first(records: list) -> None:
 
 
 def contradict_first(records: list) -> None:
-    records.append({**records[0], "outcome": "oom", "quality": "unchecked"})
+    """A second record of the first one's cell that says OOM, consistent in itself."""
+    first = {k: v for k, v in records[0].items()
+             if k not in ("artifact", "image", "output_sha256", "pixels_sha256")}
+    records.append({**first, "outcome": "oom", "quality": "unchecked",
+                    "oom": {"phase": "request"}, "error": "CUDA out of memory"})
 
 
 # --- the cases ------------------------------------------------------------------------------
@@ -346,6 +354,416 @@ CASES = [
 ]
 
 
+# --- round 2 (issue 24): evidence that disagrees with itself, the harness's own options, URLs,
+# names, absurd numbers, secrets and environment, references, the file system ---------------
+
+EMULATED = "evidence/sim-emulated/2026-11-30T141034Z-sim-emulated-32768mib-probe"
+MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
+_REQUESTS = json.loads((Path(__file__).resolve().parent.parent / PROBE / "requests.json")
+                       .read_text())["requests"]
+SOUND = next(i for i, r in enumerate(_REQUESTS) if r["quality"] == "sound")
+BROKEN = next(i for i, r in enumerate(_REQUESTS) if r["quality"] == "broken")
+OOM = next(i for i, r in enumerate(_REQUESTS) if r["outcome"] == "oom")
+REQ = f"{PROBE}/requests.json"
+RUNS = f"{PROBE}/runs.json"
+CPUOFF = 1  # runs.json index of the probe attempt's cpuoff run
+TMP_NAME = re.compile(r"\.[^/\s]+\.[a-z0-9_]{8}\.tmp\b")  # a temp file of atomic.py
+
+
+def both(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        for step in steps:
+            step(root)
+    return apply
+
+
+def drop(path: list) -> Callable[[object], None]:
+    def edit(data) -> None:
+        for key in path[:-1]:
+            data = data[key]
+        del data[path[-1]]
+    return edit
+
+
+def duplicate_key(rel: str, key: str) -> Callable[[Path], None]:
+    """Repeat the first `"key": value` of a JSON file with another value just after it."""
+    def apply(root: Path) -> None:
+        path = root / rel
+        text = path.read_text()
+        match = re.search(rf'"{key}": ("[^"]*"|[^,\n}}]+)', text)
+        assert match, key
+        text = text[:match.end()] + f', "{key}": "the second"' + text[match.end():]
+        path.write_text(text)
+    return apply
+
+
+def reference_is(data: bytes | Callable[[Path], bytes]) -> Callable[[Path], None]:
+    """Replace sim/ref-a.png and pin its new digest everywhere it is bound: only the file's kind
+    is wrong, never its digest."""
+    def apply(root: Path) -> None:
+        path = root / SIM_REF
+        new = data(path) if callable(data) else data
+        path.write_bytes(new)
+        digest = hashlib.sha256(new).hexdigest()
+        suite = json.loads((root / FIXTURES).read_text())
+        for fixture in suite["fixtures"]:
+            for ref in fixture.get("references") or []:
+                if ref["file"] == "sim/ref-a.png":
+                    ref["sha256"] = digest
+        (root / FIXTURES).write_text(json.dumps(suite, indent=2))
+    return apply
+
+
+def huge_png(path: Path) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("1", (13000, 13000)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def hard_link_from_outside(root: Path) -> None:
+    """The reference's bytes (its pin still right) in a file outside fixtures/, linked in."""
+    path = root / SIM_REF
+    outside = root.parent / f"{root.name}-outside.png"
+    path.rename(outside)
+    os.link(outside, path)
+
+
+def flag_args(name: str, *args: str) -> Callable[[Path], None]:
+    old = {"cpuoff": 'args = ["--enable-cpu-offload"]\n\n[flag_sets.cpuoff-layerwise]'}[name]
+    extra = "".join(f', "{a}"' for a in args)
+    return hosts(old, f'args = ["--enable-cpu-offload"{extra}]\n\n[flag_sets.cpuoff-layerwise]')
+
+
+def serve(key: str, value: str) -> Callable[[Path], None]:
+    return hosts('health_path = "/health"\n', f'health_path = "/health"\n{key} = {value}\n'
+                 if key != "health_path" else f"health_path = {value}\n")
+
+
+VALIDATE = ["validate"]
+HOSTS = "hosts.toml"
+FLAGS = "[flag_sets.cpuoff] key 'args'"
+NAME_RULE = "lower-case letters, digits and '-', starting with a letter"
+PROBE_SIM = ["probe-serve", "--host", "sim", "--port", "18931", "--grace", "1"]
+
+CASES_2 = [
+    # 1. the harness owns its options: a flag set cannot give them again
+    *[Case(f"flag-set-gives-{cid}", "harness-option", VALIDATE, 1, (HOSTS, FLAGS, option),
+           flag_args("cpuoff", *args))
+      for cid, args, option in [
+          ("host", ("--host", "0.0.0.0"), "--host"),
+          ("host-equals", ("--host=0.0.0.0",), "--host"),
+          ("port", ("--port", "18199"), "--port"),
+          ("port-equals", ("--port=18199",), "--port"),
+          ("served-model-name", ("--served-model-name", "decoy"), "--served-model-name"),
+          ("underscored-name", ("--served_model_name=decoy",), "--served-model-name"),
+          ("abbreviated-host", ("--ho", "0.0.0.0"), "--host"),
+          ("deploy-config", ("--deploy-config", "/etc/x.yaml"), "--deploy-config"),
+          ("enforce-eager", ("--enforce-eager",), "--enforce-eager"),
+      ]],
+    Case("flag-set-option-sharing-a-prefix-is-fine", "harness-option", VALIDATE, 0, ("valid",),
+         flag_args("cpuoff", "--host-ip", "10.0.0.1")),
+
+    # 2. server paths are paths: no '@', scheme, host, '..' or query
+    *[Case(f"health-path-{cid}", "url", VALIDATE, 1,
+           (HOSTS, "[serve] key 'health_path'", "starting with '/'"), serve("health_path", value))
+      for cid, value in [
+          ("decoy-host", '"@127.0.0.1:18199/health"'), ("no-slash", '"health"'),
+          ("scheme", '"http://127.0.0.1:18199/health"'), ("climbs", '"/v1/../health"'),
+          ("double-slash", '"//127.0.0.1:18199/health"'), ("query", '"/health?next=x"'),
+          ("escaped", '"/%2e%2e/health"'), ("space", '"/health now"'),
+      ]],
+    Case("ready-path-decoy", "url", VALIDATE, 1, (HOSTS, "[serve] key 'ready_path'", "'/ready@x'"),
+         serve("ready_path", '"/ready@x"')),
+    Case("health-path-unusual-is-fine", "url", VALIDATE, 0, ("valid",),
+         serve("health_path", '"/v1/health-check_2.0~"')),
+
+    # 3. evidence that disagrees with itself, by file, record and field
+    Case("quality-sound-image-broken", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{BROKEN}]", "quality: 'sound' disagrees", "image.verdict 'broken'"),
+         requests(set_in([BROKEN, "quality"], "sound"))),
+    Case("quality-broken-image-sound", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "quality: 'broken' disagrees"),
+         requests(set_in([SOUND, "quality"], "broken"))),
+    Case("oom-rewritten-as-ok", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{OOM}]", "artifact and output_sha256: required"),
+         requests(lambda r: r[OOM].update(outcome="ok"))),
+    Case("oom-rewritten-as-ok-and-sound", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{OOM}]", "needs the image check"),
+         requests(lambda r: r[OOM].update(outcome="ok", quality="sound", artifact="x.png",
+                                          output_sha256="0" * 64))),
+    Case("ok-without-its-digest", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "output_sha256: required"),
+         requests(drop([SOUND, "output_sha256"]))),
+    Case("ok-without-its-artifact", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "artifact: required"), requests(drop([SOUND, "artifact"]))),
+    Case("sound-without-its-image-check", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "quality: 'sound' needs the image check"),
+         requests(drop([SOUND, "image"]))),
+    Case("oom-without-signature-or-text", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{OOM}]", "oom: required"),
+         requests(lambda r: [r[OOM].pop("oom"), r[OOM].pop("error")])),
+    Case("oom-without-signature-but-its-text-is-fine", "consistency", VALIDATE, 0, ("valid",),
+         requests(drop([OOM, "oom"]))),
+    Case("ok-with-an-oom-signature", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "oom: a 'ok' record holds no OOM signature"),
+         requests(set_in([SOUND, "oom"], {"phase": "request"}))),
+    Case("oom-judged-sound", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{OOM}]", "quality: 'sound' judges an image"),
+         requests(set_in([OOM, "quality"], "sound"))),
+    Case("peak-negative", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].server_peak_mb", "greater than or equal to 0"),
+         requests(set_in([SOUND, "server_peak_mb"], -5.0))),
+    Case("latency-negative", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].denoise_step_latency_ms", "greater than or equal to 0"),
+         requests(set_in([SOUND, "denoise_step_latency_ms"], -1.0))),
+    Case("peak-over-the-gpu", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].server_peak_mb", "exceeds the GPU's memory",
+          "24,576 MiB (the simulated card's [capacity] vram_mib)"),
+         requests(set_in([SOUND, "server_peak_mb"], 30000.0))),
+    Case("run-peak-over-the-gpu", "consistency", VALIDATE, 1,
+         (RUNS, f"$.runs[{CPUOFF}].gpu_peak_mib", "exceeds the GPU's memory"),
+         json_edit(RUNS, set_in(["runs", CPUOFF, "gpu_peak_mib"], 99999))),
+    Case("timeline-peak-over-the-gpu", "consistency", VALIDATE, 1,
+         (RUNS, f"$.runs[{CPUOFF}].lifetimes[1].timeline.device_peak_mib", "exceeds"),
+         json_edit(RUNS, set_in(["runs", CPUOFF, "lifetimes", 1, "timeline", "device_peak_mib"],
+                                1e9))),
+    Case("transcribed-peak-over-the-card", "consistency", VALIDATE, 1,
+         (f"{MATRIX}/runs.json", "$.runs[1].cells[0].server_peak_mb.max",
+          "24,576 MiB (vram_gb 24 of hosts.toml, read as GiB)"),
+         json_edit(f"{MATRIX}/runs.json",
+                   set_in(["runs", 1, "cells", 0, "server_peak_mb"], {"min": 1, "max": 24577}))),
+    Case("transcribed-peak-at-the-card-is-fine", "consistency", VALIDATE, 0, ("valid",),
+         json_edit(f"{MATRIX}/runs.json",
+                   set_in(["runs", 1, "cells", 0, "server_peak_mb"], {"min": 1, "max": 24576}))),
+    Case("emulated-peak-over-its-cap", "consistency", VALIDATE, 1,
+         (f"{EMULATED}/runs.json", "$.runs[0].gpu_peak_mib",
+          "32,768 MiB (the emulated cap the simulated account took as its total)"),
+         json_edit(f"{EMULATED}/runs.json", set_in(["runs", 0, "gpu_peak_mib"], 40000))),
+    Case("offline-peak-negative", "consistency", VALIDATE, 1,
+         (f"{OFFLINE}/offline-requests.json", "$.offline_requests[0].peak_mib"),
+         json_edit(f"{OFFLINE}/offline-requests.json",
+                   set_in(["offline_requests", 0, "peak_mib"], -1.0))),
+    Case("offline-quality-disagrees", "consistency", VALIDATE, 1,
+         (f"{OFFLINE}/offline-requests.json", "$.offline_requests[0]", "disagrees"),
+         json_edit(f"{OFFLINE}/offline-requests.json",
+                   set_in(["offline_requests", 0, "quality"], "broken"))),
+    Case("wall-1e300", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].wall_s", "less than or equal to 604800"),
+         requests(set_in([SOUND, "wall_s"], 1e300))),
+    Case("wall-over-the-recorded-timeout", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].wall_s", "exceeds the request timeout in force, 10 s",
+          "plus 30 s"),
+         both(json_edit(RUNS, set_in(["runs", CPUOFF, "lifetimes", 1, "request_timeout_s"], 10)),
+              requests(set_in([SOUND, "wall_s"], 100.0)))),
+    Case("wall-within-the-recorded-timeout-is-fine", "consistency", VALIDATE, 0, ("valid",),
+         json_edit(RUNS, set_in(["runs", CPUOFF, "lifetimes", 1, "request_timeout_s"], 10))),
+    Case("duplicate-key-in-a-record", "consistency", VALIDATE, 1,
+         (REQ, "the key 'outcome' appears twice"), duplicate_key(REQ, "outcome")),
+    Case("duplicate-key-in-attempt", "consistency", VALIDATE, 1,
+         (f"{PROBE}/attempt.json", "the key 'host' appears twice"),
+         duplicate_key(f"{PROBE}/attempt.json", "host")),
+    Case("duplicate-key-in-fixtures", "consistency", VALIDATE, 1,
+         (FIXTURES, "the key 'prompt' appears twice"), duplicate_key(FIXTURES, "prompt")),
+    Case("duplicate-key-in-a-timeline", "consistency", ["timeline", "s.jsonl"], 2,
+         ("s.jsonl", "line 1"),
+         write("s.jsonl", '{"t": 0, "device_mib": 1, "device_mib": 9}\n{"t": 1, "device_mib": 2}\n')),
+    Case("timestamp-year-9999", "consistency", VALIDATE, 1,
+         (f"{PROBE}/attempt.json", "started_at", "a timestamp from 2000-01-01 up to now"),
+         json_edit(f"{PROBE}/attempt.json",
+                   set_in(["attempt", "provenance", "started_at"], "9999-01-01T00:00:00Z"))),
+    Case("timestamp-1970", "consistency", VALIDATE, 1,
+         (f"{PROBE}/attempt.json", "started_at", "a timestamp from 2000-01-01"),
+         json_edit(f"{PROBE}/attempt.json",
+                   set_in(["attempt", "provenance", "started_at"], "1970-01-01T00:00:00Z"))),
+    Case("lifetime-started-in-9999", "consistency", VALIDATE, 1,
+         (RUNS, f"$.runs[{CPUOFF}].lifetimes[0].started_at", "a timestamp from 2000-01-01"),
+         json_edit(RUNS, set_in(["runs", CPUOFF, "lifetimes", 0, "started_at"],
+                                "9999-12-31T23:59:59Z"))),
+
+    # 5. names are names
+    Case("host-name-climbs-out", "name", VALIDATE, 1,
+         (HOSTS, "[hosts] name '../../../x'", NAME_RULE),
+         hosts("[hosts.sim]\n", '[hosts."../../../x"]\n')),
+    Case("host-name-with-a-space", "name", VALIDATE, 1, (HOSTS, "[hosts] name 'my sim'", NAME_RULE),
+         hosts("[hosts.sim-emulated]\n", '[hosts."my sim"]\n')),
+    Case("host-name-capitalised", "name", VALIDATE, 1, (HOSTS, "[hosts] name 'Sim'"),
+         hosts("[hosts.sim-emulated]\n", "[hosts.Sim]\n")),
+    Case("flag-set-name-capitalised", "name", VALIDATE, 1, (HOSTS, "[flag_sets] name 'CpuOff'"),
+         hosts("[flag_sets.int8]\n", "[flag_sets.CpuOff]\n")),
+    Case("flag-set-name-dotdot", "name", VALIDATE, 1, (HOSTS, "[flag_sets] name '..'", NAME_RULE),
+         hosts("[flag_sets.int8]\n", '[flag_sets.".."]\n')),
+    Case("flag-set-name-with-a-slash", "name", VALIDATE, 1, (HOSTS, "[flag_sets] name 'a/b'"),
+         hosts("[flag_sets.int8]\n", '[flag_sets."a/b"]\n')),
+    Case("kwarg-set-name-underscored", "name", VALIDATE, 1,
+         (HOSTS, "[offline_kwarg_sets] name 'offline_fp8'"),
+         hosts("[offline_kwarg_sets.offline-fp8-encoder-only]\n",
+               "[offline_kwarg_sets.offline_fp8]\n")),
+    Case("deploy-config-name-dotted", "name", VALIDATE, 1,
+         (HOSTS, "[deploy_configs] name 'deploy.fp8v'"),
+         hosts("[deploy_configs.deploy-fp8v]\n", '[deploy_configs."deploy.fp8v"]\n')),
+    Case("name-too-long", "name", VALIDATE, 1, (HOSTS, "at most 64 characters"),
+         hosts("[flag_sets.int8]\n", f"[flag_sets.{'a' * 65}]\n")),
+    Case("fixture-id-climbs-out", "name", VALIDATE, 1,
+         (FIXTURES, f"$.fixtures[{T2I}].id", NAME_RULE),
+         fixtures(set_in(["fixtures", T2I, "id"], "../x"))),
+    Case("fixture-id-starts-with-a-digit", "name", VALIDATE, 1, (FIXTURES, f"$.fixtures[{T2I}].id"),
+         fixtures(set_in(["fixtures", T2I, "id"], "2pair"))),
+    Case("fixture-id-capitalised", "name", VALIDATE, 1, (FIXTURES, f"$.fixtures[{T2I}].id"),
+         fixtures(set_in(["fixtures", T2I, "id"], "Sim-T2i"))),
+    Case("a-new-name-of-the-pattern-is-fine", "name", VALIDATE, 0, ("valid",),
+         hosts("[flag_sets.int8]\n", '[flag_sets.x9-b]\ndescription = "x"\n\n[flag_sets.int8]\n')),
+
+    # 6. the probe never writes evidence validate rejects: refused at load instead
+    Case("seeds-repeated", "numbers", VALIDATE, 1, (FIXTURES, "$.sampling", "repeated: [2301]"),
+         fixtures(set_in(["sampling", "seeds"], [2301, 2302, 2301]))),
+
+    # 13. absurd numbers, with the bound
+    Case("vram-over-1024", "numbers", VALIDATE, 1,
+         (HOSTS, "[hosts.rtx3090] key 'vram_gb'", "less than or equal to 1024"),
+         hosts("vram_gb = 24", "vram_gb = 1025")),
+    Case("vram-zero", "numbers", VALIDATE, 1, (HOSTS, "[hosts.rtx3090] key 'vram_gb'", "greater than 0"),
+         hosts("vram_gb = 24", "vram_gb = 0")),
+    Case("issue-negative", "numbers", VALIDATE, 1,
+         (HOSTS, "[report] key 'serving_profile_issue'", "greater than or equal to 1"),
+         hosts("serving_profile_issue = 27", "serving_profile_issue = -27")),
+    Case("issue-absurd", "numbers", VALIDATE, 1,
+         (HOSTS, "[report] key 'topology_issue'", "less than or equal to 10000000"),
+         hosts("topology_issue = 164", "topology_issue = 99999999999")),
+    Case("seed-at-2-32", "numbers", VALIDATE, 1,
+         (FIXTURES, "$.sampling.seeds[0]", "less than or equal to 4294967295"),
+         fixtures(set_in(["sampling", "seeds", 0], 2**32))),
+    Case("seed-at-2-32-minus-1-is-fine", "numbers", VALIDATE, 0, ("valid",),
+         fixtures(set_in(["sampling", "seeds", 0], 2**32 - 1))),
+    Case("record-seed-over-2-32", "numbers", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].seed", "4294967295"),
+         requests(set_in([SOUND, "seed"], 2**40))),
+    Case("sim-capacity-over-2-40-bytes", "numbers", VALIDATE, 1,
+         (HOSTS, "[hosts.sim] key 'capacity.vram_mib'", "less than or equal to 1048576"),
+         hosts("vram_mib = 24576", f"vram_mib = {2**21}")),
+    Case("sim-weights-over-2-40-bytes", "numbers", VALIDATE, 1,
+         (HOSTS, "[hosts.sim] key 'capacity.dit_mib.bf16'", "1048576"),
+         hosts("dit_mib = { bf16 = 14336", f"dit_mib = {{ bf16 = {2**30}")),
+    Case("emulation-cap-over-2-40-bytes", "numbers", VALIDATE, 1,
+         (HOSTS, "[hosts.sim-emulated] key 'emulation.capacity_mib'", "1048576"),
+         hosts('[hosts.sim-emulated.emulation]\nemulates = "sim"\n',
+               f'[hosts.sim-emulated.emulation]\nemulates = "sim"\ncapacity_mib = {2**22}\n')),
+    Case("evidence-cap-over-2-40-bytes", "numbers", VALIDATE, 1,
+         (f"{EMULATED}/attempt.json", "cap_mib", "less than or equal to 1048576"),
+         json_edit(f"{EMULATED}/attempt.json",
+                   set_in(["attempt", "provenance", "cap_mib"], 2**30))),
+    Case("request-timeout-over-a-week", "numbers", VALIDATE, 1,
+         (HOSTS, "[serve] key 'request_timeout_s'", "604800"),
+         serve("request_timeout_s", "1e7")),
+    Case("grace-over-an-hour", "numbers", VALIDATE, 1, (HOSTS, "[serve] key 'stop_grace_s'", "3600"),
+         serve("stop_grace_s", "1e9")),
+    Case("host-ram-negative", "numbers", VALIDATE, 1,
+         (HOSTS, "[hosts.rtx5080] key 'host_ram_gib'", "greater than 0"),
+         hosts("host_ram_gib = 30", "host_ram_gib = -30")),
+    *[Case(f"caps-{cid}", "numbers", ["probe-serve", "--host", "sim-emulated", "--caps", caps], 3,
+           ("--caps", "from 1 MiB (0.001) up to 1024 GiB (2**40 bytes)", repr(item)))
+      for cid, caps, item in [("tiny", "0.0001", "0.0001"), ("huge", "12,2000", "2000"),
+                              ("nan", "nan", "nan"), ("negative", "-4", "-4")]],
+    *[Case(f"option{argv[1]}={argv[2]}", "numbers", [verb, *argv[1:]], 2, (argv[1], argv[2]))
+      for verb, argv in [
+          ("probe-serve", ["", "--sample-hz", "1e-300"]),
+          ("probe-init", ["", "--sample-hz", "0.05"]),
+          ("probe-offline", ["", "--seed", str(2**32)]),
+          ("propagation", ["", "--seed", str(2**40)]),
+          ("probe-serve", ["", "--request-timeout", "1e9"]),
+      ]],
+
+    # 12. secrets and environment
+    *[Case(f"env-{var.lower()}-undeclared", "environment", VALIDATE, 1,
+           (HOSTS, "[flag_sets.cpuoff-expandable]", var, "deliberate_env"),
+           hosts('env = { PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True" }\n\n'
+                 '[flag_sets.fp8]',
+                 f'env = {{ PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True", {var} = "/x" }}'
+                 '\n\n[flag_sets.fp8]'))
+      for var in ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")],
+    Case("kwarg-set-env-pythonpath", "environment", VALIDATE, 1,
+         (HOSTS, "[offline_kwarg_sets.offline-fp8v-expandable]", "PYTHONPATH"),
+         hosts('env = { PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True" }\n\n'
+               '[offline_kwarg_sets.offline-fp8-no-img-mlp]',
+               'env = { PYTHONPATH = "/tmp/evil" }\n\n[offline_kwarg_sets.offline-fp8-no-img-mlp]')),
+    Case("env-deliberate-is-fine", "environment", VALIDATE, 0, ("valid",),
+         hosts('env = { PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True" }\n\n'
+               '[flag_sets.fp8]',
+               'env = { LD_LIBRARY_PATH = "/opt/cuda/lib64" }\ndeliberate_env = ["LD_LIBRARY_PATH"]'
+               '\n\n[flag_sets.fp8]')),
+    Case("env-deliberate-but-unset", "environment", VALIDATE, 1,
+         (HOSTS, "deliberate_env names LD_PRELOAD, which env does not set"),
+         hosts('env = { PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True" }\n\n'
+               '[flag_sets.fp8]',
+               'env = { PYTORCH_CUDA_ALLOC_CONF = "x" }\ndeliberate_env = ["LD_PRELOAD"]'
+               '\n\n[flag_sets.fp8]')),
+    *[Case(f"memory-file-env-{value.lower()}", "environment", VALIDATE, 1,
+           (HOSTS, "[hosts.sim] key 'memory_file_env'", "OMNIPROBE_"),
+           hosts('memory_file_env = "OMNIPROBE_SIM_STATE"   # where',
+                 f'memory_file_env = "{value}"   # where'))
+      for value in ("LD_PRELOAD", "HOME", "OMNIPROBE_")],
+    *[Case(f"serve-command-{cid}", "environment", VALIDATE, 1, (HOSTS, where, "is a shell"),
+           hosts(old, new))
+      for cid, where, old, new in [
+          ("bin-sh", "[serve] key 'command'", 'command = ["vllm", "serve"',
+           'command = ["/bin/sh", "-c", "vllm serve"'),
+          ("bash", "[serve] key 'command'", 'command = ["vllm", "serve"',
+           'command = ["bash", "-c", "vllm serve"'),
+          ("env-then-sh", "[hosts.sim] key 'serve_command'",
+           'serve_command = ["{python}", "-m", "omniprobe.sim", "serve", "{model}", "--omni", '
+           '"--hosts-file", "{hosts_file}", "--sim-host", "{host}"]\noffline_command',
+           'serve_command = ["/usr/bin/env", "A=1", "sh", "-c", "x"]\noffline_command'),
+          ("offline-dash", "[hosts.sim] key 'offline_command'",
+           'offline_command = ["{python}", "-m", "omniprobe.sim", "offline", "--hosts-file", '
+           '"{hosts_file}", "--sim-host", "{host}"]\nmodel_code = ["omniprobe/sim/model"]   # the',
+           'offline_command = ["dash", "-c", "x"]\nmodel_code = ["omniprobe/sim/model"]   # the'),
+      ]],
+
+    # 10. references are images of their own, in place, of sane size (pins kept right)
+    Case("reference-hard-link-from-outside", "reference", VALIDATE, 1,
+         (FIXTURES, f"$.fixtures[{SINGLE}].references[0].file", "has 2 hard links"),
+         hard_link_from_outside),
+    Case("reference-13000-square", "reference", VALIDATE, 1,
+         (FIXTURES, "13000x13000 is 169000000 pixels, over the limit of 16777216"),
+         reference_is(huge_png)),
+    Case("reference-truncated", "reference", VALIDATE, 1,
+         (FIXTURES, "ref-a.png: does not decode completely"),
+         reference_is(lambda p: p.read_bytes()[: len(p.read_bytes()) // 2])),
+    Case("reference-a-shell-script", "reference", VALIDATE, 1,
+         (FIXTURES, "not an image Pillow can identify"), reference_is(b"#!/bin/sh\nrm -rf ~\n")),
+    Case("reference-empty", "reference", VALIDATE, 1, (FIXTURES, "not an image"),
+         reference_is(b"")),
+    Case("reference-over-the-hosts-bound", "reference", VALIDATE, 1,
+         (FIXTURES, "over the limit of 100 (hosts.toml [probe] max_reference_pixels)"),
+         hosts("max_reference_pixels = 16777216", "max_reference_pixels = 100")),
+    Case("reference-bound-over-4096-square", "reference", VALIDATE, 1,
+         (HOSTS, "[probe] key 'max_reference_pixels'", "16777216"),
+         hosts("max_reference_pixels = 16777216", "max_reference_pixels = 16777217")),
+    Case("reference-truncated-never-reaches-a-server", "reference",
+         [*PROBE_SIM, "--fixture", "sim-single"], 2,
+         ("reference 'sim-ref-a' of fixture 'sim-single'", "does not decode completely"),
+         reference_is(lambda p: p.read_bytes()[:200])),
+
+    # 11. the file system: an error line naming the path, never a temp file's name
+    Case("report-md-a-folder", "filesystem", ["report"], 4,
+         ("REPORT.md: is a folder where a file belongs",), replace_with_folder("REPORT.md")),
+    Case("report-check-md-a-folder", "filesystem", ["report", "--check"], 4,
+         ("REPORT.md: Is a directory",), replace_with_folder("REPORT.md")),
+    Case("schemas-a-file", "filesystem", ["schema"], 4,
+         ("schemas: a file where a folder belongs",),
+         lambda root: (shutil.rmtree(root / "schemas"), (root / "schemas").write_text("x"))),
+    Case("templates-missing", "filesystem", ["report"], 2,
+         ("templates/report.md.j2: template not found",),
+         lambda root: shutil.rmtree(root / "templates")),
+    Case("template-broken", "filesystem", ["report"], 2,
+         ("templates/report.md.j2: line 1: not a valid template",),
+         write("templates/report.md.j2", "{% if %}\n")),
+    Case("timeline-output-a-folder", "filesystem", ["timeline", "s.jsonl", "-o", "out.svg"], 4,
+         ("out.svg: is a folder where a file belongs",),
+         both(write("s.jsonl", '{"t": 0, "device_mib": 1}\n{"t": 1, "device_mib": 2}\n'),
+              lambda root: (root / "out.svg").mkdir())),
+]
+
+
 def _run(argv: list[str], root: Path, capsys) -> tuple[int, str]:
     os.chdir(root)
     try:
@@ -375,12 +793,16 @@ def _no_hang():
     signal.signal(signal.SIGALRM, old)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+ALL_CASES = CASES + CASES_2
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.id for c in ALL_CASES])
 def test_hostile_input(case: Case, hostile: Project, capsys):
     if case.breaks:
         case.breaks(hostile.root)
     code, output = _run(case.argv, hostile.root, capsys)
     assert "Traceback" not in output
+    assert not TMP_NAME.search(output), output  # a temp file is never shown as the user's
     assert code == case.exit_code, output
     for text in case.says:
         assert text in output, f"{text!r} not in:\n{output}"

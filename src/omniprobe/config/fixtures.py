@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
@@ -240,7 +241,10 @@ def reference_file_problem(path: Path, data: bytes, max_pixels: int) -> str | No
         return (f"{path.name}: has {links} hard links; a reference is a file of its own in "
                 "fixtures/ (copy it there)")
     try:
-        with Image.open(io.BytesIO(data)) as img:
+        with warnings.catch_warnings():  # the size is checked here, against our own bound
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+        with img:
             width, height = img.size  # from the header: nothing is decoded yet
             if width * height > max_pixels:
                 return (f"{path.name}: {width}x{height} is {width * height} pixels, over the "

@@ -618,8 +618,9 @@ def _toml_loc(loc) -> str:
     if len(parts) >= 3 and parts[:2] == ["env", "install"]:
         item = f"[[env.install]] item {parts[2]}"
         return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
-    if len(parts) >= 3 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets"}:
-        return f"[{parts[0]}.{parts[1]}] key '{'.'.join(parts[2:])}'"
+    if len(parts) >= 2 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets"}:
+        table = f"[{parts[0]}.{parts[1]}]"  # one named table; a rule across its keys names it alone
+        return f"{table} key '{'.'.join(parts[2:])}'" if len(parts) > 2 else table
     if len(parts) >= 2:
         return f"[{parts[0]}] key '{'.'.join(parts[1:])}'"
     return f"key '{parts[0]}'" if parts else ""
