@@ -932,11 +932,19 @@ def test_valid_unusual_options_are_accepted():
 
 
 def test_the_hostile_table_covers_every_class():
-    counts: dict[str, int] = {}
-    for case in CASES:
-        counts[case.kind] = counts.get(case.kind, 0) + 1
-    assert set(counts) == {"loader", "strict", "path", "option", "repeat"}
+    def counts(cases):
+        found: dict[str, int] = {}
+        for case in cases:
+            found[case.kind] = found.get(case.kind, 0) + 1
+        return found
+
+    assert set(counts(CASES)) == {"loader", "strict", "path", "option", "repeat"}
     assert len(CASES) >= 60
+    assert set(counts(CASES_2)) == {"consistency", "harness-option", "url", "name", "numbers",
+                                    "environment", "reference", "filesystem"}
+    assert len(CASES_2) >= 60
+    assert len({c.id for c in CASES_2}) == len(CASES_2) and not {c.id for c in CASES_2} & {
+        c.id for c in CASES}
 
 
 # --- faults and concurrency -----------------------------------------------------------------
@@ -1224,7 +1232,7 @@ def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records
         def run(self, ctx, store) -> int:
             if records:
                 store.add_request(RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1,
-                                                outcome="ok", quality="unchecked", wall_s=1))
+                                                outcome="error", quality="unchecked", wall_s=1))
             raise EnvironmentFailure("the GPU is busy")
 
         def close(self) -> None:
@@ -1251,6 +1259,12 @@ def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records
     (["https://hub.example/m?rev=1&token=abc"], ["https://hub.example/m?rev=1&token=<redacted>"]),
     (['{"hf_token": "abc", "dtype": "bf16"}'], ['{"hf_token": "<redacted>", "dtype": "bf16"}']),
     (["serve", "Qwen/Qwen-Image-2.1", "--omni"], ["serve", "Qwen/Qwen-Image-2.1", "--omni"]),
+    (["-H", "Authorization: Bearer abc.def"], ["-H", "Authorization: <redacted>"]),
+    (["--header=authorization: Basic dXNlcjpw"], ["--header=authorization: <redacted>"]),
+    (["Proxy-Authorization: Digest x"], ["Proxy-Authorization: <redacted>"]),
+    (["--note", "Bearer s3cr3t-t0k"], ["--note", "Bearer <redacted>"]),
+    (['{"Authorization": "Bearer q"}'], ['{"Authorization": "<redacted>"}']),
+    (["--bearer-mode", "on"], ["--bearer-mode", "on"]),
 ])
 def test_redacted_arguments(args, recorded):
     from omniprobe.redaction import redact_args
@@ -1321,3 +1335,107 @@ def test_the_nesting_limit_is_64_levels(text, deep, tmp_path):
             parse_json(tmp_path / "x.json", text)
     else:
         parse_json(tmp_path / "x.json", text)
+
+
+# --- round 2: what needs a server (issue 24) ------------------------------------------------
+
+DECOY = '''import http.server, sys
+args = sys.argv[1:]
+if "--check-args" in args:
+    sys.exit(0)
+port = int(args[args.index("--port") + 1])
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *_):
+        pass
+
+http.server.HTTPServer(("0.0.0.0", port), Health).serve_forever()  # whatever --host said
+'''
+
+
+def test_a_server_listening_beyond_loopback_is_stopped_and_the_run_fails(project, port):
+    """Told --host 127.0.0.1, a server that binds every interface anyway (its own code, or an
+    argument the harness did not see) is found by its sockets after start, stopped, and the
+    run fails loudly: exit 5, naming the address."""
+    from .conftest import in_process, probe_argv, processes_with
+
+    decoy = project.root / "decoy_server.py"
+    decoy.write_text(DECOY)
+    text = project.hosts_file.read_text()
+    old = ('serve_command = ["{python}", "-m", "omniprobe.sim", "serve", "{model}", "--omni", '
+           '"--hosts-file", "{hosts_file}", "--sim-host", "{host}"]\noffline_command')
+    assert old in text
+    project.hosts_file.write_text(text.replace(
+        old, f'serve_command = ["{{python}}", "{decoy}"]\noffline_command', 1))
+    code, out = in_process(project, probe_argv("probe-init", port, "--flag-set", "cpuoff"))
+    assert "Traceback" not in out
+    assert code == 5, out
+    assert f"the server listened on 0.0.0.0:{port} (pid " in out and "it was stopped" in out
+    assert processes_with(str(decoy)) == []
+
+
+def test_a_dead_sampler_fails_the_run_and_leaves_no_zero_peak(project, port):
+    """The sampler's thread dies mid-lifetime (here: its reader raises OverflowError, as a
+    1e-300 Hz wait once did): the run exits 5, the timeline is recorded as incomplete, the run
+    quotes no peak, and the evidence still validates."""
+    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.validate import load_project
+    from omniprobe.harness.probe import MEMORY_FILE
+    from omniprobe.harness.sampler import PublishedMemoryReader
+
+    from .conftest import in_process, probe_argv
+
+    class DiesInTheSampler(PublishedMemoryReader):
+        """wait_idle reads the process list once; the sampler's first read of it raises."""
+        reads = 0
+
+        def processes(self):
+            DiesInTheSampler.reads += 1
+            if DiesInTheSampler.reads > 1:
+                raise OverflowError("timestamp too large to convert to C _PyTime_t")
+            return super().processes()
+
+    code, out = in_process(project, probe_argv("probe-serve", port, "--flag-set", "cpuoff",
+                                               "--fixture", "sim-t2i"),
+                           readers=lambda folder: DiesInTheSampler(folder / MEMORY_FILE))
+    assert "Traceback" not in out
+    assert code == 5, out
+    assert "OverflowError" in out and "recorded as incomplete" in out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    [run] = load_attempt(folder)[0].runs
+    assert run.lifetimes[0].timeline.state == "incomplete" and run.gpu_peak_mib is None
+    assert load_project(project)[1] == []
+
+
+ACCEPTED = [c for c in ALL_CASES if c.argv == ["validate"] and c.exit_code == 0 and c.breaks]
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=[c.id for c in ACCEPTED])
+def test_the_probe_writes_only_evidence_that_validates(case, hostile, capsys, tmp_path_factory):
+    """Every configuration the hostile table accepts, probed: what the probe writes validates.
+    (The full table runs validate only; this serves one small fixture and seed per case.)"""
+    from omniprobe.harness.server import free_port
+
+    case.breaks(hostile.root)
+    suite = json.loads((hostile.root / FIXTURES).read_text())
+    suite["sampling"]["seeds"] = suite["sampling"]["seeds"][:1]
+    for fixture in suite["fixtures"]:
+        if fixture["id"] == "sim-t2i":
+            fixture["width"] = fixture["height"] = 64
+    (hostile.root / FIXTURES).write_text(json.dumps(suite, indent=2))
+    os.environ["OMNIPROBE_ARTIFACTS"] = str(tmp_path_factory.mktemp("artifacts"))
+    try:
+        code, output = _run(["probe-serve", "--host", "sim", "--port", str(free_port()),
+                             "--grace", "1", "--ready-timeout", "2", "--flag-set", "cpuoff",
+                             "--fixture", "sim-t2i"], hostile.root, capsys)
+    finally:
+        del os.environ["OMNIPROBE_ARTIFACTS"]
+    assert "Traceback" not in output
+    # 1: the sim does not serve it (a health path it lacks); 4: its preflight refuses the flag
+    assert code in (0, 1, 4), output
+    code, output = _run(["validate"], hostile.root, capsys)
+    assert code == 0, output

@@ -526,9 +526,10 @@ def run_command(command: Callable[[], int], out: TextIO | None = None) -> int:
         for line in exc.lines():
             print(f"error: {line}", file=out)
         return exc.exit_code
-    except OSError as exc:  # the file system refused: a folder where a file belongs, no space
-        where = exc.filename if exc.filename is not None else "the file system"
-        print(f"error: {Problem(str(where), '', exc.strerror or str(exc))}", file=out)
+    except OSError as exc:  # the file system refused a named path: a folder where a file belongs
+        if exc.filename is None:
+            raise
+        print(f"error: {Problem(str(exc.filename), '', exc.strerror or str(exc))}", file=out)
         return EnvironmentFailure.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=out)

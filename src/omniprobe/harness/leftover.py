@@ -17,12 +17,14 @@ _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 def _ticks(pid: int) -> int | None:
+    """When a live process started (clock ticks since boot); None when it is gone or a zombie."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name may hold spaces and parentheses: the fields start after the last ')'.
-    return int(stat[stat.rindex(")") + 2:].split()[19])
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] == "Z" else int(fields[19])
 
 
 def started(pid: int) -> str | None:
