@@ -114,7 +114,7 @@ def _group_of_one(children):
 def _lifetime_of(group: int | None, started: str | None, ended: str | None = None):
     from datetime import UTC, datetime
 
-    from omniprobe.evidence.models import InitResult, ServeRun, ServerLifetime
+    from omniprobe.evidence.models import InitResult, ServerLifetime, ServeRun
 
     lifetime = ServerLifetime(session="probe-serve", started_at=datetime.now(UTC),
                               command=["vllm"], init=InitResult(outcome="ready"), ended=ended,

@@ -481,6 +481,9 @@ CASES_2 = [
     Case("quality-sound-image-broken", "consistency", VALIDATE, 1,
          (REQ, f"$.requests[{BROKEN}]", "quality: 'sound' disagrees", "image.verdict 'broken'"),
          requests(set_in([BROKEN, "quality"], "sound"))),
+    Case("report-refuses-a-quality-its-image-denies", "consistency", ["report", "--check"], 2,
+         (REQ, f"$.requests[{BROKEN}]", "quality: 'sound' disagrees"),
+         requests(set_in([BROKEN, "quality"], "sound"))),
     Case("quality-broken-image-sound", "consistency", VALIDATE, 1,
          (REQ, f"$.requests[{SOUND}]", "quality: 'broken' disagrees"),
          requests(set_in([SOUND, "quality"], "broken"))),
@@ -1439,3 +1442,14 @@ def test_the_probe_writes_only_evidence_that_validates(case, hostile, capsys, tm
     assert code in (0, 1, 4), output
     code, output = _run(["validate"], hostile.root, capsys)
     assert code == 0, output
+
+
+def test_the_emulation_hook_stays_first_on_a_deliberate_pythonpath(repo):
+    """A flag set may set PYTHONPATH where hosts.toml marks it deliberate; the emulation hook's
+    folder still comes first, so the cap is imposed whatever that path holds."""
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.harness.emulation import HOOK_DIR, emulation_env
+
+    cfg = load_hosts(repo.hosts_file)
+    env = emulation_env(cfg.host("sim-on-h200"), 24576, {"PYTHONPATH": "/opt/deliberate"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(HOOK_DIR), "/opt/deliberate"]

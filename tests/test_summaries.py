@@ -10,7 +10,6 @@ from omniprobe.evidence.quantities import Range
 
 from .conftest import agreeing
 
-
 CARD = FailureCause(kind="card", reason="crash in model code")
 
 
