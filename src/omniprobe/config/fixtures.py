@@ -240,6 +240,19 @@ def reference_file_problem(path: Path, data: bytes, max_pixels: int) -> str | No
     if links != 1:
         return (f"{path.name}: has {links} hard links; a reference is a file of its own in "
                 "fixtures/ (copy it there)")
+    key = (sha256_bytes(data), max_pixels)
+    if key not in _DECODED:
+        _DECODED[key] = _image_problem(data, max_pixels)
+    unfit = _DECODED[key]
+    return None if unfit is None else f"{path.name}: {unfit}"
+
+
+# What decoding gave, by (sha256, bound): a pure function of the bytes, so a process (validate,
+# then the report; the tests) decodes each reference once, not once a check.
+_DECODED: dict[tuple[str, int], str | None] = {}
+
+
+def _image_problem(data: bytes, max_pixels: int) -> str | None:
     try:
         with warnings.catch_warnings():  # the size is checked here, against our own bound
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -247,13 +260,13 @@ def reference_file_problem(path: Path, data: bytes, max_pixels: int) -> str | No
         with img:
             width, height = img.size  # from the header: nothing is decoded yet
             if width * height > max_pixels:
-                return (f"{path.name}: {width}x{height} is {width * height} pixels, over the "
-                        f"limit of {max_pixels} (hosts.toml [probe] max_reference_pixels)")
+                return (f"{width}x{height} is {width * height} pixels, over the limit of "
+                        f"{max_pixels} (hosts.toml [probe] max_reference_pixels)")
             img.load()
     except Image.UnidentifiedImageError:
-        return f"{path.name}: not an image Pillow can identify"
+        return "not an image Pillow can identify"
     except (OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
-        return f"{path.name}: does not decode completely: {exc}"
+        return f"does not decode completely: {exc}"
     return None
 
 
