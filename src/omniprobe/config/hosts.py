@@ -123,6 +123,15 @@ def _not_a_shell(command: list[str] | None) -> list[str] | None:
     return command
 
 
+def _not_the_harness_options(args: list[str] | None, what: str) -> list[str] | None:
+    for arg in args or []:
+        option = harness_option(arg)
+        if option is not None:
+            raise ValueError(f"{arg!r} gives {option}, which the harness passes itself (every "
+                             f"server gets {', '.join(HARNESS_OPTIONS)} from it; {what})")
+    return args
+
+
 def _deliberate_env(env: dict[str, str], deliberate: list[str]) -> None:
     loaders = sorted(set(env) & LOADER_ENV - set(deliberate))
     if loaders:
@@ -179,7 +188,8 @@ class Serve(_Input):
     @field_validator("command")
     @classmethod
     def _known_placeholders(cls, command: list[str]) -> list[str]:
-        return _not_a_shell(_check_placeholders(command, SERVE_PLACEHOLDERS))
+        return _not_the_harness_options(_not_a_shell(_check_placeholders(
+            command, SERVE_PLACEHOLDERS)), "a flag set's args add the rest")
 
 
 class DeployConfig(_Input):
@@ -211,14 +221,8 @@ class FlagSet(_Input):
 
     @field_validator("args")
     @classmethod
-    def _not_the_harness_options(cls, args: list[str]) -> list[str]:
-        for arg in args:
-            option = harness_option(arg)
-            if option is not None:
-                raise ValueError(f"{arg!r} gives {option}, which the harness passes itself "
-                                 f"(every server gets {', '.join(HARNESS_OPTIONS)} from it; "
-                                 "deploy_config names a deploy config)")
-        return args
+    def _harness_options_are_the_harness_s(cls, args: list[str]) -> list[str]:
+        return _not_the_harness_options(args, "deploy_config names a deploy config")
 
     @model_validator(mode="after")
     def _loader_env_deliberate(self) -> FlagSet:
@@ -350,7 +354,8 @@ class Host(_Input):
     @field_validator("serve_command")
     @classmethod
     def _serve_placeholders(cls, command: list[str] | None) -> list[str] | None:
-        return _not_a_shell(_check_placeholders(command, SERVE_PLACEHOLDERS))
+        return _not_the_harness_options(_not_a_shell(_check_placeholders(
+            command, SERVE_PLACEHOLDERS)), "a flag set's args add the rest")
 
     @field_validator("offline_command")
     @classmethod
