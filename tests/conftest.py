@@ -38,6 +38,7 @@ def make_project(root: Path, *, faults: list[str] = (), seeds: list[int] = (2301
     shutil.copy(REPO / "hosts.toml", root / "hosts.toml")
     shutil.copytree(REPO / "fixtures", root / "fixtures")
     shutil.copytree(REPO / "deploy", root / "deploy")  # the sim host's deploy config
+    shutil.copytree(REPO / "models", root / "models")  # the Diffusers hosts' model configs
     suite = json.loads((root / "fixtures" / "fixtures.json").read_text())
     suite["sampling"]["seeds"] = list(seeds)
     for fixture in suite["fixtures"]:

@@ -971,7 +971,7 @@ def test_a_full_artifacts_disk_loses_no_record_shown_as_ok(project, port, monkey
 
     from omniprobe.evidence.models import load_attempt
     from omniprobe.evidence.validate import load_project
-    from omniprobe.harness import probe as probe_module
+    from omniprobe.harness import recorder as probe_module  # the one recorder writes images
 
     from .conftest import in_process, probe_argv
 

@@ -485,17 +485,29 @@ def test_the_harness_runs_the_real_runner_script(project, fake_omni, monkeypatch
     assert call["kwargs"]["extras"] == {"prefix_kv_cache_dtype": "fp8_v"}
 
 
-def test_the_runner_imports_only_the_standard_library_and_the_pinned_env():
-    tree = ast.parse(RUNNER.read_text())
+def _top_level_imports(path) -> set[str]:
     imported = set()
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             imported |= {alias.name.split(".")[0] for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             imported.add((node.module or "").split(".")[0])
-    pinned_env = {"vllm_omni", "PIL", "torch"}
+    return imported
+
+
+def test_the_runner_imports_only_the_standard_library_and_the_pinned_env():
+    imported = _top_level_imports(RUNNER)
+    # Its one sibling is the Diffusers engine, itself standalone (below).
+    pinned_env = {"vllm_omni", "PIL", "torch", "diffusers_engine"}
     assert imported - set(sys.stdlib_module_names) <= pinned_env, imported
     assert "vllm_omni" in imported
+
+
+def test_the_diffusers_engine_imports_only_the_standard_library_and_its_packages():
+    imported = _top_level_imports(RUNNER.with_name("diffusers_engine.py"))
+    engine_env = {"torch", "transformers", "diffusers", "accelerate", "tokenizers", "torchao"}
+    assert imported - set(sys.stdlib_module_names) <= engine_env, imported
+    assert {"diffusers", "transformers", "torch"} <= imported
 
 
 # --- the harness interrupted or killed mid-request ---------------------------------------
@@ -547,4 +559,5 @@ def test_a_runner_breaking_the_protocol_stops_the_run_naming_the_file(project, t
     code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-t2i")
     assert code == 5  # a harness error
     assert "results.jsonl: expected the result of 'sim-t2i-2301'" in out
-    assert the_attempt(project).offline_requests == []
+    # It recorded nothing, so its attempt is gone: a re-run never resumes an empty one.
+    assert not list((project.evidence_dir / "sim").glob("*/offline-requests.json"))

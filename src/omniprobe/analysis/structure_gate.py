@@ -1,15 +1,15 @@
 """The structure gate: a request that returned a broken image has quality 'broken', never served.
 
-The probe calls `gate_record(record, image_metrics(path, hosts.quality))` on every request that
-returned an image; the verdict rules count a request as served only when its outcome is ok and its
-quality is sound.
+The one recorder (harness/recorder.py) calls `gate_record(record, measure(pixels, hosts.quality))`
+on every request of every engine that returned an image, random weights excepted; the verdict
+rules count a request as served only when its outcome is ok and its quality is sound.
 """
 
 from __future__ import annotations
 
 from omniprobe.analysis.imaging import structure_reasons
 from omniprobe.config.hosts import ImageChecks
-from omniprobe.evidence.models import ImageMetrics, RequestRecord, StructureVerdict
+from omniprobe.evidence.models import ImageMetrics, Measurement, StructureVerdict
 
 
 def quality_of(metrics: ImageMetrics | None, thresholds: ImageChecks | None = None) -> StructureVerdict:
@@ -23,11 +23,12 @@ def quality_of(metrics: ImageMetrics | None, thresholds: ImageChecks | None = No
     return "broken" if broken else "sound"
 
 
-def gate_record(record: RequestRecord, metrics: ImageMetrics) -> RequestRecord:
+def gate_record(record: Measurement, metrics: ImageMetrics) -> Measurement:
     """The record with its image metrics attached and its quality set from them."""
     if record.outcome != "ok":
+        under = getattr(record, "flag_set", None) or getattr(record, "kwarg_set", None)
         raise ValueError(
-            f"request {record.flag_set}/{record.fixture}/seed {record.seed} has outcome "
+            f"request {under}/{record.fixture}/seed {record.seed} has outcome "
             f"{record.outcome!r}; only an ok request returns an image to gate"
         )
     return record.model_copy(update={"image": metrics, "quality": quality_of(metrics)})

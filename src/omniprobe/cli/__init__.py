@@ -76,6 +76,43 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _evidence(args: argparse.Namespace) -> int:
+    from omniprobe.evidence import archive
+
+    project = find_project()
+    if args.evidence_command == "unpack":
+        ids = archive.unpack(args.archive, project.evidence_dir, project.artifacts_dir)
+        print(f"unpacked {len(ids)} attempt(s) into {project.evidence_dir}: {', '.join(ids)}")
+        return 0
+    attempts = list(args.attempt) + sorted(
+        p.name for host in args.host for p in (project.evidence_dir / host).glob("*")
+        if (p / "attempt.json").is_file())
+    if not attempts:
+        print("error: name attempts with --attempt or --host", file=sys.stderr)
+        return 2
+    packed = archive.pack(project.evidence_dir, project.artifacts_dir, attempts, args.out,
+                          artifact_max_bytes=int(args.artifact_max_mib * 2**20))
+    print(f"packed {len(packed.attempts)} attempt(s), {packed.files} file(s) into {packed.path}")
+    for path in packed.left_out:
+        print(f"left out (over {args.artifact_max_mib:g} MiB): {path}")
+    return 0
+
+
+def _wheels(args: argparse.Namespace) -> int:
+    from omniprobe.env.wheels import check_folder, download, read_pins
+
+    if args.check:
+        problems = check_folder(read_pins(args.list), args.dest)
+        for line in problems:
+            print(f"error: {line}", file=sys.stderr)
+        print(f"{args.dest}: " + ("differs from the list" if problems else
+                                  f"every wheel of {args.list} is there, each hash right"))
+        return 1 if problems else 0
+    pins = download(args.list, args.dest)
+    print(f"downloaded {len(pins)} wheel(s) of {args.list} into {args.dest}, each hash checked")
+    return 0
+
+
 def _schema(args: argparse.Namespace) -> int:
     from omniprobe.evidence.schema import stale_schemas, write_schemas
 
@@ -266,8 +303,10 @@ def probe_options(args: argparse.Namespace):
 def offline_options(args: argparse.Namespace):
     from omniprobe.harness.offline import OfflineOptions
 
-    return OfflineOptions(**_session_options(args), kwarg_sets=tuple(args.kwarg_set),
-                          fixtures=tuple(args.fixture), seeds=tuple(args.seed))
+    return OfflineOptions(**_session_options(args),
+                          kwarg_sets=tuple(args.kwarg_set) + tuple(args.profile),
+                          fixtures=tuple(args.fixture), seeds=tuple(args.seed), fresh=args.fresh,
+                          caps_gib=args.caps, sample_hz=args.sample_hz)
 
 
 def propagation_options(args: argparse.Namespace):
@@ -427,6 +466,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="attempt id of the baseline images (default: the attempt's baseline)")
     p.set_defaults(func=_quality)
 
+    p = sub.add_parser("evidence", help="bring evidence made on another machine back whole")
+    ev_sub = p.add_subparsers(dest="evidence_command", required=True)
+    q = ev_sub.add_parser("pack", help="pack attempts (their evidence, and their logs and "
+                          "timelines within a size limit) into one archive with every digest")
+    q.add_argument("--attempt", action="append", default=[], help="an attempt id (repeatable)")
+    q.add_argument("--host", action="append", default=[],
+                   help="every attempt of this host (repeatable)")
+    q.add_argument("--out", type=Path, required=True, help="the archive to write (.tar.gz)")
+    q.add_argument("--artifact-max-mib", type=float, default=4.0,
+                   help="artifacts (.log, .jsonl) larger than this stay behind (0: none travel)")
+    q.set_defaults(func=_evidence)
+    q = ev_sub.add_parser("unpack", help="check an archive's digests and attempts, then move "
+                          "them into evidence/ and artifacts/; refuses to overwrite anything")
+    q.add_argument("archive", type=Path)
+    q.set_defaults(func=_evidence)
+
+    p = sub.add_parser("wheels", help="download a pinned wheel list (wheels/h200.txt) for a "
+                       "machine that reaches no registry, every hash checked")
+    p.add_argument("--list", type=Path, default=Path("wheels/h200.txt"), help="the wheel list")
+    p.add_argument("--dest", type=Path, default=Path(".whl"), help="the folder to fill")
+    p.add_argument("--check", action="store_true",
+                   help="download nothing; check the folder against the list")
+    p.set_defaults(func=_wheels)
+
     p = sub.add_parser("env", help="build or check a host's pinned probe environment")
     env_sub = p.add_subparsers(dest="env_command", required=True)
     for name, text in (
@@ -456,11 +519,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("probe-serve", help="serve every runnable fixture x seed per flag set")
     _probe_options(p)
 
-    p = sub.add_parser("probe-offline", help="generate the fixtures with an offline Omni(...) "
-                       "engine per offline kwarg set of the host (a new attempt)")
+    p = sub.add_parser("probe-offline", help="generate the fixtures with an offline engine per "
+                       "offline kwarg set of the host (Omni(...)), or per Diffusers profile on a "
+                       "Diffusers host; resumes the newest offline attempt of this environment")
     _run_options(p, "offline runner", "the snapshot's repo id")
     p.add_argument("--kwarg-set", action="append", default=[],
                    help="only this offline kwarg set (repeatable; default: every runnable one)")
+    p.add_argument("--profile", action="append", default=[],
+                   help="Diffusers hosts: only this Diffusers profile (repeatable; default: all)")
+    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+    p.add_argument("--caps", help="emulated hosts: sweep these caps (GiB, comma-separated, e.g. "
+                                  "16,20,24,32), one attempt series per cap")
+    p.add_argument("--sample-hz", type=hertz, default=10.0, help="GPU memory sampling rate")
     p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
     p.add_argument("--seed", action="append", type=seed, default=[],
                    help="only this seed (repeatable; default: the fixtures' sampling seeds)")

@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from omniprobe.config.diffusers import DiffusersHost, DiffusersProfile
 from omniprobe.config.fixtures import MAX_REFERENCE_PIXELS
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.names import Name
@@ -344,6 +345,12 @@ class Host(_Input):
                     "innermost traceback frame in them, and a crash there is the card's (a "
                     "traceback elsewhere in upstream code is the server software's).",
     )
+    diffusers: DiffusersHost | None = Field(
+        default=None, description="A Diffusers host: probe-offline runs the Diffusers engine over "
+                                  "its diffusers_profiles, with these weights.")
+    diffusers_profiles: list[str] = Field(
+        default=[], description="The [diffusers_profiles] its offline runs build (Diffusers "
+                                "hosts only).")
     memory_file_env: str | None = Field(
         default=None, pattern=rf"^{OWN_ENV_PREFIX}[A-Z0-9_]+$",
         description="The environment variable that tells the host's server (or offline runner) "
@@ -368,6 +375,13 @@ class Host(_Input):
             raise ValueError("a simulated host needs a [capacity] table")
         if not self.simulated and self.capacity is not None:
             raise ValueError("only a simulated host has a [capacity] table")
+        if (self.diffusers is None) == bool(self.diffusers_profiles):
+            if self.diffusers is not None:
+                raise ValueError("a [diffusers] host needs diffusers_profiles")
+            if self.diffusers_profiles:
+                raise ValueError("diffusers_profiles need a [hosts.<name>.diffusers] table")
+        if self.diffusers is not None and self.offline_kwarg_sets:
+            raise ValueError("a Diffusers host runs diffusers_profiles, not offline_kwarg_sets")
         if self.emulation and self.emulation.mechanism == "sim-account" and not self.simulated:
             raise ValueError("the 'sim-account' mechanism needs a simulated server "
                              "(emulate a simulated host)")
@@ -554,6 +568,7 @@ class HostsConfig(_Input):
     flag_sets: dict[Name, FlagSet]
     deploy_configs: dict[Name, DeployConfig] = {}
     offline_kwarg_sets: dict[Name, OfflineKwargSet] = {}
+    diffusers_profiles: dict[Name, DiffusersProfile] = {}
     quality: ImageChecks = ImageChecks()
     env: EnvConfig | None = Field(
         default=None, description="The probe environment build; null: not configured."
@@ -623,7 +638,8 @@ def _toml_loc(loc) -> str:
     if len(parts) >= 3 and parts[:2] == ["env", "install"]:
         item = f"[[env.install]] item {parts[2]}"
         return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
-    if len(parts) >= 2 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets"}:
+    if len(parts) >= 2 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets",
+                                        "diffusers_profiles"}:
         table = f"[{parts[0]}.{parts[1]}]"  # one named table; a rule across its keys names it alone
         return f"{table} key '{'.'.join(parts[2:])}'" if len(parts) > 2 else table
     if len(parts) >= 2:
@@ -638,6 +654,11 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
             if flag_set not in cfg.flag_sets:
                 problems.append(Problem(file, f"[hosts.{name}] key 'serve_flag_sets'",
                                         f"flag set {flag_set!r} is not defined under [flag_sets]"))
+        for profile in host.diffusers_profiles:
+            if profile not in cfg.diffusers_profiles:
+                problems.append(Problem(
+                    file, f"[hosts.{name}] key 'diffusers_profiles'",
+                    f"Diffusers profile {profile!r} is not defined under [diffusers_profiles]"))
         for kwarg_set in host.offline_kwarg_sets:
             if kwarg_set not in cfg.offline_kwarg_sets:
                 problems.append(Problem(

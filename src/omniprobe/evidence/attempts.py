@@ -29,9 +29,12 @@ from omniprobe.evidence.models import (
     AttemptEnvironment,
     Emulated,
     Measured,
+    OfflineRequest,
+    OfflineRun,
     RequestRecord,
     ServeRun,
     Simulated,
+    Weights,
     load_attempt,
     write_section,
 )
@@ -57,9 +60,10 @@ def new_attempt_id(host_name: str, now: datetime, n: int = 1, suffix: str = SUFF
     return f"{now:%Y-%m-%dT%H%M%SZ}{again}-{host_name}{suffix}"
 
 
-def cap_suffix(cap_mib: int | None) -> str:
-    """The id suffix of an emulated host's probe attempts: one series of attempts per cap."""
-    return SUFFIX if cap_mib is None else f"-{cap_mib}mib{SUFFIX}"
+def cap_suffix(cap_mib: int | None, suffix: str = SUFFIX) -> str:
+    """The id suffix of an emulated host's attempts of one kind (probe, offline): one series of
+    attempts per cap."""
+    return suffix if cap_mib is None else f"-{cap_mib}mib{suffix}"
 
 
 def free_attempt_id(host_dir: Path, host_name: str, now: datetime, suffix: str) -> str:
@@ -93,12 +97,12 @@ def provenance(host_name: str, host: Host, command: list[str], started_at: datet
                     tool_version=__version__, command=command, started_at=started_at)
 
 
-def probe_attempts(host_dir: Path, cap_mib: int | None = None) -> list[Path]:
-    """This host's probe attempt folders (of one cap, on an emulated host), oldest first (ids
-    start with a UTC timestamp)."""
+def probe_attempts(host_dir: Path, cap_mib: int | None = None, kind: str = SUFFIX) -> list[Path]:
+    """This host's attempt folders of one kind (probe, offline; of one cap, on an emulated
+    host), oldest first (ids start with a UTC timestamp)."""
     if not host_dir.is_dir():
         return []
-    suffix = cap_suffix(cap_mib)
+    suffix = cap_suffix(cap_mib, kind)
     return sorted(p for p in host_dir.iterdir()
                   if p.is_dir() and p.name.endswith(suffix) and (p / ATTEMPT_FILE).is_file())
 
@@ -115,6 +119,8 @@ class AttemptStore:
     meta: Attempt
     runs: list[ServeRun] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
+    offline: list[OfflineRun] = field(default_factory=list)
+    offline_requests: list[OfflineRequest] = field(default_factory=list)
     created: bool = False  # a probe attempt this process made, not one it resumes
     _lock: int | None = None
 
@@ -175,22 +181,26 @@ def _load(project: Project, folder: Path) -> AttemptStore:
     loaded, problems = load_attempt(folder)
     if problems or loaded is None:
         raise InputError(problems)
-    return AttemptStore(project, folder, loaded.meta, list(loaded.runs), list(loaded.requests))
+    return AttemptStore(project, folder, loaded.meta, list(loaded.runs), list(loaded.requests),
+                        list(loaded.offline), list(loaded.offline_requests))
 
 
 def _create(project: Project, host_name: str, host: Host, command: list[str],
             suffix: str = SUFFIX, what: str = "probe-init / probe-serve",
             cap_mib: int | None = None,
-            environment: AttemptEnvironment | None = None) -> AttemptStore:
+            environment: AttemptEnvironment | None = None,
+            weights: Weights | None = None) -> AttemptStore:
     now = datetime.now(UTC).replace(microsecond=0)
     attempt_id = free_attempt_id(project.evidence_dir / host_name, host_name, now, suffix)
     folder = project.evidence_dir / host_name / attempt_id
     meta = Attempt(id=attempt_id, host=host_name, date=now.date().isoformat(),
                    description=f"{what} by omniprobe {__version__} on "
                                f"{host.name}" + (" (simulated)" if host.simulated else "")
-                               + (f", capped at {cap_mib:,} MiB" if cap_mib else ""),
+                               + (f", capped at {cap_mib:,} MiB" if cap_mib else "")
+                               + (", random weights (capacity only)" if weights == "random"
+                                  else ""),
                    provenance=provenance(host_name, host, command, now, cap_mib=cap_mib),
-                   environment=environment)
+                   environment=environment, weights=weights)
     folder.mkdir(parents=True, exist_ok=False)
     write_section(folder, ATTEMPT_FILE, meta)
     return AttemptStore(project, folder, meta)
@@ -258,24 +268,26 @@ def resume_decision(newest: Attempt | None, environment: AttemptEnvironment, *,
 def open_probe_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
                        environment: AttemptEnvironment, fresh: bool, fresh_id: str | None,
                        complete: Callable[[AttemptStore], bool],
-                       cap_mib: int | None = None) -> tuple[AttemptStore, str]:
-    """The probe attempt to write, and why: this nox run's fresh one, a new one (--fresh, or the
-    newest cannot be resumed: resume_decision says why), or the newest to resume (on an emulated
-    host, of the same cap)."""
+                       cap_mib: int | None = None, kind: str = SUFFIX,
+                       what: str = "probe-init / probe-serve",
+                       weights: Weights | None = None) -> tuple[AttemptStore, str]:
+    """The attempt of one kind (probe, offline) to write, and why: this nox run's fresh one, a
+    new one (--fresh, or the newest cannot be resumed: resume_decision says why), or the newest
+    to resume (on an emulated host, of the same cap)."""
     host_dir = project.evidence_dir / host_name
     if fresh_id and (host_dir / fresh_id).is_dir():
         store, why = _load(project, host_dir / fresh_id), f"joined: {fresh_id}, this nox run's --fresh one"
     elif fresh:
         store, why = None, "new: --fresh"
     else:
-        existing = probe_attempts(host_dir, cap_mib)
+        existing = probe_attempts(host_dir, cap_mib, kind)
         newest = _load(project, existing[-1]) if existing else None
         resume, why = resume_decision(newest.meta if newest else None, environment,
                                       complete=newest is not None and complete(newest))
         store = newest if resume else None
     if store is None:
-        store = _create(project, host_name, host, command, cap_suffix(cap_mib), cap_mib=cap_mib,
-                        environment=environment)
+        store = _create(project, host_name, host, command, cap_suffix(cap_mib, kind), what,
+                        cap_mib=cap_mib, environment=environment, weights=weights)
         store.created = True  # removed again if its run records nothing
     store._take_lock()
     return store, why

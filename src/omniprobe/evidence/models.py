@@ -45,7 +45,8 @@ from omniprobe.safe_io import MissingFile, outside, parse_json, read_text
 Outcome = Literal["ok", "oom", "error", "timeout"]
 InitOutcome = Literal["ready", "oom", "error", "timeout"]
 StructureVerdict = Literal["sound", "broken", "unchecked"]
-PeakSource = Literal["worker-reserved", "sim-model"]
+PeakSource = Literal["worker-reserved", "sim-model", "torch-reserved"]
+Weights = Literal["snapshot", "random"]
 Sha256Prefix = Annotated[str, Field(pattern=r"^[0-9a-f]{8,64}$")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 # When something ran: not before 2000, not after now (omniprobe.limits).
@@ -94,7 +95,8 @@ class Emulated(_In):
     tool_version: str
     command: list[str]
     started_at: Timestamp
-    emulates: str | None = Field(description="The host emulated; null: a bare capacity.")
+    emulates: str | None = Field(default=None,
+                                 description="The host emulated; null: a bare capacity.")
     cap_mib: int = Field(gt=0, le=MAX_MIB,
                          description="The emulated capacity imposed on the server.")
     physical_gpu: str = Field(description="The GPU it ran on.")
@@ -121,13 +123,19 @@ class ServedModel(_In):
     """What a probe's server was given for {model}, and whether it is the pinned snapshot."""
 
     model: str = Field(description="The {model} value: a snapshot folder, a repo id or a path.")
-    source: Literal["pinned", "by_hand", "simulated"] = Field(
+    source: Literal["pinned", "by_hand", "simulated", "random"] = Field(
         description="'pinned': the snapshot folder the env check found at the pinned revision; "
                     "'by_hand': given with --model, not checked against the pin; 'simulated': "
-                    "the simulated server, which loads no model.")
+                    "the simulated server, which loads no model; 'random': random weights built "
+                    "from the committed configs (capacity only).")
     revision: str | None = Field(
         default=None, description="The served snapshot's commit; null: not known (by hand, "
-                                  "simulated).")
+                                  "simulated, random).")
+    configs: str | None = Field(
+        default=None, description="Random weights: the committed config folder under models/.")
+    config_digests: dict[str, Sha256] = Field(
+        default={}, description="Random weights: sha256 of each committed component config file.")
+    init_seed: int | None = Field(default=None, ge=0, description="Random weights: the init seed.")
 
 
 class AttemptEnvironment(_In):
@@ -140,6 +148,13 @@ class AttemptEnvironment(_In):
     digest: Sha256 = Field(description="sha256 of the env's pins and checks (name, status, "
                                        "expected, actual) and where it runs from.")
     served: ServedModel
+    packages: dict[str, str | None] = Field(
+        default={}, description="A runner on the machine's own Python: the version of each "
+                                "package its engine runs on, as that Python reports it (null: "
+                                "not installed).")
+    allocator_variable: str | None = Field(
+        default=None, description="The allocator variable the env's torch reads, where a "
+                                  "profile sets one.")
 
 
 class Attempt(_In):
@@ -159,6 +174,10 @@ class Attempt(_In):
         default=None, description="The environment a probe attempt ran in and the model it "
                                   "served; null: not a probe attempt, or made before attempts "
                                   "recorded it.")
+    weights: Weights | None = Field(
+        default=None, description="random: every figure comes from random weights and counts for "
+                                  "capacity only (fits, OOMs, peaks, KV size), never for output "
+                                  "structure, PSNR or speed; null: the model's own weights.")
 
 
 # --- shared pieces ----------------------------------------------------------------------
@@ -367,7 +386,7 @@ class ImageMetrics(_In):
 
 
 # --- what one request's record must agree with itself on ----------------------------------
-# Each invariant is a small function of one record (a RequestRecord or an OfflineRequest); a
+# Each invariant is a small function of one record (a Measurement: serve or offline); a
 # record shape that needs another rule adds its function to RECORD_INVARIANTS. A message starts
 # with the field it is about, since the error's path names only the record.
 
@@ -415,45 +434,67 @@ def record_invariants(record):
     return record
 
 
-class RequestRecord(_In):
-    """One request as the package measured it."""
+class Measurement(_In):
+    """What every engine's request record holds (serve, offline Omni, Diffusers): one fixture and
+    seed, its outcome, its image's hashes and structure, its OOM and its cause."""
 
-    flag_set: str
     fixture: str
     seed: Seed
     outcome: Outcome
     quality: StructureVerdict
     wall_s: Wall
-    server_peak_mb: float | None = Field(default=None, ge=0)
-    denoise_step_latency_ms: float | None = Field(default=None, ge=0)
     output_sha256: Sha256 | None = None
-    pixels_sha256: Sha256 | None = None
+    pixels_sha256: Sha256 | None = Field(default=None, description="imaging.pixels_sha256.")
     artifact: InsidePath | None = Field(
         default=None, description="Image path outside git, relative to the artifacts folder.")
     image: ImageMetrics | None = None
+    quality_note: str | None = Field(
+        default=None, description="Why quality is unchecked for an image that came back (random "
+                                  "weights: the structure gate is not applied).")
     oom: OomSignature | None = None
     error: str | None = None
     cause: FailureCause | None = Field(
         default=None, description="Why it failed; null: ok, or not classified (an OOM is the "
                                   "card's all the same).")
     started_s: float | None = Field(
-        default=None, ge=0, description="When it was sent, seconds since its server started.")
+        default=None, ge=0, description="When it began, seconds since its server or runner "
+                                        "started.")
     lifetime: int | None = Field(
-        default=None, ge=0, description="Index of its server in the run's lifetimes.")
+        default=None, ge=0, description="Index of its server (runner process) in the run's "
+                                        "lifetimes.")
     inputs: Inputs = Field(
         default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
                                         "inputs the source does not state (fixtures.json).")
+    weights: Weights | None = Field(
+        default=None, description="random: made with random weights, capacity only; null: the "
+                                  "model's own weights.")
+    emulation_breach: EmulationBreach | None = Field(
+        default=None, description="Emulated hosts: the process tree exceeded the cap by the time "
+                                  "this request ended; it never counts as a fit.")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        return record_invariants(self)
+
+    @model_validator(mode="after")
+    def _random_weights_capacity_only(self):
+        if self.weights == "random" and (self.quality != "unchecked" or self.image is not None):
+            raise ValueError("a random-weight record claims no output structure: quality must be "
+                             "'unchecked' and image absent (random weights count for capacity "
+                             "only)")
+        return self
+
+
+class RequestRecord(Measurement):
+    """One request as the package measured it."""
+
+    flag_set: str
+    server_peak_mb: float | None = Field(default=None, ge=0)
+    denoise_step_latency_ms: float | None = Field(default=None, ge=0)
     transport_failure: bool | None = Field(
         default=None, description="true: no answer came (connection refused or dropped, the "
                                   "server gone), so nothing about the model was measured; a "
                                   "resume sends the request again and records that after it.")
-    emulation_breach: EmulationBreach | None = Field(
-        default=None, description="Emulated hosts: the server's process tree exceeded the cap "
-                                  "by the time this request ended; it never counts as a fit.")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> RequestRecord:
-        return record_invariants(self)
 
 
 # --- offline, quality, reproducibility --------------------------------------------------
@@ -471,44 +512,66 @@ class OfflineRun(_In):
     init_s: float | None = Field(default=None, ge=0,
                                  description="Probed runs: seconds until the engine was built.")
     logs: list[ArtifactRef] = Field(default=[], description="Probed runs: the runner's logs.")
+    cause: FailureCause | None = Field(
+        default=None, description="Why init failed; null: it did not, or not classified.")
+    timelines: list[TimelineSummary] = Field(
+        default=[], description="Probed runs: one GPU memory series per runner process.")
+    build: DiffusersBuild | None = Field(default=None, description="Diffusers engines only.")
 
 
-class OfflineRequest(_In):
-    """One fixture and seed generated by an offline `Omni(...)` engine, as the package measured it:
-    a serve RequestRecord's shape, keyed by the kwarg set instead of a flag set."""
+class OfflineRequest(Measurement):
+    """One fixture and seed generated by an offline engine (vLLM-Omni's `Omni(...)`, the sim's,
+    or the Diffusers pipeline), as the package measured it: a serve RequestRecord's measurement,
+    keyed by the kwarg set (on a Diffusers host, the profile) instead of a flag set."""
 
-    kwarg_set: str
-    fixture: str
-    seed: Seed
-    outcome: Outcome
-    quality: StructureVerdict
-    wall_s: Wall
+    kwarg_set: str = Field(description="The offline kwarg set, or on a Diffusers host the "
+                                       "Diffusers profile.")
+    engine: Literal["omni", "diffusers"] | None = Field(
+        default=None, description="The runner's engine; null: omni (or a record made before "
+                                  "records said).")
     peak_mib: float | None = Field(
-        default=None, ge=0, description="The worker's peak as the engine's request output reports "
-                                        "it (upstream's peak_memory_mb: torch's reserved pool, MiB), "
-                                        "or the sim's model; null: none reported.")
+        default=None, ge=0, description="The request's peak as its engine reports it (MiB); "
+                                        "null: none reported.")
     peak_source: PeakSource | None = Field(
         default=None, description="Which figure peak_mib is: upstream's worker peak_memory_mb "
-        "(torch's reserved-pool peak over the request) or the sim's capacity model; null: no "
-        "peak, or a record written before the runner said.")
-    output_sha256: Sha256 | None = None
-    pixels_sha256: Sha256 | None = Field(default=None, description="imaging.pixels_sha256.")
-    artifact: InsidePath | None = Field(
-        default=None, description="Image path outside git, relative to the artifacts folder.")
-    image: ImageMetrics | None = None
-    oom: OomSignature | None = None
-    error: str | None = None
-    started_s: float | None = Field(
-        default=None, ge=0, description="When it began, seconds since its runner started.")
-    lifetime: int | None = Field(
-        default=None, ge=0, description="Which runner process of the kwarg set (0: the first).")
-    inputs: Inputs = Field(
-        default="original", description="The fixture's own inputs, or omniprobe's stand-ins for "
-                                        "inputs the source does not state (fixtures.json).")
+        "(torch's reserved-pool peak over the request), the sim's capacity model, or "
+        "torch-reserved (torch.cuda.max_memory_reserved over the request, reset before it); "
+        "null: no peak.")
+    peak_allocated_mib: float | None = Field(
+        default=None, ge=0, description="torch.cuda.max_memory_allocated over the request.")
+    start_allocated_mib: float | None = Field(
+        default=None, ge=0, description="What torch held allocated when the request began.")
+    kv_cache_bytes: int | None = Field(
+        default=None, ge=0, description="Bytes of the K and V tensors the pipeline's conditioning "
+                                        "KV cache held after prefill, over the layers it filled.")
+    kv_cache_layers: int | None = Field(
+        default=None, ge=0, description="Of kv_cache_layers_total, the layers the cache filled "
+                                        "(fewer when the request failed during prefill).")
+    kv_cache_layers_total: int | None = Field(default=None, ge=0)
+    prefix_tokens: int | None = Field(
+        default=None, ge=0, description="Tokens in the cache: text plus condition-image tokens.")
+    max_rss_mib: float | None = Field(
+        default=None, ge=0, description="The runner process's peak resident memory so far.")
+    num_inference_steps: int | None = Field(default=None, ge=1)
+    true_cfg_scale: float | None = None
+    sampling_from: Literal["fixtures", "profile"] | None = Field(
+        default=None, description="Whose steps, guidance and seeds it ran: the fixtures' "
+                                  "[sampling], or the profile's capacity settings (chosen by "
+                                  "omniprobe unless the profile says the seed states them).")
 
-    @model_validator(mode="after")
-    def _consistent(self) -> OfflineRequest:
-        return record_invariants(self)
+
+class DiffusersBuild(_In):
+    """What the Diffusers engine reports of its build."""
+
+    parameters_b: dict[str, float] = Field(description="Billions of parameters per component.")
+    build_s: float = Field(ge=0)
+    build_peak_mib: float | None = Field(
+        default=None, ge=0, description="torch's reserved peak during the build: NOT the "
+                                        "checkpoint's load path, so never an init verdict.")
+    resident_mib: float | None = Field(default=None, ge=0,
+                                       description="Allocated on the GPU once placed.")
+    expandable_segments: bool | None = Field(
+        default=None, description="The allocator's setting read back after the build.")
 
 
 class StructureObservation(_In):

@@ -58,6 +58,24 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     if prov.kind == "emulated" and prov.host != attempt.host:
         problems.append(Problem(str(folder / "attempt.json"), "$.provenance.host",
                                 f"emulated as {prov.host!r} but filed under {attempt.host!r}"))
+    random_host = host.diffusers is not None and host.diffusers.weights == "random"
+    if random_host and attempt.meta.weights != "random":
+        problems.append(Problem(str(folder / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.weights"),
+                                f"host {attempt.host!r} builds random weights: its attempts say "
+                                "weights 'random'"))
+    if attempt.meta.weights == "random":
+        # Random weights count for capacity only: no record of theirs may claim more.
+        for i, record in enumerate(attempt.offline_requests):
+            if record.weights != "random":
+                problems.append(Problem(str(folder / "offline-requests.json"),
+                                        content_path("offline-requests.json",
+                                                     f"$[{i}].weights"),
+                                        "expected 'random' in a random-weight attempt"))
+        for name, rows in (("psnr.json", attempt.psnr), ("structure.json", attempt.structure)):
+            if rows:
+                problems.append(Problem(str(folder / name), "", "a random-weight attempt has no "
+                                        "PSNR or output structure: random weights count for "
+                                        "capacity only"))
     if prov.kind == "measured" and host.simulated:
         problems.append(Problem(str(folder / ATTEMPT_FILE),
                                 content_path(ATTEMPT_FILE, "$.provenance.kind"),
@@ -78,9 +96,12 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     flag_set = checker(host.serve_flag_sets, lambda name: (
         f"unknown flag set {name!r} for host {attempt.host!r} "
         f"(expected one of {', '.join(host.serve_flag_sets)})"))
-    kwarg_set = checker(host.offline_kwarg_sets, lambda name: (
-        f"unknown offline kwarg set {name!r} for host {attempt.host!r} "
-        f"(expected one of {', '.join(host.offline_kwarg_sets) or 'none'})"))
+    # On a Diffusers host the offline records are keyed by its Diffusers profiles.
+    offline_names = host.diffusers_profiles or host.offline_kwarg_sets
+    kind = "Diffusers profile" if host.diffusers is not None else "offline kwarg set"
+    kwarg_set = checker(offline_names, lambda name: (
+        f"unknown {kind} {name!r} for host {attempt.host!r} "
+        f"(expected one of {', '.join(offline_names) or 'none'})"))
     fixture = checker(fixtures.ids, lambda name: (
         f"unknown fixture {name!r} (fixtures: {', '.join(fixtures.ids)})"))
     baseline = checker(attempt_ids, lambda name: f"baseline attempt {name!r} is not under evidence/")

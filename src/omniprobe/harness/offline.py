@@ -1,13 +1,19 @@
-"""probe-offline: generate the fixtures with an offline `Omni(...)` engine per offline kwarg set.
+"""probe-offline: generate the fixtures with an offline engine per entry of the host's offline
+matrix: vLLM-Omni's `Omni(...)` per offline kwarg set, or on a Diffusers host the Diffusers
+pipeline per Diffusers profile.
 
-Each kwarg set runs the runner script (omniprobe/harness/offline_runner.py) with the host's pinned venv
-python, in its own process group under omniprobe.harness.supervise, like the server. The runner writes
-one JSON line per request; each becomes an OfflineRequest in offline-requests.json (OOM parsed
-from the exception's text, the image measured and gated as serve's are), and each kwarg set and
-fixture an OfflineRun in offline.json. A kwarg set that is another's plus one setting gets a
-propagation check against it (propagation.json), as serve's deploy configs do. A failed request
-ends its runner (upstream's engine closes on one) and the rest get a fresh runner; only a lost
-runner counts as a restart. Every invocation writes a new attempt (`-offline`).
+Each entry runs the runner script (omniprobe/harness/offline_runner.py) with the host's pinned venv
+python (or the host's offline_command), in its own process group under omniprobe.harness.supervise,
+like the server, sampled like the server (its process tree's GPU memory, a timeline per runner) and,
+on an emulated host, capped like it (the startup hook, `--caps` to sweep, the tree guard). The
+runner writes one JSON line per request; the one recorder makes each an OfflineRequest in
+offline-requests.json (OOM parsed from the exception's text, the image measured and gated as
+serve's are, random weights never gated), and each entry and fixture an OfflineRun in offline.json.
+A kwarg set that is another's plus one setting gets a propagation check against it
+(propagation.json), as serve's deploy configs do. A failed request ends an Omni runner (upstream's
+engine closes on one) and the rest get a fresh runner; a Diffusers pipeline survives it. Only a
+lost runner counts as a restart. A re-run resumes the host's newest offline attempt (of the cap)
+made in the same environment serving the same model, as probe-serve does (`--fresh`: a new one).
 """
 
 from __future__ import annotations
@@ -22,35 +28,64 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from omniprobe.analysis.imaging import UnreadableImage, load_pixels, measure, pixels_sha256
+from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.oom import is_oom, parse_oom
-from omniprobe.analysis.structure_gate import quality_of
 from omniprobe.analysis.summaries import cell_outcome, cell_quality
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig
+from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
-from omniprobe.config.selection import session_venv
-from omniprobe.digests import sha256_bytes
+from omniprobe.config.selection import (
+    INVOCATION_ENV,
+    read_state,
+    resolve_host,
+    session_venv,
+    state_path,
+    update_state,
+)
+from omniprobe.digests import sha256_json
 from omniprobe.env.checks import require_env_ok
-from omniprobe.errors import HarnessError
-from omniprobe.evidence.attempts import AttemptStore, file_ref, new_attempt
-from omniprobe.evidence.models import ArtifactRef, OfflineRequest, OfflineRun, write_section
+from omniprobe.env.simulated import sim_env_digest
+from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
+from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
+from omniprobe.evidence.models import (
+    ArtifactRef,
+    AttemptEnvironment,
+    DiffusersBuild,
+    FailureCause,
+    OfflineRequest,
+    OfflineRun,
+    ServedModel,
+    TimelineSummary,
+    write_section,
+)
 from omniprobe.evidence.quantities import Range
 from omniprobe.harness.client import check_references, reference_path
+from omniprobe.harness.emulation import (
+    EmulationGuard,
+    EmulationUnguarded,
+    capped_processes,
+    emulation_env,
+)
 from omniprobe.harness.interrupt import pause
 from omniprobe.harness.logs import log_tail
+from omniprobe.harness.offline_matrix import OfflineEntry, offline_matrix, runner_facts
 from omniprobe.harness.probe import (
     MEMORY_FILE,
     PlanError,
     ReaderFactory,
+    SamplerDied,
     default_readers,
+    prepare_env,
+    probe_caps,
     serve_fixtures,
+    timeline_summary,
 )
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.propagation import describe, offline_checks, unchecked_extras
-from omniprobe.harness.sampler import NvmlUnavailable, wait_idle
-from omniprobe.harness.server import ServerProcess, classify_exit
+from omniprobe.harness.recorder import record_request
+from omniprobe.harness.sampler import MIB, GpuReader, NvmlUnavailable, Sampler, wait_idle
+from omniprobe.harness.server import ServerProcess, classify_exit, no_space_cause
 from omniprobe.harness.session import Context, Session, SessionOptions, run_session
 from omniprobe.redaction import redact_file, redact_text
 from omniprobe.safe_io import json_loads
@@ -61,7 +96,8 @@ _PLACEHOLDER = re.compile(r"\{(python|runner|hosts_file|host)\}")
 
 
 class KwargSetNotRunnable(PlanError):
-    """An offline kwarg set whose kwargs the source does not state."""
+    """An offline kwarg set (or profile) the host does not run, or whose kwargs the source does
+    not state."""
 
 
 class RunnerProtocolError(HarnessError):
@@ -72,9 +108,12 @@ class RunnerProtocolError(HarnessError):
 class OfflineOptions(SessionOptions):
     """probe-offline's command line; empty tuples: all of them (seeds: the sampling seeds)."""
 
-    kwarg_sets: tuple[str, ...] = ()
+    kwarg_sets: tuple[str, ...] = ()  # kwarg sets, or a Diffusers host's profiles
     fixtures: tuple[str, ...] = ()
     seeds: tuple[int, ...] = ()
+    fresh: bool = False
+    caps_gib: str | None = None  # emulated hosts: the caps to sweep, e.g. "16,20,24,32"
+    sample_hz: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -91,6 +130,8 @@ class OfflineSettings:
     fixtures: tuple[str, ...] = ()
     seeds: tuple[int, ...] = ()
     max_restarts: int = 2
+    sample_hz: float = 10.0
+    cap_mib: int | None = None  # an emulated host's cap for this attempt
 
 
 @dataclass(frozen=True)
@@ -101,33 +142,6 @@ class Planned:
     @property
     def id(self) -> str:
         return f"{self.fixture.id}-{self.seed}"
-
-
-def not_runnable(name: str) -> str:
-    return (f"offline kwarg set {name!r} cannot run: hosts.toml [offline_kwarg_sets.{name}] has "
-            "no 'kwargs' (the source does not state them); record them there first")
-
-
-def check_kwarg_sets(cfg: HostsConfig, host_name: str, host: Host,
-                     wanted: tuple[str, ...]) -> tuple[list[str], list[str]]:
-    """(the kwarg sets to run, in hosts.toml order; refusals of those skipped).
-
-    A kwarg set without kwargs is refused: with an error when asked for by name, else skipped.
-    """
-    unknown = sorted(set(wanted) - set(host.offline_kwarg_sets))
-    if unknown:
-        raise PlanError(f"offline kwarg set(s) {', '.join(unknown)} are not run on host "
-                        f"{host_name!r} (its kwarg sets: "
-                        f"{', '.join(host.offline_kwarg_sets) or 'none'})")
-    chosen = [k for k in host.offline_kwarg_sets if not wanted or k in wanted]
-    refusals = [not_runnable(k) for k in chosen if cfg.offline_kwarg_sets[k].kwargs is None]
-    if wanted and refusals:
-        raise KwargSetNotRunnable("\n".join(refusals))
-    runnable = [k for k in chosen if cfg.offline_kwarg_sets[k].kwargs is not None]
-    if not runnable:
-        raise KwargSetNotRunnable("\n".join(refusals) if refusals
-                                  else f"host {host_name!r} has no offline kwarg sets")
-    return runnable, refusals
 
 
 def runner_command(cfg: HostsConfig, project: Project, host_name: str,
@@ -145,9 +159,10 @@ def runner_command(cfg: HostsConfig, project: Project, host_name: str,
     return [str(paths.python), str(RUNNER)]
 
 
-def runner_env(cfg: HostsConfig, kwarg_set: str, base: dict[str, str]) -> dict[str, str]:
-    """Ours, the stack's offline variables, the kwarg set's, and CUDA numbering GPUs as NVML."""
-    return {**base, **cfg.stack.offline_env, **cfg.offline_kwarg_sets[kwarg_set].env,
+def runner_env(cfg: HostsConfig, entry: OfflineEntry, base: dict[str, str],
+               allocator_variable: str | None = None) -> dict[str, str]:
+    """Ours, the stack's offline variables, the entry's, and CUDA numbering GPUs as NVML."""
+    return {**base, **cfg.stack.offline_env, **entry.runner_env(allocator_variable),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
 
 
@@ -183,12 +198,32 @@ class Events:
 
 
 @dataclass
-class KwargSetState:
-    """What one kwarg set's runner processes produced, for its offline.json rows."""
+class EntryState:
+    """What one entry's runner processes produced, for its offline.json rows (a resumed attempt's
+    earlier rows included)."""
 
     init_s: float | None = None
     failure: OfflineRun | None = None
     logs: list[ArtifactRef] = field(default_factory=list)
+    timelines: list[TimelineSummary] = field(default_factory=list)
+    build: DiffusersBuild | None = None
+    survives_failure: bool = False
+
+    @classmethod
+    def resumed(cls, rows: list[OfflineRun]) -> EntryState:
+        first = rows[0] if rows else None
+        return cls(init_s=first.init_s if first else None,
+                   logs=list(first.logs) if first else [],
+                   timelines=list(first.timelines) if first else [],
+                   build=first.build if first else None)
+
+
+def init_settled(rows: list[OfflineRun]) -> bool:
+    """Whether an entry's failed init is on record for good: one the environment failed
+    measured nothing about the card, so a re-run builds that engine again."""
+    failed = [r for r in rows if r.outcome in ("init-oom", "init-error", "timeout")
+              and r.fixture is None]
+    return bool(failed) and (failed[-1].cause is None or failed[-1].cause.kind != "environment")
 
 
 class OfflineProbe:
@@ -203,45 +238,70 @@ class OfflineProbe:
         self.model_code = tuple(self.host.model_code)
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.baseline: int | None = None
-        self.records: list[OfflineRequest] = []
-        self.runs: list[OfflineRun] = []
+        self.records: list[OfflineRequest] = list(store.offline_requests)
+        self.runs: list[OfflineRun] = list(store.offline)
         self.unfinished: list[str] = []
+        self.environment_failures: list[str] = []
 
-    def run(self, kwarg_sets: list[str], plan: list[Planned]) -> None:
-        progress = Progress(len(kwarg_sets) * len(plan), self.out)
-        progress.say(f"probe-offline on {self.host_name}: {len(plan)} request(s) under each of "
-                     f"{len(kwarg_sets)} kwarg set(s); attempt {self.store.meta.id}")
-        for number, name in enumerate(kwarg_sets, 1):
-            self._kwarg_set(f"{name} {number}/{len(kwarg_sets)}", name, list(plan), progress)
+    def run(self, entries: list[OfflineEntry], plans: dict[str, list[Planned]]) -> None:
+        todo = {e.name: self._pending(e.name, plans[e.name]) for e in entries}
+        total = sum(len(p) for p in todo.values())
+        asked = sum(len(p) for p in plans.values())
+        progress = Progress(total, self.out)
+        progress.say(f"probe-offline on {self.host_name}: {asked} request(s) over "
+                     f"{len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, "
+                     f"{asked - total} recorded, {total} to run; attempt {self.store.meta.id}"
+                     + (f", capped at {self.settings.cap_mib:,} MiB" if self.settings.cap_mib
+                        else ""))
+        for number, entry in enumerate(entries, 1):
+            rows = [r for r in self.runs if r.kwarg_set == entry.name]
+            if init_settled(rows):
+                progress.say(f"[{entry.name}] skipped: its init "
+                             f"{next(r.outcome for r in rows if r.fixture is None)} is recorded")
+                continue
+            if todo[entry.name]:
+                self._entry(f"{entry.name} {number}/{len(entries)}", entry, todo[entry.name],
+                            progress, rows)
 
-    # --- one kwarg set ----------------------------------------------------------------------
+    def _pending(self, name: str, plan: list[Planned]) -> list[Planned]:
+        done = {(r.fixture, r.seed) for r in self.records if r.kwarg_set == name}
+        return [p for p in plan if (p.fixture.id, p.seed) not in done]
 
-    def _kwarg_set(self, label: str, name: str, pending: list[Planned], progress: Progress) -> None:
-        state = KwargSetState()
+    # --- one entry --------------------------------------------------------------------------
+
+    def _entry(self, label: str, entry: OfflineEntry, pending: list[Planned],
+               progress: Progress, rows: list[OfflineRun]) -> None:
+        state = EntryState.resumed([r for r in rows if r.fixture is not None] or rows)
         restarts = 0
-        for index in itertools.count():
-            pending, closed = self._lifetime(label, name, index, pending, state, progress)
+        for index in itertools.count(len(state.logs)):
+            pending, closed = self._lifetime(label, entry, index, pending, state, progress)
             if not pending:
                 break
             if state.failure is not None:
-                if index > 0:  # a restarted runner failed to build: the rest never ran
-                    self.unfinished.append(f"{name}: {len(pending)} request(s) not run, the "
-                                           f"restarted runner's init ended {state.failure.outcome}")
+                if index > len(rows and rows[0].logs):  # a restart failed to build: the rest never ran
+                    self.unfinished.append(f"{entry.name}: {len(pending)} request(s) not run, "
+                                           f"the restarted runner's init ended "
+                                           f"{state.failure.outcome}")
+                elif state.failure.cause is not None and state.failure.cause.kind == "environment":
+                    self.environment_failures.append(
+                        f"{entry.name}: init {state.failure.outcome}: {state.failure.cause.reason}")
                 break
             if closed:
                 continue  # the engine closed on a failed request, as upstream's does: planned
             if restarts >= self.settings.max_restarts:
-                self.unfinished.append(f"{name}: {len(pending)} request(s) not run after "
+                self.unfinished.append(f"{entry.name}: {len(pending)} request(s) not run after "
                                        f"{restarts} restart(s); re-run to try them again")
                 break
             restarts += 1
-        self.runs.extend(self._summary(name, state))
+        self.runs = [r for r in self.runs if r.kwarg_set != entry.name] + self._summary(entry.name,
+                                                                                        state)
         write_section(self.store.folder, "offline.json", self.runs)
 
-    def _summary(self, name: str, state: KwargSetState) -> list[OfflineRun]:
+    def _summary(self, name: str, state: EntryState) -> list[OfflineRun]:
         """The init failure, if any, then one row per fixture in the order they ran."""
-        logs = list(state.logs)
-        rows = [state.failure.model_copy(update={"logs": logs})] if state.failure else []
+        shared = {"logs": list(state.logs), "timelines": list(state.timelines),
+                  "build": state.build}
+        rows = [state.failure.model_copy(update=shared)] if state.failure else []
         records = [r for r in self.records if r.kwarg_set == name]
         for fixture in dict.fromkeys(r.fixture for r in records):
             mine = [r for r in records if r.fixture == fixture]
@@ -250,62 +310,79 @@ class OfflineProbe:
                 kwarg_set=name, fixture=fixture, seeds=sorted({r.seed for r in mine}),
                 outcome=cell_outcome([r.outcome for r in mine]), quality=cell_quality(mine),
                 oom=next((r.oom for r in mine if r.oom is not None), None),
-                wall_s=Range.of(walls) if walls else None, init_s=state.init_s, logs=logs))
+                wall_s=Range.of(walls) if walls else None, init_s=state.init_s, **shared))
         return rows
 
     # --- one runner process -----------------------------------------------------------------
 
-    def _write_inputs(self, name: str, folder: Path, pending: list[Planned]) -> list[str]:
-        images = self.store.artifacts / name / "images"
+    def _write_inputs(self, entry: OfflineEntry, folder: Path, pending: list[Planned]) -> list[str]:
+        images = self.store.artifacts / entry.name / "images"
         images.mkdir(parents=True, exist_ok=True)
-        sampling = self.suite.sampling
+        steps, guidance, _ = entry.sampling(self.suite.sampling)
         requests = [{
             "id": p.id, "fixture": p.fixture.id, "seed": p.seed, "prompt": p.fixture.prompt,
             "width": p.fixture.width, "height": p.fixture.height,
             "references": [str(reference_path(p.fixture, r, self.fixtures_dir))
                            for r in p.fixture.references or []],
-            "num_inference_steps": sampling.num_inference_steps,
-            "true_cfg_scale": sampling.true_cfg_scale,
+            "num_inference_steps": steps, "true_cfg_scale": guidance,
             "output": str(images / f"{p.id}.png"),
         } for p in pending]
-        kwargs = self.cfg.offline_kwarg_sets[name].kwargs
-        write_text_atomic(folder / "kwargs.json", json.dumps(kwargs, indent=2) + "\n")
+        write_text_atomic(folder / "kwargs.json", json.dumps(entry.kwargs, indent=2) + "\n")
         write_text_atomic(folder / "requests.json", json.dumps({"requests": requests}, indent=2))
-        return ["--model", self.settings.model, "--kwargs-file", str(folder / "kwargs.json"),
+        engine = [] if entry.engine == "omni" else ["--engine", entry.engine]
+        return [*engine, "--model", self.settings.model,
+                "--kwargs-file", str(folder / "kwargs.json"),
                 "--requests", str(folder / "requests.json"),
                 "--results", str(folder / "results.jsonl")]
 
-    def _wait_idle(self, folder: Path) -> None:
+    def _reader(self, folder: Path) -> tuple[GpuReader | None, str | None]:
         try:
-            reader = self.readers(folder)
-        except NvmlUnavailable:
-            return  # no NVML here: nothing to wait on
-        self.baseline = wait_idle(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
-                                  poll_s=0.25)
+            return self.readers(folder), None
+        except NvmlUnavailable as exc:
+            return None, str(exc)
 
-    def _lifetime(self, label: str, name: str, index: int, pending: list[Planned],
-                  state: KwargSetState, progress: Progress) -> tuple[list[Planned], bool]:
+    def _lifetime(self, label: str, entry: OfflineEntry, index: int, pending: list[Planned],
+                  state: EntryState, progress: Progress) -> tuple[list[Planned], bool]:
         """One runner process over the pending requests; returns those it did not get to, and
         whether it ended because a request failed (upstream's engine closes then: the runner
         ends by plan, not by a fault)."""
+        name = entry.name
         folder = self.store.artifacts / name / f"runner-{index + 1}"
         folder.mkdir(parents=True, exist_ok=True)
-        args = self._write_inputs(name, folder, pending)
-        self._wait_idle(folder)
-        env = runner_env(self.cfg, name, self.base_env)
+        args = self._write_inputs(entry, folder, pending)
+        reader, reason = self._reader(folder)
+        cap = self.settings.cap_mib
+        if cap is not None and reader is None:
+            raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its runner's "
+                                     f"memory cannot be sampled to check the cap: {reason}")
+        if reader is not None:
+            self.baseline = wait_idle(reader, self.baseline,
+                                      timeout_s=self.settings.idle_timeout_s, poll_s=0.25)
+        env = runner_env(self.cfg, entry, self.base_env,
+                         self.store.meta.environment.allocator_variable
+                         if self.store.meta.environment else None)
         if self.host.offline_command is None:
             # The pinned venv sees its own packages only, not whatever our environment adds.
             env.pop("PYTHONPATH", None)
             env.pop("PYTHONHOME", None)
         if self.host.memory_file_env:
             env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
+        guard = None
+        if cap is not None:
+            env.update(emulation_env(self.host, cap, env))
+            guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
         runner = ServerProcess([*self.command, *args], env, folder / "runner.log", None,
                                grace_s=self.settings.grace_s, model_code=self.model_code)
         events = Events(folder / "results.jsonl")
         progress.say(f"[{label}] starting the runner")
         runner.start()
+        sampler = None
         try:
-            if not self._init(label, name, runner, events, state, progress):
+            if reader is not None:
+                sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.settings.sample_hz,
+                                  root_pid=lambda: runner.pid, t0=runner.started, guard=guard)
+                sampler.start()
+            if not self._init(label, entry, runner, events, state, progress):
                 return pending, False
             while pending:
                 planned = pending[0]
@@ -313,19 +390,23 @@ class OfflineProbe:
                 event, why = self._next(runner, events, self.settings.request_timeout_s)
                 if event is not None:
                     _check_result(event, planned, events.path)
-                record = (self._record(name, planned, event, index) if event is not None else
-                          self._lost(name, planned, index, why, runner.log_path,
-                                     time.monotonic() - waited_from))
+                breach = (guard.breach_by(time.monotonic() - runner.started)
+                          if guard is not None else None)
+                record = (self._record(entry, planned, event, index, breach)
+                          if event is not None else
+                          self._lost(entry, planned, index, why, runner.log_path,
+                                     time.monotonic() - waited_from, breach))
                 pending.pop(0)
                 progress.step(f"[{label}] {planned.fixture.id} seed {planned.seed}: "
                               f"{record.outcome} {record.wall_s:.2f} s"
                               + (f", output {record.quality}" if record.outcome == "ok" else "")
+                              + (f", peak {record.peak_mib:,.0f} MiB" if record.peak_mib else "")
                               + (f" (tried to allocate {record.oom.requested})"
                                  if record.oom and record.oom.requested else "")
                               + ("" if event is not None else " (runner lost: restarting)"))
                 if event is None:
                     return pending, False
-                if event["outcome"] != "ok":
+                if event["outcome"] != "ok" and not state.survives_failure:
                     runner.wait_exit(self.settings.grace_s)
                     if pending:
                         progress.say(f"[{label}] the engine closed on the failed request: a "
@@ -335,8 +416,19 @@ class OfflineProbe:
             return pending, False
         finally:
             runner.stop()
+            timeline = timeline_summary(sampler, reason, self.settings.sample_hz,
+                                        self.store.project.artifacts_dir)
+            if guard is not None:
+                capped = capped_processes(runner.log_path.read_text(errors="replace"))
+                timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
+            state.timelines.append(timeline)
             redact_file(runner.log_path)
             state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
+            if timeline.state == "incomplete" and sys.exc_info()[0] is None:
+                # Recorded first; only a lifetime that ended on its own fails for it (another
+                # exception in flight says more).
+                raise SamplerDied(f"[{entry.name}] {timeline.reason}; the timeline of runner "
+                                  f"{index} is recorded as incomplete (re-run to resume)")
 
     def _next(self, runner: ServerProcess, events: Events,
               timeout_s: float) -> tuple[dict | None, str | None]:
@@ -354,19 +446,27 @@ class OfflineProbe:
                 return None, "timeout"
             pause(self.settings.poll_s)
 
-    def _init(self, label: str, name: str, runner: ServerProcess, events: Events,
-              state: KwargSetState, progress: Progress) -> bool:
+    def _init(self, label: str, entry: OfflineEntry, runner: ServerProcess, events: Events,
+              state: EntryState, progress: Progress) -> bool:
         """Wait for the engine; on failure set state.failure and return False."""
+        name = entry.name
         event, why = self._next(runner, events, self.settings.ready_timeout_s)
         elapsed = round(time.monotonic() - runner.started, 2)
         if event is not None and event["event"] != "init":
             raise RunnerProtocolError(f"{events.path}: expected the init result, got {event}")
         if event is not None and event.get("outcome") == "ready":
-            if state.init_s is None:
-                state.init_s = event.get("wall_s")
-            progress.say(f"[{label}] engine built after {event.get('wall_s')} s")
-            return True
-        if event is not None:
+            refused = self._refuse_ready(entry, event)
+            if refused is None:
+                if state.init_s is None:
+                    state.init_s = event.get("wall_s")
+                state.survives_failure = bool(event.get("survives_failure"))
+                if event.get("facts"):
+                    state.build = DiffusersBuild.model_validate(event["facts"])
+                progress.say(f"[{label}] engine built after {event.get('wall_s')} s")
+                return True
+            failure = OfflineRun(kwarg_set=name, outcome="init-error", quality="unchecked",
+                                 init_s=event.get("wall_s"), note=refused.reason, cause=refused)
+        elif event is not None:
             text = event.get("traceback") or event.get("error") or ""
             if not is_oom(text):
                 # Upstream reports a worker's death as "Orchestrator initialization failed";
@@ -376,7 +476,8 @@ class OfflineProbe:
                    if event.get("outcome") == "oom" or is_oom(text) else None)
             failure = OfflineRun(kwarg_set=name, outcome="init-oom" if oom else "init-error",
                                  quality="unchecked", oom=oom, init_s=event.get("wall_s"),
-                                 note=redact_text(event.get("error") or "")[:500] or None)
+                                 note=redact_text(event.get("error") or "")[:500] or None,
+                                 cause=classify_failure(text, self.model_code))
         elif why == "timeout":
             failure = OfflineRun(kwarg_set=name, outcome="timeout", quality="unchecked",
                                  note=f"the engine was not built within "
@@ -386,69 +487,99 @@ class OfflineProbe:
             init = classify_exit(code if code is not None else -1,
                                  runner.log_path.read_text(errors="replace"), elapsed,
                                  self.model_code)
+            cause = init.cause or no_space_cause(runner.log_path.parent)
             failure = OfflineRun(kwarg_set=name, quality="unchecked", oom=init.oom,
                                  outcome="init-oom" if init.outcome == "oom" else "init-error",
-                                 note=init.note)
+                                 note=init.note, cause=cause)
         state.failure = failure
         progress.say(f"[{label}] the engine was not built: {failure.outcome}"
                      + (f" ({failure.note})" if failure.note else ""))
         return False
 
+    def _refuse_ready(self, entry: OfflineEntry, event: dict) -> FailureCause | None:
+        """A built engine that cannot be measured honestly: uncapped on an emulated host, an
+        allocator setting its torch ignored, or a component of the wrong size."""
+        emulation = event.get("emulation")
+        if self.settings.cap_mib is not None and not (emulation and emulation.get("hook_loaded")):
+            return FailureCause(kind="environment", reason="the emulation hook did not load in "
+                                                           "the runner: it ran uncapped")
+        facts = event.get("facts") or {}
+        profile = entry.kwargs.get("profile") or {}
+        wants_expandable = "expandable_segments:True" in (profile.get("allocator") or "")
+        if wants_expandable and facts.get("expandable_segments") is False:
+            return FailureCause(kind="environment", reason=(
+                f"the profile sets {profile.get('allocator')!r} in {sorted(entry.env)}, but the "
+                "allocator reads back without expandable segments"))
+        for component, (billions, tolerance) in entry.expected_parameters.items():
+            built = (facts.get("parameters_b") or {}).get(component)
+            if built is None or abs(built - billions) > tolerance * billions:
+                return FailureCause(kind="environment", reason=(
+                    f"the built {component} has {built} B parameters; its config expects "
+                    f"{billions} B within {tolerance:.0%}"))
+        return None
+
     # --- records ----------------------------------------------------------------------------
 
-    def _add(self, fields: dict) -> OfflineRequest:
-        """Write the record (its error redacted), and only then hold it as recorded."""
-        if fields.get("error"):
-            fields = {**fields, "error": redact_text(fields["error"])}
-        record = OfflineRequest.model_validate(fields)
+    def _add(self, record: OfflineRequest) -> OfflineRequest:
+        """Write the record, and only then hold it as recorded."""
         write_section(self.store.folder, "offline-requests.json", [*self.records, record])
         self.records.append(record)
         return record
 
-    def _record(self, name: str, planned: Planned, event: dict, index: int) -> OfflineRequest:
-        fields = {"kwarg_set": name, "fixture": planned.fixture.id,
-                  "inputs": planned.fixture.inputs, "seed": planned.seed,
-                  "outcome": event.get("outcome"), "quality": "unchecked",
-                  "wall_s": event.get("wall_s"), "peak_mib": event.get("peak_mib"),
-                  "peak_source": event.get("peak_source"),
-                  "started_s": event.get("started_s"), "lifetime": index}
+    def _fields(self, entry: OfflineEntry, planned: Planned, index: int, breach) -> dict:
+        steps, guidance, whose = entry.sampling(self.suite.sampling)
+        return {"kwarg_set": entry.name, "fixture": planned.fixture.id,
+                "inputs": planned.fixture.inputs, "seed": planned.seed, "quality": "unchecked",
+                "lifetime": index, "emulation_breach": breach,
+                "engine": None if entry.engine == "omni" else entry.engine,
+                "weights": entry.weights, "num_inference_steps": steps,
+                "true_cfg_scale": guidance, "sampling_from": whose}
+
+    def _record(self, entry: OfflineEntry, planned: Planned, event: dict, index: int,
+                breach) -> OfflineRequest:
+        measured = event.get("measured") or {}
+        fields = {**self._fields(entry, planned, index, breach),
+                  "outcome": event.get("outcome"), "wall_s": event.get("wall_s"),
+                  "peak_mib": event.get("peak_mib"), "peak_source": event.get("peak_source"),
+                  "started_s": event.get("started_s"),
+                  **{k: v for k, v in measured.items() if k in _MEASURED}}
+        image = None
+        path = self.store.artifacts / entry.name / "images" / f"{planned.id}.png"
         if event.get("outcome") == "ok":
-            fields.update(self._image(self.store.artifacts / name / "images" / f"{planned.id}.png"))
+            try:
+                image = path.read_bytes()
+            except OSError as exc:
+                fields.update(outcome="error", error=f"the runner's image is unreadable: {exc}")
         else:
             text = event.get("traceback") or event.get("error") or ""
             if event.get("outcome") == "oom" or is_oom(text):
                 fields.update(outcome="oom", oom=parse_oom(text, "request", self.model_code))
-            fields["error"] = (event.get("error") or "no message")[:500]
-        return self._add(fields)
+            fields["error"] = redact_text((event.get("error") or "no message")[:500])
+            fields["cause"] = classify_failure(text, self.model_code)
+        return self._add(record_request(
+            OfflineRequest, fields, image, path, artifacts_dir=self.store.project.artifacts_dir,
+            checks=self.cfg.quality, save=False, unreadable="the runner's image is unreadable"))
 
-    def _image(self, path: Path) -> dict:
-        """The output's hashes, metrics and quality; an error when it is no readable image."""
-        try:
-            data = path.read_bytes()
-            pixels = load_pixels(path)
-        except (OSError, UnreadableImage) as exc:
-            return {"outcome": "error", "error": f"the runner's image is unreadable: {exc}"}
-        metrics = measure(pixels, self.cfg.quality)
-        return {"output_sha256": sha256_bytes(data), "pixels_sha256": pixels_sha256(pixels),
-                "artifact": str(path.relative_to(self.store.project.artifacts_dir)),
-                "image": metrics, "quality": quality_of(metrics)}
-
-    def _lost(self, name: str, planned: Planned, index: int, why: str | None, log_path: Path,
-              waited_s: float) -> OfflineRequest:
+    def _lost(self, entry: OfflineEntry, planned: Planned, index: int, why: str | None,
+              log_path: Path, waited_s: float, breach) -> OfflineRequest:
         """A request the runner never answered: it hung (timeout) or died."""
-        fields = {"kwarg_set": name, "fixture": planned.fixture.id,
-                  "inputs": planned.fixture.inputs, "seed": planned.seed, "quality": "unchecked",
-                  "lifetime": index, "wall_s": round(waited_s, 4)}
+        fields = {**self._fields(entry, planned, index, breach), "wall_s": round(waited_s, 4)}
         if why == "timeout":
             fields.update(outcome="timeout",
                           error=f"no result within {self.settings.request_timeout_s:g} s")
-            return self._add(fields)
+            return self._add(OfflineRequest.model_validate(fields))
         log = _after_last_event(log_path.read_text(errors="replace"))
         oom = parse_oom(log, "request", self.model_code)
         fields.update(outcome="oom" if oom else "error", oom=oom,
-                      error=f"the runner {why} during the request; its log ends: "
-                            f"{log_tail(log)}")
-        return self._add(fields)
+                      cause=classify_failure(log, self.model_code),
+                      error=redact_text(f"the runner {why} during the request; its log ends: "
+                                        f"{log_tail(log)}"))
+        return self._add(OfflineRequest.model_validate(fields))
+
+
+# What a runner's request result may carry beyond the protocol's own fields.
+_MEASURED = ("peak_allocated_mib", "start_allocated_mib", "kv_cache_bytes", "kv_cache_layers",
+             "kv_cache_layers_total", "prefix_tokens", "max_rss_mib")
 
 
 def _check_result(event: dict, planned: Planned, path: Path) -> None:
@@ -467,7 +598,8 @@ def _after_last_event(log: str) -> str:
     return log if at < 0 else log[at:].partition("\n")[2]
 
 
-def settings_from(options: OfflineOptions, cfg: HostsConfig) -> OfflineSettings:
+def settings_from(options: OfflineOptions, cfg: HostsConfig,
+                  cap_mib: int | None = None) -> OfflineSettings:
     serve = cfg.serve
     return OfflineSettings(
         model=options.model or cfg.stack.model_repo,
@@ -475,67 +607,140 @@ def settings_from(options: OfflineOptions, cfg: HostsConfig) -> OfflineSettings:
         request_timeout_s=options.request_timeout_s or serve.request_timeout_s,
         grace_s=serve.stop_grace_s if options.grace_s is None else options.grace_s,
         idle_timeout_s=options.idle_timeout_s, kwarg_sets=options.kwarg_sets,
-        fixtures=options.fixtures, seeds=options.seeds)
+        fixtures=options.fixtures, seeds=options.seeds, sample_hz=options.sample_hz,
+        cap_mib=cap_mib)
+
+
+def offline_environment(ctx: Context, options: OfflineOptions, command: list[str],
+                        configs, *, nvml=None) -> tuple[AttemptEnvironment, dict]:
+    """The environment an offline attempt runs in and the model its runner is given, recorded so
+    a resume continues only in the same one; and the runner's facts (empty unless it runs on the
+    machine's own Python)."""
+    host = ctx.host
+    if host.simulated:
+        served = ServedModel(model=redact_text(options.model) if options.model
+                             else ctx.cfg.stack.model_repo,
+                             source="by_hand" if options.model else "simulated")
+        return AttemptEnvironment(digest=sim_env_digest(), served=served), {}
+    if host.offline_command is None:  # a real host's pinned venv: the probe's own check
+        env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=options.model,
+                          venv=options.venv, nvml=nvml, out=ctx.out)
+        return env.record, {}
+    facts = runner_facts(command, dict(os.environ))
+    if configs is not None:
+        served = ServedModel(model="random", source="random", configs=configs.folder,
+                             config_digests=configs.digests, init_seed=host.diffusers.init_seed)
+    else:
+        served = ServedModel(model=redact_text(options.model or ctx.cfg.stack.model_repo),
+                             source="by_hand")
+    packages = facts["packages"]
+    digest = sha256_json({"python": facts.get("python"), "packages": packages,
+                          "runner": command})
+    return AttemptEnvironment(digest=digest, served=served, packages=packages,
+                              allocator_variable=facts.get("allocator_variable")), facts
 
 
 class OfflineSession(Session):
-    """probe-offline: every invocation writes a new attempt (`-offline`)."""
+    """probe-offline: resumes the host's newest offline attempt (of the cap) made in this
+    environment, or with --fresh starts one (once per nox invocation and cap)."""
 
     def __init__(self, options: OfflineOptions, command: list[str], *,
-                 readers: ReaderFactory | None = None, nvml=None):
+                 readers: ReaderFactory | None = None, nvml=None, cap_mib: int | None = None):
         self.options, self.command, self.readers, self.nvml = options, command, readers, nvml
+        self.cap_mib = cap_mib
 
     def prepare(self, ctx: Context) -> None:
-        self.settings = settings = settings_from(self.options, ctx.cfg)
-        self.kwarg_sets, self.refused = check_kwarg_sets(ctx.cfg, ctx.host_name, ctx.host,
-                                                         settings.kwarg_sets)
+        self.settings = settings = settings_from(self.options, ctx.cfg, self.cap_mib)
+        try:
+            self.entries, self.refused, configs = offline_matrix(
+                ctx.cfg, ctx.project, ctx.host_name, ctx.host, settings.kwarg_sets)
+        except Refusal as exc:
+            raise KwargSetNotRunnable(str(exc)) from None
         fixtures = serve_fixtures(ctx.suite, ctx.host, settings.fixtures)
         check_references(fixtures, ctx.project.fixtures_file.parent,
                          max_pixels=ctx.cfg.probe.max_reference_pixels)
-        seeds = settings.seeds or tuple(ctx.suite.sampling.seeds)
-        self.plan = [Planned(f, s) for f in fixtures for s in seeds]
         self.runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
                                      nvml=self.nvml, out=ctx.out)
+        self.environment, _ = offline_environment(ctx, self.options, self.runner, configs,
+                                                   nvml=self.nvml)
+        for entry in self.entries:  # a profile's allocator variable is the runner's torch's
+            entry.runner_env(self.environment.allocator_variable)
+        self.plans = {e.name: [Planned(f, s) for f in fixtures for s in
+                               (settings.seeds or e.seeds or tuple(ctx.suite.sampling.seeds))]
+                      for e in self.entries}
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
-        return new_attempt(ctx.project, ctx.host_name, ctx.host, self.command,
-                           suffix=ATTEMPT_SUFFIX, what="probe-offline")
+        invocation = os.environ.get(INVOCATION_ENV)
+        state = read_state(state_path(ctx.project, invocation), invocation)
+        fresh = self.options.fresh
+        key = f"{ctx.host_name}-offline" + ("" if self.cap_mib is None else f"@{self.cap_mib}mib")
+        fresh_id = state.get("fresh_attempts", {}).get(key) if fresh else None
+        weights = ctx.host.diffusers.weights if ctx.host.diffusers else None
+
+        def complete(found: AttemptStore) -> bool:
+            done = {(r.kwarg_set, r.fixture, r.seed) for r in found.offline_requests}
+            settled = {r.kwarg_set for r in found.offline if r.fixture is None}
+            return all(e.name in settled or all((e.name, p.fixture.id, p.seed) in done
+                                                for p in self.plans[e.name])
+                       for e in self.entries)
+
+        store, self.why = open_probe_attempt(
+            ctx.project, ctx.host_name, ctx.host, self.command, environment=self.environment,
+            fresh=fresh, fresh_id=fresh_id, cap_mib=self.cap_mib, complete=complete,
+            kind=ATTEMPT_SUFFIX, what="probe-offline", weights=weights)
+        if fresh and invocation:
+            update_state(state_path(ctx.project, invocation), invocation, fresh_attempts={
+                **state.get("fresh_attempts", {}), key: store.meta.id})
+        return store
 
     def run(self, ctx: Context, store: AttemptStore) -> int:
         out = ctx.out
+        print(f"attempt {store.meta.id} ({self.why})", file=out)
         for line in self.refused:
             print(f"refused: {line}", file=out)
         probe = OfflineProbe(ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.host_name,
                              store, self.settings, self.runner, out=out,
                              readers=self.readers or default_readers(ctx.host,
                                                                      self.options.gpu_index))
-        probe.run(self.kwarg_sets, self.plan)
-        checks = offline_checks(ctx.cfg, self.kwarg_sets, probe.records)
+        probe.run(self.entries, self.plans)
+        kwarg_sets = [e.name for e in self.entries if e.engine == "omni"]
+        checks = offline_checks(ctx.cfg, kwarg_sets, probe.records)
         if checks:
             write_section(store.folder, "propagation.json", checks)
         for check in checks:
             print(describe(check), file=out)
-        for name in unchecked_extras(ctx.cfg, self.kwarg_sets):
+        for name in unchecked_extras(ctx.cfg, kwarg_sets):
             print(f"not checked: whether {name}'s extras reach the model; no kwarg set run "
                   "beside it has its kwargs without them", file=out)
         print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
               f"artifacts in {store.artifacts}", file=out)
         for line in self.refused + probe.unfinished:
             print(f"not done: {line}", file=out)
+        if probe.environment_failures:
+            raise EnvironmentFailure(
+                "the card was not measured: whole entries failed for an environment cause "
+                "(the evidence records it; fix the environment and re-run):\n"
+                + "\n".join(f"  {line}" for line in probe.environment_failures))
         return 1 if probe.unfinished else 0
 
     def close(self) -> None:
         """Nothing beyond the attempt: each record is written as it is made."""
 
     def interrupted(self, store: AttemptStore) -> str:
-        return f"the runner was stopped; attempt {store.meta.id} holds what finished"
+        return f"the runner was stopped; re-run to resume attempt {store.meta.id}"
 
 
 def run_offline(project: Project, options: OfflineOptions, *, command: list[str],
                 readers: ReaderFactory | None = None, nvml=None, out: TextIO | None = None) -> int:
-    """The probe-offline command: 0 when every planned request was recorded.
+    """The probe-offline command: 0 when every planned request was recorded. On an emulated host
+    each cap (`--caps`, else the host's) is its own session and attempt.
 
     `command` is the command line recorded as the attempt's provenance; `nvml` stands in for
     pynvml in a real host's env checks, as for the probe."""
-    return run_session(project, OfflineSession(options, command, readers=readers, nvml=nvml),
-                       options.host, out)
+    cfg = load_hosts(project.hosts_file)
+    host_name, _ = resolve_host(project, cfg, options.host)
+    code = 0
+    for cap in probe_caps(cfg, host_name, options.caps_gib):
+        code = max(code, run_session(project, OfflineSession(
+            options, command, readers=readers, nvml=nvml, cap_mib=cap), options.host, out))
+    return code

@@ -6,23 +6,26 @@ the standard library only, plus vLLM-Omni, torch and Pillow from that venv when 
 engine; never omniprobe or pydantic. The simulated host runs the same protocol through
 `python -m omniprobe.sim offline`, which reuses `main` with its own engine.
 
-    offline_runner.py --model PATH (--kwargs JSON | --kwargs-file FILE)
+    offline_runner.py [--engine omni|diffusers] --model PATH (--kwargs JSON | --kwargs-file FILE)
                       --requests FILE --results FILE
+    offline_runner.py --versions      (the packages the engines would run on, as JSON)
 
 The requests file: {"requests": [{"id", "fixture", "seed", "prompt", "width", "height",
 "references": [image paths], "num_inference_steps", "true_cfg_scale", "output": PNG path}]}.
 The results file gets JSON lines, each flushed as it happens (also printed to stdout):
 
-    {"event": "init", "outcome": "ready" | "oom" | "error", "wall_s", "error", "traceback"}
+    {"event": "init", "outcome": "ready" | "oom" | "error", "wall_s", "error", "traceback",
+     "survives_failure", "facts", "emulation"}
     {"event": "request", "id", "fixture", "seed", "outcome": "ok" | "oom" | "error", "wall_s",
-     "started_s", "image", "peak_mib", "peak_source", "error", "traceback"}
+     "started_s", "image", "peak_mib", "peak_source", "error", "traceback", "measured"}
     {"event": "closed", "after": id}
     {"event": "done"}
 
-After a failed init nothing else is written and the exit status is 1. A failed request ends the
-runner: upstream's `Omni.generate` shuts its engine down on any exception and re-raises, so the
-runner writes "closed" after that request's result and exits 0; the harness gives the requests
-left a fresh runner.
+After a failed init nothing else is written and the exit status is 1. Whether a failed request
+ends the runner is the engine's `survives_failure`: upstream's `Omni.generate` shuts its engine
+down on any exception and re-raises, so the runner writes "closed" after that request's result
+and exits 0 and the harness gives the requests left a fresh runner; a Diffusers pipeline survives
+an OOM, so the runner frees what the request held and goes on.
 """
 
 from __future__ import annotations
@@ -39,12 +42,28 @@ from typing import Any, Protocol
 _TRACEBACK_CHARS = 20000  # the tail of a traceback: the OOM message and the frames near it
 
 
+CAP_ENV = "OMNIPROBE_EMULATED_CAP_MIB"  # the emulation hook's (emulation_site/sitecustomize.py)
+
+
 class Engine(Protocol):
     peak_source: str  # which figure generate's peak is (OfflineRequest.peak_source)
+    survives_failure: bool  # a failed request leaves the engine usable (else it is closed)
 
-    def generate(self, request: dict) -> float | None:
+    def generate(self, request: dict) -> float | dict | None:
         """Generate one request, write its image to request["output"], return the peak MiB the
-        engine reports for it (None: none reported). Raising closes the engine for good."""
+        engine reports for it (None: none reported), or a dict of what it measured with the peak
+        as "peak_mib". Raising closes the engine for good unless it survives failures."""
+
+
+def emulation_state() -> dict | None:
+    """The emulation cap this process runs under and whether the hook that imposes it loaded."""
+    cap = os.environ.get(CAP_ENV)
+    if cap is None:
+        return None
+    hook = sys.modules.get("sitecustomize")
+    where = getattr(hook, "__file__", "") or ""
+    return {"cap_mib": int(cap) if cap.isdigit() else None,
+            "hook_loaded": os.path.basename(os.path.dirname(where)) == "emulation_site"}
 
 
 def is_oom(exc: BaseException) -> bool:
@@ -79,26 +98,44 @@ def run(make_engine: Callable[[], Engine], requests: list[dict], results: Result
     except Exception as exc:
         results.emit("init", wall_s=round(time.monotonic() - t0, 3), **failure(exc))
         return 1
+    survives = bool(getattr(engine, "survives_failure", False))
+    facts = engine.facts() if hasattr(engine, "facts") else None
     results.emit("init", outcome="ready", wall_s=round(time.monotonic() - t0, 3), error=None,
-                 traceback=None)
+                 traceback=None, survives_failure=survives, facts=facts,
+                 emulation=emulation_state())
     for request in requests:
         started = time.monotonic()
         head = {"id": request["id"], "fixture": request["fixture"], "seed": request["seed"],
                 "started_s": round(started - t0, 3)}
         try:
-            peak = engine.generate(request)
+            measured = _measured(engine.generate(request))
         except Exception as exc:
+            # What the engine measured of the failed request (its peak up to the OOM), if any.
+            measured = _measured(getattr(engine, "last", None)) if survives else {}
+            peak = measured.pop("peak_mib", None)
             results.emit("request", **head, wall_s=round(time.monotonic() - started, 4),
-                         image=None, peak_mib=None, peak_source=None, **failure(exc))
-            results.emit("closed", after=request["id"])
-            return 0
+                         image=None, peak_mib=peak,
+                         peak_source=None if peak is None else engine.peak_source,
+                         measured=measured, **failure(exc))
+            if not survives:
+                results.emit("closed", after=request["id"])
+                return 0
         else:
+            peak = measured.pop("peak_mib", None)
             results.emit("request", **head, wall_s=round(time.monotonic() - started, 4),
                          outcome="ok", image=request["output"], peak_mib=peak,
                          peak_source=None if peak is None else engine.peak_source, error=None,
-                         traceback=None)
+                         traceback=None, measured=measured)
+            continue
+        # Out of the except block: the exception's frames no longer hold the request's tensors.
+        engine.recover()
     results.emit("done")
     return 0
+
+
+def _measured(result: float | dict | None) -> dict:
+    """An engine's result as a dict of figures, the peak under "peak_mib"."""
+    return dict(result) if isinstance(result, dict) else {"peak_mib": result}
 
 
 def save_png(image: Any, path: str) -> None:
@@ -183,8 +220,37 @@ class OmniEngine:
         return output_peak_mib(outputs)
 
 
+def diffusers_engine(model: str, kwargs: dict) -> Engine:
+    """The Diffusers engine (diffusers_engine.py beside this file, imported only when asked for:
+    the Omni engine's venv need not have diffusers' pipeline)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from diffusers_engine import DiffusersEngine
+
+    return DiffusersEngine(model, kwargs, open_image=open_reference, save_png=save_png)
+
+
+ENGINES: dict[str, Callable[[str, dict], Engine]] = {
+    "omni": lambda model, kwargs: OmniEngine(model, kwargs),
+    "diffusers": diffusers_engine,
+}
+
+
+def print_versions() -> int:
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    from diffusers_engine import environment_facts
+
+    print(json.dumps(environment_facts()))
+    return 0
+
+
 def build_parser(prog: str = "offline_runner.py") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=sorted(ENGINES), default="omni",
+                        help="the engine to build (default: vLLM-Omni's Omni)")
     parser.add_argument("--model", required=True, help="model path or repo id")
     kwargs = parser.add_mutually_exclusive_group(required=True)
     kwargs.add_argument("--kwargs", help="Omni(...) keyword arguments as a JSON object")
@@ -232,8 +298,12 @@ def load_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
 
 
 def main(argv: list[str] | None = None,
-         engine: Callable[[str, dict], Engine] = OmniEngine, prog: str = "offline_runner.py") -> int:
+         engine: Callable[[str, dict], Engine] | None = None, prog: str = "offline_runner.py") -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv == ["--versions"]:
+        return print_versions()
     args = build_parser(prog).parse_args(argv)
+    engine = engine or ENGINES[args.engine]
     try:
         kwargs, requests = load_inputs(args)
     except (OSError, UsageError) as exc:

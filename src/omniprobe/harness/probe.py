@@ -18,11 +18,8 @@ from typing import TextIO
 import requests
 
 from omniprobe.analysis.failure_cause import classify_failure
-from omniprobe.analysis.imaging import UnreadableImage, decode_pixels, measure, pixels_sha256
 from omniprobe.analysis.oom import merge, parse_oom
 from omniprobe.analysis.series import decimate, unavailable
-from omniprobe.analysis.structure_gate import gate_record
-from omniprobe.atomic import write_bytes_atomic
 from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite
 from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
@@ -34,7 +31,6 @@ from omniprobe.config.selection import (
     state_path,
     update_state,
 )
-from omniprobe.digests import sha256_bytes
 from omniprobe.env.checks import failure_lines, hf_cache_dir, pinned_snapshot, require_env_ok
 from omniprobe.env.manifest import env_digest, manifest_of
 from omniprobe.env.simulated import sim_env_digest, sim_preflight
@@ -69,6 +65,7 @@ from omniprobe.harness.logs import (
 )
 from omniprobe.harness.plan import Pace, attempt_complete, earlier_attempts, estimate, pace, plan_line
 from omniprobe.harness.progress import Progress
+from omniprobe.harness.recorder import record_request
 from omniprobe.harness.sampler import (
     MIB,
     GpuReader,
@@ -138,6 +135,18 @@ class Live:
     t0: float
     folder: Path
     guard: EmulationGuard | None = None
+
+
+def timeline_summary(sampler: Sampler | None, reason: str | None, hz: float,
+                     artifacts_dir: Path) -> TimelineSummary:
+    """A stopped sampler's summary with its series file and peak-preserving points (a lifetime
+    with no sampler: why not)."""
+    if sampler is None:
+        return unavailable(reason or "no sampler", hz)
+    summary = sampler.stop()
+    return summary.model_copy(update={
+        "series": file_ref(sampler.path, artifacts_dir) if sampler.path.is_file() else None,
+        "points": decimate(sampler.samples)})
 
 
 def default_readers(host: Host, gpu_index: int = 0) -> ReaderFactory:
@@ -333,13 +342,8 @@ class ServeProbe:
         self.store.put_run(run_from_lifetimes(flag_set, lifetimes))
 
     def _timeline(self, sampler: Sampler | None, reason: str | None) -> TimelineSummary:
-        if sampler is None:
-            return unavailable(reason or "no sampler", self.settings.sample_hz)
-        summary = sampler.stop()
-        return summary.model_copy(update={
-            "series": file_ref(sampler.path, self.store.project.artifacts_dir)
-            if sampler.path.is_file() else None,
-            "points": decimate(sampler.samples)})
+        return timeline_summary(sampler, reason, self.settings.sample_hz,
+                                self.store.project.artifacts_dir)
 
     @contextmanager
     def lifetime(self, flag_set: str, session: str, command: list[str]) -> Iterator[Live]:
@@ -561,24 +565,12 @@ class ServeProbe:
 
     def _record(self, fields: dict, image: bytes | None, path: Path,
                 show: Callable[[RequestRecord], None]) -> None:
-        """Decode the image once for its pixel hash and quality metrics, save it, then validate,
-        gate and write the record, and only then show it (on the recorder): a request the
-        console calls ok is on disk."""
-        pixels = None
-        if image is not None:
-            try:
-                pixels = decode_pixels(image, path.name)
-            except UnreadableImage as exc:
-                fields.update(outcome="error",
-                              error=f"malformed response: the image does not decode: {exc}")
-            else:
-                write_bytes_atomic(path, image)
-                fields.update(output_sha256=sha256_bytes(image),
-                              pixels_sha256=pixels_sha256(pixels),
-                              artifact=str(path.relative_to(self.store.project.artifacts_dir)))
-        record = RequestRecord.model_validate(fields)
-        if pixels is not None:
-            record = gate_record(record, measure(pixels, self.cfg.quality))
+        """The one recorder's record (the image decoded once, saved, hashed, measured and
+        gated), written, and only then shown (on the recorder thread): a request the console
+        calls ok is on disk."""
+        record = record_request(RequestRecord, fields, image, path,
+                                artifacts_dir=self.store.project.artifacts_dir,
+                                checks=self.cfg.quality, save=True)
         self.store.add_request(record)
         show(record)
 

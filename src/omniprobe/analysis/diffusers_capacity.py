@@ -1,0 +1,242 @@
+"""What the Diffusers engine's evidence says of capacity: per host, cap and profile, which reference
+counts fit, at what peak, and the OOM of those that did not; the smallest swept cap that fits
+each count; and the conditioning KV cache, measured in bytes, beside what the architecture implies.
+
+Random-weight evidence counts for capacity only: a cell fits when every request of it is ok and
+no emulation breach was recorded; no output structure, PSNR or speed is read from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omniprobe.config.fixtures import FixtureSuite
+from omniprobe.evidence.models import Evidence, LoadedAttempt, OfflineRequest
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class CapacityCell:
+    """One profile at one cap and reference count, over its requests."""
+
+    reference_count: int
+    fixture: str
+    outcome: str  # the worst request's: oom before error before timeout before ok
+    fits: bool
+    peak_mib: float | None  # the highest reserved peak of its requests (a failed one's too)
+    peak_allocated_mib: float | None
+    oom_requested: str | None
+    breached: bool
+
+
+@dataclass(frozen=True)
+class ProfileRun:
+    host: str
+    cap_mib: int | None
+    profile: str
+    attempt: str
+    cells: tuple[CapacityCell, ...]
+    init_outcome: str  # "ready", or how the build ended
+
+    def cell(self, refs: int) -> CapacityCell | None:
+        return next((c for c in self.cells if c.reference_count == refs), None)
+
+    @property
+    def fitting(self) -> tuple[int, ...]:
+        return tuple(c.reference_count for c in self.cells if c.fits)
+
+
+_ORDER = ("oom", "error", "timeout", "ok")
+
+
+def _cell(refs: int, records: list[OfflineRequest]) -> CapacityCell:
+    outcome = next(o for o in _ORDER if any(r.outcome == o for r in records))
+    breached = any(r.emulation_breach is not None for r in records)
+    peaks = [r.peak_mib for r in records if r.peak_mib is not None]
+    allocated = [r.peak_allocated_mib for r in records if r.peak_allocated_mib is not None]
+    oom = next((r.oom for r in records if r.oom is not None), None)
+    return CapacityCell(refs, records[0].fixture, outcome, outcome == "ok" and not breached,
+                        max(peaks, default=None), max(allocated, default=None),
+                        oom.requested if oom else None, breached)
+
+
+def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[ProfileRun]:
+    """The attempt's profiles, each with its cells by reference count, in the order they ran."""
+    prov = attempt.meta.provenance
+    cap = prov.cap_mib if prov.kind == "emulated" else None
+    runs = []
+    names = dict.fromkeys([r.kwarg_set for r in attempt.offline]
+                          + [r.kwarg_set for r in attempt.offline_requests])
+    for name in names:
+        mine = [r for r in attempt.offline_requests if r.kwarg_set == name]
+        by_refs: dict[int, list[OfflineRequest]] = {}
+        for record in mine:
+            by_refs.setdefault(fixtures.get(record.fixture).reference_count, []).append(record)
+        failed = [r for r in attempt.offline if r.kwarg_set == name and r.fixture is None]
+        runs.append(ProfileRun(attempt.host, cap, name, attempt.id,
+                               tuple(_cell(n, by_refs[n]) for n in sorted(by_refs)),
+                               failed[-1].outcome if failed else "ready"))
+    return runs
+
+
+def host_runs(host: str, evidence: Evidence, fixtures: FixtureSuite) -> list[ProfileRun]:
+    """Every profile run of a Diffusers host; where a cap and profile ran in several attempts, the
+    newest speaks for them, as a re-run supersedes."""
+    newest: dict[tuple[int | None, str], ProfileRun] = {}
+    for attempt in sorted(evidence.for_host(host, include_emulated=True), key=lambda a: a.id):
+        for run in profile_runs(attempt, fixtures):
+            newest[run.cap_mib, run.profile] = run
+    return sorted(newest.values(), key=lambda r: (r.cap_mib or 0, r.profile))
+
+
+# --- the smallest card per profile ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MinCap:
+    """The smallest swept cap at which a reference count fits, as precise as the sweep allows:
+    `at_most` the smallest cap that fit (None: none did), `above` the largest cap below it that
+    did not (None: nothing smaller was tried)."""
+
+    at_most_mib: int | None
+    above_mib: int | None
+
+    def text(self) -> str:
+        gib = lambda mib: f"{mib / 1024:g}"  # noqa: E731
+        if self.at_most_mib is None:
+            return f"> {gib(self.above_mib)}" if self.above_mib is not None else "not run"
+        if self.above_mib is None:
+            return f"≤ {gib(self.at_most_mib)}"
+        return f"{gib(self.above_mib)}–{gib(self.at_most_mib)}"
+
+
+def min_cap(results: dict[int, bool]) -> MinCap:
+    """From {cap MiB: fits} of one profile and reference count: the smallest cap that fits and
+    the largest below it that does not. A count that fits at a cap and not at a larger one is
+    read at the smallest that fits."""
+    if not results:
+        return MinCap(None, None)
+    fitting = sorted(c for c, fits in results.items() if fits)
+    if not fitting:
+        return MinCap(None, max(results))
+    smallest = fitting[0]
+    below = [c for c, fits in results.items() if not fits and c < smallest]
+    return MinCap(smallest, max(below, default=None))
+
+
+def min_caps(runs: list[ProfileRun], profile: str) -> dict[int, MinCap]:
+    """Reference count -> its MinCap, over one profile's runs at every cap."""
+    swept: dict[int, dict[int, bool]] = {}
+    for run in runs:
+        if run.profile != profile or run.cap_mib is None:
+            continue
+        for cell in run.cells:
+            swept.setdefault(cell.reference_count, {})[run.cap_mib] = cell.fits
+    return {refs: min_cap(results) for refs, results in sorted(swept.items())}
+
+
+# --- the conditioning KV cache ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KvMeasure:
+    """The conditioning cache of one request whose prefill filled every layer."""
+
+    profile: str
+    fixture: str
+    reference_count: int
+    output_resolution: int
+    bytes: int
+    prefix_tokens: int
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.bytes / self.prefix_tokens
+
+
+def kv_measures(runs_attempts: list[LoadedAttempt], fixtures: FixtureSuite,
+                resolutions: dict[str, int]) -> list[KvMeasure]:
+    """Every complete cache measured (a failed prefill's partial cache is left out), one per
+    profile and fixture (the first seed's); `resolutions`: each profile's output_resolution."""
+    found: dict[tuple[str, str], KvMeasure] = {}
+    for attempt in runs_attempts:
+        for r in attempt.offline_requests:
+            if (r.kv_cache_bytes is None or r.prefix_tokens in (None, 0)
+                    or r.kv_cache_layers != r.kv_cache_layers_total):
+                continue
+            found.setdefault((r.kwarg_set, r.fixture), KvMeasure(
+                r.kwarg_set, r.fixture, fixtures.get(r.fixture).reference_count,
+                resolutions.get(r.kwarg_set, 1024), r.kv_cache_bytes, r.prefix_tokens))
+    return sorted(found.values(), key=lambda m: (m.output_resolution, m.profile,
+                                                 m.reference_count))
+
+
+def architecture_bytes_per_token(transformer: dict, dtype: str = "bfloat16") -> int:
+    """What the DiT's config implies the cache holds per prefix token: every block keeps K and V,
+    each heads × head dimension elements."""
+    return (transformer["num_layers"] * 2 * transformer["num_attention_heads"]
+            * transformer["attention_head_dim"] * DTYPE_BYTES[dtype])
+
+
+@dataclass(frozen=True)
+class KvPerReference:
+    output_resolution: int
+    profile: str
+    reference_count: int
+    bytes_per_reference: float  # (bytes at n references - bytes at 0) / n
+    tokens_per_reference: float
+
+
+def kv_per_reference(measures: list[KvMeasure]) -> list[KvPerReference]:
+    """Per reference, against the same profile's 0-reference (text only) cache."""
+    out = []
+    for m in measures:
+        if m.reference_count == 0:
+            continue
+        text = next((t for t in measures if t.profile == m.profile and t.reference_count == 0),
+                    None)
+        if text is None:
+            continue
+        n = m.reference_count
+        out.append(KvPerReference(m.output_resolution, m.profile, n, (m.bytes - text.bytes) / n,
+                                  (m.prefix_tokens - text.prefix_tokens) / n))
+    return out
+
+
+# --- the card's verdict, capacity only -------------------------------------------------------
+
+CardVerdict = str  # "fits", "does not fit", "not measured"
+
+
+@dataclass(frozen=True)
+class Fit:
+    profile: str
+    peak_mib: float | None
+
+
+@dataclass(frozen=True)
+class CardCapacity:
+    """An emulated card's capacity verdict for the target reference count, from random weights:
+    which profiles fit it, at what peak; never a statement about output or speed."""
+
+    host: str
+    cap_mib: int | None
+    target: int
+    verdict: CardVerdict
+    fits: tuple[Fit, ...]
+    largest_fit: dict[str, int]  # profile -> the most references it fit at this cap (-1: none)
+
+
+def card_capacity(host: str, runs: list[ProfileRun], cap_mib: int | None,
+                  target: int) -> CardCapacity:
+    """The rule: at the card's own cap, a profile fits the target when its target-count cell
+    fits; the card fits when some profile does, and is not measured when no profile asked for
+    the target count."""
+    mine = [r for r in runs if r.cap_mib == cap_mib]
+    fits = tuple(Fit(r.profile, r.cell(target).peak_mib) for r in mine
+                 if r.cell(target) is not None and r.cell(target).fits)
+    asked = any(r.cell(target) is not None for r in mine)
+    verdict = "fits" if fits else ("does not fit" if asked else "not measured")
+    return CardCapacity(host, cap_mib, target, verdict, fits,
+                        {r.profile: max(r.fitting, default=-1) for r in mine})

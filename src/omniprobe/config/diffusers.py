@@ -1,0 +1,169 @@
+"""The Diffusers engine's configuration: hosts.toml's [diffusers_profiles] and a host's
+[hosts.<name>.diffusers] table, and the committed model configs under models/ that random weights
+are built from (each value with its source)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from omniprobe.config.inside_path import InsidePath
+from omniprobe.digests import sha256_bytes
+from omniprobe.errors import InputError, Problem, problems_from_validation
+from omniprobe.safe_io import parse_json, read_text
+
+Offload = Literal["none", "model-cpu", "group-leaf-stream", "group-block"]
+COMPONENTS = ("transformer", "vae", "text_encoder", "processor")
+# Keys a profile may set for capacity runs in place of fixtures.json's [sampling].
+SAMPLING_KEYS = ("steps", "true_cfg_scale", "seeds")
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+class DiffusersProfile(_Input):
+    """How the Diffusers engine builds and runs the pipeline: one row of a Diffusers host's matrix."""
+
+    description: str
+    pipeline: Literal["QwenImage21Pipeline"] = "QwenImage21Pipeline"
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    offload: Offload = Field(
+        description="none: every component on the GPU; model-cpu: enable_model_cpu_offload() "
+                    "(whole components move to the GPU in turn); group-leaf-stream: "
+                    "diffusers.hooks.apply_group_offloading at leaf level with CUDA streams; "
+                    "group-block: the same at block level, one block per group.")
+    allocator: str | None = Field(
+        default=None, pattern=r"^[a-z_]+:[A-Za-z0-9_.]+(,[a-z_]+:[A-Za-z0-9_.]+)*$",
+        description="PyTorch's allocator setting (e.g. 'expandable_segments:True'), written in "
+                    "whichever of PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF the env's torch "
+                    "reads, and read back from the allocator after the build.")
+    use_kv_cache: bool = Field(description="The pipeline's conditioning KV cache (use_kv_cache).")
+    quantize_dit: Literal["int8-weight-only"] | None = Field(
+        default=None, description="torchao int8 weight-only quantization of the DiT.")
+    output_resolution: int | None = Field(
+        default=None, gt=0, le=4096,
+        description="The side the pipeline resizes condition images to (area output_resolution²); "
+                    "null: the pipeline's default (1024).")
+    steps: int | None = Field(default=None, ge=1, le=1000,
+                              description="Denoising steps, in place of the fixtures' sampling.")
+    true_cfg_scale: float | None = Field(default=None, ge=0, le=100)
+    seeds: list[int] | None = Field(default=None, min_length=1)
+    chosen_by_omniprobe: list[str] = Field(
+        default=[], description="The keys of this profile the seed report does not state.")
+    seed_says: str | None = Field(default=None, description="What the seed states of it, quoted.")
+
+    @model_validator(mode="after")
+    def _seeds_once(self) -> DiffusersProfile:
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError("seeds: each seed once")
+        unknown = set(self.chosen_by_omniprobe) - set(type(self).model_fields)
+        if unknown:
+            raise ValueError(f"chosen_by_omniprobe names unknown keys {sorted(unknown)}")
+        return self
+
+    @property
+    def overrides_sampling(self) -> bool:
+        return any(getattr(self, key) is not None for key in SAMPLING_KEYS)
+
+
+class DiffusersHost(_Input):
+    """[hosts.<name>.diffusers]: where a Diffusers host's weights come from."""
+
+    weights: Literal["snapshot", "random"] = Field(
+        description="snapshot: the pinned snapshot, loaded offline (real hosts); random: every "
+                    "component built from the committed configs with random weights (capacity "
+                    "only, never output quality).")
+    configs: InsidePath | None = Field(
+        default=None, pattern=r"^models/",
+        description="Random weights: the folder under models/ holding the component configs.")
+    init_seed: int = Field(default=0, ge=0, lt=2**32,
+                           description="Random weights: the seed of the random init.")
+
+    @model_validator(mode="after")
+    def _configs_for_random(self) -> DiffusersHost:
+        if (self.weights == "random") != (self.configs is not None):
+            raise ValueError("'configs' is given exactly when weights = 'random'")
+        return self
+
+
+class ExpectedParameters(_Input):
+    value: float = Field(gt=0, description="Billions of parameters.")
+    tolerance: float = Field(gt=0, lt=1, description="Relative.")
+    source: str
+
+
+class ComponentConfig(_Input):
+    """One committed component config of a model folder (models/<model>/<size>/<component>.json)."""
+
+    component: Literal["transformer", "vae", "text_encoder", "processor"]
+    class_: str = Field(alias="class", description="The class the config builds.")
+    confirmed: bool = Field(
+        description="Whether something public confirms these values are the released "
+                    "checkpoint's; false: the report says so.")
+    note: str
+    config: dict
+    sources: dict[str, str] = Field(description="Every key of config, with where its value "
+                                                "comes from.")
+    expected_parameters_b: ExpectedParameters | None = Field(
+        default=None, description="A parameter count the built component must match.")
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
+                              populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _every_value_sourced(self) -> ComponentConfig:
+        missing = sorted(set(self.config) - set(self.sources))
+        extra = sorted(set(self.sources) - set(self.config))
+        if missing or extra:
+            raise ValueError(f"sources must name every config key once: missing {missing}, "
+                             f"not in config {extra}")
+        return self
+
+
+class ModelConfigs(_Input):
+    """A model folder's component configs, with the sha256 of each file's bytes."""
+
+    folder: str
+    components: dict[str, ComponentConfig]
+    digests: dict[str, str]
+
+    def engine_configs(self) -> dict[str, dict]:
+        return {name: c.config for name, c in self.components.items()}
+
+    @property
+    def unconfirmed(self) -> tuple[str, ...]:
+        return tuple(name for name, c in self.components.items() if not c.confirmed)
+
+
+def load_model_configs(root: Path, folder: str) -> ModelConfigs:
+    """The committed configs of `folder` (relative to the project root); InputError naming each
+    file and field that is wrong, or a component that is missing."""
+    problems: list[Problem] = []
+    components: dict[str, ComponentConfig] = {}
+    digests: dict[str, str] = {}
+    for name in COMPONENTS:
+        path = root / folder / f"{name}.json"
+        if not path.is_file():
+            problems.append(Problem(str(path), "", f"missing: a random-weight model needs its "
+                                                   f"{name} config"))
+            continue
+        text = read_text(path)
+        data = parse_json(path, text)
+        try:
+            component = ComponentConfig.model_validate_json(json.dumps(data), strict=True)
+        except ValidationError as exc:
+            problems.extend(problems_from_validation(path, exc))
+            continue
+        if component.component != name:
+            problems.append(Problem(str(path), "$.component",
+                                    f"expected {name!r} (the file's name), got "
+                                    f"{component.component!r}"))
+            continue
+        components[name], digests[name] = component, sha256_bytes(text.encode())
+    if problems:
+        raise InputError(problems)
+    return ModelConfigs(folder=folder, components=components, digests=digests)

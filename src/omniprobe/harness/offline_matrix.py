@@ -1,0 +1,134 @@
+"""What a host's offline runs are: one entry per offline kwarg set (vLLM-Omni's `Omni(...)`), or on
+a Diffusers host per Diffusers profile, each with the runner's engine, kwargs, environment and
+sampling; and the facts of the Python a runner on the machine's own interpreter runs in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+
+from omniprobe.config.diffusers import ModelConfigs, load_model_configs
+from omniprobe.config.fixtures import Sampling
+from omniprobe.config.hosts import Host, HostsConfig
+from omniprobe.config.project import Project
+from omniprobe.errors import EnvironmentFailure, Refusal
+
+
+class PlanRefused(Refusal):
+    """An offline entry asked for that the host does not run, or whose kwargs are not stated."""
+
+
+class RunnerEnvBroken(EnvironmentFailure):
+    """The runner's Python cannot say what it runs on (`offline_runner.py --versions` failed)."""
+
+
+@dataclass(frozen=True)
+class OfflineEntry:
+    """One row of a host's offline matrix."""
+
+    name: str
+    engine: str  # the runner's --engine
+    kwargs: dict
+    env: dict[str, str] = field(default_factory=dict)
+    steps: int | None = None  # a profile's capacity settings, over the fixtures' sampling
+    true_cfg_scale: float | None = None
+    seeds: tuple[int, ...] | None = None
+    weights: str | None = None
+    expected_parameters: dict = field(default_factory=dict)  # component -> (billions, tolerance)
+    allocator: str | None = None  # a profile's allocator setting, in the variable its torch reads
+
+    def runner_env(self, allocator_variable: str | None) -> dict[str, str]:
+        """The entry's own environment, its allocator setting in `allocator_variable`."""
+        if self.allocator is None:
+            return dict(self.env)
+        if allocator_variable is None:
+            raise PlanRefused(f"Diffusers profile {self.name!r} sets the allocator, but the "
+                              "runner's torch could not say which variable it reads")
+        return {**self.env, allocator_variable: self.allocator}
+
+    def sampling(self, sampling: Sampling) -> tuple[int, float, str]:
+        """(steps, guidance, whose) for this entry's requests."""
+        overridden = self.steps is not None or self.true_cfg_scale is not None
+        return (self.steps if self.steps is not None else sampling.num_inference_steps,
+                self.true_cfg_scale if self.true_cfg_scale is not None
+                else sampling.true_cfg_scale,
+                "profile" if overridden or self.seeds is not None else "fixtures")
+
+
+def not_runnable(name: str) -> str:
+    return (f"offline kwarg set {name!r} cannot run: hosts.toml [offline_kwarg_sets.{name}] has "
+            "no 'kwargs' (the source does not state them); record them there first")
+
+
+def _chosen(names: list[str], wanted: tuple[str, ...], host_name: str, what: str) -> list[str]:
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+        raise PlanRefused(f"{what}(s) {', '.join(unknown)} are not run on host {host_name!r} "
+                          f"(its {what}s: {', '.join(names) or 'none'})")
+    return [n for n in names if not wanted or n in wanted]
+
+
+def offline_matrix(cfg: HostsConfig, project: Project, host_name: str, host: Host,
+                   wanted: tuple[str, ...]
+                   ) -> tuple[list[OfflineEntry], list[str], ModelConfigs | None]:
+    """(the entries to run, in hosts.toml order; refusals of those skipped; a random-weight
+    host's model configs). A kwarg set without kwargs is refused: with an error when asked for
+    by name, else skipped."""
+    if host.diffusers is not None:
+        return _diffusers_entries(cfg, project, host_name, host, wanted)
+    chosen = _chosen(host.offline_kwarg_sets, wanted, host_name, "offline kwarg set")
+    refusals = [not_runnable(k) for k in chosen if cfg.offline_kwarg_sets[k].kwargs is None]
+    if wanted and refusals:
+        raise PlanRefused("\n".join(refusals))
+    entries = [OfflineEntry(k, "omni", cfg.offline_kwarg_sets[k].kwargs,
+                            dict(cfg.offline_kwarg_sets[k].env))
+               for k in chosen if cfg.offline_kwarg_sets[k].kwargs is not None]
+    if not entries:
+        raise PlanRefused("\n".join(refusals) if refusals
+                          else f"host {host_name!r} has no offline kwarg sets")
+    return entries, refusals, None
+
+
+def _diffusers_entries(cfg: HostsConfig, project: Project, host_name: str, host: Host,
+                       wanted: tuple[str, ...]
+                       ) -> tuple[list[OfflineEntry], list[str], ModelConfigs | None]:
+    spec = host.diffusers
+    chosen = _chosen(host.diffusers_profiles, wanted, host_name, "Diffusers profile")
+    configs = (load_model_configs(project.root, spec.configs) if spec.weights == "random"
+               else None)
+    weights = ({"kind": "random", "seed": spec.init_seed, "configs": configs.engine_configs()}
+               if configs is not None else {"kind": "snapshot"})
+    expected = {} if configs is None else {
+        name: (c.expected_parameters_b.value, c.expected_parameters_b.tolerance)
+        for name, c in configs.components.items() if c.expected_parameters_b is not None}
+    entries = []
+    for name in chosen:
+        profile = cfg.diffusers_profiles[name]
+        entries.append(OfflineEntry(
+            name, "diffusers", {"profile": profile.model_dump(mode="json"), "weights": weights},
+            {}, profile.steps, profile.true_cfg_scale,
+            tuple(profile.seeds) if profile.seeds is not None else None, spec.weights, expected,
+            profile.allocator))
+    return entries, [], configs
+
+
+def runner_facts(command: list[str], env: dict[str, str]) -> dict:
+    """`offline_runner.py --versions` in the runner's Python (`command` runs the runner): the
+    packages it runs on and the allocator variable its torch reads."""
+    try:
+        done = subprocess.run([*command, "--versions"], capture_output=True, text=True,
+                              timeout=120, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RunnerEnvBroken(f"the runner's Python did not answer --versions: {exc}") from None
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        raise RunnerEnvBroken(f"the runner's Python failed --versions (exit {done.returncode}): "
+                              + " | ".join(tail))
+    try:
+        facts = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise RunnerEnvBroken(f"--versions printed no JSON: {done.stdout[-300:]!r}") from None
+    if not isinstance(facts, dict) or not isinstance(facts.get("packages"), dict):
+        raise RunnerEnvBroken(f"--versions printed {facts!r}, expected its packages")
+    return facts

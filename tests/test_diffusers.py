@@ -1,0 +1,225 @@
+"""The Diffusers engine on the CPU: a real QwenImage21Pipeline of the same classes at a tiny size
+(models/qwen-image-2.1/tiny), with random weights, through the whole offline path: build,
+requests, an OOM survived, the one recorder, resume, caps, `validate`; and the full configs'
+parameter counts.
+
+These need torch, transformers and diffusers: `nox -s tests-diffusers` installs them (pinned to
+what the GPU machine has) and runs this file; the plain suite skips it where they are absent.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from omniprobe.analysis.diffusers_capacity import (
+    architecture_bytes_per_token,
+    card_capacity,
+    host_runs,
+    kv_measures,
+    kv_per_reference,
+)
+from omniprobe.config.diffusers import load_model_configs
+from omniprobe.evidence.validate import load_project
+
+from .conftest import REPO, in_process, make_project
+
+torch = pytest.importorskip("torch", reason="needs torch: run `nox -s tests-diffusers`")
+pytest.importorskip("diffusers", reason="needs diffusers: run `nox -s tests-diffusers`")
+pytestmark = pytest.mark.xdist_group("diffusers")  # one import of torch and diffusers per worker
+
+HOST = "diffusers-tiny-cpu"
+TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 32 * 2  # layers x (K, V) x heads x head_dim x bf16
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    proj = make_project(tmp_path, size=(96, 64))
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    monkeypatch.delenv("OMNIPROBE_ARTIFACTS", raising=False)
+    return proj
+
+
+def offline(project, *extra, **doubles):
+    return in_process(project, ["probe-offline", "--host", HOST, *extra], **doubles)
+
+
+def attempts(project, host=HOST):
+    loaded, problems = load_project(project)
+    assert problems == []
+    return loaded, loaded.evidence.for_host(host, include_emulated=True)
+
+
+# --- the full model's size -------------------------------------------------------------------
+
+
+def test_the_full_configs_build_qwen_image_21_at_its_public_parameter_counts():
+    """Built on the meta device (no memory): the text encoder at Qwen3-VL-8B's 8.77 B (its model
+    cards), the DiT and VAE at diffusers' defaults, and the bf16 total beside the seed's "~32 GiB
+    of BF16 weights"."""
+    from accelerate import init_empty_weights
+    from diffusers import AutoencoderKLQwenImage21, QwenImage21Transformer2DModel
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    configs = load_model_configs(REPO, "models/qwen-image-2.1/full").engine_configs()
+    with init_empty_weights():
+        built = {"text_encoder": Qwen3VLForConditionalGeneration(
+                     Qwen3VLConfig(**configs["text_encoder"])),
+                 "transformer": QwenImage21Transformer2DModel(**configs["transformer"]),
+                 "vae": AutoencoderKLQwenImage21(**configs["vae"])}
+    billions = {k: round(sum(p.numel() for p in m.parameters()) / 1e9, 3) for k, m in built.items()}
+    assert billions == {"text_encoder": 8.767, "transformer": 7.115, "vae": 0.338}
+    total_gib = sum(sum(p.numel() for p in m.parameters()) for m in built.values()) * 2 / 2**30
+    # 32.44 GB, 30.21 GiB: the seed says "~32 GiB of BF16 weights" (diffusers-facts.md: 30.24).
+    assert round(total_gib, 2) == 30.21
+
+
+def test_the_architecture_implies_512_kib_of_cache_per_prefix_token():
+    configs = load_model_configs(REPO, "models/qwen-image-2.1/full").engine_configs()
+    assert architecture_bytes_per_token(configs["transformer"]) == 32 * 2 * 32 * 128 * 2 == 2**19
+
+
+# --- the whole offline path ------------------------------------------------------------------
+
+
+def test_the_tiny_pipeline_runs_end_to_end_and_records_capacity_only(project):
+    code, out = offline(project, "--profile", "tiny-cpu")
+    assert code == 0, out
+    loaded, [attempt] = attempts(project)
+    assert attempt.meta.weights == "random"
+    served = attempt.meta.environment.served
+    assert served.source == "random" and set(served.config_digests) == {
+        "transformer", "vae", "text_encoder", "processor"}
+    assert attempt.meta.environment.packages["diffusers"] == "0.42.1"
+    records = attempt.offline_requests
+    assert [loaded.fixtures.get(r.fixture).reference_count for r in records] == [0, 1, 2, 3, 4]
+    for r in records:
+        assert (r.outcome, r.weights, r.engine, r.quality) == ("ok", "random", "diffusers",
+                                                              "unchecked")
+        assert r.image is None and r.quality_note.startswith("random weights")
+        assert r.output_sha256 is not None and r.artifact is not None  # hashed, not judged
+        assert (r.num_inference_steps, r.sampling_from) == (2, "profile")
+        assert r.peak_mib is None and r.peak_source is None  # no CUDA here: no peak to claim
+        assert r.kv_cache_layers == r.kv_cache_layers_total == 2
+        assert r.kv_cache_bytes == r.prefix_tokens * TINY_KV_BYTES_PER_TOKEN
+    # More references, more prefix tokens: each condition image adds its own.
+    tokens = [r.prefix_tokens for r in records]
+    assert tokens == sorted(tokens) and len(set(tokens)) == 5
+    [row, *_] = attempt.offline
+    assert row.build.parameters_b["transformer"] > 0 and row.build.build_peak_mib is None
+    measures = kv_measures([attempt], loaded.fixtures, {"tiny-cpu": 64})
+    per_ref = kv_per_reference(measures)
+    assert [p.reference_count for p in per_ref] == [1, 2, 3, 4]
+    assert all(p.bytes_per_reference == p.tokens_per_reference * TINY_KV_BYTES_PER_TOKEN
+               for p in per_ref)
+
+
+# A test double of the pipeline's call, loaded in the runner's process at startup: the request
+# with four condition images raises PyTorch's own OOM class with a real PyTorch message.
+OOM_AT_FOUR = textwrap.dedent('''
+    import diffusers, torch
+    real = diffusers.QwenImage21Pipeline.__call__
+    def call(self, *args, image=None, **kwargs):
+        if image is not None and len(image) == 4:
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 490.00 MiB. GPU 0 has a total capacity of "
+                "23.56 GiB of which 380.50 MiB is free. Including non-PyTorch memory, this process "
+                "has 23.17 GiB memory in use. Of the allocated memory 21.02 GiB is allocated by "
+                "PyTorch, and 1.84 GiB is reserved by PyTorch but unallocated.")
+        return real(self, *args, image=image, **kwargs)
+    diffusers.QwenImage21Pipeline.__call__ = call
+''')
+
+
+def test_an_oom_is_recorded_with_its_signature_and_the_pipeline_goes_on(project, tmp_path,
+                                                                         monkeypatch):
+    double = tmp_path / "double"
+    double.mkdir()
+    (double / "sitecustomize.py").write_text(OOM_AT_FOUR)
+    monkeypatch.setenv("PYTHONPATH", str(double))
+    code, out = offline(project, "--profile", "tiny-cpu", "--seed", "2301", "--seed", "2302")
+    assert code == 0, out
+    _, [attempt] = attempts(project)
+    four = [r for r in attempt.offline_requests if r.fixture == "standin-four"]
+    assert [r.outcome for r in four] == ["oom", "oom"]
+    assert four[0].oom.requested == "490.00 MiB" and four[0].cause.kind == "card"
+    # One runner for all ten: the OOM cost no rebuild, and the next request after it ran.
+    assert {r.lifetime for r in attempt.offline_requests} == {0}
+    assert four[1].outcome == "oom" and len(attempt.offline[0].logs) == 1
+    assert "a fresh runner" not in out
+
+
+def test_a_rerun_resumes_the_attempt_and_a_complete_one_says_so(project):
+    code, out = offline(project, "--profile", "tiny-cpu", "--fixture", "standin-t2i")
+    assert code == 0, out
+    code, out = offline(project, "--fixture", "standin-t2i")
+    assert code == 0 and "resumed: " in out, out
+    _, [attempt] = attempts(project)
+    assert [r.kwarg_set for r in attempt.offline_requests] == ["tiny-cpu", "tiny-cpu-nokv"]
+    nokv = attempt.offline_requests[1]
+    assert nokv.kv_cache_bytes is None and nokv.prefix_tokens is None  # no cache to measure
+    code, out = offline(project, "--fixture", "standin-t2i")
+    assert code == 0 and "complete: " in out, out
+    assert len(attempts(project)[1]) == 1
+
+
+def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project):
+    """An emulated tiny host: its runner starts with the emulation hook and the cap, and the
+    attempt, the guard and the capacity verdict record the cap (the CPU allocates no CUDA memory,
+    so nothing is capped here; a real capped OOM is the GPU test's)."""
+    from omniprobe.harness.sampler import MIB, NvmlReader
+    from tests.fakenvml import FakeNvml, Frame
+
+    with open(project.hosts_file, "a") as handle:
+        handle.write(textwrap.dedent('''
+            [hosts.tiny-emulated]
+            name = "the tiny model, capped"
+            hostname = "(any)"
+            gpu = "Fake GPU"
+            compute_capability = "8.6"
+            vram_gb = 24
+            python_provider = "the probe's own Python"
+            serve_flag_sets = []
+            diffusers_profiles = ["tiny-cpu"]
+            offline_command = ["{python}", "{runner}"]
+            [hosts.tiny-emulated.diffusers]
+            weights = "random"
+            configs = "models/qwen-image-2.1/tiny"
+            [hosts.tiny-emulated.emulation]
+            capacity_mib = 2048
+            mechanism = "memory-fraction"
+        '''))
+    fake = FakeNvml([Frame(0.0, 100 * MIB)])
+    code, out = in_process(project, ["probe-offline", "--host", "tiny-emulated", "--caps", "1,2",
+                                     "--fixture", "standin-t2i", "--fixture", "standin-four"],
+                           readers=lambda folder: NvmlReader(nvml=fake))
+    assert code == 0, out
+    loaded, found = attempts(project, "tiny-emulated")
+    assert sorted(a.meta.provenance.cap_mib for a in found) == [1024, 2048]
+    for attempt in found:
+        [row, *_] = attempt.offline
+        check = row.timelines[0].emulation
+        assert check.cap_mib == attempt.meta.provenance.cap_mib and check.breach is None
+        assert check.checked_samples > 0
+    runs = host_runs("tiny-emulated", loaded.evidence, loaded.fixtures)
+    verdict = card_capacity("tiny-emulated", runs, 2048, 4)
+    assert verdict.verdict == "fits" and [f.profile for f in verdict.fits] == ["tiny-cpu"]
+
+
+def test_validate_refuses_a_random_weight_record_that_claims_a_structure_verdict(project):
+    code, out = offline(project, "--profile", "tiny-cpu", "--fixture", "standin-t2i")
+    assert code == 0, out
+    [folder] = (project.evidence_dir / HOST).iterdir()
+    path = folder / "offline-requests.json"
+    data = json.loads(path.read_text())
+    data["offline_requests"][0]["quality"] = "sound"
+    path.write_text(json.dumps(data))
+    loaded, problems = load_project(project)
+    assert any("random-weight record claims no output structure" in str(p) for p in problems)
+    data["offline_requests"][0]["quality"] = "unchecked"
+    data["offline_requests"][0].pop("weights")
+    path.write_text(json.dumps(data))
+    _, problems = load_project(project)
+    assert any("expected 'random' in a random-weight attempt" in str(p) for p in problems)

@@ -1,0 +1,109 @@
+"""On a real NVIDIA GPU: Qwen-Image-2.1 at full size with random weights through the Diffusers
+engine, capped like a 16 GiB card, and the few-step peak against 20 steps.
+
+Needs, beside test_gpu.py's packages, diffusers 0.42.1, transformers, accelerate and tokenizers
+(the wheels of wheels/h200.txt on the GPU machine):
+
+    PYTHONPATH=src python3 -m pytest -m gpu tests/test_gpu_diffusers.py -s -rA
+
+Each test prints what it measured, for the closing note of the run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from omniprobe.evidence.validate import load_project
+from omniprobe.harness.offline import RUNNER
+
+from .conftest import in_process, make_project
+
+try:
+    import torch
+
+    CUDA = torch.cuda.is_available()
+    import diffusers  # noqa: F401
+except ImportError:
+    CUDA = False
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    not CUDA, reason="needs an NVIDIA GPU with torch built with CUDA, and diffusers")]
+
+CAP_MIB = 16 * 1024
+
+
+def test_under_a_16_gib_cap_the_random_weight_model_builds_fits_0_refs_ooms_at_4_and_goes_on(
+        tmp_path, monkeypatch):
+    project = make_project(tmp_path, size=(1248, 832))
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    argv = ["probe-offline", "--host", "rtx5080-on-h200-diffusers", "--profile", "group-leaf",
+            "--fixture", "standin-t2i", "--fixture", "standin-four", "--seed", "2301",
+            "--seed", "2302", "--fresh"]
+    code, out = in_process(project, argv)
+    print(out)
+    assert code == 0, out
+    loaded, problems = load_project(project)
+    assert problems == []
+    [attempt] = loaded.evidence.for_host("rtx5080-on-h200-diffusers", include_emulated=True)
+    assert attempt.meta.weights == "random" and attempt.meta.provenance.cap_mib == CAP_MIB
+    records = attempt.offline_requests
+    print(json.dumps([r.model_dump(exclude_none=True, exclude={"error"}) for r in records]))
+    ok = [r for r in records if r.fixture == "standin-t2i"]
+    oom = [r for r in records if r.fixture == "standin-four"]
+    assert [r.outcome for r in ok] == ["ok", "ok"] and all(r.quality == "unchecked" for r in ok)
+    assert all(r.peak_mib is not None and r.peak_mib < CAP_MIB for r in ok)
+    assert [r.outcome for r in oom] == ["oom", "oom"]
+    assert all(r.oom.allowed is not None and r.oom.requested is not None for r in oom)
+    # One runner throughout: the pipeline survived its OOM and started the next request where
+    # the first one started.
+    assert {r.lifetime for r in records} == {0}
+    assert oom[1].start_allocated_mib == pytest.approx(ok[0].start_allocated_mib, abs=64)
+    [row, *_] = attempt.offline
+    timeline = row.timelines[0]
+    assert timeline.emulation is not None and timeline.emulation.breach is None
+    assert timeline.emulation.capped and row.build.build_peak_mib < CAP_MIB
+
+
+def _engine(profile: dict):
+    sys.path.insert(0, str(RUNNER.parent))
+    import offline_runner
+    from diffusers_engine import DiffusersEngine
+
+    from omniprobe.config.diffusers import load_model_configs
+    from omniprobe.config.project import find_project
+
+    configs = load_model_configs(find_project().root, "models/qwen-image-2.1/full")
+    return DiffusersEngine("random", {"profile": profile, "weights": {
+        "kind": "random", "seed": 0, "configs": configs.engine_configs()}},
+        open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
+
+
+def test_two_steps_reach_the_20_step_peak_with_the_cache_on_and_off(tmp_path):
+    """The capacity cells run two denoising steps: the peak comes at the first step (the cache's
+    prefill) and the decode, so 20 steps reach no higher. Uncapped, so 4 references fit."""
+    import numpy as np
+    from PIL import Image
+
+    refs = []
+    for i in range(4):
+        pixels = np.random.default_rng(i).integers(0, 255, (832, 1248, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / f"ref{i}.png")
+        refs.append(str(tmp_path / f"ref{i}.png"))
+    engine = _engine({"offload": "group-leaf-stream", "use_kv_cache": True})
+    peaks = {}
+    for kv in (True, False):
+        engine.profile["use_kv_cache"] = kv
+        for steps in (2, 20):
+            measured = engine.generate({
+                "prompt": "compose the four subjects in one scene", "references": refs,
+                "height": 832, "width": 1248, "num_inference_steps": steps,
+                "true_cfg_scale": 1.0, "seed": 2301, "output": str(tmp_path / "out.png")})
+            peaks[kv, steps] = measured
+            print(f"kv {kv} steps {steps}: {json.dumps(measured)}")
+    for kv in (True, False):
+        few, full = peaks[kv, 2], peaks[kv, 20]
+        assert few["peak_mib"] == pytest.approx(full["peak_mib"], rel=0.01)
+        assert few["peak_allocated_mib"] == pytest.approx(full["peak_allocated_mib"], rel=0.01)
