@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 
 import pytest
 
@@ -236,3 +237,60 @@ def test_an_interrupt_at_a_chosen_moment_ends_the_run_with_130(tmp_path, port, m
         assert run.lifetimes[-1].ended == "stopped"
     if moment is _while_a_record_is_written:
         assert len(_recorded(project)) == 1  # the record being written when it came is kept
+
+
+WORKER_KEEPING_SERVER = '''import http.server, subprocess, sys
+args = sys.argv[1:]
+if "--check-args" in args:
+    sys.exit(0)
+port = int(args[args.index("--port") + 1])
+# A worker in the server's process group that outlives it, as a model server's workers may.
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", sys.argv[0]])
+
+class Server(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def do_POST(self):  # never answers: the probe is killed while it waits
+        import time
+        time.sleep(120)
+
+    def log_message(self, *_):
+        pass
+
+http.server.HTTPServer(("127.0.0.1", port), Server).serve_forever()
+'''
+
+
+def test_a_resume_stops_the_worker_a_double_kill_left_and_says_so(tmp_path, port, harness):
+    """Probe and supervisor SIGKILLed together: the server dies with its keeper, but a worker of
+    its group lives on. The resume knows it by the group and start time its lifetime recorded,
+    stops it, says so, and then runs."""
+    import os
+
+    project = make_project(tmp_path)
+    server = tmp_path / "worker_keeping_server.py"
+    server.write_text(WORKER_KEEPING_SERVER)
+    text = project.hosts_file.read_text()
+    old = ('serve_command = ["{python}", "-m", "omniprobe.sim", "serve", "{model}", "--omni", '
+           '"--hosts-file", "{hosts_file}", "--sim-host", "{host}"]\noffline_command')
+    project.hosts_file.write_text(text.replace(
+        old, f'serve_command = ["{{python}}", "{server}"]\noffline_command', 1))
+    run = harness(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture", "sim-t2i")
+    assert wait_for(lambda: _serving(project), 20)
+    assert wait_for(lambda: len(processes_with(str(server))) >= 3, 10)  # keeper, server, worker
+    keeper = next(pid for pid, cmd in processes_with(str(server)) if "harness.supervise" in cmd)
+    os.kill(run.pid, signal.SIGKILL)
+    os.kill(keeper, signal.SIGKILL)
+    run.wait()
+    assert wait_for(lambda: [cmd for _, cmd in processes_with(str(server))] == [
+        f"{sys.executable} -c import time; time.sleep(120) {server}"], 10), processes_with(
+        str(server))  # only the worker is left
+
+    again = harness(project, "probe-init", port, "--flag-set", "cpuoff")
+    out, _ = again.communicate(timeout=60)
+    assert again.returncode == 0, out
+    assert (f"[cpuoff] stopped the server of lifetime 0 (process group {keeper}), left running "
+            "by a probe that was killed") in out
+    assert processes_with(str(server)) == []

@@ -222,7 +222,7 @@ class FlagSet(_Input):
 
     @field_validator("args")
     @classmethod
-    def _harness_options_are_the_harness_s(cls, args: list[str]) -> list[str]:
+    def _no_harness_option(cls, args: list[str]) -> list[str]:
         return _not_the_harness_options(args, "deploy_config names a deploy config")
 
     @model_validator(mode="after")
