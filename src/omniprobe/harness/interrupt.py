@@ -29,10 +29,6 @@ def _record(signum: int, frame) -> None:
     _pending.append(signum)
 
 
-def requested() -> bool:
-    return bool(_pending)
-
-
 def check() -> None:
     """Raise KeyboardInterrupt if a signal came: at a point of the harness's choosing."""
     if _pending:
