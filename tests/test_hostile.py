@@ -1461,3 +1461,48 @@ def test_the_emulation_hook_stays_first_on_a_deliberate_pythonpath(repo):
     cfg = load_hosts(repo.hosts_file)
     env = emulation_env(cfg.host("sim-on-h200"), 24576, {"PYTHONPATH": "/opt/deliberate"})
     assert env["PYTHONPATH"].split(os.pathsep) == [str(HOOK_DIR), "/opt/deliberate"]
+
+
+@pytest.mark.parametrize("arg, option", [
+    ("--host", "--host"), ("--host=0.0.0.0", "--host"), ("--ho", "--host"),
+    ("--served_model_name", "--served-model-name"), ("--port=1", "--port"),
+    ("--deploy-config", "--deploy-config"), ("--enforce-eager", "--enforce-eager"),
+    ("--p", None),  # too short to be read as one option
+    ("--host-ip", None), ("--hosts-file", None), ("--enable-cpu-offload", None),
+    ("-p", None), ("--", None), ("0.0.0.0", None),
+])
+def test_which_argument_gives_a_harness_option(arg, option):
+    from omniprobe.config.hosts import harness_option
+
+    assert harness_option(arg) == option
+
+
+@pytest.mark.parametrize("hex_address, address", [
+    ("0100007F", "127.0.0.1"), ("00000000", "0.0.0.0"), ("0101A8C0", "192.168.1.1"),
+    ("00000000000000000000000001000000", "::1"),
+    ("00000000000000000000000000000000", "::"),
+])
+def test_proc_net_tcp_addresses(hex_address, address):
+    from omniprobe.harness.listening import Listener, _address
+
+    assert _address(hex_address) == address
+    assert Listener(address, 1, 1).loopback == (address in ("127.0.0.1", "::1"))
+
+
+def test_the_listeners_of_a_process_tree_are_read_from_proc(children):
+    """A child that binds every interface is found under its group; loopback is told apart."""
+    import sys
+
+    from omniprobe.harness.listening import listeners
+    from omniprobe.harness.server import free_port
+
+    from .conftest import wait_for
+
+    port = free_port()
+    code = (f"import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', {port})); s.listen()\n"
+            "t = socket.socket(); t.bind(('127.0.0.1', 0)); t.listen(); time.sleep(60)")
+    proc = children.start([sys.executable, "-c", code, children.marker])
+    found = wait_for(lambda: [item for item in listeners(proc.pid) if item.port == port], 10)
+    assert [(item.address, item.pid, item.loopback) for item in found] == [
+        ("0.0.0.0", proc.pid, False)]
+    assert any(item.loopback for item in listeners(proc.pid))
