@@ -110,6 +110,15 @@ def tests(session: nox.Session) -> None:
                 env={"PYTHONDONTWRITEBYTECODE": ""})
 
 
+@nox.session(name="tests-diffusers")
+def tests_diffusers(session: nox.Session) -> None:
+    """Run the Diffusers engine's tests on the CPU: a tiny Qwen-Image-2.1 through the offline path
+    (installs torch, transformers and diffusers, pinned to the GPU machine's)."""
+    _install(session, "test", "diffusers")
+    session.run("pytest", "-n", "2", "tests/test_diffusers.py", *session.posargs,
+                env={"PYTHONDONTWRITEBYTECODE": ""})
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """Lint the package, tests and noxfile with ruff."""

@@ -28,7 +28,6 @@ from .conftest import REPO, in_process, make_project
 
 torch = pytest.importorskip("torch", reason="needs torch: run `nox -s tests-diffusers`")
 pytest.importorskip("diffusers", reason="needs diffusers: run `nox -s tests-diffusers`")
-pytestmark = pytest.mark.xdist_group("diffusers")  # one import of torch and diffusers per worker
 
 HOST = "diffusers-tiny-cpu"
 TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 32 * 2  # layers x (K, V) x heads x head_dim x bf16

@@ -48,6 +48,7 @@ from omniprobe.evidence.models import Cell, EmulationCheck, LoadedAttempt, State
 from omniprobe.evidence.quantities import Range, size_mib
 from omniprobe.evidence.validate import Loaded, load_valid_project
 from omniprobe.report.capacity_svg import render_curve_svg
+from omniprobe.report.diffusers_view import diffusers_section
 from omniprobe.report.timeline_svg import render_svg
 
 TEMPLATE = "report.md.j2"
@@ -393,9 +394,11 @@ def newest_upstream(attempts: list[LoadedAttempt]) -> LoadedAttempt | None:
     return max(checked, key=lambda a: a.meta.provenance.started_at, default=None)
 
 
-def build_context(loaded: Loaded) -> dict:
+def build_context(loaded: Loaded, root: Path) -> dict:
     verdicts = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)
-    sections = [host_section(k, loaded, verdicts[k]) for k in loaded.hosts.hosts]
+    # Diffusers hosts have a section of their own (report/diffusers_view.py).
+    sections = [host_section(k, loaded, verdicts[k]) for k, h in loaded.hosts.hosts.items()
+                if h.diffusers is None]
     by_key = {s.key: s for s in sections}
     emulated = [s for s in sections if s.host.emulation is not None]
     baselines = [a for a in loaded.evidence.attempts if a.baseline is not None]
@@ -415,6 +418,7 @@ def build_context(loaded: Loaded) -> dict:
         "baselines": baselines,
         "attempts": loaded.evidence.attempts,
         "upstream": newest_upstream(loaded.evidence.attempts),
+        "diffusers": diffusers_section(loaded, root),
     }
 
 
@@ -465,7 +469,7 @@ def render_outputs(project: Project) -> dict[Path, str]:
     loaded = load_valid_project(project)
     env = environment(project)
     env.globals["cfg"] = loaded.hosts
-    context = build_context(loaded)
+    context = build_context(loaded, project.root)
     try:
         text = env.get_template(TEMPLATE).render(**context)
     except jinja2.TemplateNotFound as exc:

@@ -1,0 +1,247 @@
+"""The report's section on Qwen-Image-2.1 in Diffusers: the view models its template loops over,
+every figure from evidence and the committed configs, every comparison made here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from omniprobe.analysis.diffusers_capacity import (
+    CapacityCell,
+    CardCapacity,
+    KvPerReference,
+    architecture_bytes_per_token,
+    card_capacity,
+    host_runs,
+    kv_measures,
+    kv_per_reference,
+    min_caps,
+)
+from omniprobe.config.diffusers import load_model_configs
+from omniprobe.config.hosts import Host, HostsConfig
+from omniprobe.evidence.models import Evidence, StatedFigure
+from omniprobe.evidence.validate import Loaded
+
+GIB = 2**30
+
+
+def cell_text(cell: CapacityCell | None) -> str:
+    if cell is None:
+        return "—"
+    peak = f"{cell.peak_mib:,.0f} MiB" if cell.peak_mib is not None else "no GPU peak"
+    if cell.breached:
+        return f"over the cap (breach), {peak}"
+    if cell.fits:
+        return f"fits, {peak}"
+    if cell.outcome == "oom":
+        return "**OOM**" + (f" (asked {cell.oom_requested})" if cell.oom_requested else "")
+    return cell.outcome
+
+
+@dataclass(frozen=True)
+class ProfileRow:
+    profile: str
+    description: str
+    cells: list[str]  # by reference count, the table's columns
+    init: str
+
+
+@dataclass(frozen=True)
+class CapTable:
+    cap_gib: str | None  # None: not capped (the CPU host)
+    rows: list[ProfileRow]
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    profile: str
+    caps_gib: str  # the caps it ran at
+    needs: list[str]  # by reference count: "≤ 16", "16–24", "> 24"
+
+
+@dataclass(frozen=True)
+class KvRow:
+    profile: str
+    output_resolution: int
+    reference_count: int
+    prefix_tokens: int
+    bytes: int
+    kib_per_token: float
+
+
+@dataclass(frozen=True)
+class KvRefRow:
+    output_resolution: int
+    reference_count: int
+    tokens_per_reference: float
+    gib_per_reference: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A Diffusers figure beside one the seed states, with what the numbers support."""
+
+    what: str
+    measured: str
+    seed: str
+    seed_about: str
+    reading: str
+
+
+@dataclass(frozen=True)
+class ProfileFit:
+    profile: str
+    refs: tuple[int, ...]  # the reference counts that fit
+    asked: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class DiffusersHostView:
+    key: str
+    host: Host
+    emulates: str | None  # the emulated card's name
+    capacity: CardCapacity
+    tables: list[CapTable]
+    sweep: list[SweepRow]
+    parameters_b: dict[str, float]
+    attempts: list[str]
+    emulated: bool
+    fitting: list[ProfileFit]
+
+
+@dataclass(frozen=True)
+class DiffusersSection:
+    hosts: list[DiffusersHostView]
+    ref_columns: list[int]
+    target: int
+    arch_kib_per_token: float | None
+    kv: list[KvRow]
+    kv_refs: list[KvRefRow]
+    comparisons: list[Comparison]
+    unconfirmed: list[str]  # components whose configs nothing public confirms
+    steps: list[int]  # the steps the capacity cells ran
+
+
+def _gib(mib: int) -> str:
+    return f"{mib / 1024:g}"
+
+
+def _figure(evidence: Evidence, key: str) -> StatedFigure | None:
+    return next((f for a in evidence.attempts for f in a.figures if f.key == key), None)
+
+
+def _stated(fig: StatedFigure) -> str:
+    if fig.range is not None:
+        return f"{fig.range.min:g}–{fig.range.max:g} {fig.unit}"
+    return f"{fig.value:g} {fig.unit}"
+
+
+def _ratio_reading(measured: float, stated_low: float, stated_high: float) -> str:
+    """Agrees when the measurement lies in the stated range; otherwise how many times it is."""
+    if stated_low <= measured <= stated_high:
+        return "within the seed's figure"
+    factor = measured / (stated_high if measured > stated_high else stated_low)
+    return f"{factor:.1f}× the seed's figure"
+
+
+def comparisons(evidence: Evidence, kv: list[KvRow], kv_refs: list[KvRefRow]) -> list[Comparison]:
+    out = []
+    per_token = _figure(evidence, "kv_per_prefix_token")
+    if per_token is not None and kv:
+        measured = kv[0].kib_per_token
+        out.append(Comparison(
+            "conditioning KV per prefix token", f"{measured:g} KiB", _stated(per_token),
+            "the seed's estimate for vLLM-Omni's cache, from peak deltas",
+            _ratio_reading(measured, per_token.value, per_token.value)))
+    per_ref = _figure(evidence, "kv_per_reference")
+    retained = _figure(evidence, "diffusers_retention_per_reference")
+    default = [r for r in kv_refs if r.output_resolution == 1024]
+    if default:
+        largest = max(default, key=lambda r: r.reference_count)
+        measured = largest.gib_per_reference
+        if per_ref is not None and per_ref.range is not None:
+            out.append(Comparison(
+                "conditioning KV per reference, 1024² conditions", f"{measured:.2f} GiB",
+                _stated(per_ref), "the seed's estimate for vLLM-Omni's cache",
+                _ratio_reading(measured, per_ref.range.min, per_ref.range.max)))
+        if retained is not None:
+            out.append(Comparison(
+                "conditioning KV per reference, 1024² conditions", f"{measured:.2f} GiB",
+                _stated(retained), "what the helper system measured Diffusers retaining "
+                                   "(multi-model-helper-server #160)",
+                _ratio_reading(measured, retained.value, retained.value)))
+    return out
+
+
+def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
+    """The section, or None where hosts.toml has no Diffusers host; `root`: the project's, where
+    the committed model configs are."""
+    hosts: HostsConfig = loaded.hosts
+    keys = [k for k, h in hosts.hosts.items() if h.diffusers is not None]
+    if not keys:
+        return None
+    target = hosts.probe.target_reference_count
+    views, all_runs, attempts = [], [], []
+    for key in keys:
+        host = hosts.host(key)
+        runs = host_runs(key, loaded.evidence, loaded.fixtures)
+        all_runs.extend(runs)
+        mine = loaded.evidence.for_host(key, include_emulated=True)
+        attempts.extend(mine)
+        cap = hosts.emulated_cap_mib(key)
+        tables = []
+        for run_cap in sorted({r.cap_mib for r in runs}, key=lambda c: c or 0):
+            rows = [ProfileRow(r.profile, hosts.diffusers_profiles[r.profile].description,
+                               [cell_text(r.cell(n)) for n in range(target + 1)],
+                               r.init_outcome)
+                    for r in runs if r.cap_mib == run_cap]
+            tables.append(CapTable(_gib(run_cap) if run_cap else None, rows))
+        sweep = []
+        for profile in host.diffusers_profiles:
+            caps = sorted({r.cap_mib for r in runs if r.profile == profile and r.cap_mib})
+            if len(caps) > 1:
+                needs = min_caps(runs, profile)
+                sweep.append(SweepRow(profile, ", ".join(_gib(c) for c in caps),
+                                      [needs[n].text() if n in needs else "—"
+                                       for n in range(target + 1)]))
+        built = next((row.build for a in mine for row in a.offline if row.build), None)
+        emulation = host.emulation
+        views.append(DiffusersHostView(
+            key, host, hosts.host(emulation.emulates).name if emulation and emulation.emulates
+            else None, card_capacity(key, runs, cap, target), tables, sweep,
+            built.parameters_b if built else {}, [a.id for a in mine], emulation is not None,
+            [ProfileFit(r.profile, r.fitting, tuple(c.reference_count for c in r.cells))
+             for r in runs]))
+    full = [v for v in views if v.emulated]
+    resolutions = {name: p.output_resolution or 1024
+                   for name, p in hosts.diffusers_profiles.items()}
+    measured = kv_measures([a for a in attempts if hosts.host(a.host).emulation is not None],
+                           loaded.fixtures, resolutions)
+    kv = [KvRow(m.profile, m.output_resolution, m.reference_count, m.prefix_tokens, m.bytes,
+                round(m.bytes_per_token / 1024, 1)) for m in measured]
+    kv_refs = _per_reference(kv_per_reference(measured))
+    arch = None
+    configs_folder = next((hosts.host(v.key).diffusers.configs for v in full), None)
+    unconfirmed: list[str] = []
+    if configs_folder is not None:
+        configs = load_model_configs(root, configs_folder)
+        arch = architecture_bytes_per_token(configs.components["transformer"].config) / 1024
+        unconfirmed = list(configs.unconfirmed)
+    steps = sorted({r.num_inference_steps for a in attempts for r in a.offline_requests
+                    if r.num_inference_steps is not None})
+    return DiffusersSection(views, list(range(target + 1)), target, arch, kv, kv_refs,
+                            comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps)
+
+
+def _per_reference(items: list[KvPerReference]) -> list[KvRefRow]:
+    """One row per condition size and reference count (the first profile's)."""
+    seen, rows = set(), []
+    for item in items:
+        key = (item.output_resolution, item.reference_count)
+        if key not in seen:
+            seen.add(key)
+            rows.append(KvRefRow(item.output_resolution, item.reference_count,
+                                 round(item.tokens_per_reference, 1),
+                                 round(item.bytes_per_reference / GIB, 3)))
+    return rows
+
