@@ -1506,3 +1506,28 @@ def test_the_listeners_of_a_process_tree_are_read_from_proc(children):
     assert [(item.address, item.pid, item.loopback) for item in found] == [
         ("0.0.0.0", proc.pid, False)]
     assert any(item.loopback for item in listeners(proc.pid))
+
+
+def test_a_peak_beyond_the_gpu_is_never_written(project, port, monkeypatch):
+    """A server that reports a peak above the card's memory broke its contract: the run stops
+    with exit 5 before that record is written, so what the probe wrote still validates."""
+    from dataclasses import replace
+
+    from omniprobe.evidence.validate import load_project
+    from omniprobe.harness import client
+
+    from .conftest import in_process, probe_argv
+
+    real = client.send
+    monkeypatch.setattr(client, "send", lambda *a, **k: replace(real(*a, **k),
+                                                               server_peak_mb=1e9))
+    code, out = in_process(project, probe_argv("probe-serve", port, "--flag-set", "cpuoff",
+                                               "--fixture", "sim-t2i"))
+    assert "Traceback" not in out
+    assert code == 5, out
+    assert ("sim-t2i seed 2301: the server reported 1,000,000,000.0 MiB exceeds the GPU's memory, "
+            "24,576 MiB (the simulated card's [capacity] vram_mib); the record is not written"
+            ) in out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    assert not (folder / "requests.json").exists()
+    assert load_project(project)[1] == []

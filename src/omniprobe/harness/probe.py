@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TextIO
 
@@ -37,15 +38,19 @@ from omniprobe.env.simulated import sim_env_digest, sim_preflight
 from omniprobe.env.state import EnvNotReady
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt, probe_attempts
+from omniprobe.evidence.consistency import Bounds, memory_bound, peaks_within_memory
 from omniprobe.evidence.models import (
     AttemptEnvironment,
+    Evidence,
     FailureCause,
     InitResult,
+    LoadedAttempt,
     RequestRecord,
     ServedModel,
     ServerLifetime,
     ServeRun,
     TimelineSummary,
+    load_attempt,
     parse_file,
 )
 from omniprobe.harness import client, interrupt
@@ -222,6 +227,10 @@ def run_from_lifetimes(flag_set: str, lifetimes: list[ServerLifetime]) -> ServeR
     return ServeRun(flag_set=flag_set, init=lifetimes[-1].init,
                     gpu_peak_mib=round(max(peaks)) if peaks else None,
                     gpu_sampler=", ".join(samplers) or None, lifetimes=lifetimes)
+
+
+class ImpossibleFigure(HarnessError):
+    """The server reported a figure no record may hold (a peak above the GPU's memory)."""
 
 
 class SamplerDied(HarnessError):
@@ -571,8 +580,28 @@ class ServeProbe:
         record = record_request(RequestRecord, fields, image, path,
                                 artifacts_dir=self.store.project.artifacts_dir,
                                 checks=self.cfg.quality, save=True)
+        impossible = [message for _, _, message in peaks_within_memory(
+            replace(self.checked, requests=[record]), self.bounds)]
+        if impossible:  # validate would refuse the attempt: the server broke its contract
+            raise ImpossibleFigure(f"[{record.flag_set}] {record.fixture} seed {record.seed}: "
+                                   f"the server reported {'; '.join(impossible)}; the record is "
+                                   "not written")
         self.store.add_request(record)
         show(record)
+
+    @cached_property
+    def checked(self) -> LoadedAttempt:
+        """The attempt as validate sees it, for the bounds of what the probe writes to it."""
+        return LoadedAttempt(self.store.folder, self.store.meta)
+
+    @cached_property
+    def bounds(self) -> Bounds:
+        env = self.store.meta.environment
+        manifest = None
+        if env is not None and env.manifest is not None:
+            manifest, _ = load_attempt(self.store.project.evidence_dir / self.host_name
+                                       / env.manifest)
+        return memory_bound(self.checked, self.host, Evidence([manifest] if manifest else []))
 
 
 def _oom_text(oom) -> str:
