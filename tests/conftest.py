@@ -200,7 +200,8 @@ def project(tmp_path, monkeypatch) -> Project:
     return proj
 
 
-PROJECT_PARTS = ("hosts.toml", "fixtures", "evidence", "templates", "schemas", "deploy", "REPORT.md")
+PROJECT_PARTS = ("hosts.toml", "fixtures", "evidence", "templates", "schemas", "deploy", "models",
+                 "REPORT.md", "report")
 
 
 @pytest.fixture

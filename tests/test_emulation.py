@@ -347,9 +347,9 @@ def test_the_report_shows_the_emulated_verdict_beside_the_real_one(project, port
     shutil.copytree(REPO / "templates", project.root / "templates")
     shutil.copytree(REPO / "schemas", project.root / "schemas")
     outputs = render_outputs(project)
-    heading = f"### Verdict — {load_hosts(project.hosts_file).host('sim-emulated').name}"
-    report = outputs[next(p for p in outputs if p.name == "REPORT.md")]
-    section = report.split(heading, 1)[1]  # a simulated host's emulation: in the appendix
+    heading = f"## {load_hosts(project.hosts_file).host('sim-emulated').name}\n"
+    report = outputs[next(p for p in outputs if p.name == "HARNESS.md")]
+    section = report.split(heading, 1)[1]  # a simulated host's emulation: in HARNESS.md
     assert "| cpuoff | sim-three | 3 | OK" in section
     assert "| agree | agree |" in section and "**disagree**" not in section
     assert "The emulated card is simulated" in section
@@ -364,7 +364,7 @@ def test_the_report_shows_the_emulated_verdict_beside_the_real_one(project, port
     verdict = host_verdict("sim-emulated", loaded.hosts, loaded.fixtures, loaded.evidence)
     assert verdict.highest_served_refs == 0
     outputs = render_outputs(project)
-    section = outputs[next(p for p in outputs if p.name == "REPORT.md")].split(heading, 1)[1]
+    section = outputs[next(p for p in outputs if p.name == "HARNESS.md")].split(heading, 1)[1]
     assert "**EMULATION BREACHED** (24,700 MiB held, cap 24,576 MiB)" in section
     assert "| cpuoff | sim-three | 3 |" in section and "**disagree**" in section
 
@@ -405,7 +405,7 @@ def test_the_curve_svg_is_deterministic_and_follows_the_curve():
                                                                                    title="t")
     assert served == render_curve_svg(curve(24576), title="t")
     assert served.count("<circle") == 2 and unserved.count("<circle") == 1
-    assert "×</text>" in unserved and "not served up to 24 GiB" in unserved
+    assert ">≤ 24</text>" in served and ">none ≤ 24</text>" in unserved
 
 
 def test_server_starts_are_compared_flag_set_by_flag_set(project, port):
@@ -444,9 +444,41 @@ def test_fresh_starts_one_attempt_per_cap_shared_by_the_sessions_of_a_run(projec
     assert len(list((project.evidence_dir / "sim-emulated").iterdir())) == 4
 
 
-@pytest.mark.parametrize("session", ["probe-offline", "propagation"])
+# probe-offline caps its runner like the server (tests/test_diffusers.py holds it).
+@pytest.mark.parametrize("session", ["propagation"])
 def test_sessions_that_cannot_cap_refuse_an_emulated_host(project, port, session):
     extra = ["--port", str(port)] if session == "propagation" else []
     code, out = in_process(project, [session, "--host", "sim-emulated", *extra])
     assert code == Refusal.exit_code and "is emulated" in out, out
     assert not (project.evidence_dir / "sim-emulated").exists()
+
+
+def test_the_guard_sees_the_requests_memory_as_the_server_reports_it(project, port):
+    """The sampler reads the sim's accounted memory while requests run, as NVML shows a real
+    server's: the guard's tree peak is at least the server's own request peak."""
+    import shutil
+
+    from omniprobe.report.render import render_harness
+
+    from .conftest import REPO
+
+    args = probe_argv("probe-serve", port, "--host", "sim-emulated", "--flag-set", "cpuoff",
+                      "--fixture", "sim-three")
+    assert _run(project, args) == 0
+    loaded, problems = load_project(project)
+    assert problems == []
+    [attempt] = [a for a in loaded.evidence.attempts if a.host == "sim-emulated"]
+    [run] = attempt.runs
+    guard = run.lifetimes[0].timeline.emulation
+    request_peak = max(r.server_peak_mb for r in attempt.requests)
+    assert guard.peak_mib >= request_peak > 20000
+    shutil.copytree(REPO / "templates", project.templates_dir)
+    shutil.copytree(REPO / "schemas", project.root / "schemas")
+    harness = render_harness(project)
+    assert "The guard did not watch the requests" not in harness
+    # a guard that never rose to the requests' peak is called out
+    folder = project.evidence_dir / "sim-emulated" / attempt.id
+    data = json.loads((folder / "runs.json").read_text())
+    data[content_key("runs.json")][0]["lifetimes"][0]["timeline"]["emulation"]["peak_mib"] = 14848
+    (folder / "runs.json").write_text(json.dumps(data))
+    assert "**The guard did not watch the requests** of cpuoff" in render_harness(project)

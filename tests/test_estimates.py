@@ -1,6 +1,6 @@
 import pytest
 
-from omniprobe.analysis.estimates import quantization_base, transparency_check, within
+from omniprobe.analysis.estimates import judge, quantization_base, transparency_check, within
 from omniprobe.config.hosts import load_hosts
 from omniprobe.evidence.models import StructureObservation
 from omniprobe.evidence.quantities import Range
@@ -42,3 +42,19 @@ def test_a_transparent_fraction_against_the_alpha_mean(transparent, alpha_mean, 
     check = transparency_check(o, 255)
     assert (check.agrees, check.derived.max) == (agrees, at_most)
     assert (check.not_opaque.min, check.not_opaque.max) == (0.965, 0.992)
+
+
+@pytest.mark.parametrize(
+    ("derived", "stated", "spread", "judgement"),
+    [
+        ((0.18, 0.41), (0.25, 0.3), 0.0, "consistent"),  # the measurements bracket it
+        ((0.26, 0.29), (0.25, 0.3), 0.0, "consistent"),  # inside it
+        ((0.18, 0.2), (0.25, 0.3), 0.1, "not confirmed"),  # outside, by less than the spread
+        ((0.18, 0.2), (0.25, 0.3), 0.0, "disagrees"),  # outside, by more than the spread
+        ((0.5, 0.6), (0.25, 0.3), 0.25, "not confirmed"),
+        ((0.5, 0.6), (0.25, 0.3), 0.1, "disagrees"),
+    ],
+)
+def test_an_estimate_disagrees_only_beyond_the_measurements_spread(derived, stated, spread, judgement):
+    assert judge(Range(min=derived[0], max=derived[1]), Range(min=stated[0], max=stated[1]),
+                 spread) == judgement

@@ -25,7 +25,7 @@ from omniprobe.evidence.validate import load_project
 from omniprobe.harness import offline_runner
 from omniprobe.harness.offline import RUNNER, runner_command
 from omniprobe.harness.propagation import offline_pairs, unchecked_extras
-from omniprobe.report.render import render_report
+from omniprobe.report.render import render_harness
 from omniprobe.sim.http import Faults
 from omniprobe.sim.knobs import EXTRAS_BRIDGE_ENV
 from omniprobe.sim.memory import MIB, Accounted
@@ -133,7 +133,7 @@ def test_an_offline_knob_gets_a_propagation_check_and_one_never_reached_is_repor
     shutil.copytree(REPO / "templates", project.root / "templates")
     loaded, _ = load_project(project)
     verdict = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)["sim"]
-    report = render_report(project)
+    report = render_harness(project)
     if bridge == "drop":
         assert check.bytes_identical and "did NOT reach the model: the outputs are byte-identical" in out
         [unreached] = verdict.unreached_offline

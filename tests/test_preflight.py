@@ -14,7 +14,7 @@ from omniprobe.env.state import Runner
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe.harness import probe as probe_module
-from omniprobe.report.render import render_report
+from omniprobe.report.render import render_harness
 
 from .conftest import in_process, probe_argv
 
@@ -123,8 +123,7 @@ def test_forced_past_the_preflight_the_probe_records_the_cause_and_the_card_is_n
     verdict = host_verdict("sim", loaded.hosts, loaded.fixtures, loaded.evidence)
     assert (verdict.verdict, verdict.blocker, verdict.blockers) == ("not-measured", None, ())
     assert {n.cause[:len(cause) + 13] for n in verdict.not_measured} == {f"environment: {cause}"}
-    report = render_report(sim_only)
-    appendix = report[report.index("## Appendix: simulated hosts"):]
+    appendix = render_harness(sim_only)
     assert "**Simulated GPU (24 GB): not-measured.**" in appendix
     assert "blocked at init" not in appendix and "cannot initialize" not in appendix
     assert "### What failed outside the card — Simulated GPU" in appendix
@@ -141,6 +140,7 @@ def test_an_oom_at_init_is_still_blocked_at_init(sim_only, port):
     loaded = load_valid_project(sim_only)
     verdict = host_verdict("sim", loaded.hosts, loaded.fixtures, loaded.evidence)
     assert (verdict.verdict, verdict.blocker, verdict.not_measured) == ("not-built", "init", ())
-    appendix = render_report(sim_only).split("## Appendix: simulated hosts")[1]
-    assert "**Simulated GPU (24 GB): not-built — blocked at init.**" in appendix
+    appendix = render_harness(sim_only)
+    assert ("**Simulated GPU (24 GB): not-built — blocked at init: no flag set starts the server.**"
+            in appendix)
     assert "What failed outside the card" not in appendix

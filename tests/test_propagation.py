@@ -11,7 +11,7 @@ import pytest
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import logs
-from omniprobe.report.render import render_report
+from omniprobe.report.render import render_harness
 from omniprobe.sim import knobs as sim_knobs
 from omniprobe.sim.knobs import BRIDGE_ENV
 
@@ -83,7 +83,7 @@ def test_a_deploy_config_upstream_ignores_is_recorded_from_its_warning_line(proj
     assert ignored == {"sim-cpuoff-kvfp8v": True, "cpuoff": None}  # cpuoff passes no config
     assert load_project(project)[1] == []
     shutil.copytree(REPO / "templates", project.root / "templates")
-    report = render_report(project)
+    report = render_harness(project)
     assert "carries upstream's warning that it ignored the deploy config" in report
     assert "sim-cpuoff-kvfp8v ran as cpuoff" in report
     assert (f"sim-cpuoff-kvfp8v ({attempt.id}): the server's log carries upstream's warning "

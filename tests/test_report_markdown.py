@@ -5,7 +5,7 @@ import re
 
 from markdown_it import MarkdownIt
 
-from omniprobe.report.render import render_report
+from omniprobe.report.render import render_harness, render_report
 
 from .evidence_scaffold import add_attempt
 
@@ -69,6 +69,7 @@ def check_markdown(text: str) -> None:
 
 def test_committed_report_parses_as_markdown(repo):
     check_markdown(render_report(repo))
+    check_markdown(render_harness(repo))
 
 
 def test_report_with_new_evidence_still_parses(repo_copy):

@@ -174,3 +174,25 @@ def test_a_series_file_that_cannot_be_written_leaves_the_series_whole(tmp_path):
     assert summary.peak_mib == 2500 and summary.samples >= 5
     assert summary.reason == ("the series file full holds the first 0 sample(s) only (No space "
                               "left on device); the summary holds them all")
+
+
+def test_a_published_reader_shows_a_peak_reached_between_two_samples(tmp_path):
+    import os
+
+    from omniprobe.harness.sampler import PUBLISHED_MEMORY, PublishedMemoryReader
+
+    path = tmp_path / "memory"
+    reader = PublishedMemoryReader(path)
+    assert reader.memory() == (0, 0) and reader.processes() == ([], [])
+
+    def publish(used, peak):
+        path.write_bytes(PUBLISHED_MEMORY.pack(os.getpid(), used, 1000, peak))
+
+    publish(100, 500)  # a request came and went since the last sample
+    assert reader.memory() == (500, 1000)
+    assert [p.used for p in reader.processes()[0]] == [500]
+    assert reader.memory() == (100, 1000)  # the same peak is not shown twice
+    publish(300, 500)
+    assert reader.memory() == (300, 1000)
+    publish(200, 700)
+    assert reader.memory() == (700, 1000)

@@ -21,7 +21,7 @@ from omniprobe.errors import InputError
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.psnr_check import run_quality
-from omniprobe.report.render import render_report
+from omniprobe.report.render import render_harness
 
 from .conftest import REPO, fixtures_problems, in_process, probe_argv
 
@@ -232,8 +232,8 @@ def test_the_stand_ins_run_through_the_sim_end_to_end(project, port, tmp_path):
 
     # The report marks each stand-in cell and says which halves rest on stand-ins.
     shutil.copytree(REPO / "templates", project.templates_dir)
-    report = render_report(project)
-    matrix = [line for line in report.splitlines() if "-sim-probe | " in line and "| ok |" in line]
+    report = render_harness(project)
+    matrix = [line for line in report.splitlines() if line.startswith("| ") and "| ok |" in line]
     assert len(matrix) == 2 and all(line.count(" (stand-in) |") == 5 for line in matrix)
     assert "| **OOM** (stand-in) |" in matrix[0]
     assert "— **output broken** (stand-in) |" in matrix[1]

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 from omniprobe.analysis.series import read_series
 from omniprobe.evidence.models import TimelinePoint
-from omniprobe.report.timeline_svg import render_svg
+from omniprobe.report.timeline_svg import marker_rows, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"
 POINTS = [TimelinePoint(t_s=0.0, device_mib=500, process_mib=None),
@@ -64,3 +64,72 @@ def test_timeline_command_writes_the_svg(tmp_path):
     assert main(["timeline", str(series), "--title", "run"]) == 0
     svg = ET.fromstring((tmp_path / "timeline.svg").read_text())
     assert "peak 2,610 MiB at 2.9 s" in [t.text for t in svg.iter(f"{SVG}text")]
+
+
+CHAR_W, TEXT_H = 6.5, 11  # font-size 11 sans-serif, generously
+
+
+def text_boxes(root):
+    """(x0, y0, x1, y1, text) of every text element, from its anchor and length."""
+    boxes = []
+    for t in root.iter(f"{SVG}text"):
+        if t.get("stroke"):  # the white halo under a label
+            continue
+        x, y, width = float(t.get("x")), float(t.get("y")), len(t.text or "") * CHAR_W
+        x0 = {"start": x, "middle": x - width / 2, "end": x - width}[t.get("text-anchor") or "start"]
+        boxes.append((x0, y - TEXT_H, x0 + width, y, t.text))
+    return boxes
+
+
+def series_box(root):
+    """The bounding box of everything the figure plots: its lines and dots."""
+    xs, ys = [], []
+    for line in root.iter(f"{SVG}polyline"):
+        for pair in line.get("points").split():
+            px, py = pair.split(",")
+            xs.append(float(px))
+            ys.append(float(py))
+    for dot in root.iter(f"{SVG}circle"):
+        xs.append(float(dot.get("cx")))
+        ys.append(float(dot.get("cy")))
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def overlaps(a, b):
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_no_label_of_a_timeline_overprints_its_series_or_another_label():
+    # requests sent 50 ms apart: their numbers stack in rows instead of overprinting
+    markers = [(0.5 + 0.05 * i, f"sim-pair seed {2301 + i}: ok") for i in range(12)]
+    root = ET.fromstring(render_svg(POINTS, title="t", capacity_mib=24576, markers=markers))
+    boxes, plotted = text_boxes(root), series_box(root)
+    assert [b[4] for b in boxes if overlaps(b, plotted)] == []
+    numbers = [b for b in boxes if (b[4] or "").isdigit() and not b[4].endswith(" s")]
+    assert len(numbers) == 12
+    assert [(a[4], b[4]) for i, a in enumerate(numbers) for b in numbers[i + 1:] if overlaps(a, b)] == []
+    texts = [b[4] for b in boxes]
+    assert "1 sim-pair seed 2301: ok" in texts and "12 sim-pair seed 2312: ok" in texts
+
+
+def test_marker_rows_never_put_two_overlapping_numbers_in_one_row():
+    assert marker_rows([10, 12, 40, 41, 42], [8, 8, 8, 8, 8]) == [0, 1, 0, 1, 2]
+
+
+def test_no_label_of_the_capacity_figure_overprints_its_lines():
+    from omniprobe.analysis.capacity_curve import CapacityCurve, CapRun, CurveStep
+    from omniprobe.report.capacity_svg import render_curve_svg
+
+    runs = (CapRun(20480, "cpuoff", "a", True, (1, 2), (1,)),
+            CapRun(24576, "cpuoff", "b", True, (1, 2), (1, 2)),
+            CapRun(24576, "fp8", "b", True, (1, 2), ()))
+    steps = (CurveStep("cpuoff", 1, 20480, 24576), CurveStep("cpuoff", 2, 24576, 24576),
+             CurveStep("fp8", 1, None, 24576), CurveStep("fp8", 2, None, 24576))
+    curve = CapacityCurve("h", (20480, 24576), ("cpuoff", "fp8"), (1, 2), runs, steps)
+    root = ET.fromstring(render_curve_svg(curve, title="t"))
+    boxes, plotted = text_boxes(root), series_box(root)
+    assert [b[4] for b in boxes if overlaps(b, plotted)] == []
+    texts = [b[4] for b in boxes]
+    assert texts.count("≤ 20") == 1 and texts.count("≤ 24") == 1 and texts.count("none ≤ 24") == 2
+    assert "fp8: no count served" in texts  # drawn as such: no line, no empty legend entry
+    assert len(list(root.iter(f"{SVG}polyline"))) == 1

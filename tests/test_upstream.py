@@ -256,16 +256,17 @@ def test_an_upstream_attempt_holds_only_its_result(tmp_path):
 
 
 def test_the_report_shows_the_newest_upstream_result(tmp_path):
-    from omniprobe.report.render import render_report
+    from omniprobe.report.render import render_harness
 
     project = _project(tmp_path)
     shutil.copytree(REPO / "templates", project.templates_dir)
-    assert "Upstream contract" not in render_report(project)
+    shutil.copytree(REPO / "models", project.root / "models")  # the Diffusers section reads them
+    assert "Upstream contract" not in render_harness(project)
     doctor = {API: FILES[API].replace("true_cfg_scale: float | None = Form(None)",
                                       "cfg_scale: float | None = Form(None)")}
     contract = check_source(project, write_tree(tmp_path / "tree", doctor))
     record(project, contract, ["test"])
-    text = render_report(project)
+    text = render_harness(project)
     held = sum(c.status == "pass" for c in contract.checks)
     assert f"{held} of {len(contract.checks)} checks hold" in text
     assert "`edits-form:true_cfg_scale`: FAIL" in text

@@ -25,7 +25,15 @@ def test_committed_project_is_valid(repo):
     kinds = {(a.host, a.meta.provenance.kind) for a in loaded.evidence.attempts}
     assert kinds == {("rtx3090", "transcribed"), ("rtx5080", "transcribed"), ("sim", "simulated"),
                      ("sim-emulated", "emulated"), ("sim-on-h200", "emulated"),
-                     ("upstream", "measured")}
+                     ("upstream", "measured"), ("diffusers-tiny-cpu", "measured"),
+                     ("rtx3090-on-h200-diffusers", "emulated"),
+                     ("rtx5080-on-h200-diffusers", "emulated")}
+    # Every Diffusers attempt of random weights says so, and no record of it claims structure.
+    random = [a for a in loaded.evidence.attempts if a.host.endswith("diffusers")
+              or a.host == "diffusers-tiny-cpu"]
+    assert random and all(a.meta.weights == "random" for a in random)
+    assert all(r.quality == "unchecked" and r.image is None
+               for a in random for r in a.offline_requests)
 
 BAD_EVIDENCE = [
     (

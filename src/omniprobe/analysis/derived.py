@@ -20,14 +20,17 @@ class KvDelta:
     flag_set: str
     one_ref_peak_mb: float
     two_ref_peak_mb: float
+    one_ref_fixture: str = ""
+    two_ref_fixture: str = ""
 
     @property
     def delta_mb(self) -> float:
         return self.two_ref_peak_mb - self.one_ref_peak_mb
 
 
-def _peak_at(cells, fixtures: FixtureSuite, refs: int) -> float | None:
-    peaks = [c.server_peak_mb.max for c in cells
+def _peak_at(cells, fixtures: FixtureSuite, refs: int) -> tuple[float, str] | None:
+    """The highest server peak at a reference count, with the fixture it was measured on."""
+    peaks = [(c.server_peak_mb.max, c.fixture) for c in cells
              if c.server_peak_mb is not None and c.outcome == "ok"
              and fixtures.get(c.fixture).reference_count == refs]
     return max(peaks) if peaks else None
@@ -38,7 +41,7 @@ def kv_deltas(views: list[RunView], fixtures: FixtureSuite) -> list[KvDelta]:
     for view in views:
         one, two = _peak_at(view.cells, fixtures, 1), _peak_at(view.cells, fixtures, 2)
         if one is not None and two is not None:
-            out.append(KvDelta(view.attempt.id, view.flag_set, one, two))
+            out.append(KvDelta(view.attempt.id, view.flag_set, one[0], two[0], one[1], two[1]))
     return out
 
 

@@ -1,12 +1,17 @@
-"""The source's own estimates held against what the measurements derive.
+"""The seed report's own estimates held against what the measurements derive, judged fairly.
 
-A figure the source states as its estimate stays quoted; where the derived figure does not lie
-inside it (at the precision the estimate is written with), the report says so next to it.
+A figure the seed states as its estimate stays quoted, with one of three judgements:
+- consistent: the measurements bracket it (or lie inside it, at the precision it is written with);
+- not confirmed: they neither bracket it nor refute it: they fall outside it by no more than their
+  own spread (seed to seed, and the same cell across attempts), or the only evidence is allocator
+  high-water marks of different configurations, which cannot measure what one configuration frees;
+- disagrees: every measurement falls outside it by more than the measurements' own spread.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from omniprobe.analysis.derived import KvDelta, rounded_to, written_decimals
 from omniprobe.analysis.summaries import RunView
@@ -17,6 +22,8 @@ from omniprobe.evidence.quantities import Range
 MB = 1000**2
 GIB = 1024**3
 MB_PER_GIB = GIB / MB
+
+Judgement = Literal["consistent", "not confirmed", "disagrees"]
 
 
 @dataclass(frozen=True)
@@ -33,10 +40,15 @@ class EstimateCheck:
     stated: Range
     unit: str
     derived: Range
-    agrees: bool
+    judgement: Judgement
     flag_sets: tuple[str, ...] = ()
     fixtures: tuple[str, ...] = ()
     not_opaque: Range | None = None
+    spread: float = 0.0  # the measurements' own spread, in `unit`
+
+    @property
+    def agrees(self) -> bool:
+        return self.judgement == "consistent"
 
 
 def _stated_range(f: StatedFigure) -> Range | None:
@@ -52,14 +64,42 @@ def within(derived: Range, stated: Range) -> bool:
             and rounded_to(derived.max, digits) <= rounded_to(stated.max, digits))
 
 
-def kv_check(figure: StatedFigure, deltas: list[KvDelta]) -> EstimateCheck | None:
+def brackets(derived: Range, stated: Range) -> bool:
+    """The measurements reach both sides of the estimate, or lie inside it at its precision."""
+    return (derived.min <= stated.min and stated.max <= derived.max) or within(derived, stated)
+
+
+def judge(derived: Range, stated: Range, spread: float) -> Judgement:
+    if brackets(derived, stated):
+        return "consistent"
+    if derived.max + spread < stated.min or derived.min - spread > stated.max:
+        return "disagrees"
+    return "not confirmed"
+
+
+def peak_spread_mb(views: list[RunView], cells: set[tuple[str, str]]) -> float:
+    """The widest spread of the server peaks of one (flag set, fixture) cell: seed to seed within
+    an attempt, and between the attempts that measured the same cell."""
+    peaks: dict[tuple[str, str], list[float]] = {}
+    for v in views:
+        for c in v.cells:
+            if (v.flag_set, c.fixture) in cells and c.server_peak_mb is not None and c.outcome == "ok":
+                peaks.setdefault((v.flag_set, c.fixture), []).extend(
+                    (c.server_peak_mb.min, c.server_peak_mb.max))
+    return max((max(p) - min(p) for p in peaks.values()), default=0.0)
+
+
+def kv_check(figure: StatedFigure, deltas: list[KvDelta], views: list[RunView] = ()) -> EstimateCheck | None:
     """The per-reference KV estimate (GiB) against the 1→2 reference server-peak deltas (MB)."""
     stated = _stated_range(figure)
     if stated is None or figure.unit != "GiB" or not deltas:
         return None
     derived = Range.of(round(d.delta_mb / MB_PER_GIB, 2) for d in deltas)
+    cells = {(d.flag_set, f) for d in deltas for f in (d.one_ref_fixture, d.two_ref_fixture)}
+    spread = round(peak_spread_mb(list(views), cells) / MB_PER_GIB, 2)
     return EstimateCheck("kv_per_reference", figure.key, stated, figure.unit, derived,
-                         within(derived, stated), tuple(dict.fromkeys(d.flag_set for d in deltas)))
+                         judge(derived, stated, spread),
+                         tuple(dict.fromkeys(d.flag_set for d in deltas)), spread=spread)
 
 
 def quantization_base(hosts: HostsConfig, flag_set: str, method: str) -> str | None:
@@ -104,9 +144,11 @@ def fp8_frees_check(figure: StatedFigure, views: list[RunView], hosts: HostsConf
     if not freed:
         return None
     derived = Range.of(freed)
-    return EstimateCheck("fp8_frees", figure.key, stated, figure.unit, derived,
-                         within(derived, stated), tuple(dict.fromkeys(names)),
-                         tuple(sorted(set(fixtures))))
+    # Peaks of two configurations are high-water marks of different allocations: they can bracket
+    # what quantization frees, never refute it.
+    judgement: Judgement = "consistent" if brackets(derived, stated) else "not confirmed"
+    return EstimateCheck("fp8_frees", figure.key, stated, figure.unit, derived, judgement,
+                         tuple(dict.fromkeys(names)), tuple(sorted(set(fixtures))))
 
 
 def transparency_check(o: StructureObservation, opaque_alpha: int) -> EstimateCheck | None:
@@ -118,8 +160,10 @@ def transparency_check(o: StructureObservation, opaque_alpha: int) -> EstimateCh
     derived = Range(min=0, max=max(0.0, most_transparent))
     not_opaque = (Range(min=round(1 - o.opaque_fraction.max, 3), max=round(1 - o.opaque_fraction.min, 3))
                   if o.opaque_fraction is not None else None)
-    return EstimateCheck("transparency", o.scope, o.transparent_fraction, "", derived,
-                         o.transparent_fraction.min <= most_transparent,
+    # The alpha mean bounds the fully transparent fraction exactly: above it, none can be.
+    judgement: Judgement = ("consistent" if o.transparent_fraction.min <= most_transparent
+                            else "disagrees")
+    return EstimateCheck("transparency", o.scope, o.transparent_fraction, "", derived, judgement,
                          (o.flag_set,) if o.flag_set else (), tuple(o.fixtures), not_opaque)
 
 
@@ -129,7 +173,7 @@ def estimate_checks(figures: dict[str, StatedFigure], deltas: list[KvDelta], vie
     """Every check the evidence allows, keyed by the stated figure's key or the structure scope."""
     checks = []
     if "kv_per_reference" in figures:
-        checks.append(kv_check(figures["kv_per_reference"], deltas))
+        checks.append(kv_check(figures["kv_per_reference"], deltas, views))
     if "fp8_frees" in figures:
         checks.append(fp8_frees_check(figures["fp8_frees"], views, hosts, flag_sets))
     checks += [transparency_check(o, hosts.quality.opaque_alpha) for o in structure]

@@ -586,7 +586,8 @@ class StructureObservation(_In):
     alpha_mean: Range | None = None
     rgb_mean: Range | None = None
     psnr_db: Range | None = None
-    approximate: bool = Field(default=False, description="The source gives these as approximate.")
+    approximate: bool = Field(default=False, description="The seed gives the alpha and RGB means as "
+                                                          "approximate (~, ≈).")
     quality: StructureVerdict
     note: str | None = None
 
@@ -664,8 +665,10 @@ class Finding(_In):
 
     key: str = Field(pattern=r"^[a-z0-9_]+$")
     statement: str
-    placement: Literal["verdict", "follow-through"] = Field(
-        description="The report part the source states it in.")
+    placement: Literal["verdict", "ceiling", "structure", "speed", "follow-through"] = Field(
+        description="Where the report states it: the verdict; the usable ceiling's opening line (a "
+                    "qualification of it); the output-structure section; the line of the speed-up "
+                    "of a broken flag set; the follow-through.")
     section: str = Field(description="The source's section it comes from.")
 
 
@@ -690,7 +693,9 @@ class Correction(_In):
     finding: str
     artifacts: list[str] = []
     opaque_fraction: float | None = None
-    stands: str | None = None
+    stands: str | None = Field(default=None, description="What of the corrected claim stands.")
+    stands_figure: str | None = Field(default=None, description="The key of the stated figure it gives.")
+    falls: str | None = Field(default=None, description="What of it does not stand.")
 
 
 class StatedFigure(_In):
@@ -700,6 +705,7 @@ class StatedFigure(_In):
     value: float | None = None
     range: Range | None = None
     unit: str
+    approximate: bool = Field(default=False, description="The seed writes it as approximate (~, ≈, roughly).")
     statement: str
     label: str | None = Field(default=None, description="What the report calls it, in words.")
 

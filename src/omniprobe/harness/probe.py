@@ -397,6 +397,8 @@ class ServeProbe:
             yield Live(server, init, index, t0, folder, guard)
             finished = True
         finally:
+            if sampler is not None:
+                sampler.sample_now()
             ended = server.stop()
             self.http.close()  # its pooled connections were to the server just stopped
             self.recorder.drain()

@@ -27,7 +27,8 @@ from omniprobe.harness.processes import alive
 
 MIB = 1024**2
 # What a server publishes in its memory file: pid, used bytes, total bytes (little-endian int64s).
-PUBLISHED_MEMORY = struct.Struct("<qqq")
+# pid, used bytes, total bytes, peak bytes since the server started (omniprobe.sim's StateFile).
+PUBLISHED_MEMORY = struct.Struct("<qqqq")
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,8 @@ class NvmlReader:
         return name.decode() if isinstance(name, bytes) else name
 
 
-def read_published_memory(path: Path) -> tuple[int, int, int] | None:
-    """(pid, used bytes, total bytes) as the server last published them; None before it has."""
+def read_published_memory(path: Path) -> tuple[int, int, int, int] | None:
+    """(pid, used, total, peak bytes) as the server last published them; None before it has."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(PUBLISHED_MEMORY.size)
@@ -98,24 +99,37 @@ def read_published_memory(path: Path) -> tuple[int, int, int] | None:
 
 class PublishedMemoryReader:
     """The memory a server publishes in a file (PUBLISHED_MEMORY), read the way NVML would
-    report it: nothing in use until a live server has published."""
+    report it: nothing in use until a live server has published. A sample reads the server's new
+    peak, where it rose since the previous sample: memory a request held between two samples
+    still shows, as it does to NVML on a real server, whose caching allocator keeps freed memory
+    reserved. `processes` reports what the last `memory` read."""
 
     label = "memory the server publishes"
 
     def __init__(self, path: Path):
         self.path = path
+        self._seen_peak = 0
+        self._last: tuple[int, int] | None = None
 
-    def _state(self) -> tuple[int, int, int] | None:
+    def _state(self) -> tuple[int, int, int, int] | None:
         state = read_published_memory(self.path)
         return state if state is not None and alive(state[0]) else None
 
     def memory(self) -> tuple[int, int]:
         state = self._state()
-        return (state[1], state[2]) if state else (0, 0)
+        if state is None:
+            self._last = None
+            return 0, 0
+        pid, used, total, peak = state
+        if peak > self._seen_peak:
+            used, self._seen_peak = max(used, peak), peak
+        self._last = (pid, used)
+        return used, total
 
     def processes(self) -> tuple[list[ProcessMemory], list[ProcessMemory]]:
-        state = self._state()
-        return ([ProcessMemory(state[0], state[1])] if state else []), []
+        if self._last is None:
+            self.memory()
+        return ([ProcessMemory(*self._last)] if self._last else []), []
 
     def process_name(self, pid: int) -> str:
         return _proc_name(pid)
@@ -188,6 +202,8 @@ class Sampler:
         self.error: str | None = None
         self.died: str | None = None  # why the thread ended before stop(): the series is cut
         self._written = 0  # lines in the series file
+        self._lock = threading.Lock()  # the thread's samples and `sample_now`'s, one at a time
+        self._out: TextIO | None = None
 
     def __enter__(self) -> Sampler:
         self.start()
@@ -231,6 +247,29 @@ class Sampler:
         return Sample(t_s=now - self.t0, device_mib=used / MIB,
                       process_mib=None if owned is None else owned / MIB)
 
+    def sample_now(self) -> None:
+        """One sample at once, beside the thread's: a lifetime's last, taken before its server is
+        stopped, so that what the server held at the end (its peak, on a published reader) is in
+        the series however short the lifetime was."""
+        if not self._thread.is_alive():
+            return
+        with self._lock:
+            self._take()
+
+    def _take(self) -> bool:
+        """Take, keep and write one sample; False once the reader has failed."""
+        try:
+            sample = self.sample()
+        except Exception as exc:  # a reader failing mid-run ends the series
+            self.died = f"sampling stopped: {type(exc).__name__}: {exc}"
+            return False
+        self.samples.append(sample)
+        if self.guard is not None:
+            self.guard.observe(sample)
+        if self._out is not None:
+            self._out = self._append(self._out, sample)
+        return True
+
     def _run(self) -> None:
         """The thread: any way it ends before stop() is a death, recorded for the run to fail on
         (a series cut short must not pass for the server's whole timeline)."""
@@ -241,29 +280,24 @@ class Sampler:
 
     def _loop(self) -> None:
         interval = 1.0 / self.hz
-        out = self._open()
+        self._out = self._open()
         try:
             due = time.monotonic()
             while not self._stop.is_set():
-                try:
-                    sample = self.sample()
-                except Exception as exc:  # a reader failing mid-run ends the series
-                    self.died = f"sampling stopped: {type(exc).__name__}: {exc}"
-                    return
-                self.samples.append(sample)
-                if self.guard is not None:
-                    self.guard.observe(sample)
-                if out is not None:
-                    out = self._append(out, sample)
+                with self._lock:
+                    if not self._take():
+                        return
                 due += interval
                 delay = due - time.monotonic()
                 if delay < 0:  # fell behind: keep the rate, skip the missed slots
                     due, delay = time.monotonic(), 0
                 self._stop.wait(delay)
         finally:
-            if out is not None:
-                with contextlib.suppress(OSError):  # the line that failed is lost either way
-                    out.close()
+            with self._lock:
+                if self._out is not None:
+                    with contextlib.suppress(OSError):  # the line that failed is lost either way
+                        self._out.close()
+                    self._out = None
 
     def _open(self) -> TextIO | None:
         try:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omniprobe.analysis.diffusers_capacity import (
+    DTYPE_BYTES,
     CapacityCell,
     CardCapacity,
     KvPerReference,
@@ -29,12 +30,14 @@ def cell_text(cell: CapacityCell | None) -> str:
     if cell is None:
         return "—"
     peak = f"{cell.peak_mib:,.0f} MiB" if cell.peak_mib is not None else "no GPU peak"
+    breach = "; the process tree went over the cap" if cell.breached else ""
+    if cell.outcome == "oom":
+        return "**OOM**" + (f" (asked {cell.oom_requested}{breach})" if cell.oom_requested
+                            else f" ({breach[2:]})" if breach else "")
     if cell.breached:
-        return f"over the cap (breach), {peak}"
+        return f"ran, {peak}, but the process tree went over the cap: **not a fit**"
     if cell.fits:
         return f"fits, {peak}"
-    if cell.outcome == "oom":
-        return "**OOM**" + (f" (asked {cell.oom_requested})" if cell.oom_requested else "")
     return cell.outcome
 
 
@@ -43,7 +46,7 @@ class ProfileRow:
     profile: str
     description: str
     cells: list[str]  # by reference count, the table's columns
-    init: str
+    init: str  # "" when the build succeeded, else how it ended
 
 
 @dataclass(frozen=True)
@@ -96,34 +99,86 @@ class ProfileFit:
 
 
 @dataclass(frozen=True)
+class SeedCeiling:
+    """The emulated card's result for the seed's baseline profile beside the seed's own Diffusers
+    ceiling on that card, with what differs between the two."""
+
+    card: str
+    profile: str
+    seed_refs: int
+    seed_statement: str
+    measured_refs: int  # the most references the profile fit (-1: none)
+    measured_peak_mib: float | None
+    differences: list[str]
+
+
+@dataclass(frozen=True)
 class DiffusersHostView:
     key: str
     host: Host
     emulates: str | None  # the emulated card's name
     capacity: CardCapacity
     tables: list[CapTable]
-    sweep: list[SweepRow]
     parameters_b: dict[str, float]
     attempts: list[str]
     emulated: bool
     fitting: list[ProfileFit]
+    verdict_text: str  # the capacity verdict, in words
+    cap_text: str  # e.g. "24 GiB"
+    host_ram_text: str
 
 
 @dataclass(frozen=True)
 class DiffusersSection:
     hosts: list[DiffusersHostView]
     ref_columns: list[int]
+    ref_headers: list[str]
+    first_refs: int
     target: int
+    model: str  # the model's name, from the pinned snapshot
+    cards: list[str]  # the emulated cards' names
+    caps: list[str]  # their capacities, in the same order
+    gpus: list[str]  # the physical GPUs the emulations ran on
+    pipeline: str
+    dtype: str
+    dtype_bytes: int
     arch_kib_per_token: float | None
     kv: list[KvRow]
     kv_refs: list[KvRefRow]
     comparisons: list[Comparison]
     unconfirmed: list[str]  # components whose configs nothing public confirms
     steps: list[int]  # the steps the capacity cells ran
+    sweep: list[SweepRow]  # over every full-size emulated host's caps together
+    ceilings: list[SeedCeiling]
 
 
 def _gib(mib: int) -> str:
     return f"{mib / 1024:g}"
+
+
+def verdict_text(capacity: CardCapacity) -> str:
+    target = capacity.target
+    if capacity.verdict == "fits":
+        under = ", ".join(f"`{f.profile}`" + (f" (peak {f.peak_mib:,.0f} MiB reserved)"
+                                               if f.peak_mib is not None else "")
+                          for f in capacity.fits)
+        return f"{target} references **fit** under {under}"
+    if capacity.verdict == "does not fit":
+        return f"{target} references fit under **no** profile measured"
+    return f"{target} references not measured yet"
+
+
+def host_ram_text(runs_rss_mib: float | None, host_ram_gib: float | None, note: str | None) -> str:
+    """What the runner held in host memory beside the emulated card's host; host RAM is not
+    emulated, so the H200's host held whatever offload moved there."""
+    held = (f"the runner held up to {runs_rss_mib / 1024:.1f} GiB of host RAM"
+            if runs_rss_mib is not None else "the runner's host RAM was not recorded")
+    if host_ram_gib is None:
+        return f"host RAM not emulated ({held}; the card's host RAM is not stated)"
+    over = runs_rss_mib is not None and runs_rss_mib / 1024 > host_ram_gib
+    return (f"host RAM not emulated: {held}, "
+            + ("**more than**" if over else "within") + f" the real card's host's "
+            f"{note or f'{host_ram_gib:g} GiB'}")
 
 
 def _figure(evidence: Evidence, key: str) -> StatedFigure | None:
@@ -173,6 +228,41 @@ def comparisons(evidence: Evidence, kv: list[KvRow], kv_refs: list[KvRefRow]) ->
     return out
 
 
+BASELINE_PROFILES = ("seed-baseline-capacity", "seed-baseline")
+
+
+def seed_ceilings(loaded: Loaded, views: list[DiffusersHostView], runs_by_host: dict,
+                  fixtures_res: str) -> list[SeedCeiling]:
+    """Where the seed states a Diffusers ceiling for a card (figure diffusers_ceiling_references
+    filed under that card), the emulated card's result for the seed's baseline profile."""
+    out = []
+    for view in views:
+        card_key = view.host.emulation.emulates if view.host.emulation else None
+        stated = next((f for a in loaded.evidence.for_host(card_key or "")
+                       for f in a.figures if f.key == "diffusers_ceiling_references"), None)
+        if stated is None or stated.value is None:
+            continue
+        runs = [r for r in runs_by_host[view.key] if r.profile in BASELINE_PROFILES]
+        if not runs:
+            continue
+        run = runs[0]
+        fitting = max(run.fitting, default=-1)
+        cell = run.cell(fitting) if fitting >= 0 else None
+        profile = loaded.hosts.diffusers_profiles[run.profile]
+        rss = max((r.max_rss_mib for a in loaded.evidence.for_host(view.key, include_emulated=True)
+                   for r in a.offline_requests if r.kwarg_set == run.profile
+                   and r.max_rss_mib is not None), default=None)
+        card = loaded.hosts.host(card_key)
+        out.append(SeedCeiling(view.emulates or card_key, run.profile, int(stated.value),
+                               stated.statement, fitting, cell.peak_mib if cell else None, [
+            "weights: random here (capacity only), the real checkpoint in the seed",
+            f"resolution: {fixtures_res} here (stand-ins); the seed does not state B2g's",
+            f"steps: {profile.steps} here, chosen by omniprobe; the seed does not state B2g's",
+            f"offload: {profile.offload} here, chosen by omniprobe; the seed says group offload",
+            host_ram_text(rss, card.host_ram_gib, card.host_ram_note)]))
+    return out
+
+
 def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     """The section, or None where hosts.toml has no Diffusers host; `root`: the project's, where
     the committed model configs are."""
@@ -181,11 +271,13 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     if not keys:
         return None
     target = hosts.probe.target_reference_count
-    views, all_runs, attempts = [], [], []
+    views, all_runs, attempts, runs_by_host = [], [], [], {}
     for key in keys:
         host = hosts.host(key)
         runs = host_runs(key, loaded.evidence, loaded.fixtures)
-        all_runs.extend(runs)
+        runs_by_host[key] = runs
+        if host.emulation is not None:
+            all_runs.extend(runs)
         mine = loaded.evidence.for_host(key, include_emulated=True)
         attempts.extend(mine)
         cap = hosts.emulated_cap_mib(key)
@@ -193,25 +285,22 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         for run_cap in sorted({r.cap_mib for r in runs}, key=lambda c: c or 0):
             rows = [ProfileRow(r.profile, hosts.diffusers_profiles[r.profile].description,
                                [cell_text(r.cell(n)) for n in range(target + 1)],
-                               r.init_outcome)
+                               "" if r.init_outcome == "ready" else f"build: {r.init_outcome}")
                     for r in runs if r.cap_mib == run_cap]
             tables.append(CapTable(_gib(run_cap) if run_cap else None, rows))
-        sweep = []
-        for profile in host.diffusers_profiles:
-            caps = sorted({r.cap_mib for r in runs if r.profile == profile and r.cap_mib})
-            if len(caps) > 1:
-                needs = min_caps(runs, profile)
-                sweep.append(SweepRow(profile, ", ".join(_gib(c) for c in caps),
-                                      [needs[n].text() if n in needs else "—"
-                                       for n in range(target + 1)]))
         built = next((row.build for a in mine for row in a.offline if row.build), None)
         emulation = host.emulation
+        card = hosts.host(emulation.emulates) if emulation and emulation.emulates else None
+        capacity = card_capacity(key, runs, cap, target)
+        rss = max((r.max_rss_mib for a in mine for r in a.offline_requests
+                   if r.max_rss_mib is not None), default=None)
         views.append(DiffusersHostView(
-            key, host, hosts.host(emulation.emulates).name if emulation and emulation.emulates
-            else None, card_capacity(key, runs, cap, target), tables, sweep,
+            key, host, card.name if card else None, capacity, tables,
             built.parameters_b if built else {}, [a.id for a in mine], emulation is not None,
             [ProfileFit(r.profile, r.fitting, tuple(c.reference_count for c in r.cells))
-             for r in runs]))
+             for r in runs], verdict_text(capacity), f"{_gib(cap)} GiB" if cap else "",
+            host_ram_text(rss, card.host_ram_gib if card else None,
+                          card.host_ram_note if card else None)))
     full = [v for v in views if v.emulated]
     resolutions = {name: p.output_resolution or 1024
                    for name, p in hosts.diffusers_profiles.items()}
@@ -229,8 +318,25 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         unconfirmed = list(configs.unconfirmed)
     steps = sorted({r.num_inference_steps for a in attempts for r in a.offline_requests
                     if r.num_inference_steps is not None})
-    return DiffusersSection(views, list(range(target + 1)), target, arch, kv, kv_refs,
-                            comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps)
+    columns = list(range(target + 1))
+    sweep = []
+    for profile in hosts.diffusers_profiles:
+        caps = sorted({r.cap_mib for r in all_runs if r.profile == profile and r.cap_mib})
+        if len(caps) > 1:
+            needs = min_caps(all_runs, profile)
+            sweep.append(SweepRow(profile, ", ".join(_gib(c) for c in caps),
+                                  [needs[n].text() if n in needs else "—" for n in columns]))
+    sizes = sorted({f"{loaded.fixtures.get(r.fixture).width}×{loaded.fixtures.get(r.fixture).height}"
+                    for a in attempts for r in a.offline_requests
+                    if hosts.host(a.host).emulation is not None})
+    ceilings = seed_ceilings(loaded, full, runs_by_host, ", ".join(sizes) or "unknown")
+    return DiffusersSection(
+        views, columns, [f"{n} ref{'' if n == 1 else 's'}" for n in columns], columns[0], target,
+        hosts.stack.model_repo.split("/")[-1], [v.emulates for v in full if v.emulates],
+        [v.cap_text for v in full if v.emulates], sorted({v.host.gpu for v in full}),
+        next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
+        DTYPE_BYTES["bfloat16"], arch, kv, kv_refs,
+        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps, sweep, ceilings)
 
 
 def _per_reference(items: list[KvPerReference]) -> list[KvRefRow]:

@@ -11,9 +11,10 @@ import struct
 from dataclasses import dataclass
 
 MIB = 1024**2
-# pid, used bytes, total bytes: the file the harness's sampler reads where a real host has NVML
-# (the harness names the file in the variable of hosts.toml memory_file_env).
-_STATE = struct.Struct("<qqq")
+# pid, used bytes, total bytes, peak bytes (the most used since the server started): the file the
+# harness's sampler reads where a real host has NVML (the harness names the file in the variable of
+# hosts.toml memory_file_env). Keep in step with harness/sampler.py PUBLISHED_MEMORY.
+_STATE = struct.Struct("<qqqq")
 
 
 class OutOfMemoryError(RuntimeError):
@@ -72,8 +73,8 @@ class StateFile:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._total = total
 
-    def publish(self, used: int) -> None:
-        os.pwrite(self._fd, _STATE.pack(os.getpid(), used, self._total), 0)
+    def publish(self, used: int, peak: int) -> None:
+        os.pwrite(self._fd, _STATE.pack(os.getpid(), used, self._total, peak), 0)
 
 
 class Accounted:
@@ -90,7 +91,7 @@ class Accounted:
 
     def _publish(self) -> None:
         if self._state is not None:
-            self._state.publish(self.context + self.allocated)
+            self._state.publish(self.context + self.allocated, self.context + self._lifetime_peak)
 
     def alloc(self, nbytes: int) -> int:
         in_use = self.context + self.allocated

@@ -1,0 +1,67 @@
+"""Where the evidence comes from, in words: attempts' provenance, the harness's own attempts and
+the upstream contract's result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.evidence.models import LoadedAttempt
+from omniprobe.report.filters import num
+
+
+def newest_upstream(attempts: list[LoadedAttempt]) -> LoadedAttempt | None:
+    """The most recently run `upstream check` attempt, if any."""
+    checked = [a for a in attempts if a.upstream is not None and a.meta.provenance.kind == "measured"]
+    return max(checked, key=lambda a: a.meta.provenance.started_at, default=None)
+
+
+def is_harness_attempt(a: LoadedAttempt, hosts: HostsConfig) -> bool:
+    """The harness's own runs: simulated hosts (emulations of the simulated server included) and
+    the upstream contract check."""
+    host = hosts.hosts.get(a.host)
+    return a.upstream is not None or a.simulated or (host is not None and host.simulated)
+
+
+@dataclass(frozen=True)
+class FailedCheck:
+    name: str
+    status_text: str
+    where: str | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class Contract:
+    held: int
+    total: int
+    failed: list[FailedCheck]
+
+
+def contract(upstream: LoadedAttempt | None) -> Contract | None:
+    if upstream is None:
+        return None
+    u = upstream.upstream
+    shown = {"fail": "FAIL", "not-found": "NOT FOUND"}
+    return Contract(
+        sum(c.status == "pass" for c in u.checks),
+        len(u.checks),
+        [FailedCheck(c.name, shown.get(c.status, c.status.upper()), c.where, c.detail) for c in u.failed],
+    )
+
+
+def provenance_text(p) -> str:
+    """Where an attempt's figures come from, in words."""
+    if p.kind == "transcribed":
+        return p.section
+    if p.kind == "measured":
+        return f"measured on `{p.hostname}` by omniprobe {p.tool_version}, started {p.started_at}"
+    if p.kind == "emulated":
+        server = ", server omniprobe.sim" if p.simulated_server else ""
+        emulates = f" {p.emulates}" if p.emulates else ""
+        return (
+            f"emulated{emulates} capped at {num(p.cap_mib)} MiB on {p.physical_gpu} (compute capability "
+            f"{p.physical_compute_capability}, `{p.hostname}`) by {p.mechanism}{server}, omniprobe "
+            f"{p.tool_version}, started {p.started_at}"
+        )
+    return f"{p.model}, omniprobe {p.tool_version}, started {p.started_at}"
