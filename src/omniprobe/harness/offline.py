@@ -35,14 +35,7 @@ from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import Fixture, FixtureSuite
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
-from omniprobe.config.selection import (
-    INVOCATION_ENV,
-    read_state,
-    resolve_host,
-    session_venv,
-    state_path,
-    update_state,
-)
+from omniprobe.config.selection import resolve_host, session_venv
 from omniprobe.digests import sha256_json
 from omniprobe.env.checks import require_env_ok
 from omniprobe.env.simulated import sim_env_digest
@@ -76,6 +69,7 @@ from omniprobe.harness.probe import (
     ReaderFactory,
     SamplerDied,
     default_readers,
+    open_run_attempt,
     prepare_env,
     probe_caps,
     serve_fixtures,
@@ -670,11 +664,7 @@ class OfflineSession(Session):
                       for e in self.entries}
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
-        invocation = os.environ.get(INVOCATION_ENV)
-        state = read_state(state_path(ctx.project, invocation), invocation)
-        fresh = self.options.fresh
         key = f"{ctx.host_name}-offline" + ("" if self.cap_mib is None else f"@{self.cap_mib}mib")
-        fresh_id = state.get("fresh_attempts", {}).get(key) if fresh else None
         weights = ctx.host.diffusers.weights if ctx.host.diffusers else None
 
         def complete(found: AttemptStore) -> bool:
@@ -684,13 +674,11 @@ class OfflineSession(Session):
                                                 for p in self.plans[e.name])
                        for e in self.entries)
 
-        store, self.why = open_probe_attempt(
-            ctx.project, ctx.host_name, ctx.host, self.command, environment=self.environment,
-            fresh=fresh, fresh_id=fresh_id, cap_mib=self.cap_mib, complete=complete,
-            kind=ATTEMPT_SUFFIX, what="probe-offline", weights=weights)
-        if fresh and invocation:
-            update_state(state_path(ctx.project, invocation), invocation, fresh_attempts={
-                **state.get("fresh_attempts", {}), key: store.meta.id})
+        store, self.why = open_run_attempt(ctx, key, self.options.fresh, lambda fresh_id: (
+            open_probe_attempt(
+                ctx.project, ctx.host_name, ctx.host, self.command, environment=self.environment,
+                fresh=self.options.fresh, fresh_id=fresh_id, cap_mib=self.cap_mib,
+                complete=complete, kind=ATTEMPT_SUFFIX, what="probe-offline", weights=weights)))
         return store
 
     def run(self, ctx: Context, store: AttemptStore) -> int:

@@ -689,6 +689,21 @@ def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: 
         served=served))
 
 
+def open_run_attempt(ctx: Context, key: str, fresh: bool,
+                     opening: Callable[[str | None], tuple[AttemptStore, str]]
+                     ) -> tuple[AttemptStore, str]:
+    """The attempt `opening` opens, given this nox run's fresh attempt of `key` (the first
+    session given --fresh makes it, the sessions after join it); it is remembered for them."""
+    invocation = os.environ.get(INVOCATION_ENV)
+    state = read_state(state_path(ctx.project, invocation), invocation)
+    fresh_id = state.get("fresh_attempts", {}).get(key) if fresh else None
+    store, why = opening(fresh_id)
+    if fresh and invocation:
+        update_state(state_path(ctx.project, invocation), invocation, fresh_attempts={
+            **state.get("fresh_attempts", {}), key: store.meta.id})
+    return store, why
+
+
 class ProbeSession(Session):
     """probe-init or probe-serve, the session `name`: resumes the host's newest probe attempt,
     or with --fresh starts one (once per nox invocation: the sessions after join it)."""
@@ -732,20 +747,14 @@ class ProbeSession(Session):
                 [(f, s) for f in fixtures for s in ctx.suite.sampling.seeds])
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
-        invocation = os.environ.get(INVOCATION_ENV)
-        state = read_state(state_path(ctx.project, invocation), invocation)
-        fresh = self.options.fresh
         # One fresh attempt per cap on an emulated host: a sweep's sessions join theirs.
         key = ctx.host_name if self.cap_mib is None else f"{ctx.host_name}@{self.cap_mib}mib"
-        fresh_id = state.get("fresh_attempts", {}).get(key) if fresh else None
         flag_sets, cells = self._plan(ctx)
-        store, self.why = open_probe_attempt(
-            ctx.project, ctx.host_name, ctx.host, self.command, environment=self.env.record,
-            fresh=fresh, fresh_id=fresh_id, cap_mib=self.cap_mib,
-            complete=lambda found: attempt_complete(found, flag_sets, cells))
-        if fresh and invocation:
-            update_state(state_path(ctx.project, invocation), invocation, fresh_attempts={
-                **state.get("fresh_attempts", {}), key: store.meta.id})
+        store, self.why = open_run_attempt(ctx, key, self.options.fresh, lambda fresh_id: (
+            open_probe_attempt(
+                ctx.project, ctx.host_name, ctx.host, self.command, environment=self.env.record,
+                fresh=self.options.fresh, fresh_id=fresh_id, cap_mib=self.cap_mib,
+                complete=lambda found: attempt_complete(found, flag_sets, cells))))
         return store
 
     def run(self, ctx: Context, store: AttemptStore) -> int:

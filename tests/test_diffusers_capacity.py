@@ -1,0 +1,209 @@
+"""The Diffusers capacity rules as tables: the smallest swept cap ("≤ / M–N / >"), the KV cache's
+arithmetic, the card's capacity-only verdict; evidence packs and the wheel list."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+
+import pytest
+
+from omniprobe.analysis.diffusers_capacity import (
+    CapacityCell,
+    KvMeasure,
+    MinCap,
+    ProfileRun,
+    architecture_bytes_per_token,
+    card_capacity,
+    kv_per_reference,
+    min_cap,
+)
+from omniprobe.env.wheels import check_folder, download_command, read_pins
+from omniprobe.errors import InputError, Refusal
+from omniprobe.evidence import archive
+
+GIB = 1024  # MiB
+
+
+@pytest.mark.parametrize(("swept", "text"), [
+    # cap (GiB) -> fits                       the smallest card it needs
+    ({16: True, 24: True}, "≤ 16"),
+    ({16: False, 24: True}, "16–24"),
+    ({16: False, 24: False}, "> 24"),
+    ({16: False, 20: False, 24: True, 32: True}, "20–24"),
+    ({16: True}, "≤ 16"),
+    ({24: False}, "> 24"),
+    ({16: True, 20: False, 24: True}, "≤ 16"),  # read at the smallest cap that fit
+    ({}, "not run"),
+])
+def test_the_smallest_swept_cap_is_as_precise_as_the_sweep(swept, text):
+    assert min_cap({gib * GIB: fits for gib, fits in swept.items()}).text() == text
+
+
+def test_a_min_cap_keeps_both_bounds():
+    assert min_cap({16 * GIB: False, 24 * GIB: True}) == MinCap(24 * GIB, 16 * GIB)
+
+
+@pytest.mark.parametrize(("transformer", "dtype", "bytes_per_token"), [
+    # blocks x (K, V) x heads x head dim x bytes: Qwen-Image-2.1's DiT (diffusers' defaults)
+    ({"num_layers": 32, "num_attention_heads": 32, "attention_head_dim": 128}, "bfloat16", 524288),
+    # the tiny one of tests/test_diffusers.py
+    ({"num_layers": 2, "num_attention_heads": 2, "attention_head_dim": 32}, "bfloat16", 512),
+    ({"num_layers": 32, "num_attention_heads": 32, "attention_head_dim": 128}, "float32", 1048576),
+])
+def test_the_architecture_implies_the_cache_per_token(transformer, dtype, bytes_per_token):
+    assert architecture_bytes_per_token(transformer, dtype) == bytes_per_token
+
+
+def kv(refs: int, tokens: int, profile: str = "p", res: int = 1024) -> KvMeasure:
+    return KvMeasure(profile, f"f{refs}", refs, res, tokens * 524288, tokens)
+
+
+def test_the_cache_per_reference_is_each_references_share_over_the_text_alone():
+    # The H200's figures: 31 text tokens; 4,174 with one 1024² condition, 16,671 with four.
+    per_ref = kv_per_reference([kv(0, 31), kv(1, 4174), kv(4, 16671)])
+    assert [(p.reference_count, p.tokens_per_reference) for p in per_ref] == [(1, 4143),
+                                                                            (4, 4160)]
+    assert per_ref[1].bytes_per_reference == 4160 * 524288  # 2.03 GiB a reference
+    # Without the same profile's text-only cache there is nothing to take the share from.
+    assert kv_per_reference([kv(1, 4174), kv(0, 31, profile="q")]) == []
+
+
+def run(profile: str, cap_gib: int, cells: dict[int, tuple[str, float, bool]]) -> ProfileRun:
+    return ProfileRun("h", cap_gib * GIB, profile, "a", tuple(
+        CapacityCell(n, f"f{n}", outcome, outcome == "ok" and not breach, peak, peak, None,
+                     breach) for n, (outcome, peak, breach) in cells.items()), "ready")
+
+
+@pytest.mark.parametrize(("runs", "verdict", "fits"), [
+    ([run("leaf", 16, {4: ("oom", 15488, False)}), run("nokv", 16, {4: ("ok", 11958, False)})],
+     "fits", ["nokv"]),
+    ([run("leaf", 16, {4: ("oom", 15488, False)})], "does not fit", []),
+    # A run over the cap is no fit, whatever its outcome.
+    ([run("expandable", 16, {4: ("ok", 15728, True)})], "does not fit", []),
+    ([run("leaf", 16, {2: ("ok", 15016, False)})], "not measured", []),
+    # Another cap's runs say nothing of this card.
+    ([run("leaf", 24, {4: ("ok", 22350, False)})], "not measured", []),
+])
+def test_the_cards_verdict_is_capacity_only_and_follows_the_evidence(runs, verdict, fits):
+    capacity = card_capacity("h", runs, 16 * GIB, 4)
+    assert capacity.verdict == verdict and [f.profile for f in capacity.fits] == fits
+
+
+# --- evidence packs ----------------------------------------------------------------------------
+
+
+def test_an_attempt_packed_elsewhere_unpacks_here_whole_and_never_over_itself(repo_copy,
+                                                                              tmp_path):
+    ev, art = repo_copy.evidence_dir, repo_copy.root / "artifacts"
+    attempt = "2026-12-01T094615Z-diffusers-tiny-cpu-offline"
+    log = art / "diffusers-tiny-cpu" / attempt / "tiny-cpu" / "runner-1" / "runner.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("a runner log\n")
+    packed = archive.pack(ev, art, [attempt], tmp_path / "e.tar.gz", artifact_max_bytes=1 << 20)
+    assert packed.files > 3 and packed.left_out == ()
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "evidence").mkdir(parents=True)
+    assert archive.unpack(packed.path, elsewhere / "evidence", elsewhere / "artifacts") == (
+        attempt,)
+    here = ev / "diffusers-tiny-cpu" / attempt
+    for file in here.iterdir():
+        assert (elsewhere / "evidence" / "diffusers-tiny-cpu" / attempt / file.name
+                ).read_bytes() == file.read_bytes()
+    assert (elsewhere / "artifacts" / log.relative_to(art)).read_text() == "a runner log\n"
+    with pytest.raises(Refusal, match="refusing to overwrite"):
+        archive.unpack(packed.path, elsewhere / "evidence", elsewhere / "artifacts")
+
+
+def _rewrite(path, edit) -> None:
+    """The archive with one member's bytes edited, the manifest left as it was."""
+    with tarfile.open(path) as tar:
+        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}
+    edit(members)
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+@pytest.mark.parametrize(("edit", "words"), [
+    (lambda m: m.update({k: v + b" " for k, v in m.items() if k.endswith("attempt.json")}),
+     "sha256 differs from the manifest"),
+    (lambda m: m.update({"evidence/x/../../escape/a.json": b"{}"}), "the archive's files differ"),
+    (lambda m: m.update({"manifest.json": json.dumps({"format": 1, "files": {
+        **json.loads(m["manifest.json"])["files"],
+        "../escape/a/b": hashlib.sha256(b"x").hexdigest()}}).encode(), "../escape/a/b": b"x"}),
+     "is not under evidence/"),
+])
+def test_a_tampered_archive_writes_nothing(repo_copy, tmp_path, edit, words):
+    attempt = "2026-12-01T094615Z-diffusers-tiny-cpu-offline"
+    packed = archive.pack(repo_copy.evidence_dir, tmp_path / "art", [attempt], tmp_path / "e.tgz")
+    _rewrite(packed.path, edit)
+    target = tmp_path / "t" / "evidence"
+    target.mkdir(parents=True)
+    with pytest.raises((Refusal, InputError), match=words):
+        archive.unpack(packed.path, target, tmp_path / "t" / "artifacts")
+    assert list(target.iterdir()) == []
+
+
+def test_an_archive_whose_attempt_does_not_validate_is_refused(repo_copy, tmp_path):
+    attempt = "2026-12-01T094615Z-diffusers-tiny-cpu-offline"
+    packed = archive.pack(repo_copy.evidence_dir, tmp_path / "art", [attempt], tmp_path / "e.tgz")
+
+    def bad(members):
+        name = next(k for k in members if k.endswith("offline-requests.json"))
+        data = json.loads(members[name])
+        data["offline_requests"][0]["quality"] = "sound"
+        members[name] = json.dumps(data).encode()
+        files = json.loads(members["manifest.json"])
+        files["files"][name] = hashlib.sha256(members[name]).hexdigest()
+        members["manifest.json"] = json.dumps(files).encode()
+    _rewrite(packed.path, bad)
+    target = tmp_path / "t" / "evidence"
+    target.mkdir(parents=True)
+    with pytest.raises(InputError) as info:
+        archive.unpack(packed.path, target, tmp_path / "t" / "artifacts")
+    assert "random-weight record claims no output structure" in str(info.value.problems)
+    assert list(target.iterdir()) == []
+
+
+# --- the wheel list ----------------------------------------------------------------------------
+
+
+def test_the_committed_wheel_list_pins_each_package_once_with_its_hash(repo):
+    pins = read_pins(repo.root / "wheels" / "h200.txt")
+    names = {p.name for p in pins}
+    assert {"diffusers", "torchao", "pydantic", "pydantic-core"} <= names
+    assert all(len(p.sha256) == 64 for p in pins)
+    command = download_command(repo.root / "wheels" / "h200.txt", repo.root / ".whl")
+    assert "--require-hashes" in command and "--no-deps" in command
+    assert command[command.index("--python-version") + 1] == "3.12"
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ("diffusers>=0.42", "expected 'name==version --hash=sha256:<64 hex>'"),
+    ("diffusers==0.42.1", "expected 'name==version"),
+    ("diffusers==0.42.1 --hash=sha256:abc", "expected 'name==version"),
+])
+def test_a_wheel_list_line_without_an_exact_pin_and_hash_is_refused(tmp_path, line, words):
+    path = tmp_path / "list.txt"
+    path.write_text(f"# a comment\n{line}\n")
+    with pytest.raises(InputError, match=words):
+        read_pins(path)
+
+
+def test_a_folder_of_wheels_is_checked_against_the_list(tmp_path):
+    good, other = tmp_path / "a_pkg-1.0-py3-none-any.whl", tmp_path / "b-2.0-py3-none-any.whl"
+    good.write_bytes(b"wheel")
+    other.write_bytes(b"other")
+    (tmp_path / "list.txt").write_text(
+        f"a-pkg==1.0 --hash=sha256:{hashlib.sha256(b'wheel').hexdigest()}\n"
+        f"c==3.0 --hash=sha256:{'0' * 64}\n")
+    problems = check_folder(read_pins(tmp_path / "list.txt"), tmp_path)
+    assert problems == [f"c==3.0: no wheel in {tmp_path}", f"{other.name}: not in the list"]
+    good.write_bytes(b"tampered")
+    assert any("sha256 differs" in p for p in check_folder(read_pins(tmp_path / "list.txt"),
+                                                            tmp_path))
