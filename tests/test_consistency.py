@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +15,9 @@ from omniprobe.evidence.validate import load_project, load_valid_project
 from .evidence_scaffold import add_attempt
 
 PROBE = "2026-11-30T095416Z-sim-probe"
-EMULATED = "2026-11-30T141034Z-sim-emulated-32768mib-probe"
-ON_H200 = "2026-11-30T141453Z-sim-on-h200-32768mib-probe"
+EVIDENCE = Path(__file__).resolve().parent.parent / "evidence"
+EMULATED = next((EVIDENCE / "sim-emulated").glob("*-32768mib-probe")).name
+ON_H200 = next((EVIDENCE / "sim-on-h200").glob("*-32768mib-probe")).name
 
 
 @pytest.mark.parametrize(("attempt_id", "mib", "source"), [

@@ -357,7 +357,9 @@ CASES = [
 # --- round 2 (issue 24): evidence that disagrees with itself, the harness's own options, URLs,
 # names, absurd numbers, secrets and environment, references, the file system ---------------
 
-EMULATED = "evidence/sim-emulated/2026-11-30T141034Z-sim-emulated-32768mib-probe"
+_ROOT = Path(__file__).resolve().parent.parent
+EMULATED = str(next((_ROOT / "evidence" / "sim-emulated").glob("*-32768mib-probe"))
+               .relative_to(_ROOT))  # the sim-account emulation at a 32 GiB cap
 MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
 _REQUESTS = json.loads((Path(__file__).resolve().parent.parent / PROBE / "requests.json")
                        .read_text())["requests"]
