@@ -473,16 +473,16 @@ class Measurement(_In):
                                   "this request ended; it never counts as a fit.")
 
     @model_validator(mode="after")
-    def _consistent(self):
-        return record_invariants(self)
-
-    @model_validator(mode="after")
     def _random_weights_capacity_only(self):
         if self.weights == "random" and (self.quality != "unchecked" or self.image is not None):
             raise ValueError("a random-weight record claims no output structure: quality must be "
                              "'unchecked' and image absent (random weights count for capacity "
                              "only)")
         return self
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        return record_invariants(self)
 
 
 class RequestRecord(Measurement):

@@ -73,6 +73,9 @@ def stop_leftovers(runs: Iterable[ServeRun], grace_s: float = 5) -> list[str]:
             if _members(group, since):
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(group, signal.SIGKILL)
+                deadline = time.monotonic() + grace_s
+                while _members(group, since) and time.monotonic() < deadline:
+                    time.sleep(0.05)
             said.append(f"[{run.flag_set}] stopped the server of lifetime {index} (process group "
                         f"{group}), left running by a probe that was killed")
     return said
