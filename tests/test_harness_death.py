@@ -245,7 +245,7 @@ if "--check-args" in args:
     sys.exit(0)
 port = int(args[args.index("--port") + 1])
 # A worker in the server's process group that outlives it, as a model server's workers may.
-subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", sys.argv[0]])
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", sys.argv[0]])
 
 class Server(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -285,7 +285,7 @@ def test_a_resume_stops_the_worker_a_double_kill_left_and_says_so(tmp_path, port
     os.kill(keeper, signal.SIGKILL)
     run.wait()
     assert wait_for(lambda: [cmd for _, cmd in processes_with(str(server))] == [
-        f"{sys.executable} -c import time; time.sleep(120) {server}"], 30), processes_with(
+        f"{sys.executable} -c import time; time.sleep(600) {server}"], 30), processes_with(
         str(server))  # only the worker is left
 
     again = harness(project, "probe-init", port, "--flag-set", "cpuoff")
