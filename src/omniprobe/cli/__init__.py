@@ -329,6 +329,12 @@ def _probe_offline(args: argparse.Namespace) -> int:
     return run_offline(find_project(), offline_options(args), command=args.argv)
 
 
+def _probe_baseline(args: argparse.Namespace) -> int:
+    from omniprobe.harness.baseline import run_baseline
+
+    return run_baseline(find_project(), offline_options(args), command=args.argv, out=sys.stderr)
+
+
 def _propagation(args: argparse.Namespace) -> int:
     from omniprobe.harness.propagation import run_propagation
 
@@ -535,6 +541,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", action="append", type=seed, default=[],
                    help="only this seed (repeatable; default: the fixtures' sampling seeds)")
     p.set_defaults(func=_probe_offline)
+
+    p = sub.add_parser("probe-baseline", help="re-seal the seed's Diffusers baseline: probe-offline "
+                       "under the host's baseline profile (default seed-baseline), its images laid "
+                       "out where `quality --baseline DIR` reads them")
+    _run_options(p, "offline runner", "the snapshot's repo id")
+    p.add_argument("--profile", action="append", default=[],
+                   help="the Diffusers profile to re-seal with (default: seed-baseline)")
+    p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
+    p.add_argument("--seed", action="append", type=seed, default=[],
+                   help="only this seed (repeatable; default: the profile's seeds)")
+    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+    p.set_defaults(func=_probe_baseline, kwarg_set=[], caps=None, sample_hz=10.0)
 
     p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "
                        "config; record whether its knob reached the model (a new attempt)")

@@ -296,6 +296,10 @@ class Emulation(_Input):
     capacity_mib: PositiveMib | None = Field(
         default=None, description="The emulated capacity; default: the emulated host's "
                                         "(vram_gb GiB, or a simulated host's vram_mib).")
+    host_ram_gib: float | None = Field(
+        default=None, gt=0, le=4096,
+        description="The emulated card's host RAM, imposed on the offline runner's process tree "
+                    "(cgroup v2 memory.max); null: host RAM is not emulated.")
     mechanism: Literal["memory-fraction", "sim-account"] = Field(
         description="memory-fraction: a startup hook on the server's PYTHONPATH caps PyTorch in "
                     "every server process (cap less its CUDA context), and the sampler checks "

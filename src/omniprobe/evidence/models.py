@@ -517,6 +517,9 @@ class OfflineRun(_In):
     timelines: list[TimelineSummary] = Field(
         default=[], description="Probed runs: one GPU memory series per runner process.")
     build: DiffusersBuild | None = Field(default=None, description="Diffusers engines only.")
+    host_ram: list[HostRamCheck] = Field(
+        default=[], description="Emulated host RAM, one per runner process; empty: host RAM was "
+                                "not emulated (the machine's own held what offload moved).")
 
 
 class OfflineRequest(Measurement):
@@ -558,6 +561,18 @@ class OfflineRequest(Measurement):
         default=None, description="Whose steps, guidance and seeds it ran: the fixtures' "
                                   "[sampling], or the profile's capacity settings (chosen by "
                                   "omniprobe unless the profile says the seed states them).")
+
+
+class HostRamCheck(_In):
+    """The host RAM an emulated card's host has, imposed on the runner's process tree."""
+
+    mechanism: Literal["cgroup-v2"] = Field(description="A cgroup v2 memory.max over the tree, "
+                                                        "swap 0 (zram is not emulated).")
+    cap_mib: int = Field(gt=0)
+    peak_mib: float | None = Field(default=None, ge=0,
+                                   description="The cgroup's memory.peak; null: not readable.")
+    oom_kills: int = Field(ge=0, description="memory.events oom_kill: processes the kernel "
+                                             "killed at the cap.")
 
 
 class DiffusersBuild(_In):

@@ -33,7 +33,7 @@ from omniprobe.analysis.oom import is_oom, parse_oom
 from omniprobe.analysis.summaries import cell_outcome, cell_quality
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import HostsConfig, load_hosts
+from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host, session_venv
 from omniprobe.digests import sha256_json
@@ -46,6 +46,7 @@ from omniprobe.evidence.models import (
     AttemptEnvironment,
     DiffusersBuild,
     FailureCause,
+    HostRamCheck,
     OfflineRequest,
     OfflineRun,
     ServedModel,
@@ -60,6 +61,7 @@ from omniprobe.harness.emulation import (
     capped_processes,
     emulation_env,
 )
+from omniprobe.harness.host_ram_cap import HostRamCap, require_host_ram_cap
 from omniprobe.harness.interrupt import pause
 from omniprobe.harness.logs import log_tail
 from omniprobe.harness.offline_matrix import OfflineEntry, offline_matrix, runner_facts
@@ -126,6 +128,7 @@ class OfflineSettings:
     max_restarts: int = 2
     sample_hz: float = 10.0
     cap_mib: int | None = None  # an emulated host's cap for this attempt
+    host_ram_mib: int | None = None  # an emulated host's host RAM, capped by a cgroup
 
 
 @dataclass(frozen=True)
@@ -202,14 +205,17 @@ class EntryState:
     timelines: list[TimelineSummary] = field(default_factory=list)
     build: DiffusersBuild | None = None
     survives_failure: bool = False
+    host_ram: list[HostRamCheck] = field(default_factory=list)
 
     @classmethod
     def resumed(cls, rows: list[OfflineRun]) -> EntryState:
-        first = rows[0] if rows else None
-        return cls(init_s=first.init_s if first else None,
-                   logs=list(first.logs) if first else [],
-                   timelines=list(first.timelines) if first else [],
-                   build=first.build if first else None)
+        """What a resumed attempt's rows of the entry hold (a fixture's row, where there is one:
+        an init failure's row is superseded by a fresh build)."""
+        row = next((r for r in rows if r.fixture is not None), rows[0] if rows else None)
+        if row is None:
+            return cls()
+        return cls(init_s=row.init_s, logs=list(row.logs), timelines=list(row.timelines),
+                   build=row.build, host_ram=list(row.host_ram))
 
 
 def init_settled(rows: list[OfflineRun]) -> bool:
@@ -265,14 +271,14 @@ class OfflineProbe:
 
     def _entry(self, label: str, entry: OfflineEntry, pending: list[Planned],
                progress: Progress, rows: list[OfflineRun]) -> None:
-        state = EntryState.resumed([r for r in rows if r.fixture is not None] or rows)
-        restarts = 0
-        for index in itertools.count(len(state.logs)):
+        state = EntryState.resumed(rows)
+        restarts, first = 0, len(state.logs)  # a resume numbers its runners after the earlier ones
+        for index in itertools.count(first):
             pending, closed = self._lifetime(label, entry, index, pending, state, progress)
             if not pending:
                 break
             if state.failure is not None:
-                if index > len(rows and rows[0].logs):  # a restart failed to build: the rest never ran
+                if index > first:  # a restart failed to build: the rest never ran
                     self.unfinished.append(f"{entry.name}: {len(pending)} request(s) not run, "
                                            f"the restarted runner's init ended "
                                            f"{state.failure.outcome}")
@@ -294,7 +300,7 @@ class OfflineProbe:
     def _summary(self, name: str, state: EntryState) -> list[OfflineRun]:
         """The init failure, if any, then one row per fixture in the order they ran."""
         shared = {"logs": list(state.logs), "timelines": list(state.timelines),
-                  "build": state.build}
+                  "build": state.build, "host_ram": list(state.host_ram)}
         rows = [state.failure.model_copy(update=shared)] if state.failure else []
         records = [r for r in self.records if r.kwarg_set == name]
         for fixture in dict.fromkeys(r.fixture for r in records):
@@ -365,7 +371,13 @@ class OfflineProbe:
         if cap is not None:
             env.update(emulation_env(self.host, cap, env))
             guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
-        runner = ServerProcess([*self.command, *args], env, folder / "runner.log", None,
+        command = [*self.command, *args]
+        ram = None
+        if self.settings.host_ram_mib is not None:
+            ram = HostRamCap.create(f"omniprobe-{self.store.meta.id}-{name}-{index + 1}",
+                                    self.settings.host_ram_mib)
+            command = ram.wrap(command, sys.executable)
+        runner = ServerProcess(command, env, folder / "runner.log", None,
                                grace_s=self.settings.grace_s, model_code=self.model_code)
         events = Events(folder / "results.jsonl")
         progress.say(f"[{label}] starting the runner")
@@ -416,6 +428,9 @@ class OfflineProbe:
                 capped = capped_processes(runner.log_path.read_text(errors="replace"))
                 timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
             state.timelines.append(timeline)
+            if ram is not None:
+                state.host_ram.append(ram.check())
+                ram.remove()
             redact_file(runner.log_path)
             state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
             if timeline.state == "incomplete" and sys.exc_info()[0] is None:
@@ -592,8 +607,8 @@ def _after_last_event(log: str) -> str:
     return log if at < 0 else log[at:].partition("\n")[2]
 
 
-def settings_from(options: OfflineOptions, cfg: HostsConfig,
-                  cap_mib: int | None = None) -> OfflineSettings:
+def settings_from(options: OfflineOptions, cfg: HostsConfig, cap_mib: int | None = None,
+                  host_name: str | None = None) -> OfflineSettings:
     serve = cfg.serve
     return OfflineSettings(
         model=options.model or cfg.stack.model_repo,
@@ -602,7 +617,12 @@ def settings_from(options: OfflineOptions, cfg: HostsConfig,
         grace_s=serve.stop_grace_s if options.grace_s is None else options.grace_s,
         idle_timeout_s=options.idle_timeout_s, kwarg_sets=options.kwarg_sets,
         fixtures=options.fixtures, seeds=options.seeds, sample_hz=options.sample_hz,
-        cap_mib=cap_mib)
+        cap_mib=cap_mib, host_ram_mib=host_ram_mib(cfg.hosts.get(host_name)) if host_name else None)
+
+
+def host_ram_mib(host: Host | None) -> int | None:
+    ram = host.emulation.host_ram_gib if host is not None and host.emulation else None
+    return None if ram is None else round(ram * 1024)
 
 
 def offline_environment(ctx: Context, options: OfflineOptions, command: list[str],
@@ -644,7 +664,10 @@ class OfflineSession(Session):
         self.cap_mib = cap_mib
 
     def prepare(self, ctx: Context) -> None:
-        self.settings = settings = settings_from(self.options, ctx.cfg, self.cap_mib)
+        self.settings = settings = settings_from(self.options, ctx.cfg, self.cap_mib,
+                                                 ctx.host_name)
+        if settings.host_ram_mib is not None:
+            require_host_ram_cap()  # before any attempt exists
         try:
             self.entries, self.refused, configs = offline_matrix(
                 ctx.cfg, ctx.project, ctx.host_name, ctx.host, settings.kwarg_sets)

@@ -168,11 +168,16 @@ def verdict_text(capacity: CardCapacity) -> str:
     return f"{target} references not measured yet"
 
 
-def host_ram_text(runs_rss_mib: float | None, host_ram_gib: float | None, note: str | None) -> str:
-    """What the runner held in host memory beside the emulated card's host; host RAM is not
-    emulated, so the H200's host held whatever offload moved there."""
+def host_ram_text(runs_rss_mib: float | None, host_ram_gib: float | None, note: str | None,
+                  checks: list | None = None) -> str:
+    """What the runner held in host memory beside the emulated card's host: capped by a cgroup
+    where the evidence records one, else not emulated (the H200's host held what offload moved)."""
     held = (f"the runner held up to {runs_rss_mib / 1024:.1f} GiB of host RAM"
             if runs_rss_mib is not None else "the runner's host RAM was not recorded")
+    if checks:
+        kills = sum(c.oom_kills for c in checks)
+        return (f"host RAM capped at {checks[0].cap_mib / 1024:g} GiB by a cgroup ({held}; "
+                f"{kills} process(es) killed at the cap; zram not emulated)")
     if host_ram_gib is None:
         return f"host RAM not emulated ({held}; the card's host RAM is not stated)"
     over = runs_rss_mib is not None and runs_rss_mib / 1024 > host_ram_gib
@@ -301,7 +306,8 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
             [ProfileFit(r.profile, r.fitting, tuple(c.reference_count for c in r.cells))
              for r in runs], verdict_text(capacity), f"{_gib(cap)} GiB" if cap else "",
             host_ram_text(rss, card.host_ram_gib if card else None,
-                          card.host_ram_note if card else None)))
+                          card.host_ram_note if card else None,
+                          [h for a in mine for row in a.offline for h in row.host_ram])))
     full = [v for v in views if v.emulated]
     resolutions = {name: p.output_resolution or 1024
                    for name, p in hosts.diffusers_profiles.items()}

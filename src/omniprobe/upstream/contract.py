@@ -32,9 +32,12 @@ def check_source(project: Project, path: Path) -> UpstreamContract:
     evidence, problems = load_evidence(project.evidence_dir)
     if problems:
         raise InputError(problems)
-    # Simulated evidence cites omniprobe.sim's own code, not upstream's.
+    # Simulated evidence cites omniprobe.sim's own code, and a Diffusers host's cites diffusers'
+    # and transformers': neither is upstream's.
+    diffusers_hosts = {name for name, host in cfg.hosts.items() if host.diffusers is not None}
     cited = citations([a for a in evidence.attempts
-                       if a.host != UPSTREAM_HOST and not a.simulated])
+                       if a.host != UPSTREAM_HOST and not a.simulated
+                       and a.host not in diffusers_hosts])
     return UpstreamContract(source=source_record(source),
                             checks=run_checks(source, cfg, project.root),
                             citations=[locate(source, c) for c in cited])
