@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TextIO
 
 from omniprobe.config.project import NoProject, find_project
-from omniprobe.errors import InputError, Interrupted, OmniprobeError, Problem
+from omniprobe.errors import EnvironmentFailure, InputError, Interrupted, OmniprobeError, Problem
+from omniprobe.limits import MAX_SEED, MAX_WAIT_S
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -27,7 +28,7 @@ def _number(text: str, convert, *, low: float, high: float, low_open: bool, what
 
 def seconds(text: str) -> float:
     """A positive, finite number of seconds (0, negatives, nan and inf are refused)."""
-    return _number(text, float, low=0, high=7 * 24 * 3600, low_open=True,
+    return _number(text, float, low=0, high=MAX_WAIT_S, low_open=True,
                    what="a number of seconds above 0 and at most a week")
 
 
@@ -38,8 +39,8 @@ def grace_seconds(text: str) -> float:
 
 
 def hertz(text: str) -> float:
-    return _number(text, float, low=0, high=1000, low_open=True,
-                   what="a rate in Hz above 0 and at most 1000")
+    return _number(text, float, low=0.1, high=1000, low_open=False,
+                   what="a rate in Hz from 0.1 to 1000")
 
 
 def port(text: str) -> int:
@@ -51,8 +52,8 @@ def index(text: str) -> int:
 
 
 def seed(text: str) -> int:
-    return _number(text, int, low=0, high=2**63 - 1, low_open=False,
-                   what="a seed from 0 to 2**63-1")
+    return _number(text, int, low=0, high=MAX_SEED, low_open=False,
+                   what=f"a seed from 0 to {MAX_SEED} (2**32-1)")
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -613,6 +614,11 @@ def run_command(command: Callable[[], int], out: TextIO | None = None) -> int:
         for line in exc.lines():
             print(f"error: {line}", file=out)
         return exc.exit_code
+    except OSError as exc:  # the file system refused a named path: a folder where a file belongs
+        if exc.filename is None:
+            raise
+        print(f"error: {Problem(str(exc.filename), '', exc.strerror or str(exc))}", file=out)
+        return EnvironmentFailure.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=out)
         return Interrupted.exit_code

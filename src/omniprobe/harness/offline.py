@@ -62,12 +62,14 @@ from omniprobe.harness.emulation import (
     emulation_env,
 )
 from omniprobe.harness.host_ram_cap import HostRamCap, require_host_ram_cap
+from omniprobe.harness.interrupt import pause
 from omniprobe.harness.logs import log_tail
 from omniprobe.harness.offline_matrix import OfflineEntry, offline_matrix, runner_facts
 from omniprobe.harness.probe import (
     MEMORY_FILE,
     PlanError,
     ReaderFactory,
+    SamplerDied,
     default_readers,
     open_run_attempt,
     prepare_env,
@@ -82,6 +84,7 @@ from omniprobe.harness.sampler import MIB, GpuReader, NvmlUnavailable, Sampler, 
 from omniprobe.harness.server import ServerProcess, classify_exit, no_space_cause
 from omniprobe.harness.session import Context, Session, SessionOptions, run_session
 from omniprobe.redaction import redact_file, redact_text
+from omniprobe.safe_io import json_loads
 
 RUNNER = Path(__file__).with_name("offline_runner.py")
 ATTEMPT_SUFFIX = "-offline"
@@ -183,7 +186,7 @@ class Events:
         *lines, self._partial = (self._partial + data).split(b"\n")
         for line in filter(bytes.strip, lines):
             try:
-                event = json.loads(line)
+                event = json_loads(line)
             except ValueError:
                 raise RunnerProtocolError(f"{self.path}: not a JSON line: {line[:200]!r}") from None
             if not isinstance(event, dict) or "event" not in event:
@@ -430,6 +433,11 @@ class OfflineProbe:
                 ram.remove()
             redact_file(runner.log_path)
             state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
+            if timeline.state == "incomplete" and sys.exc_info()[0] is None:
+                # Recorded first; only a lifetime that ended on its own fails for it (another
+                # exception in flight says more).
+                raise SamplerDied(f"[{entry.name}] {timeline.reason}; the timeline of runner "
+                                  f"{index} is recorded as incomplete (re-run to resume)")
 
     def _next(self, runner: ServerProcess, events: Events,
               timeout_s: float) -> tuple[dict | None, str | None]:
@@ -445,7 +453,7 @@ class OfflineProbe:
                 return (event, None) if event is not None else (None, f"exited {code}")
             if time.monotonic() >= deadline:
                 return None, "timeout"
-            time.sleep(self.settings.poll_s)
+            pause(self.settings.poll_s)
 
     def _init(self, label: str, entry: OfflineEntry, runner: ServerProcess, events: Events,
               state: EntryState, progress: Progress) -> bool:
@@ -684,7 +692,8 @@ class OfflineSession(Session):
         except Refusal as exc:
             raise KwargSetNotRunnable(str(exc)) from None
         fixtures = serve_fixtures(ctx.suite, ctx.host, settings.fixtures)
-        check_references(fixtures, ctx.project.fixtures_file.parent)
+        check_references(fixtures, ctx.project.fixtures_file.parent,
+                         max_pixels=ctx.cfg.probe.max_reference_pixels)
         self.runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
                                      nvml=self.nvml, out=ctx.out)
         self.environment, _ = offline_environment(ctx, self.options, self.runner, configs,
