@@ -167,6 +167,14 @@ def probe_offline(session: nox.Session) -> None:
                 interrupt_timeout=PROBE_STOP_S)
 
 
+@nox.session(name="probe-baseline")
+def probe_baseline(session: nox.Session) -> None:
+    """Re-seal the seed's Diffusers baseline on a Diffusers host; its images land where quality reads them."""
+    _install(session)
+    session.run("omniprobe", "probe-baseline", *_args(session), env=INVOCATION,
+                interrupt_timeout=PROBE_STOP_S)
+
+
 @nox.session
 def propagation(session: nox.Session) -> None:
     """Serve one fixture with and without a deploy config: did its knob reach the model? (-- --with F)"""

@@ -3,6 +3,7 @@ tiny PyPI packages plus two local git repositories, a fake Hugging Face cache, a
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -26,7 +27,9 @@ else:
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL_REPO = "testorg/tiny-model"
 SNAPSHOT_FILES = {"config.json": b'{"layers": 2}\n', "weights/part-1.bin": b"\x00\x01weights"}
-REFERENCE = b"\x89PNG fake reference image"
+# A real 2x2 PNG: references are images that decode (issue 24), not bytes that look like one.
+REFERENCE = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAIAAAACCAYAAABytg0kAAAAFElEQVR4nGPkOiH3n4GBgYGJ"
+                             "AQoAHRQB895AuE0AAAAASUVORK5CYII=")
 _GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
             "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
 

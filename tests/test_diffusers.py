@@ -9,11 +9,13 @@ what the GPU machine has) and runs this file; the plain suite skips it where the
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 
 import pytest
 
+from omniprobe import cli
 from omniprobe.analysis.diffusers_capacity import (
     architecture_bytes_per_token,
     card_capacity,
@@ -21,8 +23,10 @@ from omniprobe.analysis.diffusers_capacity import (
     kv_measures,
     kv_per_reference,
 )
+from omniprobe.cli import build_parser, offline_options
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.evidence.validate import load_project
+from omniprobe.harness.baseline import run_baseline
 
 from .conftest import REPO, in_process, make_project
 
@@ -164,7 +168,8 @@ def test_a_rerun_resumes_the_attempt_and_a_complete_one_says_so(project):
     assert len(attempts(project)[1]) == 1
 
 
-def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project):
+def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project, tmp_path,
+                                                                   monkeypatch):
     """An emulated tiny host: its runner starts with the emulation hook and the cap, and the
     attempt, the guard and the capacity verdict record the cap (the CPU allocates no CUDA memory,
     so nothing is capped here; a real capped OOM is the GPU test's)."""
@@ -188,8 +193,14 @@ def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project):
             configs = "models/qwen-image-2.1/tiny"
             [hosts.tiny-emulated.emulation]
             capacity_mib = 2048
+            host_ram_gib = 30
             mechanism = "memory-fraction"
         '''))
+    # A stand-in cgroup v2 root: the runner joins its cgroup there as it would the kernel's.
+    cgroups = tmp_path / "cgroup"
+    cgroups.mkdir()
+    (cgroups / "cgroup.controllers").write_text("cpu memory\n")
+    monkeypatch.setenv("OMNIPROBE_CGROUP_ROOT", str(cgroups))
     fake = FakeNvml([Frame(0.0, 100 * MIB)])
     code, out = in_process(project, ["probe-offline", "--host", "tiny-emulated", "--caps", "1,2",
                                      "--fixture", "standin-t2i", "--fixture", "standin-four"],
@@ -202,6 +213,9 @@ def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project):
         check = row.timelines[0].emulation
         assert check.cap_mib == attempt.meta.provenance.cap_mib and check.breach is None
         assert check.checked_samples > 0
+        assert [(h.mechanism, h.cap_mib, h.oom_kills) for h in row.host_ram] == [
+            ("cgroup-v2", 30 * 1024, 0)]
+    assert list(cgroups.iterdir()) == [cgroups / "cgroup.controllers"]  # each one removed
     runs = host_runs("tiny-emulated", loaded.evidence, loaded.fixtures)
     verdict = card_capacity("tiny-emulated", runs, 2048, 4)
     assert verdict.verdict == "fits" and [f.profile for f in verdict.fits] == ["tiny-cpu"]
@@ -222,3 +236,91 @@ def test_validate_refuses_a_random_weight_record_that_claims_a_structure_verdict
     path.write_text(json.dumps(data))
     _, problems = load_project(project)
     assert any("expected 'random' in a random-weight attempt" in str(p) for p in problems)
+
+
+def test_probe_baseline_lays_out_its_images_and_quality_refuses_random_weights_by_name(
+        project, monkeypatch, capsys):
+    code, out = offline(project, "--profile", "tiny-cpu", "--fixture", "standin-t2i",
+                        "--fixture", "standin-single")
+    assert code == 0, out
+    args = build_parser().parse_args(["probe-baseline", "--host", HOST, "--profile", "tiny-cpu",
+                                "--fixture", "standin-t2i", "--fixture", "standin-single"])
+    said = io.StringIO()
+    assert run_baseline(project, offline_options(args), command=["omniprobe"], out=said) == 0
+    _, [attempt] = attempts(project)
+    folder = project.artifacts_dir / HOST / attempt.id / "baseline"
+    assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.png")) == [
+        "standin-single/2301.png", "standin-t2i/2301.png"]
+    marker = json.loads((folder / "baseline.json").read_text())
+    assert (marker["attempt"], marker["weights"]) == (attempt.id, "random")
+    assert f"--baseline {folder} --baseline-attempt {attempt.id}" in said.getvalue()
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(project.root))
+    code = cli.main(["quality", "--baseline", str(folder), "--attempt", attempt.id,
+                     "--baseline-attempt", attempt.id])
+    err = capsys.readouterr().err
+    assert code == 3 and f"baseline attempt {attempt.id!r} was made with random weights" in err
+
+
+SNAPSHOT_HOST = textwrap.dedent('''
+    [hosts.tiny-snapshot]
+    name = "the tiny model from a snapshot"
+    hostname = "(any)"
+    gpu = "none (the CPU)"
+    compute_capability = "0.0"
+    vram_gb = 1
+    python_provider = "the probe's own Python"
+    serve_flag_sets = []
+    diffusers_profiles = ["tiny-cpu"]
+    offline_command = ["{python}", "{runner}"]
+    [hosts.tiny-snapshot.diffusers]
+    weights = "snapshot"
+''')
+
+
+def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_its_output(
+        project, tmp_path, monkeypatch):
+    """Snapshot weights: the pipeline saved, laid out as the hub cache keeps the pinned revision,
+    loaded offline by the runner; its records are real weights', so the structure gate applies."""
+    import sys
+
+    from omniprobe.harness.offline import RUNNER
+
+    from .env_scaffold import make_hf_cache
+
+    sys.path.insert(0, str(RUNNER.parent))
+    import offline_runner
+    from diffusers_engine import DiffusersEngine
+
+    configs = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_configs()
+    engine = DiffusersEngine("random", {"profile": {"offload": "none"}, "weights": {
+        "kind": "random", "seed": 0, "configs": configs}},
+        open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
+    saved = tmp_path / "saved"
+    engine.pipe.save_pretrained(saved)
+    files = {p.relative_to(saved).as_posix(): p.read_bytes() for p in saved.rglob("*")
+             if p.is_file()}
+    revision = "790c9263" + "0" * 32  # hosts.toml pins Qwen/Qwen-Image-2.1@790c9263
+    snapshot = make_hf_cache(tmp_path / "hub", "Qwen/Qwen-Image-2.1", revision, files)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with open(project.hosts_file, "a") as handle:
+        handle.write(SNAPSHOT_HOST)
+    code, out = in_process(project, ["probe-offline", "--host", "tiny-snapshot",
+                                     "--fixture", "standin-t2i"])
+    assert code == 0, out
+    loaded, [attempt] = attempts(project, "tiny-snapshot")
+    served = attempt.meta.environment.served
+    assert (served.source, served.model, served.revision) == ("pinned", str(snapshot), revision)
+    [record] = attempt.offline_requests
+    assert record.outcome == "ok" and record.weights == "snapshot"
+    # The gate applies to a snapshot's output: this one holds random values, so it is noise.
+    assert record.image is not None and record.quality == record.image.verdict == "broken"
+
+
+def test_a_snapshot_host_without_its_snapshot_is_refused_before_any_attempt(project, tmp_path,
+                                                                            monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    with open(project.hosts_file, "a") as handle:
+        handle.write(SNAPSHOT_HOST)
+    code, out = in_process(project, ["probe-offline", "--host", "tiny-snapshot"])
+    assert code == 3 and "no single snapshot of Qwen/Qwen-Image-2.1@790c9263" in out, out
+    assert not (project.evidence_dir / "tiny-snapshot").exists()

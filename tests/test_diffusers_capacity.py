@@ -207,3 +207,44 @@ def test_a_folder_of_wheels_is_checked_against_the_list(tmp_path):
     good.write_bytes(b"tampered")
     assert any("sha256 differs" in p for p in check_folder(read_pins(tmp_path / "list.txt"),
                                                             tmp_path))
+
+
+# --- host RAM emulated with the card ------------------------------------------------------------
+
+
+def test_a_runner_joins_its_cgroup_before_it_runs(tmp_path):
+    """cgroup_exec writes its own pid into cgroup.procs, then becomes the command (same pid)."""
+    import subprocess
+    import sys
+
+    from omniprobe.harness.host_ram_cap import HostRamCap
+
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    cap = HostRamCap.create("omniprobe-test", 30 * 1024, root)
+    assert (cap.folder / "memory.max").read_text() == f"{30 * 1024**3}\n"
+    done = subprocess.run(cap.wrap([sys.executable, "-c", "import os; print(os.getpid())"],
+                                   sys.executable), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (cap.folder / "cgroup.procs").read_text().split() == [done.stdout.strip()]
+    (cap.folder / "memory.events").write_text("low 0\nhigh 0\nmax 12\noom 1\noom_kill 1\n")
+    (cap.folder / "memory.peak").write_text(f"{31 * 1024**3}\n")
+    check = cap.check()
+    assert (check.cap_mib, check.peak_mib, check.oom_kills) == (30720, 31744.0, 1)
+    cap.remove()
+    assert not cap.folder.exists()
+
+
+@pytest.mark.parametrize(("controllers", "words"), [
+    (None, "no cgroup v2 at"),
+    ("cpu pids\n", "has no memory controller"),
+])
+def test_no_cgroup_to_cap_host_ram_is_the_machines_failure_named(tmp_path, controllers, words):
+    from omniprobe.errors import EnvironmentFailure
+    from omniprobe.harness.host_ram_cap import require_host_ram_cap
+
+    if controllers is not None:
+        (tmp_path / "cgroup.controllers").write_text(controllers)
+    with pytest.raises(EnvironmentFailure, match=words):
+        require_host_ram_cap(tmp_path)

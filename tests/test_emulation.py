@@ -198,8 +198,10 @@ def test_caps_are_parsed_in_gib():
     assert parse_caps_gib("24,12,16,16,20.5") == [12288, 16384, 20992, 24576]
     with pytest.raises(ValueError, match="'x'"):
         parse_caps_gib("12,x")
-    with pytest.raises(ValueError, match="positive"):
-        parse_caps_gib("0")
+    for tiny_or_huge in ("0", "0.0001", "1025", "nan", "inf"):
+        with pytest.raises(ValueError, match=r"from 1 MiB \(0\.001\) up to 1024 GiB"):
+            parse_caps_gib(tiny_or_huge)
+    assert parse_caps_gib("0.001,1024") == [1, 1024 * 1024]
 
 
 def test_an_emulated_host_takes_the_matrix_of_the_host_it_emulates(repo):

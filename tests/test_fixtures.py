@@ -31,7 +31,7 @@ def test_a_fully_stated_fixture_is_runnable(repo):
             "duplicate fixture ids: single-reference",
         ),
         (lambda d: d["fixtures"][1].update(reference_count=0),
-         "$.fixtures[1]: Value error, an edit fixture has at least one reference"),
+         "$.fixtures[1]: an edit fixture has at least one reference"),
         (
             lambda d: d["fixtures"][2]["derived_from"].update(fixture="ghost"),
             "unknown fixture 'ghost'",

@@ -5,8 +5,12 @@ command accepts it)."""
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import re
+import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -105,7 +109,11 @@ def duplicate_first(records: list) -> None:
 
 
 def contradict_first(records: list) -> None:
-    records.append({**records[0], "outcome": "oom", "quality": "unchecked"})
+    """A second record of the first one's cell that says OOM, consistent in itself."""
+    first = {k: v for k, v in records[0].items()
+             if k not in ("artifact", "image", "output_sha256", "pixels_sha256")}
+    records.append({**first, "outcome": "oom", "quality": "unchecked",
+                    "oom": {"phase": "request"}, "error": "CUDA out of memory"})
 
 
 # --- the cases ------------------------------------------------------------------------------
@@ -346,6 +354,429 @@ CASES = [
 ]
 
 
+# --- round 2 (issue 24): evidence that disagrees with itself, the harness's own options, URLs,
+# names, absurd numbers, secrets and environment, references, the file system ---------------
+
+_ROOT = Path(__file__).resolve().parent.parent
+EMULATED = str(next((_ROOT / "evidence" / "sim-emulated").glob("*-32768mib-probe"))
+               .relative_to(_ROOT))  # the sim-account emulation at a 32 GiB cap
+MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
+_REQUESTS = json.loads((Path(__file__).resolve().parent.parent / PROBE / "requests.json")
+                       .read_text())["requests"]
+SOUND = next(i for i, r in enumerate(_REQUESTS) if r["quality"] == "sound")
+BROKEN = next(i for i, r in enumerate(_REQUESTS) if r["quality"] == "broken")
+OOM = next(i for i, r in enumerate(_REQUESTS) if r["outcome"] == "oom")
+REQ = f"{PROBE}/requests.json"
+RUNS = f"{PROBE}/runs.json"
+CPUOFF = 1  # runs.json index of the probe attempt's cpuoff run
+TMP_NAME = re.compile(r"\.[^/\s]+\.[a-z0-9_]{8}\.tmp\b")  # a temp file of atomic.py
+
+
+def both(*steps: Callable[[Path], None]) -> Callable[[Path], None]:
+    def apply(root: Path) -> None:
+        for step in steps:
+            step(root)
+    return apply
+
+
+def drop(path: list) -> Callable[[object], None]:
+    def edit(data) -> None:
+        for key in path[:-1]:
+            data = data[key]
+        del data[path[-1]]
+    return edit
+
+
+def duplicate_key(rel: str, key: str) -> Callable[[Path], None]:
+    """Repeat the first `"key": value` of a JSON file with another value just after it."""
+    def apply(root: Path) -> None:
+        path = root / rel
+        text = path.read_text()
+        match = re.search(rf'"{key}": ("[^"]*"|[^,\n}}]+)', text)
+        assert match, key
+        text = text[:match.end()] + f', "{key}": "the second"' + text[match.end():]
+        path.write_text(text)
+    return apply
+
+
+def reference_is(data: bytes | Callable[[Path], bytes]) -> Callable[[Path], None]:
+    """Replace sim/ref-a.png and pin its new digest everywhere it is bound: only the file's kind
+    is wrong, never its digest."""
+    def apply(root: Path) -> None:
+        path = root / SIM_REF
+        new = data(path) if callable(data) else data
+        path.write_bytes(new)
+        digest = hashlib.sha256(new).hexdigest()
+        suite = json.loads((root / FIXTURES).read_text())
+        for fixture in suite["fixtures"]:
+            for ref in fixture.get("references") or []:
+                if ref["file"] == "sim/ref-a.png":
+                    ref["sha256"] = digest
+        (root / FIXTURES).write_text(json.dumps(suite, indent=2))
+    return apply
+
+
+def huge_png(path: Path) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("1", (13000, 13000)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def hard_link_from_outside(root: Path) -> None:
+    """The reference's bytes (its pin still right) in a file outside fixtures/, linked in."""
+    path = root / SIM_REF
+    outside = root.parent / f"{root.name}-outside.png"
+    path.rename(outside)
+    os.link(outside, path)
+
+
+def flag_args(name: str, *args: str) -> Callable[[Path], None]:
+    old = {"cpuoff": 'args = ["--enable-cpu-offload"]\n\n[flag_sets.cpuoff-layerwise]'}[name]
+    extra = "".join(f', "{a}"' for a in args)
+    return hosts(old, f'args = ["--enable-cpu-offload"{extra}]\n\n[flag_sets.cpuoff-layerwise]')
+
+
+def serve(key: str, value: str) -> Callable[[Path], None]:
+    return hosts('health_path = "/health"\n', f'health_path = "/health"\n{key} = {value}\n'
+                 if key != "health_path" else f"health_path = {value}\n")
+
+
+VALIDATE = ["validate"]
+HOSTS = "hosts.toml"
+FLAGS = "[flag_sets.cpuoff] key 'args'"
+NAME_RULE = "lower-case letters, digits and '-', starting with a letter"
+PROBE_SIM = ["probe-serve", "--host", "sim", "--port", "18931", "--grace", "1"]
+
+CASES_2 = [
+    # 1. the harness owns its options: a flag set cannot give them again
+    *[Case(f"flag-set-gives-{cid}", "harness-option", VALIDATE, 1, (HOSTS, FLAGS, option),
+           flag_args("cpuoff", *args))
+      for cid, args, option in [
+          ("host", ("--host", "0.0.0.0"), "--host"),
+          ("host-equals", ("--host=0.0.0.0",), "--host"),
+          ("port", ("--port", "18199"), "--port"),
+          ("port-equals", ("--port=18199",), "--port"),
+          ("served-model-name", ("--served-model-name", "decoy"), "--served-model-name"),
+          ("underscored-name", ("--served_model_name=decoy",), "--served-model-name"),
+          ("abbreviated-host", ("--ho", "0.0.0.0"), "--host"),
+          ("deploy-config", ("--deploy-config", "/etc/x.yaml"), "--deploy-config"),
+          ("enforce-eager", ("--enforce-eager",), "--enforce-eager"),
+      ]],
+    Case("serve-command-gives-host", "harness-option", VALIDATE, 1,
+         (HOSTS, "[serve] key 'command'", "--host"),
+         hosts('command = ["vllm", "serve", "{model}", "--omni"]',
+               'command = ["vllm", "serve", "{model}", "--omni", "--host", "0.0.0.0"]')),
+    Case("host-serve-command-gives-port", "harness-option", VALIDATE, 1,
+         (HOSTS, "[hosts.sim] key 'serve_command'", "--port"),
+         hosts('"--sim-host", "{host}"]\noffline_command',
+               '"--sim-host", "{host}", "--port=1"]\noffline_command')),
+    Case("flag-set-option-sharing-a-prefix-is-fine", "harness-option", VALIDATE, 0, ("valid",),
+         flag_args("cpuoff", "--host-ip", "10.0.0.1")),
+
+    # 2. server paths are paths: no '@', scheme, host, '..' or query
+    *[Case(f"health-path-{cid}", "url", VALIDATE, 1,
+           (HOSTS, "[serve] key 'health_path'", "starting with '/'"), serve("health_path", value))
+      for cid, value in [
+          ("decoy-host", '"@127.0.0.1:18199/health"'), ("no-slash", '"health"'),
+          ("scheme", '"http://127.0.0.1:18199/health"'), ("climbs", '"/v1/../health"'),
+          ("double-slash", '"//127.0.0.1:18199/health"'), ("query", '"/health?next=x"'),
+          ("escaped", '"/%2e%2e/health"'), ("space", '"/health now"'),
+      ]],
+    Case("ready-path-decoy", "url", VALIDATE, 1, (HOSTS, "[serve] key 'ready_path'", "'/ready@x'"),
+         serve("ready_path", '"/ready@x"')),
+    Case("health-path-unusual-is-fine", "url", VALIDATE, 0, ("valid",),
+         serve("health_path", '"/v1/health-check_2.0~"')),
+
+    # 3. evidence that disagrees with itself, by file, record and field
+    Case("quality-sound-image-broken", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{BROKEN}]", "quality: 'sound' disagrees", "image.verdict 'broken'"),
+         requests(set_in([BROKEN, "quality"], "sound"))),
+    Case("report-refuses-a-quality-its-image-denies", "consistency", ["report", "--check"], 2,
+         (REQ, f"$.requests[{BROKEN}]", "quality: 'sound' disagrees"),
+         requests(set_in([BROKEN, "quality"], "sound"))),
+    Case("quality-broken-image-sound", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "quality: 'broken' disagrees"),
+         requests(set_in([SOUND, "quality"], "broken"))),
+    Case("oom-rewritten-as-ok", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{OOM}]", "artifact and output_sha256: required"),
+         requests(lambda r: r[OOM].update(outcome="ok"))),
+    Case("oom-rewritten-as-ok-and-sound", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{OOM}]", "needs the image check"),
+         requests(lambda r: r[OOM].update(outcome="ok", quality="sound", artifact="x.png",
+                                          output_sha256="0" * 64))),
+    Case("ok-without-its-digest", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "output_sha256: required"),
+         requests(drop([SOUND, "output_sha256"]))),
+    Case("ok-without-its-artifact", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "artifact: required"), requests(drop([SOUND, "artifact"]))),
+    Case("sound-without-its-image-check", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "quality: 'sound' needs the image check"),
+         requests(drop([SOUND, "image"]))),
+    Case("oom-without-signature-or-text", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{OOM}]", "oom: required"),
+         requests(lambda r: [r[OOM].pop("oom"), r[OOM].pop("error")])),
+    Case("oom-without-signature-but-its-text-is-fine", "consistency", VALIDATE, 0, ("valid",),
+         requests(drop([OOM, "oom"]))),
+    Case("ok-with-an-oom-signature", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "oom: a 'ok' record holds no OOM signature"),
+         requests(set_in([SOUND, "oom"], {"phase": "request"}))),
+    Case("oom-judged-sound", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{OOM}]", "quality: 'sound' judges an image"),
+         requests(set_in([OOM, "quality"], "sound"))),
+    Case("peak-negative", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].server_peak_mb", "greater than or equal to 0"),
+         requests(set_in([SOUND, "server_peak_mb"], -5.0))),
+    Case("latency-negative", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].denoise_step_latency_ms", "greater than or equal to 0"),
+         requests(set_in([SOUND, "denoise_step_latency_ms"], -1.0))),
+    Case("peak-over-the-gpu", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].server_peak_mb", "exceeds the GPU's memory",
+          "24,576 MiB (the simulated card's [capacity] vram_mib)"),
+         requests(set_in([SOUND, "server_peak_mb"], 30000.0))),
+    Case("run-peak-over-the-gpu", "consistency", VALIDATE, 1,
+         (RUNS, f"$.runs[{CPUOFF}].gpu_peak_mib", "exceeds the GPU's memory"),
+         json_edit(RUNS, set_in(["runs", CPUOFF, "gpu_peak_mib"], 99999))),
+    Case("timeline-peak-over-the-gpu", "consistency", VALIDATE, 1,
+         (RUNS, f"$.runs[{CPUOFF}].lifetimes[1].timeline.device_peak_mib", "exceeds"),
+         json_edit(RUNS, set_in(["runs", CPUOFF, "lifetimes", 1, "timeline", "device_peak_mib"],
+                                1e9))),
+    Case("transcribed-peak-over-the-card", "consistency", VALIDATE, 1,
+         (f"{MATRIX}/runs.json", "$.runs[1].cells[0].server_peak_mb.max",
+          "24,576 MiB (vram_gb 24 of hosts.toml, read as GiB)"),
+         json_edit(f"{MATRIX}/runs.json",
+                   set_in(["runs", 1, "cells", 0, "server_peak_mb"], {"min": 1, "max": 24577}))),
+    Case("transcribed-peak-at-the-card-is-fine", "consistency", VALIDATE, 0, ("valid",),
+         json_edit(f"{MATRIX}/runs.json",
+                   set_in(["runs", 1, "cells", 0, "server_peak_mb"], {"min": 1, "max": 24576}))),
+    Case("emulated-peak-over-its-cap", "consistency", VALIDATE, 1,
+         (f"{EMULATED}/runs.json", "$.runs[0].gpu_peak_mib",
+          "32,768 MiB (the emulated cap the simulated account took as its total)"),
+         json_edit(f"{EMULATED}/runs.json", set_in(["runs", 0, "gpu_peak_mib"], 40000))),
+    Case("offline-peak-negative", "consistency", VALIDATE, 1,
+         (f"{OFFLINE}/offline-requests.json", "$.offline_requests[0].peak_mib"),
+         json_edit(f"{OFFLINE}/offline-requests.json",
+                   set_in(["offline_requests", 0, "peak_mib"], -1.0))),
+    Case("offline-quality-disagrees", "consistency", VALIDATE, 1,
+         (f"{OFFLINE}/offline-requests.json", "$.offline_requests[0]", "disagrees"),
+         json_edit(f"{OFFLINE}/offline-requests.json",
+                   set_in(["offline_requests", 0, "quality"], "broken"))),
+    Case("wall-1e300", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].wall_s", "less than or equal to 604800"),
+         requests(set_in([SOUND, "wall_s"], 1e300))),
+    Case("wall-over-the-recorded-timeout", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].wall_s", "exceeds the request timeout in force, 10 s",
+          "plus 30 s"),
+         both(json_edit(RUNS, set_in(["runs", CPUOFF, "lifetimes", 1, "request_timeout_s"], 10)),
+              requests(set_in([SOUND, "wall_s"], 100.0)))),
+    Case("wall-within-the-recorded-timeout-is-fine", "consistency", VALIDATE, 0, ("valid",),
+         json_edit(RUNS, set_in(["runs", CPUOFF, "lifetimes", 1, "request_timeout_s"], 10))),
+    Case("duplicate-key-in-a-record", "consistency", VALIDATE, 1,
+         (REQ, "the key 'outcome' appears twice"), duplicate_key(REQ, "outcome")),
+    Case("duplicate-key-in-attempt", "consistency", VALIDATE, 1,
+         (f"{PROBE}/attempt.json", "the key 'host' appears twice"),
+         duplicate_key(f"{PROBE}/attempt.json", "host")),
+    Case("duplicate-key-in-fixtures", "consistency", VALIDATE, 1,
+         (FIXTURES, "the key 'prompt' appears twice"), duplicate_key(FIXTURES, "prompt")),
+    Case("duplicate-key-in-a-timeline", "consistency", ["timeline", "s.jsonl"], 2,
+         ("s.jsonl", "line 1"),
+         write("s.jsonl", '{"t": 0, "device_mib": 1, "device_mib": 9}\n{"t": 1, "device_mib": 2}\n')),
+    Case("timestamp-year-9999", "consistency", VALIDATE, 1,
+         (f"{PROBE}/attempt.json", "started_at", "a timestamp from 2000-01-01 up to now"),
+         json_edit(f"{PROBE}/attempt.json",
+                   set_in(["attempt", "provenance", "started_at"], "9999-01-01T00:00:00Z"))),
+    Case("timestamp-1970", "consistency", VALIDATE, 1,
+         (f"{PROBE}/attempt.json", "started_at", "a timestamp from 2000-01-01"),
+         json_edit(f"{PROBE}/attempt.json",
+                   set_in(["attempt", "provenance", "started_at"], "1970-01-01T00:00:00Z"))),
+    Case("lifetime-started-in-9999", "consistency", VALIDATE, 1,
+         (RUNS, f"$.runs[{CPUOFF}].lifetimes[0].started_at", "a timestamp from 2000-01-01"),
+         json_edit(RUNS, set_in(["runs", CPUOFF, "lifetimes", 0, "started_at"],
+                                "9999-12-31T23:59:59Z"))),
+
+    # 5. names are names
+    Case("host-name-climbs-out", "name", VALIDATE, 1,
+         (HOSTS, "[hosts] name '../../../x'", NAME_RULE),
+         hosts("[hosts.sim]\n", '[hosts."../../../x"]\n')),
+    Case("host-name-with-a-space", "name", VALIDATE, 1, (HOSTS, "[hosts] name 'my sim'", NAME_RULE),
+         hosts("[hosts.sim-emulated]\n", '[hosts."my sim"]\n')),
+    Case("host-name-capitalised", "name", VALIDATE, 1, (HOSTS, "[hosts] name 'Sim'"),
+         hosts("[hosts.sim-emulated]\n", "[hosts.Sim]\n")),
+    Case("flag-set-name-capitalised", "name", VALIDATE, 1, (HOSTS, "[flag_sets] name 'CpuOff'"),
+         hosts("[flag_sets.int8]\n", "[flag_sets.CpuOff]\n")),
+    Case("flag-set-name-dotdot", "name", VALIDATE, 1, (HOSTS, "[flag_sets] name '..'", NAME_RULE),
+         hosts("[flag_sets.int8]\n", '[flag_sets.".."]\n')),
+    Case("flag-set-name-with-a-slash", "name", VALIDATE, 1, (HOSTS, "[flag_sets] name 'a/b'"),
+         hosts("[flag_sets.int8]\n", '[flag_sets."a/b"]\n')),
+    Case("kwarg-set-name-underscored", "name", VALIDATE, 1,
+         (HOSTS, "[offline_kwarg_sets] name 'offline_fp8'"),
+         hosts("[offline_kwarg_sets.offline-fp8-encoder-only]\n",
+               "[offline_kwarg_sets.offline_fp8]\n")),
+    Case("deploy-config-name-dotted", "name", VALIDATE, 1,
+         (HOSTS, "[deploy_configs] name 'deploy.fp8v'"),
+         hosts("[deploy_configs.deploy-fp8v]\n", '[deploy_configs."deploy.fp8v"]\n')),
+    Case("name-too-long", "name", VALIDATE, 1, (HOSTS, "at most 64 characters"),
+         hosts("[flag_sets.int8]\n", f"[flag_sets.{'a' * 65}]\n")),
+    Case("fixture-id-climbs-out", "name", VALIDATE, 1,
+         (FIXTURES, f"$.fixtures[{T2I}].id", NAME_RULE),
+         fixtures(set_in(["fixtures", T2I, "id"], "../x"))),
+    Case("fixture-id-starts-with-a-digit", "name", VALIDATE, 1, (FIXTURES, f"$.fixtures[{T2I}].id"),
+         fixtures(set_in(["fixtures", T2I, "id"], "2pair"))),
+    Case("fixture-id-capitalised", "name", VALIDATE, 1, (FIXTURES, f"$.fixtures[{T2I}].id"),
+         fixtures(set_in(["fixtures", T2I, "id"], "Sim-T2i"))),
+    Case("a-new-name-of-the-pattern-is-fine", "name", VALIDATE, 0, ("valid",),
+         hosts("[flag_sets.int8]\n", '[flag_sets.x9-b]\ndescription = "x"\n\n[flag_sets.int8]\n')),
+
+    # 6. the probe never writes evidence validate rejects: refused at load instead
+    Case("seeds-repeated", "numbers", VALIDATE, 1, (FIXTURES, "$.sampling", "repeated: [2301]"),
+         fixtures(set_in(["sampling", "seeds"], [2301, 2302, 2301]))),
+
+    # 13. absurd numbers, with the bound
+    Case("vram-over-1024", "numbers", VALIDATE, 1,
+         (HOSTS, "[hosts.rtx3090] key 'vram_gb'", "less than or equal to 1024"),
+         hosts("vram_gb = 24", "vram_gb = 1025")),
+    Case("vram-zero", "numbers", VALIDATE, 1, (HOSTS, "[hosts.rtx3090] key 'vram_gb'", "greater than 0"),
+         hosts("vram_gb = 24", "vram_gb = 0")),
+    Case("issue-negative", "numbers", VALIDATE, 1,
+         (HOSTS, "[report] key 'serving_profile_issue'", "greater than or equal to 1"),
+         hosts("serving_profile_issue = 27", "serving_profile_issue = -27")),
+    Case("issue-absurd", "numbers", VALIDATE, 1,
+         (HOSTS, "[report] key 'topology_issue'", "less than or equal to 10000000"),
+         hosts("topology_issue = 164", "topology_issue = 99999999999")),
+    Case("seed-at-2-32", "numbers", VALIDATE, 1,
+         (FIXTURES, "$.sampling.seeds[0]", "less than or equal to 4294967295"),
+         fixtures(set_in(["sampling", "seeds", 0], 2**32))),
+    Case("seed-at-2-32-minus-1-is-fine", "numbers", VALIDATE, 0, ("valid",),
+         fixtures(set_in(["sampling", "seeds", 0], 2**32 - 1))),
+    Case("record-seed-over-2-32", "numbers", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}].seed", "4294967295"),
+         requests(set_in([SOUND, "seed"], 2**40))),
+    Case("sim-capacity-over-2-40-bytes", "numbers", VALIDATE, 1,
+         (HOSTS, "[hosts.sim] key 'capacity.vram_mib'", "less than or equal to 1048576"),
+         hosts("vram_mib = 24576", f"vram_mib = {2**21}")),
+    Case("sim-weights-over-2-40-bytes", "numbers", VALIDATE, 1,
+         (HOSTS, "[hosts.sim] key 'capacity.dit_mib.bf16'", "1048576"),
+         hosts("dit_mib = { bf16 = 14336", f"dit_mib = {{ bf16 = {2**30}")),
+    Case("emulation-cap-over-2-40-bytes", "numbers", VALIDATE, 1,
+         (HOSTS, "[hosts.sim-emulated] key 'emulation.capacity_mib'", "1048576"),
+         hosts('[hosts.sim-emulated.emulation]\nemulates = "sim"\n',
+               f'[hosts.sim-emulated.emulation]\nemulates = "sim"\ncapacity_mib = {2**22}\n')),
+    Case("evidence-cap-over-2-40-bytes", "numbers", VALIDATE, 1,
+         (f"{EMULATED}/attempt.json", "cap_mib", "less than or equal to 1048576"),
+         json_edit(f"{EMULATED}/attempt.json",
+                   set_in(["attempt", "provenance", "cap_mib"], 2**30))),
+    Case("request-timeout-over-a-week", "numbers", VALIDATE, 1,
+         (HOSTS, "[serve] key 'request_timeout_s'", "604800"),
+         serve("request_timeout_s", "1e7")),
+    Case("grace-over-an-hour", "numbers", VALIDATE, 1, (HOSTS, "[serve] key 'stop_grace_s'", "3600"),
+         serve("stop_grace_s", "1e9")),
+    Case("host-ram-negative", "numbers", VALIDATE, 1,
+         (HOSTS, "[hosts.rtx5080] key 'host_ram_gib'", "greater than 0"),
+         hosts("host_ram_gib = 30", "host_ram_gib = -30")),
+    *[Case(f"caps-{cid}", "numbers", ["probe-serve", "--host", "sim-emulated", "--caps", caps], 3,
+           ("--caps", "from 1 MiB (0.001) up to 1024 GiB (2**40 bytes)", repr(item)))
+      for cid, caps, item in [("tiny", "0.0001", "0.0001"), ("huge", "12,2000", "2000"),
+                              ("nan", "nan", "nan"), ("negative", "-4", "-4")]],
+    *[Case(f"option{argv[1]}={argv[2]}", "numbers", [verb, *argv[1:]], 2, (argv[1], argv[2]))
+      for verb, argv in [
+          ("probe-serve", ["", "--sample-hz", "1e-300"]),
+          ("probe-init", ["", "--sample-hz", "0.05"]),
+          ("probe-offline", ["", "--seed", str(2**32)]),
+          ("propagation", ["", "--seed", str(2**40)]),
+          ("probe-serve", ["", "--request-timeout", "1e9"]),
+      ]],
+
+    # 12. secrets and environment
+    *[Case(f"env-{var.lower()}-undeclared", "environment", VALIDATE, 1,
+           (HOSTS, "[flag_sets.cpuoff-expandable]", var, "deliberate_env"),
+           hosts('env = { PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True" }\n\n'
+                 '[flag_sets.fp8]',
+                 f'env = {{ PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True", {var} = "/x" }}'
+                 '\n\n[flag_sets.fp8]'))
+      for var in ("LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")],
+    Case("kwarg-set-env-pythonpath", "environment", VALIDATE, 1,
+         (HOSTS, "[offline_kwarg_sets.offline-fp8v-expandable]", "PYTHONPATH"),
+         hosts('env = { PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True" }\n\n'
+               '[offline_kwarg_sets.offline-fp8-no-img-mlp]',
+               'env = { PYTHONPATH = "/tmp/evil" }\n\n[offline_kwarg_sets.offline-fp8-no-img-mlp]')),
+    Case("env-deliberate-is-fine", "environment", VALIDATE, 0, ("valid",),
+         hosts('env = { PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True" }\n\n'
+               '[flag_sets.fp8]',
+               'env = { LD_LIBRARY_PATH = "/opt/cuda/lib64" }\ndeliberate_env = ["LD_LIBRARY_PATH"]'
+               '\n\n[flag_sets.fp8]')),
+    Case("env-deliberate-but-unset", "environment", VALIDATE, 1,
+         (HOSTS, "deliberate_env names LD_PRELOAD, which env does not set"),
+         hosts('env = { PYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True" }\n\n'
+               '[flag_sets.fp8]',
+               'env = { PYTORCH_CUDA_ALLOC_CONF = "x" }\ndeliberate_env = ["LD_PRELOAD"]'
+               '\n\n[flag_sets.fp8]')),
+    *[Case(f"memory-file-env-{value.lower()}", "environment", VALIDATE, 1,
+           (HOSTS, "[hosts.sim] key 'memory_file_env'", "OMNIPROBE_"),
+           hosts('memory_file_env = "OMNIPROBE_SIM_STATE"   # where',
+                 f'memory_file_env = "{value}"   # where'))
+      for value in ("LD_PRELOAD", "HOME", "OMNIPROBE_")],
+    *[Case(f"serve-command-{cid}", "environment", VALIDATE, 1, (HOSTS, where, "is a shell"),
+           hosts(old, new))
+      for cid, where, old, new in [
+          ("bin-sh", "[serve] key 'command'", 'command = ["vllm", "serve"',
+           'command = ["/bin/sh", "-c", "vllm serve"'),
+          ("bash", "[serve] key 'command'", 'command = ["vllm", "serve"',
+           'command = ["bash", "-c", "vllm serve"'),
+          ("env-then-sh", "[hosts.sim] key 'serve_command'",
+           'serve_command = ["{python}", "-m", "omniprobe.sim", "serve", "{model}", "--omni", '
+           '"--hosts-file", "{hosts_file}", "--sim-host", "{host}"]\noffline_command',
+           'serve_command = ["/usr/bin/env", "A=1", "sh", "-c", "x"]\noffline_command'),
+          ("offline-dash", "[hosts.sim] key 'offline_command'",
+           'offline_command = ["{python}", "-m", "omniprobe.sim", "offline", "--hosts-file", '
+           '"{hosts_file}", "--sim-host", "{host}"]\nmodel_code = ["omniprobe/sim/model"]   # the',
+           'offline_command = ["dash", "-c", "x"]\nmodel_code = ["omniprobe/sim/model"]   # the'),
+      ]],
+
+    # 10. references are images of their own, in place, of sane size (pins kept right)
+    Case("reference-hard-link-from-outside", "reference", VALIDATE, 1,
+         (FIXTURES, f"$.fixtures[{SINGLE}].references[0].file", "has 2 hard links"),
+         hard_link_from_outside),
+    Case("reference-13000-square", "reference", VALIDATE, 1,
+         (FIXTURES, "13000x13000 is 169000000 pixels, over the limit of 16777216"),
+         reference_is(huge_png)),
+    Case("reference-truncated", "reference", VALIDATE, 1,
+         (FIXTURES, "ref-a.png: does not decode completely"),
+         reference_is(lambda p: p.read_bytes()[: len(p.read_bytes()) // 2])),
+    Case("reference-a-shell-script", "reference", VALIDATE, 1,
+         (FIXTURES, "not an image Pillow can identify"), reference_is(b"#!/bin/sh\nrm -rf ~\n")),
+    Case("reference-empty", "reference", VALIDATE, 1, (FIXTURES, "not an image"),
+         reference_is(b"")),
+    Case("reference-over-the-hosts-bound", "reference", VALIDATE, 1,
+         (FIXTURES, "over the limit of 100 (hosts.toml [probe] max_reference_pixels)"),
+         hosts("max_reference_pixels = 16777216", "max_reference_pixels = 100")),
+    Case("reference-bound-over-4096-square", "reference", VALIDATE, 1,
+         (HOSTS, "[probe] key 'max_reference_pixels'", "16777216"),
+         hosts("max_reference_pixels = 16777216", "max_reference_pixels = 16777217")),
+    Case("reference-truncated-never-reaches-a-server", "reference",
+         [*PROBE_SIM, "--fixture", "sim-single"], 2,
+         ("reference 'sim-ref-a' of fixture 'sim-single'", "does not decode completely"),
+         reference_is(lambda p: p.read_bytes()[:200])),
+
+    # 11. the file system: an error line naming the path, never a temp file's name
+    Case("report-md-a-folder", "filesystem", ["report"], 4,
+         ("REPORT.md: is a folder where a file belongs",), replace_with_folder("REPORT.md")),
+    Case("report-check-md-a-folder", "filesystem", ["report", "--check"], 4,
+         ("REPORT.md: Is a directory",), replace_with_folder("REPORT.md")),
+    Case("schemas-a-file", "filesystem", ["schema"], 4,
+         ("schemas: a file where a folder belongs",),
+         lambda root: (shutil.rmtree(root / "schemas"), (root / "schemas").write_text("x"))),
+    Case("templates-missing", "filesystem", ["report"], 2,
+         ("templates/report.md.j2: template not found",),
+         lambda root: shutil.rmtree(root / "templates")),
+    Case("template-broken", "filesystem", ["report"], 2,
+         ("templates/report.md.j2: line 1: not a valid template",),
+         write("templates/report.md.j2", "{% if %}\n")),
+    Case("timeline-output-a-folder", "filesystem", ["timeline", "s.jsonl", "-o", "out.svg"], 4,
+         ("out.svg: is a folder where a file belongs",),
+         both(write("s.jsonl", '{"t": 0, "device_mib": 1}\n{"t": 1, "device_mib": 2}\n'),
+              lambda root: (root / "out.svg").mkdir())),
+]
+
+
 def _run(argv: list[str], root: Path, capsys) -> tuple[int, str]:
     os.chdir(root)
     try:
@@ -375,12 +806,16 @@ def _no_hang():
     signal.signal(signal.SIGALRM, old)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+ALL_CASES = CASES + CASES_2
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=[c.id for c in ALL_CASES])
 def test_hostile_input(case: Case, hostile: Project, capsys):
     if case.breaks:
         case.breaks(hostile.root)
     code, output = _run(case.argv, hostile.root, capsys)
     assert "Traceback" not in output
+    assert not TMP_NAME.search(output), output  # a temp file is never shown as the user's
     assert code == case.exit_code, output
     for text in case.says:
         assert text in output, f"{text!r} not in:\n{output}"
@@ -510,11 +945,19 @@ def test_valid_unusual_options_are_accepted():
 
 
 def test_the_hostile_table_covers_every_class():
-    counts: dict[str, int] = {}
-    for case in CASES:
-        counts[case.kind] = counts.get(case.kind, 0) + 1
-    assert set(counts) == {"loader", "strict", "path", "option", "repeat"}
+    def counts(cases):
+        found: dict[str, int] = {}
+        for case in cases:
+            found[case.kind] = found.get(case.kind, 0) + 1
+        return found
+
+    assert set(counts(CASES)) == {"loader", "strict", "path", "option", "repeat"}
     assert len(CASES) >= 60
+    assert set(counts(CASES_2)) == {"consistency", "harness-option", "url", "name", "numbers",
+                                    "environment", "reference", "filesystem"}
+    assert len(CASES_2) >= 60
+    assert len({c.id for c in CASES_2}) == len(CASES_2) and not {c.id for c in CASES_2} & {
+        c.id for c in CASES}
 
 
 # --- faults and concurrency -----------------------------------------------------------------
@@ -876,7 +1319,7 @@ def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records
         def run(self, ctx, store) -> int:
             if records:
                 store.add_request(RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1,
-                                                outcome="ok", quality="unchecked", wall_s=1))
+                                                outcome="error", quality="unchecked", wall_s=1))
             raise EnvironmentFailure("the GPU is busy")
 
         def close(self) -> None:
@@ -903,6 +1346,12 @@ def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records
     (["https://hub.example/m?rev=1&token=abc"], ["https://hub.example/m?rev=1&token=<redacted>"]),
     (['{"hf_token": "abc", "dtype": "bf16"}'], ['{"hf_token": "<redacted>", "dtype": "bf16"}']),
     (["serve", "Qwen/Qwen-Image-2.1", "--omni"], ["serve", "Qwen/Qwen-Image-2.1", "--omni"]),
+    (["-H", "Authorization: Bearer abc.def"], ["-H", "Authorization: <redacted>"]),
+    (["--header=authorization: Basic dXNlcjpw"], ["--header=authorization: <redacted>"]),
+    (["Proxy-Authorization: Digest x"], ["Proxy-Authorization: <redacted>"]),
+    (["--note", "Bearer s3cr3t-t0k"], ["--note", "Bearer <redacted>"]),
+    (['{"Authorization": "Bearer q"}'], ['{"Authorization": "<redacted>"}']),
+    (["--bearer-mode", "on"], ["--bearer-mode", "on"]),
 ])
 def test_redacted_arguments(args, recorded):
     from omniprobe.redaction import redact_args
@@ -973,3 +1422,188 @@ def test_the_nesting_limit_is_64_levels(text, deep, tmp_path):
             parse_json(tmp_path / "x.json", text)
     else:
         parse_json(tmp_path / "x.json", text)
+
+
+# --- round 2: what needs a server (issue 24) ------------------------------------------------
+
+DECOY = '''import http.server, sys
+args = sys.argv[1:]
+if "--check-args" in args:
+    sys.exit(0)
+port = int(args[args.index("--port") + 1])
+
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *_):
+        pass
+
+http.server.HTTPServer(("0.0.0.0", port), Health).serve_forever()  # whatever --host said
+'''
+
+
+def test_a_server_listening_beyond_loopback_is_stopped_and_the_run_fails(project, port):
+    """Told --host 127.0.0.1, a server that binds every interface anyway (its own code, or an
+    argument the harness did not see) is found by its sockets after start, stopped, and the
+    run fails loudly: exit 5, naming the address."""
+    from .conftest import in_process, probe_argv, processes_with
+
+    decoy = project.root / "decoy_server.py"
+    decoy.write_text(DECOY)
+    text = project.hosts_file.read_text()
+    old = ('serve_command = ["{python}", "-m", "omniprobe.sim", "serve", "{model}", "--omni", '
+           '"--hosts-file", "{hosts_file}", "--sim-host", "{host}"]\noffline_command')
+    assert old in text
+    project.hosts_file.write_text(text.replace(
+        old, f'serve_command = ["{{python}}", "{decoy}"]\noffline_command', 1))
+    code, out = in_process(project, probe_argv("probe-init", port, "--flag-set", "cpuoff"))
+    assert "Traceback" not in out
+    assert code == 5, out
+    assert f"the server listened on 0.0.0.0:{port} (pid " in out and "it was stopped" in out
+    assert processes_with(str(decoy)) == []
+
+
+def test_a_dead_sampler_fails_the_run_and_leaves_no_zero_peak(project, port):
+    """The sampler's thread dies mid-lifetime (here: its reader raises OverflowError, as a
+    1e-300 Hz wait once did): the run exits 5, the timeline is recorded as incomplete, the run
+    quotes no peak, and the evidence still validates."""
+    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.validate import load_project
+    from omniprobe.harness.probe import MEMORY_FILE
+    from omniprobe.harness.sampler import PublishedMemoryReader
+
+    from .conftest import in_process, probe_argv
+
+    class DiesInTheSampler(PublishedMemoryReader):
+        """wait_idle reads the process list once; the sampler's first read of it raises."""
+        reads = 0
+
+        def processes(self):
+            DiesInTheSampler.reads += 1
+            if DiesInTheSampler.reads > 1:
+                raise OverflowError("timestamp too large to convert to C _PyTime_t")
+            return super().processes()
+
+    code, out = in_process(project, probe_argv("probe-serve", port, "--flag-set", "cpuoff",
+                                               "--fixture", "sim-t2i"),
+                           readers=lambda folder: DiesInTheSampler(folder / MEMORY_FILE))
+    assert "Traceback" not in out
+    assert code == 5, out
+    assert "OverflowError" in out and "recorded as incomplete" in out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    [run] = load_attempt(folder)[0].runs
+    assert run.lifetimes[0].timeline.state == "incomplete" and run.gpu_peak_mib is None
+    assert load_project(project)[1] == []
+
+
+ACCEPTED = [c for c in ALL_CASES if c.argv == ["validate"] and c.exit_code == 0 and c.breaks]
+
+
+@pytest.mark.parametrize("case", ACCEPTED, ids=[c.id for c in ACCEPTED])
+def test_the_probe_writes_only_evidence_that_validates(case, hostile, capsys, tmp_path_factory):
+    """Every configuration the hostile table accepts, probed: what the probe writes validates.
+    (The full table runs validate only; this serves one small fixture and seed per case.)"""
+    from omniprobe.harness.server import free_port
+
+    case.breaks(hostile.root)
+    suite = json.loads((hostile.root / FIXTURES).read_text())
+    suite["sampling"]["seeds"] = suite["sampling"]["seeds"][:1]
+    for fixture in suite["fixtures"]:
+        if fixture["id"] == "sim-t2i":
+            fixture["width"] = fixture["height"] = 64
+    (hostile.root / FIXTURES).write_text(json.dumps(suite, indent=2))
+    os.environ["OMNIPROBE_ARTIFACTS"] = str(tmp_path_factory.mktemp("artifacts"))
+    try:
+        code, output = _run(["probe-serve", "--host", "sim", "--port", str(free_port()),
+                             "--grace", "1", "--ready-timeout", "2", "--flag-set", "cpuoff",
+                             "--fixture", "sim-t2i"], hostile.root, capsys)
+    finally:
+        del os.environ["OMNIPROBE_ARTIFACTS"]
+    assert "Traceback" not in output
+    # 1: the sim does not serve it (a health path it lacks); 4: its preflight refuses the flag
+    assert code in (0, 1, 4), output
+    code, output = _run(["validate"], hostile.root, capsys)
+    assert code == 0, output
+
+
+def test_the_emulation_hook_stays_first_on_a_deliberate_pythonpath(repo):
+    """A flag set may set PYTHONPATH where hosts.toml marks it deliberate; the emulation hook's
+    folder still comes first, so the cap is imposed whatever that path holds."""
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.harness.emulation import HOOK_DIR, emulation_env
+
+    cfg = load_hosts(repo.hosts_file)
+    env = emulation_env(cfg.host("sim-on-h200"), 24576, {"PYTHONPATH": "/opt/deliberate"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(HOOK_DIR), "/opt/deliberate"]
+
+
+@pytest.mark.parametrize("arg, option", [
+    ("--host", "--host"), ("--host=0.0.0.0", "--host"), ("--ho", "--host"),
+    ("--served_model_name", "--served-model-name"), ("--port=1", "--port"),
+    ("--deploy-config", "--deploy-config"), ("--enforce-eager", "--enforce-eager"),
+    ("--p", None),  # too short to be read as one option
+    ("--host-ip", None), ("--hosts-file", None), ("--enable-cpu-offload", None),
+    ("-p", None), ("--", None), ("0.0.0.0", None),
+])
+def test_which_argument_gives_a_harness_option(arg, option):
+    from omniprobe.config.hosts import harness_option
+
+    assert harness_option(arg) == option
+
+
+@pytest.mark.parametrize("hex_address, address", [
+    ("0100007F", "127.0.0.1"), ("00000000", "0.0.0.0"), ("0101A8C0", "192.168.1.1"),
+    ("00000000000000000000000001000000", "::1"),
+    ("00000000000000000000000000000000", "::"),
+])
+def test_proc_net_tcp_addresses(hex_address, address):
+    from omniprobe.harness.listening import Listener, _address
+
+    assert _address(hex_address) == address
+    assert Listener(address, 1, 1).loopback == (address in ("127.0.0.1", "::1"))
+
+
+def test_the_listeners_of_a_process_tree_are_read_from_proc(children):
+    """A child that binds every interface is found under its group; loopback is told apart."""
+    import sys
+
+    from omniprobe.harness.listening import listeners
+    from omniprobe.harness.server import free_port
+
+    from .conftest import wait_for
+
+    port = free_port()
+    code = (f"import socket, time\ns = socket.socket(); s.bind(('0.0.0.0', {port})); s.listen()\n"
+            "t = socket.socket(); t.bind(('127.0.0.1', 0)); t.listen(); time.sleep(60)")
+    proc = children.start([sys.executable, "-c", code, children.marker])
+    found = wait_for(lambda: [item for item in listeners(proc.pid) if item.port == port], 10)
+    assert [(item.address, item.pid, item.loopback) for item in found] == [
+        ("0.0.0.0", proc.pid, False)]
+    assert any(item.loopback for item in listeners(proc.pid))
+
+
+def test_a_peak_beyond_the_gpu_is_never_written(project, port, monkeypatch):
+    """A server that reports a peak above the card's memory broke its contract: the run stops
+    with exit 5 before that record is written, so what the probe wrote still validates."""
+    from dataclasses import replace
+
+    from omniprobe.evidence.validate import load_project
+    from omniprobe.harness import client
+
+    from .conftest import in_process, probe_argv
+
+    real = client.send
+    monkeypatch.setattr(client, "send", lambda *a, **k: replace(real(*a, **k),
+                                                               server_peak_mb=1e9))
+    code, out = in_process(project, probe_argv("probe-serve", port, "--flag-set", "cpuoff",
+                                               "--fixture", "sim-t2i"))
+    assert "Traceback" not in out
+    assert code == 5, out
+    assert ("sim-t2i seed 2301: the server reported 1,000,000,000.0 MiB exceeds the GPU's memory, "
+            "24,576 MiB (the simulated card's [capacity] vram_mib); the record is not written"
+            ) in out
+    [folder] = (project.evidence_dir / "sim").iterdir()
+    assert not (folder / "requests.json").exists()
+    assert load_project(project)[1] == []

@@ -35,6 +35,7 @@ from omniprobe.harness.psnr_check import (
     pixel_hashes,
 )
 
+from .conftest import agreeing
 from .evidence_scaffold import add_attempt
 from .synthetic import broken_signature, natural, perturbed, save, textbook_psnr
 
@@ -50,7 +51,7 @@ def metrics_of(array: np.ndarray) -> ImageMetrics:
 
 def record(flag_set="cpuoff", seed=2301, outcome="ok", quality="unchecked", **extra):
     return RequestRecord(flag_set=flag_set, fixture=FIXTURE, seed=seed, outcome=outcome,
-                         quality=quality, wall_s=36.7, **extra)
+                         quality=quality, wall_s=36.7, **agreeing(outcome, quality, **extra))
 
 
 def rtx5080_verdict(repo_copy: Project, request: RequestRecord):
@@ -80,7 +81,7 @@ def test_the_gate_turns_an_ok_request_with_a_broken_image_into_a_quality_failure
     assert (after.verdict, after.blocker, after.highest_served_refs) == ("not-built", "quality", 0)
     assert [(u.flag_set, u.quality) for u in after.capacity_unlocks] == [("fp8", "broken")]
     assert gated.image is not None and gated.image.opaque_fraction < 0.05
-    assert counted_before.quality == "sound" and counted_before.image is None  # input untouched
+    assert counted_before.quality == counted_before.image.verdict == "sound"  # input untouched
 
 
 @pytest.mark.parametrize(("image", "quality"), [(natural, "sound"), (broken_signature, "broken")])
@@ -178,7 +179,8 @@ def _attempt(attempt_id: str, kind: str, started: str | None, artifact: str | No
     }[kind]
     meta = Attempt(id=attempt_id, host="rtx3090", date="2026-10-08", description="d",
                    provenance={"kind": kind, **provenance})
-    return LoadedAttempt(Path(attempt_id), meta, requests=[record(artifact=artifact)])
+    return LoadedAttempt(Path(attempt_id), meta, requests=[
+        record(artifact=artifact) if artifact else record(outcome="oom")])
 
 
 @pytest.mark.parametrize(("attempts", "expected"), [

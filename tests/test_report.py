@@ -10,7 +10,7 @@ from omniprobe.evidence.quantities import Range
 from omniprobe.report.filters import cell_text, num, span
 from omniprobe.report.render import check_report, render_harness, render_outputs, render_report, write_report
 
-from .conftest import REPO
+from .conftest import REPO, agreeing
 from .evidence_scaffold import add_attempt
 
 MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
@@ -437,7 +437,8 @@ def test_timeline_figures_are_rendered_and_checked(repo_copy):
                                     "peak_source": "process", "peak_t_s": 1.9, "points": points}}]}]))
     (folder / "requests.json").write_text(json.dumps([{
         "flag_set": "cpuoff", "fixture": "edit-compose-pair", "seed": 2301, "outcome": "ok",
-        "quality": "sound", "wall_s": 1.0, "started_s": 0.5, "lifetime": 0}]))
+        "quality": "sound", "wall_s": 1.0, "started_s": 0.5, "lifetime": 0,
+        **agreeing("ok", "sound")}]))
     figure = "report/timelines/rtx3090/probed/cpuoff-0.svg"
     text = render_report(repo_copy)
     assert f"]({figure.removeprefix('report/')})" in text
@@ -462,7 +463,8 @@ def test_measured_image_structure_is_tabulated(repo_copy):
 
     (folder / "requests.json").write_text(json.dumps([
         {"flag_set": "fp8", "fixture": "edit-compose-four", "seed": seed, "outcome": "ok",
-         "quality": "broken", "wall_s": 44.0, "image": image(opaque, "broken")}
+         "quality": "broken", "wall_s": 44.0, "image": image(opaque, "broken"),
+         "artifact": f"rtx3090/gated/{seed}.png", "output_sha256": "0" * 64}
         for seed, opaque in ((2301, 0.008), (2302, 0.035))]))
     text = render_report(repo_copy)
     assert "| gated | fp8 | edit-compose-four | 2 | 2 | 0.008–0.035 | 115.0 | 124.5 | 0.000 |" in text

@@ -369,13 +369,15 @@ def test_stand_in_cells_decide_a_real_hosts_verdict_and_it_says_which_half(repo_
                                                                           expected):
     from omniprobe.analysis.verdicts import all_verdicts
 
+    from .conftest import agreeing
     from .evidence_scaffold import add_attempt
 
     if requests:
         add_attempt(repo_copy, "rtx3090", "standins", runs=[
             {"flag_set": "cpuoff", "init": {"outcome": "ready"}}], requests=[
             {"flag_set": "cpuoff", "fixture": fixture, "inputs": "stand-in", "seed": seed,
-             "outcome": outcome, "quality": quality, "wall_s": 44.0}
+             "outcome": outcome, "quality": quality, "wall_s": 44.0,
+             **agreeing(outcome, quality)}
             for fixture, outcome, quality in requests for seed in (2301, 2302)])
     loaded, problems = load_project(repo_copy)
     assert problems == []

@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import pytest
+
 from omniprobe.analysis.summaries import cells_from_requests
 from omniprobe.evidence.models import FailureCause, OomSignature, RequestRecord
 from omniprobe.evidence.quantities import Range
 
+from .conftest import agreeing
 
-def rec(flag_set, fixture, seed, outcome="ok", quality="unchecked", wall=1.0, peak=None, oom=None):
+CARD = FailureCause(kind="card", reason="crash in model code")
+
+
+def rec(flag_set, fixture, seed, outcome="ok", quality="unchecked", wall=1.0, peak=None, oom=None,
+        cause=None):
     return RequestRecord(flag_set=flag_set, fixture=fixture, seed=seed, outcome=outcome,
-                         quality=quality, wall_s=wall, server_peak_mb=peak, oom=oom)
+                         quality=quality, wall_s=wall, server_peak_mb=peak, cause=cause,
+                         **agreeing(outcome, quality, **({"oom": oom} if oom else {})))
 
 
 def test_one_cell_per_fixture_and_flag_set_in_request_order():
@@ -21,15 +29,30 @@ def test_one_cell_per_fixture_and_flag_set_in_request_order():
     assert cells["cpuoff"][0].seeds == [1, 2]
 
 
-def test_worst_outcome_wins_and_ranges_cover_successes_only():
-    oom = OomSignature(phase="request", requested="1.50 GiB")
+OOM = OomSignature(phase="request", requested="1.50 GiB")
+
+
+@pytest.mark.parametrize(("records", "outcome", "seeds", "wall", "peak"), [
+    # every seed ok: its figures span every seed
+    ([(1, "ok", 40.0, 23000), (2, "ok", 44.0, 23500)], "ok", [1, 2],
+     Range(min=40.0, max=44.0), Range(min=23000, max=23500)),
+    # one seed ok, the rest OOM (issue 24): the cell says OOM and quotes no ok seed's wall
+    ([(2301, "ok", 30.0, 20000), (2302, "oom", 3.0, None), (2303, "oom", 3.0, None),
+      (2304, "oom", 3.0, None)], "oom", [2301, 2302, 2303, 2304], None, None),
+    # the worst outcome wins; an error among ok seeds quotes no figures either
+    ([(1, "ok", 40.0, 23000), (2, "error", 1.0, None), (3, "ok", 44.0, None)], "error",
+     [1, 2, 3], None, None),
+    ([(1, "oom", 3.0, None)], "oom", [1], None, None),
+])
+def test_a_cell_takes_its_seeds_and_its_figures_from_the_same_records(records, outcome, seeds,
+                                                                       wall, peak):
     [cell] = cells_from_requests([
-        rec("cpuoff", "sim-four", 1, wall=40.0, peak=23000),
-        rec("cpuoff", "sim-four", 2, outcome="oom", wall=3.0, oom=oom),
-        rec("cpuoff", "sim-four", 3, wall=44.0, peak=23500)])["cpuoff"]
-    assert cell.outcome == "oom" and cell.oom == oom
-    assert cell.wall_s == Range(min=40.0, max=44.0)
-    assert cell.server_peak_mb == Range(min=23000, max=23500)
+        rec("cpuoff", "sim-four", seed, outcome=o, wall=w, peak=p,
+            oom=OOM if o == "oom" else None, cause=CARD if o == "error" else None)
+        for seed, o, w, p in records])["cpuoff"]
+    assert (cell.outcome, cell.seeds, cell.wall_s, cell.server_peak_mb) == (outcome, seeds, wall,
+                                                                            peak)
+    assert cell.oom == (OOM if outcome == "oom" else None)
 
 
 def test_quality_is_sound_only_when_every_image_is():
@@ -40,7 +63,6 @@ def test_quality_is_sound_only_when_every_image_is():
     assert cell("sound", "sound") == "sound"
     assert cell("sound", "broken") == "broken"
     assert cell("sound", "unchecked") == "unchecked"
-    crashed = rec("x", "f", 1, outcome="error", quality="sound").model_copy(
-        update={"cause": FailureCause(kind="card", reason="crash in model code")})
+    crashed = rec("x", "f", 1, outcome="error", cause=CARD)
     [only] = cells_from_requests([crashed])["x"]
     assert only.quality == "unchecked" and only.wall_s is None

@@ -7,6 +7,7 @@ from omniprobe.analysis.verdicts import all_verdicts
 from omniprobe.evidence.models import RequestRecord
 from omniprobe.evidence.validate import load_valid_project
 
+from .conftest import agreeing
 from .evidence_scaffold import SIMULATED, add_attempt
 
 FIXTURE_OF = {
@@ -170,6 +171,7 @@ def request(seed, outcome="ok", quality="sound", fixture="edit-compose-four", wa
         "quality": quality,
         "wall_s": wall,
         **({"server_peak_mb": peak} if peak else {}),
+        **agreeing(outcome, quality),
     }
 
 
@@ -398,7 +400,8 @@ def test_failures_outside_the_card_beside_card_ooms_leave_the_init_blocker(repo_
 def test_a_request_that_failed_outside_the_card_is_no_cell():
     def record(outcome, cause=None):
         return RequestRecord(flag_set="cpuoff", fixture="edit-compose-four", seed=1,
-                             outcome=outcome, quality="unchecked", wall_s=1.0, cause=cause)
+                             outcome=outcome, quality="unchecked", wall_s=1.0, cause=cause,
+                             **agreeing(outcome, "unchecked"))
 
     assert cells_from_requests([record("error", ENV_CAUSE)]) == {}
     assert cells_from_requests([record("error")]) == {}  # unclassified: measured nothing

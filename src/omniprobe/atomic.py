@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import tempfile
@@ -57,8 +58,24 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Write `path` through a temp file beside it. An OSError names `path` (or the folder that
+    is not one), never the temp file: the user did not name that."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(errno.ENOTDIR, "a file where a folder belongs",
+                                 str(path.parent)) from None
+    try:
+        return _write(path, data)
+    except OSError as exc:
+        if exc.filename == str(path) and exc.filename2 is None:
+            raise
+        reason = "is a folder where a file belongs" if path.is_dir() else exc.strerror
+        raise type(exc)(exc.errno, reason, str(path)) from None
+
+
+def _write(path: Path, data: bytes) -> Path:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
     try:
         try:

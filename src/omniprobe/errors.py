@@ -92,7 +92,9 @@ def problems_from_validation(
     problems = []
     for err in exc.errors(include_url=False):
         message = err["msg"]
-        if err["type"] == "missing":
+        if err["type"] == "value_error":  # our own validators' words, without pydantic's label
+            message = message.removeprefix("Value error, ")
+        elif err["type"] == "missing":
             message = "required field is missing"
         elif err["type"] == "extra_forbidden":
             message = "unknown key (not part of the schema)"

@@ -1,5 +1,6 @@
 """Secrets kept out of what is recorded: the values of secret-bearing options (`--hf-token`,
-`--api-key`, ...) and credentials in URLs (`user:pass@`, `?token=`). The process that needs a
+`--api-key`, ...), credentials in URLs (`user:pass@`, `?token=`) and HTTP credentials
+(`Authorization:` values, bearer tokens). The process that needs a
 secret gets the real argument; attempt.json, runs.json and the server logs kept as artifacts get
 REDACTED in its place."""
 
@@ -22,6 +23,11 @@ _ASSIGNED = re.compile(rf"(\b{_SECRET_NAME}['\"]?\s*[:=]\s*['\"]?)(?!{re.escape(
                        r"[^'\",\s}]+", re.IGNORECASE)
 _OPTION_IN_TEXT = re.compile(rf"(--{_SECRET_NAME}[= ])(?!{re.escape(REDACTED)})\S+",
                              re.IGNORECASE)
+# An HTTP credential: `Authorization: <scheme> <value>` (any scheme), and a bare `Bearer <token>`.
+_AUTHORIZATION = re.compile(rf"(\b(?:proxy-)?authorization['\"]?\s*[:=]\s*['\"]?)"
+                            rf"(?!{re.escape(REDACTED)})(?:[a-z]+\s+(?!{re.escape(REDACTED)}))?"
+                            r"[^'\",\s}]+", re.IGNORECASE)
+_BEARER = re.compile(rf"(\bbearer\s+)(?!{re.escape(REDACTED)})[\w.~+/=-]+", re.IGNORECASE)
 
 
 def redact_text(text: str) -> str:
@@ -30,6 +36,8 @@ def redact_text(text: str) -> str:
     text = _URL_USERINFO.sub(rf"\1{REDACTED}\2", text)
     text = _URL_QUERY.sub(rf"\1{REDACTED}", text)
     text = _OPTION_IN_TEXT.sub(rf"\1{REDACTED}", text)
+    text = _AUTHORIZATION.sub(rf"\1{REDACTED}", text)
+    text = _BEARER.sub(rf"\1{REDACTED}", text)
     return _ASSIGNED.sub(rf"\1{REDACTED}", text)
 
 

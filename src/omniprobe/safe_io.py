@@ -112,13 +112,38 @@ def _parse_nested(path: Path, text: str, strings: re.Pattern, parse) -> Any:
         raise _problem(path, "nested too deeply to parse") from None
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names a key twice: the parser would keep the last one silently."""
+
+    def __init__(self, key: str):
+        super().__init__(f"the key {key!r} appears twice in one object; a second value would "
+                         "silently replace the first")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKey(key)
+        found[key] = value
+    return found
+
+
+def json_loads(text: str | bytes) -> Any:
+    """json.loads that refuses an object with a repeated key (DuplicateKey, a ValueError)."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def parse_json(path: Path, text: str) -> Any:
-    """JSON text of `path`, nesting checked first; InputError with the line of a syntax error."""
+    """JSON text of `path`, nesting checked first; InputError with the line of a syntax error
+    or naming a repeated key."""
     try:
-        return _parse_nested(path, text, _JSON_TEXT, json.loads)
+        return _parse_nested(path, text, _JSON_TEXT, json_loads)
     except json.JSONDecodeError as exc:
         raise _problem(path, f"not valid JSON (truncated or malformed): {exc.msg}",
                        f"line {exc.lineno} column {exc.colno}") from None
+    except DuplicateKey as exc:
+        raise _problem(path, f"not valid evidence JSON: {exc}") from None
 
 
 def load_json(path: str | Path) -> Any:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 from omniprobe.evidence.models import CodeRef, OomSignature
+from omniprobe.safe_io import json_loads
 
 _SIZE = r"(\d+(?:\.\d+)? ?(?:bytes|KiB|MiB|GiB|TiB))"
 _FIELDS = {
@@ -36,8 +36,8 @@ def is_oom(text: str) -> bool:
 def error_message(body: str) -> str:
     """The message of `{"error": {"message": ...}}`, `{"detail": ...}` or a plain-text body."""
     try:
-        data = json.loads(body)
-    except ValueError:
+        data = json_loads(body)
+    except ValueError:  # not JSON, or a key twice: the body's text is the message
         return body
     if isinstance(data, dict):
         error = data.get("error")

@@ -6,14 +6,13 @@ draws it (omniprobe.report.timeline_svg) from the decimated points these functio
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import TimelinePoint, TimelineSummary
-from omniprobe.safe_io import read_text
+from omniprobe.safe_io import json_loads, read_text
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def unavailable(reason: str, hz: float) -> TimelineSummary:
 def _sample(line: str) -> Sample | None:
     """A sample of one JSONL line; None unless it is an object with finite numbers."""
     try:
-        row = json.loads(line)
+        row = json_loads(line)
     except ValueError:
         return None
     if not isinstance(row, dict):

@@ -41,8 +41,10 @@ def _range(values: list[float | None]) -> Range | None:
 
 
 def cell_from(records: list[RequestRecord]) -> Cell:
-    """One fixture under one flag set; wall and peak ranges are over the requests that succeeded."""
-    ok = [r for r in records if r.outcome == "ok"]
+    """One fixture under one flag set. Its seeds and its figures come from the same records: the
+    wall and peak ranges are over every seed when all of them succeeded, and absent otherwise (an
+    OOM cell quotes no ok seed's wall as if it were the cell's)."""
+    ok = records if all(r.outcome == "ok" for r in records) else []
     oom = next((r.oom for r in records if r.oom is not None), None)
     breach = next((r.emulation_breach for r in records if r.emulation_breach is not None), None)
     return Cell(fixture=records[0].fixture, seeds=sorted({r.seed for r in records}),

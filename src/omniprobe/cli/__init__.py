@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import TextIO
 
 from omniprobe.config.project import NoProject, find_project
-from omniprobe.errors import InputError, Interrupted, OmniprobeError, Problem
+from omniprobe.errors import EnvironmentFailure, InputError, Interrupted, OmniprobeError, Problem
+from omniprobe.limits import MAX_SEED, MAX_WAIT_S
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -27,7 +28,7 @@ def _number(text: str, convert, *, low: float, high: float, low_open: bool, what
 
 def seconds(text: str) -> float:
     """A positive, finite number of seconds (0, negatives, nan and inf are refused)."""
-    return _number(text, float, low=0, high=7 * 24 * 3600, low_open=True,
+    return _number(text, float, low=0, high=MAX_WAIT_S, low_open=True,
                    what="a number of seconds above 0 and at most a week")
 
 
@@ -38,8 +39,8 @@ def grace_seconds(text: str) -> float:
 
 
 def hertz(text: str) -> float:
-    return _number(text, float, low=0, high=1000, low_open=True,
-                   what="a rate in Hz above 0 and at most 1000")
+    return _number(text, float, low=0.1, high=1000, low_open=False,
+                   what="a rate in Hz from 0.1 to 1000")
 
 
 def port(text: str) -> int:
@@ -51,8 +52,8 @@ def index(text: str) -> int:
 
 
 def seed(text: str) -> int:
-    return _number(text, int, low=0, high=2**63 - 1, low_open=False,
-                   what="a seed from 0 to 2**63-1")
+    return _number(text, int, low=0, high=MAX_SEED, low_open=False,
+                   what=f"a seed from 0 to {MAX_SEED} (2**32-1)")
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -336,6 +337,12 @@ def _probe_offline(args: argparse.Namespace) -> int:
     return run_offline(find_project(), offline_options(args), command=args.argv)
 
 
+def _probe_baseline(args: argparse.Namespace) -> int:
+    from omniprobe.harness.baseline import run_baseline
+
+    return run_baseline(find_project(), offline_options(args), command=args.argv, out=sys.stderr)
+
+
 def _propagation(args: argparse.Namespace) -> int:
     from omniprobe.harness.propagation import run_propagation
 
@@ -552,6 +559,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this seed (repeatable; default: the fixtures' sampling seeds)")
     p.set_defaults(func=_probe_offline)
 
+    p = sub.add_parser("probe-baseline", help="re-seal the seed's Diffusers baseline: probe-offline "
+                       "under the host's baseline profile (default seed-baseline), its images laid "
+                       "out where `quality --baseline DIR` reads them")
+    _run_options(p, "offline runner", "the snapshot's repo id")
+    p.add_argument("--profile", action="append", default=[],
+                   help="the Diffusers profile to re-seal with (default: seed-baseline)")
+    p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
+    p.add_argument("--seed", action="append", type=seed, default=[],
+                   help="only this seed (repeatable; default: the profile's seeds)")
+    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+    p.set_defaults(func=_probe_baseline, kwarg_set=[], caps=None, sample_hz=10.0)
+
     p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "
                        "config; record whether its knob reached the model (a new attempt)")
     p.add_argument("--with", dest="flag_set_with", metavar="FLAG_SET",
@@ -616,6 +635,11 @@ def run_command(command: Callable[[], int], out: TextIO | None = None) -> int:
         for line in exc.lines():
             print(f"error: {line}", file=out)
         return exc.exit_code
+    except OSError as exc:  # the file system refused a named path: a folder where a file belongs
+        if exc.filename is None:
+            raise
+        print(f"error: {Problem(str(exc.filename), '', exc.strerror or str(exc))}", file=out)
+        return EnvironmentFailure.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=out)
         return Interrupted.exit_code

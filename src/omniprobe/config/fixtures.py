@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import io
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
+from PIL import Image
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from omniprobe.config.inside_path import InsidePath
+from omniprobe.config.names import Name
 from omniprobe.config.sources import SourceDocument
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+from omniprobe.limits import MAX_SEED
 from omniprobe.safe_io import confine, load_json, read_bytes
 
 # Where a request's inputs come from: the fixture's own, as its source states them (or as a user
@@ -25,11 +30,12 @@ class _Input(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-# Seeds as torch takes them (a 64-bit generator seed).
-Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+# Seeds as every generator of the stacks takes them (omniprobe.limits).
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED)]
 # Pixels per side: above any output the served model makes, below what would exhaust memory.
 MAX_SIDE_PX = 4096
 MAX_REFERENCE_BYTES = 64 * 1024**2  # a 4096x4096 RGBA PNG stored raw is 64 MiB
+MAX_REFERENCE_PIXELS = MAX_SIDE_PX**2  # hosts.toml [probe] max_reference_pixels: its default
 
 
 class FixtureNotRunnable(Refusal):
@@ -57,7 +63,7 @@ class Derivation(_Input):
 
 
 class Fixture(_Input):
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
+    id: Name
     kind: Literal["edit", "t2i"]
     reference_count: int = Field(ge=0, le=64)
     source_name: str = Field(description="What the source calls this fixture.")
@@ -130,6 +136,13 @@ class Fixture(_Input):
 
 class Sampling(_Input):
     seeds: list[Seed] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _seeds_once(self) -> Sampling:
+        repeated = sorted({s for s in self.seeds if self.seeds.count(s) > 1})
+        if repeated:  # each seed is one request per cell: a repeat would be a second record
+            raise ValueError(f"seeds must each appear once; repeated: {repeated}")
+        return self
     num_inference_steps: int = Field(gt=0, le=1000)
     true_cfg_scale: float = Field(ge=0)
     negative_prompt: Literal[False] = Field(description="The report sends no negative prompt.")
@@ -219,10 +232,49 @@ def check_stand_in(standin: Fixture, original: Fixture | None) -> None:
                              f"{original.id!r} does not state it")
 
 
-def reference_problems(suite: FixtureSuite, fixtures_file: Path,
+def reference_file_problem(path: Path, data: bytes, max_pixels: int) -> str | None:
+    """What makes a reference file unfit to send, or None: it must be a file of its own (one
+    link: a hard link may be a file outside fixtures/), decode completely with Pillow, and hold
+    at most `max_pixels` pixels (hosts.toml [probe] max_reference_pixels)."""
+    links = path.stat().st_nlink
+    if links != 1:
+        return (f"{path.name}: has {links} hard links; a reference is a file of its own in "
+                "fixtures/ (copy it there)")
+    key = (sha256_bytes(data), max_pixels)
+    if key not in _DECODED:
+        _DECODED[key] = _image_problem(data, max_pixels)
+    unfit = _DECODED[key]
+    return None if unfit is None else f"{path.name}: {unfit}"
+
+
+# What decoding gave, by (sha256, bound): a pure function of the bytes, so a process (validate,
+# then the report; the tests) decodes each reference once, not once a check.
+_DECODED: dict[tuple[str, int], str | None] = {}
+
+
+def _image_problem(data: bytes, max_pixels: int) -> str | None:
+    try:
+        with warnings.catch_warnings():  # the size is checked here, against our own bound
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+        with img:
+            width, height = img.size  # from the header: nothing is decoded yet
+            if width * height > max_pixels:
+                return (f"{width}x{height} is {width * height} pixels, over the limit of "
+                        f"{max_pixels} (hosts.toml [probe] max_reference_pixels)")
+            img.load()
+    except Image.UnidentifiedImageError:
+        return "not an image Pillow can identify"
+    except (OSError, Image.DecompressionBombError, SyntaxError, ValueError) as exc:
+        return f"does not decode completely: {exc}"
+    return None
+
+
+def reference_problems(suite: FixtureSuite, fixtures_file: Path, max_pixels: int,
                        wanted: Callable[[Fixture], bool] | None = None) -> list[Problem]:
     """Every bound reference of the wanted fixtures whose file is missing, lies outside the
-    fixtures folder, or whose bytes do not match its pinned sha256."""
+    fixtures folder, is not a decodable image of its own within `max_pixels`, or whose bytes do
+    not match its pinned sha256."""
     problems = []
     base = fixtures_file.parent
     for i, fixture in enumerate(suite.fixtures):
@@ -243,6 +295,10 @@ def reference_problems(suite: FixtureSuite, fixtures_file: Path,
                 problems.append(Problem(str(fixtures_file), f"{where}.sha256",
                                         f"{ref.file}: sha256 differs from the pinned "
                                         f"{ref.sha256[:12]}… (the file's: {digest[:12]}…)"))
+                continue
+            unfit = reference_file_problem(path, data, max_pixels)
+            if unfit is not None:
+                problems.append(Problem(str(fixtures_file), f"{where}.file", unfit))
     return problems
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import re
 import string
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -17,8 +18,11 @@ from pydantic import (
 )
 
 from omniprobe.config.diffusers import DiffusersHost, DiffusersProfile
+from omniprobe.config.fixtures import MAX_REFERENCE_PIXELS
 from omniprobe.config.inside_path import InsidePath
+from omniprobe.config.names import Name
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+from omniprobe.limits import MAX_ISSUE, MAX_MIB, MAX_VRAM_GB, MAX_WAIT_S
 from omniprobe.safe_io import load_toml
 
 
@@ -29,6 +33,12 @@ class UnknownHost(Refusal):
 class _Input(BaseModel):
     # Strict when loaded (load_hosts): no coercion of "8091" or true to an int; finite floats.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+Issue = Annotated[int, Field(ge=1, le=MAX_ISSUE)]
+# A simulated capacity, size or cap in MiB: at most 2**40 bytes (omniprobe.limits).
+Mib = Annotated[int, Field(ge=0, le=MAX_MIB)]
+PositiveMib = Annotated[int, Field(gt=0, le=MAX_MIB)]
 
 
 class Stack(_Input):
@@ -76,6 +86,76 @@ def _check_placeholders(command: list[str] | None, known: frozenset[str]) -> lis
     return command
 
 
+# What the harness passes the server itself (harness/server.py server_command): a flag set that
+# gave one again would win, being later, and listen elsewhere or serve another name.
+HARNESS_OPTIONS = ("--host", "--port", "--served-model-name", "--enforce-eager", "--deploy-config")
+
+
+def harness_option(arg: str) -> str | None:
+    """The harness option `arg` names, as argparse would read it: `--opt`, `--opt=value`, with
+    `_` for `-`, or an abbreviation argparse expands (`--ho`)."""
+    if not arg.startswith("--") or arg == "--":
+        return None
+    name = arg.split("=", 1)[0].replace("_", "-")
+    return next((option for option in HARNESS_OPTIONS
+                 if option == name or (len(name) > 3 and option.startswith(name))), None)
+
+
+# Variables that change what code a process loads: a flag or kwarg set sets one only when
+# hosts.toml marks it deliberate.
+LOADER_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME",
+                        "PYTHONSTARTUP"})
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "csh", "tcsh",
+                    "busybox"})
+# The prefix of every variable omniprobe itself defines.
+OWN_ENV_PREFIX = "OMNIPROBE_"
+
+
+def _not_a_shell(command: list[str] | None) -> list[str] | None:
+    """A command is a program and its arguments: a shell would run its arguments as shell text
+    (the harness never uses one), `env` in front of one included."""
+    programs = list(command or [])[:1]
+    if programs and Path(programs[0]).name == "env":
+        programs = [part for part in command[1:] if "=" not in part and not part.startswith("-")][:1]
+    for program in programs:
+        if Path(program).name in SHELLS:
+            raise ValueError(f"{program!r} is a shell, which would run its arguments as shell "
+                             "text; give the program itself and its arguments")
+    return command
+
+
+def _not_the_harness_options(args: list[str] | None, what: str) -> list[str] | None:
+    for arg in args or []:
+        option = harness_option(arg)
+        if option is not None:
+            raise ValueError(f"{arg!r} gives {option}, which the harness passes itself (every "
+                             f"server gets {', '.join(HARNESS_OPTIONS)} from it; {what})")
+    return args
+
+
+def _deliberate_env(env: dict[str, str], deliberate: list[str]) -> None:
+    loaders = sorted(set(env) & LOADER_ENV - set(deliberate))
+    if loaders:
+        raise ValueError(f"env sets {', '.join(loaders)}, which change(s) what code the process "
+                         "loads; list it in deliberate_env if that is meant")
+    unset = sorted(set(deliberate) - set(env))
+    if unset:
+        raise ValueError(f"deliberate_env names {', '.join(unset)}, which env does not set")
+
+
+def url_path(value: str) -> str:
+    """A server path such as '/health': it starts with one '/', holds only letters, digits and
+    `-._~/`, and no `..` segment (so no '@', scheme, host, query or escape can redirect it)."""
+    if not re.fullmatch(r"/[A-Za-z0-9._~/-]*", value) or value.startswith("//") or ".." in (
+            value.split("/")):
+        raise ValueError(f"expected a path on the server such as '/health': starting with '/', "
+                         f"of letters, digits and -._~/ only, no '//' or '..'; got {value!r}")
+    return value
+
+
+ServerPath = Annotated[str, AfterValidator(url_path)]
+
+
 class ArgsCheck(_Input):
     """How the env preflight sees that the serve command's parser accepts a flag set's arguments
     without starting a server."""
@@ -97,18 +177,20 @@ class Serve(_Input):
     port: int = Field(ge=1, le=65535)
     enforce_eager: bool
     served_model_name: str
-    health_path: str = "/health"
-    ready_path: str | None = Field(
+    health_path: ServerPath = "/health"
+    ready_path: ServerPath | None = Field(
         default=None, description="Optional readiness endpoint of newer builds (e.g. /ready)."
     )
-    ready_timeout_s: float = Field(default=1200, gt=0, description="Longer init: a timeout.")
-    request_timeout_s: float = Field(default=900, gt=0)
-    stop_grace_s: float = Field(default=15, ge=0, description="SIGTERM to SIGKILL.")
+    ready_timeout_s: float = Field(default=1200, gt=0, le=MAX_WAIT_S,
+                                   description="Longer init: a timeout.")
+    request_timeout_s: float = Field(default=900, gt=0, le=MAX_WAIT_S)
+    stop_grace_s: float = Field(default=15, ge=0, le=3600, description="SIGTERM to SIGKILL.")
 
     @field_validator("command")
     @classmethod
     def _known_placeholders(cls, command: list[str]) -> list[str]:
-        return _check_placeholders(command, SERVE_PLACEHOLDERS)
+        return _not_the_harness_options(_not_a_shell(_check_placeholders(
+            command, SERVE_PLACEHOLDERS)), "a flag set's args add the rest")
 
 
 class DeployConfig(_Input):
@@ -131,9 +213,22 @@ class FlagSet(_Input):
     description: str
     args: list[str] = []
     env: dict[str, str] = {}
+    deliberate_env: list[str] = Field(
+        default=[], description="Variables of env that change what code the server loads "
+                                "(LD_PRELOAD, PYTHONPATH, ...), set on purpose.")
     deploy_config: str | None = Field(
         default=None, description="Name of a [deploy_configs] entry passed as --deploy-config."
     )
+
+    @field_validator("args")
+    @classmethod
+    def _no_harness_option(cls, args: list[str]) -> list[str]:
+        return _not_the_harness_options(args, "deploy_config names a deploy config")
+
+    @model_validator(mode="after")
+    def _loader_env_deliberate(self) -> FlagSet:
+        _deliberate_env(self.env, self.deliberate_env)
+        return self
 
 
 class OfflineKwargSet(_Input):
@@ -145,25 +240,33 @@ class OfflineKwargSet(_Input):
         description="Omni(...) kwargs; absent when the source does not state them (not runnable).",
     )
     env: dict[str, str] = {}
+    deliberate_env: list[str] = Field(
+        default=[], description="Variables of env that change what code the runner loads "
+                                "(LD_PRELOAD, PYTHONPATH, ...), set on purpose.")
+
+    @model_validator(mode="after")
+    def _loader_env_deliberate(self) -> OfflineKwargSet:
+        _deliberate_env(self.env, self.deliberate_env)
+        return self
 
 
 class SimCapacity(_Input):
     """The simulated server's capacity model (MiB and seconds); only a simulated host has one."""
 
-    vram_mib: int = Field(gt=0, description="Memory of the modelled card.")
-    context_mib: int = Field(ge=0, description="CUDA context and other non-PyTorch memory.")
-    init_chunk_mib: int = Field(gt=0, description="Size of each parameter allocation at init.")
-    dit_mib: dict[str, int] = Field(description="Resident DiT weights by precision (bf16, ...).")
-    encoder_mib: dict[str, int] = Field(
+    vram_mib: PositiveMib = Field(description="Memory of the modelled card.")
+    context_mib: Mib = Field(description="CUDA context and other non-PyTorch memory.")
+    init_chunk_mib: PositiveMib = Field(description="Size of each parameter allocation at init.")
+    dit_mib: dict[str, Mib] = Field(description="Resident DiT weights by precision (bf16, ...).")
+    encoder_mib: dict[str, Mib] = Field(
         description="Text-encoder weights by precision; off the GPU under --enable-cpu-offload."
     )
-    activation_mib: int = Field(ge=0, description="Working memory of every request.")
-    reference_mib: int = Field(ge=0, description="Conditioning cache per reference image.")
-    spike_mib: int = Field(gt=0, description="The per-step activation spike (image MLP).")
-    kv_reference_mib: int = Field(
-        default=0, ge=0, description="Of reference_mib, the conditioning KV cache that "
-                                     "prefix_kv_cache_dtype quantizes (fp8_v: its V half).")
-    layerwise_mib: int = Field(ge=0, description="Extra staging under --enable-layerwise-offload.")
+    activation_mib: Mib = Field(description="Working memory of every request.")
+    reference_mib: Mib = Field(description="Conditioning cache per reference image.")
+    spike_mib: PositiveMib = Field(description="The per-step activation spike (image MLP).")
+    kv_reference_mib: Mib = Field(
+        default=0, description="Of reference_mib, the conditioning KV cache that "
+                               "prefix_kv_cache_dtype quantizes (fp8_v: its V half).")
+    layerwise_mib: Mib = Field(description="Extra staging under --enable-layerwise-offload.")
     collapsed: list[str] = Field(default=[], description="Precisions whose outputs collapse.")
     init_s: float = Field(ge=0, description="Modelled init time.")
     reference_s: float = Field(ge=0, description="Modelled prefill time per reference.")
@@ -190,9 +293,13 @@ class Emulation(_Input):
     emulates: str | None = Field(
         default=None, description="The host entry it emulates; its flag sets and offline kwarg "
                                   "sets are taken (and, for a simulated one, its capacity model).")
-    capacity_mib: int | None = Field(
-        default=None, gt=0, description="The emulated capacity; default: the emulated host's "
+    capacity_mib: PositiveMib | None = Field(
+        default=None, description="The emulated capacity; default: the emulated host's "
                                         "(vram_gb GiB, or a simulated host's vram_mib).")
+    host_ram_gib: float | None = Field(
+        default=None, gt=0, le=4096,
+        description="The emulated card's host RAM, imposed on the offline runner's process tree "
+                    "(cgroup v2 memory.max); null: host RAM is not emulated.")
     mechanism: Literal["memory-fraction", "sim-account"] = Field(
         description="memory-fraction: a startup hook on the server's PYTHONPATH caps PyTorch in "
                     "every server process (cap less its CUDA context), and the sampler checks "
@@ -212,8 +319,9 @@ class Host(_Input):
     hostname: str
     gpu: str
     compute_capability: str = Field(pattern=r"^\d+\.\d+$")
-    vram_gb: int = Field(gt=0, description="Nominal VRAM as marketed (GB).")
-    host_ram_gib: float | None = Field(default=None, description="null: not stated.")
+    vram_gb: int = Field(gt=0, le=MAX_VRAM_GB, description="Nominal VRAM as marketed (GB).")
+    host_ram_gib: float | None = Field(default=None, gt=0, le=MAX_MIB,
+                                       description="null: not stated.")
     host_ram_note: str | None = None
     python_provider: str = Field(description="How the pinned Python is provided on this host.")
     idle_tolerance_mib: float = Field(
@@ -254,7 +362,7 @@ class Host(_Input):
         default=[], description="The [diffusers_profiles] its offline runs build (Diffusers "
                                 "hosts only).")
     memory_file_env: str | None = Field(
-        default=None, pattern=r"^[A-Z_][A-Z0-9_]*$",
+        default=None, pattern=rf"^{OWN_ENV_PREFIX}[A-Z0-9_]+$",
         description="The environment variable that tells the host's server (or offline runner) "
                     "the file to publish its memory in, where NVML cannot see it (a simulated "
                     "host); the sampler reads that file instead of NVML. null: NVML.",
@@ -263,12 +371,13 @@ class Host(_Input):
     @field_validator("serve_command")
     @classmethod
     def _serve_placeholders(cls, command: list[str] | None) -> list[str] | None:
-        return _check_placeholders(command, SERVE_PLACEHOLDERS)
+        return _not_the_harness_options(_not_a_shell(_check_placeholders(
+            command, SERVE_PLACEHOLDERS)), "a flag set's args add the rest")
 
     @field_validator("offline_command")
     @classmethod
     def _offline_placeholders(cls, command: list[str] | None) -> list[str] | None:
-        return _check_placeholders(command, OFFLINE_PLACEHOLDERS)
+        return _not_a_shell(_check_placeholders(command, OFFLINE_PLACEHOLDERS))
 
     @model_validator(mode="after")
     def _capacity_iff_simulated(self) -> Host:
@@ -294,17 +403,21 @@ class Report(_Input):
 
     title: str
     downstream_repo: str
-    serving_profile_issue: int
-    topology_issue: int
-    retention_issue: int
-    upstream_issue: int
-    earlier_probe_issue: int
+    serving_profile_issue: Issue
+    topology_issue: Issue
+    retention_issue: Issue
+    upstream_issue: Issue
+    earlier_probe_issue: Issue
 
 
 class ProbeSettings(_Input):
     """hosts.toml [probe] (the serve probe itself is harness/probe.py's ServeProbe)."""
 
     target_reference_count: int = Field(ge=1)
+    max_reference_pixels: int = Field(
+        default=MAX_REFERENCE_PIXELS, gt=0, le=MAX_REFERENCE_PIXELS,
+        description="The most pixels a reference image may hold; a larger one is refused before "
+                    "it is decoded or sent.")
 
 
 LAYOUT_PLACEHOLDERS = frozenset({"fixture", "source_name", "seed"})
@@ -490,11 +603,11 @@ class HostsConfig(_Input):
     serve: Serve
     probe: ProbeSettings
     report: Report
-    hosts: dict[str, Host]
-    flag_sets: dict[str, FlagSet]
-    deploy_configs: dict[str, DeployConfig] = {}
-    offline_kwarg_sets: dict[str, OfflineKwargSet] = {}
-    diffusers_profiles: dict[str, DiffusersProfile] = {}
+    hosts: dict[Name, Host]
+    flag_sets: dict[Name, FlagSet]
+    deploy_configs: dict[Name, DeployConfig] = {}
+    offline_kwarg_sets: dict[Name, OfflineKwargSet] = {}
+    diffusers_profiles: dict[Name, DiffusersProfile] = {}
     quality: ImageChecks = ImageChecks()
     env: EnvConfig | None = Field(
         default=None, description="The probe environment build; null: not configured."
@@ -559,12 +672,15 @@ _INHERITED = ("serve_flag_sets", "offline_kwarg_sets", "simulated", "capacity")
 def _toml_loc(loc) -> str:
     """A pydantic location as the TOML table and key a user would look for."""
     parts = [str(p) for p in loc]
+    if len(parts) == 3 and parts[2] == "[key]":  # the table's name itself
+        return f"[{parts[0]}] name {parts[1]!r}"
     if len(parts) >= 3 and parts[:2] == ["env", "install"]:
         item = f"[[env.install]] item {parts[2]}"
         return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
-    if len(parts) >= 3 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets",
+    if len(parts) >= 2 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets",
                                         "diffusers_profiles"}:
-        return f"[{parts[0]}.{parts[1]}] key '{'.'.join(parts[2:])}'"
+        table = f"[{parts[0]}.{parts[1]}]"  # one named table; a rule across its keys names it alone
+        return f"{table} key '{'.'.join(parts[2:])}'" if len(parts) > 2 else table
     if len(parts) >= 2:
         return f"[{parts[0]}] key '{'.'.join(parts[1:])}'"
     return f"key '{parts[0]}'" if parts else ""

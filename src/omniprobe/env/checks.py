@@ -21,7 +21,7 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from omniprobe.config.fixtures import load_fixtures, reference_problems
+from omniprobe.config.fixtures import MAX_REFERENCE_PIXELS, load_fixtures, reference_problems
 from omniprobe.config.hosts import Host, HostsConfig, InstallStep, load_hosts
 from omniprobe.config.project import Project, find_project
 from omniprobe.digests import sha256_file
@@ -414,9 +414,11 @@ def _manifest_check(path: Path, model_snapshot: str, revision: CachedRevisionInf
 # --- the reference suite ----------------------------------------------------------------
 
 
-def references_check(project: Project, *, simulated: bool = False) -> EnvCheck:
+def references_check(project: Project, *, simulated: bool = False,
+                     max_pixels: int = MAX_REFERENCE_PIXELS) -> EnvCheck:
     """The reference images of the fixtures this host can run: every fixture's but the simulated
-    ones, which only a simulated host runs."""
+    ones, which only a simulated host runs; each within `max_pixels` (hosts.toml [probe]
+    max_reference_pixels)."""
     name = "fixtures.references"
     try:
         suite = load_fixtures(project.fixtures_file)
@@ -431,7 +433,8 @@ def references_check(project: Project, *, simulated: bool = False) -> EnvCheck:
     if not known:
         return _check(name, "skip", f"the fixtures record no reference digests "
                                     f"({suite.reference_suite} bindings unknown)")
-    bad = sorted({p.message for p in reference_problems(suite, project.fixtures_file, runs_here)})
+    bad = sorted({p.message for p in reference_problems(suite, project.fixtures_file, max_pixels,
+                                              runs_here)})
     return _check(name, "fail" if bad else "pass",
                   "; ".join(bad) or f"{len(known)} files match the fixtures' sha256",
                   f"{len(known)} files", f"{len(known) - len(bad)} match")
@@ -525,7 +528,8 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     checks.append(timed("allocator", check_allocator_env, cfg, host_name, paths, runner,
                         torch_pinned))
     checks.extend(timed("snapshot", snapshot_checks, cfg, project))
-    checks.append(timed("references", lambda: references_check(project, simulated=host.simulated)))
+    checks.append(timed("references", lambda: references_check(
+        project, simulated=host.simulated, max_pixels=cfg.probe.max_reference_pixels)))
 
     upstream, upstream_note = (None, None) if host.simulated else timed(
         "upstream", clone_contract, cfg, project, paths)

@@ -74,7 +74,8 @@ def check_sim_env(cfg: HostsConfig, project: Project, host: str, *, python: str 
     runner = runner or Runner()
     checks = [skipped, interpreter_check(python, runner),
               *sim_preflight(cfg, project, host, runner=runner),
-              references_check(project, simulated=True)]
+              references_check(project, simulated=True,
+                               max_pixels=cfg.probe.max_reference_pixels)]
     emulation = cfg.host(host).emulation
     if emulation is not None and emulation.mechanism == "memory-fraction":
         facts = host_facts(nvml)

@@ -14,10 +14,18 @@ from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    model_validator,
+)
 
 from omniprobe.atomic import is_temp_file, write_text_atomic
-from omniprobe.config.fixtures import Inputs
+from omniprobe.config.fixtures import Inputs, Seed
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.sources import SourceDocument
 from omniprobe.errors import InputError, Problem, problems_from_validation
@@ -31,6 +39,7 @@ from omniprobe.evidence.migrations import (
 )
 from omniprobe.evidence.quantities import Range, Size
 from omniprobe.evidence.upstream import Anchor, UpstreamContract
+from omniprobe.limits import MAX_MIB, MAX_WAIT_S, check_timestamp
 from omniprobe.safe_io import MissingFile, outside, parse_json, read_text
 
 Outcome = Literal["ok", "oom", "error", "timeout"]
@@ -40,6 +49,10 @@ PeakSource = Literal["worker-reserved", "sim-model", "torch-reserved"]
 Weights = Literal["snapshot", "random"]
 Sha256Prefix = Annotated[str, Field(pattern=r"^[0-9a-f]{8,64}$")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+# When something ran: not before 2000, not after now (omniprobe.limits).
+Timestamp = Annotated[datetime, AfterValidator(check_timestamp)]
+Wall = Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="Seconds, at most a week "
+                                                               "(the longest timeout).")]
 
 
 class _In(BaseModel):
@@ -62,14 +75,14 @@ class Measured(_In):
     hostname: str = Field(description="What the machine called itself.")
     tool_version: str
     command: list[str]
-    started_at: datetime
+    started_at: Timestamp
 
 
 class Simulated(_In):
     kind: Literal["simulated"]
     tool_version: str
     command: list[str]
-    started_at: datetime
+    started_at: Timestamp
     model: str = Field(description="What was simulated, e.g. 'omniprobe.sim capacity model'.")
 
 
@@ -81,10 +94,11 @@ class Emulated(_In):
     hostname: str = Field(description="What the machine called itself.")
     tool_version: str
     command: list[str]
-    started_at: datetime
+    started_at: Timestamp
     emulates: str | None = Field(default=None,
                                  description="The host emulated; null: a bare capacity.")
-    cap_mib: int = Field(gt=0, description="The emulated capacity imposed on the server.")
+    cap_mib: int = Field(gt=0, le=MAX_MIB,
+                         description="The emulated capacity imposed on the server.")
     physical_gpu: str = Field(description="The GPU it ran on.")
     physical_compute_capability: str = Field(pattern=r"^\d+\.\d+$")
     mechanism: Literal["memory-fraction", "sim-account"] = Field(
@@ -301,8 +315,11 @@ class TimelineSummary(_In):
     """A GPU memory series of one server lifetime, summarised; the full series is an artifact."""
 
     sampler: str = Field(description="What was read, e.g. 'NVML' or the sim's modelled memory.")
-    state: Literal["sampled", "unavailable"]
-    reason: str | None = Field(default=None, description="Why nothing could be sampled.")
+    state: Literal["sampled", "unavailable", "incomplete"] = Field(
+        description="incomplete: the sampler died during the lifetime; its series is cut short "
+                    "and its peak is no peak of the lifetime.")
+    reason: str | None = Field(default=None, description="Why nothing (or not everything) could "
+                                                         "be sampled.")
     target_hz: float = Field(gt=0)
     rate_hz: float | None = Field(default=None, ge=0, description="The rate achieved.")
     samples: int = Field(ge=0)
@@ -329,7 +346,7 @@ class ServerLifetime(_In):
     """One start of the server under a flag set, as the probe ran it."""
 
     session: Literal["probe-init", "probe-serve"]
-    started_at: datetime
+    started_at: Timestamp
     command: list[str]
     init: InitResult
     ended: str | None = Field(default=None, description="How it ended, e.g. 'stopped', 'exited 1'.")
@@ -343,6 +360,17 @@ class ServerLifetime(_In):
         default=None, description="Whether the log carries upstream's 'No registered "
         "PipelineConfig resolved for model' warning: the flag set's --deploy-config was accepted "
         "and ignored; null: the flag set passes no deploy config.")
+    request_timeout_s: float | None = Field(
+        default=None, gt=0, le=MAX_WAIT_S,
+        description="The request timeout in force for this lifetime's requests (their walls are "
+                    "bounded by it); null: not recorded (made before lifetimes recorded it).")
+    server_group: int | None = Field(
+        default=None, gt=0, description="The server's process group (its supervisor's pid): a "
+                                        "resume stops it if a killed probe left it running.")
+    server_started: str | None = Field(
+        default=None, pattern=r"^[0-9a-f-]+/\d+$",
+        description="When the supervisor started, '<boot id>/<clock ticks>' (Linux /proc): a "
+                    "reused pid is never taken for the server.")
 
 
 class ServeRun(_In):
@@ -371,15 +399,64 @@ class ImageMetrics(_In):
     reasons: list[str] = Field(default=[], description="Why the verdict is broken; empty if sound.")
 
 
+# --- what one request's record must agree with itself on ----------------------------------
+# Each invariant is a small function of one record (a Measurement: serve or offline); a
+# record shape that needs another rule adds its function to RECORD_INVARIANTS. A message starts
+# with the field it is about, since the error's path names only the record.
+
+
+def ok_names_its_image(record) -> None:
+    """An ok record returned an image: its artifact and digest say which."""
+    if record.outcome == "ok":
+        missing = [f for f in ("artifact", "output_sha256") if getattr(record, f) is None]
+        if missing:
+            raise ValueError(f"{' and '.join(missing)}: required: an ok record names the image "
+                             "it returned (its file and sha256)")
+
+
+def quality_is_its_image_check(record) -> None:
+    """'sound' or 'broken' is the verdict of the record's own image check."""
+    if record.quality == "unchecked":
+        return
+    if record.outcome != "ok":
+        raise ValueError(f"quality: {record.quality!r} judges an image, and a {record.outcome!r} "
+                         "record returned none; expected 'unchecked'")
+    if record.image is None:
+        raise ValueError(f"quality: {record.quality!r} needs the image check it comes from "
+                         "(image), which the record lacks")
+    if record.image.verdict != record.quality:
+        raise ValueError(f"quality: {record.quality!r} disagrees with the record's image check "
+                         f"(image.verdict {record.image.verdict!r})")
+
+
+def oom_states_its_signature(record) -> None:
+    """An OOM holds the signature parsed from its message, or the message none was parsed from;
+    any other outcome holds none."""
+    if record.outcome == "oom" and record.oom is None and not record.error:
+        raise ValueError("oom: required: an 'oom' record holds its OOM signature or, where none "
+                         "was found, the error text it came with (error)")
+    if record.outcome != "oom" and record.oom is not None:
+        raise ValueError(f"oom: a {record.outcome!r} record holds no OOM signature")
+
+
+RECORD_INVARIANTS = (ok_names_its_image, quality_is_its_image_check, oom_states_its_signature)
+
+
+def record_invariants(record):
+    for invariant in RECORD_INVARIANTS:
+        invariant(record)
+    return record
+
+
 class Measurement(_In):
     """What every engine's request record holds (serve, offline Omni, Diffusers): one fixture and
     seed, its outcome, its image's hashes and structure, its OOM and its cause."""
 
     fixture: str
-    seed: int
+    seed: Seed
     outcome: Outcome
     quality: StructureVerdict
-    wall_s: float = Field(ge=0)
+    wall_s: Wall
     output_sha256: Sha256 | None = None
     pixels_sha256: Sha256 | None = Field(default=None, description="imaging.pixels_sha256.")
     artifact: InsidePath | None = Field(
@@ -417,13 +494,17 @@ class Measurement(_In):
                              "only)")
         return self
 
+    @model_validator(mode="after")
+    def _consistent(self):
+        return record_invariants(self)
+
 
 class RequestRecord(Measurement):
     """One request as the package measured it."""
 
     flag_set: str
-    server_peak_mb: float | None = None
-    denoise_step_latency_ms: float | None = None
+    server_peak_mb: float | None = Field(default=None, ge=0)
+    denoise_step_latency_ms: float | None = Field(default=None, ge=0)
     transport_failure: bool | None = Field(
         default=None, description="true: no answer came (connection refused or dropped, the "
                                   "server gone), so nothing about the model was measured; a "
@@ -450,6 +531,9 @@ class OfflineRun(_In):
     timelines: list[TimelineSummary] = Field(
         default=[], description="Probed runs: one GPU memory series per runner process.")
     build: DiffusersBuild | None = Field(default=None, description="Diffusers engines only.")
+    host_ram: list[HostRamCheck] = Field(
+        default=[], description="Emulated host RAM, one per runner process; empty: host RAM was "
+                                "not emulated (the machine's own held what offload moved).")
 
 
 class OfflineRequest(Measurement):
@@ -491,6 +575,18 @@ class OfflineRequest(Measurement):
         default=None, description="Whose steps, guidance and seeds it ran: the fixtures' "
                                   "[sampling], or the profile's capacity settings (chosen by "
                                   "omniprobe unless the profile says the seed states them).")
+
+
+class HostRamCheck(_In):
+    """The host RAM an emulated card's host has, imposed on the runner's process tree."""
+
+    mechanism: Literal["cgroup-v2"] = Field(description="A cgroup v2 memory.max over the tree, "
+                                                        "swap 0 (zram is not emulated).")
+    cap_mib: int = Field(gt=0)
+    peak_mib: float | None = Field(default=None, ge=0,
+                                   description="The cgroup's memory.peak; null: not readable.")
+    oom_kills: int = Field(ge=0, description="memory.events oom_kill: processes the kernel "
+                                             "killed at the cap.")
 
 
 class DiffusersBuild(_In):

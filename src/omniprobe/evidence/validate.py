@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omniprobe.config.fixtures import FixtureSuite, load_fixtures, reference_problems
+from omniprobe.config.fixtures import (
+    MAX_REFERENCE_PIXELS,
+    FixtureSuite,
+    load_fixtures,
+    reference_problems,
+)
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
+from omniprobe.evidence.consistency import consistency_problems
 from omniprobe.evidence.migrations import content_path
 from omniprobe.evidence.models import (
     ATTEMPT_FILE,
@@ -230,7 +236,9 @@ def load_project(project: Project) -> tuple[Loaded | None, list[Problem]]:
     except InputError as exc:
         problems.extend(exc.problems)
     else:
-        problems.extend(reference_problems(fixtures, project.fixtures_file))
+        problems.extend(reference_problems(
+            fixtures, project.fixtures_file,
+            hosts.probe.max_reference_pixels if hosts else MAX_REFERENCE_PIXELS))
     evidence, found = load_evidence(project.evidence_dir)
     problems.extend(found)
     if hosts is None or fixtures is None:
@@ -243,6 +251,9 @@ def load_project(project: Project) -> tuple[Loaded | None, list[Problem]]:
     for attempt in evidence.attempts:
         problems.extend(_refs(attempt, hosts, fixtures, ids))
         problems.extend(_repeats(attempt))
+        host = hosts.hosts.get(attempt.host)
+        if host is not None:
+            problems.extend(consistency_problems(attempt, host, evidence))
     return Loaded(hosts, fixtures, evidence), problems
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +16,18 @@ from pathlib import Path
 import requests
 
 from omniprobe.analysis.oom import error_message, is_oom, parse_oom
-from omniprobe.config.fixtures import MAX_REFERENCE_BYTES, Fixture, ReferenceImage, Sampling
+from omniprobe.config.fixtures import (
+    MAX_REFERENCE_BYTES,
+    Fixture,
+    ReferenceImage,
+    Sampling,
+    reference_file_problem,
+)
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import OomSignature, Outcome
-from omniprobe.safe_io import MissingFile, confine, read_bytes
+from omniprobe.harness.urls import url
+from omniprobe.safe_io import MissingFile, confine, json_loads, read_bytes
 
 EDITS_PATH = "/v1/images/edits"
 GENERATIONS_PATH = "/v1/images/generations"
@@ -80,14 +86,23 @@ def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, byt
     return loaded
 
 
-def check_references(fixtures: list[Fixture], fixtures_dir: Path) -> None:
-    """Every reference of the fixtures against its pin, before any request (or attempt) exists."""
+def check_references(fixtures: list[Fixture], fixtures_dir: Path, *, max_pixels: int) -> None:
+    """Every reference of the fixtures against its pin, and as an image that decodes completely
+    within `max_pixels`, before any request (or attempt) exists: a file the server could not
+    read is the input's fault, not the server's."""
     problems = []
     for fixture in fixtures:
         try:
-            load_references(fixture, fixtures_dir)
+            loaded = load_references(fixture, fixtures_dir)
         except ReferenceMismatch as exc:
             problems += exc.problems
+            continue
+        for ref, (_, data) in zip(fixture.references or [], loaded, strict=True):
+            path = reference_path(fixture, ref, fixtures_dir)
+            unfit = reference_file_problem(path, data, max_pixels)
+            if unfit is not None:
+                problems.append(Problem(str(path), "", f"reference {ref.name!r} of fixture "
+                                                       f"{fixture.id!r}: {unfit}"))
     if problems:
         raise ReferenceMismatch(problems)
 
@@ -119,7 +134,7 @@ def parse_success(content: bytes, wall_s: float) -> Reply:
 
     Whether the bytes decode as an image is checked where its pixels are hashed."""
     try:
-        body = json.loads(content)
+        body = json_loads(content)
         b64 = body["data"][0]["b64_json"]
         image = base64.b64decode(b64, validate=True)
     except (ValueError, KeyError, IndexError, TypeError, binascii.Error) as exc:
@@ -149,11 +164,11 @@ def send(base_url: str, fixture: Fixture, seed: int, sampling: Sampling, fixture
     if fixture.kind == "edit":
         files = [(IMAGE_PART, (name, data, "image/png"))
                  for name, data in load_references(fixture, fixtures_dir)]
-        call = {"url": base_url + EDITS_PATH, "data": fields, "files": files}
+        call = {"url": url(base_url, EDITS_PATH), "data": fields, "files": files}
     else:
         body = {**fields, "seed": seed, "num_inference_steps": sampling.num_inference_steps,
                 "true_cfg_scale": sampling.true_cfg_scale, "return_stage_metrics": True}
-        call = {"url": base_url + GENERATIONS_PATH, "json": body}
+        call = {"url": url(base_url, GENERATIONS_PATH), "json": body}
     started = time.perf_counter()
     try:
         response = http.post(**call, timeout=timeout_s)

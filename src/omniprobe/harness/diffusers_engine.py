@@ -72,9 +72,9 @@ def synthetic_processor(spec: dict):
 
 
 def materialise_random(module, dtype, init_device: str, seed: int,
-                       pool_elements: int = 1 << 26) -> int:
+                       pool_elements: int = 1 << 26) -> None:
     """Fill every parameter still on the meta device with random values of `dtype` in host
-    memory; returns the count of parameters made. One pool of values is drawn on `init_device`
+    memory. One pool of values is drawn on `init_device`
     from `seed` and copied to the host once; each tensor takes the pool's values from a running
     offset (wrapping), so the build holds at most the pool on the GPU and costs little more than
     the host memory it fills. Shared parameters are made once."""
@@ -86,7 +86,7 @@ def materialise_random(module, dtype, init_device: str, seed: int,
     pool.normal_(0.0, _INIT_STD, generator=generator)
     pool = pool.to("cpu")
     made: dict[int, Any] = {}
-    count = offset = 0
+    offset = 0
     with torch.no_grad():
         for sub in module.modules():
             for name, param in list(sub._parameters.items()):
@@ -98,12 +98,10 @@ def materialise_random(module, dtype, init_device: str, seed: int,
                 if param.device.type == "meta":
                     value = torch.empty(param.shape, dtype=dtype)
                     offset = _fill_from(value.view(-1), pool, offset)
-                    count += value.numel()
                 else:
                     value = param.data.to(dtype=dtype, device="cpu")
                 made[id(param)] = sub._parameters[name] = torch.nn.Parameter(
                     value, requires_grad=False)
-    return count
 
 
 def _fill_from(flat, pool, offset: int) -> int:

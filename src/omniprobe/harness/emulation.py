@@ -9,6 +9,7 @@ memory against the cap at every sample, and the first sample over it is the brea
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from pathlib import Path
@@ -19,6 +20,7 @@ from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models import CappedProcess, EmulationBreach, EmulationCheck
 from omniprobe.harness import emulation_site
 from omniprobe.harness.emulation_site.sitecustomize import CAP_ENV, LOG_PREFIX
+from omniprobe.limits import MAX_MIB
 
 HOOK_DIR = Path(emulation_site.__file__).parent
 
@@ -43,9 +45,11 @@ def parse_caps_gib(text: str) -> list[int]:
             gib = float(item)
         except ValueError:
             raise ValueError(f"--caps expects GiB figures separated by commas, got {item!r}") from None
-        if not 0 < gib < 1e6:
-            raise ValueError(f"--caps: each cap must be a positive number of GiB, got {item!r}")
-        caps.add(round(gib * 1024))
+        mib = round(gib * 1024) if math.isfinite(gib) else 0
+        if not 1 <= mib <= MAX_MIB:
+            raise ValueError(f"--caps: each cap is a number of GiB from 1 MiB (0.001) up to "
+                             f"{MAX_MIB // 1024} GiB (2**40 bytes), got {item!r}")
+        caps.add(mib)
     return sorted(caps)
 
 

@@ -26,7 +26,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
 
@@ -35,11 +35,11 @@ from omniprobe.analysis.oom import is_oom, parse_oom
 from omniprobe.analysis.summaries import cell_outcome, cell_quality
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import HostsConfig, load_hosts
+from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host, session_venv
 from omniprobe.digests import sha256_json
-from omniprobe.env.checks import require_env_ok
+from omniprobe.env.checks import hf_cache_dir, pinned_snapshot, require_env_ok
 from omniprobe.env.simulated import sim_env_digest
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
@@ -48,6 +48,7 @@ from omniprobe.evidence.models import (
     AttemptEnvironment,
     DiffusersBuild,
     FailureCause,
+    HostRamCheck,
     OfflineRequest,
     OfflineRun,
     ServedModel,
@@ -63,6 +64,8 @@ from omniprobe.harness.emulation import (
     emulation_env,
 )
 from omniprobe.harness.host_memory import oom_kill_count
+from omniprobe.harness.host_ram_cap import HostRamCap, require_host_ram_cap
+from omniprobe.harness.interrupt import pause
 from omniprobe.harness.logs import log_tail, read_from
 from omniprobe.harness.offline_matrix import OfflineEntry, offline_matrix, runner_facts
 from omniprobe.harness.plan import settled_line
@@ -70,6 +73,7 @@ from omniprobe.harness.probe import (
     MEMORY_FILE,
     PlanError,
     ReaderFactory,
+    SamplerDied,
     default_readers,
     host_ram_failure,
     open_run_attempt,
@@ -85,6 +89,7 @@ from omniprobe.harness.sampler import MIB, GpuReader, NvmlUnavailable, Sampler, 
 from omniprobe.harness.server import ServerProcess, classify_exit, no_space_cause
 from omniprobe.harness.session import Context, Session, SessionOptions, run_session
 from omniprobe.redaction import redact_file, redact_text
+from omniprobe.safe_io import json_loads
 
 RUNNER = Path(__file__).with_name("offline_runner.py")
 ATTEMPT_SUFFIX = "-offline"
@@ -129,6 +134,7 @@ class OfflineSettings:
     sample_hz: float = 10.0
     cap_mib: int | None = None  # an emulated host's cap for this attempt
     gpu_index: int = 0  # NVML's index: the runner's device (CUDA_VISIBLE_DEVICES), as sampled
+    host_ram_mib: int | None = None  # an emulated host's host RAM, capped by a cgroup
 
 
 @dataclass(frozen=True)
@@ -186,7 +192,7 @@ class Events:
         *lines, self._partial = (self._partial + data).split(b"\n")
         for line in filter(bytes.strip, lines):
             try:
-                event = json.loads(line)
+                event = json_loads(line)
             except ValueError:
                 raise RunnerProtocolError(f"{self.path}: not a JSON line: {line[:200]!r}") from None
             if not isinstance(event, dict) or "event" not in event:
@@ -205,14 +211,17 @@ class EntryState:
     timelines: list[TimelineSummary] = field(default_factory=list)
     build: DiffusersBuild | None = None
     survives_failure: bool = False
+    host_ram: list[HostRamCheck] = field(default_factory=list)
 
     @classmethod
     def resumed(cls, rows: list[OfflineRun]) -> EntryState:
-        first = rows[0] if rows else None
-        return cls(init_s=first.init_s if first else None,
-                   logs=list(first.logs) if first else [],
-                   timelines=list(first.timelines) if first else [],
-                   build=first.build if first else None)
+        """What a resumed attempt's rows of the entry hold (a fixture's row, where there is one:
+        an init failure's row is superseded by a fresh build)."""
+        row = next((r for r in rows if r.fixture is not None), rows[0] if rows else None)
+        if row is None:
+            return cls()
+        return cls(init_s=row.init_s, logs=list(row.logs), timelines=list(row.timelines),
+                   build=row.build, host_ram=list(row.host_ram))
 
 
 def init_settled(rows: list[OfflineRun]) -> bool:
@@ -268,14 +277,14 @@ class OfflineProbe:
 
     def _entry(self, label: str, entry: OfflineEntry, pending: list[Planned],
                progress: Progress, rows: list[OfflineRun]) -> None:
-        state = EntryState.resumed([r for r in rows if r.fixture is not None] or rows)
-        restarts = 0
-        for index in itertools.count(len(state.logs)):
+        state = EntryState.resumed(rows)
+        restarts, first = 0, len(state.logs)  # a resume numbers its runners after the earlier ones
+        for index in itertools.count(first):
             pending, closed = self._lifetime(label, entry, index, pending, state, progress)
             if not pending:
                 break
             if state.failure is not None:
-                if index > len(rows and rows[0].logs):  # a restart failed to build: the rest never ran
+                if index > first:  # a restart failed to build: the rest never ran
                     self.unfinished.append(f"{entry.name}: {len(pending)} request(s) not run, "
                                            f"the restarted runner's init ended "
                                            f"{state.failure.outcome}")
@@ -297,7 +306,7 @@ class OfflineProbe:
     def _summary(self, name: str, state: EntryState) -> list[OfflineRun]:
         """The init failure, if any, then one row per fixture in the order they ran."""
         shared = {"logs": list(state.logs), "timelines": list(state.timelines),
-                  "build": state.build}
+                  "build": state.build, "host_ram": list(state.host_ram)}
         rows = [state.failure.model_copy(update=shared)] if state.failure else []
         records = [r for r in self.records if r.kwarg_set == name]
         for fixture in dict.fromkeys(r.fixture for r in records):
@@ -370,7 +379,13 @@ class OfflineProbe:
         if cap is not None:
             env.update(emulation_env(self.host, cap, env))
             guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
-        runner = ServerProcess([*self.command, *args], env, folder / "runner.log", None,
+        command = [*self.command, *args]
+        ram = None
+        if self.settings.host_ram_mib is not None:
+            ram = HostRamCap.create(f"omniprobe-{self.store.meta.id}-{name}-{index + 1}",
+                                    self.settings.host_ram_mib)
+            command = ram.wrap(command, sys.executable)
+        runner = ServerProcess(command, env, folder / "runner.log", None,
                                grace_s=self.settings.grace_s, model_code=self.model_code)
         events = Events(folder / "results.jsonl")
         progress.say(f"[{label}] starting the runner")
@@ -424,8 +439,16 @@ class OfflineProbe:
                 capped = capped_processes(read_from(runner.log_path))
                 timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
             state.timelines.append(timeline)
+            if ram is not None:
+                state.host_ram.append(ram.check())
+                ram.remove()
             redact_file(runner.log_path)
             state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
+            if timeline.state == "incomplete" and sys.exc_info()[0] is None:
+                # Recorded first; only a lifetime that ended on its own fails for it (another
+                # exception in flight says more).
+                raise SamplerDied(f"[{entry.name}] {timeline.reason}; the timeline of runner "
+                                  f"{index} is recorded as incomplete (re-run to resume)")
 
     def _next(self, runner: ServerProcess, events: Events,
               timeout_s: float) -> tuple[dict | None, str | None]:
@@ -441,7 +464,7 @@ class OfflineProbe:
                 return (event, None) if event is not None else (None, f"exited {code}")
             if time.monotonic() >= deadline:
                 return None, "timeout"
-            time.sleep(self.settings.poll_s)
+            pause(self.settings.poll_s)
 
     def _init(self, label: str, entry: OfflineEntry, runner: ServerProcess, events: Events,
               state: EntryState, progress: Progress,
@@ -599,8 +622,8 @@ def _after_last_event(log: str) -> str:
     return log if at < 0 else log[at:].partition("\n")[2]
 
 
-def settings_from(options: OfflineOptions, cfg: HostsConfig,
-                  cap_mib: int | None = None) -> OfflineSettings:
+def settings_from(options: OfflineOptions, cfg: HostsConfig, cap_mib: int | None = None,
+                  host_name: str | None = None) -> OfflineSettings:
     serve = cfg.serve
     return OfflineSettings(
         model=options.model or cfg.stack.model_repo,
@@ -609,7 +632,13 @@ def settings_from(options: OfflineOptions, cfg: HostsConfig,
         grace_s=serve.stop_grace_s if options.grace_s is None else options.grace_s,
         idle_timeout_s=options.idle_timeout_s, kwarg_sets=options.kwarg_sets,
         fixtures=options.fixtures, seeds=options.seeds, sample_hz=options.sample_hz,
-        cap_mib=cap_mib, gpu_index=options.gpu_index)
+        cap_mib=cap_mib, gpu_index=options.gpu_index,
+        host_ram_mib=host_ram_mib(cfg.hosts.get(host_name)) if host_name else None)
+
+
+def host_ram_mib(host: Host | None) -> int | None:
+    ram = host.emulation.host_ram_gib if host is not None and host.emulation else None
+    return None if ram is None else round(ram * 1024)
 
 
 def offline_environment(ctx: Context, options: OfflineOptions, command: list[str],
@@ -631,6 +660,8 @@ def offline_environment(ctx: Context, options: OfflineOptions, command: list[str
     if configs is not None:
         served = ServedModel(model="random", source="random", configs=configs.folder,
                              config_digests=configs.digests, init_seed=host.diffusers.init_seed)
+    elif options.model is None and host.diffusers is not None:
+        served = pinned_served(ctx)
     else:
         served = ServedModel(model=redact_text(options.model or ctx.cfg.stack.model_repo),
                              source="by_hand")
@@ -639,6 +670,22 @@ def offline_environment(ctx: Context, options: OfflineOptions, command: list[str
                           "runner": command})
     return AttemptEnvironment(digest=digest, served=served, packages=packages,
                               allocator_variable=facts.get("allocator_variable")), facts
+
+
+class SnapshotMissing(Refusal):
+    """A snapshot-weight host whose pinned snapshot is not in the hub cache."""
+
+
+def pinned_served(ctx: Context) -> ServedModel:
+    """The pinned snapshot's folder in the hub cache, as a Diffusers host with snapshot weights
+    loads it (the repo id would resolve through the cache's `main` ref, which need not be the
+    pin); refused, naming the cache, when it is not there exactly once."""
+    snapshot = pinned_snapshot(ctx.cfg)
+    if snapshot is None:
+        raise SnapshotMissing(f"no single snapshot of {ctx.cfg.stack.model_snapshot} in the hub "
+                              f"cache {hf_cache_dir()}: fetch it there, or pass --model PATH")
+    return ServedModel(model=str(snapshot.snapshot_path), source="pinned",
+                       revision=snapshot.commit_hash)
 
 
 class OfflineSession(Session):
@@ -651,18 +698,24 @@ class OfflineSession(Session):
         self.cap_mib = cap_mib
 
     def prepare(self, ctx: Context) -> None:
-        self.settings = settings = settings_from(self.options, ctx.cfg, self.cap_mib)
+        self.settings = settings = settings_from(self.options, ctx.cfg, self.cap_mib,
+                                                 ctx.host_name)
+        if settings.host_ram_mib is not None:
+            require_host_ram_cap()  # before any attempt exists
         try:
             self.entries, self.refused, configs = offline_matrix(
                 ctx.cfg, ctx.project, ctx.host_name, ctx.host, settings.kwarg_sets)
         except Refusal as exc:
             raise KwargSetNotRunnable(str(exc)) from None
         fixtures = serve_fixtures(ctx.suite, ctx.host, settings.fixtures)
-        check_references(fixtures, ctx.project.fixtures_file.parent)
+        check_references(fixtures, ctx.project.fixtures_file.parent,
+                         max_pixels=ctx.cfg.probe.max_reference_pixels)
         self.runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
                                      nvml=self.nvml, out=ctx.out)
         self.environment, _ = offline_environment(ctx, self.options, self.runner, configs,
                                                    nvml=self.nvml)
+        if self.environment.served.source == "pinned":  # the runner loads the snapshot folder
+            self.settings = replace(self.settings, model=self.environment.served.model)
         for entry in self.entries:  # a profile's allocator variable is the runner's torch's
             entry.runner_env(self.environment.allocator_variable)
         self.plans = {e.name: [Planned(f, s) for f in fixtures for s in

@@ -12,6 +12,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TextIO
 
@@ -36,19 +37,24 @@ from omniprobe.env.checks import failure_lines, hf_cache_dir, pinned_snapshot, r
 from omniprobe.env.manifest import env_digest, manifest_of
 from omniprobe.env.simulated import sim_env_digest, sim_preflight
 from omniprobe.env.state import EnvNotReady
-from omniprobe.errors import EnvironmentFailure, Refusal
-from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
+from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
+from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt, probe_attempts
+from omniprobe.evidence.consistency import Bounds, memory_bound, peaks_within_memory
 from omniprobe.evidence.models import (
     AttemptEnvironment,
+    Evidence,
     FailureCause,
     InitResult,
+    LoadedAttempt,
     RequestRecord,
     ServedModel,
     ServerLifetime,
     ServeRun,
     TimelineSummary,
+    load_attempt,
+    parse_file,
 )
-from omniprobe.harness import client
+from omniprobe.harness import client, interrupt
 from omniprobe.harness.emulation import (
     EmulationGuard,
     EmulationUnguarded,
@@ -57,6 +63,7 @@ from omniprobe.harness.emulation import (
     parse_caps_gib,
 )
 from omniprobe.harness.host_memory import oom_kill_count
+from omniprobe.harness.leftover import stop_leftovers
 from omniprobe.harness.logs import (
     DEPLOY_IGNORED_WARNING,
     deploy_config_ignored,
@@ -96,6 +103,7 @@ from omniprobe.harness.server import (
     server_env,
 )
 from omniprobe.harness.session import Context, ServerOptions, Session, run_session
+from omniprobe.harness.urls import base_url, url
 from omniprobe.redaction import redact_args, redact_file, redact_text
 
 ReaderFactory = Callable[[Path], GpuReader]
@@ -237,6 +245,14 @@ def run_from_lifetimes(flag_set: str, lifetimes: list[ServerLifetime]) -> ServeR
                     gpu_sampler=", ".join(samplers) or None, lifetimes=lifetimes)
 
 
+class ImpossibleFigure(HarnessError):
+    """The server reported a figure no record may hold (a peak above the GPU's memory)."""
+
+
+class SamplerDied(HarnessError):
+    """The memory sampler ended before its server did: the lifetime's timeline is incomplete."""
+
+
 class RecordNotWritten(EnvironmentFailure):
     """A request's record or image could not be written (the disk is full or read-only)."""
 
@@ -292,7 +308,7 @@ class ServeProbe:
         self.readers = readers or default_readers(self.host)
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.baseline: int | None = None
-        self.base_url = f"http://{cfg.serve.bind_host}:{settings.port}"
+        self.base_url = base_url(cfg.serve.bind_host, settings.port)
         self.http = requests.Session()
         self.recorder = Recorder()
         self.refused: list[str] = []
@@ -393,6 +409,7 @@ class ServeProbe:
         started_at = datetime.now(UTC)
         record = sampler = None
         oom_kills = oom_kill_count()
+        finished = False
         server.start()
         t0 = server.started  # one origin for the init time, the series and the requests
         try:
@@ -407,13 +424,17 @@ class ServeProbe:
                 init = init if host is None else init.model_copy(update={"cause": host})
             record = ServerLifetime(session=session, started_at=started_at,
                                     command=redact_args(command), init=init,
-                                    cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"])
+                                    cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"],
+                                    request_timeout_s=self.settings.request_timeout_s,
+                                    server_group=server.pid, server_started=server.started_at)
             self._put_lifetime(flag_set, index, record)
             yield Live(server, init, index, t0, folder, guard, sampler, oom_kills)
+            finished = True
         finally:
             if sampler is not None:
                 sampler.sample_now()
             ended = server.stop()
+            self.http.close()  # its pooled connections were to the server just stopped
             self.recorder.drain()
             timeline = self._timeline(sampler, reason)
             if idle is not None:
@@ -430,6 +451,10 @@ class ServeProbe:
                     update={"ended": ended, "log": log, "timeline": timeline,
                             "deploy_config_ignored": self._deploy_ignored(flag_set,
                                                                           server.log_path)}))
+            if finished and timeline.state == "incomplete":
+                # Recorded as incomplete first; a peak read off a cut series would be a wrong one.
+                raise SamplerDied(f"[{flag_set}] {timeline.reason}; the timeline of server "
+                                  f"lifetime {index} is recorded as incomplete (re-run to resume)")
 
     # --- probe-init -----------------------------------------------------------------------
 
@@ -534,7 +559,7 @@ class ServeProbe:
         if live.server.returncode() is not None:
             return False
         try:
-            status = self.http.get(self.base_url + self.cfg.serve.health_path, timeout=5)
+            status = self.http.get(url(self.base_url, self.cfg.serve.health_path), timeout=5)
         except requests.RequestException:
             return False
         return status.status_code == 200
@@ -545,8 +570,11 @@ class ServeProbe:
         returns whether the server can go on."""
         log_start = live.server.log_path.stat().st_size
         started_s = time.monotonic() - live.t0
-        reply = client.send(self.base_url, fixture, seed, self.suite.sampling, self.fixtures_dir,
-                            self.settings.request_timeout_s, session=self.http)
+        # In a worker thread: an interrupt ends the wait at once, and the lifetime's exit stops
+        # the server the abandoned request waits on.
+        reply = interrupt.call(client.send, self.base_url, fixture, seed, self.suite.sampling,
+                               self.fixtures_dir, self.settings.request_timeout_s,
+                               session=self.http)
         # After a timeout the server may still be busy with the request: start afresh.
         up = reply.outcome == "ok" or (reply.outcome != "timeout" and self._healthy(live))
         log = read_from(live.server.log_path, log_start)
@@ -600,8 +628,28 @@ class ServeProbe:
         record = record_request(RequestRecord, fields, image, path,
                                 artifacts_dir=self.store.project.artifacts_dir,
                                 checks=self.cfg.quality, save=True)
+        impossible = [message for _, _, message in peaks_within_memory(
+            replace(self.checked, requests=[record]), self.bounds)]
+        if impossible:  # validate would refuse the attempt: the server broke its contract
+            raise ImpossibleFigure(f"[{record.flag_set}] {record.fixture} seed {record.seed}: "
+                                   f"the server reported {'; '.join(impossible)}; the record is "
+                                   "not written")
         self.store.add_request(record)
         show(record)
+
+    @cached_property
+    def checked(self) -> LoadedAttempt:
+        """The attempt as validate sees it, for the bounds of what the probe writes to it."""
+        return LoadedAttempt(self.store.folder, self.store.meta)
+
+    @cached_property
+    def bounds(self) -> Bounds:
+        env = self.store.meta.environment
+        manifest = None
+        if env is not None and env.manifest is not None:
+            manifest, _ = load_attempt(self.store.project.evidence_dir / self.host_name
+                                       / env.manifest)
+        return memory_bound(self.checked, self.host, Evidence([manifest] if manifest else []))
 
 
 def host_ram_failure(sampler: Sampler | None, oom_kills: int | None, returncode: int | None,
@@ -634,6 +682,13 @@ def _failure_text(init: InitResult) -> str:
 
 def _peak(run: ServeRun | None) -> str:
     return f", GPU peak {run.gpu_peak_mib:,} MiB" if run and run.gpu_peak_mib is not None else ""
+
+
+def resumable_runs(project: Project, host_name: str, cap_mib: int | None) -> list[ServeRun]:
+    """The runs of the host's newest probe attempt (of the cap), the one a resume would take."""
+    existing = probe_attempts(project.evidence_dir / host_name, cap_mib)
+    runs = existing[-1] / "runs.json" if existing else None
+    return parse_file(runs) if runs is not None and runs.is_file() else []
 
 
 @dataclass(frozen=True)
@@ -715,7 +770,8 @@ class ProbeSession(Session):
         check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
         if self.name == "probe-serve":
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
-            client.check_references(fixtures, ctx.project.fixtures_file.parent)
+            client.check_references(fixtures, ctx.project.fixtures_file.parent,
+                                    max_pixels=ctx.cfg.probe.max_reference_pixels)
         self.env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=self.options.model,
                                venv=self.options.venv, flag_sets=self.settings.flag_sets,
                                nvml=self.nvml, out=ctx.out)
@@ -723,6 +779,9 @@ class ProbeSession(Session):
         # The server gets the model as given; the record holds it with its secrets redacted.
         self.settings = replace(self.settings,
                                 model=self.options.model or self.env.record.served.model)
+        if not self.options.fresh:  # the attempt a resume takes: a server it left is its own
+            for line in stop_leftovers(resumable_runs(ctx.project, ctx.host_name, self.cap_mib)):
+                print(line, file=ctx.out)
         check_port(ctx.cfg.serve.bind_host, self.settings.port)
 
     def _plan(self, ctx: Context) -> tuple[list[str], list[tuple[str, int]]]:

@@ -259,7 +259,8 @@ class PropagationSession(Session):
         fixture, seed = choose_case(ctx.suite, ctx.host_name, ctx.host, options.fixture,
                                     options.seed)
         self.settings = replace(settings, fixtures=(fixture.id,))
-        check_references([fixture], ctx.project.fixtures_file.parent)
+        check_references([fixture], ctx.project.fixtures_file.parent,
+                         max_pixels=cfg.probe.max_reference_pixels)
         self.plan = Plan(choose_knob(cfg, with_, options.knob), with_, without, fixture, seed)
         self.env = prepare_env(ctx.project, cfg, ctx.host_name, by_hand=options.model,
                                venv=options.venv, flag_sets=self.settings.flag_sets,

@@ -26,7 +26,7 @@ from omniprobe.analysis.imaging import Comparator, Pixels, load_pixels, measure,
 from omniprobe.config.fixtures import Fixture, FixtureSuite
 from omniprobe.config.hosts import ImageChecks
 from omniprobe.config.project import Project
-from omniprobe.errors import InputError, Problem, problems_from_validation
+from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.evidence.migrations import content_path
 from omniprobe.evidence.models import (
     ATTEMPT_FILE,
@@ -41,6 +41,10 @@ from omniprobe.evidence.validate import load_valid_project
 from omniprobe.safe_io import confine
 
 CellKey = tuple[str, int]  # (fixture, seed)
+
+
+class RandomWeights(Refusal):
+    """A PSNR asked of images made with random weights."""
 
 
 @dataclass(frozen=True)
@@ -252,6 +256,12 @@ def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None 
     if baseline_attempt not in {a.id for a in evidence.attempts}:
         raise InputError([Problem("--baseline-attempt", "",
                                   f"baseline attempt {baseline_attempt!r} is not under evidence/")])
+    # Random weights count for capacity only: their pictures compare with nothing.
+    for role, which in (("baseline attempt", evidence.attempt(baseline_attempt)),
+                        ("attempt", attempt)):
+        if which.meta.weights == "random":
+            raise RandomWeights(f"{role} {which.id!r} was made with random weights: its images "
+                                "mean nothing, so no PSNR is taken against or from them")
     if not baseline_dir.is_dir():
         raise InputError([Problem(str(baseline_dir), "", "baseline folder not found")])
 

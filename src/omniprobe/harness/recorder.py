@@ -29,6 +29,8 @@ def record_request(model: type[M], fields: dict, image: bytes | None, path: Path
     not decode turns the request into an error, `unreadable` saying whose."""
     fields = dict(fields)
     pixels = None
+    if fields.get("outcome") == "ok" and image is None:  # an ok record names its image
+        fields.update(outcome="error", error="the answer says ok but holds no image")
     if image is not None:
         try:
             pixels = decode_pixels(image, path.name)

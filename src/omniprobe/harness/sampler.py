@@ -24,6 +24,7 @@ from omniprobe.analysis.series import Sample, summarise
 from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models import TimelineSummary
 from omniprobe.harness.host_memory import available_mib
+from omniprobe.harness.interrupt import pause
 from omniprobe.harness.processes import alive
 
 MIB = 1024**2
@@ -211,6 +212,7 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name="gpu-sampler", daemon=True)
         self._owned: dict[tuple[int, int], bool] = {}  # a pid's ancestry is looked up once
         self.error: str | None = None
+        self.died: str | None = None  # why the thread ended before stop(): the series is cut
         self._written = 0  # lines in the series file
         self._lock = threading.Lock()  # the thread's samples and `sample_now`'s, one at a time
         self._out: TextIO | None = None
@@ -234,6 +236,8 @@ class Sampler:
 
     def summary(self) -> TimelineSummary:
         summary = summarise(self.samples, self.hz, self.reader.label)
+        if self.died:
+            return summary.model_copy(update={"state": "incomplete", "reason": self.died})
         if self.error:
             summary = summary.model_copy(update={"reason": self.error})
         return summary
@@ -272,8 +276,8 @@ class Sampler:
         """Take, keep and write one sample; False once the reader has failed."""
         try:
             sample = self.sample()
-        except Exception as exc:  # a reader failing mid-run ends the series, not the probe
-            self.error = f"sampling stopped: {type(exc).__name__}: {exc}"
+        except Exception as exc:  # a reader failing mid-run ends the series
+            self.died = f"sampling stopped: {type(exc).__name__}: {exc}"
             return False
         self.samples.append(sample)
         if self.guard is not None:
@@ -283,6 +287,14 @@ class Sampler:
         return True
 
     def _run(self) -> None:
+        """The thread: any way it ends before stop() is a death, recorded for the run to fail on
+        (a series cut short must not pass for the server's whole timeline)."""
+        try:
+            self._loop()
+        except BaseException as exc:  # noqa: BLE001 - whatever killed it is what the run says
+            self.died = f"the sampler died: {type(exc).__name__}: {exc}"
+
+    def _loop(self) -> None:
         interval = 1.0 / self.hz
         self._out = self._open()
         try:
@@ -358,7 +370,7 @@ def idle_reading(reader: GpuReader, baseline: int | None, *, timeout_s: float = 
         if time.monotonic() >= deadline:
             raise GpuBusy(_busy_message(reader, holders, used, baseline, timeout_s,
                                         tolerance_mib))
-        time.sleep(poll_s)
+        pause(poll_s)
 
 
 def wait_idle(reader: GpuReader, baseline: int | None, **kwargs) -> int:

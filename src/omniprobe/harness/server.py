@@ -26,10 +26,14 @@ from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.oom import MODEL_CODE, parse_oom
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.env.allocator import ALLOC_VARS, allocator_env
-from omniprobe.errors import EnvironmentFailure, Refusal
+from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.models import FailureCause, InitResult
+from omniprobe.harness.interrupt import pause
+from omniprobe.harness.leftover import started
+from omniprobe.harness.listening import listeners
 from omniprobe.harness.logs import read_from
 from omniprobe.harness.processes import alive
+from omniprobe.harness.urls import host_port, url
 from omniprobe.safe_io import confine
 
 
@@ -43,6 +47,10 @@ class FlagSetNotRunnable(Refusal):
 
 class NotInEnv(EnvironmentFailure):
     """The serve command's program is not in the host's probe environment."""
+
+
+class PublicListener(HarnessError):
+    """The server listens on an address other than loopback, whatever it was told: stopped."""
 
 
 # How often a server that may answer (or exit) any moment is looked at: its readiness in its
@@ -186,6 +194,7 @@ class ServerProcess:
         self.endpoints, self.grace_s, self.model_code = endpoints, grace_s, model_code
         self.proc: subprocess.Popen | None = None
         self.started = 0.0
+        self.started_at: str | None = None  # the supervisor's boot id and start ticks
         self._lifeline: int | None = None
         self.ended: str | None = None
 
@@ -204,7 +213,7 @@ class ServerProcess:
         if self.proc is not None:
             raise RuntimeError("this server lifetime has already been started")
         if self.endpoints is not None:  # None: a supervised process that serves no port
-            check_port(*_host_port(self.endpoints.base_url))
+            check_port(*host_port(self.endpoints.base_url))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         read_end, self._lifeline = os.pipe()
         try:
@@ -221,6 +230,7 @@ class ServerProcess:
         finally:
             os.close(read_end)
         self.started = time.monotonic()
+        self.started_at = started(self.proc.pid)
 
     def returncode(self) -> int | None:
         return self.proc.poll() if self.proc else None
@@ -234,7 +244,7 @@ class ServerProcess:
 
     def _get(self, path: str, timeout: float) -> int | None:
         try:
-            return requests.get(self.endpoints.base_url + path, timeout=timeout).status_code
+            return requests.get(url(self.endpoints.base_url, path), timeout=timeout).status_code
         except requests.RequestException:
             return None
 
@@ -255,13 +265,25 @@ class ServerProcess:
             if self._get(self.endpoints.health_path, 2) == 200 and (
                     self.endpoints.ready_path is None
                     or self._get(self.endpoints.ready_path, 2) == 200):
+                self.check_listening()
                 return InitResult(outcome="ready", time_s=round(elapsed, 2))
             if elapsed >= timeout_s:
                 return InitResult(outcome="timeout", time_s=round(elapsed, 2),
                                   note=f"not ready after {timeout_s:g} s")
-            time.sleep(min(delay_s, max(0.0, timeout_s - elapsed)))
+            pause(min(delay_s, max(0.0, timeout_s - elapsed)))
             if elapsed >= 1.0:
                 delay_s = min(2 * delay_s, poll_s)
+
+    def check_listening(self) -> None:
+        """Stop the server and raise PublicListener if any of its processes listens anywhere but
+        loopback (it was told 127.0.0.1; an argument or its own code may have overridden it)."""
+        public = [item for item in listeners(self.proc.pid) if not item.loopback]
+        if public:
+            self.stop()
+            raise PublicListener(
+                f"the server listened on {', '.join(map(str, public))}, not only on 127.0.0.1 as "
+                f"the harness told it; it was stopped ({self.ended}). Check the serve command "
+                "and the flag set's arguments")
 
     def stop(self) -> str:
         """SIGTERM to the group, the grace period, then SIGKILL; returns how it ended."""
@@ -294,27 +316,7 @@ class ServerProcess:
         return f"killed after {self.grace_s:g} s grace"
 
 
-def _host_port(base_url: str) -> tuple[str, int]:
-    hostport = base_url.split("://", 1)[-1].split("/", 1)[0]
-    host, _, port = hostport.rpartition(":")
-    return host, int(port)
-
-
 def _signal_group(pgid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
 
-
-@contextlib.contextmanager
-def signals_interrupt():
-    """SIGTERM and SIGHUP stop a run the way Ctrl-C does, so every cleanup path runs."""
-
-    def interrupt(signum, frame) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -21,7 +21,7 @@ from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host
 from omniprobe.errors import Interrupted
 from omniprobe.evidence.attempts import AttemptStore
-from omniprobe.harness.server import signals_interrupt
+from omniprobe.harness.interrupt import signals_interrupt
 
 
 @dataclass(frozen=True)

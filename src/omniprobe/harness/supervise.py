@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
 import sys
 import threading
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """In the server, before exec: the kernel kills it when this keeper dies, even by SIGKILL
+    together with the harness, when neither the lifeline nor the keeper is left to stop it."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _stop_group(child: subprocess.Popen, grace_s: float) -> None:
@@ -46,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     try:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, preexec_fn=_die_with_parent)
     except OSError as exc:
         print(f"omniprobe.harness.supervise: cannot start {command[0]}: {exc}", file=sys.stderr)
         return 127

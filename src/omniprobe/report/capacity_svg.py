@@ -23,7 +23,9 @@ def _gib(mib: int) -> str:
     return f"{mib / 1024:g}"
 
 
-def render_curve_svg(curve: CapacityCurve, *, title: str) -> str:
+def render_curve_svg(curve: CapacityCurve, *, title: str, verb: str = "served") -> str:
+    """`verb`: what a count at a cap did, in the legend of a line with none (capacity-only
+    evidence fits, it is never served)."""
     counts, flag_sets = curve.reference_counts, curve.flag_sets
     largest = _gib(max(curve.caps_mib))
     y_top = max(curve.caps_mib) / 1024 * 1.15
@@ -92,5 +94,5 @@ def render_curve_svg(curve: CapacityCurve, *, title: str) -> str:
             )
             parts.append(_label(_W - _RIGHT + 36, legend_y, flag_set))
         else:
-            parts.append(_label(_W - _RIGHT + 36, legend_y, f"{flag_set}: no count served", fill=colour))
+            parts.append(_label(_W - _RIGHT + 36, legend_y, f"{flag_set}: no count {verb}", fill=colour))
     return "".join(parts) + "</svg>\n"

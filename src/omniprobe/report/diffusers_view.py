@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from omniprobe.analysis.capacity_curve import CapacityCurve, CurveStep
 from omniprobe.analysis.diffusers_capacity import (
     DTYPE_BYTES,
     CapacityCell,
@@ -22,6 +23,8 @@ from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.evidence.models import Evidence, StatedFigure
 from omniprobe.evidence.validate import Loaded
+from omniprobe.report.capacity_svg import render_curve_svg
+from omniprobe.report.paths import CAPACITY_DIR
 
 GIB = 2**30
 
@@ -150,6 +153,8 @@ class DiffusersSection:
     steps: list[int]  # the steps the capacity cells ran
     sweep: list[SweepRow]  # over every full-size emulated host's caps together
     ceilings: list[SeedCeiling]
+    figure_path: str | None  # the smallest-card figure, relative to the project root
+    figure_svg: str | None
 
 
 def _gib(mib: int) -> str:
@@ -168,11 +173,16 @@ def verdict_text(capacity: CardCapacity) -> str:
     return f"{target} references not measured yet"
 
 
-def host_ram_text(runs_rss_mib: float | None, host_ram_gib: float | None, note: str | None) -> str:
-    """What the runner held in host memory beside the emulated card's host; host RAM is not
-    emulated, so the H200's host held whatever offload moved there."""
+def host_ram_text(runs_rss_mib: float | None, host_ram_gib: float | None, note: str | None,
+                  checks: list | None = None) -> str:
+    """What the runner held in host memory beside the emulated card's host: capped by a cgroup
+    where the evidence records one, else not emulated (the H200's host held what offload moved)."""
     held = (f"the runner held up to {runs_rss_mib / 1024:.1f} GiB of host RAM"
             if runs_rss_mib is not None else "the runner's host RAM was not recorded")
+    if checks:
+        kills = sum(c.oom_kills for c in checks)
+        return (f"host RAM capped at {checks[0].cap_mib / 1024:g} GiB by a cgroup ({held}; "
+                f"{kills} process(es) killed at the cap; zram not emulated)")
     if host_ram_gib is None:
         return f"host RAM not emulated ({held}; the card's host RAM is not stated)"
     over = runs_rss_mib is not None and runs_rss_mib / 1024 > host_ram_gib
@@ -301,7 +311,8 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
             [ProfileFit(r.profile, r.fitting, tuple(c.reference_count for c in r.cells))
              for r in runs], verdict_text(capacity), f"{_gib(cap)} GiB" if cap else "",
             host_ram_text(rss, card.host_ram_gib if card else None,
-                          card.host_ram_note if card else None)))
+                          card.host_ram_note if card else None,
+                          [h for a in mine for row in a.offline for h in row.host_ram])))
     full = [v for v in views if v.emulated]
     resolutions = {name: p.output_resolution or 1024
                    for name, p in hosts.diffusers_profiles.items()}
@@ -323,7 +334,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     sweep = []
     for profile in hosts.diffusers_profiles:
         caps = sorted({r.cap_mib for r in all_runs if r.profile == profile and r.cap_mib})
-        if len(caps) > 1:
+        if caps:
             needs = min_caps(all_runs, profile)
             sweep.append(SweepRow(profile, ", ".join(_gib(c) for c in caps),
                                   [needs[n].text() if n in needs else "—" for n in columns]))
@@ -331,13 +342,33 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
                     for a in attempts for r in a.offline_requests
                     if hosts.host(a.host).emulation is not None})
     ceilings = seed_ceilings(loaded, full, runs_by_host, ", ".join(sizes) or "unknown")
+    figure = min_cap_figure(all_runs, [s.profile for s in sweep], columns)
     return DiffusersSection(
         views, columns, [f"{n} ref{'' if n == 1 else 's'}" for n in columns], columns[0], target,
         hosts.stack.model_repo.split("/")[-1], [v.emulates for v in full if v.emulates],
         [v.cap_text for v in full if v.emulates], sorted({v.host.gpu for v in full}),
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
         DTYPE_BYTES["bfloat16"], arch, kv, kv_refs,
-        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps, sweep, ceilings)
+        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps, sweep, ceilings,
+        *(figure or (None, None)))
+
+
+FIGURE = CAPACITY_DIR / "diffusers-min-vram.svg"
+
+
+def min_cap_figure(runs, profiles: list[str], columns: list[int]) -> tuple[str, str] | None:
+    """The smallest swept cap per profile and count, drawn as the capacity curves are; a count
+    whose sweep found no fit has no point."""
+    if not profiles:
+        return None
+    caps = tuple(sorted({r.cap_mib for r in runs if r.cap_mib}))
+    steps = tuple(CurveStep(profile, n, needs.at_most_mib if (needs := min_caps(runs, profile)
+                                                              .get(n)) else None, max(caps))
+                  for profile in profiles for n in columns)
+    curve = CapacityCurve("diffusers", caps, tuple(profiles), tuple(columns), (), steps)
+    svg = render_curve_svg(curve, title="Qwen-Image-2.1 in Diffusers, random weights: smallest "
+                                        "swept cap (GiB) per reference count", verb="fit")
+    return FIGURE.as_posix(), svg
 
 
 def _per_reference(items: list[KvPerReference]) -> list[KvRefRow]:

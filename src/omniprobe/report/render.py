@@ -5,8 +5,11 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
+import jinja2
+
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.project import Project
+from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe.report.paths import CAPACITY_DIR, HARNESS_FILE, REPORT_FILE, TIMELINES_DIR
 from omniprobe.report.templating import environment
@@ -21,12 +24,29 @@ def render_outputs(project: Project) -> dict[Path, str]:
     loaded = load_valid_project(project)
     env = environment(project, loaded.hosts)
     context = build_context(loaded, project.root)
-    outputs = {path: env.get_template(name).render(**context) for path, name in TEMPLATES.items()}
+    outputs = {path: _render(project, env, name, context) for path, name in TEMPLATES.items()}
     for section in context["sections"]:
         outputs.update({Path(t.path): t.svg for t in section.timelines})
     outputs.update({Path(e.figure.path): e.figure.svg for e in context["emulations"].values()
                     if e.figure})
+    diffusers = context["diffusers"]
+    if diffusers is not None and diffusers.figure_path:
+        outputs[Path(diffusers.figure_path)] = diffusers.figure_svg
     return outputs
+
+
+def _render(project: Project, env: jinja2.Environment, name: str, context: dict) -> str:
+    """One template rendered; a missing or malformed one is an input error naming its file."""
+    try:
+        return env.get_template(name).render(**context)
+    except jinja2.TemplateNotFound as exc:
+        raise InputError([Problem(str(project.templates_dir / exc.name), "",
+                                  "template not found (templates/ holds the report's layout)")]
+                         ) from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise InputError([Problem(str(project.templates_dir / (exc.name or name)),
+                                  f"line {exc.lineno}", f"not a valid template: {exc.message}")]
+                         ) from None
 
 
 def render_report(project: Project) -> str:

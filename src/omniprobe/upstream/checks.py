@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import inspect
-import json
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,6 +17,7 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.upstream import UpstreamCheck
 from omniprobe.harness import client, offline_runner
 from omniprobe.harness.logs import DEPLOY_IGNORED_WARNING
+from omniprobe.safe_io import DuplicateKey, json_loads
 from omniprobe.upstream import code
 from omniprobe.upstream.code import Found
 from omniprobe.upstream.source import Source
@@ -465,7 +465,10 @@ def check_deploy(source: Source, cfg: HostsConfig, root: Path) -> list[UpstreamC
                 if not deploy.content_known else f"{deploy.path} is not in this repository")))
             continue
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json_loads(path.read_text(encoding="utf-8"))
+        except DuplicateKey as exc:
+            checks.append(_check(check, "not-found", loader, f"{deploy.path}: {exc}"))
+            continue
         except ValueError:
             checks.append(_check(check, "not-found", loader, (
                 f"{deploy.path} is YAML beyond its JSON subset; this package reads only that")))

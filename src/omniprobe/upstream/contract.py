@@ -36,9 +36,12 @@ def check_source(project: Project, path: Path, vllm_path: Path | None = None) ->
     evidence, problems = load_evidence(project.evidence_dir)
     if problems:
         raise InputError(problems)
-    # Simulated evidence cites omniprobe.sim's own code, not upstream's.
+    # Simulated evidence cites omniprobe.sim's own code, and a Diffusers host's cites diffusers'
+    # and transformers': neither is upstream's.
+    diffusers_hosts = {name for name, host in cfg.hosts.items() if host.diffusers is not None}
     cited = citations([a for a in evidence.attempts
-                       if a.host != UPSTREAM_HOST and not a.simulated])
+                       if a.host != UPSTREAM_HOST and not a.simulated
+                       and a.host not in diffusers_hosts])
     contract = UpstreamContract(
         source=source_record(source), vllm_source=None if vllm is None else source_record(vllm),
         checks=run_checks(source, cfg, project.root, vllm),
