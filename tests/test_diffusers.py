@@ -324,3 +324,80 @@ def test_a_snapshot_host_without_its_snapshot_is_refused_before_any_attempt(proj
     code, out = in_process(project, ["probe-offline", "--host", "tiny-snapshot"])
     assert code == 3 and "no single snapshot of Qwen/Qwen-Image-2.1@790c9263" in out, out
     assert not (project.evidence_dir / "tiny-snapshot").exists()
+
+
+# A test double of the kernel at an emulated host RAM cap: at the request with four condition
+# images, the runner's cgroup counts an OOM kill and the runner dies by SIGKILL, as the kernel's
+# OOM killer leaves it.
+KILLED_AT_FOUR = textwrap.dedent('''
+    import glob, os, signal, diffusers
+    real = diffusers.QwenImage21Pipeline.__call__
+    def call(self, *args, image=None, **kwargs):
+        if image is not None and len(image) == 4:
+            root = os.environ["OMNIPROBE_CGROUP_ROOT"]
+            for procs in glob.glob(os.path.join(root, "omniprobe-*", "cgroup.procs")):
+                if str(os.getpid()) in open(procs).read().split():
+                    with open(os.path.join(os.path.dirname(procs), "memory.events"), "w") as f:
+                        f.write("low 0\\nhigh 0\\nmax 3\\noom 1\\noom_kill 1\\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return real(self, *args, image=image, **kwargs)
+    diffusers.QwenImage21Pipeline.__call__ = call
+''')
+
+
+def test_a_runner_the_kernel_killed_at_the_host_ram_cap_is_a_host_ram_failure(project, tmp_path,
+                                                                              monkeypatch):
+    cgroups = tmp_path / "cgroup"
+    cgroups.mkdir()
+    (cgroups / "cgroup.controllers").write_text("memory\n")
+    double = tmp_path / "double"
+    double.mkdir()
+    (double / "sitecustomize.py").write_text(KILLED_AT_FOUR)
+    monkeypatch.setenv("OMNIPROBE_CGROUP_ROOT", str(cgroups))
+    monkeypatch.setenv("PYTHONPATH", str(double))
+    with open(project.hosts_file, "a") as handle:
+        handle.write(textwrap.dedent('''
+            [hosts.tiny-30gib-host]
+            name = "the tiny model on a host of 30 GiB"
+            hostname = "(any)"
+            gpu = "none (the CPU)"
+            compute_capability = "0.0"
+            vram_gb = 1
+            python_provider = "the probe's own Python"
+            serve_flag_sets = []
+            diffusers_profiles = ["tiny-cpu"]
+            offline_command = ["{python}", "{runner}"]
+            [hosts.tiny-30gib-host.diffusers]
+            weights = "random"
+            configs = "models/qwen-image-2.1/tiny"
+        '''))
+    # Not an emulated card (no GPU to cap here): host RAM alone, through the settings' hook.
+    from omniprobe.harness import offline as offline_module
+
+    monkeypatch.setattr(offline_module, "host_ram_mib", lambda host: 30 * 1024)
+    code, out = in_process(project, ["probe-offline", "--host", "tiny-30gib-host",
+                                     "--fixture", "standin-t2i", "--fixture", "standin-four"])
+    _, [attempt] = attempts(project, "tiny-30gib-host")
+    t2i, four = attempt.offline_requests
+    assert t2i.outcome == "ok"
+    assert four.outcome == "error" and four.cause.kind == "host", four
+    assert "oom_kill went from 0 to 1" in four.cause.reason
+    assert [h.oom_kills for h in attempt.offline[0].host_ram] == [1]
+    assert "transport" not in out
+
+
+def test_a_profile_whose_allocator_setting_torch_cannot_read_back_is_refused(project):
+    """The one rule for the allocator variable (env/allocator.py): torch must read the setting
+    back; the CPU build of torch has no API for it and no CUDA, so the run stops before any
+    attempt rather than measure the plain configuration."""
+    text = project.hosts_file.read_text().replace(
+        '''[diffusers_profiles.tiny-cpu]
+description = "the tiny model on the CPU: everything resident, two steps"
+offload = "none"''', '''[diffusers_profiles.tiny-cpu]
+description = "the tiny model on the CPU: everything resident, two steps"
+offload = "none"
+allocator = "expandable_segments:True"''')
+    project.hosts_file.write_text(text)
+    code, out = offline(project, "--profile", "tiny-cpu")
+    assert code == 4 and "the allocator setting cannot be read back from torch" in out, out
+    assert not (project.evidence_dir / HOST).exists()

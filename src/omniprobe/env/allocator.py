@@ -30,9 +30,15 @@ if get is not None:
     print(json.dumps({"api": "torch._C._accelerator_getAllocatorSettings()", "settings": get()}))
 elif torch.cuda.is_available():
     torch.empty(1, device="cuda")  # the CUDA allocator parses its setting at first use
-    settings = torch.cuda.memory._snapshot()["allocator_settings"]
-    print(json.dumps({"api": "torch.cuda.memory._snapshot()['allocator_settings']",
-                      "settings": "expandable_segments:%s" % settings.get("expandable_segments")}))
+    snapshot = torch.cuda.memory._snapshot()
+    if "allocator_settings" in snapshot:
+        settings = snapshot["allocator_settings"].get("expandable_segments")
+        api = "torch.cuda.memory._snapshot()['allocator_settings']"
+    else:  # the segments say it themselves (seen on the H200's torch 2.11)
+        flags = [s["is_expandable"] for s in snapshot.get("segments", []) if "is_expandable" in s]
+        settings = bool(flags) and all(flags)
+        api = "torch.cuda.memory._snapshot()['segments'][*]['is_expandable']"
+    print(json.dumps({"api": api, "settings": "expandable_segments:%s" % settings}))
 else:
     print(json.dumps({"api": None, "settings": None}))
 """
@@ -77,6 +83,20 @@ def allocator_check(readbacks: dict[str, dict | None]) -> EnvCheck:
                            "plain configuration")
 
 
+def read_back(python: str, runner: Runner, env: dict[str, str]) -> EnvCheck:
+    """Set the setting through each variable in a fresh `python` and read it back (the env check
+    of a venv, and the offline runner's own Python on a Diffusers host, alike)."""
+    base = {k: v for k, v in env.items() if k not in ALLOC_VARS}
+    readbacks: dict[str, dict | None] = {}
+    for var in ALLOC_VARS:
+        proc = runner.run([python, "-I", "-c", _READBACK], env={**base, var: _PROBE_SETTING})
+        try:
+            readbacks[var] = json.loads(proc.stdout) if proc.returncode == 0 else None
+        except ValueError:
+            readbacks[var] = None
+    return allocator_check(readbacks)
+
+
 def check_allocator_env(cfg: HostsConfig, host_name: str, paths: EnvPaths, runner: Runner,
                         torch_pinned: bool) -> EnvCheck:
     """Set the setting through each variable in a fresh interpreter of the env and read it back;
@@ -87,16 +107,7 @@ def check_allocator_env(cfg: HostsConfig, host_name: str, paths: EnvPaths, runne
                         if torch_pinned else "torch is not among this env's pins")
     if not paths.python.exists():
         return EnvCheck(name=CHECK, status="fail", detail=f"no interpreter at {paths.python}")
-    base = {k: v for k, v in os.environ.items() if k not in ALLOC_VARS}
-    readbacks: dict[str, dict | None] = {}
-    for var in ALLOC_VARS:
-        proc = runner.run([str(paths.python), "-I", "-c", _READBACK],
-                          env={**base, **cfg.stack.offline_env, var: _PROBE_SETTING})
-        try:
-            readbacks[var] = json.loads(proc.stdout) if proc.returncode == 0 else None
-        except ValueError:
-            readbacks[var] = None
-    return allocator_check(readbacks)
+    return read_back(str(paths.python), runner, {**os.environ, **cfg.stack.offline_env})
 
 
 def honoured_var(checks: list[EnvCheck]) -> str | None:

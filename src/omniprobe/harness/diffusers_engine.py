@@ -144,13 +144,6 @@ def build_random(configs: dict, dtype, init_device: str, seed: int):
     return text_encoder, transformer, vae, scheduler
 
 
-def allocator_variable(torch_version: str) -> str:
-    """The allocator variable this torch reads: PYTORCH_ALLOC_CONF from 2.9 on (it still reads
-    the CUDA one as a fallback), PYTORCH_CUDA_ALLOC_CONF before."""
-    major, minor = (int(p) for p in torch_version.split("+")[0].split(".")[:2])
-    return "PYTORCH_ALLOC_CONF" if (major, minor) >= (2, 9) else "PYTORCH_CUDA_ALLOC_CONF"
-
-
 def expandable_segments_active(torch) -> bool | None:
     """Read the allocator's setting back: whether its segments are expandable (None: no CUDA or
     no segment yet to tell)."""
@@ -324,8 +317,8 @@ def max_rss_mib() -> float:
 
 
 def environment_facts() -> dict:
-    """What `--versions` prints: the packages this engine runs on, and the allocator variable
-    this torch reads; nothing is imported but importlib.metadata."""
+    """What `--versions` prints: the packages this engine runs on (nothing is imported but
+    importlib.metadata; the harness reads the allocator variable back from torch itself)."""
     from importlib import metadata
 
     versions = {}
@@ -336,7 +329,5 @@ def environment_facts() -> dict:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return {"packages": versions,
-            "allocator_variable": allocator_variable(versions["torch"]) if versions["torch"]
-            else None,
             "python": ".".join(map(str, __import__("sys").version_info[:3])),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -31,12 +31,17 @@ def oom_kill_count(proc: Path = PROC, cgroup_root: Path = CGROUP_ROOT) -> int | 
     unified = [line[3:] for line in lines if line.startswith("0::")]  # "0::/user.slice/..."
     if not unified:
         return None
+    return oom_kills_in(cgroup_root / unified[0].lstrip("/"))
+
+
+def oom_kills_in(cgroup: Path) -> int | None:
+    """A cgroup's `memory.events` `oom_kill` count; None where it cannot be read."""
     try:
-        events = (cgroup_root / unified[0].lstrip("/") / "memory.events").read_text()
+        events = (cgroup / "memory.events").read_text()
     except OSError:
         return None
     for line in events.splitlines():
         name, _, value = line.partition(" ")
-        if name == "oom_kill":
+        if name == "oom_kill" and value.strip().isdigit():
             return int(value)
     return None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models import HostRamCheck
+from omniprobe.harness.host_memory import oom_kills_in
 
 CGROUP_ROOT_ENV = "OMNIPROBE_CGROUP_ROOT"  # default /sys/fs/cgroup; tests point it elsewhere
 EXEC = Path(__file__).with_name("cgroup_exec.py")
@@ -30,20 +31,6 @@ class HostRamUnavailable(EnvironmentFailure):
 
 def cgroup_root() -> Path:
     return Path(os.environ.get(CGROUP_ROOT_ENV, "/sys/fs/cgroup"))
-
-
-def memory_events(folder: Path) -> dict[str, int]:
-    """`memory.events` as {name: count}; empty where it cannot be read."""
-    try:
-        text = (folder / "memory.events").read_text()
-    except OSError:
-        return {}
-    events = {}
-    for line in text.splitlines():
-        name, _, count = line.partition(" ")
-        if count.strip().isdigit():
-            events[name] = int(count)
-    return events
 
 
 def _memory_controller(root: Path) -> None:
@@ -93,7 +80,11 @@ class HostRamCap:
             peak = None
         return HostRamCheck(mechanism="cgroup-v2", cap_mib=self.cap_mib,
                             peak_mib=None if peak is None else round(peak, 1),
-                            oom_kills=memory_events(self.folder).get("oom_kill", 0))
+                            oom_kills=self.oom_kills() or 0)
+
+    def oom_kills(self) -> int | None:
+        """The kernel's OOM kills in this cgroup so far (None: not readable)."""
+        return oom_kills_in(self.folder)
 
     def remove(self) -> None:
         """Remove the cgroup once its processes are gone (a real cgroup folder is removed with

@@ -39,8 +39,10 @@ from omniprobe.config.hosts import Host, HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host, session_venv
 from omniprobe.digests import sha256_json
+from omniprobe.env.allocator import read_back
 from omniprobe.env.checks import hf_cache_dir, pinned_snapshot, require_env_ok
 from omniprobe.env.simulated import sim_env_digest
+from omniprobe.env.state import Runner
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
 from omniprobe.evidence.models import (
@@ -389,7 +391,10 @@ class OfflineProbe:
                                grace_s=self.settings.grace_s, model_code=self.model_code)
         events = Events(folder / "results.jsonl")
         progress.say(f"[{label}] starting the runner")
-        oom_kills = oom_kill_count()
+        # An emulated host RAM cap's cgroup is no descendant of ours: its own count tells, and a
+        # cgroup made a moment ago has killed nothing yet.
+        count = ram.oom_kills if ram is not None else oom_kill_count
+        oom_kills = 0 if ram is not None else count()
         runner.start()
         sampler = None
         try:
@@ -397,7 +402,7 @@ class OfflineProbe:
                 sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.settings.sample_hz,
                                   root_pid=lambda: runner.pid, t0=runner.started, guard=guard)
                 sampler.start()
-            host_ram = functools.partial(host_ram_failure, sampler, oom_kills)
+            host_ram = functools.partial(host_ram_failure, sampler, oom_kills, count=count)
             if not self._init(label, entry, runner, events, state, progress, host_ram):
                 return pending, False
             while pending:
@@ -641,8 +646,14 @@ def host_ram_mib(host: Host | None) -> int | None:
     return None if ram is None else round(ram * 1024)
 
 
+class AllocatorUnknown(EnvironmentFailure):
+    """The runner's torch does not read an allocator setting back: a profile that sets one could
+    measure the plain configuration."""
+
+
 def offline_environment(ctx: Context, options: OfflineOptions, command: list[str],
-                        configs, *, nvml=None) -> tuple[AttemptEnvironment, dict]:
+                        configs, entries: list[OfflineEntry], *,
+                        nvml=None) -> tuple[AttemptEnvironment, dict]:
     """The environment an offline attempt runs in and the model its runner is given, recorded so
     a resume continues only in the same one; and the runner's facts (empty unless it runs on the
     machine's own Python)."""
@@ -668,8 +679,14 @@ def offline_environment(ctx: Context, options: OfflineOptions, command: list[str
     packages = facts["packages"]
     digest = sha256_json({"python": facts.get("python"), "packages": packages,
                           "runner": command})
+    variable = None
+    if any(e.allocator for e in entries):  # the one rule: torch reads it back, as the env check
+        check = read_back(command[0], Runner(), dict(os.environ))
+        if check.status != "pass":
+            raise AllocatorUnknown(f"the runner's Python {command[0]}: {check.detail}")
+        variable = check.actual
     return AttemptEnvironment(digest=digest, served=served, packages=packages,
-                              allocator_variable=facts.get("allocator_variable")), facts
+                              allocator_variable=variable), facts
 
 
 class SnapshotMissing(Refusal):
@@ -713,7 +730,7 @@ class OfflineSession(Session):
         self.runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
                                      nvml=self.nvml, out=ctx.out)
         self.environment, _ = offline_environment(ctx, self.options, self.runner, configs,
-                                                   nvml=self.nvml)
+                                                   self.entries, nvml=self.nvml)
         if self.environment.served.source == "pinned":  # the runner loads the snapshot folder
             self.settings = replace(self.settings, model=self.environment.served.model)
         for entry in self.entries:  # a profile's allocator variable is the runner's torch's

@@ -653,10 +653,12 @@ class ServeProbe:
 
 
 def host_ram_failure(sampler: Sampler | None, oom_kills: int | None, returncode: int | None,
-                     text: str) -> FailureCause | None:
+                     text: str, count: Callable[[], int | None] = oom_kill_count
+                     ) -> FailureCause | None:
     """The host's cause of a server or runner that died of host RAM, read off the cgroup's OOM
-    kills since `oom_kills` and the sampler's last readings (analysis/host_ram.py)."""
-    after = oom_kill_count()
+    kills since `oom_kills` (`count`: the harness's own cgroup's, or an emulated host RAM cap's)
+    and the sampler's last readings (analysis/host_ram.py)."""
+    after = count()
     return host_ram_cause(
         None if oom_kills is None or after is None else (oom_kills, after), returncode,
         list(sampler.host_available_mib) if sampler else None, text,
