@@ -39,8 +39,8 @@ class DiffusersProfile(_Input):
     allocator: str | None = Field(
         default=None, pattern=r"^[a-z_]+:[A-Za-z0-9_.]+(,[a-z_]+:[A-Za-z0-9_.]+)*$",
         description="PyTorch's allocator setting (e.g. 'expandable_segments:True'), written in "
-                    "whichever of PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF the env's torch "
-                    "reads, and read back from the allocator after the build.")
+                    "whichever of PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF the runner's torch "
+                    "reads it back through, and read back from the allocator after the build.")
     use_kv_cache: bool = Field(description="The pipeline's conditioning KV cache (use_kv_cache).")
     quantize_dit: Literal["int8-weight-only"] | None = Field(
         default=None, description="torchao int8 weight-only quantization of the DiT.")
