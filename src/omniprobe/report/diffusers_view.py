@@ -184,7 +184,7 @@ def host_ram_text(runs_rss_mib: float | None, host_ram_gib: float | None, note: 
         return (f"host RAM capped at {checks[0].cap_mib / 1024:g} GiB by a cgroup ({held}; "
                 f"{kills} process(es) killed at the cap; zram not emulated)")
     if host_ram_gib is None:
-        return f"host RAM not emulated ({held}; the card's host RAM is not stated)"
+        return f"host RAM not emulated: {held}, and the card's host RAM is not stated"
     over = runs_rss_mib is not None and runs_rss_mib / 1024 > host_ram_gib
     return (f"host RAM not emulated: {held}, "
             + ("**more than**" if over else "within") + f" the real card's host's "
