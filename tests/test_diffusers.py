@@ -55,6 +55,44 @@ def attempts(project, host=HOST):
     return loaded, loaded.evidence.for_host(host, include_emulated=True)
 
 
+def pipeline_double(tmp_path, monkeypatch, source: str) -> None:
+    """A test double of the pipeline's call, loaded in the runner's process at its startup."""
+    double = tmp_path / "double"
+    double.mkdir()
+    (double / "sitecustomize.py").write_text(source)
+    monkeypatch.setenv("PYTHONPATH", str(double))
+
+
+def stand_in_cgroups(tmp_path, monkeypatch):
+    """A stand-in cgroup v2 root: runners join their cgroups there as they would the kernel's."""
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu memory\n")
+    monkeypatch.setenv("OMNIPROBE_CGROUP_ROOT", str(root))
+    return root
+
+
+def add_tiny_host(project, name: str, *, weights: str = "random", tables: str = "",
+                  gpu: str = "none (the CPU)", cc: str = "0.0", vram_gb: int = 1) -> None:
+    """Another host of the tiny model's profile, in the project's hosts.toml."""
+    configs = 'configs = "models/qwen-image-2.1/tiny"\n' if weights == "random" else ""
+    with open(project.hosts_file, "a") as handle:
+        handle.write(f'''
+[hosts.{name}]
+name = "the tiny model ({name})"
+hostname = "(any)"
+gpu = "{gpu}"
+compute_capability = "{cc}"
+vram_gb = {vram_gb}
+python_provider = "the probe's own Python"
+serve_flag_sets = []
+diffusers_profiles = ["tiny-cpu"]
+offline_command = ["{{python}}", "{{runner}}"]
+[hosts.{name}.diffusers]
+weights = "{weights}"
+{configs}{textwrap.dedent(tables)}''')
+
+
 # --- the full model's size -------------------------------------------------------------------
 
 
@@ -138,10 +176,7 @@ OOM_AT_FOUR = textwrap.dedent('''
 
 def test_an_oom_is_recorded_with_its_signature_and_the_pipeline_goes_on(project, tmp_path,
                                                                          monkeypatch):
-    double = tmp_path / "double"
-    double.mkdir()
-    (double / "sitecustomize.py").write_text(OOM_AT_FOUR)
-    monkeypatch.setenv("PYTHONPATH", str(double))
+    pipeline_double(tmp_path, monkeypatch, OOM_AT_FOUR)
     code, out = offline(project, "--profile", "tiny-cpu", "--seed", "2301", "--seed", "2302")
     assert code == 0, out
     _, [attempt] = attempts(project)
@@ -176,31 +211,13 @@ def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project, tmp_
     from omniprobe.harness.sampler import MIB, NvmlReader
     from tests.fakenvml import FakeNvml, Frame
 
-    with open(project.hosts_file, "a") as handle:
-        handle.write(textwrap.dedent('''
-            [hosts.tiny-emulated]
-            name = "the tiny model, capped"
-            hostname = "(any)"
-            gpu = "Fake GPU"
-            compute_capability = "8.6"
-            vram_gb = 24
-            python_provider = "the probe's own Python"
-            serve_flag_sets = []
-            diffusers_profiles = ["tiny-cpu"]
-            offline_command = ["{python}", "{runner}"]
-            [hosts.tiny-emulated.diffusers]
-            weights = "random"
-            configs = "models/qwen-image-2.1/tiny"
-            [hosts.tiny-emulated.emulation]
-            capacity_mib = 2048
-            host_ram_gib = 30
-            mechanism = "memory-fraction"
-        '''))
-    # A stand-in cgroup v2 root: the runner joins its cgroup there as it would the kernel's.
-    cgroups = tmp_path / "cgroup"
-    cgroups.mkdir()
-    (cgroups / "cgroup.controllers").write_text("cpu memory\n")
-    monkeypatch.setenv("OMNIPROBE_CGROUP_ROOT", str(cgroups))
+    add_tiny_host(project, "tiny-emulated", gpu="Fake GPU", cc="8.6", vram_gb=24, tables='''
+        [hosts.tiny-emulated.emulation]
+        capacity_mib = 2048
+        host_ram_gib = 30
+        mechanism = "memory-fraction"
+    ''')
+    cgroups = stand_in_cgroups(tmp_path, monkeypatch)
     fake = FakeNvml([Frame(0.0, 100 * MIB)])
     code, out = in_process(project, ["probe-offline", "--host", "tiny-emulated", "--caps", "1,2",
                                      "--fixture", "standin-t2i", "--fixture", "standin-four"],
@@ -261,20 +278,6 @@ def test_probe_baseline_lays_out_its_images_and_quality_refuses_random_weights_b
     assert code == 3 and f"baseline attempt {attempt.id!r} was made with random weights" in err
 
 
-SNAPSHOT_HOST = textwrap.dedent('''
-    [hosts.tiny-snapshot]
-    name = "the tiny model from a snapshot"
-    hostname = "(any)"
-    gpu = "none (the CPU)"
-    compute_capability = "0.0"
-    vram_gb = 1
-    python_provider = "the probe's own Python"
-    serve_flag_sets = []
-    diffusers_profiles = ["tiny-cpu"]
-    offline_command = ["{python}", "{runner}"]
-    [hosts.tiny-snapshot.diffusers]
-    weights = "snapshot"
-''')
 
 
 def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_its_output(
@@ -302,8 +305,7 @@ def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_
     revision = "790c9263" + "0" * 32  # hosts.toml pins Qwen/Qwen-Image-2.1@790c9263
     snapshot = make_hf_cache(tmp_path / "hub", "Qwen/Qwen-Image-2.1", revision, files)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    with open(project.hosts_file, "a") as handle:
-        handle.write(SNAPSHOT_HOST)
+    add_tiny_host(project, "tiny-snapshot", weights="snapshot")
     code, out = in_process(project, ["probe-offline", "--host", "tiny-snapshot",
                                      "--fixture", "standin-t2i"])
     assert code == 0, out
@@ -319,8 +321,7 @@ def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_
 def test_a_snapshot_host_without_its_snapshot_is_refused_before_any_attempt(project, tmp_path,
                                                                             monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
-    with open(project.hosts_file, "a") as handle:
-        handle.write(SNAPSHOT_HOST)
+    add_tiny_host(project, "tiny-snapshot", weights="snapshot")
     code, out = in_process(project, ["probe-offline", "--host", "tiny-snapshot"])
     assert code == 3 and "no single snapshot of Qwen/Qwen-Image-2.1@790c9263" in out, out
     assert not (project.evidence_dir / "tiny-snapshot").exists()
@@ -347,30 +348,9 @@ KILLED_AT_FOUR = textwrap.dedent('''
 
 def test_a_runner_the_kernel_killed_at_the_host_ram_cap_is_a_host_ram_failure(project, tmp_path,
                                                                               monkeypatch):
-    cgroups = tmp_path / "cgroup"
-    cgroups.mkdir()
-    (cgroups / "cgroup.controllers").write_text("memory\n")
-    double = tmp_path / "double"
-    double.mkdir()
-    (double / "sitecustomize.py").write_text(KILLED_AT_FOUR)
-    monkeypatch.setenv("OMNIPROBE_CGROUP_ROOT", str(cgroups))
-    monkeypatch.setenv("PYTHONPATH", str(double))
-    with open(project.hosts_file, "a") as handle:
-        handle.write(textwrap.dedent('''
-            [hosts.tiny-30gib-host]
-            name = "the tiny model on a host of 30 GiB"
-            hostname = "(any)"
-            gpu = "none (the CPU)"
-            compute_capability = "0.0"
-            vram_gb = 1
-            python_provider = "the probe's own Python"
-            serve_flag_sets = []
-            diffusers_profiles = ["tiny-cpu"]
-            offline_command = ["{python}", "{runner}"]
-            [hosts.tiny-30gib-host.diffusers]
-            weights = "random"
-            configs = "models/qwen-image-2.1/tiny"
-        '''))
+    stand_in_cgroups(tmp_path, monkeypatch)
+    pipeline_double(tmp_path, monkeypatch, KILLED_AT_FOUR)
+    add_tiny_host(project, "tiny-30gib-host")
     # Not an emulated card (no GPU to cap here): host RAM alone, through the settings' hook.
     from omniprobe.harness import offline as offline_module
 
