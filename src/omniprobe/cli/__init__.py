@@ -399,6 +399,15 @@ def _server_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sample-hz", type=hertz, default=10.0, help="GPU memory sampling rate")
 
 
+def _offline_selection(p: argparse.ArgumentParser, profile_help: str, seeds_default: str) -> None:
+    """What an offline session runs: which profiles, fixtures and seeds, and in which attempt."""
+    p.add_argument("--profile", action="append", default=[], help=profile_help)
+    p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
+    p.add_argument("--seed", action="append", type=seed, default=[],
+                   help=f"only this seed (repeatable; default: {seeds_default})")
+    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+
+
 def _probe_options(p: argparse.ArgumentParser) -> None:
     """Options probe-init and probe-serve share (nox hands both the same arguments after --)."""
     _server_options(p)
@@ -548,27 +557,19 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(p, "offline runner", "the snapshot's repo id")
     p.add_argument("--kwarg-set", action="append", default=[],
                    help="only this offline kwarg set (repeatable; default: every runnable one)")
-    p.add_argument("--profile", action="append", default=[],
-                   help="Diffusers hosts: only this Diffusers profile (repeatable; default: all)")
-    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+    _offline_selection(p, "Diffusers hosts: only this Diffusers profile (repeatable; default: all)",
+                       "the fixtures' sampling seeds, or a profile's own")
     p.add_argument("--caps", help="emulated hosts: sweep these caps (GiB, comma-separated, e.g. "
                                   "16,20,24,32), one attempt series per cap")
     p.add_argument("--sample-hz", type=hertz, default=10.0, help="GPU memory sampling rate")
-    p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
-    p.add_argument("--seed", action="append", type=seed, default=[],
-                   help="only this seed (repeatable; default: the fixtures' sampling seeds)")
     p.set_defaults(func=_probe_offline)
 
     p = sub.add_parser("probe-baseline", help="re-seal the seed's Diffusers baseline: probe-offline "
                        "under the host's baseline profile (default seed-baseline), its images laid "
                        "out where `quality --baseline DIR` reads them")
     _run_options(p, "offline runner", "the snapshot's repo id")
-    p.add_argument("--profile", action="append", default=[],
-                   help="the Diffusers profile to re-seal with (default: seed-baseline)")
-    p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
-    p.add_argument("--seed", action="append", type=seed, default=[],
-                   help="only this seed (repeatable; default: the profile's seeds)")
-    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
+    _offline_selection(p, "the Diffusers profile to re-seal with (default: seed-baseline)",
+                       "the profile's seeds")
     p.set_defaults(func=_probe_baseline, kwarg_set=[], caps=None, sample_hz=10.0)
 
     p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "
