@@ -39,15 +39,16 @@ def test_under_a_16_gib_cap_the_random_weight_model_builds_fits_0_refs_ooms_at_4
         tmp_path, monkeypatch):
     project = make_project(tmp_path, size=(1248, 832))
     monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
-    argv = ["probe-offline", "--host", "rtx5080-on-h200-diffusers", "--profile", "group-leaf",
-            "--fixture", "standin-t2i", "--fixture", "standin-four", "--seed", "2301",
-            "--seed", "2302", "--fresh"]
+    # The 3090's host RAM is not stated, so its host is not capped: the GPU cap alone, at 16 GiB.
+    argv = ["probe-offline", "--host", "rtx3090-on-h200-diffusers", "--caps", "16",
+            "--profile", "group-leaf", "--fixture", "standin-t2i", "--fixture", "standin-four",
+            "--seed", "2301", "--seed", "2302", "--fresh"]
     code, out = in_process(project, argv)
     print(out)
     assert code == 0, out
     loaded, problems = load_project(project)
     assert problems == []
-    [attempt] = loaded.evidence.for_host("rtx5080-on-h200-diffusers", include_emulated=True)
+    [attempt] = loaded.evidence.for_host("rtx3090-on-h200-diffusers", include_emulated=True)
     assert attempt.meta.weights == "random" and attempt.meta.provenance.cap_mib == CAP_MIB
     records = attempt.offline_requests
     print(json.dumps([r.model_dump(exclude_none=True, exclude={"error"}) for r in records]))
@@ -67,6 +68,29 @@ def test_under_a_16_gib_cap_the_random_weight_model_builds_fits_0_refs_ooms_at_4
     timeline = row.timelines[0]
     assert timeline.emulation is not None and timeline.emulation.breach is None
     assert timeline.emulation.capped and row.build.build_peak_mib < CAP_MIB
+
+
+def test_the_5080s_host_ram_cap_stops_leaf_offload_that_pins_the_whole_model(tmp_path,
+                                                                             monkeypatch):
+    """Leaf-level group offload with streams pins the bf16 model in host memory (the H200's
+    runner held 36-43 GiB); under the 5080 host's 30 GiB cgroup the kernel kills it, and that is
+    recorded as the host's failure, never a transport failure."""
+    project = make_project(tmp_path, size=(1248, 832))
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    code, out = in_process(project, ["probe-offline", "--host", "rtx5080-on-h200-diffusers",
+                                     "--profile", "group-leaf", "--fixture", "standin-t2i",
+                                     "--fresh"])
+    print(out)
+    loaded, problems = load_project(project)
+    assert problems == []
+    [attempt] = loaded.evidence.for_host("rtx5080-on-h200-diffusers", include_emulated=True)
+    rows, records = attempt.offline, attempt.offline_requests
+    causes = [r.cause for r in [*rows, *records] if r.cause is not None]
+    print(json.dumps([r.model_dump(exclude_none=True, exclude={"error", "logs", "timelines"})
+                      for r in [*rows, *records]]))
+    assert any(c.kind == "host" for c in causes), causes
+    assert sum(h.oom_kills for row in rows for h in row.host_ram) >= 1
+    assert all(h.cap_mib == 30 * 1024 for row in rows for h in row.host_ram)
 
 
 def _engine(profile: dict):
