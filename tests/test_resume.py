@@ -70,3 +70,25 @@ def test_plan_line_names_host_attempt_shape_cells_and_time():
                      time="nothing to run", again="nox -s env-sim probe-init -- --fresh")
     assert done.endswith("5 flag set(s): 5 already recorded, 0 to run; nothing to run; to "
                          "measure again: nox -s env-sim probe-init -- --fresh")
+
+
+def test_a_flag_set_the_run_refuses_asks_nothing_of_the_attempt(project, port):
+    """A flag set whose deploy config's content the source does not give is refused on every run,
+    so an attempt that settled every other flag set is complete (a real 3090 attempt never read
+    complete while cpuoff-fp8v stood in its plan)."""
+    from .conftest import in_process, probe_argv
+
+    with open(project.hosts_file, "a") as handle:
+        handle.write('\n[flag_sets.sim-unknown-deploy]\ndescription = "a deploy config whose '
+                     'content is not given"\nargs = ["--enable-cpu-offload"]\n'
+                     'deploy_config = "deploy-fp8v"\n')
+    text = project.hosts_file.read_text().replace(
+        'serve_flag_sets = ["default", "cpuoff", "cpuoff-layerwise", "fp8", "sim-cpuoff-kvfp8v"]',
+        'serve_flag_sets = ["default", "cpuoff", "cpuoff-layerwise", "fp8", "sim-cpuoff-kvfp8v", '
+        '"sim-unknown-deploy"]', 1)
+    project.hosts_file.write_text(text)
+    args = ("--flag-set", "cpuoff", "--flag-set", "sim-unknown-deploy", "--fixture", "sim-t2i")
+    code, out = in_process(project, probe_argv("probe-serve", port, *args))
+    assert code == 0 and "refused: flag set 'sim-unknown-deploy'" in out, out
+    code, out = in_process(project, probe_argv("probe-serve", port, *args))
+    assert "complete: " in out, out

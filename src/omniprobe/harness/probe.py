@@ -99,6 +99,7 @@ from omniprobe.harness.server import (
     ServerProcess,
     base_command,
     check_port,
+    flag_set_refusal,
     server_command,
     server_env,
 )
@@ -793,8 +794,10 @@ class ProbeSession(Session):
             fixtures = [f.id for f in serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)]
         except FixtureNotRunnable:
             fixtures = []
-        return (check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets),
-                [(f, s) for f in fixtures for s in ctx.suite.sampling.seeds])
+        # A flag set the run refuses (its deploy config's content is unknown) asks nothing.
+        flag_sets = [f for f in check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
+                     if flag_set_refusal(ctx.cfg, f, ctx.project.hosts_file) is None]
+        return flag_sets, [(f, s) for f in fixtures for s in ctx.suite.sampling.seeds]
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
         # One fresh attempt per cap on an emulated host: a sweep's sessions join theirs.

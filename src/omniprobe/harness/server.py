@@ -94,17 +94,33 @@ def server_command(cfg: HostsConfig, host_name: str, flag_set: str, *, port: int
     flags = cfg.flag_sets[flag_set]
     command += flags.args
     if flags.deploy_config:
-        deploy = cfg.deploy_configs[flags.deploy_config]
-        path = confine(hosts_file.parent, deploy.path, file=hosts_file,
-                       field=f"[deploy_configs.{flags.deploy_config}] key 'path'")
-        if not deploy.content_known:
-            raise FlagSetNotRunnable(
-                f"flag set {flag_set!r} needs {deploy.path}, whose content the source does not "
-                f"give ([deploy_configs.{flags.deploy_config}] content_known = false)")
-        if not path.is_file():
-            raise FlagSetNotRunnable(f"flag set {flag_set!r} needs {path}, which does not exist")
-        command += ["--deploy-config", str(path)]
+        refused = flag_set_refusal(cfg, flag_set, hosts_file)
+        if refused is not None:
+            raise FlagSetNotRunnable(refused)
+        command += ["--deploy-config", str(deploy_path(cfg, flags.deploy_config, hosts_file))]
     return command
+
+
+def deploy_path(cfg: HostsConfig, name: str, hosts_file: Path) -> Path:
+    """A deploy config's file, inside the project (InputError naming hosts.toml's key if not)."""
+    return confine(hosts_file.parent, cfg.deploy_configs[name].path, file=hosts_file,
+                   field=f"[deploy_configs.{name}] key 'path'")
+
+
+def flag_set_refusal(cfg: HostsConfig, flag_set: str, hosts_file: Path) -> str | None:
+    """Why a flag set cannot run (its deploy config's content is not given, or its file is
+    missing); None when it can. A run refuses such a flag set, so it asks nothing of an attempt."""
+    name = cfg.flag_sets[flag_set].deploy_config
+    if name is None:
+        return None
+    deploy = cfg.deploy_configs[name]
+    path = deploy_path(cfg, name, hosts_file)
+    if not deploy.content_known:
+        return (f"flag set {flag_set!r} needs {deploy.path}, whose content the source does not "
+                f"give ([deploy_configs.{name}] content_known = false)")
+    if not path.is_file():
+        return f"flag set {flag_set!r} needs {path}, which does not exist"
+    return None
 
 
 def server_env(cfg: HostsConfig, flag_set: str, base: dict[str, str],
