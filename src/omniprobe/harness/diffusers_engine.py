@@ -21,6 +21,7 @@ from __future__ import annotations
 import gc
 import os
 import resource
+import sys
 import time
 from typing import Any
 
@@ -329,5 +330,5 @@ def environment_facts() -> dict:
         except metadata.PackageNotFoundError:
             versions[name] = None
     return {"packages": versions,
-            "python": ".".join(map(str, __import__("sys").version_info[:3])),
+            "python": ".".join(map(str, sys.version_info[:3])),
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}

@@ -220,12 +220,16 @@ class OmniEngine:
         return output_peak_mib(outputs)
 
 
-def diffusers_engine(model: str, kwargs: dict) -> Engine:
-    """The Diffusers engine (diffusers_engine.py beside this file, imported only when asked for:
-    the Omni engine's venv need not have diffusers' pipeline)."""
+def _beside_this_file() -> None:
+    """Make diffusers_engine.py, beside this file, importable: it is imported only when asked
+    for, so the Omni engine's venv need not have diffusers' pipeline."""
     here = os.path.dirname(os.path.abspath(__file__))
     if here not in sys.path:
         sys.path.insert(0, here)
+
+
+def diffusers_engine(model: str, kwargs: dict) -> Engine:
+    _beside_this_file()
     from diffusers_engine import DiffusersEngine
 
     return DiffusersEngine(model, kwargs, open_image=open_reference, save_png=save_png)
@@ -238,9 +242,7 @@ ENGINES: dict[str, Callable[[str, dict], Engine]] = {
 
 
 def print_versions() -> int:
-    here = os.path.dirname(os.path.abspath(__file__))
-    if here not in sys.path:
-        sys.path.insert(0, here)
+    _beside_this_file()
     from diffusers_engine import environment_facts
 
     print(json.dumps(environment_facts()))
