@@ -1148,14 +1148,11 @@ def test_rewritten_evidence_keeps_its_mode(tmp_path):
     assert path.stat().st_mode & 0o777 == 0o640 and path.read_text() == "[]"
 
 
-def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, port, monkeypatch):
-    """The server is SIGKILLed while it holds request 2: that record says the transport failed,
-    a resume sends it again and records it after, and the cell's summary takes the resend."""
-    import threading
 
-    from omniprobe.analysis.summaries import cells_from_requests
-    from omniprobe.evidence.models import load_attempt
-    from omniprobe.evidence.validate import load_project
+def _serve_with_the_server_killed_at_request_2(tmp_path, port, monkeypatch):
+    """probe-serve of three seeds whose server hangs on request 2 and is SIGKILLed while it holds
+    it; (project, argv, exit code, output)."""
+    import threading
 
     from .conftest import in_process, make_project, probe_argv, processes_with, wait_for
 
@@ -1176,6 +1173,19 @@ def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, p
     killer.start()
     code, out = in_process(project, argv)
     killer.join()
+    return project, argv, code, out
+
+def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, port, monkeypatch):
+    """The server is SIGKILLed while it holds request 2: that record says the transport failed,
+    a resume sends it again and records it after, and the cell's summary takes the resend."""
+    from omniprobe.analysis.summaries import cells_from_requests
+    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.validate import load_project
+
+    from .conftest import in_process, processes_with
+
+    project, argv, code, out = _serve_with_the_server_killed_at_request_2(tmp_path, port,
+                                                                          monkeypatch)
     # The lost request measured nothing: the run is not done (issue 23).
     assert code == 1, out
     assert out.rstrip().endswith("re-run to measure them")
@@ -1202,31 +1212,14 @@ def test_a_server_the_kernel_killed_for_host_ram_is_the_hosts_failure_not_resent
     """Issue 23: the server is SIGKILLed while it holds request 2 and the host's available memory
     in the sampler's last readings is low: the host ran out of RAM. The record says so, is not a
     transport failure, and a re-run has nothing left to send."""
-    import threading
-
     from omniprobe.evidence.models import load_attempt
     from omniprobe.harness import sampler as sampler_module
 
-    from .conftest import in_process, make_project, probe_argv, processes_with, wait_for
+    from .conftest import in_process, processes_with
 
     monkeypatch.setattr(sampler_module, "available_mib", lambda: 300.0)
-    project = make_project(tmp_path, faults=["hang@2"], seeds=[2301, 2302, 2303])
-    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
-    argv = probe_argv("probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i",
-                      "--request-timeout", "60")
-
-    def kill_the_server_on_request_2():
-        records = tmp_path / "evidence" / "sim"
-        assert wait_for(lambda: any(records.glob("*/requests.json")), 60)
-        time.sleep(0.5)  # request 2 hangs in the server
-        for pid, cmdline in processes_with(f"--port {port}"):
-            if "omniprobe.sim serve" in cmdline:
-                os.kill(pid, signal.SIGKILL)
-
-    killer = threading.Thread(target=kill_the_server_on_request_2)
-    killer.start()
-    code, out = in_process(project, argv)
-    killer.join()
+    project, argv, code, out = _serve_with_the_server_killed_at_request_2(tmp_path, port,
+                                                                          monkeypatch)
     assert code == 0, out  # every cell measured: the host's RAM is an answer
     [folder] = (project.evidence_dir / "sim").iterdir()
     attempt, _ = load_attempt(folder)

@@ -89,6 +89,16 @@ def test_the_opening_lines_hold_the_seeds_answer(repo):
     ]
 
 
+
+def the_shrunk_cache_fits(repo_copy) -> None:
+    """The evidence edited so the offline runs that shrink the cache (fp8_v) fit."""
+    def cache_fits(data):
+        for o in data["offline"]:
+            if o["kwarg_set"].startswith("offline-fp8v"):
+                o.update(outcome="ok", quality="sound")
+                o.pop("oom", None)
+    edit(repo_copy, "evidence/rtx3090/seed-3090-3-offline/offline.json", cache_fits)
+
 def test_the_opening_lines_are_computed_from_the_evidence(repo_copy):
     before = render_report(repo_copy)
 
@@ -111,12 +121,7 @@ def test_the_opening_lines_are_computed_from_the_evidence(repo_copy):
     assert "not the conditioning KV (0.41–0.7 GiB per reference;" in render_report(repo_copy)
 
     # With no run that shrinks the cache and still fails, nothing excludes the KV any more.
-    def cache_fits(data):
-        for o in data["offline"]:
-            if o["kwarg_set"].startswith("offline-fp8v"):
-                o.update(outcome="ok", quality="sound")
-                o.pop("oom", None)
-    edit(repo_copy, "evidence/rtx3090/seed-3090-3-offline/offline.json", cache_fits)
+    the_shrunk_cache_fits(repo_copy)
     text = render_report(repo_copy)
     lines = opening(text, "RTX 3090")
     assert "not the conditioning KV" not in lines[0]
@@ -643,12 +648,7 @@ def test_a_knob_that_never_reached_the_model_joins_its_base(flag_sets, unreached
 def test_a_cache_too_small_for_the_failing_ask_is_not_what_binds(repo_copy):
     """With no run that shrinks the cache, the KV is still excluded when the target count's
     references together grow the peak by less than the ask that fails."""
-    def cache_fits(data):
-        for o in data["offline"]:
-            if o["kwarg_set"].startswith("offline-fp8v"):
-                o.update(outcome="ok", quality="sound")
-                o.pop("oom", None)
-    edit(repo_copy, "evidence/rtx3090/seed-3090-3-offline/offline.json", cache_fits)
+    the_shrunk_cache_fits(repo_copy)
 
     def lean(data):
         for run in data["runs"]:
