@@ -43,6 +43,15 @@ def _memory_controller(root: Path) -> None:
         raise HostRamUnavailable(f"host RAM cannot be capped: {root} has no memory controller")
 
 
+def _delegate_memory(root: Path) -> None:
+    """Children of `root` get memory.max only where its subtree_control lists the controller
+    (a fresh machine's root often does not); the kernel refuses it on a non-root cgroup that
+    holds processes, and that refusal is the OSError the caller reports."""
+    control = root / "cgroup.subtree_control"
+    if control.exists() and "memory" not in control.read_text().split():
+        control.write_text("+memory\n")
+
+
 def require_host_ram_cap(root: Path | None = None) -> None:
     """HostRamUnavailable unless a cgroup can cap host RAM here: asked before a run starts."""
     _memory_controller(root or cgroup_root())
@@ -59,6 +68,7 @@ class HostRamCap:
         _memory_controller(root)
         folder = root / name
         try:
+            _delegate_memory(root)
             folder.mkdir()
             (folder / "memory.max").write_text(f"{cap_mib * MIB}\n")
             if (folder / "memory.swap.max").exists():
