@@ -7,11 +7,13 @@ import hashlib
 import io
 import json
 import tarfile
+from dataclasses import replace
 
 import pytest
 
 from omniprobe.analysis.diffusers_capacity import (
     CapacityCell,
+    HostRam,
     KvMeasure,
     MinCap,
     ProfileRun,
@@ -89,6 +91,38 @@ def run(profile: str, cap_gib: int, cells: dict[int, tuple[str, float, bool]]) -
 ])
 def test_the_cards_verdict_is_capacity_only_and_follows_the_evidence(runs, verdict, fits):
     capacity = card_capacity("h", runs, 16 * GIB, 4)
+    assert capacity.verdict == verdict and [f.profile for f in capacity.fits] == fits
+
+
+def held(run_: ProfileRun, cap_gib: int | None, peak_gib: float | None,
+         killed: bool = False, init: str = "ready") -> ProfileRun:
+    return replace(run_, host_ram=HostRam(cap_gib and cap_gib * GIB,
+                                          peak_gib and peak_gib * GIB, killed),
+                   init_outcome=init)
+
+
+FITS_4 = {4: ("ok", 11958, False)}
+
+
+@pytest.mark.parametrize(("runs", "host_ram_gib", "verdict", "fits"), [
+    # The seed's 5080 host has 30 GiB. The H200's uncapped runner held 42 GiB: the GPU fit says
+    # nothing of the card's host.
+    ([held(run("nokv", 16, FITS_4), None, 42.3)], 30, "fits the GPU only", []),
+    # Under a 30 GiB cgroup, or holding no more than 30 GiB, the fit is the card's.
+    ([held(run("nokv", 16, FITS_4), 30, 29.9)], 30, "fits", ["nokv"]),
+    ([held(run("nokv", 16, FITS_4), None, 28.0)], 30, "fits", ["nokv"]),
+    # A cap larger than the host's says nothing of it either.
+    ([held(run("nokv", 16, FITS_4), 32, 31.0)], 30, "fits the GPU only", []),
+    # Killed at the host's RAM while building: it fit nothing, and that is an answer.
+    ([held(run("leaf", 16, {}), 30, 30.0, killed=True, init="init-error")], 30,
+     "does not fit", []),
+    ([held(run("leaf", 16, {}), 30, 30.0, killed=True, init="init-error"),
+      held(run("nokv", 16, FITS_4), None, 42.3)], 30, "fits the GPU only", []),
+    # Where the host's RAM is not stated, the GPU's fit is the verdict (the report says so).
+    ([held(run("nokv", 16, FITS_4), None, 42.3)], None, "fits", ["nokv"]),
+])
+def test_a_card_whose_host_ram_is_stated_fits_only_within_it(runs, host_ram_gib, verdict, fits):
+    capacity = card_capacity("h", runs, 16 * GIB, 4, host_ram_gib and host_ram_gib * GIB)
     assert capacity.verdict == verdict and [f.profile for f in capacity.fits] == fits
 
 

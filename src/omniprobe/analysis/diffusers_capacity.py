@@ -3,7 +3,9 @@ counts fit, at what peak, and the OOM of those that did not; the smallest swept 
 each count; and the conditioning KV cache, measured in bytes, beside what the architecture implies.
 
 Random-weight evidence counts for capacity only: a cell fits when every request of it is ok and
-no emulation breach was recorded; no output structure, PSNR or speed is read from it.
+no emulation breach was recorded; no output structure, PSNR or speed is read from it. A card whose
+host's RAM is stated fits only where the run held no more host memory than that host has: under a
+cgroup cap no larger, or within it by the runner's own peak.
 """
 
 from __future__ import annotations
@@ -31,6 +33,21 @@ class CapacityCell:
 
 
 @dataclass(frozen=True)
+class HostRam:
+    """What a profile run's runners held in host memory, and under what cap."""
+
+    cap_mib: int | None = None  # the cgroup's memory.max; None: host RAM was not emulated
+    peak_mib: float | None = None  # the most held: runner peak RSS or the cgroup's peak
+    killed: bool = False  # the kernel killed a runner at the cap (a failure the host's)
+
+    def within(self, host_ram_mib: int) -> bool:
+        """The run says something of a host with `host_ram_mib`: it ran under a cap no larger,
+        or held no more than that."""
+        return ((self.cap_mib is not None and self.cap_mib <= host_ram_mib)
+                or (self.peak_mib is not None and self.peak_mib <= host_ram_mib))
+
+
+@dataclass(frozen=True)
 class ProfileRun:
     host: str
     cap_mib: int | None
@@ -38,6 +55,7 @@ class ProfileRun:
     attempt: str
     cells: tuple[CapacityCell, ...]
     init_outcome: str  # "ready", or how the build ended
+    host_ram: HostRam = HostRam()
 
     def cell(self, refs: int) -> CapacityCell | None:
         return next((c for c in self.cells if c.reference_count == refs), None)
@@ -73,11 +91,22 @@ def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[Profile
         by_refs: dict[int, list[OfflineRequest]] = {}
         for record in mine:
             by_refs.setdefault(fixtures.get(record.fixture).reference_count, []).append(record)
-        failed = [r for r in attempt.offline if r.kwarg_set == name and r.fixture is None]
+        rows = [r for r in attempt.offline if r.kwarg_set == name]
+        failed = [r for r in rows if r.fixture is None]
         runs.append(ProfileRun(attempt.host, cap, name, attempt.id,
                                tuple(_cell(n, by_refs[n]) for n in sorted(by_refs)),
-                               failed[-1].outcome if failed else "ready"))
+                               failed[-1].outcome if failed else "ready",
+                               _host_ram(rows, mine)))
     return runs
+
+
+def _host_ram(rows: list, records: list[OfflineRequest]) -> HostRam:
+    checks = [h for row in rows for h in row.host_ram]
+    held = [r.max_rss_mib for r in records if r.max_rss_mib is not None]
+    held += [h.peak_mib for h in checks if h.peak_mib is not None]
+    causes = [x.cause for x in [*rows, *records] if x.cause is not None]
+    return HostRam(max((h.cap_mib for h in checks), default=None), max(held, default=None),
+                   any(h.oom_kills for h in checks) or any(c.kind == "host" for c in causes))
 
 
 def host_runs(host: str, evidence: Evidence, fixtures: FixtureSuite) -> list[ProfileRun]:
@@ -206,13 +235,14 @@ def kv_per_reference(measures: list[KvMeasure]) -> list[KvPerReference]:
 
 # --- the card's verdict, capacity only -------------------------------------------------------
 
-CardVerdict = str  # "fits", "does not fit", "not measured"
+CardVerdict = str  # "fits", "fits the GPU only", "does not fit", "not measured"
 
 
 @dataclass(frozen=True)
 class Fit:
     profile: str
     peak_mib: float | None
+    host_ram_peak_mib: float | None = None
 
 
 @dataclass(frozen=True)
@@ -226,17 +256,24 @@ class CardCapacity:
     verdict: CardVerdict
     fits: tuple[Fit, ...]
     largest_fit: dict[str, int]  # profile -> the most references it fit at this cap (-1: none)
+    gpu_only: tuple[Fit, ...] = ()  # fit the GPU cap, holding more host RAM than the host has
+    host_ram_mib: int | None = None
 
 
-def card_capacity(host: str, runs: list[ProfileRun], cap_mib: int | None,
-                  target: int) -> CardCapacity:
+def card_capacity(host: str, runs: list[ProfileRun], cap_mib: int | None, target: int,
+                  host_ram_mib: int | None = None) -> CardCapacity:
     """The rule: at the card's own cap, a profile fits the target when its target-count cell
-    fits; the card fits when some profile does, and is not measured when no profile asked for
-    the target count."""
+    fits and, where the card's host RAM is stated (`host_ram_mib`), its run stayed within it; the
+    card fits when some profile does. A profile that built nothing (the build failed, the kernel
+    killed it at the host's RAM) fits no count. Not measured: no profile asked for the target."""
     mine = [r for r in runs if r.cap_mib == cap_mib]
-    fits = tuple(Fit(r.profile, r.cell(target).peak_mib) for r in mine
-                 if r.cell(target) is not None and r.cell(target).fits)
-    asked = any(r.cell(target) is not None for r in mine)
-    verdict = "fits" if fits else ("does not fit" if asked else "not measured")
+    gpu_fits = [(r, Fit(r.profile, r.cell(target).peak_mib, r.host_ram.peak_mib)) for r in mine
+                if r.cell(target) is not None and r.cell(target).fits]
+    fits = tuple(f for r, f in gpu_fits if host_ram_mib is None or r.host_ram.within(host_ram_mib))
+    gpu_only = tuple(f for _, f in gpu_fits if f not in fits)
+    asked = any(r.cell(target) is not None or r.init_outcome != "ready" for r in mine)
+    verdict = ("fits" if fits else "fits the GPU only" if gpu_only
+               else "does not fit" if asked else "not measured")
     return CardCapacity(host, cap_mib, target, verdict, fits,
-                        {r.profile: max(r.fitting, default=-1) for r in mine})
+                        {r.profile: max(r.fitting, default=-1) for r in mine}, gpu_only,
+                        host_ram_mib)

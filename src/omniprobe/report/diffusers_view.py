@@ -168,6 +168,13 @@ def verdict_text(capacity: CardCapacity) -> str:
                                                if f.peak_mib is not None else "")
                           for f in capacity.fits)
         return f"{target} references **fit** under {under}"
+    if capacity.verdict == "fits the GPU only":
+        under = ", ".join(f"`{f.profile}`" + (f" (held {f.host_ram_peak_mib / 1024:.1f} GiB)"
+                                               if f.host_ram_peak_mib is not None else "")
+                          for f in capacity.gpu_only)
+        return (f"{target} references fit the GPU under {under}, but **not the card's host**: "
+                f"every such run held more host RAM than its {_gib(capacity.host_ram_mib)} GiB, "
+                "or was not measured against it")
     if capacity.verdict == "does not fit":
         return f"{target} references fit under **no** profile measured"
     return f"{target} references not measured yet"
@@ -274,6 +281,13 @@ def seed_ceilings(loaded: Loaded, views: list[DiffusersHostView], runs_by_host: 
     return out
 
 
+def _host_ram_mib(card, emulation) -> int | None:
+    """The card's host's RAM (MiB): the real host's stated figure, else the emulation's."""
+    gib = (card.host_ram_gib if card is not None and card.host_ram_gib is not None
+           else emulation.host_ram_gib if emulation is not None else None)
+    return None if gib is None else round(gib * 1024)
+
+
 def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     """The section, or None where hosts.toml has no Diffusers host; `root`: the project's, where
     the committed model configs are."""
@@ -302,7 +316,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         built = next((row.build for a in mine for row in a.offline if row.build), None)
         emulation = host.emulation
         card = hosts.host(emulation.emulates) if emulation and emulation.emulates else None
-        capacity = card_capacity(key, runs, cap, target)
+        capacity = card_capacity(key, runs, cap, target, _host_ram_mib(card, emulation))
         rss = max((r.max_rss_mib for a in mine for r in a.offline_requests
                    if r.max_rss_mib is not None), default=None)
         views.append(DiffusersHostView(
