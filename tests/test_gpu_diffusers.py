@@ -66,8 +66,13 @@ def test_under_a_16_gib_cap_the_random_weight_model_builds_fits_0_refs_ooms_at_4
     assert oom[1].peak_mib == pytest.approx(oom[0].peak_mib, rel=0.01)
     [row, *_] = attempt.offline
     timeline = row.timelines[0]
-    assert timeline.emulation is not None and timeline.emulation.breach is None
-    assert timeline.emulation.capped and row.build.build_peak_mib < CAP_MIB
+    assert timeline.emulation is not None and timeline.emulation.capped
+    # The fraction caps torch's pool at the cap less the CUDA context measured at startup; the
+    # context grows as kernels load lazily, so an over-cap request can take the tree past the cap
+    # (on the H200: 16,512 MiB, 128 MiB over, in the second OOM). Before it, nothing did.
+    breach = timeline.emulation.breach
+    assert breach is None or breach.t_s >= oom[0].started_s, breach
+    assert row.build.build_peak_mib < CAP_MIB
 
 
 def test_the_5080s_host_ram_cap_stops_leaf_offload_that_pins_the_whole_model(tmp_path,

@@ -34,6 +34,9 @@ DECISIONS = [
      f"new: old was made by omniprobe 0.0.1, this is {__version__}"),
     (attempt(HERE.model_copy(update={"served": ServedModel(model="/m", source="by_hand")})),
      False, False, "new: old served another model (/m, this one Qwen/Qwen-Image-2.1)"),
+    # An attempt under the emulated host's RAM cap is never resumed by one without it.
+    (attempt(HERE.model_copy(update={"host_ram_cap_mib": 30720})), False, False,
+     "new: old ran with host RAM capped at 30,720 MiB, this one not capped"),
     (attempt(None), False, False,
      "new: old does not record its environment (made before attempts did)"),
     (attempt(None, kind="transcribed"), False, False, "new: old is transcribed, never resumed"),

@@ -260,6 +260,11 @@ def resume_decision(newest: Attempt | None, environment: AttemptEnvironment, *,
     if newest.environment.served != environment.served:
         return False, (f"new: {newest.id} served another model ({newest.environment.served.model}, "
                        f"this one {environment.served.model})")
+    if newest.environment.host_ram_cap_mib != environment.host_ram_cap_mib:
+        held = lambda mib: "not capped" if mib is None else f"capped at {mib:,} MiB"  # noqa: E731
+        return False, (f"new: {newest.id} ran with host RAM "
+                       f"{held(newest.environment.host_ram_cap_mib)}, this one "
+                       f"{held(environment.host_ram_cap_mib)}")
     if complete:
         return True, f"complete: {newest.id} holds every cell asked for"
     return True, f"resumed: {newest.id} is incomplete, made in this environment"

@@ -155,6 +155,9 @@ class AttemptEnvironment(_In):
     allocator_variable: str | None = Field(
         default=None, description="The allocator variable the env's torch reads, where a "
                                   "profile sets one.")
+    host_ram_cap_mib: int | None = Field(
+        default=None, gt=0, description="The emulated host RAM its runners ran under (a cgroup's "
+                                        "memory.max); null: host RAM was not emulated.")
 
 
 class Attempt(_In):

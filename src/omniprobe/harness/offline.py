@@ -652,7 +652,7 @@ class AllocatorUnknown(EnvironmentFailure):
 
 
 def offline_environment(ctx: Context, options: OfflineOptions, command: list[str],
-                        configs, entries: list[OfflineEntry], *,
+                        configs, entries: list[OfflineEntry], *, host_ram_mib: int | None = None,
                         nvml=None) -> tuple[AttemptEnvironment, dict]:
     """The environment an offline attempt runs in and the model its runner is given, recorded so
     a resume continues only in the same one; and the runner's facts (empty unless it runs on the
@@ -686,7 +686,7 @@ def offline_environment(ctx: Context, options: OfflineOptions, command: list[str
             raise AllocatorUnknown(f"the runner's Python {command[0]}: {check.detail}")
         variable = check.actual
     return AttemptEnvironment(digest=digest, served=served, packages=packages,
-                              allocator_variable=variable), facts
+                              allocator_variable=variable, host_ram_cap_mib=host_ram_mib), facts
 
 
 class SnapshotMissing(Refusal):
@@ -730,7 +730,8 @@ class OfflineSession(Session):
         self.runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
                                      nvml=self.nvml, out=ctx.out)
         self.environment, _ = offline_environment(ctx, self.options, self.runner, configs,
-                                                   self.entries, nvml=self.nvml)
+                                                   self.entries, nvml=self.nvml,
+                                                   host_ram_mib=settings.host_ram_mib)
         if self.environment.served.source == "pinned":  # the runner loads the snapshot folder
             self.settings = replace(self.settings, model=self.environment.served.model)
         for entry in self.entries:  # a profile's allocator variable is the runner's torch's
