@@ -110,13 +110,15 @@ def _host_ram(rows: list, records: list[OfflineRequest]) -> HostRam:
 
 
 def host_runs(host: str, evidence: Evidence, fixtures: FixtureSuite) -> list[ProfileRun]:
-    """Every profile run of a Diffusers host; where a cap and profile ran in several attempts, the
-    newest speaks for them, as a re-run supersedes."""
-    newest: dict[tuple[int | None, str], ProfileRun] = {}
+    """Every profile run of a Diffusers host; where a cap and profile ran in several attempts
+    under the same host RAM, the newest speaks for them, as a re-run supersedes (a run under a
+    host RAM cap answers another question than one without, so both stay)."""
+    newest: dict[tuple[int | None, str, int | None], ProfileRun] = {}
     for attempt in sorted(evidence.for_host(host, include_emulated=True), key=lambda a: a.id):
         for run in profile_runs(attempt, fixtures):
-            newest[run.cap_mib, run.profile] = run
-    return sorted(newest.values(), key=lambda r: (r.cap_mib or 0, r.profile))
+            newest[run.cap_mib, run.profile, run.host_ram.cap_mib] = run
+    return sorted(newest.values(),
+                  key=lambda r: (r.cap_mib or 0, r.host_ram.cap_mib or 0, r.profile))
 
 
 # --- the smallest card per profile ------------------------------------------------------------

@@ -12,6 +12,7 @@ from omniprobe.analysis.diffusers_capacity import (
     CapacityCell,
     CardCapacity,
     KvPerReference,
+    ProfileRun,
     architecture_bytes_per_token,
     card_capacity,
     host_runs,
@@ -56,6 +57,7 @@ class ProfileRow:
 class CapTable:
     cap_gib: str | None  # None: not capped (the CPU host)
     rows: list[ProfileRow]
+    host_ram_gib: str | None = None  # the host RAM cap its runs ran under; None: not emulated
 
 
 @dataclass(frozen=True)
@@ -281,6 +283,16 @@ def seed_ceilings(loaded: Loaded, views: list[DiffusersHostView], runs_by_host: 
     return out
 
 
+def build_note(run: ProfileRun) -> str:
+    """How a profile's build ended where it did not: a kill at the host's RAM says so."""
+    if run.init_outcome == "ready":
+        return ""
+    if run.host_ram.killed and run.host_ram.cap_mib is not None:
+        return (f"build: the kernel killed the runner at the {_gib(run.host_ram.cap_mib)} GiB "
+                "host RAM cap")
+    return f"build: {run.init_outcome}"
+
+
 def _host_ram_mib(card, emulation) -> int | None:
     """The card's host's RAM (MiB): the real host's stated figure, else the emulation's."""
     gib = (card.host_ram_gib if card is not None and card.host_ram_gib is not None
@@ -307,12 +319,13 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         attempts.extend(mine)
         cap = hosts.emulated_cap_mib(key)
         tables = []
-        for run_cap in sorted({r.cap_mib for r in runs}, key=lambda c: c or 0):
+        for run_cap, ram_cap in dict.fromkeys((r.cap_mib, r.host_ram.cap_mib) for r in runs):
             rows = [ProfileRow(r.profile, hosts.diffusers_profiles[r.profile].description,
                                [cell_text(r.cell(n)) for n in range(target + 1)],
-                               "" if r.init_outcome == "ready" else f"build: {r.init_outcome}")
-                    for r in runs if r.cap_mib == run_cap]
-            tables.append(CapTable(_gib(run_cap) if run_cap else None, rows))
+                               build_note(r))
+                    for r in runs if (r.cap_mib, r.host_ram.cap_mib) == (run_cap, ram_cap)]
+            tables.append(CapTable(_gib(run_cap) if run_cap else None, rows,
+                                   _gib(ram_cap) if ram_cap else None))
         built = next((row.build for a in mine for row in a.offline if row.build), None)
         emulation = host.emulation
         card = hosts.host(emulation.emulates) if emulation and emulation.emulates else None
