@@ -282,3 +282,34 @@ def test_no_cgroup_to_cap_host_ram_is_the_machines_failure_named(tmp_path, contr
         (tmp_path / "cgroup.controllers").write_text(controllers)
     with pytest.raises(EnvironmentFailure, match=words):
         require_host_ram_cap(tmp_path)
+
+
+@pytest.mark.parametrize(("runs", "host_ram_gib", "words"), [
+    # The emulated 5080: its profiles killed under the 30 GiB cap, and what they held without it.
+    ([held(run("leaf", 16, {}), 30, 30.0, killed=True, init="init-error"),
+      held(run("nokv", 16, FITS_4), None, 42.3)], 30,
+     "host RAM capped at 30 GiB by a cgroup in 1 profile run(s), 1 of them killed at the cap "
+     "(zram not emulated); without a host RAM cap the runner held up to 42.3 GiB of host RAM, "
+     "**more than** the real card's host's 30 GiB"),
+    ([held(run("nokv", 16, FITS_4), None, 28.0)], 30,
+     "host RAM not emulated: the runner held up to 28.0 GiB of host RAM, within the real card's "
+     "host's 30 GiB"),
+    ([held(run("nokv", 24, FITS_4), None, 42.3)], None,
+     "host RAM not emulated: the runner held up to 42.3 GiB of host RAM, and the card's host RAM "
+     "is not stated"),
+])
+def test_the_host_ram_line_says_what_was_capped_killed_and_held(runs, host_ram_gib, words):
+    from omniprobe.report.diffusers_view import host_ram_text
+
+    assert host_ram_text(runs, host_ram_gib, None) == words
+
+
+def test_a_build_killed_at_the_host_ram_cap_answers_for_the_host_not_the_gpu():
+    from omniprobe.analysis.diffusers_capacity import gpu_runs
+    from omniprobe.report.diffusers_view import build_note
+
+    killed = held(run("leaf", 16, {}), 30, 30.0, killed=True, init="init-error")
+    oom_at_build = held(run("block", 16, {}), None, 20.0, init="init-oom")
+    assert build_note(killed) == "build: the kernel killed the runner at the 30 GiB host RAM cap"
+    assert build_note(oom_at_build) == "build: init-oom"
+    assert gpu_runs([killed, oom_at_build]) == [oom_at_build]

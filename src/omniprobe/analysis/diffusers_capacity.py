@@ -124,6 +124,12 @@ def host_runs(host: str, evidence: Evidence, fixtures: FixtureSuite) -> list[Pro
 # --- the smallest card per profile ------------------------------------------------------------
 
 
+def gpu_runs(runs: list[ProfileRun]) -> list[ProfileRun]:
+    """The runs that say something of the GPU's memory: a run the kernel killed at the host's
+    RAM before any request measured anything answers for the host, not the card."""
+    return [r for r in runs if r.cells or not r.host_ram.killed]
+
+
 @dataclass(frozen=True)
 class MinCap:
     """The smallest swept cap at which a reference count fits, as precise as the sweep allows:

@@ -15,6 +15,7 @@ from omniprobe.analysis.diffusers_capacity import (
     ProfileRun,
     architecture_bytes_per_token,
     card_capacity,
+    gpu_runs,
     host_runs,
     kv_measures,
     kv_per_reference,
@@ -175,29 +176,37 @@ def verdict_text(capacity: CardCapacity) -> str:
                                                if f.host_ram_peak_mib is not None else "")
                           for f in capacity.gpu_only)
         return (f"{target} references fit the GPU under {under}, but **not the card's host**: "
-                f"every such run held more host RAM than its {_gib(capacity.host_ram_mib)} GiB, "
-                "or was not measured against it")
+                f"each such run held more RAM than the host's {_gib(capacity.host_ram_mib)} GiB, "
+                "or did not record what it held")
     if capacity.verdict == "does not fit":
         return f"{target} references fit under **no** profile measured"
     return f"{target} references not measured yet"
 
 
-def host_ram_text(runs_rss_mib: float | None, host_ram_gib: float | None, note: str | None,
-                  checks: list | None = None) -> str:
-    """What the runner held in host memory beside the emulated card's host: capped by a cgroup
-    where the evidence records one, else not emulated (the H200's host held what offload moved)."""
-    held = (f"the runner held up to {runs_rss_mib / 1024:.1f} GiB of host RAM"
-            if runs_rss_mib is not None else "the runner's host RAM was not recorded")
-    if checks:
-        kills = sum(c.oom_kills for c in checks)
-        return (f"host RAM capped at {checks[0].cap_mib / 1024:g} GiB by a cgroup ({held}; "
-                f"{kills} process(es) killed at the cap; zram not emulated)")
-    if host_ram_gib is None:
-        return f"host RAM not emulated: {held}, and the card's host RAM is not stated"
-    over = runs_rss_mib is not None and runs_rss_mib / 1024 > host_ram_gib
-    return (f"host RAM not emulated: {held}, "
-            + ("**more than**" if over else "within") + f" the real card's host's "
-            f"{note or f'{host_ram_gib:g} GiB'}")
+def host_ram_text(runs: list[ProfileRun], host_ram_gib: float | None, note: str | None) -> str:
+    """What the runs held in host memory beside the emulated card's host: the runs under a
+    cgroup cap and the kills at it, and what the runs without one held (the H200's host held what
+    offload moved) against the real card's host's RAM where it is stated."""
+    capped = [r for r in runs if r.host_ram.cap_mib is not None]
+    free = [r.host_ram.peak_mib for r in runs
+            if r.host_ram.cap_mib is None and r.host_ram.peak_mib is not None]
+    parts = []
+    if capped:
+        killed = sum(r.host_ram.killed for r in capped)
+        parts.append(f"host RAM capped at {_gib(capped[0].host_ram.cap_mib)} GiB by a cgroup in "
+                     f"{len(capped)} profile run(s), {killed} of them killed at the cap (zram not "
+                     "emulated)")
+    if free or not capped:
+        held = (f"the runner held up to {max(free) / 1024:.1f} GiB of host RAM" if free
+                else "the runner's host RAM was not recorded")
+        lead = "without a host RAM cap " if capped else "host RAM not emulated: "
+        if host_ram_gib is None:
+            parts.append(f"{lead}{held}, and the card's host RAM is not stated")
+        else:
+            over = bool(free) and max(free) / 1024 > host_ram_gib
+            parts.append(f"{lead}{held}, " + ("**more than**" if over else "within")
+                         + f" the real card's host's {note or f'{host_ram_gib:g} GiB'}")
+    return "; ".join(parts)
 
 
 def _figure(evidence: Evidence, key: str) -> StatedFigure | None:
@@ -268,9 +277,6 @@ def seed_ceilings(loaded: Loaded, views: list[DiffusersHostView], runs_by_host: 
         fitting = max(run.fitting, default=-1)
         cell = run.cell(fitting) if fitting >= 0 else None
         profile = loaded.hosts.diffusers_profiles[run.profile]
-        rss = max((r.max_rss_mib for a in loaded.evidence.for_host(view.key, include_emulated=True)
-                   for r in a.offline_requests if r.kwarg_set == run.profile
-                   and r.max_rss_mib is not None), default=None)
         card = loaded.hosts.host(card_key)
         out.append(SeedCeiling(view.emulates or card_key, run.profile, int(stated.value),
                                stated.statement, fitting, cell.peak_mib if cell else None, [
@@ -279,7 +285,7 @@ def seed_ceilings(loaded: Loaded, views: list[DiffusersHostView], runs_by_host: 
             f"steps: {profile.steps} here, chosen by omniprobe; the seed does not state B2g's",
             f"offload: {profile.offload} here, chosen by omniprobe; the seed's load path is the one "
             "its verdict for the card names",
-            host_ram_text(rss, card.host_ram_gib, card.host_ram_note)]))
+            host_ram_text(runs, card.host_ram_gib, card.host_ram_note)]))
     return out
 
 
@@ -330,16 +336,13 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         emulation = host.emulation
         card = hosts.host(emulation.emulates) if emulation and emulation.emulates else None
         capacity = card_capacity(key, runs, cap, target, _host_ram_mib(card, emulation))
-        rss = max((r.max_rss_mib for a in mine for r in a.offline_requests
-                   if r.max_rss_mib is not None), default=None)
         views.append(DiffusersHostView(
             key, host, card.name if card else None, capacity, tables,
             built.parameters_b if built else {}, [a.id for a in mine], emulation is not None,
             [ProfileFit(r.profile, r.fitting, tuple(c.reference_count for c in r.cells))
              for r in runs], verdict_text(capacity), f"{_gib(cap)} GiB" if cap else "",
-            host_ram_text(rss, card.host_ram_gib if card else None,
-                          card.host_ram_note if card else None,
-                          [h for a in mine for row in a.offline for h in row.host_ram])))
+            host_ram_text(runs, card.host_ram_gib if card else None,
+                          card.host_ram_note if card else None)))
     full = [v for v in views if v.emulated]
     resolutions = {name: p.output_resolution or 1024
                    for name, p in hosts.diffusers_profiles.items()}
@@ -358,7 +361,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     steps = sorted({r.num_inference_steps for a in attempts for r in a.offline_requests
                     if r.num_inference_steps is not None})
     columns = list(range(target + 1))
-    sweep = []
+    sweep, all_runs = [], gpu_runs(all_runs)
     for profile in hosts.diffusers_profiles:
         caps = sorted({r.cap_mib for r in all_runs if r.profile == profile and r.cap_mib})
         if caps:
