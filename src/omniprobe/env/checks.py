@@ -480,7 +480,10 @@ def contract_warnings(verification: Verification) -> list[str]:
 
 
 def _pipelines(cfg: HostsConfig, host: Host) -> list[str]:
-    return sorted({cfg.diffusers_profiles[p].pipeline for p in host.diffusers_profiles})
+    """The pipelines of the profiles the host runs; of every profile where it runs none."""
+    profiles = [cfg.diffusers_profiles[p] for p in host.diffusers_profiles] or list(
+        cfg.diffusers_profiles.values())
+    return sorted({profile.pipeline for profile in profiles})
 
 
 def pipeline_check(cfg: HostsConfig, host: Host, paths: EnvPaths, runner: Runner) -> EnvCheck:
@@ -488,7 +491,7 @@ def pipeline_check(cfg: HostsConfig, host: Host, paths: EnvPaths, runner: Runner
     every profile the host runs (diffusers 0.40.0, vLLM-Omni 0.30.0's, has none)."""
     names = _pipelines(cfg, host)
     if not names:
-        return _check("diffusers.pipeline", "skip", "the host runs no Diffusers profile")
+        return _check("diffusers.pipeline", "skip", "hosts.toml has no Diffusers profile")
     if not paths.python.exists():
         return _check("diffusers.pipeline", "fail", f"no interpreter at {paths.python}",
                       ", ".join(names))
