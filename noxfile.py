@@ -169,9 +169,10 @@ def probe_offline(session: nox.Session) -> None:
 
 @nox.session(name="probe-baseline")
 def probe_baseline(session: nox.Session) -> None:
-    """Re-seal the seed's Diffusers baseline on a Diffusers host; its images land where quality reads them."""
+    """Re-seal the seed's Diffusers baseline on a Diffusers host, in its own baseline env (built,
+    or only verified, first: hosts.toml [baseline_env]); its images land where quality reads them."""
     _install(session)
-    session.run("omniprobe", "probe-baseline", *_args(session), env=INVOCATION,
+    session.run("omniprobe", "probe-baseline", "--build-env", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
 
 

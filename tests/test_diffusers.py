@@ -74,7 +74,8 @@ def stand_in_cgroups(tmp_path, monkeypatch):
 
 def add_tiny_host(project, name: str, *, weights: str = "random", tables: str = "",
                   gpu: str = "none (the CPU)", cc: str = "0.0", vram_gb: int = 1) -> None:
-    """Another host of the tiny model's profile, in the project's hosts.toml."""
+    """Another host of the tiny model's profile, in the project's hosts.toml, its runner on the
+    probe's own Python."""
     configs = 'configs = "models/qwen-image-2.1/tiny"\n' if weights == "random" else ""
     with open(project.hosts_file, "a") as handle:
         handle.write(f'''
@@ -90,6 +91,7 @@ diffusers_profiles = ["tiny-cpu"]
 offline_command = ["{{python}}", "{{runner}}"]
 [hosts.{name}.diffusers]
 weights = "{weights}"
+runner_env = "own"
 {configs}{textwrap.dedent(tables)}''')
 
 
@@ -260,11 +262,18 @@ def test_probe_baseline_lays_out_its_images_and_quality_refuses_random_weights_b
     code, out = offline(project, "--profile", "tiny-cpu", "--fixture", "standin-t2i",
                         "--fixture", "standin-single")
     assert code == 0, out
+    # As the nox session runs it: --build-env builds nothing for a runner on the machine's Python.
     args = build_parser().parse_args(["probe-baseline", "--host", HOST, "--profile", "tiny-cpu",
-                                "--fixture", "standin-t2i", "--fixture", "standin-single"])
+                                      "--fixture", "standin-t2i", "--fixture", "standin-single",
+                                      "--build-env"])
     said = io.StringIO()
-    assert run_baseline(project, offline_options(args), command=["omniprobe"], out=said) == 0
+    assert run_baseline(project, offline_options(args), command=["omniprobe"], out=said,
+                        build_env=args.build_env) == 0
+    assert "baseline env" not in said.getvalue()
     _, [attempt] = attempts(project)
+    # The record says no built env ran (the machine's own Python) and what that Python holds.
+    assert attempt.meta.environment.env is None
+    assert attempt.meta.environment.packages["diffusers"] == "0.42.1"
     folder = project.artifacts_dir / HOST / attempt.id / "baseline"
     assert sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*.png")) == [
         "standin-single/2301.png", "standin-t2i/2301.png"]

@@ -238,7 +238,7 @@ def test_a_real_host_needs_its_built_env(project, tmp_path_factory, monkeypatch)
     cfg = load_hosts(project.hosts_file)
     with pytest.raises(EnvError, match=r"env\.stamp"):
         runner_command(cfg, project, "rtx3090")
-    assert runner_command(cfg, project, "sim")[:4] == [sys.executable, "-m", "omniprobe.sim",
+    assert runner_command(cfg, project, "sim").argv[:4] == [sys.executable, "-m", "omniprobe.sim",
                                                         "offline"]
 
 

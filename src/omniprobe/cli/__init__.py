@@ -197,6 +197,7 @@ def _quality(args: argparse.Namespace) -> int:
 
 def _env_command(args: argparse.Namespace) -> list[str]:
     return ["omniprobe", "env", args.env_command, "--host", args.host,
+            *(["--env", args.env] if args.env != "probe" else []),
             *(["--venv", args.venv] if args.venv else [])]
 
 
@@ -222,13 +223,16 @@ def _pinned_env(args: argparse.Namespace, project) -> tuple[int, list[str], str 
     from omniprobe.env.checks import failure_lines
 
     if args.dry_run:
-        print(dry_run(project, args.host, venv=args.venv), end="")
+        print(dry_run(project, args.host, venv=args.venv, which=args.env), end="")
         return 0, [], None
     run = build_env if args.env_command == "build" else check_env
-    result = run(args.host, project=project, venv=args.venv, command=_env_command(args))
+    result = run(args.host, project=project, venv=args.venv, command=_env_command(args),
+                 which=args.env)
     print(format_result(result, project), end="")
     problems = failure_lines(result.verification.checks)
-    return (1 if problems else 0), problems, str(result.paths.venv)
+    # The probe sessions run on the probe env's venv; the baseline env is found at its own folder.
+    venv = str(result.paths.venv) if args.env == "probe" else None
+    return (1 if problems else 0), problems, venv
 
 
 def _env(args: argparse.Namespace) -> int:
@@ -340,7 +344,8 @@ def _probe_offline(args: argparse.Namespace) -> int:
 def _probe_baseline(args: argparse.Namespace) -> int:
     from omniprobe.harness.baseline import run_baseline
 
-    return run_baseline(find_project(), offline_options(args), command=args.argv, out=sys.stderr)
+    return run_baseline(find_project(), offline_options(args), command=args.argv, out=sys.stderr,
+                        build_env=args.build_env)
 
 
 def _propagation(args: argparse.Namespace) -> int:
@@ -524,7 +529,11 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         q = env_sub.add_parser(name, help=text)
         q.add_argument("--host", required=True, help="a hosts.toml host")
-        q.add_argument("--venv", help="venv path (default: <[env] root>/envs/<host>)")
+        q.add_argument("--venv", help="venv path (default: <[env] root>/envs/<host>, the "
+                                      "baseline env's <[env] root>/envs/<host>-baseline)")
+        q.add_argument("--env", choices=("probe", "baseline"), default="probe",
+                       help="which env: the probe's ([env], default) or the Diffusers engine's "
+                            "baseline env ([baseline_env]), each with its own venv and manifest")
         if name == "build":
             q.add_argument("--dry-run", action="store_true",
                            help="print the commands a build runs; run nothing")
@@ -570,6 +579,10 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(p, "offline runner", "the snapshot's repo id")
     _offline_selection(p, "the Diffusers profile to re-seal with (default: seed-baseline)",
                        "the profile's seeds")
+    p.add_argument("--build-env", action="store_true",
+                   help="first build (or, when nothing changed, only verify) the host's baseline "
+                        "env, where its runner runs in one (`env build --env baseline`); without "
+                        "it, a baseline env not built is refused")
     p.set_defaults(func=_probe_baseline, kwarg_set=[], caps=None, sample_hz=10.0)
 
     p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "

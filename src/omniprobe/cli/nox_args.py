@@ -34,7 +34,7 @@ ROUTES: dict[str, Route] = {
     "probe-init": Route(("probe-init",)),
     "probe-serve": Route(("probe-serve",)),
     "probe-offline": Route(("probe-offline",)),
-    "probe-baseline": Route(("probe-baseline",)),
+    "probe-baseline": Route(("probe-baseline",), frozenset({"--build-env"})),
     "propagation": Route(("propagation",)),
     "upstream": Route(("upstream", "check")),
 }

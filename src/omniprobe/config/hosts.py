@@ -489,15 +489,19 @@ class ImageChecks(_Input):
         return layout
 
 
-class StepOverride(_Input):
+class PinChoice(_Input):
+    """Who chose something of an install step the seed does not state, and why."""
+
+    chosen_by: Literal["omniprobe"] = Field(
+        description="Who chose it: the seed does not state it.")
+    reason: str = Field(min_length=1, description="Why, for the dry run, manifest and report.")
+
+
+class StepOverride(PinChoice):
     """A step whose pin replaces every other package's requirement on it (uv `--override`), in
     the whole-plan resolution and every install step: where a package's own pin clashes with
     the seed's (vLLM-Omni 0.30.0 requires exactly diffusers==0.40.0; the seed pins a diffusers
     commit beside it)."""
-
-    chosen_by: Literal["omniprobe"] = Field(
-        description="Who chose to override: the seed does not say how it installed the pin.")
-    reason: str = Field(min_length=1, description="Why, for the dry run, manifest and report.")
 
 
 class InstallStep(_Input):
@@ -526,6 +530,10 @@ class InstallStep(_Input):
     override: StepOverride | None = Field(
         default=None, description="This pin overrides every other package's requirement on it "
                                   "(uv --override); null: a clash stops the build.")
+    chosen: PinChoice | None = Field(
+        default=None, description="Who chose this pin, and why, where the seed states none "
+                                  "(every [[baseline_env.install]] step); shown in the dry run "
+                                  "and filed in the env manifest.")
 
     @model_validator(mode="after")
     def _one_source(self) -> InstallStep:
@@ -567,24 +575,34 @@ class EnvChecks(_Input):
     )
 
 
-class EnvConfig(_Input):
-    """How `omniprobe env build` makes each host's probe environment."""
-
-    root: str = Field(
-        default="~/.cache/omniprobe", pattern=r"^[~/]",
-        description="Outside git: venvs go to <root>/envs/<host>, clones to <root>/git. "
-                    "OMNIPROBE_ENV_ROOT overrides it.",
-    )
+class _InstallPlan(_Input):
     install: list[InstallStep] = Field(min_length=1, description="Install steps, in order.")
-    checks: EnvChecks = EnvChecks()
 
     @model_validator(mode="after")
-    def _unique_names(self) -> EnvConfig:
+    def _unique_names(self) -> _InstallPlan:
         names = [step.name for step in self.install]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
             raise ValueError(f"install steps name a package twice: {', '.join(dupes)}")
         return self
+
+
+class EnvConfig(_InstallPlan):
+    """How `omniprobe env build` makes each host's probe environment."""
+
+    root: str = Field(
+        default="~/.cache/omniprobe", pattern=r"^[~/]",
+        description="Outside git: venvs go to <root>/envs/<host> (the baseline env to "
+                    "<root>/envs/<host>-baseline), clones to <root>/git. OMNIPROBE_ENV_ROOT "
+                    "overrides it.",
+    )
+    checks: EnvChecks = EnvChecks()
+
+
+class BaselineEnv(_InstallPlan):
+    """The Diffusers engine's own environment (`omniprobe env build --host NAME --env baseline`),
+    apart from the probe env: vLLM-Omni 0.30.0 requires diffusers==0.40.0, which lacks
+    QwenImage21Pipeline. The seed states none of its pins: each step records who chose it."""
 
 
 class UpstreamPin(_Input):
@@ -612,6 +630,10 @@ class HostsConfig(_Input):
     env: EnvConfig | None = Field(
         default=None, description="The probe environment build; null: not configured."
     )
+    baseline_env: BaselineEnv | None = Field(
+        default=None, description="The Diffusers engine's environment (probe-baseline's, and "
+                                  "probe-offline's on a Diffusers host whose runner_env is "
+                                  "'baseline'); null: not configured.")
     upstream: UpstreamPin | None = Field(
         default=None, description="The registry's upstream the contract checks run against.")
 
@@ -674,8 +696,8 @@ def _toml_loc(loc) -> str:
     parts = [str(p) for p in loc]
     if len(parts) == 3 and parts[2] == "[key]":  # the table's name itself
         return f"[{parts[0]}] name {parts[1]!r}"
-    if len(parts) >= 3 and parts[:2] == ["env", "install"]:
-        item = f"[[env.install]] item {parts[2]}"
+    if len(parts) >= 3 and parts[0] in {"env", "baseline_env"} and parts[1] == "install":
+        item = f"[[{parts[0]}.install]] item {parts[2]}"
         return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
     if len(parts) >= 2 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets",
                                         "diffusers_profiles"}:
@@ -709,7 +731,17 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
                                     f"deploy config {flag_set.deploy_config!r} is not defined "
                                     "under [deploy_configs]"))
     problems.extend(_env_against_stack(cfg, file))
+    problems.extend(_baseline_choices(cfg, file))
     return problems
+
+
+def _baseline_choices(cfg: HostsConfig, file: str) -> list[Problem]:
+    """The seed states no pin of the baseline env, so each one says who chose it and why."""
+    steps = cfg.baseline_env.install if cfg.baseline_env else []
+    return [Problem(file, f"[[baseline_env.install]] item {i} ({step.name}) key 'chosen'",
+                    "the seed states no pin of the baseline env: record who chose it and why, "
+                    'chosen = { chosen_by = "omniprobe", reason = "..." }')
+            for i, step in enumerate(steps) if step.chosen is None]
 
 
 # Install steps that [stack] also pins: step field -> [stack] key that must hold the same value.

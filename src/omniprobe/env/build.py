@@ -42,12 +42,15 @@ from omniprobe.env.resolve import (
 )
 from omniprobe.env.state import (
     EnvBuildError,
+    EnvName,
     EnvPaths,
     Ran,
     Runner,
     Stamp,
-    env_config,
+    build_command,
+    env_label,
     env_paths,
+    install_steps,
     pins_hash,
     stamp_state,
     uv_command,
@@ -159,21 +162,22 @@ def _source(step: InstallStep, cfg: HostsConfig) -> str:
 # --- dry run ----------------------------------------------------------------------------
 
 
-def dry_run(project: Project, host: str, *, venv: str | Path | None = None) -> str:
-    """The commands a build of `host` runs, shell-quoted, in order; runs nothing."""
+def dry_run(project: Project, host: str, *, venv: str | Path | None = None,
+            which: EnvName = "probe") -> str:
+    """The commands a build of `host`'s env `which` runs, shell-quoted, in order; runs nothing."""
     cfg = load_hosts(project.hosts_file)
-    env = env_config(cfg, project.hosts_file)
-    paths = env_paths(cfg, project, host, venv)
+    steps = install_steps(cfg, project.hosts_file, which)
+    paths = env_paths(cfg, project, host, venv, which)
     uv, version = uv_command(), cfg.stack.python
-    _, state = stamp_state(paths, pins_hash(cfg, project))
-    git_steps = [step for step in env.install if step.kind == "git"]
+    _, state = stamp_state(paths, pins_hash(cfg, project, which))
+    git_steps = [step for step in steps if step.kind == "git"]
     commits = {step.name: _full_commit_placeholder(step) for step in git_steps}
 
     def line(argv: list[str], note: str = "") -> str:
         return shlex.join(argv) + (f"  # {note}" if note else "")
 
-    out = [f"# omniprobe env build --host {host}: the commands a build runs, in order "
-           "(dry run: nothing was run)",
+    out = [f"# {build_command(host, which)}: the commands a build of the {which} env runs, in "
+           "order (dry run: nothing was run)",
            f"# venv: {paths.venv}",
            f"# git cache: {paths.git_cache}",
            f"# stamp now: {state} (a current stamp makes a build only verify)",
@@ -186,44 +190,47 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None) -> s
                 line(_fetch(dest), f"only if the clone lacks {step.commit}"),
                 line(_checkout(dest, str(step.commit))),
                 line(_head(dest), f"HEAD must start with {step.commit}")]
-    upstream = _upstream_step(cfg, env.install)
-    for step in env.install:
+    upstream = _upstream_step(cfg, steps)
+    for step in steps:
         if step.recipe:
             clone = paths.clone_dir(upstream) if upstream else "<no upstream clone in the plan>"
             out.append(f"# check {step.name} {step.version} against {clone}/{step.recipe} "
                        "(a mismatch stops the build; an absent file is said and the pin stands)")
     python = f"<python {version} found by uv>"
-    overridden = [step for step in env.install if step.override]
+    overridden = [step for step in steps if step.override]
     out += [f"# override: {step.name} {step.pin} replaces every other requirement on "
             f"{step.name} (uv --override), chosen by {step.override.chosen_by}: "
             f"{step.override.reason}" for step in overridden]
+    out += [f"# pin: {step.name} {step.pin}, chosen by {step.chosen.chosen_by}: "
+            f"{step.chosen.reason}" for step in steps if step.chosen]
     project_text, editable_text = plan_files(
-        env.install, lambda step: _requirement(step, paths, commits.get(step.name, "")))
+        steps, lambda step: _requirement(step, paths, commits.get(step.name, "")))
     out.append("# the plan, a pyproject.toml: a step's own index serves its package only "
                "(explicit), every other package comes from the default index:")
     out += [f"#   {text}" for text in project_text.splitlines() if text]
     out += [f"#   and {text}" for text in editable_text.splitlines()]
     out.append(line(compile_command(uv, python, Path("<the plan's pyproject.toml above>"),
                                     Path("<its editables above>") if editable_text else None,
-                                    Path("<pins.txt: the constraints below>"), env.install,
+                                    Path("<pins.txt: the constraints below>"), steps,
                                     Path("<overrides.txt: the overrides below>")),
                     "resolve the whole plan first; a clash stops the build, nothing installed"))
     out.append(line(_venv(uv, python, paths)))
     out.append(f"# write {paths.stamp}: incomplete")
     out.append(f"# write {paths.constraints}:")
-    out += [f"#   {c}" for c in _constraints(env.install, paths, commits).splitlines()]
+    out += [f"#   {c}" for c in _constraints(steps, paths, commits).splitlines()]
     if overridden:
         out.append(f"# write {paths.overrides}:")
-        out += [f"#   {o}" for o in _overrides(env.install, paths, commits).splitlines()]
-    for step in env.install:
+        out += [f"#   {o}" for o in _overrides(steps, paths, commits).splitlines()]
+    for step in steps:
         if step.index:
             out.append(f"# write {_step_project(step, paths)}:")
             out += [f"#   {t}" for t in _step_project_text(step).splitlines() if t]
-    out += [line(_install(uv, step, paths, commits.get(step.name, ""), env.install),
-                 f"{step.name} {step.pin} from {_source(step, cfg)}") for step in env.install]
+    out += [line(_install(uv, step, paths, commits.get(step.name, ""), steps),
+                 f"{step.name} {step.pin} from {_source(step, cfg)}") for step in steps]
     out.append(f"# write {paths.stamp}: complete; then every check of `omniprobe env check`, "
-               "in order, the serve preflight among them (before any GPU time):")
-    out += [f"#   {text}" for text in check_plan(cfg, project, host, paths)]
+               "in order" + (", the serve preflight among them (before any GPU time):"
+                             if which == "probe" else ":"))
+    out += [f"#   {text}" for text in check_plan(cfg, project, host, paths, which)]
     return "\n".join(out) + "\n"
 
 
@@ -280,37 +287,36 @@ def _check_out(step: InstallStep, paths: EnvPaths, runner: Runner, echo: Echo) -
     return head
 
 
-def _build(cfg: HostsConfig, project: Project, host: str, paths: EnvPaths, runner: Runner,
-           echo: Echo, want_hash: str) -> None:
-    env = env_config(cfg, project.hosts_file)
+def _build(cfg: HostsConfig, host: str, which: EnvName, steps: list[InstallStep],
+           paths: EnvPaths, runner: Runner, echo: Echo, want_hash: str) -> None:
     uv = uv_command()
     python = _provide_python(uv, cfg.stack.python, runner, echo)
     commits = {step.name: _check_out(step, paths, runner, echo)
-               for step in env.install if step.kind == "git"}
-    upstream = _upstream_step(cfg, env.install)
-    for step in env.install:
+               for step in steps if step.kind == "git"}
+    upstream = _upstream_step(cfg, steps)
+    for step in steps:
         if step.recipe:
             echo(check_recipe(step, paths.clone_dir(upstream), commits[upstream.name])
                  if upstream else f"# {step.name} {step.version}: cannot check against "
                                   f"{step.recipe}: the plan clones no {cfg.stack.upstream_repo}")
     # Before the venv is touched: a plan that does not resolve leaves the old env as it was.
-    resolve_plan(uv, python, env.install, _constraints(env.install, paths, commits),
+    resolve_plan(uv, python, steps, _constraints(steps, paths, commits),
                  lambda step: _requirement(step, paths, commits.get(step.name, "")), runner, echo)
     repair = (f"  the env at {paths.venv} is marked incomplete; fix the cause and re-run "
-              f"`omniprobe env build --host {host}` to repair it.")
+              f"`{build_command(host, which)}` to repair it.")
     _step(runner, echo, _venv(uv, python, paths), "creating the venv", after=repair)
     started = datetime.now(UTC)
     write_stamp(paths, Stamp(state="incomplete", host=host, pins_hash=want_hash, python=python,
                              started_at=started))
-    write_text_atomic(paths.constraints, _constraints(env.install, paths, commits))
-    if any(step.override for step in env.install):
-        write_text_atomic(paths.overrides, _overrides(env.install, paths, commits))
-    for step in env.install:
+    write_text_atomic(paths.constraints, _constraints(steps, paths, commits))
+    if any(step.override for step in steps):
+        write_text_atomic(paths.overrides, _overrides(steps, paths, commits))
+    for step in steps:
         if step.index:
             _step_project(step, paths).parent.mkdir(exist_ok=True)
             write_text_atomic(_step_project(step, paths), _step_project_text(step))
-    for step in env.install:
-        _step(runner, echo, _install(uv, step, paths, commits.get(step.name, ""), env.install),
+    for step in steps:
+        _step(runner, echo, _install(uv, step, paths, commits.get(step.name, ""), steps),
               f"installing {step.name} {step.pin}", after=repair)
     write_stamp(paths, Stamp(state="complete", host=host, pins_hash=want_hash, python=python,
                              started_at=started, finished_at=datetime.now(UTC)))
@@ -329,47 +335,51 @@ class BuildResult:
 
 def build_env(host: str, *, project: Project | None = None, venv: str | Path | None = None,
               runner: Runner | None = None, nvml: Any = None, record: bool = True,
-              command: list[str] | None = None, echo: Echo = _stderr) -> BuildResult:
-    """Build `host`'s env unless its stamp is current, then check it and file the manifest."""
+              command: list[str] | None = None, echo: Echo = _stderr,
+              which: EnvName = "probe") -> BuildResult:
+    """Build `host`'s env `which` unless its stamp is current, then check it and file the
+    manifest."""
     start, started_at = time.perf_counter(), datetime.now(UTC)
     project = project or find_project()
     cfg = load_hosts(project.hosts_file)
-    paths = env_paths(cfg, project, host, venv)
+    steps = install_steps(cfg, project.hosts_file, which)
+    paths = env_paths(cfg, project, host, venv, which)
     runner = runner or Runner()
-    want = pins_hash(cfg, project)
+    want = pins_hash(cfg, project, which)
     current, why = stamp_state(paths, want)
     build_s = None
     if current:
-        echo(f"# env {host}: {why}; only verifying")
+        echo(f"# {env_label(which)} {host}: {why}; only verifying")
     else:
-        echo(f"# env {host}: building ({why})")
-        _build(cfg, project, host, paths, runner, echo, want)
+        echo(f"# {env_label(which)} {host}: building ({why})")
+        _build(cfg, host, which, steps, paths, runner, echo, want)
         build_s = time.perf_counter() - start
     return _verify_and_record(
-        cfg, project, host, paths, runner, nvml, "verified" if current else "built",
+        cfg, project, host, which, paths, runner, nvml, "verified" if current else "built",
         build_s=build_s, start=start, started_at=started_at, record=record,
-        command=command or ["omniprobe", "env", "build", "--host", host])
+        command=command or build_command(host, which).split())
 
 
 def check_env(host: str, *, project: Project | None = None, venv: str | Path | None = None,
               runner: Runner | None = None, nvml: Any = None, record: bool = True,
-              command: list[str] | None = None) -> BuildResult:
-    """Check `host`'s env without building anything, and file the manifest."""
+              command: list[str] | None = None, which: EnvName = "probe") -> BuildResult:
+    """Check `host`'s env `which` without building anything, and file the manifest."""
     start, started_at = time.perf_counter(), datetime.now(UTC)
     project = project or find_project()
     cfg = load_hosts(project.hosts_file)
-    paths = env_paths(cfg, project, host, venv)
+    paths = env_paths(cfg, project, host, venv, which)
     return _verify_and_record(
-        cfg, project, host, paths, runner or Runner(), nvml, "verified", build_s=None,
+        cfg, project, host, which, paths, runner or Runner(), nvml, "verified", build_s=None,
         start=start, started_at=started_at, record=record,
-        command=command or ["omniprobe", "env", "check", "--host", host])
+        command=command or build_command(host, which).replace(" build ", " check ").split())
 
 
-def _verify_and_record(cfg: HostsConfig, project: Project, host: str, paths: EnvPaths,
-                       runner: Runner, nvml: Any, action: Literal["built", "verified"], *,
-                       build_s: float | None, start: float, started_at: datetime, record: bool,
+def _verify_and_record(cfg: HostsConfig, project: Project, host: str, which: EnvName,
+                       paths: EnvPaths, runner: Runner, nvml: Any,
+                       action: Literal["built", "verified"], *, build_s: float | None,
+                       start: float, started_at: datetime, record: bool,
                        command: list[str]) -> BuildResult:
-    verification = verify_env(cfg, project, host, paths, runner=runner, nvml=nvml)
+    verification = verify_env(cfg, project, host, paths, runner=runner, nvml=nvml, which=which)
     manifest = make_manifest(verification, action, ran=runner.ran, build_s=build_s,
                              total_s=time.perf_counter() - start)
     attempt, written = None, False
@@ -384,7 +394,8 @@ def _verify_and_record(cfg: HostsConfig, project: Project, host: str, paths: Env
 def format_result(result: BuildResult, project: Project) -> str:
     """What `omniprobe env build|check` prints: one line per check, then where the manifest is."""
     v = result.verification
-    lines = check_lines(f"env {v.host} ({result.action}) at {v.paths.venv}", v.checks)
+    lines = check_lines(f"{env_label(v.env)} {v.host} ({result.action}) at {v.paths.venv}",
+                        v.checks)
     if v.upstream is not None:
         held = sum(c.status == "pass" for c in v.upstream.checks)
         lines.append(f"upstream contract of its clone: {held} of {len(v.upstream.checks)} "

@@ -29,11 +29,14 @@ from omniprobe.env.allocator import ALLOC_VARS, check_allocator_env, uses_alloca
 from omniprobe.env.fetch_model import fetch_hint, hf_cache_dir
 from omniprobe.env.preflight import preflight_plan, serve_preflight
 from omniprobe.env.state import (
+    EnvName,
     EnvNotReady,
     EnvPaths,
     Runner,
+    build_command,
     env_config,
     env_paths,
+    install_steps,
     pins_hash,
     stamp_state,
     uv_command,
@@ -100,6 +103,7 @@ class Verification:
     phases: dict[str, float]
     upstream: UpstreamContract | None = None  # the contract check against the env's own clone
     upstream_note: str | None = None  # why it was not read, where it was not
+    env: EnvName = "probe"
 
     @property
     def failed(self) -> list[EnvCheck]:
@@ -270,7 +274,9 @@ def _pin_check(step: InstallStep, dist: dict | None, runner: Runner
                  editable=step.editable,
                  installed_version=dist["version"] if dist else None,
                  override=(f"chosen by {step.override.chosen_by}: {step.override.reason}"
-                           if step.override else None))
+                           if step.override else None),
+                 chosen=(f"chosen by {step.chosen.chosen_by}: {step.chosen.reason}"
+                         if step.chosen else None))
     if dist is None:
         return _check(name, "fail", f"{step.name} is not installed", step.pin), pin
     if step.kind == "index":
@@ -473,12 +479,38 @@ def contract_warnings(verification: Verification) -> list[str]:
             for c in contract.checks if c.status == "fail"]
 
 
+def _pipelines(cfg: HostsConfig, host: Host) -> list[str]:
+    """The pipelines of the profiles the host runs; of every profile where it runs none."""
+    profiles = [cfg.diffusers_profiles[p] for p in host.diffusers_profiles] or list(
+        cfg.diffusers_profiles.values())
+    return sorted({profile.pipeline for profile in profiles})
+
+
+def pipeline_check(cfg: HostsConfig, host: Host, paths: EnvPaths, runner: Runner) -> EnvCheck:
+    """The baseline env exists for the Diffusers engine: its diffusers must hold the pipeline of
+    every profile the host runs (diffusers 0.40.0, vLLM-Omni 0.30.0's, has none)."""
+    names = _pipelines(cfg, host)
+    if not names:
+        return _check("diffusers.pipeline", "skip", "hosts.toml has no Diffusers profile")
+    if not paths.python.exists():
+        return _check("diffusers.pipeline", "fail", f"no interpreter at {paths.python}",
+                      ", ".join(names))
+    code = "import diffusers, sys; [getattr(diffusers, n) for n in sys.argv[1:]]"
+    proc = runner.run([str(paths.python), "-I", "-c", code, *names])
+    return _check("diffusers.pipeline", "pass" if proc.returncode == 0 else "fail",
+                  "the venv's diffusers holds the profiles' pipeline" if proc.returncode == 0
+                  else f"the venv's diffusers lacks it: {proc.stderr.strip()[-300:]}",
+                  ", ".join(names))
+
+
 def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPaths, *,
-               runner: Runner, nvml: Any = None) -> Verification:
-    """Run every check of `host_name`'s environment at `paths`; never changes anything."""
+               runner: Runner, nvml: Any = None, which: EnvName = "probe") -> Verification:
+    """Run every check of `host_name`'s environment `which` at `paths`; never changes anything.
+    The baseline env runs no server: no serve preflight or upstream contract, but the pipeline."""
     host = cfg.host(host_name)
     env = env_config(cfg, project.hosts_file)
-    want = pins_hash(cfg, project)
+    steps = install_steps(cfg, project.hosts_file, which)
+    want = pins_hash(cfg, project, which)
     phases: dict[str, float] = {}
     checks: list[EnvCheck] = []
 
@@ -503,13 +535,13 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
                              else "fail", "this machine's name against hosts.toml",
                              host.hostname, facts.hostname))
 
-    names = [step.name for step in env.install]
+    names = [step.name for step in steps]
     torch_pinned = "torch" in names
     probe, why = timed("venv", _probe_venv, paths, names, torch_pinned, runner,
                        cfg.stack.offline_env)
     checks.append(_python_check(cfg.stack.python, probe, why))
     pins = []
-    for step in env.install:
+    for step in steps:
         dist = probe["dists"].get(step.name) if probe else None
         check, pin = timed(f"pin:{step.name}", _pin_check, step, dist, runner)
         checks.append(check)
@@ -518,9 +550,12 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     # The model argument the probe will give: the pinned snapshot's folder where it is cached.
     snapshot = None if host.simulated else pinned_snapshot(cfg)
     model = None if snapshot is None else str(snapshot.snapshot_path)
-    checks.extend(timed("preflight", lambda: serve_preflight(
-        cfg, host_name, project.hosts_file, python=str(paths.python), bin_dir=paths.bin_dir,
-        runner=runner, model=model)))
+    if which == "probe":
+        checks.extend(timed("preflight", lambda: serve_preflight(
+            cfg, host_name, project.hosts_file, python=str(paths.python), bin_dir=paths.bin_dir,
+            runner=runner, model=model)))
+    else:
+        checks.append(timed("pipeline", pipeline_check, cfg, host, paths, runner))
     checks.extend(gpu_checks(host, facts, env.checks.vram_tolerance))
     if host.emulation is not None:
         checks.append(emulation_check(cfg.emulated_cap_mib(host_name), facts))
@@ -531,7 +566,7 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     checks.append(timed("references", lambda: references_check(
         project, simulated=host.simulated, max_pixels=cfg.probe.max_reference_pixels)))
 
-    upstream, upstream_note = (None, None) if host.simulated else timed(
+    upstream, upstream_note = (None, None) if host.simulated or which != "probe" else timed(
         "upstream", clone_contract, cfg, project, paths)
     uv = uv_command()
     freeze: list[str] = []
@@ -546,22 +581,28 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
                         model_snapshot=cfg.stack.model_snapshot, complete=current,
                         uv_version=uv_version,
                         python=python, facts=facts, pins=pins, freeze=freeze, checks=checks,
-                        phases=phases, upstream=upstream, upstream_note=upstream_note)
+                        phases=phases, upstream=upstream, upstream_note=upstream_note, env=which)
 
 
-def check_plan(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPaths) -> list[str]:
+def check_plan(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPaths,
+               which: EnvName = "probe") -> list[str]:
     """Every check verify_env runs, in its order, for a dry run: `name: what it looks at`."""
     host = cfg.host(host_name)
     env = env_config(cfg, project.hosts_file)
+    steps = install_steps(cfg, project.hosts_file, which)
     repo, revision = cfg.stack.model_repo, cfg.stack.model_revision
     lines = [f"env.stamp: {paths.stamp} records a complete build of exactly these pins",
              f"host.hostname: this machine is {host.hostname}" if host.emulation is None else
              "host.hostname: skipped (an emulated host runs on any machine with its GPU)",
              f"python.version: {paths.python} is Python {cfg.stack.python}"]
     lines += [f"package.{step.name.lower()}: {step.name} {step.pin} is what the venv holds"
-              for step in env.install]
-    lines += preflight_plan(cfg, host_name, project.hosts_file, paths,
-                            model=snapshot_folder(cfg))
+              for step in steps]
+    if which == "probe":
+        lines += preflight_plan(cfg, host_name, project.hosts_file, paths,
+                                model=snapshot_folder(cfg))
+    else:
+        lines.append(f"diffusers.pipeline: the venv's diffusers holds "
+                     f"{', '.join(_pipelines(cfg, host)) or 'no pipeline (no profile)'}")
     lines.append(f"gpu.nvml, gpu.name, gpu.compute_capability, gpu.memory, gpu.driver: NVML's "
                  f"device against {host.gpu}, sm {host.compute_capability}, {host.vram_gb} GB")
     if host.emulation is not None:
@@ -579,8 +620,9 @@ def check_plan(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
         else "skipped (no snapshot_manifest: the seed states no file digests)"))
     lines.append("fixtures.references: the reference images of the fixtures this host runs "
                  "against their sha256 in fixtures/fixtures.json")
-    lines.append(f"upstream contract: the env's clone of {cfg.stack.upstream_repo} held against "
-                 "the harness (a warning per failed check)")
+    if which == "probe":
+        lines.append(f"upstream contract: the env's clone of {cfg.stack.upstream_repo} held "
+                     "against the harness (a warning per failed check)")
     return lines
 
 
@@ -612,19 +654,21 @@ def describe_failures(verification: Verification) -> str:
 
 def require_env_ok(host: str, *, project: Project | None = None, venv: str | Path | None = None,
                    nvml: Any = None, runner: Runner | None = None,
-                   out: TextIO | None = None) -> Verification:
-    """For probe sessions: the verified env of `host`, or EnvNotReady naming each failed check.
+                   out: TextIO | None = None, which: EnvName = "probe") -> Verification:
+    """For probe sessions: the verified env `which` of `host`, or EnvNotReady naming each failed
+    check and the command that builds it.
     Each upstream contract check its clone fails is a warning to `out` (a probe may still be
     worth its GPU time: the check may fail because upstream really behaves so)."""
     project = project or find_project()
     cfg = load_hosts(project.hosts_file)
-    paths = env_paths(cfg, project, host, venv)
-    verification = verify_env(cfg, project, host, paths, runner=runner or Runner(), nvml=nvml)
+    paths = env_paths(cfg, project, host, venv, which)
+    verification = verify_env(cfg, project, host, paths, runner=runner or Runner(), nvml=nvml,
+                              which=which)
     if not verification.ok:
         raise EnvNotReady(
-            f"the probe environment of host {host!r} at {paths.venv} is not usable:\n"
+            f"the {which} environment of host {host!r} at {paths.venv} is not usable:\n"
             f"{describe_failures(verification)}\n"
-            f"run `omniprobe env build --host {host}` (it repairs an incomplete build)")
+            f"run `{build_command(host, which)}` (it repairs an incomplete build)")
     for line in contract_warnings(verification):
         print(f"warning: {line}", file=out or sys.stderr)
     return verification

@@ -36,7 +36,7 @@ def make_manifest(verification: Verification, action: Literal["built", "verified
                   ran: list[Ran], build_s: float | None, total_s: float) -> EnvManifest:
     v = verification
     return EnvManifest(
-        host=v.host, action=action, venv=str(v.paths.venv), pins_hash=v.pins_hash,
+        host=v.host, env=v.env, action=action, venv=str(v.paths.venv), pins_hash=v.pins_hash,
         uv_version=v.uv_version, python=v.python, host_facts=v.facts,
         model_snapshot=v.model_snapshot, pins=v.pins, freeze=v.freeze, checks=v.checks,
         upstream=v.upstream, upstream_note=v.upstream_note,
@@ -67,9 +67,10 @@ def env_digest(pins: list[EnvPin], checks: list[EnvCheck], where: str) -> str:
                    for c in checks]})
 
 
-def manifest_of(evidence_dir: Path, host: str, digest: str) -> str | None:
-    """The attempt id of the host's newest manifest if it is of the env with `digest`."""
-    latest = latest_manifest(evidence_dir, host)
+def manifest_of(evidence_dir: Path, host: str, digest: str, env: str = "probe") -> str | None:
+    """The attempt id of the host's newest manifest of env `env` if it is of the env with
+    `digest`."""
+    latest = latest_manifest(evidence_dir, host, env)
     if latest is None:
         return None
     folder, manifest = latest
@@ -77,8 +78,10 @@ def manifest_of(evidence_dir: Path, host: str, digest: str) -> str | None:
         else None
 
 
-def latest_manifest(evidence_dir: Path, host: str) -> tuple[Path, EnvManifest] | None:
-    """The newest readable manifest filed for `host` (validate reports unreadable ones)."""
+def latest_manifest(evidence_dir: Path, host: str, env: str = "probe"
+                    ) -> tuple[Path, EnvManifest] | None:
+    """The newest readable manifest filed for `host`'s env `env` (validate reports unreadable
+    ones): the probe and baseline envs' manifests never stand for each other."""
     found = []
     for path in (evidence_dir / host).glob(f"*/{MANIFEST_FILE}"):
         try:
@@ -87,7 +90,7 @@ def latest_manifest(evidence_dir: Path, host: str) -> tuple[Path, EnvManifest] |
         except (InputError, FileNotFoundError):
             continue
         started = getattr(attempt.provenance, "started_at", None)
-        if started is not None:
+        if started is not None and manifest.env == env:
             found.append((started, path.parent, manifest))
     if not found:
         return None
@@ -101,14 +104,14 @@ def record_manifest(project: Project, cfg: HostsConfig, manifest: EnvManifest, *
 
     Returns the attempt folder holding it and whether this call wrote it.
     """
-    latest = latest_manifest(project.evidence_dir, manifest.host)
+    latest = latest_manifest(project.evidence_dir, manifest.host, manifest.env)
     if latest is not None and fingerprint(latest[1]) == fingerprint(manifest):
         return latest[0], False
     host_dir = project.evidence_dir / manifest.host
     attempt_id = free_attempt_id(host_dir, manifest.host, started_at, ATTEMPT_SUFFIX)
     attempt = Attempt(id=attempt_id, host=manifest.host, date=started_at.date().isoformat(),
-                      description=f"probe environment {manifest.action} and checked by "
-                                  "`omniprobe env`",
+                      description=f"{manifest.env} environment {manifest.action} and checked "
+                                  "by `omniprobe env`",
                       provenance=provenance(
                           manifest.host, cfg.host(manifest.host), command, started_at,
                           simulated_model="environment of a simulated host; GPU checks skipped",

@@ -42,10 +42,35 @@ class EnvNotReady(EnvError):
     """A probe asked for an environment that is incomplete or fails a check."""
 
 
+# Which of a host's two environments: the probe's ([env]) or the Diffusers engine's
+# ([baseline_env]); each has its own venv, stamp and manifest.
+EnvName = Literal["probe", "baseline"]
+
+
 def env_config(cfg: HostsConfig, hosts_file: Path) -> EnvConfig:
     if cfg.env is None:
         raise EnvError(f"{hosts_file}: no [env] table; it says how to build the probe environment")
     return cfg.env
+
+
+def install_steps(cfg: HostsConfig, hosts_file: Path, which: EnvName) -> list[InstallStep]:
+    """The install steps of the probe env ([env]) or the baseline env ([baseline_env])."""
+    if which == "probe":
+        return env_config(cfg, hosts_file).install
+    if cfg.baseline_env is None:
+        raise EnvError(f"{hosts_file}: no [baseline_env] table; it says how to build the "
+                       "baseline environment (the Diffusers engine's)")
+    return cfg.baseline_env.install
+
+
+def env_label(which: EnvName) -> str:
+    return "env" if which == "probe" else "baseline env"
+
+
+def build_command(host: str, which: EnvName) -> str:
+    """The command that builds (or repairs) the env, for messages."""
+    return f"omniprobe env build --host {host}" + (" --env baseline" if which == "baseline"
+                                                   else "")
 
 
 @dataclass(frozen=True)
@@ -78,9 +103,10 @@ class EnvPaths:
         return self.git_cache / f"{step.name}-{step.commit}"
 
 
-def env_paths(cfg: HostsConfig, project: Project, host: str, venv: str | Path | None = None
-              ) -> EnvPaths:
-    """The venv (--venv, else <root>/envs/<host>) and git cache; both must lie outside git."""
+def env_paths(cfg: HostsConfig, project: Project, host: str, venv: str | Path | None = None,
+              which: EnvName = "probe") -> EnvPaths:
+    """The venv (--venv, else <root>/envs/<host>, the baseline env's <root>/envs/<host>-baseline)
+    and git cache; both must lie outside git."""
     if cfg.host(host).simulated:
         # [env] pins the real stack; a simulated host's server is omniprobe.sim (see envsim).
         raise EnvError(f"host {host!r} is simulated: it has no pinned env to build or check; "
@@ -88,7 +114,8 @@ def env_paths(cfg: HostsConfig, project: Project, host: str, venv: str | Path | 
     env = env_config(cfg, project.hosts_file)
     root = Path(os.environ.get(ENV_ROOT_VAR) or env.root).expanduser().resolve()
     paths = EnvPaths(
-        venv=Path(venv).expanduser().resolve() if venv else root / "envs" / host,
+        venv=Path(venv).expanduser().resolve() if venv else root / "envs" / (
+            host if which == "probe" else f"{host}-baseline"),
         git_cache=root / "git",
     )
     repo = project.root.resolve()
@@ -99,16 +126,19 @@ def env_paths(cfg: HostsConfig, project: Project, host: str, venv: str | Path | 
     return paths
 
 
-def pins_hash(cfg: HostsConfig, project: Project) -> str:
+def pins_hash(cfg: HostsConfig, project: Project, which: EnvName = "probe") -> str:
     """Changes exactly when a build would install something different."""
-    env = env_config(cfg, project.hosts_file)
+    steps = install_steps(cfg, project.hosts_file, which)
     pins = {
         "scheme": _HASH_SCHEME,
         "python": cfg.stack.python,
-        # A step without an override hashes as before overrides existed: no rebuild for them.
-        "install": [step.model_dump(mode="json", exclude={"override"} if step.override is None
-                                    else None) for step in env.install],
+        # A step without an override or a choice hashes as before they existed: no rebuild.
+        "install": [step.model_dump(mode="json", exclude={
+            key for key in ("override", "chosen") if getattr(step, key) is None})
+            for step in steps],
     }
+    if which == "baseline":  # the probe env's hash stays as it was
+        pins["env"] = which
     return sha256_json(pins)
 
 

@@ -158,6 +158,10 @@ class AttemptEnvironment(_In):
     host_ram_cap_mib: int | None = Field(
         default=None, gt=0, description="The emulated host RAM its runners ran under (a cgroup's "
                                         "memory.max); null: host RAM was not emulated.")
+    env: Literal["probe", "baseline"] | None = Field(
+        default=None, description="The built env that ran: the probe env ([env]) or the "
+                                  "baseline env ([baseline_env]); null: the machine's own "
+                                  "Python, a simulated host, or recorded before this field.")
 
 
 class Attempt(_In):
@@ -792,6 +796,9 @@ class EnvPin(_In):
     override: str | None = Field(
         default=None, description="Who chose, and why, that this pin replaces every other "
                                   "package's requirement on it (uv --override); null: none.")
+    chosen: str | None = Field(
+        default=None, description="Who chose this pin, and why, where the seed states none "
+                                  "(the baseline env's); null: not recorded as chosen.")
 
 
 class EnvCheck(_In):
@@ -817,9 +824,13 @@ class EnvTimings(_In):
 
 
 class EnvManifest(_In):
-    """environment.json: a host's probe environment as built and checked by `omniprobe env`."""
+    """environment.json: a host's probe (or baseline) environment as built and checked by
+    `omniprobe env`."""
 
     host: str
+    env: Literal["probe", "baseline"] = Field(
+        default="probe", description="Which of the host's envs: the probe's ([env]) or the "
+                                     "Diffusers engine's baseline env ([baseline_env]).")
     action: Literal["built", "verified"] = Field(
         description="'built': this run installed; 'verified': a no-op re-run that only checked."
     )

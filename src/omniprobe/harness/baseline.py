@@ -19,9 +19,11 @@ from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host
+from omniprobe.env.build import build_env as build
+from omniprobe.env.build import format_result
 from omniprobe.errors import Refusal
 from omniprobe.evidence.validate import load_valid_project
-from omniprobe.harness.offline import OfflineOptions, run_offline
+from omniprobe.harness.offline import OfflineOptions, run_offline, runner_env_name
 from omniprobe.harness.psnr_check import baseline_path, resolve_artifact
 
 DEFAULT_PROFILE = "seed-baseline"
@@ -56,8 +58,10 @@ def lay_out(project: Project, attempt_id: str, profile: str, folder: Path) -> li
 
 
 def run_baseline(project: Project, options: OfflineOptions, *, command: list[str],
-                 out: TextIO, readers=None) -> int:
-    """probe-offline under the baseline profile, then the layout `quality` reads."""
+                 out: TextIO, readers=None, build_env: bool = False) -> int:
+    """probe-offline under the baseline profile, then the layout `quality` reads. Where the
+    host's runner runs in the baseline env, `build_env` builds (or only verifies) it first;
+    otherwise one not built is refused before any attempt exists (runner_command)."""
     cfg = load_hosts(project.hosts_file)
     host_name, _ = resolve_host(project, cfg, options.host)
     host = cfg.host(host_name)
@@ -69,6 +73,10 @@ def run_baseline(project: Project, options: OfflineOptions, *, command: list[str
             "name one with --profile")
     if len(profiles) != 1:
         raise NoBaselineProfile("probe-baseline re-seals one profile: name one --profile")
+    if build_env and runner_env_name(host) == "baseline":
+        built = build(host_name, project=project, which="baseline",
+                      echo=lambda line: print(line, file=out))
+        print(format_result(built, project), end="", file=out)
     code = run_offline(project, replace(options, kwarg_sets=profiles, host=host_name),
                        command=command, readers=readers, out=out)
     attempts = sorted(p for p in (project.evidence_dir / host_name).glob("*-offline")

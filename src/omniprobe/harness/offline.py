@@ -40,9 +40,10 @@ from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host, session_venv
 from omniprobe.digests import sha256_json
 from omniprobe.env.allocator import read_back
-from omniprobe.env.checks import hf_cache_dir, pinned_snapshot, require_env_ok
+from omniprobe.env.checks import Verification, hf_cache_dir, pinned_snapshot, require_env_ok
+from omniprobe.env.manifest import env_digest, manifest_of
 from omniprobe.env.simulated import sim_env_digest
-from omniprobe.env.state import Runner
+from omniprobe.env.state import EnvName, Runner
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
 from omniprobe.evidence.models import (
@@ -149,19 +150,44 @@ class Planned:
         return f"{self.fixture.id}-{self.seed}"
 
 
+@dataclass(frozen=True)
+class RunnerCommand:
+    """How the offline runner is started, and the built env whose Python runs it (None: the
+    Python running omniprobe)."""
+
+    argv: list[str]
+    env: EnvName | None = None
+    verification: Verification | None = None
+
+
+def runner_env_name(host: Host) -> EnvName | None:
+    """The built env a host's offline runner runs in: the baseline env for a Diffusers host whose
+    runner_env says so, the probe env where no offline_command is given, else None."""
+    if host.diffusers is not None and host.diffusers.runner_env == "baseline":
+        return "baseline"
+    return None if host.offline_command else "probe"
+
+
 def runner_command(cfg: HostsConfig, project: Project, host_name: str,
-                   venv: str | None = None, *, nvml=None, out: TextIO | None = None) -> list[str]:
-    """The host's offline_command, else the pinned venv's python on the runner script; refuses an
-    env that fails any check (EnvNotReady names each), as the probe sessions do, and warns on
-    `out` of each upstream contract check its clone fails."""
+                   venv: str | None = None, *, nvml=None, out: TextIO | None = None
+                   ) -> RunnerCommand:
+    """The host's offline_command (default: {python} {runner}), {python} being the Python of the
+    env the runner runs in (runner_env_name) or the one running omniprobe; refuses a built env
+    that fails any check (EnvNotReady names each and the command that builds it), as the probe
+    sessions do, and warns on `out` of each upstream contract check its clone fails."""
     host = cfg.host(host_name)
-    if host.offline_command:
-        fill = {"python": sys.executable, "runner": str(RUNNER),
-                "hosts_file": str(project.hosts_file), "host": host_name}
-        return [_PLACEHOLDER.sub(lambda m: fill[m[1]], part) for part in host.offline_command]
-    venv = session_venv(project, host_name) or venv
-    paths = require_env_ok(host_name, project=project, venv=venv, nvml=nvml, out=out).paths
-    return [str(paths.python), str(RUNNER)]
+    which, verification, python = runner_env_name(host), None, sys.executable
+    if which is not None:
+        # The env session's venv is the probe env's; the baseline env lies at its own folder.
+        venv = (session_venv(project, host_name) or venv) if which == "probe" else None
+        verification = require_env_ok(host_name, project=project, venv=venv, nvml=nvml, out=out,
+                                      which=which)
+        python = str(verification.paths.python)
+    fill = {"python": python, "runner": str(RUNNER), "hosts_file": str(project.hosts_file),
+            "host": host_name}
+    argv = [_PLACEHOLDER.sub(lambda m: fill[m[1]], part)
+            for part in host.offline_command or ["{python}", "{runner}"]]
+    return RunnerCommand(argv, which, verification)
 
 
 def runner_env(cfg: HostsConfig, entry: OfflineEntry, base: dict[str, str],
@@ -651,23 +677,31 @@ class AllocatorUnknown(EnvironmentFailure):
     measure the plain configuration."""
 
 
-def offline_environment(ctx: Context, options: OfflineOptions, command: list[str],
+def offline_environment(ctx: Context, options: OfflineOptions, runner: RunnerCommand,
                         configs, entries: list[OfflineEntry], *, host_ram_mib: int | None = None,
                         nvml=None) -> tuple[AttemptEnvironment, dict]:
     """The environment an offline attempt runs in and the model its runner is given, recorded so
     a resume continues only in the same one; and the runner's facts (empty unless it runs on the
     machine's own Python)."""
-    host = ctx.host
+    host, command = ctx.host, runner.argv
     if host.simulated:
         served = ServedModel(model=redact_text(options.model) if options.model
                              else ctx.cfg.stack.model_repo,
                              source="by_hand" if options.model else "simulated")
         return AttemptEnvironment(digest=sim_env_digest(), served=served), {}
-    if host.offline_command is None:  # a real host's pinned venv: the probe's own check
+    if runner.env == "probe":  # a real host's pinned venv: the probe's own check
         env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=options.model,
                           venv=options.venv, nvml=nvml, out=ctx.out)
         return env.record, {}
-    facts = runner_facts(command, dict(os.environ))
+    if runner.verification is None:  # the machine's own Python: what it runs on, as it says
+        facts = runner_facts(command, dict(os.environ))
+        packages, manifest = facts["packages"], None
+        digest = sha256_json({"python": facts.get("python"), "packages": packages,
+                              "runner": command})
+    else:  # the baseline env: its verified pins and checks, as the probe env's record has them
+        v, facts, packages = runner.verification, {}, {}
+        digest = env_digest(v.pins, v.checks, str(v.paths.venv))
+        manifest = manifest_of(ctx.project.evidence_dir, ctx.host_name, digest, runner.env)
     if configs is not None:
         served = ServedModel(model="random", source="random", configs=configs.folder,
                              config_digests=configs.digests, init_seed=host.diffusers.init_seed)
@@ -676,17 +710,15 @@ def offline_environment(ctx: Context, options: OfflineOptions, command: list[str
     else:
         served = ServedModel(model=redact_text(options.model or ctx.cfg.stack.model_repo),
                              source="by_hand")
-    packages = facts["packages"]
-    digest = sha256_json({"python": facts.get("python"), "packages": packages,
-                          "runner": command})
     variable = None
     if any(e.allocator for e in entries):  # the one rule: torch reads it back, as the env check
         check = read_back(command[0], Runner(), dict(os.environ))
         if check.status != "pass":
             raise AllocatorUnknown(f"the runner's Python {command[0]}: {check.detail}")
         variable = check.actual
-    return AttemptEnvironment(digest=digest, served=served, packages=packages,
-                              allocator_variable=variable, host_ram_cap_mib=host_ram_mib), facts
+    return AttemptEnvironment(manifest=manifest, digest=digest, served=served,
+                              packages=packages, allocator_variable=variable,
+                              env=runner.env, host_ram_cap_mib=host_ram_mib), facts
 
 
 class SnapshotMissing(Refusal):
@@ -727,9 +759,10 @@ class OfflineSession(Session):
         fixtures = serve_fixtures(ctx.suite, ctx.host, settings.fixtures)
         check_references(fixtures, ctx.project.fixtures_file.parent,
                          max_pixels=ctx.cfg.probe.max_reference_pixels)
-        self.runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
-                                     nvml=self.nvml, out=ctx.out)
-        self.environment, _ = offline_environment(ctx, self.options, self.runner, configs,
+        runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
+                                nvml=self.nvml, out=ctx.out)
+        self.runner = runner.argv
+        self.environment, _ = offline_environment(ctx, self.options, runner, configs,
                                                    self.entries, nvml=self.nvml,
                                                    host_ram_mib=settings.host_ram_mib)
         if self.environment.served.source == "pinned":  # the runner loads the snapshot folder

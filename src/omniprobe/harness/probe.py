@@ -737,7 +737,7 @@ def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: 
     digest = env_digest(verification.pins, verification.checks, str(verification.paths.venv))
     return ProbeEnv(bin_dir, AttemptEnvironment(
         manifest=manifest_of(project.evidence_dir, host_name, digest), digest=digest,
-        served=served), honoured_var(verification.checks))
+        served=served, env="probe"), honoured_var(verification.checks))
 
 
 def open_run_attempt(ctx: Context, key: str, fresh: bool,
