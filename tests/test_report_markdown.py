@@ -34,7 +34,7 @@ def cells_of(line: str) -> list[str]:
 def check_markdown(text: str) -> None:
     lines = text.splitlines()
     tokens = parse(text)
-    items = 0
+    items, in_tables = 0, set()
     for i, tok in enumerate(tokens):
         if tok.type == "list_item_open":
             items += 1
@@ -48,6 +48,7 @@ def check_markdown(text: str) -> None:
             assert sum(line.startswith(indent + "- ") for line in body) == 1, body
         if tok.type == "table_open":
             start, end = tok.map
+            in_tables.update(range(start, end))
             rows = [line for line in lines[start:end] if line.strip()]
             width = len(cells_of(rows[0]))
             for row in rows:
@@ -57,6 +58,9 @@ def check_markdown(text: str) -> None:
                 if child.type == "strong_open":
                     label = tok.content.split("**")[1]
                     assert not SNAKE.search(label), label
+    # A row cut off from its table by a blank line renders as a paragraph of pipes.
+    assert [line for n, line in enumerate(lines)
+            if line.startswith("|") and n not in in_tables] == []
     bullets = sum(bool(re.match(r"^\s*- ", line)) for line in lines)
     assert items == bullets
     assert "{'" not in text and "': " not in text and "\n\n\n" not in text
@@ -90,6 +94,8 @@ def test_the_checker_catches_run_together_bullets_and_ragged_tables():
         check_markdown("- **#27**: one.- **#164**: two.\n")
     with pytest.raises(AssertionError):
         check_markdown("| a | b |\n| --- | --- |\n| 1 | 2 | 3 |\n")
+    with pytest.raises(AssertionError):
+        check_markdown("| a | b |\n| --- | --- |\n\n| 1 | 2 |\n")
     with pytest.raises(AssertionError):
         check_markdown("| Kwargs |\n| --- |\n| `{'a': 1}` |\n")
     with pytest.raises(AssertionError):
