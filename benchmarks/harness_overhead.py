@@ -26,11 +26,12 @@ from machine import describe
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
+from omniprobe.env.serve_command import server_command
 from omniprobe.evidence.attempts import open_attempt
 from omniprobe.harness import probe as probe_module
 from omniprobe.harness.probe import ServeProbe, ServeSettings
 from omniprobe.harness.progress import Progress
-from omniprobe.harness.server import free_port, server_command
+from omniprobe.harness.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = "sim-pair"  # two references, 1248x832 output
