@@ -1378,9 +1378,9 @@ def test_a_secret_in_the_command_is_recorded_nowhere(project, port):
 
 
 def test_a_source_name_cannot_take_a_baseline_out_of_its_folder(tmp_path):
+    from omniprobe.analysis.baseline_compare import baseline_path
     from omniprobe.config.fixtures import Fixture
     from omniprobe.errors import InputError
-    from omniprobe.harness.psnr_check import baseline_path
 
     fixture = Fixture(id="f", kind="t2i", reference_count=0, source_name="../../etc/passwd")
     assert baseline_path(tmp_path, "{fixture}/{seed}.png", fixture, 1) == tmp_path / "f" / "1.png"

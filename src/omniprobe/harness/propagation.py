@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TextIO
 
+from omniprobe.analysis.baseline_compare import resolve_artifact
 from omniprobe.analysis.imaging import load_pixels, pixels_sha256
 from omniprobe.config.fixtures import Fixture, FixtureSuite
 from omniprobe.config.hosts import Host, HostsConfig
@@ -39,7 +40,6 @@ from omniprobe.harness.probe import (
     serve_fixtures,
     settings_from,
 )
-from omniprobe.harness.psnr_check import resolve_artifact
 from omniprobe.harness.server import check_port
 from omniprobe.harness.session import Context, ServerOptions, Session, run_session
 
