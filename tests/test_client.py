@@ -11,11 +11,11 @@ from PIL import Image
 
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
-from omniprobe.evidence.attempts import open_attempt
 from omniprobe.harness.client import form_fields, parse_failure, parse_success
 from omniprobe.harness.probe import ServeProbe, ServeSettings
 from omniprobe.protocol import FORM_FIELDS
 
+from .conftest import open_sim_attempt
 from .test_oom import CONTRACT
 
 
@@ -74,7 +74,7 @@ def test_form_fields_follow_the_contract(project):
 
 def test_image_that_does_not_decode_is_recorded_as_an_error(project):
     cfg, suite = load_hosts(project.hosts_file), load_fixtures(project.fixtures_file)
-    store = open_attempt(project, "sim", cfg.host("sim"), ["test"], fresh=True)
+    store = open_sim_attempt(project, ["test"], fresh=True)
     probe = ServeProbe(cfg, suite, project.fixtures_file.parent, project.hosts_file, "sim", store,
                        ServeSettings(port=1, model="m", ready_timeout_s=1, request_timeout_s=1,
                                      grace_s=1))

@@ -1100,19 +1100,18 @@ def test_a_second_open_attempt_in_a_loop_leaves_a_writing_probe_alone(project):
     SEEDS = 40
     import threading
 
-    from omniprobe.config.hosts import load_hosts
-    from omniprobe.evidence.attempts import AttemptBusy, open_attempt
+    from omniprobe.evidence.attempts import AttemptBusy
     from omniprobe.evidence.models import RequestRecord, load_attempt
 
-    host = load_hosts(project.hosts_file).host("sim")
-    store = open_attempt(project, "sim", host, ["omniprobe", "probe-serve"], fresh=True)
+    from .conftest import open_sim_attempt
+
+    store = open_sim_attempt(project, ["omniprobe", "probe-serve"], fresh=True)
     stop, refused, failed = threading.Event(), [], []
 
     def intruder():
         while not stop.is_set():
             try:
-                open_attempt(project, "sim", host, ["omniprobe", "probe-serve"],
-                             fresh=False).close()
+                open_sim_attempt(project, ["omniprobe", "probe-serve"], fresh=False).close()
             except AttemptBusy:
                 refused.append(True)
             except Exception as exc:  # noqa: BLE001 - the test reports what the intruder met
@@ -1296,17 +1295,18 @@ def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records
     import io
 
     from omniprobe.errors import EnvironmentFailure
-    from omniprobe.evidence.attempts import open_attempt
     from omniprobe.evidence.models import RequestRecord
     from omniprobe.harness.session import Session, run_session
+
+    from .conftest import open_sim_attempt
 
     class FailsEarly(Session):
         def prepare(self, ctx) -> None:
             pass
 
         def open_attempt(self, ctx):
-            self.store = open_attempt(ctx.project, ctx.host_name, ctx.host, ["omniprobe"],
-                                      fresh=True)
+            self.store = open_sim_attempt(ctx.project, ["omniprobe"], fresh=True,
+                                          host_name=ctx.host_name)
             return self.store
 
         def run(self, ctx, store) -> int:
