@@ -10,7 +10,6 @@ from typing import Annotated, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -21,6 +20,7 @@ from omniprobe.config.diffusers import DiffusersHost, DiffusersProfile
 from omniprobe.config.fixtures import MAX_REFERENCE_PIXELS
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.names import Name
+from omniprobe.config.strict import STRICT
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.limits import MAX_ISSUE, MAX_MIB, MAX_VRAM_GB, MAX_WAIT_S
 from omniprobe.safe_io import load_toml
@@ -32,7 +32,7 @@ class UnknownHost(Refusal):
 
 class _Input(BaseModel):
     # Strict when loaded (load_hosts): no coercion of "8091" or true to an int; finite floats.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = STRICT
 
 
 Issue = Annotated[int, Field(ge=1, le=MAX_ISSUE)]

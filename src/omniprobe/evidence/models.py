@@ -17,7 +17,6 @@ from typing import Annotated, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     create_model,
@@ -28,6 +27,7 @@ from omniprobe.atomic import is_temp_file, write_text_atomic
 from omniprobe.config.fixtures import Inputs, Seed
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.sources import SourceDocument
+from omniprobe.config.strict import STRICT
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import (
     FORMAT_VERSION,
@@ -57,7 +57,7 @@ Wall = Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="Seconds, at most
 
 class _In(BaseModel):
     # Strict when loaded (parse_file): no coercion of "2301" or true to an int; finite floats.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = STRICT
 
 
 # --- provenance -------------------------------------------------------------------------
@@ -873,7 +873,7 @@ def _file_model(file_name: str, content: type) -> type[BaseModel]:
     key = content_key(file_name)
     return create_model(
         "".join(part.title() for part in key.split("_")) + "File",
-        __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
+        __config__=STRICT,
         __doc__=f"{file_name}: the evidence format version, then the content under {key!r}.",
         **{VERSION_KEY: (Literal[FORMAT_VERSION], Field(
             description="Evidence format version; a file without it is version 1 and is "
