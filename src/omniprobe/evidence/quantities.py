@@ -32,10 +32,6 @@ def size_mib(text: str) -> float:
     return size_bytes(text) / 1024**2
 
 
-def size_gib(text: str) -> float:
-    return size_bytes(text) / 1024**3
-
-
 def _check_size(text: str) -> str:
     size_bytes(text)
     return text
