@@ -374,7 +374,8 @@ class ServerLifetime(_In):
 
 
 class ServeRun(_In):
-    """One server lifetime under one flag set (a probed run: its lifetimes, the latest last)."""
+    """One flag set's run: its init and its cells; a probed run holds every server lifetime it
+    took (`lifetimes`, the latest last: a restart after a crash is another)."""
 
     flag_set: str
     init: InitResult
