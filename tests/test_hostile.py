@@ -1192,14 +1192,14 @@ def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, p
     [folder] = (project.evidence_dir / "sim").iterdir()
     attempt, _ = load_attempt(folder)
     assert [(r.seed, r.outcome, r.transport_failure) for r in attempt.requests] == [
-        (2301, "ok", None), (2302, "error", True), (2303, "ok", None)], attempt.requests[1].error
+        (2301, "ok", False), (2302, "error", True), (2303, "ok", False)], attempt.requests[1].error
 
     # The hang fault is per server process: the resume's server answers request 2302.
     code, out = in_process(project, argv)
     assert code == 0, out
     attempt, _ = load_attempt(folder)
     assert [(r.seed, r.outcome, r.transport_failure) for r in attempt.requests] == [
-        (2301, "ok", None), (2302, "error", True), (2303, "ok", None), (2302, "ok", None)]
+        (2301, "ok", False), (2302, "error", True), (2303, "ok", False), (2302, "ok", False)]
     assert load_project(project)[1] == []
     [cell] = cells_from_requests(attempt.requests)["fp8"]
     assert cell.outcome == "ok" and cell.seeds == [2301, 2302, 2303]
@@ -1223,7 +1223,7 @@ def test_a_server_the_kernel_killed_for_host_ram_is_the_hosts_failure_not_resent
     [folder] = (project.evidence_dir / "sim").iterdir()
     attempt, _ = load_attempt(folder)
     lost = attempt.requests[1]
-    assert (lost.seed, lost.outcome, lost.transport_failure) == (2302, "error", None)
+    assert (lost.seed, lost.outcome, lost.transport_failure) == (2302, "error", False)
     assert lost.cause.kind == "host"
     # The keeper or the server got the SIGKILL: -9 or 137.
     assert lost.cause.reason.startswith("host RAM exhausted: killed by SIGKILL (exit ")
@@ -1267,7 +1267,7 @@ def test_a_server_that_crashes_on_its_own_is_a_measured_error():
 
     store = AttemptStore.__new__(AttemptStore)
     store.requests = [RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1, outcome="error",
-                                    quality="unchecked", wall_s=1, transport_failure=None)]
+                                    quality="unchecked", wall_s=1, transport_failure=False)]
     assert store.recorded("fp8", "sim-t2i", 1)
     store.requests = [store.requests[0].model_copy(update={"transport_failure": True})]
     assert not store.recorded("fp8", "sim-t2i", 1)

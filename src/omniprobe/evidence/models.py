@@ -20,6 +20,7 @@ from pydantic import (
     Field,
     ValidationError,
     create_model,
+    model_serializer,
     model_validator,
 )
 
@@ -506,10 +507,20 @@ class RequestRecord(Measurement):
     flag_set: str
     server_peak_mb: float | None = Field(default=None, ge=0)
     denoise_step_latency_ms: float | None = Field(default=None, ge=0)
-    transport_failure: bool | None = Field(
-        default=None, description="true: no answer came (connection refused or dropped, the "
-                                  "server gone), so nothing about the model was measured; a "
-                                  "resume sends the request again and records that after it.")
+    transport_failure: bool = Field(
+        default=False, description="true: no answer came (connection refused or dropped, the "
+                                   "server gone), so nothing about the model was measured; a "
+                                   "resume sends the request again and records that after it. "
+                                   "Written only when true.")
+
+    @model_serializer(mode="wrap")
+    def _transport_failure_only_when_true(self, handler):
+        """A request that was answered says nothing of transport: its file stays as it was when
+        the field was optional (absent, never false)."""
+        data = handler(self)
+        if not self.transport_failure:
+            data.pop("transport_failure", None)
+        return data
 
 
 # --- offline, quality, reproducibility --------------------------------------------------

@@ -607,7 +607,7 @@ class ServeProbe:
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
                   "error": error and redact_text(error), "cause": cause,
                   "started_s": round(started_s, 3), "lifetime": live.index,
-                  "transport_failure": transport or None}
+                  "transport_failure": transport}
         if live.guard is not None:
             fields["emulation_breach"] = live.guard.breach_by(time.monotonic() - live.t0)
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
