@@ -121,8 +121,8 @@ def tests_diffusers(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Lint the package, tests and noxfile with ruff."""
-    session.install("ruff==0.17.5")
+    """Lint the package, tests and noxfile with ruff, pinned once: pyproject.toml's `lint` extra."""
+    session.install(*nox.project.load_toml("pyproject.toml")["project"]["optional-dependencies"]["lint"])
     session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
 
 

@@ -26,11 +26,14 @@ from machine import describe
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
-from omniprobe.evidence.attempts import open_attempt
+from omniprobe.env.serve_command import server_command
+from omniprobe.env.simulated import sim_env_digest
+from omniprobe.evidence.attempts import open_probe_attempt
+from omniprobe.evidence.models import AttemptEnvironment, ServedModel
 from omniprobe.harness import probe as probe_module
 from omniprobe.harness.probe import ServeProbe, ServeSettings
 from omniprobe.harness.progress import Progress
-from omniprobe.harness.server import free_port, server_command
+from omniprobe.harness.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = "sim-pair"  # two references, 1248x832 output
@@ -65,7 +68,11 @@ def main(count: int) -> None:
     cfg, suite = load_hosts(project.hosts_file), load_fixtures(project.fixtures_file)
     fixture = suite.get(FIXTURE)
     port = free_port()
-    store = open_attempt(project, "sim", cfg.host("sim"), ["benchmark"], fresh=True)
+    environment = AttemptEnvironment(digest=sim_env_digest(),
+                                     served=ServedModel(model="Qwen/Qwen-Image-2.1", source="simulated"))
+    store, _ = open_probe_attempt(project, "sim", cfg.host("sim"), ["benchmark"],
+                                  environment=environment, fresh=True, fresh_id=None,
+                                  complete=lambda _: False)
     options = ServeSettings(port=port, model="Qwen/Qwen-Image-2.1", ready_timeout_s=60,
                            request_timeout_s=60, grace_s=5)
     probe = ServeProbe(cfg, suite, project.fixtures_file.parent, project.hosts_file, "sim", store,

@@ -23,11 +23,27 @@ from omniprobe.cli import (
     propagation_options,
     run_command,
 )
+from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
+from omniprobe.env.simulated import sim_env_digest
+from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
+from omniprobe.evidence.models import AttemptEnvironment, ServedModel
 from omniprobe.harness.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "src"
+
+
+def open_sim_attempt(project: Project, command: list[str], *, fresh: bool,
+                     host_name: str = "sim") -> AttemptStore:
+    """A probe attempt of a simulated host as the probe opens one (open_probe_attempt), in the
+    sim's environment: a new one, or with `fresh=False` the newest to resume."""
+    environment = AttemptEnvironment(digest=sim_env_digest(), served=ServedModel(
+        model="Qwen/Qwen-Image-2.1", source="simulated"))
+    store, _ = open_probe_attempt(project, host_name, load_hosts(project.hosts_file).host(host_name),
+                                  command, environment=environment, fresh=fresh, fresh_id=None,
+                                  complete=lambda _: False)
+    return store
 
 
 def make_project(root: Path, *, faults: list[str] = (), seeds: list[int] = (2301,),

@@ -17,8 +17,8 @@ from omniprobe.env.allocator import (
     honoured_var,
     uses_allocator_env,
 )
+from omniprobe.env.serve_command import server_env
 from omniprobe.env.state import EnvPaths, Runner
-from omniprobe.harness.server import server_env
 
 from .conftest import REPO
 

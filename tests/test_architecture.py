@@ -27,6 +27,9 @@ BREACHES = [
     ("sim/model.py", "omniprobe.sim.model", "omniprobe.harness.client"),
     ("sim/capacity.py", "omniprobe.sim.capacity", "omniprobe.config.hosts"),
     ("harness/sampler.py", "omniprobe.harness.sampler", "omniprobe.sim.memory"),
+    ("env/preflight.py", "omniprobe.env.preflight", "omniprobe.harness.server"),
+    ("upstream/checks.py", "omniprobe.upstream.checks", "omniprobe.harness.client"),
+    ("protocol.py", "omniprobe.protocol", "omniprobe.errors"),
     ("config/hosts.py", "omniprobe.config.hosts", "omniprobe.evidence.models"),
     ("harness/offline_runner.py", "omniprobe.harness.offline_runner", "omniprobe.errors"),
     ("harness/probe.py", "omniprobe.harness.probe", "omniprobe.cli.tables"),
@@ -50,7 +53,7 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path):
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")},
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "Contracts: 0 kept, 9 broken." in done.stdout, done.stdout
+    assert "Contracts: 0 kept, 12 broken." in done.stdout, done.stdout
     for _, importer, imported in BREACHES:
         assert f"-   {importer} -> {imported} (l." in done.stdout, (importer, imported)
 

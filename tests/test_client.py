@@ -11,10 +11,11 @@ from PIL import Image
 
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
-from omniprobe.evidence.attempts import open_attempt
 from omniprobe.harness.client import form_fields, parse_failure, parse_success
 from omniprobe.harness.probe import ServeProbe, ServeSettings
+from omniprobe.protocol import FORM_FIELDS
 
+from .conftest import open_sim_attempt
 from .test_oom import CONTRACT
 
 
@@ -68,11 +69,12 @@ def test_form_fields_follow_the_contract(project):
     assert fields == {"prompt": suite.get("sim-pair").prompt, "size": "64x48", "seed": "2302",
                       "num_inference_steps": "20", "true_cfg_scale": "1.0",
                       "response_format": "b64_json", "return_stage_metrics": "true"}
+    assert tuple(fields) == FORM_FIELDS  # what the upstream checks hold against the server
 
 
 def test_image_that_does_not_decode_is_recorded_as_an_error(project):
     cfg, suite = load_hosts(project.hosts_file), load_fixtures(project.fixtures_file)
-    store = open_attempt(project, "sim", cfg.host("sim"), ["test"], fresh=True)
+    store = open_sim_attempt(project, ["test"], fresh=True)
     probe = ServeProbe(cfg, suite, project.fixtures_file.parent, project.hosts_file, "sim", store,
                        ServeSettings(port=1, model="m", ready_timeout_s=1, request_timeout_s=1,
                                      grace_s=1))

@@ -61,13 +61,14 @@ def test_every_command_error_is_in_the_family():
     from omniprobe.config.hosts import UnknownHost
     from omniprobe.config.project import NoProject
     from omniprobe.config.selection import NoHost, SelectedEnvFailed
+    from omniprobe.env.serve_command import FlagSetNotRunnable, NotInEnv
     from omniprobe.env.state import EnvBuildError, EnvError, EnvNotReady
     from omniprobe.evidence.attempts import AttemptBusy
     from omniprobe.harness.client import ReferenceMismatch
     from omniprobe.harness.offline import KwargSetNotRunnable, RunnerProtocolError
     from omniprobe.harness.probe import PlanError
     from omniprobe.harness.sampler import GpuBusy, NvmlUnavailable
-    from omniprobe.harness.server import FlagSetNotRunnable, NotInEnv, PortInUse
+    from omniprobe.harness.server import PortInUse
 
     expected = {
         InputError: [ImageMismatch, UnreadableImage, NoProject, ReferenceMismatch],

@@ -1100,19 +1100,18 @@ def test_a_second_open_attempt_in_a_loop_leaves_a_writing_probe_alone(project):
     SEEDS = 40
     import threading
 
-    from omniprobe.config.hosts import load_hosts
-    from omniprobe.evidence.attempts import AttemptBusy, open_attempt
+    from omniprobe.evidence.attempts import AttemptBusy
     from omniprobe.evidence.models import RequestRecord, load_attempt
 
-    host = load_hosts(project.hosts_file).host("sim")
-    store = open_attempt(project, "sim", host, ["omniprobe", "probe-serve"], fresh=True)
+    from .conftest import open_sim_attempt
+
+    store = open_sim_attempt(project, ["omniprobe", "probe-serve"], fresh=True)
     stop, refused, failed = threading.Event(), [], []
 
     def intruder():
         while not stop.is_set():
             try:
-                open_attempt(project, "sim", host, ["omniprobe", "probe-serve"],
-                             fresh=False).close()
+                open_sim_attempt(project, ["omniprobe", "probe-serve"], fresh=False).close()
             except AttemptBusy:
                 refused.append(True)
             except Exception as exc:  # noqa: BLE001 - the test reports what the intruder met
@@ -1193,14 +1192,14 @@ def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, p
     [folder] = (project.evidence_dir / "sim").iterdir()
     attempt, _ = load_attempt(folder)
     assert [(r.seed, r.outcome, r.transport_failure) for r in attempt.requests] == [
-        (2301, "ok", None), (2302, "error", True), (2303, "ok", None)], attempt.requests[1].error
+        (2301, "ok", False), (2302, "error", True), (2303, "ok", False)], attempt.requests[1].error
 
     # The hang fault is per server process: the resume's server answers request 2302.
     code, out = in_process(project, argv)
     assert code == 0, out
     attempt, _ = load_attempt(folder)
     assert [(r.seed, r.outcome, r.transport_failure) for r in attempt.requests] == [
-        (2301, "ok", None), (2302, "error", True), (2303, "ok", None), (2302, "ok", None)]
+        (2301, "ok", False), (2302, "error", True), (2303, "ok", False), (2302, "ok", False)]
     assert load_project(project)[1] == []
     [cell] = cells_from_requests(attempt.requests)["fp8"]
     assert cell.outcome == "ok" and cell.seeds == [2301, 2302, 2303]
@@ -1224,7 +1223,7 @@ def test_a_server_the_kernel_killed_for_host_ram_is_the_hosts_failure_not_resent
     [folder] = (project.evidence_dir / "sim").iterdir()
     attempt, _ = load_attempt(folder)
     lost = attempt.requests[1]
-    assert (lost.seed, lost.outcome, lost.transport_failure) == (2302, "error", None)
+    assert (lost.seed, lost.outcome, lost.transport_failure) == (2302, "error", False)
     assert lost.cause.kind == "host"
     # The keeper or the server got the SIGKILL: -9 or 137.
     assert lost.cause.reason.startswith("host RAM exhausted: killed by SIGKILL (exit ")
@@ -1268,7 +1267,7 @@ def test_a_server_that_crashes_on_its_own_is_a_measured_error():
 
     store = AttemptStore.__new__(AttemptStore)
     store.requests = [RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1, outcome="error",
-                                    quality="unchecked", wall_s=1, transport_failure=None)]
+                                    quality="unchecked", wall_s=1, transport_failure=False)]
     assert store.recorded("fp8", "sim-t2i", 1)
     store.requests = [store.requests[0].model_copy(update={"transport_failure": True})]
     assert not store.recorded("fp8", "sim-t2i", 1)
@@ -1296,17 +1295,18 @@ def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records
     import io
 
     from omniprobe.errors import EnvironmentFailure
-    from omniprobe.evidence.attempts import open_attempt
     from omniprobe.evidence.models import RequestRecord
     from omniprobe.harness.session import Session, run_session
+
+    from .conftest import open_sim_attempt
 
     class FailsEarly(Session):
         def prepare(self, ctx) -> None:
             pass
 
         def open_attempt(self, ctx):
-            self.store = open_attempt(ctx.project, ctx.host_name, ctx.host, ["omniprobe"],
-                                      fresh=True)
+            self.store = open_sim_attempt(ctx.project, ["omniprobe"], fresh=True,
+                                          host_name=ctx.host_name)
             return self.store
 
         def run(self, ctx, store) -> int:
@@ -1378,9 +1378,9 @@ def test_a_secret_in_the_command_is_recorded_nowhere(project, port):
 
 
 def test_a_source_name_cannot_take_a_baseline_out_of_its_folder(tmp_path):
+    from omniprobe.analysis.baseline_compare import baseline_path
     from omniprobe.config.fixtures import Fixture
     from omniprobe.errors import InputError
-    from omniprobe.harness.psnr_check import baseline_path
 
     fixture = Fixture(id="f", kind="t2i", reference_count=0, source_name="../../etc/passwd")
     assert baseline_path(tmp_path, "{fixture}/{seed}.png", fixture, 1) == tmp_path / "f" / "1.png"

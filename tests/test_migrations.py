@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pytest
 
@@ -193,3 +194,24 @@ def test_every_committed_evidence_file_is_at_the_current_version(repo):
     assert files
     for path in files:
         assert json.loads(path.read_text())["format_version"] == FORMAT_VERSION, path
+
+
+# Real files as omniprobe committed them before each bump (tests/data/migrations/vN, taken from
+# the history of evidence/rtx3090/seed-3090-2-measured-pair: version 1 at 2e4ae55^, version 2 at
+# 8e1e13f^). Their content has moved on since, so each is held to what its migration does.
+OLD = Path(__file__).parent / "data" / "migrations"
+
+
+@pytest.mark.parametrize(("version", "name"), [
+    (1, "attempt.json"), (1, "runs.json"), (1, "figures.json"), (2, "attempt.json")])
+def test_a_real_file_of_each_older_version_migrates(version, name):
+    path = OLD / f"v{version}" / name
+    data = json.loads(path.read_text())
+    upgraded, found = upgrade(name, data)
+    assert (found, version_of(upgraded)) == (version, FORMAT_VERSION)
+    loaded = parse_file(path)  # validated as the current format
+    if name == "attempt.json":  # update_to_3: the document by name, its digest unrecorded
+        source = loaded.provenance.source
+        assert (source.name, source.sha256) == ("000_c587d909495397fe.txt", None)
+    else:  # update_to_2: the bare list under its key
+        assert upgraded[content_key(name)] == data

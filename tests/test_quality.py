@@ -10,6 +10,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from omniprobe.analysis.baseline_compare import (
+    Output,
+    baseline_path,
+    determinism_groups,
+    latest_attempt_with_outputs,
+    pixel_hashes,
+)
 from omniprobe.analysis.imaging import load_pixels, measure, pixels_sha256, to_pixels
 from omniprobe.analysis.structure_gate import gate_record, quality_of
 from omniprobe.analysis.verdicts import host_verdict
@@ -27,13 +34,6 @@ from omniprobe.evidence.models import (
     write_section,
 )
 from omniprobe.evidence.validate import load_project, load_valid_project
-from omniprobe.harness.psnr_check import (
-    Output,
-    baseline_path,
-    determinism_groups,
-    latest_attempt_with_outputs,
-    pixel_hashes,
-)
 
 from .conftest import agreeing
 from .evidence_scaffold import add_attempt

@@ -14,18 +14,15 @@ from omniprobe.analysis.imaging import decode_pixels, pixels_sha256
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.digests import sha256_bytes
-from omniprobe.harness import client
-from omniprobe.harness.server import (
-    QUICK_POLL_S,
-    Endpoints,
+from omniprobe.env.serve_command import (
     FlagSetNotRunnable,
     NotInEnv,
-    PortInUse,
-    ServerProcess,
     in_env,
     server_command,
     server_env,
 )
+from omniprobe.harness import client
+from omniprobe.harness.server import QUICK_POLL_S, Endpoints, PortInUse, ServerProcess
 
 from .conftest import processes_with, wait_for
 

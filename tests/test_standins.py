@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from omniprobe.analysis.baseline_compare import run_quality
 from omniprobe.analysis.imaging import decode_pixels, load_pixels, measure, pixels_sha256, to_pixels
 from omniprobe.analysis.verdicts import host_verdict
 from omniprobe.cli import main
@@ -20,7 +21,6 @@ from omniprobe.config.standins import STANDIN_REFERENCES, encode_png, hash_bytes
 from omniprobe.errors import InputError
 from omniprobe.evidence.models import load_attempt
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.psnr_check import run_quality
 from omniprobe.report.render import render_harness
 
 from .conftest import REPO, fixtures_problems, in_process, probe_argv

@@ -3,13 +3,16 @@ doctoring changes exactly the checks or citation states that depend on what it c
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import inspect
 import shutil
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from omniprobe import protocol
 from omniprobe.cli import main
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
@@ -123,15 +126,40 @@ def _runner_that_goes_on(make_engine, requests, results):
             results.emit("request", outcome="error")
 
 
-@pytest.mark.parametrize(("runner", "closes", "status"), [
-    (None, True, "pass"),
-    (_runner_that_goes_on, True, "fail"),
-    (_runner_that_goes_on, False, "pass"),  # upstream would keep the engine open
+def _ends_at_a_failed_request(run) -> bool:
+    """Whether every handler of a failed `engine.generate(...)` in `run` ends the loop (return or
+    break), so no request reaches an engine that closed."""
+    tree = ast.parse(inspect.getsource(run))
+    guarded = [node for node in ast.walk(tree) if isinstance(node, ast.Try) and any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "generate"
+        for stmt in node.body for n in ast.walk(stmt))]
+    handlers = [handler for node in guarded for handler in node.handlers]
+    return bool(handlers) and all(
+        any(isinstance(n, ast.Return | ast.Break) for n in ast.walk(handler))
+        for handler in handlers)
+
+
+def test_the_protocol_says_what_the_offline_runner_does():
+    """The runner cannot import omniprobe: what the upstream checks read of it (protocol.py) is
+    held to its code here."""
+    assert offline_runner.SAMPLING_PARAMS == protocol.SAMPLING_PARAMS
+    assert offline_runner.OUTPUT_PEAK == protocol.OUTPUT_PEAK
+    assert not getattr(offline_runner.OmniEngine, "survives_failure", False)
+    assert _ends_at_a_failed_request(offline_runner.run) is protocol.ENDS_AT_A_FAILED_REQUEST
+    assert not _ends_at_a_failed_request(_runner_that_goes_on)  # the reading sees one going on
+    opens = inspect.getsource(offline_runner.OmniEngine) + inspect.getsource(
+        offline_runner.open_reference)
+    assert ('convert("RGB")' in opens) is protocol.REFERENCES_TO_RGB
+
+
+@pytest.mark.parametrize(("ends", "closes", "status"), [
+    (True, True, "pass"),
+    (False, True, "fail"),  # the runner as it was: a failed request, and the same engine goes on
+    (False, False, "pass"),  # upstream would keep the engine open
 ])
 def test_a_runner_going_on_after_a_failure_fails_only_where_upstream_closes(
-        tmp_path, monkeypatch, runner, closes, status):
-    if runner is not None:
-        monkeypatch.setattr(offline_runner, "run", runner)
+        tmp_path, monkeypatch, ends, closes, status):
+    monkeypatch.setattr(protocol, "ENDS_AT_A_FAILED_REQUEST", ends)
     omni = "vllm_omni/entrypoints/omni.py"
     doctor = {} if closes else {omni: FILES[omni].replace("            self.close()\n", "")}
     assert _results(write_tree(tmp_path, doctor))["offline-failure:engine-survives"] == status

@@ -184,8 +184,8 @@ def _standins(args: argparse.Namespace) -> int:
 
 
 def _quality(args: argparse.Namespace) -> int:
+    from omniprobe.analysis.baseline_compare import run_quality
     from omniprobe.cli.tables import psnr_summary
-    from omniprobe.harness.psnr_check import run_quality
 
     project = find_project()
     result = run_quality(project, args.baseline, attempt_id=args.attempt, layout=args.layout,

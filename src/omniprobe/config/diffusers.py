@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from omniprobe.config.inside_path import InsidePath
+from omniprobe.config.strict import STRICT
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.safe_io import parse_json, read_text
@@ -22,7 +23,7 @@ SAMPLING_KEYS = ("steps", "true_cfg_scale", "seeds")
 
 
 class _Input(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = STRICT
 
 
 class DiffusersProfile(_Input):
@@ -117,8 +118,7 @@ class ComponentConfig(_Input):
     expected_parameters_b: ExpectedParameters | None = Field(
         default=None, description="A parameter count the built component must match.")
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False,
-                              populate_by_name=True)
+    model_config = ConfigDict(**STRICT, populate_by_name=True)
 
     @model_validator(mode="after")
     def _every_value_sourced(self) -> ComponentConfig:

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from PIL import Image
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.names import Name
 from omniprobe.config.sources import SourceDocument
+from omniprobe.config.strict import STRICT
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.limits import MAX_SEED
@@ -27,7 +28,7 @@ ChosenField = Literal["prompt", "width", "height", "references"]
 
 class _Input(BaseModel):
     # Strict when loaded (load_fixtures): no coercion of "2301" or true to an int; finite floats.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = STRICT
 
 
 # Seeds as every generator of the stacks takes them (omniprobe.limits).

@@ -10,7 +10,6 @@ from typing import Annotated, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -21,6 +20,7 @@ from omniprobe.config.diffusers import DiffusersHost, DiffusersProfile
 from omniprobe.config.fixtures import MAX_REFERENCE_PIXELS
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.names import Name
+from omniprobe.config.strict import STRICT
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.limits import MAX_ISSUE, MAX_MIB, MAX_VRAM_GB, MAX_WAIT_S
 from omniprobe.safe_io import load_toml
@@ -32,7 +32,7 @@ class UnknownHost(Refusal):
 
 class _Input(BaseModel):
     # Strict when loaded (load_hosts): no coercion of "8091" or true to an int; finite floats.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = STRICT
 
 
 Issue = Annotated[int, Field(ge=1, le=MAX_ISSUE)]
@@ -86,7 +86,7 @@ def _check_placeholders(command: list[str] | None, known: frozenset[str]) -> lis
     return command
 
 
-# What the harness passes the server itself (harness/server.py server_command): a flag set that
+# What the harness passes the server itself (env/serve_command.py server_command): a flag set that
 # gave one again would win, being later, and listen elsewhere or serve another name.
 HARNESS_OPTIONS = ("--host", "--port", "--served-model-name", "--enforce-eager", "--deploy-config")
 
@@ -425,7 +425,7 @@ LAYOUT_PLACEHOLDERS = frozenset({"fixture", "source_name", "seed"})
 
 class ImageChecks(_Input):
     """hosts.toml [quality]: the thresholds of the output-structure check (analysis/imaging.py)
-    and how PSNR compares images with a baseline's (harness/psnr_check.py).
+    and how PSNR compares images with a baseline's (analysis/baseline_compare.py).
 
     Figures are on the 0-255 scale whatever the image's bit depth. The defaults are the values
     hosts.toml states; they apply where a table omits a key or no hosts.toml is found.

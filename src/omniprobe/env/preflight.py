@@ -22,15 +22,15 @@ from pathlib import Path
 from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.log_text import plain_log
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.env.state import Runner
-from omniprobe.evidence.models import EnvCheck
-from omniprobe.harness.server import (
+from omniprobe.env.serve_command import (
     FlagSetNotRunnable,
     NotInEnv,
     base_command,
     server_command,
     server_env,
 )
+from omniprobe.env.state import Runner
+from omniprobe.evidence.models import EnvCheck
 
 # Importing vLLM imports torch: generous, but bounded.
 TIMEOUT_S = 300.0

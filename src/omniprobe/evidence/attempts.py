@@ -206,24 +206,6 @@ def _create(project: Project, host_name: str, host: Host, command: list[str],
     return AttemptStore(project, folder, meta)
 
 
-def open_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
-                 fresh: bool, fresh_id: str | None = None,
-                 cap_mib: int | None = None) -> AttemptStore:
-    """The attempt to write: this invocation's fresh one, a new one, or the newest to resume
-    (on an emulated host, of the same cap)."""
-    host_dir = project.evidence_dir / host_name
-    existing = probe_attempts(host_dir, cap_mib)
-    if fresh_id and (host_dir / fresh_id).is_dir():
-        store = _load(project, host_dir / fresh_id)
-    elif fresh or not existing:
-        store = _create(project, host_name, host, command, cap_suffix(cap_mib), cap_mib=cap_mib)
-        store.created = True  # a resumable attempt: removed again if its run records nothing
-    else:
-        store = _load(project, existing[-1])
-    store._take_lock()
-    return store
-
-
 def new_attempt(project: Project, host_name: str, host: Host, command: list[str], *,
                 suffix: str, what: str,
                 environment: AttemptEnvironment | None = None) -> AttemptStore:

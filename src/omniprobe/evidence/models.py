@@ -17,10 +17,10 @@ from typing import Annotated, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     create_model,
+    model_serializer,
     model_validator,
 )
 
@@ -28,6 +28,7 @@ from omniprobe.atomic import is_temp_file, write_text_atomic
 from omniprobe.config.fixtures import Inputs, Seed
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.sources import SourceDocument
+from omniprobe.config.strict import STRICT
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import (
     FORMAT_VERSION,
@@ -57,7 +58,7 @@ Wall = Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="Seconds, at most
 
 class _In(BaseModel):
     # Strict when loaded (parse_file): no coercion of "2301" or true to an int; finite floats.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = STRICT
 
 
 # --- provenance -------------------------------------------------------------------------
@@ -381,7 +382,8 @@ class ServerLifetime(_In):
 
 
 class ServeRun(_In):
-    """One server lifetime under one flag set (a probed run: its lifetimes, the latest last)."""
+    """One flag set's run: its init and its cells; a probed run holds every server lifetime it
+    took (`lifetimes`, the latest last: a restart after a crash is another)."""
 
     flag_set: str
     init: InitResult
@@ -512,10 +514,20 @@ class RequestRecord(Measurement):
     flag_set: str
     server_peak_mb: float | None = Field(default=None, ge=0)
     denoise_step_latency_ms: float | None = Field(default=None, ge=0)
-    transport_failure: bool | None = Field(
-        default=None, description="true: no answer came (connection refused or dropped, the "
-                                  "server gone), so nothing about the model was measured; a "
-                                  "resume sends the request again and records that after it.")
+    transport_failure: bool = Field(
+        default=False, description="true: no answer came (connection refused or dropped, the "
+                                   "server gone), so nothing about the model was measured; a "
+                                   "resume sends the request again and records that after it. "
+                                   "Written only when true.")
+
+    @model_serializer(mode="wrap")
+    def _transport_failure_only_when_true(self, handler):
+        """A request that was answered says nothing of transport: its file stays as it was when
+        the field was optional (absent, never false)."""
+        data = handler(self)
+        if not self.transport_failure:
+            data.pop("transport_failure", None)
+        return data
 
 
 # --- offline, quality, reproducibility --------------------------------------------------
@@ -887,7 +899,7 @@ def _file_model(file_name: str, content: type) -> type[BaseModel]:
     key = content_key(file_name)
     return create_model(
         "".join(part.title() for part in key.split("_")) + "File",
-        __config__=ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False),
+        __config__=STRICT,
         __doc__=f"{file_name}: the evidence format version, then the content under {key!r}.",
         **{VERSION_KEY: (Literal[FORMAT_VERSION], Field(
             description="Evidence format version; a file without it is version 1 and is "

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, model_validator
+
+from omniprobe.config.strict import STRICT
 
 _UNITS = {
     "B": 1,
@@ -30,10 +32,6 @@ def size_mib(text: str) -> float:
     return size_bytes(text) / 1024**2
 
 
-def size_gib(text: str) -> float:
-    return size_bytes(text) / 1024**3
-
-
 def _check_size(text: str) -> str:
     size_bytes(text)
     return text
@@ -46,7 +44,7 @@ Size = Annotated[str, AfterValidator(_check_size)]
 class Range(BaseModel):
     """A closed interval; a single observation has min == max."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = STRICT
 
     min: float
     max: float

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from omniprobe.config.strict import STRICT
 
 CheckStatus = Literal["pass", "fail", "not-found"]
 CitationStatus = Literal["holds", "moved", "changed", "gone", "absent", "unanchored"]
@@ -17,7 +19,7 @@ UPSTREAM_HOST = "upstream"  # evidence/upstream/: the attempts of `upstream chec
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = STRICT
 
 
 class Anchor(_In):

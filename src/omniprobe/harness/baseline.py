@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
+from omniprobe.analysis.baseline_compare import baseline_path, resolve_artifact
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
@@ -24,7 +25,6 @@ from omniprobe.env.build import format_result
 from omniprobe.errors import Refusal
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe.harness.offline import OfflineOptions, run_offline, runner_env_name
-from omniprobe.harness.psnr_check import baseline_path, resolve_artifact
 
 DEFAULT_PROFILE = "seed-baseline"
 MARKER = "baseline.json"

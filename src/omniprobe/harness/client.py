@@ -27,11 +27,8 @@ from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models import OomSignature, Outcome
 from omniprobe.harness.urls import url
+from omniprobe.protocol import EDITS_PATH, GENERATIONS_PATH, IMAGE_PART
 from omniprobe.safe_io import MissingFile, confine, json_loads, read_bytes
-
-EDITS_PATH = "/v1/images/edits"
-GENERATIONS_PATH = "/v1/images/generations"
-IMAGE_PART = "image"  # one multipart part of this name per reference image
 
 
 class ReferenceMismatch(InputError):
@@ -108,6 +105,7 @@ def check_references(fixtures: list[Fixture], fixtures_dir: Path, *, max_pixels:
 
 
 def form_fields(fixture: Fixture, seed: int, sampling: Sampling) -> dict[str, str]:
+    """The form fields of a request, in protocol.FORM_FIELDS' order (tests/test_client.py)."""
     return {
         "prompt": fixture.prompt,
         "size": f"{fixture.width}x{fixture.height}",

@@ -6,10 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from omniprobe.analysis.log_text import plain_log
-
-# Upstream's warning when --deploy-config is accepted and then ignored: a single-stage diffusion
-# model without a registered pipeline config gets the default stage, built from CLI arguments.
-DEPLOY_IGNORED_WARNING = "No registered PipelineConfig resolved for model"
+from omniprobe.protocol import DEPLOY_IGNORED_WARNING
 
 
 def read_from(path: Path, offset: int = 0) -> str:

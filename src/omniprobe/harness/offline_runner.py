@@ -43,6 +43,10 @@ _TRACEBACK_CHARS = 20000  # the tail of a traceback: the OOM message and the fra
 
 
 CAP_ENV = "OMNIPROBE_EMULATED_CAP_MIB"  # the emulation hook's (emulation_site/sitecustomize.py)
+# What the Omni engine hands upstream and reads back; omniprobe/protocol.py declares the same for
+# the upstream checks, and a test holds the two equal (this file cannot import omniprobe).
+SAMPLING_PARAMS = ("height", "width", "seed", "num_inference_steps", "true_cfg_scale")
+OUTPUT_PEAK = "peak_memory_mb"
 
 
 class Engine(Protocol):
@@ -177,7 +181,7 @@ def output_peak_mib(outputs: Any) -> float | None:
     """The diffusion worker's own peak as upstream's request output carries it (`peak_memory_mb`:
     torch's reserved pool over the request, in MiB); None where the build reports none."""
     for holder in _holders(_first_output(outputs)):
-        peak = getattr(holder, "peak_memory_mb", None)
+        peak = getattr(holder, OUTPUT_PEAK, None)
         if isinstance(peak, int | float) and not isinstance(peak, bool) and peak > 0:
             return round(float(peak), 1)
     return None
@@ -210,10 +214,7 @@ class OmniEngine:
         prompt: dict[str, Any] = {"prompt": request["prompt"]}
         if images:
             prompt["multi_modal_data"] = {"image": images}
-        params = self.params(height=request["height"], width=request["width"],
-                             seed=request["seed"],
-                             num_inference_steps=request["num_inference_steps"],
-                             true_cfg_scale=request["true_cfg_scale"])
+        params = self.params(**{name: request[name] for name in SAMPLING_PARAMS})
         outputs = self.omni.generate(prompt, sampling_params_list=[params])
         save_png(first_image(outputs), request["output"])
         # The diffusion runs in upstream's worker processes: this process has no peak of its own.

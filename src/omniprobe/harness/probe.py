@@ -35,6 +35,13 @@ from omniprobe.config.selection import (
 from omniprobe.env.allocator import honoured_var
 from omniprobe.env.checks import failure_lines, hf_cache_dir, pinned_snapshot, require_env_ok
 from omniprobe.env.manifest import env_digest, manifest_of
+from omniprobe.env.serve_command import (
+    FlagSetNotRunnable,
+    base_command,
+    flag_set_refusal,
+    server_command,
+    server_env,
+)
 from omniprobe.env.simulated import sim_env_digest, sim_preflight
 from omniprobe.env.state import EnvNotReady
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
@@ -93,16 +100,7 @@ from omniprobe.harness.sampler import (
     Sampler,
     idle_reading,
 )
-from omniprobe.harness.server import (
-    Endpoints,
-    FlagSetNotRunnable,
-    ServerProcess,
-    base_command,
-    check_port,
-    flag_set_refusal,
-    server_command,
-    server_env,
-)
+from omniprobe.harness.server import Endpoints, ServerProcess, check_port
 from omniprobe.harness.session import Context, ServerOptions, Session, run_session
 from omniprobe.harness.urls import base_url, url
 from omniprobe.redaction import redact_args, redact_file, redact_text
@@ -609,7 +607,7 @@ class ServeProbe:
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
                   "error": error and redact_text(error), "cause": cause,
                   "started_s": round(started_s, 3), "lifetime": live.index,
-                  "transport_failure": transport or None}
+                  "transport_failure": transport}
         if live.guard is not None:
             fields["emulation_breach"] = live.guard.breach_by(time.monotonic() - live.t0)
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"

@@ -16,10 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TextIO
 
+from omniprobe.analysis.baseline_compare import resolve_artifact
 from omniprobe.analysis.imaging import load_pixels, pixels_sha256
 from omniprobe.config.fixtures import Fixture, FixtureSuite
 from omniprobe.config.hosts import Host, HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.env.serve_command import server_command
 from omniprobe.evidence.attempts import AttemptStore, new_attempt
 from omniprobe.evidence.models import (
     OfflineRequest,
@@ -38,8 +40,7 @@ from omniprobe.harness.probe import (
     serve_fixtures,
     settings_from,
 )
-from omniprobe.harness.psnr_check import resolve_artifact
-from omniprobe.harness.server import check_port, server_command
+from omniprobe.harness.server import check_port
 from omniprobe.harness.session import Context, ServerOptions, Session, run_session
 
 ATTEMPT_SUFFIX = "-propagation"

@@ -1,22 +1,21 @@
 """The named contract checks of the harness against one upstream source, each read off upstream's
 code (never imported): PASS, FAIL or NOT FOUND, with the `file:line` that decides it.
 
-What the harness sends and reads is taken from the harness itself where it is data (hosts.toml,
-the client's form fields and paths, the offline runner's calls), so a change on either side shows.
+What the harness sends and reads is taken from where the harness declares it as data (hosts.toml
+and its options, omniprobe/protocol.py: the client's form fields and paths, the offline runner's
+calls), so a change on either side shows.
 """
 
 from __future__ import annotations
 
 import ast
-import inspect
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
-from omniprobe.config.hosts import HostsConfig
+from omniprobe import protocol
+from omniprobe.config.hosts import HARNESS_OPTIONS, HostsConfig
 from omniprobe.evidence.upstream import UpstreamCheck
-from omniprobe.harness import client, offline_runner
-from omniprobe.harness.logs import DEPLOY_IGNORED_WARNING
+from omniprobe.protocol import DEPLOY_IGNORED_WARNING, EDITS_PATH, GENERATIONS_PATH, IMAGE_PART
 from omniprobe.safe_io import DuplicateKey, json_loads
 from omniprobe.upstream import code
 from omniprobe.upstream.code import Found
@@ -28,10 +27,13 @@ ENTRYPOINTS = "vllm_omni/entrypoints/"
 CLI = "vllm_omni/entrypoints/cli/"
 OPENAI = "vllm_omni/entrypoints/openai/"
 REGISTRY = "vllm_omni/config/pipeline_registry.py"
-# The harness adds these to every serve command (harness/server.py, build_command).
-HARNESS_SERVE_FLAGS = ("--host", "--port", "--served-model-name")
+# The harness adds the first three to every serve command (env/serve_command.py server_command),
+# --enforce-eager where [serve] asks and --deploy-config where a flag set names one.
+*HARNESS_SERVE_FLAGS, ENFORCE_EAGER, DEPLOY_CONFIG = HARNESS_OPTIONS
 # Response fields the client reads (harness/client.py, parse_success and _metric).
 STAGE_METRIC = "denoise_step_latency_ms"
+# The request output's field of the diffusion worker's peak, at the pinned commit.
+WORKER_PEAK = "peak_memory_mb"
 
 
 def _check(name: str, status: str, where: Found | str | None, detail: str) -> UpstreamCheck:
@@ -58,14 +60,14 @@ def serve_flags_used(cfg: HostsConfig) -> dict[str, list[str]]:
     for arg in cfg.serve.command:
         if arg.startswith("--"):
             use(arg, "[serve]")
-    for flag in HARNESS_SERVE_FLAGS + (("--enforce-eager",) if cfg.serve.enforce_eager else ()):
+    for flag in [*HARNESS_SERVE_FLAGS, *([ENFORCE_EAGER] if cfg.serve.enforce_eager else [])]:
         use(flag, "[serve]")
     for name, flag_set in cfg.flag_sets.items():
         for arg in flag_set.args:
             if arg.startswith("--"):
                 use(arg.split("=", 1)[0], f"flag set {name}")
         if flag_set.deploy_config:
-            use("--deploy-config", f"flag set {name}")
+            use(DEPLOY_CONFIG, f"flag set {name}")
     return users
 
 
@@ -152,13 +154,6 @@ def check_serve_flags(source: Source, cfg: HostsConfig,
 # --- HTTP ----------------------------------------------------------------------------------
 
 
-def _sample_form_fields() -> list[str]:
-    """The form fields the client sends with every request (their values do not matter here)."""
-    fixture = SimpleNamespace(prompt="", width=0, height=0)
-    sampling = SimpleNamespace(num_inference_steps=0, true_cfg_scale=0.0)
-    return list(client.form_fields(fixture, 0, sampling))
-
-
 def _annotation_names(annotation: str | None) -> list[str]:
     return re.findall(r"[A-Za-z_][A-Za-z0-9_]*", annotation or "")
 
@@ -167,15 +162,15 @@ def check_http(source: Source, cfg: HostsConfig) -> list[UpstreamCheck]:
     files = _routes_files(source)
     checks = []
     health = code.route(source, files, "get", cfg.serve.health_path)
-    edits = code.route(source, files, "post", client.EDITS_PATH)
-    generations = code.route(source, files, "post", client.GENERATIONS_PATH)
+    edits = code.route(source, files, "post", EDITS_PATH)
+    generations = code.route(source, files, "post", GENERATIONS_PATH)
     for path, found, method in ((cfg.serve.health_path, health, "GET"),
-                                (client.EDITS_PATH, edits, "POST"),
-                                (client.GENERATIONS_PATH, generations, "POST")):
+                                (EDITS_PATH, edits, "POST"),
+                                (GENERATIONS_PATH, generations, "POST")):
         checks.append(_check(f"route:{path}", "pass" if found else "fail", found,
                              f"{method} {path} is served" if found
                              else f"no handler is decorated for {method} {path}"))
-    fields = _sample_form_fields()
+    fields = list(protocol.FORM_FIELDS)
     checks += _edit_form_checks(edits, fields)
     checks += _generation_json_checks(source, generations, fields)
     checks += _response_checks(source, [h for h in (edits, generations) if h])
@@ -184,10 +179,10 @@ def check_http(source: Source, cfg: HostsConfig) -> list[UpstreamCheck]:
 
 
 def _edit_form_checks(edits: Found | None, fields: list[str]) -> list[UpstreamCheck]:
-    sent = [client.IMAGE_PART, *fields]
+    sent = [IMAGE_PART, *fields]
     if edits is None:
         return [_check(f"edits-form:{f}", "not-found", None,
-                       f"no {client.EDITS_PATH} handler to read") for f in sent]
+                       f"no {EDITS_PATH} handler to read") for f in sent]
     params = {p.name: p for p in code.handler_params(edits.node)}
     checks = []
     for field in sent:
@@ -207,7 +202,7 @@ def _generation_json_checks(source: Source, generations: Found | None,
                             fields: list[str]) -> list[UpstreamCheck]:
     if generations is None:
         return [_check(f"generations-json:{f}", "not-found", None,
-                       f"no {client.GENERATIONS_PATH} handler to read") for f in fields]
+                       f"no {GENERATIONS_PATH} handler to read") for f in fields]
     body_class, model_fields = None, {}
     for param in code.handler_params(generations.node):
         for name in _annotation_names(param.annotation):
@@ -298,7 +293,7 @@ def _error_path_check(edits: Found | None) -> UpstreamCheck:
     branch (a stage's error result is raised as one), not the generic handler after it."""
     name = "error-path:edits-500"
     if edits is None:
-        return _check(name, "not-found", None, f"no {client.EDITS_PATH} handler to read")
+        return _check(name, "not-found", None, f"no {EDITS_PATH} handler to read")
     branch = _engine_error_branch(edits)
     if branch is not None:
         answers = [n.func.id for n in ast.walk(branch) if isinstance(n, ast.Call)
@@ -323,14 +318,6 @@ def _error_path_check(edits: Found | None) -> UpstreamCheck:
 
 
 # --- offline engine -------------------------------------------------------------------------
-
-
-def runner_sampling_params() -> list[str]:
-    """The keywords the offline runner passes to OmniDiffusionSamplingParams (`self.params`)."""
-    tree = ast.parse(inspect.getsource(offline_runner.OmniEngine))
-    return next(([k.arg for k in node.keywords if k.arg] for node in ast.walk(tree)
-                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                 and node.func.attr == "params"), [])
 
 
 def _kwargs_read(source: Source, class_name: str) -> dict[str, Found]:
@@ -363,7 +350,7 @@ def check_offline(source: Source, cfg: HostsConfig) -> list[UpstreamCheck]:
                          else "Omni.generate has no sampling_params_list parameter"))
     sp_file = "vllm_omni/inputs/data.py"
     sp_fields = code.class_fields(source, "OmniDiffusionSamplingParams", [sp_file])
-    for name in runner_sampling_params():
+    for name in protocol.SAMPLING_PARAMS:
         found = sp_fields.get(name)
         checks.append(_check(f"sampling-param:{name}", "pass" if found else "fail",
                              found or code.find_class(source, "OmniDiffusionSamplingParams"),
@@ -588,29 +575,6 @@ def _str_value(node: ast.AST) -> str | None:
 # --- where the offline runner's assumptions meet upstream's behaviour ------------------------
 
 
-def _runner_reads(module, attribute: str) -> bool:
-    """Whether the runner's code reads `attribute` off an object (`x.attr` or getattr)."""
-    return any(
-        (isinstance(node, ast.Attribute) and node.attr == attribute)
-        or (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            and node.func.id == "getattr" and len(node.args) > 1
-            and isinstance(node.args[1], ast.Constant) and node.args[1].value == attribute)
-        for node in ast.walk(ast.parse(inspect.getsource(module))))
-
-
-def _runner_stops_on_failure() -> bool:
-    """Whether every handler of a failed `engine.generate(...)` in offline_runner.run ends the
-    loop (return or break), so no request reaches an engine that closed."""
-    tree = ast.parse(inspect.getsource(offline_runner.run))
-    guarded = [node for node in ast.walk(tree) if isinstance(node, ast.Try) and any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "generate"
-        for stmt in node.body for n in ast.walk(stmt))]
-    handlers = [handler for node in guarded for handler in node.handlers]
-    return bool(handlers) and all(
-        any(isinstance(n, ast.Return | ast.Break) for n in ast.walk(handler))
-        for handler in handlers)
-
-
 def check_offline_behaviour(source: Source) -> list[UpstreamCheck]:
     """What upstream does that the offline runner must handle: a failed request closes the engine,
     the worker's peak rides on the output, the server keeps an upload's image mode."""
@@ -625,7 +589,7 @@ def check_offline_behaviour(source: Source) -> list[UpstreamCheck]:
                          and isinstance(n.func, ast.Attribute) and n.func.attr == "close"]
                 if calls and any(isinstance(n, ast.Raise) for n in ast.walk(handler)):
                     closes = Found(omni.file, calls[0].lineno)
-    reuses = not _runner_stops_on_failure()
+    reuses = not protocol.ENDS_AT_A_FAILED_REQUEST
     name = "offline-failure:engine-survives"
     if closes and reuses:
         checks.append(_check(name, "fail", closes, (
@@ -639,8 +603,8 @@ def check_offline_behaviour(source: Source) -> list[UpstreamCheck]:
             if closes
             else "Omni.generate leaves the engine open when a request fails")))
     output = code.class_fields(source, "OmniRequestOutput", source.under("vllm_omni/outputs/"))
-    peak = output.get("peak_memory_mb")
-    reads = _runner_reads(offline_runner, "peak_memory_mb")
+    peak = output.get(WORKER_PEAK)
+    reads = protocol.OUTPUT_PEAK == WORKER_PEAK
     checks.append(_check("offline-peak:worker-peak", "fail" if peak and not reads else "pass",
                          peak or code.find_class(source, "OmniRequestOutput"), (
         "the request output carries the worker's peak_memory_mb; the runner ignores it and "
@@ -654,14 +618,14 @@ def check_offline_behaviour(source: Source) -> list[UpstreamCheck]:
 def _reference_mode_check(source: Source) -> UpstreamCheck:
     name = "reference-mode:serve-equals-offline"
     files = _routes_files(source)
-    edits = code.route(source, files, "post", client.EDITS_PATH)
+    edits = code.route(source, files, "post", EDITS_PATH)
     if edits is None:
-        return _check(name, "not-found", None, f"no {client.EDITS_PATH} handler to read")
+        return _check(name, "not-found", None, f"no {EDITS_PATH} handler to read")
     load = next((n for n in ast.walk(edits.node) if isinstance(n, ast.Call)
                  and isinstance(n.func, ast.Name) and n.func.id == "_load_input_images"), None)
     normalize = code.keyword(load, "normalize_rgb") if load else None
     always_rgb = isinstance(normalize, ast.Constant) and normalize.value is True
-    runner_rgb = 'convert("RGB")' in inspect.getsource(offline_runner.OmniEngine)
+    runner_rgb = protocol.REFERENCES_TO_RGB
     where = Found(edits.file, load.lineno) if load else edits
     if load is None:
         return _check(name, "not-found", edits, "the edits handler's image loading is not read")
