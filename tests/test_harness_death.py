@@ -85,6 +85,17 @@ def test_resume_after_a_crash_mid_matrix_runs_only_the_rest(tmp_path, port, harn
     assert log.count("POST /v1/images/edits") == 8 - len(before)
 
 
+def kill_together(*pids: int) -> None:
+    """SIGKILL at once: every process stopped first, so none sees another's death before its
+    own (the keeper would see its lifeline end and stop the group itself)."""
+    import os
+
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
 def test_killing_the_probe_and_its_supervisor_together_leaves_no_orphan(tmp_path, port, harness):
     """A double SIGKILL takes the lifeline and its keeper at once: the server dies with its
     supervisor (PR_SET_PDEATHSIG), and a resume then starts its own server on the same port."""
@@ -95,8 +106,7 @@ def test_killing_the_probe_and_its_supervisor_together_leaves_no_orphan(tmp_path
     assert wait_for(lambda: _serving(project), 20)
     keepers = [pid for pid, cmd in processes_with(f"--port {port}") if "harness.supervise" in cmd]
     assert len(keepers) == 1
-    os.kill(run.pid, signal.SIGKILL)
-    os.kill(keepers[0], signal.SIGKILL)
+    kill_together(keepers[0], run.pid)
     run.wait()
     assert wait_for(lambda: processes_with(f"--port {port}") == [], 10), processes_with(
         f"--port {port}")
@@ -281,8 +291,7 @@ def test_a_resume_stops_the_worker_a_double_kill_left_and_says_so(tmp_path, port
     assert wait_for(lambda: _serving(project), 60)
     assert wait_for(lambda: len(processes_with(str(server))) >= 3, 60)  # keeper, server, worker
     keeper = next(pid for pid, cmd in processes_with(str(server)) if "harness.supervise" in cmd)
-    os.kill(run.pid, signal.SIGKILL)
-    os.kill(keeper, signal.SIGKILL)
+    kill_together(keeper, run.pid)
     run.wait()
     assert wait_for(lambda: [cmd for _, cmd in processes_with(str(server))] == [
         f"{sys.executable} -c import time; time.sleep(600) {server}"], 30), processes_with(
