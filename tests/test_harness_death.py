@@ -99,7 +99,6 @@ def kill_together(*pids: int) -> None:
 def test_killing_the_probe_and_its_supervisor_together_leaves_no_orphan(tmp_path, port, harness):
     """A double SIGKILL takes the lifeline and its keeper at once: the server dies with its
     supervisor (PR_SET_PDEATHSIG), and a resume then starts its own server on the same port."""
-    import os
 
     project = make_project(tmp_path, faults=["hang@1"])
     run = harness(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture", "sim-single")
@@ -277,7 +276,6 @@ def test_a_resume_stops_the_worker_a_double_kill_left_and_says_so(tmp_path, port
     """Probe and supervisor SIGKILLed together: the server dies with its keeper, but a worker of
     its group lives on. The resume knows it by the group and start time its lifetime recorded,
     stops it, says so, and then runs."""
-    import os
 
     project = make_project(tmp_path)
     server = tmp_path / "worker_keeping_server.py"
