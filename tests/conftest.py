@@ -27,7 +27,7 @@ from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
 from omniprobe.env.simulated import sim_env_digest
 from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
-from omniprobe.evidence.models import AttemptEnvironment, ServedModel
+from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
 from omniprobe.harness.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,7 +20,8 @@ from omniprobe import cli
 from omniprobe.env import checks as envcheck
 from omniprobe.env.build import build_env, check_env, dry_run
 from omniprobe.env.state import EnvBuildError, EnvNotReady, Runner, uv_command
-from omniprobe.evidence.models import ServedModel, load_attempt, load_evidence
+from omniprobe.evidence.load import load_attempt, load_evidence
+from omniprobe.evidence.models.attempt import ServedModel
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.server import free_port
 

@@ -41,7 +41,7 @@ from omniprobe.env.state import (
     write_stamp,
 )
 from omniprobe.errors import InputError
-from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.load import load_attempt
 
 from .env_scaffold import (
     MODEL_REPO,

@@ -25,14 +25,10 @@ from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import ImageChecks
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError
-from omniprobe.evidence.models import (
-    Attempt,
-    ImageMetrics,
-    LoadedAttempt,
-    RequestRecord,
-    load_attempt,
-    write_section,
-)
+from omniprobe.evidence.files import write_section
+from omniprobe.evidence.load import LoadedAttempt, load_attempt
+from omniprobe.evidence.models.attempt import Attempt
+from omniprobe.evidence.models.requests import ImageMetrics, RequestRecord
 from omniprobe.evidence.validate import load_project, load_valid_project
 
 from .conftest import agreeing

@@ -46,7 +46,7 @@ from PIL import Image
 from omniprobe.config.fixtures import MAX_SIDE_PX
 from omniprobe.config.hosts import ImageChecks
 from omniprobe.errors import InputError, Problem
-from omniprobe.evidence.models import ImageMetrics
+from omniprobe.evidence.models.requests import ImageMetrics
 from omniprobe.safe_io import read_bytes
 
 Comparator = Literal["rgba", "rgb"]

@@ -11,7 +11,7 @@ from omniprobe.analysis.imaging import IMAGE_SUFFIXES, UnreadableImage, image_me
 from omniprobe.cli.tables import text_table
 from omniprobe.config.hosts import ImageChecks
 from omniprobe.errors import Problem
-from omniprobe.evidence.models import ImageMetrics
+from omniprobe.evidence.models.requests import ImageMetrics
 
 
 @dataclass(frozen=True)

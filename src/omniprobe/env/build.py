@@ -56,7 +56,7 @@ from omniprobe.env.state import (
     uv_command,
     write_stamp,
 )
-from omniprobe.evidence.models import EnvManifest
+from omniprobe.evidence.models.environment import EnvManifest
 
 Echo = Callable[[str], None]
 

@@ -42,7 +42,8 @@ from omniprobe.env.state import (
     uv_command,
 )
 from omniprobe.errors import InputError, problems_from_validation
-from omniprobe.evidence.models import CheckStatus, EnvCheck, EnvPin, EnvPython, GpuFacts, HostFacts
+from omniprobe.evidence.models.common import CheckStatus
+from omniprobe.evidence.models.environment import EnvCheck, EnvPin, EnvPython, GpuFacts, HostFacts
 from omniprobe.evidence.upstream import UpstreamContract
 from omniprobe.safe_io import confine, load_json
 from omniprobe.upstream.contract import check_clone

@@ -16,17 +16,9 @@ from omniprobe.env.checks import Verification
 from omniprobe.env.state import Ran
 from omniprobe.errors import InputError
 from omniprobe.evidence.attempts import free_attempt_id, provenance
-from omniprobe.evidence.models import (
-    ATTEMPT_FILE,
-    Attempt,
-    CommandTiming,
-    EnvCheck,
-    EnvManifest,
-    EnvPin,
-    EnvTimings,
-    parse_file,
-    write_section,
-)
+from omniprobe.evidence.files import ATTEMPT_FILE, parse_file, write_section
+from omniprobe.evidence.models.attempt import Attempt
+from omniprobe.evidence.models.environment import CommandTiming, EnvCheck, EnvManifest, EnvPin, EnvTimings
 
 MANIFEST_FILE = "environment.json"
 ATTEMPT_SUFFIX = "-env"

@@ -28,7 +28,7 @@ from omniprobe.env.checks import (
 )
 from omniprobe.env.preflight import serve_preflight
 from omniprobe.env.state import Runner
-from omniprobe.evidence.models import EnvCheck
+from omniprobe.evidence.models.environment import EnvCheck
 
 SIM_MODULE = "omniprobe.sim"
 _PROBE = (f"import json, sys, {SIM_MODULE} as sim; print(json.dumps({{"

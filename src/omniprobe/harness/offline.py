@@ -46,18 +46,11 @@ from omniprobe.env.simulated import sim_env_digest
 from omniprobe.env.state import EnvName, Runner
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
-from omniprobe.evidence.models import (
-    ArtifactRef,
-    AttemptEnvironment,
-    DiffusersBuild,
-    FailureCause,
-    HostRamCheck,
-    OfflineRequest,
-    OfflineRun,
-    ServedModel,
-    TimelineSummary,
-    write_section,
-)
+from omniprobe.evidence.files import write_section
+from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
+from omniprobe.evidence.models.common import ArtifactRef, FailureCause
+from omniprobe.evidence.models.offline import DiffusersBuild, HostRamCheck, OfflineRequest, OfflineRun
+from omniprobe.evidence.models.runs import TimelineSummary
 from omniprobe.evidence.quantities import Range
 from omniprobe.harness.client import check_references, reference_path
 from omniprobe.harness.emulation import (

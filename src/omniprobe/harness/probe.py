@@ -47,20 +47,12 @@ from omniprobe.env.state import EnvNotReady
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt, probe_attempts
 from omniprobe.evidence.consistency import Bounds, memory_bound, peaks_within_memory
-from omniprobe.evidence.models import (
-    AttemptEnvironment,
-    Evidence,
-    FailureCause,
-    InitResult,
-    LoadedAttempt,
-    RequestRecord,
-    ServedModel,
-    ServerLifetime,
-    ServeRun,
-    TimelineSummary,
-    load_attempt,
-    parse_file,
-)
+from omniprobe.evidence.files import parse_file
+from omniprobe.evidence.load import Evidence, LoadedAttempt, load_attempt
+from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
+from omniprobe.evidence.models.common import FailureCause
+from omniprobe.evidence.models.requests import RequestRecord
+from omniprobe.evidence.models.runs import InitResult, ServerLifetime, ServeRun, TimelineSummary
 from omniprobe.harness import client, interrupt
 from omniprobe.harness.emulation import (
     EmulationGuard,

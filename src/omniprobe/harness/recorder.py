@@ -13,7 +13,7 @@ from omniprobe.analysis.structure_gate import gate_record
 from omniprobe.atomic import write_bytes_atomic
 from omniprobe.config.hosts import ImageChecks
 from omniprobe.digests import sha256_bytes
-from omniprobe.evidence.models import Measurement
+from omniprobe.evidence.models.requests import Measurement
 
 M = TypeVar("M", bound=Measurement)
 

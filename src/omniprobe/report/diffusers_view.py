@@ -23,7 +23,8 @@ from omniprobe.analysis.diffusers_capacity import (
 )
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.hosts import Host, HostsConfig
-from omniprobe.evidence.models import Evidence, StatedFigure
+from omniprobe.evidence.load import Evidence
+from omniprobe.evidence.models.statements import StatedFigure
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report.capacity_svg import render_curve_svg
 from omniprobe.report.paths import CAPACITY_DIR

@@ -34,7 +34,9 @@ from omniprobe.analysis.verdicts import (
 )
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import Host, HostsConfig
-from omniprobe.evidence.models import Cell, CodeLocation, LoadedAttempt, StatedFigure
+from omniprobe.evidence.load import LoadedAttempt
+from omniprobe.evidence.models.runs import Cell
+from omniprobe.evidence.models.statements import CodeLocation, StatedFigure
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report import verdict_lines as vl
