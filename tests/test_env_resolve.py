@@ -248,5 +248,5 @@ def test_the_build_takes_only_its_package_from_a_steps_index(indexes, tmp_path, 
     result = build_env("testhost", project=world.project, echo=lambda line: None, record=False)
     assert {p.name: p.installed_version for p in result.manifest.pins} == {"alpha": "1.0",
                                                                           "gamma": "1.0"}
-    freeze = [line for line in result.verification.freeze if line.startswith("beta")]
+    freeze = [line for line in result.verification.manifest.freeze if line.startswith("beta")]
     assert freeze == ["beta==2.0"]

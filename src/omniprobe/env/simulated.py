@@ -18,15 +18,10 @@ from omniprobe import __version__
 from omniprobe.config.hosts import EnvChecks, HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_json
-from omniprobe.env.checks import (
-    check_lines,
-    emulation_check,
-    failure_lines,
-    gpu_checks,
-    host_facts,
-    references_check,
-)
+from omniprobe.env.check_record import check_lines, failure_lines
+from omniprobe.env.nvml_facts import emulation_check, gpu_checks, host_facts
 from omniprobe.env.preflight import serve_preflight
+from omniprobe.env.references import references_check
 from omniprobe.env.state import Runner
 from omniprobe.evidence.models.environment import EnvCheck
 

@@ -40,9 +40,11 @@ from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host, session_venv
 from omniprobe.digests import sha256_json
 from omniprobe.env.allocator import read_back
-from omniprobe.env.checks import Verification, hf_cache_dir, pinned_snapshot, require_env_ok
+from omniprobe.env.checks import Verification, require_env_ok
+from omniprobe.env.fetch_model import hf_cache_dir
 from omniprobe.env.manifest import env_digest, manifest_of
 from omniprobe.env.simulated import sim_env_digest
+from omniprobe.env.snapshot import pinned_snapshot
 from omniprobe.env.state import EnvName, Runner
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt

@@ -33,7 +33,9 @@ from omniprobe.config.selection import (
     update_state,
 )
 from omniprobe.env.allocator import honoured_var
-from omniprobe.env.checks import failure_lines, hf_cache_dir, pinned_snapshot, require_env_ok
+from omniprobe.env.check_record import failure_lines
+from omniprobe.env.checks import require_env_ok
+from omniprobe.env.fetch_model import hf_cache_dir
 from omniprobe.env.manifest import env_digest, manifest_of
 from omniprobe.env.serve_command import (
     FlagSetNotRunnable,
@@ -43,6 +45,7 @@ from omniprobe.env.serve_command import (
     server_env,
 )
 from omniprobe.env.simulated import sim_env_digest, sim_preflight
+from omniprobe.env.snapshot import pinned_snapshot
 from omniprobe.env.state import EnvNotReady
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt, probe_attempts
@@ -724,7 +727,7 @@ def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: 
     bin_dir = verification.paths.bin_dir
     base_command(cfg, host_name, model=by_hand or served.model, hosts_file=project.hosts_file,
                  bin_dir=bin_dir)
-    digest = env_digest(verification.pins, verification.checks, str(verification.paths.venv))
+    digest = env_digest(verification.manifest.pins, verification.checks, str(verification.paths.venv))
     return ProbeEnv(bin_dir, AttemptEnvironment(
         manifest=manifest_of(project.evidence_dir, host_name, digest), digest=digest,
         served=served, env="probe"), honoured_var(verification.checks))
