@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe.config.hosts import InstallStep, load_hosts
+from omniprobe.config.hosts import load_hosts
+from omniprobe.config.stack import InstallStep
 from omniprobe.env.build import build_env
 from omniprobe.env.resolve import (
     RecipeMismatch,
@@ -151,7 +152,7 @@ def test_an_override_lets_a_pin_win_over_another_packages_requirement(wheels):
     """Issue 23 item 1: alpha requires beta>=2.0, the plan pins beta 1.0. Without an override the
     resolution stops naming both (test_clashing_pins_name_both_requirements); with one it
     resolves, beta's pin replacing alpha's requirement (uv --override)."""
-    from omniprobe.config.hosts import StepOverride
+    from omniprobe.config.stack import StepOverride
 
     plan = steps("1.0", "1.0")
     plan[1] = plan[1].model_copy(update={"override": StepOverride(

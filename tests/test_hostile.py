@@ -1542,7 +1542,7 @@ def test_the_emulation_hook_stays_first_on_a_deliberate_pythonpath(repo):
     ("-p", None), ("--", None), ("0.0.0.0", None),
 ])
 def test_which_argument_gives_a_harness_option(arg, option):
-    from omniprobe.config.hosts import harness_option
+    from omniprobe.config.command_rules import harness_option
 
     assert harness_option(arg) == option
 

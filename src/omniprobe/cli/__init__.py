@@ -146,7 +146,8 @@ def _report(args: argparse.Namespace) -> int:
 
 def _image_check(args: argparse.Namespace) -> int:
     from omniprobe.cli.image_check import check_images, find_images, render_json, render_table
-    from omniprobe.config.hosts import ImageChecks, load_hosts
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.config.report_settings import ImageChecks
 
     try:
         hosts_file = find_project().hosts_file

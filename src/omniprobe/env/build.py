@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from omniprobe.atomic import write_text_atomic
-from omniprobe.config.hosts import HostsConfig, InstallStep, load_hosts
+from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project, find_project
+from omniprobe.config.stack import InstallStep
 from omniprobe.env.check_record import check_lines
 from omniprobe.env.checks import Verification, check_plan, verify_env
 from omniprobe.env.manifest import make_manifest, record_manifest

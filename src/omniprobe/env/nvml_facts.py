@@ -10,7 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from omniprobe.config.hosts import Host
+from omniprobe.config.host_entry import Host
 from omniprobe.env.check_record import env_check
 from omniprobe.evidence.models.environment import EnvCheck, GpuFacts, HostFacts
 

@@ -9,7 +9,8 @@ import re
 import sys
 from pathlib import Path
 
-from omniprobe.config.hosts import HARNESS_OPTIONS, HostsConfig
+from omniprobe.config.command_rules import HARNESS_OPTIONS
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.env.allocator import ALLOC_VARS, allocator_env
 from omniprobe.errors import EnvironmentFailure, Refusal
 from omniprobe.safe_io import confine

@@ -15,8 +15,9 @@ import sys
 from dataclasses import dataclass
 
 from omniprobe import __version__
-from omniprobe.config.hosts import EnvChecks, HostsConfig
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.config.stack import EnvChecks
 from omniprobe.digests import sha256_json
 from omniprobe.env.check_record import check_lines, failure_lines
 from omniprobe.env.nvml_facts import emulation_check, gpu_checks, host_facts

@@ -8,7 +8,9 @@ import os
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from omniprobe.config.hosts import Host, HostsConfig, InstallStep
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.config.stack import InstallStep
 from omniprobe.env.check_record import env_check
 from omniprobe.env.state import EnvPaths, Runner
 from omniprobe.evidence.models.environment import EnvCheck, EnvPin

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omniprobe import __version__
 from omniprobe.atomic import is_temp_file
-from omniprobe.config.hosts import Host
+from omniprobe.config.host_entry import Host
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_file
 from omniprobe.errors import InputError, Refusal

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from omniprobe.config.hosts import Host
+from omniprobe.config.host_entry import Host
 from omniprobe.errors import Problem
 from omniprobe.evidence.load import Evidence, LoadedAttempt
 from omniprobe.evidence.migrations import content_path

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from omniprobe.analysis.series import Sample
-from omniprobe.config.hosts import Host
+from omniprobe.config.host_entry import Host
 from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models.common import EmulationBreach
 from omniprobe.evidence.models.runs import CappedProcess, EmulationCheck

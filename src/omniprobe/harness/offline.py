@@ -35,7 +35,8 @@ from omniprobe.analysis.oom import is_oom, parse_oom
 from omniprobe.analysis.summaries import cell_outcome, cell_quality
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig, load_hosts
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host, session_venv
 from omniprobe.digests import sha256_json

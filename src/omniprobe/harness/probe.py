@@ -22,7 +22,8 @@ from omniprobe.analysis.failure_cause import classify_failure, host_ram_cause
 from omniprobe.analysis.oom import merge, parse_oom
 from omniprobe.analysis.series import decimate, unavailable
 from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig, load_hosts
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import (
     INVOCATION_ENV,

@@ -19,7 +19,8 @@ from typing import TextIO
 from omniprobe.analysis.baseline_compare import resolve_artifact
 from omniprobe.analysis.imaging import load_pixels, pixels_sha256
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.env.serve_command import server_command
 from omniprobe.evidence.attempts import AttemptStore, new_attempt

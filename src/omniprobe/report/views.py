@@ -33,7 +33,8 @@ from omniprobe.analysis.verdicts import (
     verdict_history,
 )
 from omniprobe.config.fixtures import FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.load import LoadedAttempt
 from omniprobe.evidence.models.runs import Cell
 from omniprobe.evidence.models.statements import CodeLocation, StatedFigure
