@@ -239,7 +239,7 @@ def repo_copy(tmp_path: Path) -> Project:
 
 
 def agreeing(outcome: str, quality: str, **given) -> dict:
-    """Record fields that agree with themselves (evidence/models.py RECORD_INVARIANTS) for a test
+    """Record fields that agree with themselves (evidence/models/requests.py RECORD_INVARIANTS) for a test
     that cares only about outcome and quality: an ok record names an image, a checked one holds
     the image check of its verdict, an OOM its signature. What `given` holds wins."""
     fields: dict = {}
