@@ -29,8 +29,8 @@ TESTS = Path(__file__).resolve().parents[1] / "tests"
 # The command line with pynvml swapped for the scaffold's fake GPU before the CLI runs.
 CLI_WITH_FAKE_GPU = (f"import sys; sys.path.insert(0, {str(TESTS)!r}); "
                      "from env_scaffold import FakeNvml; from omniprobe import cli; "
-                     "from omniprobe.env import checks as envcheck; "
-                     "envcheck.load_nvml = FakeNvml; sys.exit(cli.main(sys.argv[1:]))")
+                     "from omniprobe.env import nvml_facts; "
+                     "nvml_facts.load_nvml = FakeNvml; sys.exit(cli.main(sys.argv[1:]))")
 
 
 def _stats(label: str, times: list[float]) -> None:

@@ -20,7 +20,7 @@ from machine import describe
 from PIL import Image
 
 from omniprobe.analysis.imaging import load_pixels, measure, psnr, to_pixels
-from omniprobe.config.hosts import ImageChecks
+from omniprobe.config.report_settings import ImageChecks
 
 WIDTH, HEIGHT = 1248, 832
 TARGET_MS = 30.0

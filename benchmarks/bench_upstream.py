@@ -16,7 +16,7 @@ from pathlib import Path
 
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import find_project
-from omniprobe.evidence.models import load_evidence
+from omniprobe.evidence.load import load_evidence
 from omniprobe.evidence.upstream import UPSTREAM_HOST
 from omniprobe.upstream.anchors import citations, locate
 from omniprobe.upstream.checks import run_checks

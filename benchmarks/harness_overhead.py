@@ -29,7 +29,7 @@ from omniprobe.config.project import Project
 from omniprobe.env.serve_command import server_command
 from omniprobe.env.simulated import sim_env_digest
 from omniprobe.evidence.attempts import open_probe_attempt
-from omniprobe.evidence.models import AttemptEnvironment, ServedModel
+from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
 from omniprobe.harness import probe as probe_module
 from omniprobe.harness.probe import ServeProbe, ServeSettings
 from omniprobe.harness.progress import Progress

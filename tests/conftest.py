@@ -27,7 +27,7 @@ from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
 from omniprobe.env.simulated import sim_env_digest
 from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
-from omniprobe.evidence.models import AttemptEnvironment, ServedModel
+from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
 from omniprobe.harness.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent
@@ -239,7 +239,7 @@ def repo_copy(tmp_path: Path) -> Project:
 
 
 def agreeing(outcome: str, quality: str, **given) -> dict:
-    """Record fields that agree with themselves (evidence/models.py RECORD_INVARIANTS) for a test
+    """Record fields that agree with themselves (evidence/models/requests.py RECORD_INVARIANTS) for a test
     that cares only about outcome and quality: an ok record names an image, a checked one holds
     the image check of its verdict, an OOM its signature. What `given` holds wins."""
     fields: dict = {}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omniprobe.config.project import Project
-from omniprobe.evidence.models import EnvManifest
+from omniprobe.evidence.models.environment import EnvManifest
 
 # Imported as tests.env_scaffold by the tests, as env_scaffold by the benchmarks.
 if __package__:

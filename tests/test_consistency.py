@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from omniprobe.evidence.consistency import memory_bound
-from omniprobe.evidence.models import Attempt, AttemptEnvironment, ServedModel
+from omniprobe.evidence.models.attempt import Attempt, AttemptEnvironment, ServedModel
 from omniprobe.evidence.validate import load_project, load_valid_project
 
 from .evidence_scaffold import add_attempt

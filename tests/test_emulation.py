@@ -18,8 +18,8 @@ from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.simulated import check_sim_env
 from omniprobe.errors import InputError, Refusal
+from omniprobe.evidence.load import load_evidence
 from omniprobe.evidence.migrations import content_key
-from omniprobe.evidence.models import load_evidence
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.emulation import (
     HOOK_DIR,

@@ -18,9 +18,11 @@ import pytest
 
 from omniprobe import cli
 from omniprobe.env import checks as envcheck
+from omniprobe.env import nvml_facts
 from omniprobe.env.build import build_env, check_env, dry_run
 from omniprobe.env.state import EnvBuildError, EnvNotReady, Runner, uv_command
-from omniprobe.evidence.models import ServedModel, load_attempt, load_evidence
+from omniprobe.evidence.load import load_attempt, load_evidence
+from omniprobe.evidence.models.attempt import ServedModel
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.server import free_port
 
@@ -319,7 +321,7 @@ def test_python_uv_cannot_provide_fails_before_touching_the_venv(world, tmp_path
 
 
 def test_cli_check_and_simulated_host(world, first, monkeypatch, capsys):
-    monkeypatch.setattr(envcheck, "load_nvml", FakeNvml)
+    monkeypatch.setattr(nvml_facts, "load_nvml", FakeNvml)
     assert cli.main(["env", "check", "--host", HOST]) == 0
     out = capsys.readouterr().out
     assert "PASS gpu.name" in out and "0 fail" in out and "(unchanged since that attempt)" in out
@@ -328,7 +330,7 @@ def test_cli_check_and_simulated_host(world, first, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "SKIP env.install: simulated host" in out and "manifest: not filed" in out
     assert not (world.project.evidence_dir / "simhost").exists()
-    monkeypatch.setattr(envcheck, "load_nvml", lambda: FakeNvml(**RTX5080))
+    monkeypatch.setattr(nvml_facts, "load_nvml", lambda: FakeNvml(**RTX5080))
     assert cli.main(["env", "check", "--host", HOST]) == 1
     assert "FAIL gpu.name" in capsys.readouterr().out
 
@@ -371,7 +373,7 @@ def test_env_session_then_probe_runs_the_server_from_the_env(world, first, stub_
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     pinned = cache / f"models--{MODEL_REPO.replace('/', '--')}" / "snapshots" / world.revision
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-env")
-    monkeypatch.setattr(envcheck, "load_nvml", FakeNvml)
+    monkeypatch.setattr(nvml_facts, "load_nvml", FakeNvml)
     assert cli.main(["env", "build", "--host", HOST, "--select"]) == 0
     env_out = capsys.readouterr().out
     assert f"selected host {HOST}" in env_out
@@ -419,7 +421,7 @@ def test_env_session_then_probe_runs_the_server_from_the_env(world, first, stub_
 def test_env_session_with_a_failed_check_makes_the_probe_refuse(world, first, stub_vllm,
                                                                 monkeypatch, capsys):
     monkeypatch.setenv("OMNIPROBE_INVOCATION", "nox-run-wrong-gpu")
-    monkeypatch.setattr(envcheck, "load_nvml", lambda: FakeNvml(**RTX5080))
+    monkeypatch.setattr(nvml_facts, "load_nvml", lambda: FakeNvml(**RTX5080))
     before = sorted((world.project.evidence_dir / HOST).glob("*-probe"))
     assert cli.main(["env", "build", "--host", HOST, "--select"]) == 1
     capsys.readouterr()

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe.config.hosts import InstallStep, load_hosts
+from omniprobe.config.hosts import load_hosts
+from omniprobe.config.stack import InstallStep
 from omniprobe.env.build import build_env
 from omniprobe.env.resolve import (
     RecipeMismatch,
@@ -151,7 +152,7 @@ def test_an_override_lets_a_pin_win_over_another_packages_requirement(wheels):
     """Issue 23 item 1: alpha requires beta>=2.0, the plan pins beta 1.0. Without an override the
     resolution stops naming both (test_clashing_pins_name_both_requirements); with one it
     resolves, beta's pin replacing alpha's requirement (uv --override)."""
-    from omniprobe.config.hosts import StepOverride
+    from omniprobe.config.stack import StepOverride
 
     plan = steps("1.0", "1.0")
     plan[1] = plan[1].model_copy(update={"override": StepOverride(
@@ -248,5 +249,5 @@ def test_the_build_takes_only_its_package_from_a_steps_index(indexes, tmp_path, 
     result = build_env("testhost", project=world.project, echo=lambda line: None, record=False)
     assert {p.name: p.installed_version for p in result.manifest.pins} == {"alpha": "1.0",
                                                                           "gamma": "1.0"}
-    freeze = [line for line in result.verification.freeze if line.startswith("beta")]
+    freeze = [line for line in result.verification.manifest.freeze if line.startswith("beta")]
     assert freeze == ["beta==2.0"]

@@ -19,17 +19,11 @@ from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
 from omniprobe.env import checks as envchecks
 from omniprobe.env.build import _provide_python
-from omniprobe.env.checks import (
-    clone_contract,
-    contract_warnings,
-    gpu_checks,
-    host_facts,
-    read_gpu,
-    references_check,
-    require_env_ok,
-    snapshot_checks,
-)
+from omniprobe.env.checks import require_env_ok
 from omniprobe.env.manifest import record_manifest
+from omniprobe.env.nvml_facts import gpu_checks, host_facts, read_gpu
+from omniprobe.env.references import references_check
+from omniprobe.env.snapshot import snapshot_checks
 from omniprobe.env.state import (
     EnvBuildError,
     EnvError,
@@ -40,8 +34,9 @@ from omniprobe.env.state import (
     uv_command,
     write_stamp,
 )
+from omniprobe.env.upstream_clone import clone_contract, contract_warnings
 from omniprobe.errors import InputError
-from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.load import load_attempt
 
 from .env_scaffold import (
     MODEL_REPO,
@@ -534,12 +529,13 @@ def test_a_probe_session_warns_of_each_failed_contract_check_before_it_runs(
         tmp_path, monkeypatch):
     world, cfg, paths = _clone_world(tmp_path, monkeypatch, EDITS_ROUTE_RENAMED)
     contract, _ = clone_contract(cfg, world.project, paths)
-    verified = SimpleNamespace(ok=True, upstream=contract, upstream_note=None, paths=paths)
+    verified = SimpleNamespace(ok=True, paths=paths,
+                               manifest=SimpleNamespace(upstream=contract, upstream_note=None))
     monkeypatch.setattr(envchecks, "verify_env", lambda *args, **kwargs: verified)
     out = io.StringIO()
     assert require_env_ok("testhost", project=world.project, out=out) is verified
     lines = out.getvalue().splitlines()
-    assert lines == [f"warning: {w}" for w in contract_warnings(verified)]
+    assert lines == [f"warning: {w}" for w in contract_warnings(verified.manifest)]
     assert any("route:/v1/images/edits FAILS" in line for line in lines)
 
 

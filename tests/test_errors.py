@@ -24,7 +24,7 @@ from omniprobe.errors import (
     Problem,
     Refusal,
 )
-from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.load import load_attempt
 from omniprobe.harness.session import Session, run_session
 
 from .conftest import SRC, in_process, probe_argv

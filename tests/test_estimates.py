@@ -2,7 +2,7 @@ import pytest
 
 from omniprobe.analysis.estimates import judge, quantization_base, transparency_check, within
 from omniprobe.config.hosts import load_hosts
-from omniprobe.evidence.models import StructureObservation
+from omniprobe.evidence.models.outputs import StructureObservation
 from omniprobe.evidence.quantities import Range
 
 

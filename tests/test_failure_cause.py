@@ -9,7 +9,7 @@ from omniprobe.analysis.failure_cause import (
     effective_cause,
     is_card_evidence,
 )
-from omniprobe.evidence.models import FailureCause
+from omniprobe.evidence.models.common import FailureCause
 
 MODEL_CODE = ("vllm_omni/diffusion/models/", "vllm_omni/model_executor/models/")
 SITE = "/home/u/.cache/omniprobe/rtx3090/venv/lib/python3.13/site-packages"

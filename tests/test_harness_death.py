@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.load import load_attempt
 
 from .conftest import make_project, processes_with, wait_for
 
@@ -124,7 +124,7 @@ def _group_of_one(children):
 def _lifetime_of(group: int | None, started: str | None, ended: str | None = None):
     from datetime import UTC, datetime
 
-    from omniprobe.evidence.models import InitResult, ServerLifetime, ServeRun
+    from omniprobe.evidence.models.runs import InitResult, ServerLifetime, ServeRun
 
     lifetime = ServerLifetime(session="probe-serve", started_at=datetime.now(UTC),
                               command=["vllm"], init=InitResult(outcome="ready"), ended=ended,

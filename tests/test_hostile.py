@@ -971,7 +971,7 @@ def test_a_full_artifacts_disk_loses_no_record_shown_as_ok(project, port, monkey
     import errno
     import re
 
-    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.load import load_attempt
     from omniprobe.evidence.validate import load_project
     from omniprobe.harness import recorder as probe_module  # the one recorder writes images
 
@@ -1041,7 +1041,7 @@ def test_an_artifacts_disk_that_fills_mid_run_loses_no_record_shown_as_ok(
     import re
     import threading
 
-    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.load import load_attempt
     from omniprobe.evidence.validate import load_project
 
     from .conftest import in_process, probe_argv
@@ -1101,7 +1101,8 @@ def test_a_second_open_attempt_in_a_loop_leaves_a_writing_probe_alone(project):
     import threading
 
     from omniprobe.evidence.attempts import AttemptBusy
-    from omniprobe.evidence.models import RequestRecord, load_attempt
+    from omniprobe.evidence.load import load_attempt
+    from omniprobe.evidence.models.requests import RequestRecord
 
     from .conftest import open_sim_attempt
 
@@ -1178,7 +1179,7 @@ def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, p
     """The server is SIGKILLed while it holds request 2: that record says the transport failed,
     a resume sends it again and records it after, and the cell's summary takes the resend."""
     from omniprobe.analysis.summaries import cells_from_requests
-    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.load import load_attempt
     from omniprobe.evidence.validate import load_project
 
     from .conftest import in_process, processes_with
@@ -1211,7 +1212,7 @@ def test_a_server_the_kernel_killed_for_host_ram_is_the_hosts_failure_not_resent
     """Issue 23: the server is SIGKILLed while it holds request 2 and the host's available memory
     in the sampler's last readings is low: the host ran out of RAM. The record says so, is not a
     transport failure, and a re-run has nothing left to send."""
-    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.load import load_attempt
     from omniprobe.harness import sampler as sampler_module
 
     from .conftest import in_process, processes_with
@@ -1236,7 +1237,7 @@ def test_a_server_the_kernel_killed_for_host_ram_is_the_hosts_failure_not_resent
 
 def test_a_server_killed_at_init_with_the_host_short_of_ram_is_the_hosts_init_failure(
         tmp_path, port, monkeypatch):
-    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.load import load_attempt
     from omniprobe.harness import probe as probe_module
     from omniprobe.harness import sampler as sampler_module
 
@@ -1263,7 +1264,7 @@ def test_a_server_killed_at_init_with_the_host_short_of_ram_is_the_hosts_init_fa
 def test_a_server_that_crashes_on_its_own_is_a_measured_error():
     """An exit of the server's own (status 1: a CUDA error) is about the model: not resent."""
     from omniprobe.evidence.attempts import AttemptStore
-    from omniprobe.evidence.models import RequestRecord
+    from omniprobe.evidence.models.requests import RequestRecord
 
     store = AttemptStore.__new__(AttemptStore)
     store.requests = [RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1, outcome="error",
@@ -1295,7 +1296,7 @@ def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records
     import io
 
     from omniprobe.errors import EnvironmentFailure
-    from omniprobe.evidence.models import RequestRecord
+    from omniprobe.evidence.models.requests import RequestRecord
     from omniprobe.harness.session import Session, run_session
 
     from .conftest import open_sim_attempt
@@ -1462,7 +1463,7 @@ def test_a_dead_sampler_fails_the_run_and_leaves_no_zero_peak(project, port):
     """The sampler's thread dies mid-lifetime (here: its reader raises OverflowError, as a
     1e-300 Hz wait once did): the run exits 5, the timeline is recorded as incomplete, the run
     quotes no peak, and the evidence still validates."""
-    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.load import load_attempt
     from omniprobe.evidence.validate import load_project
     from omniprobe.harness.probe import MEMORY_FILE
     from omniprobe.harness.sampler import PublishedMemoryReader
@@ -1541,7 +1542,7 @@ def test_the_emulation_hook_stays_first_on_a_deliberate_pythonpath(repo):
     ("-p", None), ("--", None), ("0.0.0.0", None),
 ])
 def test_which_argument_gives_a_harness_option(arg, option):
-    from omniprobe.config.hosts import harness_option
+    from omniprobe.config.command_rules import harness_option
 
     assert harness_option(arg) == option
 

@@ -22,7 +22,8 @@ from omniprobe.analysis.imaging import (
     to_pixels,
 )
 from omniprobe.cli import main
-from omniprobe.config.hosts import ImageChecks, load_hosts
+from omniprobe.config.hosts import load_hosts
+from omniprobe.config.report_settings import ImageChecks
 from omniprobe.errors import InputError
 
 from .synthetic import broken_signature, natural, perturbed, save, textbook_psnr

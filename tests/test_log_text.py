@@ -57,7 +57,7 @@ def test_a_server_that_dies_in_vllms_log_format_records_its_exception_plain(
         project, port, monkeypatch, tmp_path):
     """End to end: a server writes VLLM_LOG and exits at init; the init's note and cause read
     the exception line, with no colour code or prefix left in them."""
-    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.load import load_attempt
     from omniprobe.harness import probe as probe_module
 
     from .conftest import in_process, probe_argv

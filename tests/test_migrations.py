@@ -5,6 +5,8 @@ import pytest
 
 from omniprobe import cli
 from omniprobe.errors import InputError
+from omniprobe.evidence.files import FILE_MODELS, parse_file, write_section
+from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.migrations import (
     FORMAT_VERSION,
     UnknownFormatVersion,
@@ -15,7 +17,6 @@ from omniprobe.evidence.migrations import (
     upgrade,
     version_of,
 )
-from omniprobe.evidence.models import FILE_MODELS, load_attempt, parse_file, write_section
 
 PROBE = "evidence/sim/2026-11-30T095416Z-sim-probe"
 MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"

@@ -20,7 +20,7 @@ from omniprobe.analysis.verdicts import all_verdicts
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import EnvError
 from omniprobe.evidence.attempts import probe_attempts
-from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import offline_runner
 from omniprobe.harness.offline import RUNNER, runner_command

@@ -11,7 +11,7 @@ from omniprobe.analysis.verdicts import host_verdict
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.simulated import check_sim_env
 from omniprobe.env.state import Runner
-from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe.harness import probe as probe_module
 from omniprobe.report.render import render_harness

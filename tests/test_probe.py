@@ -12,7 +12,7 @@ from omniprobe.analysis.summaries import cells_from_requests
 from omniprobe.analysis.verdicts import host_verdict
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import Stamp, env_paths, pins_hash, write_stamp
-from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import probe as probe_module
 from omniprobe.harness.sampler import NvmlUnavailable
@@ -158,7 +158,7 @@ def test_rerun_resumes_and_fresh_starts_anew(project, port):
 
 
 def test_an_attempt_of_another_environment_is_not_resumed(project, port):
-    from omniprobe.evidence.models import write_section
+    from omniprobe.evidence.files import write_section
 
     args = ("--flag-set", "fp8", "--fixture", "sim-single")
     assert probe(project, "probe-serve", port, *args)[0] == 0
@@ -394,7 +394,8 @@ def test_a_fresh_clone_does_not_resume_the_committed_sim_attempt(repo_copy, port
     ("timeout", "environment", False),
 ])
 def test_an_init_the_environment_failed_is_run_again_on_resume(outcome, cause, settled):
-    from omniprobe.evidence.models import FailureCause, InitResult, ServeRun
+    from omniprobe.evidence.models.common import FailureCause
+    from omniprobe.evidence.models.runs import InitResult, ServeRun
 
     run = None if outcome is None else ServeRun(flag_set="cpuoff", init=InitResult(
         outcome=outcome, time_s=0.1,

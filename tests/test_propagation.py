@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import logs
 from omniprobe.report.render import render_harness

@@ -22,17 +22,13 @@ from omniprobe.analysis.structure_gate import gate_record, quality_of
 from omniprobe.analysis.verdicts import host_verdict
 from omniprobe.cli import main
 from omniprobe.config.fixtures import load_fixtures
-from omniprobe.config.hosts import ImageChecks
 from omniprobe.config.project import Project
+from omniprobe.config.report_settings import ImageChecks
 from omniprobe.errors import InputError
-from omniprobe.evidence.models import (
-    Attempt,
-    ImageMetrics,
-    LoadedAttempt,
-    RequestRecord,
-    load_attempt,
-    write_section,
-)
+from omniprobe.evidence.files import write_section
+from omniprobe.evidence.load import LoadedAttempt, load_attempt
+from omniprobe.evidence.models.attempt import Attempt
+from omniprobe.evidence.models.requests import ImageMetrics, RequestRecord
 from omniprobe.evidence.validate import load_project, load_valid_project
 
 from .conftest import agreeing

@@ -5,7 +5,7 @@ import pytest
 
 from omniprobe import cli
 from omniprobe.errors import InputError
-from omniprobe.evidence.models import Cell
+from omniprobe.evidence.models.runs import Cell
 from omniprobe.evidence.quantities import Range
 from omniprobe.report.filters import cell_text, num, span
 from omniprobe.report.render import check_report, render_harness, render_outputs, render_report, write_report
@@ -623,7 +623,7 @@ def test_reproducibility_names_an_override_from_hosts_toml(repo_copy):
     ],
 )
 def test_init_text(init, text):
-    from omniprobe.evidence.models import InitResult
+    from omniprobe.evidence.models.runs import InitResult
     from omniprobe.report.verdict_lines import init_text
 
     assert init_text(InitResult.model_validate(init)) == text

@@ -12,7 +12,8 @@ import pytest
 import requests
 from PIL import Image
 
-from omniprobe.config.hosts import SimCapacity, load_hosts
+from omniprobe.config.host_entry import SimCapacity
+from omniprobe.config.hosts import load_hosts
 from omniprobe.sim import images
 from omniprobe.sim.capacity import Capacity, CapacityError, load_sim_host
 from omniprobe.sim.http import BadRequest, build_request, parse_multipart

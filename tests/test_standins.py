@@ -19,7 +19,7 @@ from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.standins import STANDIN_REFERENCES, encode_png, hash_bytes, reference_pixels
 from omniprobe.errors import InputError
-from omniprobe.evidence.models import load_attempt
+from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.report.render import render_harness
 

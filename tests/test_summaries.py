@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from omniprobe.analysis.summaries import cells_from_requests
-from omniprobe.evidence.models import FailureCause, OomSignature, RequestRecord
+from omniprobe.evidence.models.common import FailureCause, OomSignature
+from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.quantities import Range
 
 from .conftest import agreeing

@@ -5,7 +5,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from omniprobe.analysis.series import read_series
-from omniprobe.evidence.models import TimelinePoint
+from omniprobe.evidence.models.runs import TimelinePoint
 from omniprobe.report.timeline_svg import marker_rows, render_svg
 
 SVG = "{http://www.w3.org/2000/svg}"

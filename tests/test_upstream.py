@@ -17,7 +17,7 @@ from omniprobe.cli import main
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError
-from omniprobe.evidence.models import CodeRef
+from omniprobe.evidence.models.common import CodeRef
 from omniprobe.evidence.upstream import Anchor
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import offline_runner

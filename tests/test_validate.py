@@ -3,8 +3,8 @@ import json
 import pytest
 
 from omniprobe import cli
+from omniprobe.evidence.files import write_section
 from omniprobe.evidence.migrations import content_key
-from omniprobe.evidence.models import write_section
 from omniprobe.evidence.validate import load_project
 
 MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
@@ -144,7 +144,7 @@ def test_bad_write_leaves_existing_evidence_untouched(repo_copy):
 def test_write_section_round_trips(repo_copy):
     folder = repo_copy.root / MATRIX
     _, problems = load_project(repo_copy)
-    from omniprobe.evidence.models import load_attempt
+    from omniprobe.evidence.load import load_attempt
 
     attempt, _ = load_attempt(folder)
     write_section(folder, "runs.json", attempt.runs)

@@ -4,7 +4,7 @@ import pytest
 
 from omniprobe.analysis.summaries import cell_from, cells_from_requests
 from omniprobe.analysis.verdicts import all_verdicts
-from omniprobe.evidence.models import RequestRecord
+from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.validate import load_valid_project
 
 from .conftest import agreeing

@@ -24,18 +24,14 @@ from pydantic import ValidationError
 
 from omniprobe.analysis.imaging import Comparator, Pixels, load_pixels, measure, pixels_sha256, psnr
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import ImageChecks
 from omniprobe.config.project import Project
+from omniprobe.config.report_settings import ImageChecks
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+from omniprobe.evidence.files import ATTEMPT_FILE, write_section
+from omniprobe.evidence.load import LoadedAttempt
 from omniprobe.evidence.migrations import content_path
-from omniprobe.evidence.models import (
-    ATTEMPT_FILE,
-    DeterminismGroup,
-    LoadedAttempt,
-    PsnrRow,
-    RequestRecord,
-    write_section,
-)
+from omniprobe.evidence.models.outputs import DeterminismGroup, PsnrRow
+from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe.safe_io import confine

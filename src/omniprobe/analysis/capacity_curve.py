@@ -13,7 +13,7 @@ from omniprobe.analysis.summaries import run_views
 from omniprobe.analysis.verdicts import cells_by_refs, evaluate_run
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models import Evidence
+from omniprobe.evidence.load import Evidence
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,11 @@ from statistics import fmean
 
 from omniprobe.analysis.summaries import RunView
 from omniprobe.config.fixtures import FixtureSuite
-from omniprobe.evidence.models import Cell, ImageMetrics, LoadedAttempt, OomSignature, PsnrRow, ServeRun
+from omniprobe.evidence.load import LoadedAttempt
+from omniprobe.evidence.models.common import OomSignature
+from omniprobe.evidence.models.outputs import PsnrRow
+from omniprobe.evidence.models.requests import ImageMetrics
+from omniprobe.evidence.models.runs import Cell, ServeRun
 from omniprobe.evidence.quantities import Range
 
 

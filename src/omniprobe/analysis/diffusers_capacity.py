@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omniprobe.config.fixtures import FixtureSuite
-from omniprobe.evidence.models import Evidence, LoadedAttempt, OfflineRequest
+from omniprobe.evidence.load import Evidence, LoadedAttempt
+from omniprobe.evidence.models.offline import OfflineRequest
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 

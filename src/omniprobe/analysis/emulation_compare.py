@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from omniprobe.analysis.summaries import RunView, run_views
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models import Cell, Evidence, InitResult
+from omniprobe.evidence.load import Evidence
+from omniprobe.evidence.models.runs import Cell, InitResult
 
 # Below this compute capability a GPU has no FP8 tensor cores: vLLM serves FP8 weights there with a
 # weight-only W8A16 kernel (Marlin, as on the seed report's 3090) where sm_89+ runs native FP8.

@@ -16,7 +16,8 @@ from typing import Literal
 from omniprobe.analysis.derived import KvDelta, rounded_to, written_decimals
 from omniprobe.analysis.summaries import RunView
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models import StatedFigure, StructureObservation
+from omniprobe.evidence.models.outputs import StructureObservation
+from omniprobe.evidence.models.statements import StatedFigure
 from omniprobe.evidence.quantities import Range
 
 MB = 1000**2

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from omniprobe.analysis.host_ram import memory_failure
 from omniprobe.analysis.oom import is_oom, traceback_frames
-from omniprobe.evidence.models import FailureCause
+from omniprobe.evidence.models.common import FailureCause
 
 _TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"(?m)^([A-Za-z_][\w.]*(?:Error|Exception|Exit)\b.*)$")

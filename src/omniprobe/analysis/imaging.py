@@ -44,9 +44,9 @@ import numpy as np
 from PIL import Image
 
 from omniprobe.config.fixtures import MAX_SIDE_PX
-from omniprobe.config.hosts import ImageChecks
+from omniprobe.config.report_settings import ImageChecks
 from omniprobe.errors import InputError, Problem
-from omniprobe.evidence.models import ImageMetrics
+from omniprobe.evidence.models.requests import ImageMetrics
 from omniprobe.safe_io import read_bytes
 
 Comparator = Literal["rgba", "rgb"]

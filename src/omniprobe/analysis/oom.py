@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from omniprobe.evidence.models import CodeRef, OomSignature
+from omniprobe.evidence.models.common import CodeRef, OomSignature
 from omniprobe.safe_io import json_loads
 
 _SIZE = r"(\d+(?:\.\d+)? ?(?:bytes|KiB|MiB|GiB|TiB))"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omniprobe.errors import InputError, Problem
-from omniprobe.evidence.models import TimelinePoint, TimelineSummary
+from omniprobe.evidence.models.runs import TimelinePoint, TimelineSummary
 from omniprobe.safe_io import json_loads, read_text
 
 

@@ -8,8 +8,9 @@ rules count a request as served only when its outcome is ok and its quality is s
 from __future__ import annotations
 
 from omniprobe.analysis.imaging import structure_reasons
-from omniprobe.config.hosts import ImageChecks
-from omniprobe.evidence.models import ImageMetrics, Measurement, StructureVerdict
+from omniprobe.config.report_settings import ImageChecks
+from omniprobe.evidence.models.common import StructureVerdict
+from omniprobe.evidence.models.requests import ImageMetrics, Measurement
 
 
 def quality_of(metrics: ImageMetrics | None, thresholds: ImageChecks | None = None) -> StructureVerdict:

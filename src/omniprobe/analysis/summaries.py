@@ -6,15 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omniprobe.analysis.failure_cause import is_card_evidence
-from omniprobe.evidence.models import (
-    Cell,
-    EnvManifest,
-    LoadedAttempt,
-    Outcome,
-    RequestRecord,
-    ServeRun,
-    StructureVerdict,
-)
+from omniprobe.evidence.load import LoadedAttempt
+from omniprobe.evidence.models.common import Outcome, StructureVerdict
+from omniprobe.evidence.models.environment import EnvManifest
+from omniprobe.evidence.models.requests import RequestRecord
+from omniprobe.evidence.models.runs import Cell, ServeRun
 from omniprobe.evidence.quantities import Range
 
 # The cell takes its worst request: one OOM among ok seeds still means the count does not fit.

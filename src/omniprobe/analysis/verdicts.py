@@ -33,8 +33,11 @@ from typing import Literal
 from omniprobe.analysis.failure_cause import cause_text, is_card_evidence
 from omniprobe.analysis.summaries import RunView, run_views
 from omniprobe.config.fixtures import FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig
-from omniprobe.evidence.models import Baseline, Cell, Evidence, LoadedAttempt
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.evidence.load import Evidence, LoadedAttempt
+from omniprobe.evidence.models.outputs import Baseline
+from omniprobe.evidence.models.runs import Cell
 from omniprobe.evidence.quantities import Range
 
 Verdict = Literal["built", "not-built", "not-measured", "no-evidence"]

@@ -146,7 +146,8 @@ def _report(args: argparse.Namespace) -> int:
 
 def _image_check(args: argparse.Namespace) -> int:
     from omniprobe.cli.image_check import check_images, find_images, render_json, render_table
-    from omniprobe.config.hosts import ImageChecks, load_hosts
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.config.report_settings import ImageChecks
 
     try:
         hosts_file = find_project().hosts_file
@@ -220,7 +221,7 @@ def _sim_env(args: argparse.Namespace, project) -> tuple[int, list[str], str | N
 def _pinned_env(args: argparse.Namespace, project) -> tuple[int, list[str], str | None]:
     """`env build|check` of a real host: (exit status, failed checks, venv)."""
     from omniprobe.env.build import build_env, check_env, dry_run, format_result
-    from omniprobe.env.checks import failure_lines
+    from omniprobe.env.check_record import failure_lines
 
     if args.dry_run:
         print(dry_run(project, args.host, venv=args.venv, which=args.env), end="")

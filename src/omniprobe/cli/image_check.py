@@ -9,9 +9,9 @@ from pathlib import Path
 
 from omniprobe.analysis.imaging import IMAGE_SUFFIXES, UnreadableImage, image_metrics
 from omniprobe.cli.tables import text_table
-from omniprobe.config.hosts import ImageChecks
+from omniprobe.config.report_settings import ImageChecks
 from omniprobe.errors import Problem
-from omniprobe.evidence.models import ImageMetrics
+from omniprobe.evidence.models.requests import ImageMetrics
 
 
 @dataclass(frozen=True)

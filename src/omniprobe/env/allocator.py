@@ -15,7 +15,7 @@ import os
 
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.env.state import EnvPaths, Runner
-from omniprobe.evidence.models import EnvCheck
+from omniprobe.evidence.models.environment import EnvCheck
 
 ALLOC_VARS = ("PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF")  # the newer name first
 CHECK = "torch.allocator_env"

@@ -21,15 +21,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from omniprobe.atomic import write_text_atomic
-from omniprobe.config.hosts import HostsConfig, InstallStep, load_hosts
+from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project, find_project
-from omniprobe.env.checks import (
-    Verification,
-    check_lines,
-    check_plan,
-    contract_warnings,
-    verify_env,
-)
+from omniprobe.config.stack import InstallStep
+from omniprobe.env.check_record import check_lines
+from omniprobe.env.checks import Verification, check_plan, verify_env
 from omniprobe.env.manifest import make_manifest, record_manifest
 from omniprobe.env.resolve import (
     check_recipe,
@@ -56,7 +52,8 @@ from omniprobe.env.state import (
     uv_command,
     write_stamp,
 )
-from omniprobe.evidence.models import EnvManifest
+from omniprobe.env.upstream_clone import contract_warnings
+from omniprobe.evidence.models.environment import EnvManifest
 
 Echo = Callable[[str], None]
 
@@ -393,9 +390,9 @@ def _verify_and_record(cfg: HostsConfig, project: Project, host: str, which: Env
 
 def format_result(result: BuildResult, project: Project) -> str:
     """What `omniprobe env build|check` prints: one line per check, then where the manifest is."""
-    v = result.verification
-    lines = check_lines(f"{env_label(v.env)} {v.host} ({result.action}) at {v.paths.venv}",
-                        v.checks)
+    v = result.verification.manifest
+    lines = check_lines(f"{env_label(v.env)} {v.host} ({result.action}) at "
+                        f"{result.verification.paths.venv}", v.checks)
     if v.upstream is not None:
         held = sum(c.status == "pass" for c in v.upstream.checks)
         lines.append(f"upstream contract of its clone: {held} of {len(v.upstream.checks)} "

@@ -16,17 +16,9 @@ from omniprobe.env.checks import Verification
 from omniprobe.env.state import Ran
 from omniprobe.errors import InputError
 from omniprobe.evidence.attempts import free_attempt_id, provenance
-from omniprobe.evidence.models import (
-    ATTEMPT_FILE,
-    Attempt,
-    CommandTiming,
-    EnvCheck,
-    EnvManifest,
-    EnvPin,
-    EnvTimings,
-    parse_file,
-    write_section,
-)
+from omniprobe.evidence.files import ATTEMPT_FILE, parse_file, write_section
+from omniprobe.evidence.models.attempt import Attempt
+from omniprobe.evidence.models.environment import CommandTiming, EnvCheck, EnvManifest, EnvPin, EnvTimings
 
 MANIFEST_FILE = "environment.json"
 ATTEMPT_SUFFIX = "-env"
@@ -34,21 +26,16 @@ ATTEMPT_SUFFIX = "-env"
 
 def make_manifest(verification: Verification, action: Literal["built", "verified"], *,
                   ran: list[Ran], build_s: float | None, total_s: float) -> EnvManifest:
-    v = verification
-    return EnvManifest(
-        host=v.host, env=v.env, action=action, venv=str(v.paths.venv), pins_hash=v.pins_hash,
-        uv_version=v.uv_version, python=v.python, host_facts=v.facts,
-        model_snapshot=v.model_snapshot, pins=v.pins, freeze=v.freeze, checks=v.checks,
-        upstream=v.upstream, upstream_note=v.upstream_note,
-        timings=EnvTimings(
-            total_s=round(total_s, 4),
-            build_s=None if build_s is None else round(build_s, 4),
-            verify_s=round(sum(v.phases.values()), 4),
-            phases=v.phases,
-            commands=[CommandTiming(command=list(r.argv), returncode=r.returncode,
-                                    seconds=round(r.seconds, 4)) for r in ran],
-        ),
-    )
+    """The manifest of `verification`, filed as `action`, timed with the build and the commands."""
+    checked = verification.manifest
+    return checked.model_copy(update={"action": action, "timings": EnvTimings(
+        total_s=round(total_s, 4),
+        build_s=None if build_s is None else round(build_s, 4),
+        verify_s=checked.timings.verify_s,
+        phases=checked.timings.phases,
+        commands=[CommandTiming(command=list(r.argv), returncode=r.returncode,
+                                seconds=round(r.seconds, 4)) for r in ran],
+    )})
 
 
 def fingerprint(manifest: EnvManifest) -> str:

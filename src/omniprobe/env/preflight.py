@@ -30,7 +30,7 @@ from omniprobe.env.serve_command import (
     server_env,
 )
 from omniprobe.env.state import Runner
-from omniprobe.evidence.models import EnvCheck
+from omniprobe.evidence.models.environment import EnvCheck
 
 # Importing vLLM imports torch: generous, but bounded.
 TIMEOUT_S = 300.0

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from omniprobe.config.hosts import InstallStep
+from omniprobe.config.stack import InstallStep
 from omniprobe.env.state import EnvBuildError, Runner
 
 # "... gitpkg-b==0.1.0 depends on six>=1.17 ..." in uv's explanation of a failed resolution.

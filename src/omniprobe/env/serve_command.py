@@ -9,7 +9,8 @@ import re
 import sys
 from pathlib import Path
 
-from omniprobe.config.hosts import HARNESS_OPTIONS, HostsConfig
+from omniprobe.config.command_rules import HARNESS_OPTIONS
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.env.allocator import ALLOC_VARS, allocator_env
 from omniprobe.errors import EnvironmentFailure, Refusal
 from omniprobe.safe_io import confine
@@ -23,7 +24,7 @@ class NotInEnv(EnvironmentFailure):
     """The serve command's program is not in the host's probe environment."""
 
 
-# The options the harness adds itself, from their one list (config/hosts.py HARNESS_OPTIONS).
+# The options the harness adds itself, from their one list (config/command_rules.py HARNESS_OPTIONS).
 HOST, PORT, SERVED_MODEL_NAME, ENFORCE_EAGER, DEPLOY_CONFIG = HARNESS_OPTIONS
 _PLACEHOLDER = re.compile(r"\{(python|model|hosts_file|host)\}")
 

@@ -15,20 +15,16 @@ import sys
 from dataclasses import dataclass
 
 from omniprobe import __version__
-from omniprobe.config.hosts import EnvChecks, HostsConfig
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.config.stack import EnvChecks
 from omniprobe.digests import sha256_json
-from omniprobe.env.checks import (
-    check_lines,
-    emulation_check,
-    failure_lines,
-    gpu_checks,
-    host_facts,
-    references_check,
-)
+from omniprobe.env.check_record import check_lines, failure_lines
+from omniprobe.env.nvml_facts import emulation_check, gpu_checks, host_facts
 from omniprobe.env.preflight import serve_preflight
+from omniprobe.env.references import references_check
 from omniprobe.env.state import Runner
-from omniprobe.evidence.models import EnvCheck
+from omniprobe.evidence.models.environment import EnvCheck
 
 SIM_MODULE = "omniprobe.sim"
 _PROBE = (f"import json, sys, {SIM_MODULE} as sim; print(json.dumps({{"

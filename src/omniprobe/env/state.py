@@ -16,8 +16,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from omniprobe.atomic import write_text_atomic
-from omniprobe.config.hosts import EnvConfig, HostsConfig, InstallStep
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.config.stack import EnvConfig, InstallStep
 from omniprobe.digests import sha256_json
 from omniprobe.errors import EnvironmentFailure, InputError
 from omniprobe.safe_io import MissingFile, read_text

@@ -19,7 +19,8 @@ from pathlib import Path, PurePosixPath
 
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, Refusal
-from omniprobe.evidence.models import ATTEMPT_FILE, load_attempt
+from omniprobe.evidence.files import ATTEMPT_FILE
+from omniprobe.evidence.load import load_attempt
 
 MANIFEST = "manifest.json"
 FORMAT = 1

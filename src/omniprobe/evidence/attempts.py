@@ -18,26 +18,17 @@ from pathlib import Path
 
 from omniprobe import __version__
 from omniprobe.atomic import is_temp_file
-from omniprobe.config.hosts import Host
+from omniprobe.config.host_entry import Host
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_file
 from omniprobe.errors import InputError, Refusal
-from omniprobe.evidence.models import (
-    ATTEMPT_FILE,
-    ArtifactRef,
-    Attempt,
-    AttemptEnvironment,
-    Emulated,
-    Measured,
-    OfflineRequest,
-    OfflineRun,
-    RequestRecord,
-    ServeRun,
-    Simulated,
-    Weights,
-    load_attempt,
-    write_section,
-)
+from omniprobe.evidence.files import ATTEMPT_FILE, write_section
+from omniprobe.evidence.load import load_attempt
+from omniprobe.evidence.models.attempt import Attempt, AttemptEnvironment, Emulated, Measured, Simulated
+from omniprobe.evidence.models.common import ArtifactRef, Weights
+from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
+from omniprobe.evidence.models.requests import RequestRecord
+from omniprobe.evidence.models.runs import ServeRun
 from omniprobe.redaction import redact_args
 
 SUFFIX = "-probe"  # marks attempts this module made, apart from transcribed or other evidence

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from omniprobe.config.hosts import Host
+from omniprobe.config.host_entry import Host
 from omniprobe.errors import Problem
+from omniprobe.evidence.load import Evidence, LoadedAttempt
 from omniprobe.evidence.migrations import content_path
-from omniprobe.evidence.models import Evidence, LoadedAttempt
 
 # A wall is the time to the answer's last byte; the timeout bounds each wait for the server, and
 # a large image's transfer over loopback takes well under this on top.

@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models import FILE_MODELS
+from omniprobe.evidence.files import FILE_MODELS
 
 
 def all_schemas() -> dict[str, dict]:

@@ -14,14 +14,9 @@ from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.consistency import consistency_problems
+from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES
+from omniprobe.evidence.load import Evidence, LoadedAttempt, load_evidence
 from omniprobe.evidence.migrations import content_path
-from omniprobe.evidence.models import (
-    ATTEMPT_FILE,
-    SECTION_FILES,
-    Evidence,
-    LoadedAttempt,
-    load_evidence,
-)
 from omniprobe.evidence.upstream import UPSTREAM_HOST
 
 

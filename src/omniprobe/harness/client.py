@@ -25,7 +25,7 @@ from omniprobe.config.fixtures import (
 )
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
-from omniprobe.evidence.models import OomSignature, Outcome
+from omniprobe.evidence.models.common import OomSignature, Outcome
 from omniprobe.harness.urls import url
 from omniprobe.protocol import EDITS_PATH, GENERATIONS_PATH, IMAGE_PART
 from omniprobe.safe_io import MissingFile, confine, json_loads, read_bytes

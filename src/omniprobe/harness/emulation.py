@@ -15,9 +15,10 @@ import re
 from pathlib import Path
 
 from omniprobe.analysis.series import Sample
-from omniprobe.config.hosts import Host
+from omniprobe.config.host_entry import Host
 from omniprobe.errors import EnvironmentFailure
-from omniprobe.evidence.models import CappedProcess, EmulationBreach, EmulationCheck
+from omniprobe.evidence.models.common import EmulationBreach
+from omniprobe.evidence.models.runs import CappedProcess, EmulationCheck
 from omniprobe.harness import emulation_site
 from omniprobe.harness.emulation_site.sitecustomize import CAP_ENV, LOG_PREFIX
 from omniprobe.limits import MAX_MIB

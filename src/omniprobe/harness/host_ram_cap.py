@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omniprobe.errors import EnvironmentFailure
-from omniprobe.evidence.models import HostRamCheck
+from omniprobe.evidence.models.offline import HostRamCheck
 from omniprobe.harness.host_memory import oom_kills_in
 
 CGROUP_ROOT_ENV = "OMNIPROBE_CGROUP_ROOT"  # default /sys/fs/cgroup; tests point it elsewhere

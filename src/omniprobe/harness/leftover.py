@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from omniprobe.evidence.models import ServeRun
+from omniprobe.evidence.models.runs import ServeRun
 
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 

@@ -35,29 +35,25 @@ from omniprobe.analysis.oom import is_oom, parse_oom
 from omniprobe.analysis.summaries import cell_outcome, cell_quality
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig, load_hosts
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host, session_venv
 from omniprobe.digests import sha256_json
 from omniprobe.env.allocator import read_back
-from omniprobe.env.checks import Verification, hf_cache_dir, pinned_snapshot, require_env_ok
+from omniprobe.env.checks import Verification, require_env_ok
+from omniprobe.env.fetch_model import hf_cache_dir
 from omniprobe.env.manifest import env_digest, manifest_of
 from omniprobe.env.simulated import sim_env_digest
+from omniprobe.env.snapshot import pinned_snapshot
 from omniprobe.env.state import EnvName, Runner
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
-from omniprobe.evidence.models import (
-    ArtifactRef,
-    AttemptEnvironment,
-    DiffusersBuild,
-    FailureCause,
-    HostRamCheck,
-    OfflineRequest,
-    OfflineRun,
-    ServedModel,
-    TimelineSummary,
-    write_section,
-)
+from omniprobe.evidence.files import write_section
+from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
+from omniprobe.evidence.models.common import ArtifactRef, FailureCause
+from omniprobe.evidence.models.offline import DiffusersBuild, HostRamCheck, OfflineRequest, OfflineRun
+from omniprobe.evidence.models.runs import TimelineSummary
 from omniprobe.evidence.quantities import Range
 from omniprobe.harness.client import check_references, reference_path
 from omniprobe.harness.emulation import (

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 from omniprobe.config.diffusers import ModelConfigs, load_model_configs
 from omniprobe.config.fixtures import Sampling
-from omniprobe.config.hosts import Host, HostsConfig
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.errors import EnvironmentFailure, Refusal
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from statistics import fmean
 
 from omniprobe.evidence.attempts import AttemptStore, probe_attempts
-from omniprobe.evidence.models import LoadedAttempt, ServeRun, load_attempt
+from omniprobe.evidence.load import LoadedAttempt, load_attempt
+from omniprobe.evidence.models.runs import ServeRun
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from omniprobe.analysis.failure_cause import classify_failure, host_ram_cause
 from omniprobe.analysis.oom import merge, parse_oom
 from omniprobe.analysis.series import decimate, unavailable
 from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig, load_hosts
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import (
     INVOCATION_ENV,
@@ -33,7 +34,9 @@ from omniprobe.config.selection import (
     update_state,
 )
 from omniprobe.env.allocator import honoured_var
-from omniprobe.env.checks import failure_lines, hf_cache_dir, pinned_snapshot, require_env_ok
+from omniprobe.env.check_record import failure_lines
+from omniprobe.env.checks import require_env_ok
+from omniprobe.env.fetch_model import hf_cache_dir
 from omniprobe.env.manifest import env_digest, manifest_of
 from omniprobe.env.serve_command import (
     FlagSetNotRunnable,
@@ -43,24 +46,17 @@ from omniprobe.env.serve_command import (
     server_env,
 )
 from omniprobe.env.simulated import sim_env_digest, sim_preflight
+from omniprobe.env.snapshot import pinned_snapshot
 from omniprobe.env.state import EnvNotReady
 from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
 from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt, probe_attempts
 from omniprobe.evidence.consistency import Bounds, memory_bound, peaks_within_memory
-from omniprobe.evidence.models import (
-    AttemptEnvironment,
-    Evidence,
-    FailureCause,
-    InitResult,
-    LoadedAttempt,
-    RequestRecord,
-    ServedModel,
-    ServerLifetime,
-    ServeRun,
-    TimelineSummary,
-    load_attempt,
-    parse_file,
-)
+from omniprobe.evidence.files import parse_file
+from omniprobe.evidence.load import Evidence, LoadedAttempt, load_attempt
+from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
+from omniprobe.evidence.models.common import FailureCause
+from omniprobe.evidence.models.requests import RequestRecord
+from omniprobe.evidence.models.runs import InitResult, ServerLifetime, ServeRun, TimelineSummary
 from omniprobe.harness import client, interrupt
 from omniprobe.harness.emulation import (
     EmulationGuard,
@@ -732,7 +728,7 @@ def prepare_env(project: Project, cfg: HostsConfig, host_name: str, *, by_hand: 
     bin_dir = verification.paths.bin_dir
     base_command(cfg, host_name, model=by_hand or served.model, hosts_file=project.hosts_file,
                  bin_dir=bin_dir)
-    digest = env_digest(verification.pins, verification.checks, str(verification.paths.venv))
+    digest = env_digest(verification.manifest.pins, verification.checks, str(verification.paths.venv))
     return ProbeEnv(bin_dir, AttemptEnvironment(
         manifest=manifest_of(project.evidence_dir, host_name, digest), digest=digest,
         served=served, env="probe"), honoured_var(verification.checks))

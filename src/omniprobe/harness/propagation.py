@@ -19,16 +19,15 @@ from typing import TextIO
 from omniprobe.analysis.baseline_compare import resolve_artifact
 from omniprobe.analysis.imaging import load_pixels, pixels_sha256
 from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.env.serve_command import server_command
 from omniprobe.evidence.attempts import AttemptStore, new_attempt
-from omniprobe.evidence.models import (
-    OfflineRequest,
-    PropagationCheck,
-    RequestRecord,
-    write_section,
-)
+from omniprobe.evidence.files import write_section
+from omniprobe.evidence.models.offline import OfflineRequest
+from omniprobe.evidence.models.outputs import PropagationCheck
+from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.harness.client import check_references
 from omniprobe.harness.plan import settled_line, unsettled
 from omniprobe.harness.probe import (

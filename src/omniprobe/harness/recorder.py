@@ -11,9 +11,9 @@ from typing import TypeVar
 from omniprobe.analysis.imaging import UnreadableImage, decode_pixels, measure, pixels_sha256
 from omniprobe.analysis.structure_gate import gate_record
 from omniprobe.atomic import write_bytes_atomic
-from omniprobe.config.hosts import ImageChecks
+from omniprobe.config.report_settings import ImageChecks
 from omniprobe.digests import sha256_bytes
-from omniprobe.evidence.models import Measurement
+from omniprobe.evidence.models.requests import Measurement
 
 M = TypeVar("M", bound=Measurement)
 

@@ -22,7 +22,7 @@ from typing import Protocol, TextIO
 
 from omniprobe.analysis.series import Sample, summarise
 from omniprobe.errors import EnvironmentFailure
-from omniprobe.evidence.models import TimelineSummary
+from omniprobe.evidence.models.runs import TimelineSummary
 from omniprobe.harness.host_memory import available_mib
 from omniprobe.harness.interrupt import pause
 from omniprobe.harness.processes import alive

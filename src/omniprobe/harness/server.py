@@ -24,7 +24,8 @@ import requests
 from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.oom import MODEL_CODE, parse_oom
 from omniprobe.errors import EnvironmentFailure, HarnessError
-from omniprobe.evidence.models import FailureCause, InitResult
+from omniprobe.evidence.models.common import FailureCause
+from omniprobe.evidence.models.runs import InitResult
 from omniprobe.harness.interrupt import pause
 from omniprobe.harness.leftover import started
 from omniprobe.harness.listening import listeners

@@ -16,7 +16,8 @@ from typing import TextIO
 
 from omniprobe.atomic import require_writable
 from omniprobe.config.fixtures import FixtureSuite, load_fixtures
-from omniprobe.config.hosts import Host, HostsConfig, load_hosts
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host
 from omniprobe.errors import Interrupted

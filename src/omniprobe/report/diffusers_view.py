@@ -22,8 +22,10 @@ from omniprobe.analysis.diffusers_capacity import (
     min_caps,
 )
 from omniprobe.config.diffusers import load_model_configs
-from omniprobe.config.hosts import Host, HostsConfig
-from omniprobe.evidence.models import Evidence, StatedFigure
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.evidence.load import Evidence
+from omniprobe.evidence.models.statements import StatedFigure
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report.capacity_svg import render_curve_svg
 from omniprobe.report.paths import CAPACITY_DIR

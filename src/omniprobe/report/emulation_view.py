@@ -17,8 +17,9 @@ from omniprobe.analysis.emulation_compare import (
 )
 from omniprobe.analysis.summaries import RunView, run_views
 from omniprobe.analysis.verdicts import HostVerdict
-from omniprobe.config.hosts import Host
-from omniprobe.evidence.models import EmulationCheck, LoadedAttempt
+from omniprobe.config.host_entry import Host
+from omniprobe.evidence.load import LoadedAttempt
+from omniprobe.evidence.models.runs import EmulationCheck
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report import verdict_lines as vl

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models import Cell, StatedFigure
+from omniprobe.evidence.models.runs import Cell
+from omniprobe.evidence.models.statements import StatedFigure
 from omniprobe.evidence.quantities import Range
 
 EM_DASH = "—"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models import CodeLocation
+from omniprobe.evidence.models.statements import CodeLocation
 from omniprobe.report import verdict_lines as vl
 from omniprobe.report.filters import figure_text, names, refs, span
 

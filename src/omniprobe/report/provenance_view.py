@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models import LoadedAttempt
+from omniprobe.evidence.load import LoadedAttempt
 from omniprobe.report.filters import num
 
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Sequence
 from xml.sax.saxutils import escape
 
-from omniprobe.evidence.models import TimelinePoint
+from omniprobe.evidence.models.runs import TimelinePoint
 
 _W, _PLOT_H = 720, 192
 _LEFT, _RIGHT = 64, 16

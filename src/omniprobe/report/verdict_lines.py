@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 from omniprobe.analysis.verdicts import HostVerdict, UnreachedKnob
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models import CodeLocation, InitResult, OomSignature
+from omniprobe.evidence.models.common import OomSignature
+from omniprobe.evidence.models.runs import InitResult
+from omniprobe.evidence.models.statements import CodeLocation
 from omniprobe.evidence.quantities import Range, size_mib
 from omniprobe.report.filters import flat_kwargs, names, num, refs, span
 

@@ -33,8 +33,11 @@ from omniprobe.analysis.verdicts import (
     verdict_history,
 )
 from omniprobe.config.fixtures import FixtureSuite
-from omniprobe.config.hosts import Host, HostsConfig
-from omniprobe.evidence.models import Cell, CodeLocation, LoadedAttempt, StatedFigure
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.evidence.load import LoadedAttempt
+from omniprobe.evidence.models.runs import Cell
+from omniprobe.evidence.models.statements import CodeLocation, StatedFigure
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report import verdict_lines as vl

@@ -1,6 +1,6 @@
 """The simulated server's reading of its capacity model: `[hosts.<name>.capacity]` of hosts.toml.
 
-The file's format is defined once, by `omniprobe.config.hosts.SimCapacity`, and the harness
+The file's format is defined once, by `omniprobe.config.host_entry.SimCapacity`, and the harness
 validates the whole file with it before it starts a server. The sim reads its own table with the
 standard library, as the program it stands in for reads its own config: no pydantic, so the
 preflight's parse of each flag set and every server start cost an interpreter start and little
@@ -22,7 +22,7 @@ class CapacityError(ValueError):
 
 @dataclass(frozen=True)
 class Capacity:
-    """MiB and seconds; `omniprobe.config.hosts.SimCapacity` says what each field means."""
+    """MiB and seconds; `omniprobe.config.host_entry.SimCapacity` says what each field means."""
 
     vram_mib: int
     context_mib: int

@@ -13,7 +13,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 
-from omniprobe.evidence.models import CodeRef, LoadedAttempt
+from omniprobe.evidence.load import LoadedAttempt
+from omniprobe.evidence.models.common import CodeRef
 from omniprobe.evidence.upstream import Anchor, CitationState, UpstreamSource
 from omniprobe.upstream import code
 from omniprobe.upstream.source import Source

@@ -13,7 +13,8 @@ import re
 from pathlib import Path
 
 from omniprobe import protocol
-from omniprobe.config.hosts import HARNESS_OPTIONS, HostsConfig
+from omniprobe.config.command_rules import HARNESS_OPTIONS
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.upstream import UpstreamCheck
 from omniprobe.protocol import DEPLOY_IGNORED_WARNING, EDITS_PATH, GENERATIONS_PATH, IMAGE_PART
 from omniprobe.safe_io import DuplicateKey, json_loads

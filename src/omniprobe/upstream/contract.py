@@ -11,14 +11,9 @@ from omniprobe import __version__
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
-from omniprobe.evidence.models import (
-    ATTEMPT_FILE,
-    Attempt,
-    LoadedAttempt,
-    Measured,
-    load_evidence,
-    write_section,
-)
+from omniprobe.evidence.files import ATTEMPT_FILE, write_section
+from omniprobe.evidence.load import LoadedAttempt, load_evidence
+from omniprobe.evidence.models.attempt import Attempt, Measured
 from omniprobe.evidence.upstream import UPSTREAM_HOST, UpstreamContract, UpstreamSource
 from omniprobe.upstream.anchors import citations, locate, source_record
 from omniprobe.upstream.checks import run_checks

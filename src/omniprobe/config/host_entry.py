@@ -1,0 +1,169 @@
+"""hosts.toml's [hosts.<name>]: one host, its emulation of another card, and the simulated
+host's capacity model."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from omniprobe.config.command_rules import (
+    OFFLINE_PLACEHOLDERS,
+    OWN_ENV_PREFIX,
+    SERVE_PLACEHOLDERS,
+    check_placeholders,
+    not_a_shell,
+    not_the_harness_options,
+)
+from omniprobe.config.diffusers import DiffusersHost
+from omniprobe.config.flag_sets import ArgsCheck
+from omniprobe.config.hosts_common import HostsTable, Mib, PositiveMib
+from omniprobe.limits import MAX_MIB, MAX_VRAM_GB
+
+
+class SimCapacity(HostsTable):
+    """The simulated server's capacity model (MiB and seconds); only a simulated host has one."""
+
+    vram_mib: PositiveMib = Field(description="Memory of the modelled card.")
+    context_mib: Mib = Field(description="CUDA context and other non-PyTorch memory.")
+    init_chunk_mib: PositiveMib = Field(description="Size of each parameter allocation at init.")
+    dit_mib: dict[str, Mib] = Field(description="Resident DiT weights by precision (bf16, ...).")
+    encoder_mib: dict[str, Mib] = Field(
+        description="Text-encoder weights by precision; off the GPU under --enable-cpu-offload."
+    )
+    activation_mib: Mib = Field(description="Working memory of every request.")
+    reference_mib: Mib = Field(description="Conditioning cache per reference image.")
+    spike_mib: PositiveMib = Field(description="The per-step activation spike (image MLP).")
+    kv_reference_mib: Mib = Field(
+        default=0, description="Of reference_mib, the conditioning KV cache that "
+                               "prefix_kv_cache_dtype quantizes (fp8_v: its V half).")
+    layerwise_mib: Mib = Field(description="Extra staging under --enable-layerwise-offload.")
+    collapsed: list[str] = Field(default=[], description="Precisions whose outputs collapse.")
+    init_s: float = Field(ge=0, description="Modelled init time.")
+    reference_s: float = Field(ge=0, description="Modelled prefill time per reference.")
+    step_s: float = Field(ge=0, description="Modelled time per denoise step.")
+
+    @model_validator(mode="after")
+    def _precisions_match(self) -> SimCapacity:
+        if set(self.dit_mib) != set(self.encoder_mib):
+            raise ValueError("dit_mib and encoder_mib must list the same precisions")
+        if "bf16" not in self.dit_mib:
+            raise ValueError("dit_mib needs a 'bf16' entry (the precision without --quantization)")
+        if self.kv_reference_mib > self.reference_mib:
+            raise ValueError("kv_reference_mib is part of reference_mib and cannot exceed it")
+        return self
+
+
+class Emulation(HostsTable):
+    """What an emulated host stands in for, and how its capacity is imposed on the GPU it runs on.
+
+    The host entry itself describes the physical GPU (gpu, compute_capability and vram_gb are what
+    the env checks compare NVML against); this table names the card it emulates.
+    """
+
+    emulates: str | None = Field(
+        default=None, description="The host entry it emulates; its flag sets and offline kwarg "
+                                  "sets are taken (and, for a simulated one, its capacity model).")
+    capacity_mib: PositiveMib | None = Field(
+        default=None, description="The emulated capacity; default: the emulated host's "
+                                        "(vram_gb GiB, or a simulated host's vram_mib).")
+    host_ram_gib: float | None = Field(
+        default=None, gt=0, le=4096,
+        description="The emulated card's host RAM, imposed on the offline runner's process tree "
+                    "(cgroup v2 memory.max); null: host RAM is not emulated.")
+    mechanism: Literal["memory-fraction", "sim-account"] = Field(
+        description="memory-fraction: a startup hook on the server's PYTHONPATH caps PyTorch in "
+                    "every server process (cap less its CUDA context), and the sampler checks "
+                    "the process tree against the cap; sim-account: the simulated server's "
+                    "accounted memory takes the cap as its total (no GPU).")
+
+    @model_validator(mode="after")
+    def _names_a_capacity(self) -> Emulation:
+        if self.emulates is None and self.capacity_mib is None:
+            raise ValueError("an emulation names the host it emulates ('emulates') or a "
+                             "'capacity_mib'")
+        return self
+
+
+class Host(HostsTable):
+    name: str = Field(description="Human name of the host, e.g. 'RTX 3090'.")
+    hostname: str
+    gpu: str
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    vram_gb: int = Field(gt=0, le=MAX_VRAM_GB, description="Nominal VRAM as marketed (GB).")
+    host_ram_gib: float | None = Field(default=None, gt=0, le=MAX_MIB,
+                                       description="null: not stated.")
+    host_ram_note: str | None = None
+    python_provider: str = Field(description="How the pinned Python is provided on this host.")
+    idle_tolerance_mib: float = Field(
+        default=256, ge=0,
+        description="How far the GPU's used memory may sit above the run's first idle reading "
+                    "when a server or runner is about to start: another program's VRAM moving "
+                    "within it (a desktop's compositor, a browser) is recorded on the timeline "
+                    "(idle_mib), not fatal. Chosen by omniprobe, not the seed.")
+    simulated: bool = False
+    serve_flag_sets: list[str]
+    offline_kwarg_sets: list[str] = []
+    serve_command: list[str] | None = Field(
+        default=None, min_length=1,
+        description="Replaces [serve] command on this host; {python}, {model}, {hosts_file} "
+                    "and {host} are filled in.",
+    )
+    offline_command: list[str] | None = Field(
+        default=None, min_length=1,
+        description="Runs the offline runner on this host; {python}, {runner}, {hosts_file} and "
+                    "{host} are filled in. Default: the host's pinned venv python and {runner}.",
+    )
+    args_check: ArgsCheck | None = Field(
+        default=None, description="Replaces [serve] args_check on this host (with serve_command).")
+    capacity: SimCapacity | None = Field(default=None, description="Simulated hosts only.")
+    emulation: Emulation | None = Field(
+        default=None, description="An emulated host: the card it emulates on this physical GPU.")
+    model_code: list[str] = Field(
+        # vLLM-Omni keeps its models' code under these trees; the rest of it is the server's.
+        default=["vllm_omni/diffusion/models/", "vllm_omni/model_executor/models/"], min_length=1,
+        description="Path fragments of the model's source files: an OOM's location is the "
+                    "innermost traceback frame in them, and a crash there is the card's (a "
+                    "traceback elsewhere in upstream code is the server software's).",
+    )
+    diffusers: DiffusersHost | None = Field(
+        default=None, description="A Diffusers host: probe-offline runs the Diffusers engine over "
+                                  "its diffusers_profiles, with these weights.")
+    diffusers_profiles: list[str] = Field(
+        default=[], description="The [diffusers_profiles] its offline runs build (Diffusers "
+                                "hosts only).")
+    memory_file_env: str | None = Field(
+        default=None, pattern=rf"^{OWN_ENV_PREFIX}[A-Z0-9_]+$",
+        description="The environment variable that tells the host's server (or offline runner) "
+                    "the file to publish its memory in, where NVML cannot see it (a simulated "
+                    "host); the sampler reads that file instead of NVML. null: NVML.",
+    )
+
+    @field_validator("serve_command")
+    @classmethod
+    def _serve_placeholders(cls, command: list[str] | None) -> list[str] | None:
+        return not_the_harness_options(not_a_shell(check_placeholders(
+            command, SERVE_PLACEHOLDERS)), "a flag set's args add the rest")
+
+    @field_validator("offline_command")
+    @classmethod
+    def _offline_placeholders(cls, command: list[str] | None) -> list[str] | None:
+        return not_a_shell(check_placeholders(command, OFFLINE_PLACEHOLDERS))
+
+    @model_validator(mode="after")
+    def _capacity_iff_simulated(self) -> Host:
+        if self.simulated and self.capacity is None:
+            raise ValueError("a simulated host needs a [capacity] table")
+        if not self.simulated and self.capacity is not None:
+            raise ValueError("only a simulated host has a [capacity] table")
+        if (self.diffusers is None) == bool(self.diffusers_profiles):
+            if self.diffusers is not None:
+                raise ValueError("a [diffusers] host needs diffusers_profiles")
+            if self.diffusers_profiles:
+                raise ValueError("diffusers_profiles need a [hosts.<name>.diffusers] table")
+        if self.diffusers is not None and self.offline_kwarg_sets:
+            raise ValueError("a Diffusers host runs diffusers_profiles, not offline_kwarg_sets")
+        if self.emulation and self.emulation.mechanism == "sim-account" and not self.simulated:
+            raise ValueError("the 'sim-account' mechanism needs a simulated server "
+                             "(emulate a simulated host)")
+        return self

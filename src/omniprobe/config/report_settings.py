@@ -1,0 +1,104 @@
+"""hosts.toml's [report], [probe] and [quality]: what the report cites, the probe's settings, and
+the image checks."""
+
+from __future__ import annotations
+
+import string
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from omniprobe.config.fixtures import MAX_REFERENCE_PIXELS
+from omniprobe.config.hosts_common import HostsTable, Issue
+
+
+class Report(HostsTable):
+    """Identifiers the report cites (issue numbers in the downstream tracker)."""
+
+    title: str
+    downstream_repo: str
+    serving_profile_issue: Issue
+    topology_issue: Issue
+    retention_issue: Issue
+    upstream_issue: Issue
+    earlier_probe_issue: Issue
+
+
+class ProbeSettings(HostsTable):
+    """hosts.toml [probe] (the serve probe itself is harness/probe.py's ServeProbe)."""
+
+    target_reference_count: int = Field(ge=1)
+    max_reference_pixels: int = Field(
+        default=MAX_REFERENCE_PIXELS, gt=0, le=MAX_REFERENCE_PIXELS,
+        description="The most pixels a reference image may hold; a larger one is refused before "
+                    "it is decoded or sent.")
+
+
+LAYOUT_PLACEHOLDERS = frozenset({"fixture", "source_name", "seed"})
+
+
+class ImageChecks(HostsTable):
+    """hosts.toml [quality]: the thresholds of the output-structure check (analysis/imaging.py)
+    and how PSNR compares images with a baseline's (analysis/baseline_compare.py).
+
+    Figures are on the 0-255 scale whatever the image's bit depth. The defaults are the values
+    hosts.toml states; they apply where a table omits a key or no hosts.toml is found.
+    """
+
+    opaque_alpha: int = Field(
+        default=255, ge=1, le=255, description="A pixel counts as opaque when its alpha is >= this."
+    )
+    min_opaque_fraction: float = Field(
+        default=0.9, ge=0, le=1, description="Below this opaque fraction an image is broken."
+    )
+    flat_tile: int = Field(default=8, ge=2, description="Edge (px) of the flatness tiles.")
+    flat_tolerance: int = Field(
+        default=2, ge=0, le=255,
+        description="A tile is near-constant when no RGB channel spans more than this many levels.",
+    )
+    max_flat_fraction: float = Field(
+        default=0.98, ge=0, le=1,
+        description="Above this fraction of near-constant tiles an image is broken (blank).",
+    )
+    min_rgb_std: float = Field(
+        default=16, ge=0, le=255,
+        description="Below this standard deviation of its RGB values an image is broken "
+                    "(near-flat): the seed's collapse seen without alpha, which an RGB output "
+                    "has, and whose grey noise no tile of the flatness check finds flat.",
+    )
+    comparator: Literal["rgba", "rgb"] = Field(
+        default="rgba", description="Channels PSNR compares; rgba is the seed report's comparator."
+    )
+    convert_modes: bool = Field(
+        default=False,
+        description="Compare images of different modes after converting both to RGBA; "
+        "false: a mode mismatch is an error.",
+    )
+    baseline_layout: str = Field(
+        default="{fixture}/{seed}.png",
+        description="Path of a baseline image under the baseline folder; placeholders {fixture} "
+        "(fixture id), {source_name} (the source's name for it) and {seed}.",
+    )
+
+    @field_validator("baseline_layout")
+    @classmethod
+    def _layout_placeholders(cls, layout: str) -> str:
+        fields = [(name, spec, conversion) for _, name, spec, conversion
+                  in string.Formatter().parse(layout) if name is not None]
+        for name, spec, conversion in fields:
+            if spec or conversion or not name:
+                raise ValueError(f"baseline_layout placeholders are bare names such as {{seed}}, "
+                                 f"without a format spec or conversion; got {layout!r}")
+        names = {name for name, _, _ in fields}
+        unknown = names - LAYOUT_PLACEHOLDERS
+        if unknown:
+            raise ValueError(f"baseline_layout uses unknown placeholder(s) {sorted(unknown)}; "
+                             f"expected {sorted(LAYOUT_PLACEHOLDERS)}")
+        if "seed" not in names or not names & {"fixture", "source_name"}:
+            raise ValueError("baseline_layout must name {seed} and {fixture} or {source_name}, "
+                             f"got {layout!r}")
+        if Path(layout).is_absolute() or ".." in Path(layout).parts:
+            raise ValueError(f"baseline_layout must stay inside the baseline folder, "
+                             f"got {layout!r}")
+        return layout

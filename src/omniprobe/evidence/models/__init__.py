@@ -1,0 +1,1 @@
+"""The evidence file formats, one pydantic model per file (its content), grouped by file."""
