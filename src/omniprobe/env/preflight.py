@@ -22,6 +22,7 @@ from pathlib import Path
 from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.log_text import plain_log
 from omniprobe.config.hosts import HostsConfig
+from omniprobe.env.check_record import env_check
 from omniprobe.env.serve_command import (
     FlagSetNotRunnable,
     NotInEnv,
@@ -58,11 +59,6 @@ else:
 """
 
 
-def _check(name: str, status: str, detail: str, expected: str | None = None,
-           actual: str | None = None) -> EnvCheck:
-    return EnvCheck(name=name, status=status, detail=detail, expected=expected, actual=actual)
-
-
 def _why(proc, model_code: tuple[str, ...]) -> str:
     """What a failed command says, as the failure classifier reads it (else its last line)."""
     text = plain_log(f"{proc.stdout}\n{proc.stderr}")
@@ -87,24 +83,24 @@ def _program_check(command: list[str]) -> EnvCheck:
     program = command[0]
     found = program if "/" in program else shutil.which(program)
     if found is None or not (Path(found).is_file() and os.access(found, os.X_OK)):
-        return _check("serve.command", "fail", f"command not found: {program} is missing or not "
+        return env_check("serve.command", "fail", f"command not found: {program} is missing or not "
                       "executable", "an executable", program)
-    return _check("serve.command", "pass", "the serve command's program resolves", actual=program)
+    return env_check("serve.command", "pass", "the serve command's program resolves", actual=program)
 
 
 def _entry_point_check(command: list[str], python: str, runner: Runner,
                        model_code: tuple[str, ...]) -> EnvCheck:
     interpreter, kind, name = _entry_point(command, python)
     if kind == "code":
-        return _check("serve.entry_point", "skip", "the command runs inline code (`-c`), no "
+        return env_check("serve.entry_point", "skip", "the command runs inline code (`-c`), no "
                       "entry point: its argument check shows whether it starts")
     proc = runner.run([interpreter, "-c", _ENTRY, kind, name], timeout_s=TIMEOUT_S)
     if proc.returncode != 0:
-        return _check("serve.entry_point", "fail",
+        return env_check("serve.entry_point", "fail",
                       f"{interpreter} cannot import {kind} {name}: {_why(proc, model_code)}",
                       f"{name} imports")
     lines = proc.stdout.strip().splitlines()
-    return _check("serve.entry_point", "pass", f"{kind} {name} imports",
+    return env_check("serve.entry_point", "pass", f"{kind} {name} imports",
                   actual=lines[-1] if lines else None)
 
 
@@ -126,7 +122,7 @@ def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, pytho
     try:
         base = base_command(cfg, host_name, model=model, hosts_file=hosts_file, bin_dir=bin_dir)
     except NotInEnv as exc:
-        return [_check("serve.command", "fail", f"command not found: {exc}")]
+        return [env_check("serve.command", "fail", f"command not found: {exc}")]
     program = _program_check(base)
     if program.status == "fail":
         return [program]
@@ -147,7 +143,7 @@ def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, pytho
         ran = [c for c in parsed if c.status != "skip"]
         if ran and all(c.status == "pass" for c in ran) and kind != "code":
             # Each parse ran the entry point: a separate import would only repeat it.
-            entry = _check("serve.entry_point", "pass",
+            entry = env_check("serve.entry_point", "pass",
                            f"{kind} {name} imports (each flag set's parse ran it)")
             return [program, entry, *parsed]
         entry = _entry_point_check(base, python, runner, model_code)
@@ -160,18 +156,18 @@ def serve_preflight(cfg: HostsConfig, host_name: str, hosts_file: Path, *, pytho
     proc = runner.run(argv, env=server_env(cfg, host.serve_flag_sets[0], env, bin_dir),
                       timeout_s=TIMEOUT_S)
     if proc.returncode != 0:
-        return [program, entry, _check("serve.args", "fail",
+        return [program, entry, env_check("serve.args", "fail",
                                        f"`{shlex.join(argv)}` failed: {_why(proc, model_code)}")]
     help_text = plain_log(proc.stdout + proc.stderr)
     checks = [program, entry]
     for flag_set, command, why_not in commands:
         name = f"serve.args:{flag_set}"
         if command is None:
-            checks.append(_check(name, "skip", f"not runnable, so not checked: {why_not}"))
+            checks.append(env_check(name, "skip", f"not runnable, so not checked: {why_not}"))
             continue
         unlisted = [o for o in _options(command[len(base):])
                     if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", help_text)]
-        checks.append(_check(
+        checks.append(env_check(
             name, "fail" if unlisted else "pass",
             f"argument error: the serve help does not list {', '.join(unlisted)}" if unlisted
             else f"every option is listed by `{shlex.join(args_check.args)}`",
@@ -192,11 +188,11 @@ def _parses(commands, args: list[str], cfg: HostsConfig, env: dict[str, str],
     for flag_set, command, why_not in commands:
         name = f"serve.args:{flag_set}"
         if command is None:
-            checks.append(_check(name, "skip", f"not runnable, so not checked: {why_not}"))
+            checks.append(env_check(name, "skip", f"not runnable, so not checked: {why_not}"))
         elif procs[flag_set].returncode == 0:
-            checks.append(_check(name, "pass", "the serve command's parser accepts the arguments"))
+            checks.append(env_check(name, "pass", "the serve command's parser accepts the arguments"))
         else:
-            checks.append(_check(name, "fail", "the parser refuses the arguments: "
+            checks.append(env_check(name, "fail", "the parser refuses the arguments: "
                                  f"{_why(procs[flag_set], model_code)}", "exit 0",
                                  f"exit {procs[flag_set].returncode}"))
     return checks
