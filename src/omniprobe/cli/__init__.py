@@ -3,57 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
+from omniprobe.cli.options import add_options, options_from
 from omniprobe.config.project import NoProject, find_project
 from omniprobe.errors import EnvironmentFailure, InputError, Interrupted, OmniprobeError, Problem
-from omniprobe.limits import MAX_SEED, MAX_WAIT_S
 
 Command = Callable[[argparse.Namespace], int]
-
-
-def _number(text: str, convert, *, low: float, high: float, low_open: bool, what: str):
-    try:
-        value = convert(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-    return value
-
-
-def seconds(text: str) -> float:
-    """A positive, finite number of seconds (0, negatives, nan and inf are refused)."""
-    return _number(text, float, low=0, high=MAX_WAIT_S, low_open=True,
-                   what="a number of seconds above 0 and at most a week")
-
-
-def grace_seconds(text: str) -> float:
-    """A finite number of seconds, 0 or more."""
-    return _number(text, float, low=0, high=3600, low_open=False,
-                   what="a number of seconds from 0 to 3600")
-
-
-def hertz(text: str) -> float:
-    return _number(text, float, low=0.1, high=1000, low_open=False,
-                   what="a rate in Hz from 0.1 to 1000")
-
-
-def port(text: str) -> int:
-    return _number(text, int, low=1, high=65535, low_open=False, what="a TCP port from 1 to 65535")
-
-
-def index(text: str) -> int:
-    return _number(text, int, low=0, high=1023, low_open=False, what="an index from 0")
-
-
-def seed(text: str) -> int:
-    return _number(text, int, low=0, high=MAX_SEED, low_open=False,
-                   what=f"a seed from 0 to {MAX_SEED} (2**32-1)")
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -292,41 +251,8 @@ def _select_host(args: argparse.Namespace) -> int:
     return 0
 
 
-def _session_options(args: argparse.Namespace) -> dict:
-    """The options every evidence-making session shares, as the option dataclasses name them."""
-    return {"host": args.host, "venv": args.venv, "model": args.model,
-            "ready_timeout_s": args.ready_timeout, "request_timeout_s": args.request_timeout,
-            "grace_s": args.grace, "idle_timeout_s": args.idle_timeout,
-            "gpu_index": args.gpu_index}
-
-
-def _server_options_of(args: argparse.Namespace) -> dict:
-    return {**_session_options(args), "port": args.port, "sample_hz": args.sample_hz}
-
-
-def probe_options(args: argparse.Namespace):
-    from omniprobe.harness.probe import ProbeOptions
-
-    return ProbeOptions(**_server_options_of(args), fresh=args.fresh,
-                        flag_sets=tuple(args.flag_set), fixtures=tuple(args.fixture),
-                        caps_gib=args.caps)
-
-
-def offline_options(args: argparse.Namespace):
-    from omniprobe.harness.offline import OfflineOptions
-
-    return OfflineOptions(**_session_options(args),
-                          kwarg_sets=tuple(args.kwarg_set) + tuple(args.profile),
-                          fixtures=tuple(args.fixture), seeds=tuple(args.seed), fresh=args.fresh,
-                          caps_gib=args.caps, sample_hz=args.sample_hz)
-
-
-def propagation_options(args: argparse.Namespace):
-    from omniprobe.harness.propagation import PropagationOptions
-
-    return PropagationOptions(**_server_options_of(args), flag_set_with=args.flag_set_with,
-                              flag_set_without=args.flag_set_without, knob=args.knob,
-                              fixture=args.fixture, seed=args.seed)
+# Each command's options object, generated from harness/options.py (one definition per option).
+probe_options = offline_options = propagation_options = options_from
 
 
 def _probe(args: argparse.Namespace) -> int:
@@ -374,56 +300,6 @@ def _timeline(args: argparse.Namespace) -> int:
     write_text_atomic(out, svg)
     print(f"wrote {out}")
     return 0
-
-
-def _run_options(p: argparse.ArgumentParser, started: str, model_default: str) -> None:
-    """Where a session's process runs from and how long it is given: every session that starts a
-    server or an offline runner (`started` names which, in the help)."""
-    p.add_argument("--host", help="hosts.toml host, when no env-<host> session selected one")
-    p.add_argument("--venv", help="the real host's probe env, when no env-<host> session built "
-                   "one (default: <[env] root>/envs/<host>)")
-    p.add_argument("--model", help=f"model path or repo id for {{model}} (default: {model_default})")
-    p.add_argument("--ready-timeout", type=seconds,
-                   help=f"seconds for the {started} to get ready (default: [serve] "
-                        "ready_timeout_s)")
-    p.add_argument("--request-timeout", type=seconds,
-                   help="seconds (default: [serve] request_timeout_s)")
-    p.add_argument("--grace", type=grace_seconds,
-                   help="SIGTERM to SIGKILL (default: [serve] stop_grace_s)")
-    p.add_argument("--idle-timeout", type=grace_seconds, default=60.0,
-                   help=f"seconds to wait for an idle GPU before each {started} start")
-    p.add_argument("--gpu-index", type=index, default=0,
-                   help=f"NVML index of the GPU (PCI bus order): the sampler watches it and "
-                        f"the {started} runs on it (CUDA_VISIBLE_DEVICES); both are recorded")
-
-
-def _server_options(p: argparse.ArgumentParser) -> None:
-    """The run options of every session that starts a server, with its port and sampling."""
-    _run_options(p, "server", "the pinned snapshot's folder")
-    p.add_argument("--port", type=port, help="server port (default: [serve] port)")
-    p.add_argument("--sample-hz", type=hertz, default=10.0, help="GPU memory sampling rate")
-
-
-def _offline_selection(p: argparse.ArgumentParser, profile_help: str, seeds_default: str) -> None:
-    """What an offline session runs: which profiles, fixtures and seeds, and in which attempt."""
-    p.add_argument("--profile", action="append", default=[], help=profile_help)
-    p.add_argument("--fixture", action="append", default=[], help="only this fixture (repeatable)")
-    p.add_argument("--seed", action="append", type=seed, default=[],
-                   help=f"only this seed (repeatable; default: {seeds_default})")
-    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
-
-
-def _probe_options(p: argparse.ArgumentParser) -> None:
-    """Options probe-init and probe-serve share (nox hands both the same arguments after --)."""
-    _server_options(p)
-    p.add_argument("--fresh", action="store_true", help="start a new attempt instead of resuming")
-    p.add_argument("--flag-set", action="append", default=[],
-                   help="only this flag set (repeatable)")
-    p.add_argument("--fixture", action="append", default=[],
-                   help="probe-serve: only this fixture (repeatable)")
-    p.add_argument("--caps", help="emulated hosts: sweep these caps (GiB, comma-separated, e.g. "
-                                  "12,16,20,24,32), one attempt series per cap")
-    p.set_defaults(func=_probe)
 
 
 def _upstream(args: argparse.Namespace) -> int:
@@ -555,48 +431,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", help="as the probe sessions take it, when NAME is not given")
     p.set_defaults(func=_select_host)
 
-    p = sub.add_parser("probe-init", help="start the server under each flag set; record init")
-    _probe_options(p)
-    p = sub.add_parser("probe-serve", help="serve every runnable fixture x seed per flag set")
-    _probe_options(p)
-
-    p = sub.add_parser("probe-offline", help="generate the fixtures with an offline engine per "
-                       "offline kwarg set of the host (Omni(...)), or per Diffusers profile on a "
-                       "Diffusers host; resumes the newest offline attempt of this environment")
-    _run_options(p, "offline runner", "the snapshot's repo id")
-    p.add_argument("--kwarg-set", action="append", default=[],
-                   help="only this offline kwarg set (repeatable; default: every runnable one)")
-    _offline_selection(p, "Diffusers hosts: only this Diffusers profile (repeatable; default: all)",
-                       "the fixtures' sampling seeds, or a profile's own")
-    p.add_argument("--caps", help="emulated hosts: sweep these caps (GiB, comma-separated, e.g. "
-                                  "16,20,24,32), one attempt series per cap")
-    p.add_argument("--sample-hz", type=hertz, default=10.0, help="GPU memory sampling rate")
-    p.set_defaults(func=_probe_offline)
-
-    p = sub.add_parser("probe-baseline", help="re-seal the seed's Diffusers baseline: probe-offline "
-                       "under the host's baseline profile (default seed-baseline), its images laid "
-                       "out where `quality --baseline DIR` reads them")
-    _run_options(p, "offline runner", "the snapshot's repo id")
-    _offline_selection(p, "the Diffusers profile to re-seal with (default: seed-baseline)",
-                       "the profile's seeds")
-    p.add_argument("--build-env", action="store_true",
-                   help="first build (or, when nothing changed, only verify) the host's baseline "
-                        "env, where its runner runs in one (`env build --env baseline`); without "
-                        "it, a baseline env not built is refused")
-    p.set_defaults(func=_probe_baseline, kwarg_set=[], caps=None, sample_hz=10.0)
-
-    p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "
-                       "config; record whether its knob reached the model (a new attempt)")
-    p.add_argument("--with", dest="flag_set_with", metavar="FLAG_SET",
-                   help="flag set passing the deploy config (default: the host's only one)")
-    p.add_argument("--without", dest="flag_set_without", metavar="FLAG_SET",
-                   help="flag set without it (default: the one with the same args and env)")
-    p.add_argument("--knob", help="what the deploy config sets (default: its hosts.toml 'knob')")
-    p.add_argument("--fixture", help="fixture to serve (default: the runnable edit with the "
-                   "fewest references)")
-    p.add_argument("--seed", type=seed, help="seed (default: the first sampling seed)")
-    _server_options(p)
-    p.set_defaults(func=_propagation)
+    # The evidence-making commands: their flags generated from harness/options.py.
+    for name, func, text in (
+        ("probe-init", _probe, "start the server under each flag set; record init"),
+        ("probe-serve", _probe, "serve every runnable fixture x seed per flag set"),
+        ("probe-offline", _probe_offline, "generate the fixtures with an offline engine per "
+         "offline kwarg set of the host (Omni(...)), or per Diffusers profile on a Diffusers "
+         "host; resumes the newest offline attempt of this environment"),
+        ("probe-baseline", _probe_baseline, "re-seal the seed's Diffusers baseline: "
+         "probe-offline under the host's baseline profile (default seed-baseline), its images "
+         "laid out where `quality --baseline DIR` reads them"),
+        ("propagation", _propagation, "serve one fixture and seed with and without a deploy "
+         "config; record whether its knob reached the model (a new attempt)"),
+    ):
+        p = sub.add_parser(name, help=text)
+        add_options(p, name)
+        p.set_defaults(func=func)
+        if name == "probe-baseline":
+            p.add_argument("--build-env", action="store_true",
+                           help="first build (or, when nothing changed, only verify) the host's "
+                                "baseline env, where its runner runs in one (`env build --env "
+                                "baseline`); without it, a baseline env not built is refused")
 
     p = sub.add_parser("upstream", help="hold the harness against a real vLLM-Omni source")
     up_sub = p.add_subparsers(dest="upstream_command", required=True)
