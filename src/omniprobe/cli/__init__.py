@@ -251,33 +251,29 @@ def _select_host(args: argparse.Namespace) -> int:
     return 0
 
 
-# Each command's options object, generated from harness/options.py (one definition per option).
-probe_options = offline_options = propagation_options = options_from
-
-
 def _probe(args: argparse.Namespace) -> int:
     from omniprobe.harness.probe import run_probe
 
-    return run_probe(find_project(), args.command, probe_options(args), command=args.argv)
+    return run_probe(find_project(), args.command, options_from(args), command=args.argv)
 
 
 def _probe_offline(args: argparse.Namespace) -> int:
     from omniprobe.harness.offline import run_offline
 
-    return run_offline(find_project(), offline_options(args), command=args.argv)
+    return run_offline(find_project(), options_from(args), command=args.argv)
 
 
 def _probe_baseline(args: argparse.Namespace) -> int:
     from omniprobe.harness.baseline import run_baseline
 
-    return run_baseline(find_project(), offline_options(args), command=args.argv, out=sys.stderr,
+    return run_baseline(find_project(), options_from(args), command=args.argv, out=sys.stderr,
                         build_env=args.build_env)
 
 
 def _propagation(args: argparse.Namespace) -> int:
     from omniprobe.harness.propagation import run_propagation
 
-    return run_propagation(find_project(), propagation_options(args), command=args.argv)
+    return run_propagation(find_project(), options_from(args), command=args.argv)
 
 
 def _nox_args(args: argparse.Namespace) -> int:
