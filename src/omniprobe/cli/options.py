@@ -74,6 +74,14 @@ def add_options(p: argparse.ArgumentParser, command: str) -> None:
         add_flag(p, opt, takes.words)
 
 
+def add_command(sub, name: str, text: str, run) -> argparse.ArgumentParser:
+    """An evidence-making command's parser: its flags generated, `run` its handler."""
+    p = sub.add_parser(name, help=text)
+    add_options(p, name)
+    p.set_defaults(func=run)
+    return p
+
+
 def options_from(args: argparse.Namespace):
     """The options object of the parsed command line (`args.command`'s options dataclass)."""
     return options_of(COMMANDS[args.command], vars(args))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from omniprobe.cli.options import add_options, options_from
+from omniprobe.cli.options import add_command, options_from
 from omniprobe.config.project import find_project
 
 
@@ -19,6 +19,4 @@ def add_parser(sub) -> None:
     # Their flags are generated from harness/options.py.
     for name, text in (("probe-init", "start the server under each flag set; record init"),
                        ("probe-serve", "serve every runnable fixture x seed per flag set")):
-        p = sub.add_parser(name, help=text)
-        add_options(p, name)
-        p.set_defaults(func=run)
+        add_command(sub, name, text, run)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from omniprobe.cli.options import add_options, options_from
+from omniprobe.cli.options import add_command, options_from
 from omniprobe.config.project import find_project
 
 
@@ -17,11 +17,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("probe-baseline", help="re-seal the seed's Diffusers baseline: "
-                       "probe-offline under the host's baseline profile (default seed-baseline), "
-                       "its images laid out where `quality --baseline DIR` reads them")
-    add_options(p, "probe-baseline")  # generated from harness/options.py
-    p.set_defaults(func=run)
+    # Its flags are generated from harness/options.py, but for --build-env.
+    p = add_command(sub, "probe-baseline", "re-seal the seed's Diffusers baseline: probe-offline "
+                    "under the host's baseline profile (default seed-baseline), its images "
+                    "laid out where `quality --baseline DIR` reads them", run)
     p.add_argument("--build-env", action="store_true",
                    help="first build (or, when nothing changed, only verify) the host's baseline "
                         "env, where its runner runs in one (`env build --env baseline`); without "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from omniprobe.cli.options import add_options, options_from
+from omniprobe.cli.options import add_command, options_from
 from omniprobe.config.project import find_project
 
 
@@ -16,8 +16,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("probe-offline", help="generate the fixtures with an offline engine per "
-                       "offline kwarg set of the host (Omni(...)), or per Diffusers profile on a "
-                       "Diffusers host; resumes the newest offline attempt of this environment")
-    add_options(p, "probe-offline")  # generated from harness/options.py
-    p.set_defaults(func=run)
+    # Its flags are generated from harness/options.py.
+    add_command(sub, "probe-offline", "generate the fixtures with an offline engine per "
+                "offline kwarg set of the host (Omni(...)), or per Diffusers profile on a "
+                "Diffusers host; resumes the newest offline attempt of this environment", run)

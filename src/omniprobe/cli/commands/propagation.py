@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from omniprobe.cli.options import add_options, options_from
+from omniprobe.cli.options import add_command, options_from
 from omniprobe.config.project import find_project
 
 
@@ -16,7 +16,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("propagation", help="serve one fixture and seed with and without a deploy "
-                       "config; record whether its knob reached the model (a new attempt)")
-    add_options(p, "propagation")  # generated from harness/options.py
-    p.set_defaults(func=run)
+    # Its flags are generated from harness/options.py.
+    add_command(sub, "propagation", "serve one fixture and seed with and without a deploy "
+                "config; record whether its knob reached the model (a new attempt)", run)
