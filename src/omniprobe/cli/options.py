@@ -12,9 +12,9 @@ from omniprobe.harness.options import (
     GRACE_SECONDS,
     HERTZ,
     INDEX,
-    PORT,
     SECONDS,
     SEED,
+    TCP_PORT,
     Bounds,
     Option,
     command_options,
@@ -41,11 +41,11 @@ def parser_of(bounds: Bounds) -> Callable[[str], float | int]:
 seconds = parser_of(SECONDS)
 grace_seconds = parser_of(GRACE_SECONDS)
 hertz = parser_of(HERTZ)
-port = parser_of(PORT)
+port = parser_of(TCP_PORT)
 index = parser_of(INDEX)
 seed = parser_of(SEED)
 PARSERS = {b.name: parse for b, parse in ((SECONDS, seconds), (GRACE_SECONDS, grace_seconds),
-                                          (HERTZ, hertz), (PORT, port), (INDEX, index),
+                                          (HERTZ, hertz), (TCP_PORT, port), (INDEX, index),
                                           (SEED, seed))}
 
 

@@ -38,7 +38,7 @@ SECONDS = Bounds("seconds", float, 0, MAX_WAIT_S,
                  "a number of seconds above 0 and at most a week", low_open=True)
 GRACE_SECONDS = Bounds("grace_seconds", float, 0, 3600, "a number of seconds from 0 to 3600")
 HERTZ = Bounds("hertz", float, 0.1, 1000, "a rate in Hz from 0.1 to 1000")
-PORT = Bounds("port", int, 1, 65535, "a TCP port from 1 to 65535")
+TCP_PORT = Bounds("port", int, 1, 65535, "a TCP port from 1 to 65535")
 INDEX = Bounds("index", int, 0, 1023, "an index from 0")
 SEED = Bounds("seed", int, 0, MAX_SEED, f"a seed from 0 to {MAX_SEED} (2**32-1)")
 
@@ -94,8 +94,8 @@ IDLE_TIMEOUT = Option("--idle-timeout", "seconds to wait for an idle GPU before 
 GPU_INDEX = Option("--gpu-index", "NVML index of the GPU (PCI bus order): the sampler watches it "
                    "and the {started} runs on it (CUDA_VISIBLE_DEVICES); both are recorded",
                    default=0, bounds=INDEX)
-PORT_OPTION = Option("--port", "server port (default: {hosts_default})", bounds=PORT,
-                     hosts_default=("serve", "port"))
+PORT = Option("--port", "server port (default: {hosts_default})", bounds=TCP_PORT,
+              hosts_default=("serve", "port"))
 SAMPLE_HZ = Option("--sample-hz", "GPU memory sampling rate", default=10.0, bounds=HERTZ)
 FRESH = Option("--fresh", "start a new attempt instead of resuming", switch=True)
 FLAG_SETS = Option("--flag-set", "only this flag set (repeatable)", repeat=True)
@@ -135,7 +135,7 @@ class SessionOptions:
 class ServerOptions(SessionOptions):
     """What the command line says to a session that starts a server."""
 
-    port: int | None = option(PORT_OPTION)
+    port: int | None = option(PORT)
     sample_hz: float = option(SAMPLE_HZ)
 
 
@@ -207,9 +207,8 @@ COMMANDS: dict[str, Takes] = {
 def command_options(takes: Takes) -> list[Option]:
     """The options a command takes, in the order its help lists them."""
     every = fields(takes.options)
-    if takes.own_first:
-        inherited = {f.name for base in takes.options.__mro__[1:] if hasattr(base, "__dataclass_fields__")
-                     for f in fields(base)}
+    if takes.own_first:  # a stable sort: the class's own fields, then its base's, each in order
+        inherited = {f.name for f in fields(takes.options.__mro__[1])}
         every = sorted(every, key=lambda f: f.name in inherited)
     return [opt for f in every for opt in f.metadata.get("options", ())
             if opt.flag not in takes.without]
@@ -231,7 +230,8 @@ def options_of(takes: Takes, given: Mapping[str, Any]):
 
 
 def given_or_default(options, name: str, cfg: HostsConfig):
-    """An option's value, or hosts.toml's default where it has one and none was given."""
+    """An option's value, or hosts.toml's default where it has one and none was given (None, or
+    an empty text: the command line's parsers refuse every other empty value)."""
     value = getattr(options, name)
     opts = options.__dataclass_fields__[name].metadata.get("options", ())
     where = opts[0].hosts_default if opts else None
