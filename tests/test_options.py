@@ -83,4 +83,4 @@ def test_kwarg_sets_gather_the_kwarg_sets_then_the_profiles():
     assert options_from(args) == options.OfflineOptions(kwarg_sets=("k", "p"), seeds=(4,),
                                                         caps_gib="16")
     baseline = build_parser().parse_args(["probe-baseline", "--profile", "p", "--build-env"])
-    assert options_from(baseline) == options.OfflineOptions(kwarg_sets=("p",))
+    assert options_from(baseline) == options.BaselineOptions(kwarg_sets=("p",), build_env=True)

@@ -115,6 +115,9 @@ KNOB = Option("--knob", "what the deploy config sets (default: its hosts.toml 'k
 ONE_FIXTURE = Option("--fixture", "fixture to serve (default: the runnable edit with the fewest "
                                   "references)")
 ONE_SEED = Option("--seed", "seed (default: the first sampling seed)", bounds=SEED)
+BUILD_ENV = Option("--build-env", "first build (or, when nothing changed, only verify) the host's "
+                   "baseline env, where its runner runs in one (`env build --env baseline`); "
+                   "without it, a baseline env not built is refused", switch=True)
 
 
 @dataclass(frozen=True)
@@ -162,6 +165,13 @@ class OfflineOptions(SessionOptions):
 
 
 @dataclass(frozen=True)
+class BaselineOptions(OfflineOptions):
+    """probe-baseline's command line: probe-offline's, under one profile."""
+
+    build_env: bool = option(BUILD_ENV)  # first build (or verify) the host's baseline env
+
+
+@dataclass(frozen=True)
 class PropagationOptions(ServerOptions):
     """propagation's command line; None: the default the check chooses."""
 
@@ -195,7 +205,7 @@ COMMANDS: dict[str, Takes] = {
         **OFFLINE_WORDS, "caps_example": "16,20,24,32",
         "profile_help": "Diffusers hosts: only this Diffusers profile (repeatable; default: all)",
         "seeds_default": "the fixtures' sampling seeds, or a profile's own"}),
-    "probe-baseline": Takes(OfflineOptions, {
+    "probe-baseline": Takes(BaselineOptions, {
         **OFFLINE_WORDS, "profile_help": "the Diffusers profile to re-seal with (default: "
                                          "seed-baseline)",
         "seeds_default": "the profile's seeds"},

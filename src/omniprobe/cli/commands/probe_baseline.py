@@ -12,16 +12,11 @@ from omniprobe.config.project import find_project
 def run(args: argparse.Namespace) -> int:
     from omniprobe.harness.baseline import run_baseline
 
-    return run_baseline(find_project(), options_from(args), command=args.argv, out=sys.stderr,
-                        build_env=args.build_env)
+    return run_baseline(find_project(), options_from(args), command=args.argv, out=sys.stderr)
 
 
 def add_parser(sub) -> None:
-    # Its flags are generated from harness/options.py, but for --build-env.
-    p = add_command(sub, "probe-baseline", "re-seal the seed's Diffusers baseline: probe-offline "
-                    "under the host's baseline profile (default seed-baseline), its images "
-                    "laid out where `quality --baseline DIR` reads them", run)
-    p.add_argument("--build-env", action="store_true",
-                   help="first build (or, when nothing changed, only verify) the host's baseline "
-                        "env, where its runner runs in one (`env build --env baseline`); without "
-                        "it, a baseline env not built is refused")
+    # Its flags are generated from harness/options.py.
+    add_command(sub, "probe-baseline", "re-seal the seed's Diffusers baseline: probe-offline "
+                "under the host's baseline profile (default seed-baseline), its images "
+                "laid out where `quality --baseline DIR` reads them", run)
