@@ -16,13 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe.cli import (
-    build_parser,
-    offline_options,
-    probe_options,
-    propagation_options,
-    run_command,
-)
+from omniprobe.cli import build_parser, run_command
+from omniprobe.cli.options import options_from
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
 from omniprobe.env.simulated import sim_env_digest
@@ -80,11 +75,11 @@ def in_process(project: Project, argv: list[str], **doubles) -> tuple[int, str]:
     args = build_parser().parse_args(argv)
     out, command, name = io.StringIO(), ["omniprobe", *argv], argv[0]
     if name == "probe-offline":
-        call = partial(run_offline, project, offline_options(args))
+        call = partial(run_offline, project, options_from(args))
     elif name == "propagation":
-        call = partial(run_propagation, project, propagation_options(args))
+        call = partial(run_propagation, project, options_from(args))
     else:
-        call = partial(run_probe, project, name, probe_options(args))
+        call = partial(run_probe, project, name, options_from(args))
     code = run_command(lambda: call(command=command, out=out, **doubles), out)
     return code, out.getvalue()
 

@@ -18,7 +18,8 @@ from omniprobe.env.manifest import latest_manifest, record_manifest
 from omniprobe.env.state import EnvNotReady, env_paths, install_steps, pins_hash, uv_command
 from omniprobe.errors import InputError
 from omniprobe.harness.baseline import run_baseline
-from omniprobe.harness.offline import OfflineOptions, runner_env_name
+from omniprobe.harness.offline import runner_env_name
+from omniprobe.harness.options import BaselineOptions
 
 from .conftest import make_project
 from .env_scaffold import REPO_ROOT, sample_manifest
@@ -147,7 +148,7 @@ def test_probe_baseline_refuses_a_real_host_without_its_baseline_env(tmp_path, m
     project.hosts_file.write_text(project.hosts_file.read_text() + SNAPSHOT_HOST)
     monkeypatch.setenv("OMNIPROBE_ROOT", str(project.root))
     monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(tmp_path / "envroot"))
-    options = OfflineOptions(host="rtx5080-diffusers")
+    options = BaselineOptions(host="rtx5080-diffusers")
     with pytest.raises(EnvNotReady) as info:
         run_baseline(project, options, command=["omniprobe"], out=io.StringIO())
     message = str(info.value)

@@ -23,7 +23,8 @@ from omniprobe.analysis.diffusers_capacity import (
     kv_measures,
     kv_per_reference,
 )
-from omniprobe.cli import build_parser, offline_options
+from omniprobe.cli import build_parser
+from omniprobe.cli.options import options_from
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.baseline import run_baseline
@@ -267,8 +268,7 @@ def test_probe_baseline_lays_out_its_images_and_quality_refuses_random_weights_b
                                       "--fixture", "standin-t2i", "--fixture", "standin-single",
                                       "--build-env"])
     said = io.StringIO()
-    assert run_baseline(project, offline_options(args), command=["omniprobe"], out=said,
-                        build_env=args.build_env) == 0
+    assert run_baseline(project, options_from(args), command=["omniprobe"], out=said) == 0
     assert "baseline env" not in said.getvalue()
     _, [attempt] = attempts(project)
     # The record says no built env ran (the machine's own Python) and what that Python holds.

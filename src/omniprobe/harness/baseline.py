@@ -24,7 +24,8 @@ from omniprobe.env.build import build_env as build
 from omniprobe.env.build import format_result
 from omniprobe.errors import Refusal
 from omniprobe.evidence.validate import load_valid_project
-from omniprobe.harness.offline import OfflineOptions, run_offline, runner_env_name
+from omniprobe.harness.offline import run_offline, runner_env_name
+from omniprobe.harness.options import BaselineOptions
 
 DEFAULT_PROFILE = "seed-baseline"
 MARKER = "baseline.json"
@@ -57,10 +58,10 @@ def lay_out(project: Project, attempt_id: str, profile: str, folder: Path) -> li
     return written
 
 
-def run_baseline(project: Project, options: OfflineOptions, *, command: list[str],
-                 out: TextIO, readers=None, build_env: bool = False) -> int:
+def run_baseline(project: Project, options: BaselineOptions, *, command: list[str],
+                 out: TextIO, readers=None) -> int:
     """probe-offline under the baseline profile, then the layout `quality` reads. Where the
-    host's runner runs in the baseline env, `build_env` builds (or only verifies) it first;
+    host's runner runs in the baseline env, `options.build_env` builds (or only verifies) it first;
     otherwise one not built is refused before any attempt exists (runner_command)."""
     cfg = load_hosts(project.hosts_file)
     host_name, _ = resolve_host(project, cfg, options.host)
@@ -73,7 +74,7 @@ def run_baseline(project: Project, options: OfflineOptions, *, command: list[str
             "name one with --profile")
     if len(profiles) != 1:
         raise NoBaselineProfile("probe-baseline re-seals one profile: name one --profile")
-    if build_env and runner_env_name(host) == "baseline":
+    if options.build_env and runner_env_name(host) == "baseline":
         built = build(host_name, project=project, which="baseline",
                       echo=lambda line: print(line, file=out))
         print(format_result(built, project), end="", file=out)

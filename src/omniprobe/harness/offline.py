@@ -67,6 +67,7 @@ from omniprobe.harness.host_ram_cap import HostRamCap, require_host_ram_cap
 from omniprobe.harness.interrupt import pause
 from omniprobe.harness.logs import log_tail, read_from
 from omniprobe.harness.offline_matrix import OfflineEntry, offline_matrix, runner_facts
+from omniprobe.harness.options import OfflineOptions, settings_of
 from omniprobe.harness.plan import settled_line
 from omniprobe.harness.probe import (
     MEMORY_FILE,
@@ -86,7 +87,7 @@ from omniprobe.harness.propagation import describe, offline_checks, unchecked_ex
 from omniprobe.harness.recorder import record_request
 from omniprobe.harness.sampler import MIB, GpuReader, NvmlUnavailable, Sampler, wait_idle
 from omniprobe.harness.server import ServerProcess, classify_exit, no_space_cause
-from omniprobe.harness.session import Context, Session, SessionOptions, run_session
+from omniprobe.harness.session import Context, Session, run_session
 from omniprobe.redaction import redact_file, redact_text
 from omniprobe.safe_io import json_loads
 
@@ -102,18 +103,6 @@ class KwargSetNotRunnable(PlanError):
 
 class RunnerProtocolError(HarnessError):
     """The runner wrote something the protocol does not allow."""
-
-
-@dataclass(frozen=True)
-class OfflineOptions(SessionOptions):
-    """probe-offline's command line; empty tuples: all of them (seeds: the sampling seeds)."""
-
-    kwarg_sets: tuple[str, ...] = ()  # kwarg sets, or a Diffusers host's profiles
-    fixtures: tuple[str, ...] = ()
-    seeds: tuple[int, ...] = ()
-    fresh: bool = False
-    caps_gib: str | None = None  # emulated hosts: the caps to sweep, e.g. "16,20,24,32"
-    sample_hz: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -651,16 +640,8 @@ def _after_last_event(log: str) -> str:
 
 def settings_from(options: OfflineOptions, cfg: HostsConfig, cap_mib: int | None = None,
                   host_name: str | None = None) -> OfflineSettings:
-    serve = cfg.serve
-    return OfflineSettings(
-        model=options.model or cfg.stack.model_repo,
-        ready_timeout_s=options.ready_timeout_s or serve.ready_timeout_s,
-        request_timeout_s=options.request_timeout_s or serve.request_timeout_s,
-        grace_s=serve.stop_grace_s if options.grace_s is None else options.grace_s,
-        idle_timeout_s=options.idle_timeout_s, kwarg_sets=options.kwarg_sets,
-        fixtures=options.fixtures, seeds=options.seeds, sample_hz=options.sample_hz,
-        cap_mib=cap_mib, gpu_index=options.gpu_index,
-        host_ram_mib=host_ram_mib(cfg.hosts.get(host_name)) if host_name else None)
+    return settings_of(OfflineSettings, options, cfg, cap_mib=cap_mib,
+                       host_ram_mib=host_ram_mib(cfg.hosts.get(host_name)) if host_name else None)
 
 
 def host_ram_mib(host: Host | None) -> int | None:

@@ -73,6 +73,7 @@ from omniprobe.harness.logs import (
     log_tail,
     read_from,
 )
+from omniprobe.harness.options import ProbeOptions, ServerOptions, settings_of
 from omniprobe.harness.plan import (
     Pace,
     attempt_complete,
@@ -97,7 +98,7 @@ from omniprobe.harness.sampler import (
     idle_reading,
 )
 from omniprobe.harness.server import Endpoints, ServerProcess, check_port
-from omniprobe.harness.session import Context, ServerOptions, Session, run_session
+from omniprobe.harness.session import Context, Session, run_session
 from omniprobe.harness.urls import base_url, url
 from omniprobe.redaction import redact_args, redact_file, redact_text
 
@@ -108,16 +109,6 @@ MEMORY_FILE = "published-memory.bin"
 
 class PlanError(Refusal):
     """A flag set or fixture asked for that the host or the fixtures do not have."""
-
-
-@dataclass(frozen=True)
-class ProbeOptions(ServerOptions):
-    """probe-init's and probe-serve's command line; empty tuples: all of them."""
-
-    fresh: bool = False
-    flag_sets: tuple[str, ...] = ()
-    fixtures: tuple[str, ...] = ()
-    caps_gib: str | None = None  # emulated hosts: the caps to sweep, e.g. "12,16,20,24,32"
 
 
 @dataclass(frozen=True)
@@ -174,14 +165,7 @@ def default_readers(host: Host, gpu_index: int = 0) -> ReaderFactory:
 
 def settings_from(options: ServerOptions, cfg: HostsConfig, *, flag_sets: tuple[str, ...] = (),
                   fixtures: tuple[str, ...] = ()) -> ServeSettings:
-    serve = cfg.serve
-    return ServeSettings(
-        port=options.port or serve.port, model=options.model or cfg.stack.model_repo,
-        ready_timeout_s=options.ready_timeout_s or serve.ready_timeout_s,
-        request_timeout_s=options.request_timeout_s or serve.request_timeout_s,
-        grace_s=serve.stop_grace_s if options.grace_s is None else options.grace_s,
-        sample_hz=options.sample_hz, idle_timeout_s=options.idle_timeout_s,
-        flag_sets=flag_sets, fixtures=fixtures, gpu_index=options.gpu_index)
+    return settings_of(ServeSettings, options, cfg, flag_sets=flag_sets, fixtures=fixtures)
 
 
 def serve_fixtures(suite: FixtureSuite, host: Host, wanted: tuple[str, ...] = ()) -> list[Fixture]:

@@ -29,6 +29,7 @@ from omniprobe.evidence.models.offline import OfflineRequest
 from omniprobe.evidence.models.outputs import PropagationCheck
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.harness.client import check_references
+from omniprobe.harness.options import PropagationOptions
 from omniprobe.harness.plan import settled_line, unsettled
 from omniprobe.harness.probe import (
     PlanError,
@@ -40,20 +41,9 @@ from omniprobe.harness.probe import (
     settings_from,
 )
 from omniprobe.harness.server import check_port
-from omniprobe.harness.session import Context, ServerOptions, Session, run_session
+from omniprobe.harness.session import Context, Session, run_session
 
 ATTEMPT_SUFFIX = "-propagation"
-
-
-@dataclass(frozen=True)
-class PropagationOptions(ServerOptions):
-    """propagation's command line; None: the default the check chooses."""
-
-    flag_set_with: str | None = None
-    flag_set_without: str | None = None
-    knob: str | None = None
-    fixture: str | None = None
-    seed: int | None = None
 
 
 @dataclass(frozen=True)

@@ -26,28 +26,6 @@ from omniprobe.harness.interrupt import signals_interrupt
 
 
 @dataclass(frozen=True)
-class SessionOptions:
-    """What the command line says to every session; None: hosts.toml's default."""
-
-    host: str | None = None
-    venv: str | None = None
-    model: str | None = None
-    ready_timeout_s: float | None = None
-    request_timeout_s: float | None = None
-    grace_s: float | None = None
-    idle_timeout_s: float = 60.0
-    gpu_index: int = 0
-
-
-@dataclass(frozen=True)
-class ServerOptions(SessionOptions):
-    """What the command line says to a session that starts a server."""
-
-    port: int | None = None
-    sample_hz: float = 10.0
-
-
-@dataclass(frozen=True)
 class Context:
     """What a session starts from: the configuration and the resolved host."""
 

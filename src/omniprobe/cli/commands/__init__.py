@@ -1,0 +1,26 @@
+"""Every `omniprobe` command, one module each (its parser and its handler), in the order
+`omniprobe --help` lists them."""
+
+from omniprobe.cli.commands import (
+    env,
+    evidence,
+    image_check,
+    nox_args,
+    probe,
+    probe_baseline,
+    probe_offline,
+    propagation,
+    quality,
+    report,
+    schema,
+    select_host,
+    standins,
+    timeline,
+    upstream,
+    validate,
+    wheels,
+)
+
+COMMANDS = (validate, schema, report, image_check, standins, quality, evidence, wheels, env,
+            select_host, probe, probe_offline, probe_baseline, propagation, upstream, nox_args,
+            timeline)

@@ -1,0 +1,33 @@
+"""`omniprobe validate`: check hosts.toml, fixtures/, every evidence file and the committed schemas."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from omniprobe.config.project import find_project
+
+
+def run(args: argparse.Namespace) -> int:
+    from omniprobe.evidence.schema import stale_schemas
+    from omniprobe.evidence.validate import load_project
+
+    project = find_project()
+    loaded, problems = load_project(project)
+    stale = stale_schemas(project.schema_dir)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    for name in stale:
+        print(f"error: schemas/{name} is stale; run `omniprobe schema`", file=sys.stderr)
+    if problems or stale:
+        print(f"{len(problems) + len(stale)} problem(s) found", file=sys.stderr)
+        return 1
+    assert loaded is not None
+    print(f"valid: hosts.toml ({len(loaded.hosts.hosts)} hosts), "
+          f"{len(loaded.fixtures.fixtures)} fixtures, {len(loaded.evidence.attempts)} attempts")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("validate", help="check hosts.toml, fixtures/, evidence/ and schemas/")
+    p.set_defaults(func=run)
