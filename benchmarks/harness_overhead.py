@@ -31,8 +31,9 @@ from omniprobe.env.simulated import sim_env_digest
 from omniprobe.evidence.attempts import open_probe_attempt
 from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
 from omniprobe.harness import probe as probe_module
-from omniprobe.harness.probe import ServeProbe, ServeSettings
+from omniprobe.harness.probe import ServeProbe
 from omniprobe.harness.progress import Progress
+from omniprobe.harness.serve_plan import ServeSettings
 from omniprobe.harness.server import free_port
 
 REPO = Path(__file__).resolve().parent.parent

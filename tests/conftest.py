@@ -68,8 +68,8 @@ def in_process(project: Project, argv: list[str], **doubles) -> tuple[int, str]:
     """An evidence-making command run in process as `omniprobe ARGV` runs it: its options from
     the CLI's parser, its command line recorded, its errors through the CLI's one handler; with
     test doubles (readers, nvml). Returns (exit code, output)."""
-    from omniprobe.harness.offline import run_offline
-    from omniprobe.harness.probe import run_probe
+    from omniprobe.harness.offline_session import run_offline
+    from omniprobe.harness.probe_session import run_probe
     from omniprobe.harness.propagation import run_propagation
 
     args = build_parser().parse_args(argv)

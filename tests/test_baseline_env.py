@@ -18,7 +18,7 @@ from omniprobe.env.manifest import latest_manifest, record_manifest
 from omniprobe.env.state import EnvNotReady, env_paths, install_steps, pins_hash, uv_command
 from omniprobe.errors import InputError
 from omniprobe.harness.baseline import run_baseline
-from omniprobe.harness.offline import runner_env_name
+from omniprobe.harness.offline_env import runner_env_name
 from omniprobe.harness.options import BaselineOptions
 
 from .conftest import make_project

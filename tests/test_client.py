@@ -12,7 +12,8 @@ from PIL import Image
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.harness.client import form_fields, parse_failure, parse_success
-from omniprobe.harness.probe import ServeProbe, ServeSettings
+from omniprobe.harness.probe import ServeProbe
+from omniprobe.harness.serve_plan import ServeSettings
 from omniprobe.protocol import FORM_FIELDS
 
 from .conftest import open_sim_attempt

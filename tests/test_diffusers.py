@@ -295,7 +295,7 @@ def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_
     loaded offline by the runner; its records are real weights', so the structure gate applies."""
     import sys
 
-    from omniprobe.harness.offline import RUNNER
+    from omniprobe.harness.offline_env import RUNNER
 
     from .env_scaffold import make_hf_cache
 

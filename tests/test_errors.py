@@ -65,9 +65,10 @@ def test_every_command_error_is_in_the_family():
     from omniprobe.env.state import EnvBuildError, EnvError, EnvNotReady
     from omniprobe.evidence.attempts import AttemptBusy
     from omniprobe.harness.client import ReferenceMismatch
-    from omniprobe.harness.offline import KwargSetNotRunnable, RunnerProtocolError
-    from omniprobe.harness.probe import PlanError
+    from omniprobe.harness.offline import RunnerProtocolError
+    from omniprobe.harness.offline_plan import KwargSetNotRunnable
     from omniprobe.harness.sampler import GpuBusy, NvmlUnavailable
+    from omniprobe.harness.serve_plan import PlanError
     from omniprobe.harness.server import PortInUse
 
     expected = {
@@ -273,7 +274,8 @@ def test_ctrl_c_is_exit_130_with_the_sessions_word(project, capsys):
 # --- the command line recorded as provenance -----------------------------------------------
 
 def test_an_attempt_records_the_command_it_is_given(project, port, monkeypatch):
-    from omniprobe.harness.probe import ProbeOptions, run_probe
+    from omniprobe.harness.options import ProbeOptions
+    from omniprobe.harness.probe_session import run_probe
 
     monkeypatch.setattr(sys, "argv", ["pytest", "-q", "somewhere"])
     options = ProbeOptions(host="sim", port=port, grace_s=2, flag_sets=("fp8",))

@@ -28,7 +28,7 @@ from omniprobe.evidence.validate import load_project
 from omniprobe.harness import client
 from omniprobe.harness.emulation import EmulationGuard, capped_processes, emulation_env
 from omniprobe.harness.sampler import MIB, NvmlReader, Sampler
-from omniprobe.harness.server import Endpoints, ServerProcess
+from omniprobe.harness.server import Endpoints, SupervisedProcess
 from omniprobe.sim.model import Flags, request_peak_mib, resident_mib
 
 from .conftest import in_process, probe_argv
@@ -68,7 +68,7 @@ def test_torch_sim_four_reference_oom_and_the_sampler_matches_its_account(projec
                              hosts_file=project.hosts_file)
     command += ["--torch", "--torch-cap-gib", str(CAP_GIB)]
     url = f"http://127.0.0.1:{port}"
-    server = ServerProcess(command, server_env(cfg, "cpuoff", dict(os.environ)),
+    server = SupervisedProcess(command, server_env(cfg, "cpuoff", dict(os.environ)),
                            project.root / "server.log", Endpoints(url), grace_s=10)
     replies = {}
     with server:
@@ -215,7 +215,7 @@ def test_a_process_allocating_outside_pytorch_past_the_cap_is_caught(project):
     cap_mib = cfg.emulated_cap_mib(EMULATED)
     env = {**os.environ, **emulation_env(cfg.host(EMULATED), cap_mib, dict(os.environ))}
     over_mib = cap_mib + 1024
-    server = ServerProcess([sys.executable, "-c", _OUTSIDE_PYTORCH, str(over_mib)], env,
+    server = SupervisedProcess([sys.executable, "-c", _OUTSIDE_PYTORCH, str(over_mib)], env,
                            project.root / "outside.log", None, grace_s=5)
     guard = EmulationGuard(cap_mib)
     with server:

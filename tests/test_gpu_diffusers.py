@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.offline import RUNNER
+from omniprobe.harness.offline_env import RUNNER
 
 from .conftest import in_process, make_project
 

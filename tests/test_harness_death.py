@@ -173,14 +173,14 @@ def _signal_self(sig=signal.SIGINT) -> None:
 
 
 def _during_server_start(monkeypatch):
-    from omniprobe.harness.server import ServerProcess
+    from omniprobe.harness.server import SupervisedProcess
 
-    real = ServerProcess.start
+    real = SupervisedProcess.start
 
     def start(self):
         real(self)
         _signal_self(signal.SIGTERM)
-    monkeypatch.setattr(ServerProcess, "start", start)
+    monkeypatch.setattr(SupervisedProcess, "start", start)
 
 
 def _while_a_request_is_in_flight(monkeypatch):

@@ -1465,7 +1465,7 @@ def test_a_dead_sampler_fails_the_run_and_leaves_no_zero_peak(project, port):
     quotes no peak, and the evidence still validates."""
     from omniprobe.evidence.load import load_attempt
     from omniprobe.evidence.validate import load_project
-    from omniprobe.harness.probe import MEMORY_FILE
+    from omniprobe.harness.lifetime import MEMORY_FILE
     from omniprobe.harness.sampler import PublishedMemoryReader
 
     from .conftest import in_process, probe_argv

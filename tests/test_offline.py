@@ -23,7 +23,7 @@ from omniprobe.evidence.attempts import probe_attempts
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import offline_runner
-from omniprobe.harness.offline import RUNNER, runner_command
+from omniprobe.harness.offline_env import RUNNER, runner_command
 from omniprobe.harness.propagation import offline_pairs, unchecked_extras
 from omniprobe.report.render import render_harness
 from omniprobe.sim.http import Faults

@@ -10,8 +10,8 @@ from omniprobe.cli.nox_args import ROUTES, option_actions, route_options, routin
 from omniprobe.cli.options import options_from
 from omniprobe.config.hosts import load_hosts
 from omniprobe.harness import options
-from omniprobe.harness.offline import OfflineSettings
-from omniprobe.harness.offline import settings_from as offline_settings
+from omniprobe.harness.offline_plan import OfflineSettings
+from omniprobe.harness.offline_plan import settings_from as offline_settings
 from omniprobe.harness.options import (
     COMMANDS,
     SECONDS,
@@ -21,7 +21,7 @@ from omniprobe.harness.options import (
     option,
     settings_of,
 )
-from omniprobe.harness.probe import ServeSettings, settings_from
+from omniprobe.harness.serve_plan import ServeSettings, settings_from
 
 from .conftest import REPO
 

@@ -15,6 +15,7 @@ from omniprobe.env.state import Stamp, env_paths, pins_hash, write_stamp
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness import probe as probe_module
+from omniprobe.harness import probe_env
 from omniprobe.harness.sampler import NvmlUnavailable
 
 from .conftest import in_process, make_project, probe_argv, processes_with
@@ -248,7 +249,7 @@ def test_a_server_that_exits_at_init_stops_its_run_with_its_own_error(project, p
             "error: No module named 'omniprobe_absent'") in out
     assert not (project.evidence_dir / "sim").exists()
     # ... and forced past it, the run stops with the server's own error, an environment's.
-    monkeypatch.setattr(probe_module, "sim_preflight", lambda *a, **k: [])
+    monkeypatch.setattr(probe_env, "sim_preflight", lambda *a, **k: [])
     code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i")
     assert code == 4
     assert f"not done: fp8: 1 request(s) not sent, init error: exited 1 before it was ready: {error}" in out
@@ -455,7 +456,7 @@ def test_gpu_index_moves_the_server_and_the_sampler_and_both_are_recorded(projec
 
     from .fakenvml import FakeNvml, Frame
 
-    monkeypatch.setattr(probe_module, "sim_preflight", lambda *a, **k: [])
+    monkeypatch.setattr(probe_env, "sim_preflight", lambda *a, **k: [])
     hosts = project.hosts_file.read_text()
     sim_serve = '["{python}", "-m", "omniprobe.sim", "serve", '
     project.hosts_file.write_text(hosts.replace(sim_serve, (

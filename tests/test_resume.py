@@ -65,12 +65,12 @@ def test_estimate(pace, starts, requests, text):
 
 def test_plan_line_names_host_attempt_shape_cells_and_time():
     line = plan_line("probe-serve", "sim", "A", "new: --fresh", flag_sets=2, fixtures=3, seeds=4,
-                     recorded=0, to_run=24, time="about 2 min", again="nox -s x -- --fresh")
+                     recorded=0, to_run=24, time="about 2 min", rerun_command="nox -s x -- --fresh")
     assert line == ("probe-serve on sim: attempt A (new: --fresh); 2 flag set(s) x 3 fixture(s) "
                     "x 4 seed(s): 0 already recorded, 24 to run; about 2 min")
     done = plan_line("probe-init", "sim", "A", "complete: A holds every cell asked for",
                      flag_sets=5, fixtures=0, seeds=0, recorded=5, to_run=0,
-                     time="nothing to run", again="nox -s env-sim probe-init -- --fresh")
+                     time="nothing to run", rerun_command="nox -s env-sim probe-init -- --fresh")
     assert done.endswith("5 flag set(s): 5 already recorded, 0 to run; nothing to run; to "
                          "measure again: nox -s env-sim probe-init -- --fresh")
 

@@ -22,7 +22,7 @@ from omniprobe.env.serve_command import (
     server_env,
 )
 from omniprobe.harness import client
-from omniprobe.harness.server import QUICK_POLL_S, Endpoints, PortInUse, ServerProcess
+from omniprobe.harness.server import QUICK_POLL_S, Endpoints, PortInUse, SupervisedProcess
 
 from .conftest import processes_with, wait_for
 
@@ -32,7 +32,7 @@ def start(project, port, flag_set="cpuoff", *extra, ready_path=None, env=None):
     cfg = load_hosts(project.hosts_file)
     command = server_command(cfg, "sim", flag_set, port=port, model="Qwen/Qwen-Image-2.1",
                              hosts_file=project.hosts_file) + list(extra)
-    return ServerProcess(command, server_env(cfg, flag_set, {**os.environ, **(env or {})}),
+    return SupervisedProcess(command, server_env(cfg, flag_set, {**os.environ, **(env or {})}),
                          project.root / "logs" / f"{flag_set}.log",
                          Endpoints(f"http://127.0.0.1:{port}", "/health", ready_path),
                          grace_s=2, model_code=tuple(cfg.host("sim").model_code))
@@ -89,7 +89,7 @@ def test_a_real_hosts_server_runs_from_its_env(project, port, tmp_path):
     assert command[:4] == [str(script), "serve", "Qwen/Qwen-Image-2.1", "--omni"]
     env = server_env(cfg, "cpuoff", {**os.environ, "PATH": "/usr/bin:/bin"}, bin_dir)
     assert env["PATH"] == f"{bin_dir}:/usr/bin:/bin" and env["VIRTUAL_ENV"] == str(bin_dir.parent)
-    with ServerProcess(command, env, tmp_path / "server.log",
+    with SupervisedProcess(command, env, tmp_path / "server.log",
                        Endpoints(f"http://127.0.0.1:{port}"), grace_s=2) as server:
         assert server.wait_ready(20, 0.05).outcome == "ready"
     assert marker.read_text().split() == [str(script), "offline=1", f"path-vllm={script}"]
@@ -171,7 +171,7 @@ def test_readiness_is_polled_often_at_first_then_every_poll_s(project, port, mon
 
     monkeypatch.setattr(time, "sleep", recorded)
     quits = [sys.executable, "-c", "import time; time.sleep(2)"]  # never serves, then exits
-    with ServerProcess(quits, dict(os.environ), project.root / "quits.log",
+    with SupervisedProcess(quits, dict(os.environ), project.root / "quits.log",
                        Endpoints(f"http://127.0.0.1:{port}"), grace_s=1) as server:
         init = server.wait_ready(20, 0.25)
     assert init.outcome == "error" and init.note == "exited 0 before it was ready"

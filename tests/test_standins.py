@@ -314,7 +314,7 @@ def test_offline_records_say_whose_inputs_they_ran_on(project):
 
 def test_a_real_host_serves_the_stand_ins_by_default(project, port, tmp_path_factory,
                                                      monkeypatch):
-    from omniprobe.harness.probe import serve_fixtures
+    from omniprobe.harness.serve_plan import serve_fixtures
 
     from .env_scaffold import FakeNvml
 

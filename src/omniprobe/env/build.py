@@ -37,10 +37,10 @@ from omniprobe.env.resolve import (
     resolve_plan,
 )
 from omniprobe.env.state import (
+    CommandRun,
     EnvBuildError,
     EnvName,
     EnvPaths,
-    Ran,
     Runner,
     Stamp,
     build_command,
@@ -327,7 +327,7 @@ class BuildResult:
     manifest: EnvManifest
     attempt: Path | None
     attempt_written: bool
-    ran: list[Ran]
+    ran: list[CommandRun]
 
 
 def build_env(host: str, *, project: Project | None = None, venv: str | Path | None = None,

@@ -13,7 +13,7 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_json
 from omniprobe.env.checks import Verification
-from omniprobe.env.state import Ran
+from omniprobe.env.state import CommandRun
 from omniprobe.errors import InputError
 from omniprobe.evidence.attempts import free_attempt_id, provenance
 from omniprobe.evidence.files import ATTEMPT_FILE, parse_file, write_section
@@ -25,7 +25,7 @@ ATTEMPT_SUFFIX = "-env"
 
 
 def make_manifest(verification: Verification, action: Literal["built", "verified"], *,
-                  ran: list[Ran], build_s: float | None, total_s: float) -> EnvManifest:
+                  ran: list[CommandRun], build_s: float | None, total_s: float) -> EnvManifest:
     """The manifest of `verification`, filed as `action`, timed with the build and the commands."""
     checked = verification.manifest
     return checked.model_copy(update={"action": action, "timings": EnvTimings(

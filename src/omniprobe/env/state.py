@@ -191,7 +191,7 @@ def uv_command() -> str:
 
 
 @dataclass
-class Ran:
+class CommandRun:
     argv: tuple[str, ...]
     returncode: int
     seconds: float
@@ -201,7 +201,7 @@ class Ran:
 class Runner:
     """Runs argument lists, never a shell, and keeps a record of each for the manifest."""
 
-    ran: list[Ran] = field(default_factory=list)
+    ran: list[CommandRun] = field(default_factory=list)
 
     def run(self, argv: Sequence[str], *, capture: bool = True,
             env: Mapping[str, str] | None = None,
@@ -216,5 +216,5 @@ class Runner:
         except subprocess.TimeoutExpired:
             proc = subprocess.CompletedProcess(list(argv), 124, "",
                                                f"timed out after {timeout_s:g} s")
-        self.ran.append(Ran(tuple(argv), proc.returncode, time.perf_counter() - start))
+        self.ran.append(CommandRun(tuple(argv), proc.returncode, time.perf_counter() - start))
         return proc

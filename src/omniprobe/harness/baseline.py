@@ -24,7 +24,8 @@ from omniprobe.env.build import build_env as build
 from omniprobe.env.build import format_result
 from omniprobe.errors import Refusal
 from omniprobe.evidence.validate import load_valid_project
-from omniprobe.harness.offline import run_offline, runner_env_name
+from omniprobe.harness.offline_env import runner_env_name
+from omniprobe.harness.offline_session import run_offline
 from omniprobe.harness.options import BaselineOptions
 
 DEFAULT_PROFILE = "seed-baseline"

@@ -1,6 +1,8 @@
-"""probe-offline: generate the fixtures with an offline engine per entry of the host's offline
-matrix: vLLM-Omni's `Omni(...)` per offline kwarg set, or on a Diffusers host the Diffusers
-pipeline per Diffusers profile.
+"""probe-offline's runner supervision and records: generate the fixtures with an offline engine
+per entry of the host's offline matrix (vLLM-Omni's `Omni(...)` per offline kwarg set, or on a
+Diffusers host the Diffusers pipeline per Diffusers profile). The session around it is
+harness/offline_session.py; what it runs, harness/offline_plan.py; the runner's Python and the
+attempt's environment, harness/offline_env.py.
 
 Each entry runs the runner script (omniprobe/harness/offline_runner.py) with the host's pinned venv
 python (or the host's offline_command), in its own process group under omniprobe.harness.supervise,
@@ -22,11 +24,10 @@ import functools
 import itertools
 import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -34,28 +35,16 @@ from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.oom import is_oom, parse_oom
 from omniprobe.analysis.summaries import cell_outcome, cell_quality
 from omniprobe.atomic import write_text_atomic
-from omniprobe.config.fixtures import Fixture, FixtureSuite
-from omniprobe.config.host_entry import Host
-from omniprobe.config.hosts import HostsConfig, load_hosts
-from omniprobe.config.project import Project
-from omniprobe.config.selection import resolve_host, session_venv
-from omniprobe.digests import sha256_json
-from omniprobe.env.allocator import read_back
-from omniprobe.env.checks import Verification, require_env_ok
-from omniprobe.env.fetch_model import hf_cache_dir
-from omniprobe.env.manifest import env_digest, manifest_of
-from omniprobe.env.simulated import sim_env_digest
-from omniprobe.env.snapshot import pinned_snapshot
-from omniprobe.env.state import EnvName, Runner
-from omniprobe.errors import EnvironmentFailure, HarnessError, Refusal
-from omniprobe.evidence.attempts import AttemptStore, file_ref, open_probe_attempt
+from omniprobe.config.fixtures import FixtureSuite
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.errors import HarnessError
+from omniprobe.evidence.attempts import AttemptStore, file_ref
 from omniprobe.evidence.files import write_section
-from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
 from omniprobe.evidence.models.common import ArtifactRef, FailureCause
 from omniprobe.evidence.models.offline import DiffusersBuild, HostRamCheck, OfflineRequest, OfflineRun
 from omniprobe.evidence.models.runs import TimelineSummary
 from omniprobe.evidence.quantities import Range
-from omniprobe.harness.client import check_references, reference_path
+from omniprobe.harness.client import reference_path
 from omniprobe.harness.emulation import (
     EmulationGuard,
     EmulationUnguarded,
@@ -63,126 +52,37 @@ from omniprobe.harness.emulation import (
     emulation_env,
 )
 from omniprobe.harness.host_memory import oom_kill_count
-from omniprobe.harness.host_ram_cap import HostRamCap, require_host_ram_cap
+from omniprobe.harness.host_ram_cap import HostRamCap
 from omniprobe.harness.interrupt import pause
-from omniprobe.harness.logs import log_tail, read_from
-from omniprobe.harness.offline_matrix import OfflineEntry, offline_matrix, runner_facts
-from omniprobe.harness.options import OfflineOptions, settings_of
-from omniprobe.harness.plan import settled_line
-from omniprobe.harness.probe import (
+from omniprobe.harness.lifetime import (
     MEMORY_FILE,
-    PlanError,
     ReaderFactory,
     SamplerDied,
-    default_readers,
     host_ram_failure,
-    open_run_attempt,
-    prepare_env,
-    probe_caps,
-    serve_fixtures,
     timeline_summary,
 )
+from omniprobe.harness.logs import log_tail, read_from
+from omniprobe.harness.offline_env import runner_env
+from omniprobe.harness.offline_matrix import OfflineEntry
+from omniprobe.harness.offline_plan import (
+    OfflineSettings,
+    PlannedRequest,
+)
 from omniprobe.harness.progress import Progress
-from omniprobe.harness.propagation import describe, offline_checks, unchecked_extras
 from omniprobe.harness.recorder import record_request
 from omniprobe.harness.sampler import MIB, GpuReader, NvmlUnavailable, Sampler, wait_idle
-from omniprobe.harness.server import ServerProcess, classify_exit, no_space_cause
-from omniprobe.harness.session import Context, Session, run_session
+from omniprobe.harness.server import SupervisedProcess, classify_exit, no_space_cause
 from omniprobe.redaction import redact_file, redact_text
 from omniprobe.safe_io import json_loads
 
-RUNNER = Path(__file__).with_name("offline_runner.py")
 ATTEMPT_SUFFIX = "-offline"
-_PLACEHOLDER = re.compile(r"\{(python|runner|hosts_file|host)\}")
-
-
-class KwargSetNotRunnable(PlanError):
-    """An offline kwarg set (or profile) the host does not run, or whose kwargs the source does
-    not state."""
 
 
 class RunnerProtocolError(HarnessError):
     """The runner wrote something the protocol does not allow."""
 
 
-@dataclass(frozen=True)
-class OfflineSettings:
-    """What probe-offline runs with: the command line's options over hosts.toml's defaults."""
-
-    model: str
-    ready_timeout_s: float
-    request_timeout_s: float
-    grace_s: float
-    idle_timeout_s: float = 60.0
-    poll_s: float = 0.02  # the runner's results file: a read of what it appended, if anything
-    kwarg_sets: tuple[str, ...] = ()
-    fixtures: tuple[str, ...] = ()
-    seeds: tuple[int, ...] = ()
-    max_restarts: int = 2
-    sample_hz: float = 10.0
-    cap_mib: int | None = None  # an emulated host's cap for this attempt
-    gpu_index: int = 0  # NVML's index: the runner's device (CUDA_VISIBLE_DEVICES), as sampled
-    host_ram_mib: int | None = None  # an emulated host's host RAM, capped by a cgroup
-
-
-@dataclass(frozen=True)
-class Planned:
-    fixture: Fixture
-    seed: int
-
-    @property
-    def id(self) -> str:
-        return f"{self.fixture.id}-{self.seed}"
-
-
-@dataclass(frozen=True)
-class RunnerCommand:
-    """How the offline runner is started, and the built env whose Python runs it (None: the
-    Python running omniprobe)."""
-
-    argv: list[str]
-    env: EnvName | None = None
-    verification: Verification | None = None
-
-
-def runner_env_name(host: Host) -> EnvName | None:
-    """The built env a host's offline runner runs in: the baseline env for a Diffusers host whose
-    runner_env says so, the probe env where no offline_command is given, else None."""
-    if host.diffusers is not None and host.diffusers.runner_env == "baseline":
-        return "baseline"
-    return None if host.offline_command else "probe"
-
-
-def runner_command(cfg: HostsConfig, project: Project, host_name: str,
-                   venv: str | None = None, *, nvml=None, out: TextIO | None = None
-                   ) -> RunnerCommand:
-    """The host's offline_command (default: {python} {runner}), {python} being the Python of the
-    env the runner runs in (runner_env_name) or the one running omniprobe; refuses a built env
-    that fails any check (EnvNotReady names each and the command that builds it), as the probe
-    sessions do, and warns on `out` of each upstream contract check its clone fails."""
-    host = cfg.host(host_name)
-    which, verification, python = runner_env_name(host), None, sys.executable
-    if which is not None:
-        # The env session's venv is the probe env's; the baseline env lies at its own folder.
-        venv = (session_venv(project, host_name) or venv) if which == "probe" else None
-        verification = require_env_ok(host_name, project=project, venv=venv, nvml=nvml, out=out,
-                                      which=which)
-        python = str(verification.paths.python)
-    fill = {"python": python, "runner": str(RUNNER), "hosts_file": str(project.hosts_file),
-            "host": host_name}
-    argv = [_PLACEHOLDER.sub(lambda m: fill[m[1]], part)
-            for part in host.offline_command or ["{python}", "{runner}"]]
-    return RunnerCommand(argv, which, verification)
-
-
-def runner_env(cfg: HostsConfig, entry: OfflineEntry, base: dict[str, str],
-               allocator_variable: str | None = None) -> dict[str, str]:
-    """Ours, the stack's offline variables, the entry's, and CUDA numbering GPUs as NVML."""
-    return {**base, **cfg.stack.offline_env, **entry.runner_env(allocator_variable),
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
-
-
-class Events:
+class RunnerEvents:
     """The runner's results file, read as it grows; a line counts once it is complete."""
 
     def __init__(self, path: Path):
@@ -262,7 +162,7 @@ class OfflineProbe:
         self.unfinished: list[str] = []
         self.environment_failures: list[str] = []
 
-    def run(self, entries: list[OfflineEntry], plans: dict[str, list[Planned]]) -> None:
+    def run(self, entries: list[OfflineEntry], plans: dict[str, list[PlannedRequest]]) -> None:
         todo = {e.name: self._pending(e.name, plans[e.name]) for e in entries}
         total = sum(len(p) for p in todo.values())
         asked = sum(len(p) for p in plans.values())
@@ -282,13 +182,13 @@ class OfflineProbe:
                 self._entry(f"{entry.name} {number}/{len(entries)}", entry, todo[entry.name],
                             progress, rows)
 
-    def _pending(self, name: str, plan: list[Planned]) -> list[Planned]:
+    def _pending(self, name: str, plan: list[PlannedRequest]) -> list[PlannedRequest]:
         done = {(r.fixture, r.seed) for r in self.records if r.kwarg_set == name}
         return [p for p in plan if (p.fixture.id, p.seed) not in done]
 
     # --- one entry --------------------------------------------------------------------------
 
-    def _entry(self, label: str, entry: OfflineEntry, pending: list[Planned],
+    def _entry(self, label: str, entry: OfflineEntry, pending: list[PlannedRequest],
                progress: Progress, rows: list[OfflineRun]) -> None:
         state = EntryState.resumed(rows)
         restarts, first = 0, len(state.logs)  # a resume numbers its runners after the earlier ones
@@ -334,7 +234,7 @@ class OfflineProbe:
 
     # --- one runner process -----------------------------------------------------------------
 
-    def _write_inputs(self, entry: OfflineEntry, folder: Path, pending: list[Planned]) -> list[str]:
+    def _write_inputs(self, entry: OfflineEntry, folder: Path, pending: list[PlannedRequest]) -> list[str]:
         images = self.store.artifacts / entry.name / "images"
         images.mkdir(parents=True, exist_ok=True)
         steps, guidance, _ = entry.sampling(self.suite.sampling)
@@ -360,8 +260,8 @@ class OfflineProbe:
         except NvmlUnavailable as exc:
             return None, str(exc)
 
-    def _lifetime(self, label: str, entry: OfflineEntry, index: int, pending: list[Planned],
-                  state: EntryState, progress: Progress) -> tuple[list[Planned], bool]:
+    def _lifetime(self, label: str, entry: OfflineEntry, index: int, pending: list[PlannedRequest],
+                  state: EntryState, progress: Progress) -> tuple[list[PlannedRequest], bool]:
         """One runner process over the pending requests; returns those it did not get to, and
         whether it ended because a request failed (upstream's engine closes then: the runner
         ends by plan, not by a fault)."""
@@ -398,9 +298,9 @@ class OfflineProbe:
             ram = HostRamCap.create(f"omniprobe-{self.store.meta.id}-{name}-{index + 1}",
                                     self.settings.host_ram_mib)
             command = ram.wrap(command, sys.executable)
-        runner = ServerProcess(command, env, folder / "runner.log", None,
+        runner = SupervisedProcess(command, env, folder / "runner.log", None,
                                grace_s=self.settings.grace_s, model_code=self.model_code)
-        events = Events(folder / "results.jsonl")
+        events = RunnerEvents(folder / "results.jsonl")
         progress.say(f"[{label}] starting the runner")
         # An emulated host RAM cap's cgroup is no descendant of ours: its own count tells, and a
         # cgroup made a moment ago has killed nothing yet.
@@ -466,7 +366,7 @@ class OfflineProbe:
                 raise SamplerDied(f"[{entry.name}] {timeline.reason}; the timeline of runner "
                                   f"{index} is recorded as incomplete (re-run to resume)")
 
-    def _next(self, runner: ServerProcess, events: Events,
+    def _next(self, runner: SupervisedProcess, events: RunnerEvents,
               timeout_s: float) -> tuple[dict | None, str | None]:
         """The next result, or None and why not ('timeout' or 'exited N')."""
         deadline = time.monotonic() + timeout_s
@@ -482,7 +382,7 @@ class OfflineProbe:
                 return None, "timeout"
             pause(self.settings.poll_s)
 
-    def _init(self, label: str, entry: OfflineEntry, runner: ServerProcess, events: Events,
+    def _init(self, label: str, entry: OfflineEntry, runner: SupervisedProcess, events: RunnerEvents,
               state: EntryState, progress: Progress,
               host_ram: Callable[[int | None, str], FailureCause | None]) -> bool:
         """Wait for the engine; on failure set state.failure and return False. `host_ram`:
@@ -564,7 +464,7 @@ class OfflineProbe:
         self.records.append(record)
         return record
 
-    def _fields(self, entry: OfflineEntry, planned: Planned, index: int, breach) -> dict:
+    def _fields(self, entry: OfflineEntry, planned: PlannedRequest, index: int, breach) -> dict:
         steps, guidance, whose = entry.sampling(self.suite.sampling)
         return {"kwarg_set": entry.name, "fixture": planned.fixture.id,
                 "inputs": planned.fixture.inputs, "seed": planned.seed, "quality": "unchecked",
@@ -573,7 +473,7 @@ class OfflineProbe:
                 "weights": entry.weights, "num_inference_steps": steps,
                 "true_cfg_scale": guidance, "sampling_from": whose}
 
-    def _record(self, entry: OfflineEntry, planned: Planned, event: dict, index: int,
+    def _record(self, entry: OfflineEntry, planned: PlannedRequest, event: dict, index: int,
                 breach) -> OfflineRequest:
         measured = event.get("measured") or {}
         fields = {**self._fields(entry, planned, index, breach),
@@ -598,7 +498,7 @@ class OfflineProbe:
             OfflineRequest, fields, image, path, artifacts_dir=self.store.project.artifacts_dir,
             checks=self.cfg.quality, save=False, unreadable="the runner's image is unreadable"))
 
-    def _lost(self, entry: OfflineEntry, planned: Planned, index: int, why: str | None,
+    def _lost(self, entry: OfflineEntry, planned: PlannedRequest, index: int, why: str | None,
               log_path: Path, waited_s: float, breach,
               host_ram: Callable[[str], FailureCause | None]) -> OfflineRequest:
         """A request the runner never answered: it hung (timeout) or died; `host_ram` reads a
@@ -622,7 +522,7 @@ _MEASURED = ("peak_allocated_mib", "start_allocated_mib", "kv_cache_bytes", "kv_
              "kv_cache_layers_total", "prefix_tokens", "max_rss_mib")
 
 
-def _check_result(event: dict, planned: Planned, path: Path) -> None:
+def _check_result(event: dict, planned: PlannedRequest, path: Path) -> None:
     """A request result as the protocol has it, for the request expected next."""
     wall = event.get("wall_s")
     if (event["event"] != "request" or event.get("id") != planned.id
@@ -638,185 +538,3 @@ def _after_last_event(log: str) -> str:
     return log if at < 0 else log[at:].partition("\n")[2]
 
 
-def settings_from(options: OfflineOptions, cfg: HostsConfig, cap_mib: int | None = None,
-                  host_name: str | None = None) -> OfflineSettings:
-    return settings_of(OfflineSettings, options, cfg, cap_mib=cap_mib,
-                       host_ram_mib=host_ram_mib(cfg.hosts.get(host_name)) if host_name else None)
-
-
-def host_ram_mib(host: Host | None) -> int | None:
-    ram = host.emulation.host_ram_gib if host is not None and host.emulation else None
-    return None if ram is None else round(ram * 1024)
-
-
-class AllocatorUnknown(EnvironmentFailure):
-    """The runner's torch does not read an allocator setting back: a profile that sets one could
-    measure the plain configuration."""
-
-
-def offline_environment(ctx: Context, options: OfflineOptions, runner: RunnerCommand,
-                        configs, entries: list[OfflineEntry], *, host_ram_mib: int | None = None,
-                        nvml=None) -> tuple[AttemptEnvironment, dict]:
-    """The environment an offline attempt runs in and the model its runner is given, recorded so
-    a resume continues only in the same one; and the runner's facts (empty unless it runs on the
-    machine's own Python)."""
-    host, command = ctx.host, runner.argv
-    if host.simulated:
-        served = ServedModel(model=redact_text(options.model) if options.model
-                             else ctx.cfg.stack.model_repo,
-                             source="by_hand" if options.model else "simulated")
-        return AttemptEnvironment(digest=sim_env_digest(), served=served), {}
-    if runner.env == "probe":  # a real host's pinned venv: the probe's own check
-        env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=options.model,
-                          venv=options.venv, nvml=nvml, out=ctx.out)
-        return env.record, {}
-    if runner.verification is None:  # the machine's own Python: what it runs on, as it says
-        facts = runner_facts(command, dict(os.environ))
-        packages, manifest = facts["packages"], None
-        digest = sha256_json({"python": facts.get("python"), "packages": packages,
-                              "runner": command})
-    else:  # the baseline env: its verified pins and checks, as the probe env's record has them
-        v, facts, packages = runner.verification, {}, {}
-        digest = env_digest(v.pins, v.checks, str(v.paths.venv))
-        manifest = manifest_of(ctx.project.evidence_dir, ctx.host_name, digest, runner.env)
-    if configs is not None:
-        served = ServedModel(model="random", source="random", configs=configs.folder,
-                             config_digests=configs.digests, init_seed=host.diffusers.init_seed)
-    elif options.model is None and host.diffusers is not None:
-        served = pinned_served(ctx)
-    else:
-        served = ServedModel(model=redact_text(options.model or ctx.cfg.stack.model_repo),
-                             source="by_hand")
-    variable = None
-    if any(e.allocator for e in entries):  # the one rule: torch reads it back, as the env check
-        check = read_back(command[0], Runner(), dict(os.environ))
-        if check.status != "pass":
-            raise AllocatorUnknown(f"the runner's Python {command[0]}: {check.detail}")
-        variable = check.actual
-    return AttemptEnvironment(manifest=manifest, digest=digest, served=served,
-                              packages=packages, allocator_variable=variable,
-                              env=runner.env, host_ram_cap_mib=host_ram_mib), facts
-
-
-class SnapshotMissing(Refusal):
-    """A snapshot-weight host whose pinned snapshot is not in the hub cache."""
-
-
-def pinned_served(ctx: Context) -> ServedModel:
-    """The pinned snapshot's folder in the hub cache, as a Diffusers host with snapshot weights
-    loads it (the repo id would resolve through the cache's `main` ref, which need not be the
-    pin); refused, naming the cache, when it is not there exactly once."""
-    snapshot = pinned_snapshot(ctx.cfg)
-    if snapshot is None:
-        raise SnapshotMissing(f"no single snapshot of {ctx.cfg.stack.model_snapshot} in the hub "
-                              f"cache {hf_cache_dir()}: fetch it there, or pass --model PATH")
-    return ServedModel(model=str(snapshot.snapshot_path), source="pinned",
-                       revision=snapshot.commit_hash)
-
-
-class OfflineSession(Session):
-    """probe-offline: resumes the host's newest offline attempt (of the cap) made in this
-    environment, or with --fresh starts one (once per nox invocation and cap)."""
-
-    def __init__(self, options: OfflineOptions, command: list[str], *,
-                 readers: ReaderFactory | None = None, nvml=None, cap_mib: int | None = None):
-        self.options, self.command, self.readers, self.nvml = options, command, readers, nvml
-        self.cap_mib = cap_mib
-
-    def prepare(self, ctx: Context) -> None:
-        self.settings = settings = settings_from(self.options, ctx.cfg, self.cap_mib,
-                                                 ctx.host_name)
-        if settings.host_ram_mib is not None:
-            require_host_ram_cap()  # before any attempt exists
-        try:
-            self.entries, self.refused, configs = offline_matrix(
-                ctx.cfg, ctx.project, ctx.host_name, ctx.host, settings.kwarg_sets)
-        except Refusal as exc:
-            raise KwargSetNotRunnable(str(exc)) from None
-        fixtures = serve_fixtures(ctx.suite, ctx.host, settings.fixtures)
-        check_references(fixtures, ctx.project.fixtures_file.parent,
-                         max_pixels=ctx.cfg.probe.max_reference_pixels)
-        runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
-                                nvml=self.nvml, out=ctx.out)
-        self.runner = runner.argv
-        self.environment, _ = offline_environment(ctx, self.options, runner, configs,
-                                                   self.entries, nvml=self.nvml,
-                                                   host_ram_mib=settings.host_ram_mib)
-        if self.environment.served.source == "pinned":  # the runner loads the snapshot folder
-            self.settings = replace(self.settings, model=self.environment.served.model)
-        for entry in self.entries:  # a profile's allocator variable is the runner's torch's
-            entry.runner_env(self.environment.allocator_variable)
-        self.plans = {e.name: [Planned(f, s) for f in fixtures for s in
-                               (settings.seeds or e.seeds or tuple(ctx.suite.sampling.seeds))]
-                      for e in self.entries}
-
-    def open_attempt(self, ctx: Context) -> AttemptStore:
-        key = f"{ctx.host_name}-offline" + ("" if self.cap_mib is None else f"@{self.cap_mib}mib")
-        weights = ctx.host.diffusers.weights if ctx.host.diffusers else None
-
-        def complete(found: AttemptStore) -> bool:
-            done = {(r.kwarg_set, r.fixture, r.seed) for r in found.offline_requests}
-            settled = {r.kwarg_set for r in found.offline if r.fixture is None}
-            return all(e.name in settled or all((e.name, p.fixture.id, p.seed) in done
-                                                for p in self.plans[e.name])
-                       for e in self.entries)
-
-        store, self.why = open_run_attempt(ctx, key, self.options.fresh, lambda fresh_id: (
-            open_probe_attempt(
-                ctx.project, ctx.host_name, ctx.host, self.command, environment=self.environment,
-                fresh=self.options.fresh, fresh_id=fresh_id, cap_mib=self.cap_mib,
-                complete=complete, kind=ATTEMPT_SUFFIX, what="probe-offline", weights=weights)))
-        return store
-
-    def run(self, ctx: Context, store: AttemptStore) -> int:
-        out = ctx.out
-        print(f"attempt {store.meta.id} ({self.why})", file=out)
-        for line in self.refused:
-            print(f"refused: {line}", file=out)
-        probe = OfflineProbe(ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.host_name,
-                             store, self.settings, self.runner, out=out,
-                             readers=self.readers or default_readers(ctx.host,
-                                                                     self.options.gpu_index))
-        probe.run(self.entries, self.plans)
-        kwarg_sets = [e.name for e in self.entries if e.engine == "omni"]
-        checks = offline_checks(ctx.cfg, kwarg_sets, probe.records)
-        if checks:
-            write_section(store.folder, "propagation.json", checks)
-        for check in checks:
-            print(describe(check), file=out)
-        for name in unchecked_extras(ctx.cfg, kwarg_sets):
-            print(f"not checked: whether {name}'s extras reach the model; no kwarg set run "
-                  "beside it has its kwargs without them", file=out)
-        print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
-              f"artifacts in {store.artifacts}", file=out)
-        for line in self.refused + probe.unfinished:
-            print(f"not done: {line}", file=out)
-        if probe.environment_failures:
-            raise EnvironmentFailure(
-                "the card was not measured: whole entries failed for an environment cause "
-                "(the evidence records it; fix the environment and re-run):\n"
-                + "\n".join(f"  {line}" for line in probe.environment_failures))
-        print(settled_line(probe.unfinished), file=out)
-        return 1 if probe.unfinished else 0
-
-    def close(self) -> None:
-        """Nothing beyond the attempt: each record is written as it is made."""
-
-    def interrupted(self, store: AttemptStore) -> str:
-        return f"the runner was stopped; re-run to resume attempt {store.meta.id}"
-
-
-def run_offline(project: Project, options: OfflineOptions, *, command: list[str],
-                readers: ReaderFactory | None = None, nvml=None, out: TextIO | None = None) -> int:
-    """The probe-offline command: 0 when every planned request was recorded. On an emulated host
-    each cap (`--caps`, else the host's) is its own session and attempt.
-
-    `command` is the command line recorded as the attempt's provenance; `nvml` stands in for
-    pynvml in a real host's env checks, as for the probe."""
-    cfg = load_hosts(project.hosts_file)
-    host_name, _ = resolve_host(project, cfg, options.host)
-    code = 0
-    for cap in probe_caps(cfg, host_name, options.caps_gib):
-        code = max(code, run_session(project, OfflineSession(
-            options, command, readers=readers, nvml=nvml, cap_mib=cap), options.host, out))
-    return code

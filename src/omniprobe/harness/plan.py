@@ -107,10 +107,10 @@ def _duration(seconds: float) -> str:
 
 
 def plan_line(session: str, host: str, attempt: str, why: str, *, flag_sets: int, fixtures: int,
-              seeds: int, recorded: int, to_run: int, time: str, again: str) -> str:
+              seeds: int, recorded: int, to_run: int, time: str, rerun_command: str) -> str:
     """The one line: probe-init counts flag sets (fixtures=0), probe-serve cells."""
     shape = (f"{flag_sets} flag set(s)" if not fixtures else
              f"{flag_sets} flag set(s) x {fixtures} fixture(s) x {seeds} seed(s)")
     line = (f"{session} on {host}: attempt {attempt} ({why}); {shape}: {recorded} already "
             f"recorded, {to_run} to run; {time}")
-    return line + (f"; to measure again: {again}" if not to_run else "")
+    return line + (f"; to measure again: {rerun_command}" if not to_run else "")

@@ -29,17 +29,12 @@ from omniprobe.evidence.models.offline import OfflineRequest
 from omniprobe.evidence.models.outputs import PropagationCheck
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.harness.client import check_references
+from omniprobe.harness.lifetime import ReaderFactory, default_readers
 from omniprobe.harness.options import PropagationOptions
 from omniprobe.harness.plan import settled_line, unsettled
-from omniprobe.harness.probe import (
-    PlanError,
-    ReaderFactory,
-    ServeProbe,
-    default_readers,
-    prepare_env,
-    serve_fixtures,
-    settings_from,
-)
+from omniprobe.harness.probe import ServeProbe
+from omniprobe.harness.probe_env import prepare_env
+from omniprobe.harness.serve_plan import PlanError, serve_fixtures, settings_from
 from omniprobe.harness.server import check_port
 from omniprobe.harness.session import Context, Session, run_session
 

@@ -104,8 +104,9 @@ def no_space_cause(folder: Path) -> FailureCause | None:
                                                    f"({free:,} bytes free)")
 
 
-class ServerProcess:
-    """One server lifetime; as a context manager it stops the group however the block ends.
+class SupervisedProcess:
+    """One supervised process lifetime (a server, or the offline runner); as a context manager it
+    stops the group however the block ends.
 
     `model_code`: where the model's frames are, for the location of an OOM at init."""
 
@@ -124,7 +125,7 @@ class ServerProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> SupervisedProcess:
         self.start()
         return self
 

@@ -10,7 +10,7 @@ from omniprobe.config.project import find_project
 
 
 def run(args: argparse.Namespace) -> int:
-    from omniprobe.harness.probe import run_probe
+    from omniprobe.harness.probe_session import run_probe
 
     return run_probe(find_project(), args.command, options_from(args), command=args.argv)
 

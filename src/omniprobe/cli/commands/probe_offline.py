@@ -10,7 +10,7 @@ from omniprobe.config.project import find_project
 
 
 def run(args: argparse.Namespace) -> int:
-    from omniprobe.harness.offline import run_offline
+    from omniprobe.harness.offline_session import run_offline
 
     return run_offline(find_project(), options_from(args), command=args.argv)
 

@@ -1,0 +1,190 @@
+"""The probe-init / probe-serve session: which attempt it writes, and its run per cap."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TextIO
+
+from omniprobe.config.fixtures import FixtureNotRunnable
+from omniprobe.config.hosts import load_hosts
+from omniprobe.config.project import Project
+from omniprobe.config.selection import (
+    INVOCATION_ENV,
+    read_state,
+    resolve_host,
+    state_path,
+    update_state,
+)
+from omniprobe.env.serve_command import (
+    flag_set_refusal,
+)
+from omniprobe.errors import EnvironmentFailure
+from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt, probe_attempts
+from omniprobe.evidence.files import parse_file
+from omniprobe.evidence.models.runs import ServeRun
+from omniprobe.harness import client
+from omniprobe.harness.leftover import stop_leftovers
+from omniprobe.harness.lifetime import (
+    ReaderFactory,
+    default_readers,
+)
+from omniprobe.harness.options import ProbeOptions
+from omniprobe.harness.plan import (
+    attempt_complete,
+    earlier_attempts,
+    pace,
+    settled_line,
+    unsettled,
+)
+from omniprobe.harness.probe import ServeProbe
+from omniprobe.harness.probe_env import prepare_env
+from omniprobe.harness.serve_plan import (
+    check_flag_sets,
+    probe_caps,
+    serve_fixtures,
+    settings_from,
+)
+from omniprobe.harness.server import check_port
+from omniprobe.harness.session import Context, Session, run_session
+
+
+def resumable_runs(project: Project, host_name: str, cap_mib: int | None) -> list[ServeRun]:
+    """The runs of the host's newest probe attempt (of the cap), the one a resume would take."""
+    existing = probe_attempts(project.evidence_dir / host_name, cap_mib)
+    runs = existing[-1] / "runs.json" if existing else None
+    return parse_file(runs) if runs is not None and runs.is_file() else []
+
+
+def open_run_attempt(ctx: Context, key: str, fresh: bool,
+                     opening: Callable[[str | None], tuple[AttemptStore, str]]
+                     ) -> tuple[AttemptStore, str]:
+    """The attempt `opening` opens, given this nox run's fresh attempt of `key` (the first
+    session given --fresh makes it, the sessions after join it); it is remembered for them."""
+    invocation = os.environ.get(INVOCATION_ENV)
+    state = read_state(state_path(ctx.project, invocation), invocation)
+    fresh_id = state.get("fresh_attempts", {}).get(key) if fresh else None
+    store, why = opening(fresh_id)
+    if fresh and invocation:
+        update_state(state_path(ctx.project, invocation), invocation, fresh_attempts={
+            **state.get("fresh_attempts", {}), key: store.meta.id})
+    return store, why
+
+
+class ProbeSession(Session):
+    """probe-init or probe-serve, the session `name`: resumes the host's newest probe attempt,
+    or with --fresh starts one (once per nox invocation: the sessions after join it)."""
+
+    def __init__(self, name: str, options: ProbeOptions, command: list[str], *,
+                 readers: ReaderFactory | None = None, nvml=None, cap_mib: int | None = None):
+        self.name, self.options, self.command = name, options, command
+        self.readers, self.nvml, self.cap_mib = readers, nvml, cap_mib
+        self.probe: ServeProbe | None = None
+
+    def prepare(self, ctx: Context) -> None:
+        self.settings = replace(settings_from(self.options, ctx.cfg,
+                                              flag_sets=self.options.flag_sets,
+                                              fixtures=self.options.fixtures),
+                                cap_mib=self.cap_mib)
+        check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
+        if self.name == "probe-serve":
+            fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
+            client.check_references(fixtures, ctx.project.fixtures_file.parent,
+                                    max_pixels=ctx.cfg.probe.max_reference_pixels)
+        self.env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=self.options.model,
+                               venv=self.options.venv, flag_sets=self.settings.flag_sets,
+                               nvml=self.nvml, out=ctx.out)
+        self.env_bin = self.env.bin_dir
+        # The server gets the model as given; the record holds it with its secrets redacted.
+        self.settings = replace(self.settings,
+                                model=self.options.model or self.env.record.served.model)
+        if not self.options.fresh:  # the attempt a resume takes: a server it left is its own
+            for line in stop_leftovers(resumable_runs(ctx.project, ctx.host_name, self.cap_mib)):
+                print(line, file=ctx.out)
+        check_port(ctx.cfg.serve.bind_host, self.settings.port)
+
+    def _plan(self, ctx: Context) -> tuple[list[str], list[tuple[str, int]]]:
+        """What this run asks of an attempt: its flag sets and every (fixture, seed) cell the
+        probe-serve of the same options serves (the defaults where none are named)."""
+        try:
+            fixtures = [f.id for f in serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)]
+        except FixtureNotRunnable:
+            fixtures = []
+        # A flag set the run refuses (its deploy config's content is unknown) asks nothing.
+        flag_sets = [f for f in check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
+                     if flag_set_refusal(ctx.cfg, f, ctx.project.hosts_file) is None]
+        return flag_sets, [(f, s) for f in fixtures for s in ctx.suite.sampling.seeds]
+
+    def open_attempt(self, ctx: Context) -> AttemptStore:
+        # One fresh attempt per cap on an emulated host: a sweep's sessions join theirs.
+        key = ctx.host_name if self.cap_mib is None else f"{ctx.host_name}@{self.cap_mib}mib"
+        flag_sets, cells = self._plan(ctx)
+        store, self.attempt_reason = open_run_attempt(ctx, key, self.options.fresh, lambda fresh_id: (
+            open_probe_attempt(
+                ctx.project, ctx.host_name, ctx.host, self.command, environment=self.env.record,
+                fresh=self.options.fresh, fresh_id=fresh_id, cap_mib=self.cap_mib,
+                complete=lambda found: attempt_complete(found, flag_sets, cells))))
+        return store
+
+    def run(self, ctx: Context, store: AttemptStore) -> int:
+        out = ctx.out
+        if self.cap_mib is not None:
+            print(f"emulated capacity {self.cap_mib:,} MiB ({self.cap_mib / 1024:g} GiB) on "
+                  f"{ctx.host.gpu}", file=out)
+        if self.env_bin is not None:
+            print(f"env {self.env_bin.parent}: every check passed; the server runs from it",
+                  file=out)
+        self.probe = probe = ServeProbe(
+            ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.project.hosts_file,
+            ctx.host_name, store, self.settings, env_bin=self.env_bin,
+            alloc_var=self.env.alloc_var, out=out,
+            readers=self.readers or default_readers(ctx.host, self.options.gpu_index))
+        probe.attempt_why = self.attempt_reason
+        probe.pace = pace(earlier_attempts(ctx.project.evidence_dir / ctx.host_name,
+                                           store.meta.id))
+        probe.rerun_command = f"nox -s env-{ctx.host_name} {self.name} -- --fresh"
+        (probe.probe_init if self.name == "probe-init" else probe.probe_serve)()
+        probe.recorder.drain()
+        print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
+              f"artifacts in {store.artifacts}", file=out)
+        for line in probe.refused + probe.unfinished:
+            print(f"not done: {line}", file=out)
+        if probe.environment_failures:
+            raise EnvironmentFailure(
+                "the card was not measured: whole flag set(s) failed for an environment cause "
+                "(the evidence records it; fix the environment and re-run):\n"
+                + "\n".join(f"  {line}" for line in probe.environment_failures))
+        # What this session asks for: each flag set it may start (a refused one cannot run, and
+        # says so above) and, for probe-serve, every cell under it.
+        flag_sets, cells = self._plan(ctx)
+        asked = [f for f in flag_sets if f not in probe.refused_flag_sets]
+        left = unsettled(store, asked, cells if self.name == "probe-serve" else [])
+        for line in left:
+            print(f"unsettled: {line}", file=out)
+        print(settled_line(left), file=out)
+        return 1 if left else 0
+
+    def close(self) -> None:
+        if self.probe is not None:
+            self.probe.recorder.close()
+
+    def interrupted(self, store: AttemptStore) -> str:
+        return f"the server was stopped; re-run to resume attempt {store.meta.id}"
+
+
+def run_probe(project: Project, session: str, options: ProbeOptions, *, command: list[str],
+              readers: ReaderFactory | None = None, nvml=None, out: TextIO | None = None) -> int:
+    """The probe-init / probe-serve command: 0 when every init and cell asked for is settled
+    (plan.unsettled), whatever the card answered; the highest of its caps' statuses. On an
+    emulated host each cap (`--caps`, else the host's) is its own session and attempt.
+
+    `command` is the command line recorded as the attempt's provenance; `nvml` stands in for
+    pynvml in the env's GPU checks (tests fake the GPU there)."""
+    cfg = load_hosts(project.hosts_file)
+    host_name, _ = resolve_host(project, cfg, options.host)
+    code = 0
+    for cap in probe_caps(cfg, host_name, options.caps_gib):
+        code = max(code, run_session(project, ProbeSession(
+            session, options, command, readers=readers, nvml=nvml, cap_mib=cap), options.host, out))
+    return code

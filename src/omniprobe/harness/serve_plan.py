@@ -1,0 +1,102 @@
+"""Which fixtures, flag sets and caps a serve probe runs, with what settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite
+from omniprobe.config.host_entry import Host
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.errors import Refusal
+from omniprobe.harness.emulation import (
+    parse_caps_gib,
+)
+from omniprobe.harness.options import ServerOptions, settings_of
+
+
+class PlanError(Refusal):
+    """A flag set or fixture asked for that the host or the fixtures do not have."""
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """What a serve probe runs with: the command line's options over hosts.toml's defaults."""
+
+    port: int
+    model: str
+    ready_timeout_s: float
+    request_timeout_s: float
+    grace_s: float
+    sample_hz: float = 10.0
+    idle_timeout_s: float = 60.0
+    poll_s: float = 0.25
+    flag_sets: tuple[str, ...] = ()
+    fixtures: tuple[str, ...] = ()
+    max_restarts: int = 2
+    cap_mib: int | None = None  # an emulated host's cap for this attempt
+    gpu_index: int = 0  # NVML's index (PCI bus order): the sampler's device and the server's
+
+
+def settings_from(options: ServerOptions, cfg: HostsConfig, *, flag_sets: tuple[str, ...] = (),
+                  fixtures: tuple[str, ...] = ()) -> ServeSettings:
+    return settings_of(ServeSettings, options, cfg, flag_sets=flag_sets, fixtures=fixtures)
+
+
+def serve_fixtures(suite: FixtureSuite, host: Host, wanted: tuple[str, ...] = ()) -> list[Fixture]:
+    """The fixtures to serve on the host, fewest references first: those named, else the suite's
+    default (each seed fixture where its inputs are stated, else its stand-ins).
+
+    Refuses a simulated fixture on a real host, and names the missing fields of each chosen
+    fixture that cannot run (and its stand-ins, which can).
+    """
+    unknown = sorted(set(wanted) - set(suite.ids))
+    if unknown:
+        raise PlanError(f"unknown fixture(s) {', '.join(unknown)}; "
+                        f"fixtures: {', '.join(suite.ids)}")
+    if wanted:
+        chosen = [f for f in suite.fixtures if f.id in wanted]
+        if not host.simulated and any(f.simulated for f in chosen):
+            raise PlanError(f"fixture(s) {', '.join(f.id for f in chosen if f.simulated)} are "
+                            "simulated: they run on simulated hosts only")
+        _refuse_unrunnable(suite, chosen)
+    else:
+        chosen, notes = suite.default_fixtures()
+        if not chosen:
+            raise FixtureNotRunnable("no fixture can run:\n" + "\n".join(notes))
+    return sorted(chosen, key=lambda f: f.reference_count)
+
+
+def _refuse_unrunnable(suite: FixtureSuite, chosen: list[Fixture]) -> None:
+    messages = []
+    for fixture in chosen:
+        try:
+            fixture.require_runnable()
+        except FixtureNotRunnable as exc:
+            standins = [s.id for s in suite.standins_for(fixture.id)]
+            messages.append(str(exc) + (f" (or serve its stand-in: --fixture {standins[0]})"
+                                        if standins else ""))
+    if messages:
+        raise FixtureNotRunnable("\n".join(messages))
+
+
+def check_flag_sets(host_name: str, host: Host, wanted: tuple[str, ...]) -> list[str]:
+    """The host's flag sets to run, in hosts.toml order (all of them unless some are wanted)."""
+    unknown = sorted(set(wanted) - set(host.serve_flag_sets))
+    if unknown:
+        raise PlanError(f"flag set(s) {', '.join(unknown)} are not run on host {host_name!r} "
+                       f"(its flag sets: {', '.join(host.serve_flag_sets)})")
+    return [f for f in host.serve_flag_sets if not wanted or f in wanted]
+
+
+def probe_caps(cfg: HostsConfig, host_name: str, caps_gib: str | None) -> list[int | None]:
+    """The caps to probe in turn, one attempt each: the sweep's, an emulated host's own, or none
+    (a real card)."""
+    if caps_gib is None:
+        return [cfg.emulated_cap_mib(host_name)]
+    if cfg.host(host_name).emulation is None:
+        raise PlanError(f"--caps sweeps an emulated host's cap; host {host_name!r} is not "
+                        "emulated (hosts.toml [hosts.<name>.emulation])")
+    try:
+        return list(parse_caps_gib(caps_gib))
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
