@@ -1238,13 +1238,13 @@ def test_a_server_the_kernel_killed_for_host_ram_is_the_hosts_failure_not_resent
 def test_a_server_killed_at_init_with_the_host_short_of_ram_is_the_hosts_init_failure(
         tmp_path, port, monkeypatch):
     from omniprobe.evidence.load import load_attempt
-    from omniprobe.harness import probe as probe_module
+    from omniprobe.harness import probe_env
     from omniprobe.harness import sampler as sampler_module
 
     from .conftest import in_process, make_project, probe_argv
 
     monkeypatch.setattr(sampler_module, "available_mib", lambda: 200.0)
-    monkeypatch.setattr(probe_module, "sim_preflight", lambda *a, **k: [])
+    monkeypatch.setattr(probe_env, "sim_preflight", lambda *a, **k: [])
     project = make_project(tmp_path)
     hosts = project.hosts_file.read_text()
     sim_serve = '["{python}", "-m", "omniprobe.sim", "serve", '

@@ -58,13 +58,13 @@ def test_a_server_that_dies_in_vllms_log_format_records_its_exception_plain(
     """End to end: a server writes VLLM_LOG and exits at init; the init's note and cause read
     the exception line, with no colour code or prefix left in them."""
     from omniprobe.evidence.load import load_attempt
-    from omniprobe.harness import probe as probe_module
+    from omniprobe.harness import probe_env
 
     from .conftest import in_process, probe_argv
 
     log = tmp_path / "vllm.log"
     log.write_text(VLLM_LOG, newline="")
-    monkeypatch.setattr(probe_module, "sim_preflight", lambda *a, **k: [])
+    monkeypatch.setattr(probe_env, "sim_preflight", lambda *a, **k: [])
     hosts = project.hosts_file.read_text()
     sim_serve = '["{python}", "-m", "omniprobe.sim", "serve", '
     project.hosts_file.write_text(hosts.replace(sim_serve, (

@@ -13,7 +13,7 @@ from omniprobe.env.simulated import check_sim_env
 from omniprobe.env.state import Runner
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_valid_project
-from omniprobe.harness import probe as probe_module
+from omniprobe.harness import probe_env
 from omniprobe.report.render import render_harness
 
 from .conftest import in_process, probe_argv
@@ -106,7 +106,7 @@ def sim_only(repo_copy, monkeypatch):
 def test_forced_past_the_preflight_the_probe_records_the_cause_and_the_card_is_not_measured(
         sim_only, port, monkeypatch, key, cause):
     break_hosts(sim_only, key)
-    monkeypatch.setattr(probe_module, "sim_preflight", lambda *a, **k: [])
+    monkeypatch.setattr(probe_env, "sim_preflight", lambda *a, **k: [])
     flag_sets = ["--flag-set", "cpuoff-layerwise"] if key == "unknown flag" else []
     code, out = in_process(sim_only, probe_argv("probe-init", port, *flag_sets))
     assert code == 4, out

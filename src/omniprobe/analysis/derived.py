@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from statistics import fmean
 
-from omniprobe.analysis.summaries import RunView
+from omniprobe.analysis.summaries import ServeRunView
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.evidence.load import LoadedAttempt
 from omniprobe.evidence.models.common import OomSignature
@@ -40,7 +40,7 @@ def _peak_at(cells, fixtures: FixtureSuite, refs: int) -> tuple[float, str] | No
     return max(peaks) if peaks else None
 
 
-def kv_deltas(views: list[RunView], fixtures: FixtureSuite) -> list[KvDelta]:
+def kv_deltas(views: list[ServeRunView], fixtures: FixtureSuite) -> list[KvDelta]:
     out = []
     for view in views:
         one, two = _peak_at(view.cells, fixtures, 1), _peak_at(view.cells, fixtures, 2)
@@ -114,7 +114,7 @@ def common_init_oom(runs: list[ServeRun]) -> OomSignature | None:
     return ooms[0] if len(keys) == 1 and ooms[0].requested else None
 
 
-def target_ooms(views: list[RunView], fixtures: FixtureSuite, target: int) -> list[tuple[str, Cell]]:
+def target_ooms(views: list[ServeRunView], fixtures: FixtureSuite, target: int) -> list[tuple[str, Cell]]:
     """(flag set, cell) for every cell that OOMed at the target reference count with a signature."""
     return [(v.flag_set, c) for v in views for c in v.cells
             if c.oom is not None and c.outcome == "oom"

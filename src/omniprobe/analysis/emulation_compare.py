@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omniprobe.analysis.summaries import RunView, run_views
+from omniprobe.analysis.summaries import ServeRunView, run_views
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.load import Evidence
@@ -114,7 +114,7 @@ class InitPair:
         return self.emulated.outcome == self.real.outcome
 
 
-def _latest_cells(views: list[RunView]) -> dict[tuple[str, str], Cell]:
+def _latest_cells(views: list[ServeRunView]) -> dict[tuple[str, str], Cell]:
     cells = {}
     for view in sorted(views, key=lambda v: v.attempt.id):
         for cell in view.cells:
@@ -123,7 +123,7 @@ def _latest_cells(views: list[RunView]) -> dict[tuple[str, str], Cell]:
 
 
 def _views(hosts: HostsConfig, host_name: str,
-           evidence: Evidence) -> tuple[list[RunView], list[RunView]]:
+           evidence: Evidence) -> tuple[list[ServeRunView], list[ServeRunView]]:
     """The emulated host's runs at its own cap, and the runs of the host it emulates."""
     host = hosts.host(host_name)
     target = host.emulation.emulates if host.emulation else None
@@ -142,7 +142,7 @@ def compare_inits(hosts: HostsConfig, host_name: str, evidence: Evidence) -> lis
     """Every flag set started on both hosts: the newest start of each side."""
     emulated, real = _views(hosts, host_name, evidence)
 
-    def latest(views: list[RunView]) -> dict[str, InitResult]:
+    def latest(views: list[ServeRunView]) -> dict[str, InitResult]:
         return {v.flag_set: v.run.init for v in sorted(views, key=lambda v: v.attempt.id)}
 
     mine, theirs = latest(emulated), latest(real)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from omniprobe.analysis.derived import KvDelta, rounded_to, written_decimals
-from omniprobe.analysis.summaries import RunView
+from omniprobe.analysis.summaries import ServeRunView
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.models.outputs import StructureObservation
 from omniprobe.evidence.models.statements import StatedFigure
@@ -78,7 +78,7 @@ def judge(derived: Range, stated: Range, spread: float) -> Judgement:
     return "not confirmed"
 
 
-def peak_spread_mb(views: list[RunView], cells: set[tuple[str, str]]) -> float:
+def peak_spread_mb(views: list[ServeRunView], cells: set[tuple[str, str]]) -> float:
     """The widest spread of the server peaks of one (flag set, fixture) cell: seed to seed within
     an attempt, and between the attempts that measured the same cell."""
     peaks: dict[tuple[str, str], list[float]] = {}
@@ -90,7 +90,8 @@ def peak_spread_mb(views: list[RunView], cells: set[tuple[str, str]]) -> float:
     return max((max(p) - min(p) for p in peaks.values()), default=0.0)
 
 
-def kv_check(figure: StatedFigure, deltas: list[KvDelta], views: list[RunView] = ()) -> EstimateCheck | None:
+def kv_check(figure: StatedFigure, deltas: list[KvDelta],
+             views: list[ServeRunView] = ()) -> EstimateCheck | None:
     """The per-reference KV estimate (GiB) against the 1→2 reference server-peak deltas (MB)."""
     stated = _stated_range(figure)
     if stated is None or figure.unit != "GiB" or not deltas:
@@ -120,12 +121,12 @@ def quantization_base(hosts: HostsConfig, flag_set: str, method: str) -> str | N
     return None
 
 
-def _peaks(views: list[RunView], flag_set: str) -> dict[str, float]:
+def _peaks(views: list[ServeRunView], flag_set: str) -> dict[str, float]:
     return {c.fixture: c.server_peak_mb.max for v in views if v.flag_set == flag_set
             for c in v.cells if c.outcome == "ok" and c.server_peak_mb is not None}
 
 
-def fp8_frees_check(figure: StatedFigure, views: list[RunView], hosts: HostsConfig,
+def fp8_frees_check(figure: StatedFigure, views: list[ServeRunView], hosts: HostsConfig,
                     flag_sets: list[str]) -> EstimateCheck | None:
     """What fp8 is said to free (GiB) against how much lower its server peaks are than its base
     flag set's at the same fixtures."""
@@ -168,7 +169,7 @@ def transparency_check(o: StructureObservation, opaque_alpha: int) -> EstimateCh
                          (o.flag_set,) if o.flag_set else (), tuple(o.fixtures), not_opaque)
 
 
-def estimate_checks(figures: dict[str, StatedFigure], deltas: list[KvDelta], views: list[RunView],
+def estimate_checks(figures: dict[str, StatedFigure], deltas: list[KvDelta], views: list[ServeRunView],
                     hosts: HostsConfig, flag_sets: list[str],
                     structure: list[StructureObservation]) -> dict[str, EstimateCheck]:
     """Every check the evidence allows, keyed by the stated figure's key or the structure scope."""

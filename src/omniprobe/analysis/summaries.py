@@ -72,8 +72,9 @@ def cells_from_requests(requests: list[RequestRecord]) -> dict[str, list[Cell]]:
 
 
 @dataclass(frozen=True)
-class RunView:
-    """One server lifetime with all of its cells, stored or derived from request records."""
+class ServeRunView:
+    """A flag set's run (its server lifetimes) with all of its cells, stored or derived from
+    request records."""
 
     attempt: LoadedAttempt
     run: ServeRun
@@ -84,9 +85,9 @@ class RunView:
         return self.run.flag_set
 
 
-def run_views(attempt: LoadedAttempt) -> list[RunView]:
+def run_views(attempt: LoadedAttempt) -> list[ServeRunView]:
     derived = cells_from_requests(attempt.requests)
-    return [RunView(attempt, run, (*run.cells, *derived.get(run.flag_set, []))) for run in attempt.runs]
+    return [ServeRunView(attempt, run, (*run.cells, *derived.get(run.flag_set, []))) for run in attempt.runs]
 
 
 def manifest_summary(manifest: EnvManifest) -> dict:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from omniprobe.analysis.failure_cause import cause_text, is_card_evidence
-from omniprobe.analysis.summaries import RunView, run_views
+from omniprobe.analysis.summaries import ServeRunView, run_views
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig
@@ -45,8 +45,8 @@ Blocker = Literal["init", "capacity", "quality", "untested"]
 
 
 @dataclass(frozen=True)
-class RunResult:
-    view: RunView
+class ServeRunResult:
+    view: ServeRunView
     initialised: bool
     served_refs: tuple[int, ...]
     fitting_refs: tuple[int, ...]
@@ -192,20 +192,20 @@ def cells_by_refs(cells, fixtures: FixtureSuite) -> dict[int, list[Cell]]:
     return grouped
 
 
-def evaluate_run(view: RunView, fixtures: FixtureSuite) -> RunResult:
+def evaluate_run(view: ServeRunView, fixtures: FixtureSuite) -> ServeRunResult:
     by_refs = cells_by_refs(view.cells, fixtures)
     fitting = sorted(r for r, cells in by_refs.items() if r > 0
                      and all(c.outcome == "ok" and c.emulation_breach is None for c in cells))
     served = [r for r in fitting if all(c.quality == "sound" for c in by_refs[r])]
-    return RunResult(view, view.run.init.outcome == "ready", tuple(served), tuple(fitting))
+    return ServeRunResult(view, view.run.init.outcome == "ready", tuple(served), tuple(fitting))
 
 
-def capacity_inputs(results: list[RunResult]) -> tuple[str, ...]:
+def capacity_inputs(results: list[ServeRunResult]) -> tuple[str, ...]:
     """Whose inputs the capacity half read: every cell of every run, whatever its outcome."""
     return tuple(sorted({c.inputs for r in results for c in r.view.cells}))
 
 
-def structure_inputs(results: list[RunResult]) -> tuple[str, ...]:
+def structure_inputs(results: list[ServeRunResult]) -> tuple[str, ...]:
     """Whose inputs the output-structure half read: the cells whose output was checked."""
     return tuple(sorted({c.inputs for r in results for c in r.view.cells
                          if c.quality != "unchecked"}))
@@ -216,7 +216,7 @@ def compares_to_baseline(cell: Cell) -> bool:
     return cell.inputs == "original"
 
 
-def speedups(view: RunView, baseline: Baseline, fixtures: FixtureSuite) -> list[Speedup]:
+def speedups(view: ServeRunView, baseline: Baseline, fixtures: FixtureSuite) -> list[Speedup]:
     walls = {w.fixture: w.wall_s for w in baseline.walls}
     out = []
     for cell in view.cells:
@@ -295,7 +295,7 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
     )
 
 
-def capacity_unlocks(result: RunResult, fixtures: FixtureSuite, target: int) -> list[CapacityUnlock]:
+def capacity_unlocks(result: ServeRunResult, fixtures: FixtureSuite, target: int) -> list[CapacityUnlock]:
     """One unlock per target-count cell of a run that fits the target count, carrying that cell's
     own figures (never another cell's)."""
     if target not in result.fitting_refs:
@@ -311,7 +311,7 @@ def capacity_unlocks(result: RunResult, fixtures: FixtureSuite, target: int) -> 
 BLOCKER_ORDER: tuple[Blocker, ...] = ("init", "capacity", "quality", "untested")
 
 
-def flag_set_blocker(results: list[RunResult], fixtures: FixtureSuite, target: int) -> Blocker | None:
+def flag_set_blocker(results: list[ServeRunResult], fixtures: FixtureSuite, target: int) -> Blocker | None:
     """What keeps one flag set (all its runs) from serving the target count; None if it serves."""
     if any(target in r.served_refs for r in results):
         return None
@@ -324,7 +324,7 @@ def flag_set_blocker(results: list[RunResult], fixtures: FixtureSuite, target: i
     return "untested"
 
 
-def oom_groups(results: list[RunResult], fixtures: FixtureSuite, target: int,
+def oom_groups(results: list[ServeRunResult], fixtures: FixtureSuite, target: int,
                host: Host) -> tuple[OomGroup, ...]:
     """The OOM signatures recorded at the target count, each with the flag sets that record it."""
     groups: dict[tuple[str | None, str | None], list[str]] = {}
@@ -344,10 +344,10 @@ def oom_groups(results: list[RunResult], fixtures: FixtureSuite, target: int,
                                                 g.flag_sets[0])))
 
 
-def blockers(results: list[RunResult], fixtures: FixtureSuite, target: int,
+def blockers(results: list[ServeRunResult], fixtures: FixtureSuite, target: int,
              host: Host) -> tuple[BlockerEntry, ...]:
     """Every blocker of the host, in BLOCKER_ORDER, each with the flag sets it applies to."""
-    by_flag_set: dict[str, list[RunResult]] = {}
+    by_flag_set: dict[str, list[ServeRunResult]] = {}
     for r in results:
         by_flag_set.setdefault(r.flag_set, []).append(r)
     kinds: dict[Blocker, list[str]] = {}

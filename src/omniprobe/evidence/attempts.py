@@ -26,7 +26,7 @@ from omniprobe.evidence.files import ATTEMPT_FILE, write_section
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.models.attempt import Attempt, AttemptEnvironment, Emulated, Measured, Simulated
 from omniprobe.evidence.models.common import ArtifactRef, Weights
-from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
+from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.models.runs import ServeRun
 from omniprobe.redaction import redact_args
@@ -110,7 +110,7 @@ class AttemptStore:
     meta: Attempt
     runs: list[ServeRun] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
-    offline: list[OfflineRun] = field(default_factory=list)
+    offline: list[OfflineCell] = field(default_factory=list)
     offline_requests: list[OfflineRequest] = field(default_factory=list)
     created: bool = False  # a probe attempt this process made, not one it resumes
     _lock: int | None = None

@@ -22,7 +22,7 @@ from omniprobe.evidence.migrations import (
 )
 from omniprobe.evidence.models.attempt import Attempt
 from omniprobe.evidence.models.environment import EnvManifest
-from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
+from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
 from omniprobe.evidence.models.outputs import (
     Baseline,
     DeterminismGroup,
@@ -41,7 +41,7 @@ FILE_CONTENT: dict[str, type] = {
     "attempt.json": Attempt,
     "runs.json": list[ServeRun],
     "requests.json": list[RequestRecord],
-    "offline.json": list[OfflineRun],
+    "offline.json": list[OfflineCell],
     "offline-requests.json": list[OfflineRequest],
     "structure.json": list[StructureObservation],
     "psnr.json": list[PsnrRow],

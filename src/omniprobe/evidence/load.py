@@ -17,7 +17,7 @@ from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES, parse_file
 from omniprobe.evidence.migrations import content_key, content_path
 from omniprobe.evidence.models.attempt import Attempt
 from omniprobe.evidence.models.environment import EnvManifest
-from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
+from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
 from omniprobe.evidence.models.outputs import (
     Baseline,
     DeterminismGroup,
@@ -38,7 +38,7 @@ class LoadedAttempt:
     meta: Attempt
     runs: list[ServeRun] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
-    offline: list[OfflineRun] = field(default_factory=list)
+    offline: list[OfflineCell] = field(default_factory=list)
     offline_requests: list[OfflineRequest] = field(default_factory=list)
     structure: list[StructureObservation] = field(default_factory=list)
     psnr: list[PsnrRow] = field(default_factory=list)

@@ -10,7 +10,7 @@ like the server, sampled like the server (its process tree's GPU memory, a timel
 on an emulated host, capped like it (the startup hook, `--caps` to sweep, the tree guard). The
 runner writes one JSON line per request; the one recorder makes each an OfflineRequest in
 offline-requests.json (OOM parsed from the exception's text, the image measured and gated as
-serve's are, random weights never gated), and each entry and fixture an OfflineRun in offline.json.
+serve's are, random weights never gated), and each entry and fixture an OfflineCell in offline.json.
 A kwarg set that is another's plus one setting gets a propagation check against it
 (propagation.json), as serve's deploy configs do. A failed request ends an Omni runner (upstream's
 engine closes on one) and the rest get a fresh runner; a Diffusers pipeline survives it. Only a
@@ -41,7 +41,7 @@ from omniprobe.errors import HarnessError
 from omniprobe.evidence.attempts import AttemptStore, file_ref
 from omniprobe.evidence.files import write_section
 from omniprobe.evidence.models.common import ArtifactRef, FailureCause
-from omniprobe.evidence.models.offline import DiffusersBuild, HostRamCheck, OfflineRequest, OfflineRun
+from omniprobe.evidence.models.offline import DiffusersBuild, HostRamCheck, OfflineCell, OfflineRequest
 from omniprobe.evidence.models.runs import TimelineSummary
 from omniprobe.evidence.quantities import Range
 from omniprobe.harness.client import reference_path
@@ -119,7 +119,7 @@ class EntryState:
     earlier rows included)."""
 
     init_s: float | None = None
-    failure: OfflineRun | None = None
+    failure: OfflineCell | None = None
     logs: list[ArtifactRef] = field(default_factory=list)
     timelines: list[TimelineSummary] = field(default_factory=list)
     build: DiffusersBuild | None = None
@@ -127,7 +127,7 @@ class EntryState:
     host_ram: list[HostRamCheck] = field(default_factory=list)
 
     @classmethod
-    def resumed(cls, rows: list[OfflineRun]) -> EntryState:
+    def resumed(cls, rows: list[OfflineCell]) -> EntryState:
         """What a resumed attempt's rows of the entry hold (a fixture's row, where there is one:
         an init failure's row is superseded by a fresh build)."""
         row = next((r for r in rows if r.fixture is not None), rows[0] if rows else None)
@@ -137,7 +137,7 @@ class EntryState:
                    build=row.build, host_ram=list(row.host_ram))
 
 
-def init_settled(rows: list[OfflineRun]) -> bool:
+def init_settled(rows: list[OfflineCell]) -> bool:
     """Whether an entry's failed init is on record for good: one the environment failed
     measured nothing about the card, so a re-run builds that engine again."""
     failed = [r for r in rows if r.outcome in ("init-oom", "init-error", "timeout")
@@ -158,7 +158,7 @@ class OfflineProbe:
         self.base_env = dict(os.environ if base_env is None else base_env)
         self.baseline: int | None = None
         self.records: list[OfflineRequest] = list(store.offline_requests)
-        self.runs: list[OfflineRun] = list(store.offline)
+        self.runs: list[OfflineCell] = list(store.offline)
         self.unfinished: list[str] = []
         self.environment_failures: list[str] = []
 
@@ -189,7 +189,7 @@ class OfflineProbe:
     # --- one entry --------------------------------------------------------------------------
 
     def _entry(self, label: str, entry: OfflineEntry, pending: list[PlannedRequest],
-               progress: Progress, rows: list[OfflineRun]) -> None:
+               progress: Progress, rows: list[OfflineCell]) -> None:
         state = EntryState.resumed(rows)
         restarts, first = 0, len(state.logs)  # a resume numbers its runners after the earlier ones
         for index in itertools.count(first):
@@ -216,7 +216,7 @@ class OfflineProbe:
                                                                                         state)
         write_section(self.store.folder, "offline.json", self.runs)
 
-    def _summary(self, name: str, state: EntryState) -> list[OfflineRun]:
+    def _summary(self, name: str, state: EntryState) -> list[OfflineCell]:
         """The init failure, if any, then one row per fixture in the order they ran."""
         shared = {"logs": list(state.logs), "timelines": list(state.timelines),
                   "build": state.build, "host_ram": list(state.host_ram)}
@@ -225,7 +225,7 @@ class OfflineProbe:
         for fixture in dict.fromkeys(r.fixture for r in records):
             mine = [r for r in records if r.fixture == fixture]
             walls = [r.wall_s for r in mine if r.outcome == "ok"]
-            rows.append(OfflineRun(
+            rows.append(OfflineCell(
                 kwarg_set=name, fixture=fixture, seeds=sorted({r.seed for r in mine}),
                 outcome=cell_outcome([r.outcome for r in mine]), quality=cell_quality(mine),
                 oom=next((r.oom for r in mine if r.oom is not None), None),
@@ -402,7 +402,7 @@ class OfflineProbe:
                     state.build = DiffusersBuild.model_validate(event["facts"])
                 progress.say(f"[{label}] engine built after {event.get('wall_s')} s")
                 return True
-            failure = OfflineRun(kwarg_set=name, outcome="init-error", quality="unchecked",
+            failure = OfflineCell(kwarg_set=name, outcome="init-error", quality="unchecked",
                                  init_s=event.get("wall_s"), note=refused.reason, cause=refused)
         elif event is not None:
             text = event.get("traceback") or event.get("error") or ""
@@ -412,12 +412,12 @@ class OfflineProbe:
                 text = read_from(runner.log_path)
             oom = (parse_oom(text, "init", self.model_code)
                    if event.get("outcome") == "oom" or is_oom(text) else None)
-            failure = OfflineRun(kwarg_set=name, outcome="init-oom" if oom else "init-error",
+            failure = OfflineCell(kwarg_set=name, outcome="init-oom" if oom else "init-error",
                                  quality="unchecked", oom=oom, init_s=event.get("wall_s"),
                                  note=redact_text(event.get("error") or "")[:500] or None,
                                  cause=classify_failure(text, self.model_code))
         elif why == "timeout":
-            failure = OfflineRun(kwarg_set=name, outcome="timeout", quality="unchecked",
+            failure = OfflineCell(kwarg_set=name, outcome="timeout", quality="unchecked",
                                  note=f"the engine was not built within "
                                       f"{self.settings.ready_timeout_s:g} s")
         else:
@@ -426,7 +426,7 @@ class OfflineProbe:
             init = classify_exit(code if code is not None else -1, log, elapsed, self.model_code)
             # The kernel may have killed it for host RAM: the host's answer.
             cause = host_ram(code, log) or init.cause or no_space_cause(runner.log_path.parent)
-            failure = OfflineRun(kwarg_set=name, quality="unchecked", oom=init.oom,
+            failure = OfflineCell(kwarg_set=name, quality="unchecked", oom=init.oom,
                                  outcome="init-oom" if init.outcome == "oom" else "init-error",
                                  note=init.note, cause=cause)
         state.failure = failure

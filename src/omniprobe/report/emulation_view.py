@@ -15,7 +15,7 @@ from omniprobe.analysis.emulation_compare import (
     compare_inits,
     transfer_caveat,
 )
-from omniprobe.analysis.summaries import RunView, run_views
+from omniprobe.analysis.summaries import ServeRunView, run_views
 from omniprobe.analysis.verdicts import HostVerdict
 from omniprobe.config.host_entry import Host
 from omniprobe.evidence.load import LoadedAttempt
@@ -216,7 +216,7 @@ def emulation_section(
     )
 
 
-def guard_row(attempt: LoadedAttempt, view: RunView, index: int, life) -> GuardRow:
+def guard_row(attempt: LoadedAttempt, view: ServeRunView, index: int, life) -> GuardRow:
     t = life.timeline
     peaks = [
         r.server_peak_mb

@@ -23,7 +23,7 @@ from omniprobe.analysis.derived import (
     target_ooms,
 )
 from omniprobe.analysis.estimates import EstimateCheck, estimate_checks
-from omniprobe.analysis.summaries import RunView, manifest_summary, run_views
+from omniprobe.analysis.summaries import ServeRunView, manifest_summary, run_views
 from omniprobe.analysis.verdicts import (
     CapacityUnlock,
     HistoryEntry,
@@ -71,7 +71,7 @@ class TimelineFigure:
         return self.summary.state == "sampled"
 
 
-def timeline_figures(view: RunView, capacity_mib: float | None) -> list[TimelineFigure]:
+def timeline_figures(view: ServeRunView, capacity_mib: float | None) -> list[TimelineFigure]:
     figures = []
     for index, life in enumerate(view.run.lifetimes):
         if life.timeline is None:
@@ -95,8 +95,8 @@ def timeline_figures(view: RunView, capacity_mib: float | None) -> list[Timeline
 
 
 @dataclass
-class RunRow:
-    view: RunView
+class ServeRunRow:
+    view: ServeRunView
     label: str
     flags: str
     init: str
@@ -133,9 +133,9 @@ class HostSection:
     fixtures: FixtureSuite
     verdict: HostVerdict
     attempts: list[LoadedAttempt]
-    views: list[RunView]
+    views: list[ServeRunView]
     ref_columns: list[int]
-    rows: list[RunRow]
+    rows: list[ServeRunRow]
     kv: list[KvDelta]
     psnr: list[PsnrGroup]
     target_ooms: list[tuple[str, Cell]]
@@ -730,7 +730,7 @@ def _cap_of(attempt: LoadedAttempt, capacity_mib: int | None) -> int | None:
     return prov.cap_mib if prov.kind == "emulated" else capacity_mib
 
 
-def _row_labels(views: list[RunView]) -> list[str]:
+def _row_labels(views: list[ServeRunView]) -> list[str]:
     """A row is its flag set; where a flag set ran in several attempts, the attempt says which."""
     counts: dict[str, int] = {}
     for v in views:
@@ -758,7 +758,8 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
         cells: dict[int, Cell | None] = dict.fromkeys(refs_seen)
         for cell in view.cells:
             cells[fixtures.get(cell.fixture).reference_count] = cell
-        rows.append(RunRow(view, label, flags_text(hosts, view.flag_set), vl.init_text(view.run.init), cells))
+        rows.append(ServeRunRow(view, label, flags_text(hosts, view.flag_set),
+                                vl.init_text(view.run.init), cells))
     stated_figures = {f.key: f for a in attempts for f in a.figures}
     capacity = host.capacity.vram_mib if host.capacity else None
     timelines = [t for v in views for t in timeline_figures(v, _cap_of(v.attempt, capacity))]

@@ -19,7 +19,7 @@ from omniprobe.evidence.models.runs import TimelineSummary
 from omniprobe.evidence.quantities import Range
 
 
-class OfflineRun(EvidenceModel):
+class OfflineCell(EvidenceModel):
     kwarg_set: str
     fixture: str | None = None
     seeds: list[int] | None = None
