@@ -344,8 +344,8 @@ class ServeProbe:
                     return
                 while pending:
                     fixture, seed = pending.pop(0)
-                    up = self._request(live, flag_set, fixture, seed, progress, label)
-                    if not up:
+                    alive = self._request(live, flag_set, fixture, seed, progress, label)
+                    if not alive:
                         break
             if pending:
                 restarts += 1
@@ -375,7 +375,7 @@ class ServeProbe:
                                self.fixtures_dir, self.settings.request_timeout_s,
                                session=self.http)
         # After a timeout the server may still be busy with the request: start afresh.
-        up = reply.outcome == "ok" or (reply.outcome != "timeout" and self._healthy(live))
+        alive = reply.outcome == "ok" or (reply.outcome != "timeout" and self._healthy(live))
         log = read_from(live.server.log_path, log_start)
         oom = (merge(reply.oom, parse_oom(log, "request", tuple(self.host.model_code)))
                if reply.outcome == "oom" else None)
@@ -384,7 +384,7 @@ class ServeProbe:
         # killed by a signal), which measured nothing about the model.
         transport = reply.transport_failure
         host = None
-        if not up and reply.outcome != "timeout":
+        if not alive and reply.outcome != "timeout":
             code = live.server.wait_exit(2)  # a crashed server may take a moment to be reaped
             # The kernel killed it for host RAM: the host's answer, never sent again.
             host = host_ram_failure(live.sampler, live.oom_kills, code, log)
@@ -397,7 +397,7 @@ class ServeProbe:
         # A connection to a server that is down is its death, not the environment's: only the
         # log says why it died.
         cause = (None if reply.outcome == "ok" else host or classify_failure(
-            log if not up and reply.outcome != "timeout" else f"{error or ''}\n{log}",
+            log if not alive and reply.outcome != "timeout" else f"{error or ''}\n{log}",
             tuple(self.host.model_code)))
         self._request_causes.setdefault(flag_set, []).append(cause)
         fields = {"flag_set": flag_set, "fixture": fixture.id, "inputs": fixture.inputs,
@@ -411,13 +411,13 @@ class ServeProbe:
         if live.guard is not None:
             fields["emulation_breach"] = live.guard.breach_by(time.monotonic() - live.t0)
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
-        restart = "" if up else " (server down: restarting)"
+        restart = "" if alive else " (server down: restarting)"
 
         def show(record: RequestRecord) -> None:
             progress.step(f"[{label}] {fixture.id} seed {seed}: {record.outcome} "
                           f"{record.wall_s:.2f} s" + _oom_text(record.oom) + restart)
         self.recorder.submit(self._record, fields, reply.image, path, show)
-        return up
+        return alive
 
     def _record(self, fields: dict, image: bytes | None, path: Path,
                 show: Callable[[RequestRecord], None]) -> None:

@@ -76,8 +76,8 @@ def run(args: argparse.Namespace) -> int:
             record_selection(project, args.host, [" ".join(str(exc).split())])
         raise
     if select:
-        handed = record_selection(project, args.host, problems, venv=venv)
-        if not handed:
+        selected = record_selection(project, args.host, problems, venv=venv)
+        if not selected:
             print(f"--select: not in a nox run ({INVOCATION_ENV} unset); nothing handed on")
         elif problems:
             print(f"env-{args.host} failed: no host selected; the probe sessions of this nox run "

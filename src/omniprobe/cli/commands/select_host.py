@@ -18,9 +18,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"host {name} ({why})")
         return 0
     cfg.host(args.name, "select-host")
-    handed = record_selection(project, args.name, [])
+    selected = record_selection(project, args.name, [])
     print(f"selected host {args.name} for the probe sessions of this nox run (its env is checked "
-          "when a probe starts)" if handed else
+          "when a probe starts)" if selected else
           "not in a nox run: nothing handed on; pass --host to the probe instead")
     return 0
 
