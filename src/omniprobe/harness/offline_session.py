@@ -8,7 +8,7 @@ from typing import TextIO
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host
-from omniprobe.errors import EnvironmentFailure, Refusal
+from omniprobe.errors import Refusal
 from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
 from omniprobe.evidence.files import write_section
 from omniprobe.harness.client import check_references
@@ -30,7 +30,7 @@ from omniprobe.harness.plan import settled_line
 from omniprobe.harness.probe_session import open_run_attempt
 from omniprobe.harness.propagation import describe, offline_checks, unchecked_extras
 from omniprobe.harness.serve_plan import probe_caps, serve_fixtures
-from omniprobe.harness.session import Context, Session, run_session
+from omniprobe.harness.session import Context, Session, close_attempt, run_session
 
 
 class OfflineSession(Session):
@@ -106,15 +106,8 @@ class OfflineSession(Session):
         for name in unchecked_extras(ctx.cfg, kwarg_sets):
             print(f"not checked: whether {name}'s extras reach the model; no kwarg set run "
                   "beside it has its kwargs without them", file=out)
-        print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
-              f"artifacts in {store.artifacts}", file=out)
-        for line in self.refused + probe.unfinished:
-            print(f"not done: {line}", file=out)
-        if probe.environment_failures:
-            raise EnvironmentFailure(
-                "the card was not measured: whole entries failed for an environment cause "
-                "(the evidence records it; fix the environment and re-run):\n"
-                + "\n".join(f"  {line}" for line in probe.environment_failures))
+        close_attempt(ctx, store, self.refused + probe.unfinished, probe.environment_failures,
+                      "entries", out)
         print(settled_line(probe.unfinished), file=out)
         return 1 if probe.unfinished else 0
 

@@ -20,7 +20,6 @@ from omniprobe.config.selection import (
 from omniprobe.env.serve_command import (
     flag_set_refusal,
 )
-from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt, probe_attempts
 from omniprobe.evidence.files import parse_file
 from omniprobe.evidence.models.runs import ServeRun
@@ -47,7 +46,7 @@ from omniprobe.harness.serve_plan import (
     settings_from,
 )
 from omniprobe.harness.server import check_port
-from omniprobe.harness.session import Context, Session, run_session
+from omniprobe.harness.session import Context, Session, close_attempt, run_session
 
 
 def resumable_runs(project: Project, host_name: str, cap_mib: int | None) -> list[ServeRun]:
@@ -146,15 +145,8 @@ class ProbeSession(Session):
         probe.rerun_command = f"nox -s env-{ctx.host_name} {self.name} -- --fresh"
         (probe.probe_init if self.name == "probe-init" else probe.probe_serve)()
         probe.recorder.drain()
-        print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
-              f"artifacts in {store.artifacts}", file=out)
-        for line in probe.refused + probe.unfinished:
-            print(f"not done: {line}", file=out)
-        if probe.environment_failures:
-            raise EnvironmentFailure(
-                "the card was not measured: whole flag set(s) failed for an environment cause "
-                "(the evidence records it; fix the environment and re-run):\n"
-                + "\n".join(f"  {line}" for line in probe.environment_failures))
+        close_attempt(ctx, store, probe.refused + probe.unfinished, probe.environment_failures,
+                      "flag set(s)", out)
         # What this session asks for: each flag set it may start (a refused one cannot run, and
         # says so above) and, for probe-serve, every cell under it.
         flag_sets, cells = self._plan(ctx)

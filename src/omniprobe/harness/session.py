@@ -20,7 +20,7 @@ from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host
-from omniprobe.errors import Interrupted
+from omniprobe.errors import EnvironmentFailure, Interrupted
 from omniprobe.evidence.attempts import AttemptStore
 from omniprobe.harness.interrupt import signals_interrupt
 
@@ -90,3 +90,18 @@ def run_session(project: Project, session: Session, host: str | None,
             store.close()
             if failed:
                 store.discard_if_empty()
+
+
+def close_attempt(ctx: Context, store: AttemptStore, not_done: list[str],
+                  environment_failures: list[str], whole: str, out: TextIO) -> None:
+    """What every session says as it ends: where its evidence is, what it did not do; raised as
+    the environment's failure when `whole` things (flag sets, entries) failed for it."""
+    print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}, "
+          f"artifacts in {store.artifacts}", file=out)
+    for line in not_done:
+        print(f"not done: {line}", file=out)
+    if environment_failures:
+        raise EnvironmentFailure(
+            f"the card was not measured: whole {whole} failed for an environment cause "
+            "(the evidence records it; fix the environment and re-run):\n"
+            + "\n".join(f"  {line}" for line in environment_failures))
