@@ -22,7 +22,7 @@ from omniprobe.analysis.diffusers_capacity import (
     kv_per_reference,
     min_cap,
 )
-from omniprobe.env.wheels import check_folder, download_command, read_pins
+from omniprobe.env.wheels import download_command, read_pins, wheel_folder_problems
 from omniprobe.errors import InputError, Refusal
 from omniprobe.evidence import archive
 
@@ -236,10 +236,10 @@ def test_a_folder_of_wheels_is_checked_against_the_list(tmp_path):
     (tmp_path / "list.txt").write_text(
         f"a-pkg==1.0 --hash=sha256:{hashlib.sha256(b'wheel').hexdigest()}\n"
         f"c==3.0 --hash=sha256:{'0' * 64}\n")
-    problems = check_folder(read_pins(tmp_path / "list.txt"), tmp_path)
+    problems = wheel_folder_problems(read_pins(tmp_path / "list.txt"), tmp_path)
     assert problems == [f"c==3.0: no wheel in {tmp_path}", f"{other.name}: not in the list"]
     good.write_bytes(b"tampered")
-    assert any("sha256 differs" in p for p in check_folder(read_pins(tmp_path / "list.txt"),
+    assert any("sha256 differs" in p for p in wheel_folder_problems(read_pins(tmp_path / "list.txt"),
                                                             tmp_path))
 
 

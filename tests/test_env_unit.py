@@ -604,7 +604,7 @@ def test_fetch_model_refuses_a_revision_of_another_prefix_and_names_hub_failures
 def test_the_dry_run_lists_every_check_the_build_runs(tmp_path, monkeypatch):
     """Each check verify_env makes is on a line of the dry run's plan, in the same order, and the
     serve preflight's --help=all line names the snapshot folder the probe serves."""
-    from omniprobe.env.checks import check_plan, verify_env
+    from omniprobe.env.checks import planned_checks, verify_env
     from omniprobe.env.state import Runner
 
     world = _world(tmp_path)
@@ -614,11 +614,11 @@ def test_the_dry_run_lists_every_check_the_build_runs(tmp_path, monkeypatch):
     paths = env_paths(cfg, world.project, "testhost")
     made = [c.name.split(":")[0] for c in verify_env(cfg, world.project, "testhost", paths,
                                                      runner=Runner(), nvml=FakeNvml()).checks]
-    planned = [name for line in check_plan(cfg, world.project, "testhost", paths)
+    planned = [name for line in planned_checks(cfg, world.project, "testhost", paths)
                for name in line.split(": ")[0].split(", ")]
     assert [n for n in planned if n in made] == list(dict.fromkeys(made))
     make_hf_cache(world.hf_cache, MODEL_REPO, world.revision, SNAPSHOT_FILES)
-    [args] = [line for line in check_plan(cfg, world.project, "testhost", paths)
+    [args] = [line for line in planned_checks(cfg, world.project, "testhost", paths)
               if line.startswith("serve.args:")]
     snapshot = world.hf_cache / f"models--{MODEL_REPO.replace('/', '--')}" / "snapshots" / world.revision
     assert f"serve {snapshot} --omni --help=all" in args

@@ -8,7 +8,7 @@ from omniprobe.errors import InputError
 from omniprobe.evidence.models.runs import Cell
 from omniprobe.evidence.quantities import Range
 from omniprobe.report.filters import cell_text, num, span
-from omniprobe.report.render import check_report, render_harness, render_outputs, render_report, write_report
+from omniprobe.report.render import render_harness, render_outputs, render_report, report_diff, write_report
 
 from .conftest import REPO, agreeing
 from .evidence_scaffold import add_attempt
@@ -63,7 +63,7 @@ def sentences(text):
 
 
 def test_committed_report_is_fresh(repo):
-    assert check_report(repo) == ""
+    assert report_diff(repo) == ""
 
 
 def test_the_opening_lines_hold_the_seeds_answer(repo):
@@ -310,7 +310,7 @@ def test_a_changed_figure_changes_the_report_and_check_fails(repo_copy, monkeypa
     def wall(data):
         data["runs"][1]["cells"][0]["wall_s"] = {"min": 31.5, "max": 31.5}
     edit(repo_copy, f"{MATRIX}/runs.json", wall)
-    diff = check_report(repo_copy)
+    diff = report_diff(repo_copy)
     assert "+| cpuoff | `--enable-cpu-offload` | ok | OK 31.5 s |" in diff
     monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
     assert cli.main(["report", "--check"]) == 1
@@ -321,7 +321,7 @@ def test_a_changed_figure_changes_the_report_and_check_fails(repo_copy, monkeypa
 
 def test_a_stale_harness_file_fails_the_check(repo_copy):
     (repo_copy.root / "report" / "HARNESS.md").write_text("old\n")
-    assert "report/HARNESS.md (committed)" in check_report(repo_copy)
+    assert "report/HARNESS.md (committed)" in report_diff(repo_copy)
 
 
 def test_an_edited_template_renders_anew_in_the_same_process(repo_copy):
@@ -448,11 +448,11 @@ def test_timeline_figures_are_rendered_and_checked(repo_copy):
     text = render_report(repo_copy)
     assert f"]({figure.removeprefix('report/')})" in text
     assert "NVML: peak 2,800 MiB (process) at 1.9 s; 20 samples at 10.0 Hz" in text
-    assert f"{figure} (fresh render)" in check_report(repo_copy)
+    assert f"{figure} (fresh render)" in report_diff(repo_copy)
     write_report(repo_copy)
     svg = (repo_copy.root / figure).read_text()
     assert svg.startswith("<svg") and "edit-compose-pair seed 2301: ok" in svg
-    assert check_report(repo_copy) == ""
+    assert report_diff(repo_copy) == ""
     (folder / "runs.json").write_text("[]")
     write_report(repo_copy)
     assert not (repo_copy.root / figure).exists()

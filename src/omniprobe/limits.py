@@ -16,7 +16,7 @@ EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)  # evidence older than this was not 
 CLOCK_SKEW = timedelta(days=1)
 
 
-def check_timestamp(value: datetime) -> datetime:
+def require_timestamp(value: datetime) -> datetime:
     """`value`, if it lies between EARLIEST and now (a day of clock skew allowed)."""
     aware = value if value.tzinfo else value.replace(tzinfo=UTC)
     latest = datetime.now(UTC) + CLOCK_SKEW

@@ -39,7 +39,7 @@ def find_images(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]
     return found, problems
 
 
-def check_images(paths: Iterable[Path], cfg: ImageChecks) -> tuple[list[Checked], list[Problem]]:
+def measure_images(paths: Iterable[Path], cfg: ImageChecks) -> tuple[list[Checked], list[Problem]]:
     """Measure every image; an unreadable one is a problem, and the rest are still measured."""
     checked: list[Checked] = []
     problems: list[Problem] = []

@@ -14,7 +14,7 @@ SERVE_PLACEHOLDERS = frozenset({"python", "model", "hosts_file", "host"})
 OFFLINE_PLACEHOLDERS = frozenset({"python", "runner", "hosts_file", "host"})
 
 
-def check_placeholders(command: list[str] | None, known: frozenset[str]) -> list[str] | None:
+def placeholder_problems(command: list[str] | None, known: frozenset[str]) -> list[str] | None:
     """A command's {name} placeholders must be ones the harness fills in; else a typo would reach
     the server verbatim. Braces around anything but a name (a JSON argument) are text."""
     for part in command or []:

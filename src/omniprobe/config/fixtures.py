@@ -169,7 +169,7 @@ class FixtureSuite(_Input):
             if f.derived_from and f.derived_from.fixture not in ids:
                 raise ValueError(f"{f.id} is derived from unknown fixture {f.derived_from.fixture!r}")
             if f.stands_in_for is not None:
-                check_stand_in(f, next((o for o in self.fixtures if o.id == f.stands_in_for),
+                require_stand_in_matches(f, next((o for o in self.fixtures if o.id == f.stands_in_for),
                                          None))
         return self
 
@@ -212,7 +212,7 @@ class FixtureSuite(_Input):
         return [f.id for f in self.fixtures]
 
 
-def check_stand_in(standin: Fixture, original: Fixture | None) -> None:
+def require_stand_in_matches(standin: Fixture, original: Fixture | None) -> None:
     """A stand-in must match the fixture it stands in for wherever that fixture is stated, and
     mark as chosen what it is not; ValueError otherwise."""
     name = f"stand-in {standin.id!r}"

@@ -10,10 +10,10 @@ from pydantic import Field, field_validator, model_validator
 from omniprobe.config.command_rules import (
     SERVE_PLACEHOLDERS,
     ServerPath,
-    check_placeholders,
     deliberate_loader_env,
     not_a_shell,
     not_the_harness_options,
+    placeholder_problems,
 )
 from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.inside_path import InsidePath
@@ -53,7 +53,7 @@ class Serve(HostsTable):
     @field_validator("command")
     @classmethod
     def _known_placeholders(cls, command: list[str]) -> list[str]:
-        return not_the_harness_options(not_a_shell(check_placeholders(
+        return not_the_harness_options(not_a_shell(placeholder_problems(
             command, SERVE_PLACEHOLDERS)), "a flag set's args add the rest")
 
 

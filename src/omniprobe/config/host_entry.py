@@ -11,9 +11,9 @@ from omniprobe.config.command_rules import (
     OFFLINE_PLACEHOLDERS,
     OWN_ENV_PREFIX,
     SERVE_PLACEHOLDERS,
-    check_placeholders,
     not_a_shell,
     not_the_harness_options,
+    placeholder_problems,
 )
 from omniprobe.config.diffusers import DiffusersHost
 from omniprobe.config.flag_sets import ArgsCheck
@@ -142,13 +142,13 @@ class Host(HostsTable):
     @field_validator("serve_command")
     @classmethod
     def _serve_placeholders(cls, command: list[str] | None) -> list[str] | None:
-        return not_the_harness_options(not_a_shell(check_placeholders(
+        return not_the_harness_options(not_a_shell(placeholder_problems(
             command, SERVE_PLACEHOLDERS)), "a flag set's args add the rest")
 
     @field_validator("offline_command")
     @classmethod
     def _offline_placeholders(cls, command: list[str] | None) -> list[str] | None:
-        return not_a_shell(check_placeholders(command, OFFLINE_PLACEHOLDERS))
+        return not_a_shell(placeholder_problems(command, OFFLINE_PLACEHOLDERS))
 
     @model_validator(mode="after")
     def _capacity_iff_simulated(self) -> Host:

@@ -14,7 +14,7 @@ MAX_NAME_LENGTH = 64
 _NAME = re.compile(NAME_PATTERN)
 
 
-def check_name(value: str) -> str:
+def require_name(value: str) -> str:
     """`value`, if it is a name: lower-case letters, digits and '-', starting with a letter."""
     if not _NAME.match(value) or len(value) > MAX_NAME_LENGTH:
         raise ValueError(f"a name is lower-case letters, digits and '-', starting with a letter, "
@@ -22,5 +22,5 @@ def check_name(value: str) -> str:
     return value
 
 
-Name = Annotated[str, AfterValidator(check_name),
+Name = Annotated[str, AfterValidator(require_name),
                  Field(json_schema_extra={"pattern": NAME_PATTERN, "maxLength": MAX_NAME_LENGTH})]

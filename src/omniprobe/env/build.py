@@ -24,8 +24,8 @@ from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project, find_project
 from omniprobe.config.stack import InstallStep
-from omniprobe.env.check_record import check_lines
-from omniprobe.env.checks import Verification, check_plan, verify_env
+from omniprobe.env.check_record import describe_checks
+from omniprobe.env.checks import Verification, planned_checks, verify_env
 from omniprobe.env.manifest import make_manifest, record_manifest
 from omniprobe.env.resolve import (
     check_recipe,
@@ -227,7 +227,7 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None,
     out.append(f"# write {paths.stamp}: complete; then every check of `omniprobe env check`, "
                "in order" + (", the serve preflight among them (before any GPU time):"
                              if which == "probe" else ":"))
-    out += [f"#   {text}" for text in check_plan(cfg, project, host, paths, which)]
+    out += [f"#   {text}" for text in planned_checks(cfg, project, host, paths, which)]
     return "\n".join(out) + "\n"
 
 
@@ -391,7 +391,7 @@ def _verify_and_record(cfg: HostsConfig, project: Project, host: str, which: Env
 def format_result(result: BuildResult, project: Project) -> str:
     """What `omniprobe env build|check` prints: one line per check, then where the manifest is."""
     v = result.verification.manifest
-    lines = check_lines(f"{env_label(v.env)} {v.host} ({result.action}) at "
+    lines = describe_checks(f"{env_label(v.env)} {v.host} ({result.action}) at "
                         f"{result.verification.paths.venv}", v.checks)
     if v.upstream is not None:
         held = sum(c.status == "pass" for c in v.upstream.checks)

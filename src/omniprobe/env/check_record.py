@@ -20,7 +20,7 @@ def expected_and_got(check: EnvCheck) -> str:
     return f" (expected {check.expected or 'nothing'}, got {check.actual or 'nothing'})"
 
 
-def check_lines(heading: str, checks: list[EnvCheck]) -> list[str]:
+def describe_checks(heading: str, checks: list[EnvCheck]) -> list[str]:
     """The heading with the pass/fail/skip counts, then one line per check."""
     counts = {s: sum(c.status == s for c in checks) for s in ("pass", "fail", "skip")}
     lines = [f"{heading}: {counts['pass']} pass, {counts['fail']} fail, {counts['skip']} skip"]

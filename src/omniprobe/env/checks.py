@@ -1,4 +1,4 @@
-"""Checking a host's environment: every check in its order (verify_env, check_plan for a dry
+"""Checking a host's environment: every check in its order (verify_env, planned_checks for a dry
 run), the manifest it makes, and the gate a probe session passes (require_env_ok)."""
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     return Verification(manifest=manifest, paths=paths, complete=current)
 
 
-def check_plan(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPaths,
+def planned_checks(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPaths,
                which: EnvName = "probe") -> list[str]:
     """Every check verify_env runs, in its order, for a dry run: `name: what it looks at`."""
     host = cfg.host(host_name)

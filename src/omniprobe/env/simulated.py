@@ -19,7 +19,7 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.config.stack import EnvChecks
 from omniprobe.digests import sha256_json
-from omniprobe.env.check_record import check_lines, failure_lines
+from omniprobe.env.check_record import describe_checks, failure_lines
 from omniprobe.env.nvml_facts import emulation_check, gpu_checks, host_facts
 from omniprobe.env.preflight import serve_preflight
 from omniprobe.env.references import references_check
@@ -98,7 +98,7 @@ def sim_preflight(cfg: HostsConfig, project: Project, host: str, *,
 
 
 def format_sim_env(env: SimEnv) -> str:
-    lines = check_lines(f"env {env.host} (simulated: nothing to build) for {env.python}",
+    lines = describe_checks(f"env {env.host} (simulated: nothing to build) for {env.python}",
                         env.checks)
     lines.append("manifest: not filed (a simulated host's env is omniprobe itself)")
     return "\n".join(lines) + "\n"

@@ -67,7 +67,7 @@ def download_command(list_path: Path, dest: Path, python: str = sys.executable) 
             "--require-hashes", *TARGET, "--dest", str(dest), "-r", str(list_path)]
 
 
-def check_folder(pins: list[Pin], folder: Path) -> list[str]:
+def wheel_folder_problems(pins: list[Pin], folder: Path) -> list[str]:
     """What is wrong with a folder of wheels against the list: each pin missing or with another
     hash, and each wheel the list does not pin (two versions of one package stop pip)."""
     wheels = sorted(folder.glob("*.whl"))
@@ -91,7 +91,7 @@ def download(list_path: Path, dest: Path) -> list[Pin]:
     if done.returncode != 0:
         raise WheelDownloadFailed(f"pip download of {list_path} failed (exit {done.returncode}): "
                                   + " | ".join(done.stderr.strip().splitlines()[-3:]))
-    problems = check_folder(pins, dest)
+    problems = wheel_folder_problems(pins, dest)
     if problems:
         raise WheelDownloadFailed("\n".join(problems))
     return pins

@@ -83,7 +83,7 @@ def load_references(fixture: Fixture, fixtures_dir: Path) -> list[tuple[str, byt
     return loaded
 
 
-def check_references(fixtures: list[Fixture], fixtures_dir: Path, *, max_pixels: int) -> None:
+def require_references(fixtures: list[Fixture], fixtures_dir: Path, *, max_pixels: int) -> None:
     """Every reference of the fixtures against its pin, and as an image that decodes completely
     within `max_pixels`, before any request (or attempt) exists: a file the server could not
     read is the input's fault, not the server's."""

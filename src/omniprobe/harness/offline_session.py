@@ -11,7 +11,7 @@ from omniprobe.config.selection import resolve_host
 from omniprobe.errors import Refusal
 from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
 from omniprobe.evidence.files import write_section
-from omniprobe.harness.client import check_references
+from omniprobe.harness.client import require_references
 from omniprobe.harness.host_ram_cap import require_host_ram_cap
 from omniprobe.harness.lifetime import (
     ReaderFactory,
@@ -53,7 +53,7 @@ class OfflineSession(Session):
         except Refusal as exc:
             raise KwargSetNotRunnable(str(exc)) from None
         fixtures = serve_fixtures(ctx.suite, ctx.host, settings.fixtures)
-        check_references(fixtures, ctx.project.fixtures_file.parent,
+        require_references(fixtures, ctx.project.fixtures_file.parent,
                          max_pixels=ctx.cfg.probe.max_reference_pixels)
         runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
                                 nvml=self.nvml, out=ctx.out)

@@ -78,7 +78,7 @@ from omniprobe.harness.sampler import (
 )
 from omniprobe.harness.serve_plan import (
     ServeSettings,
-    check_flag_sets,
+    select_flag_sets,
     serve_fixtures,
 )
 from omniprobe.harness.server import Endpoints, SupervisedProcess
@@ -125,7 +125,7 @@ class ServeProbe:
     # --- plan ------------------------------------------------------------------------
 
     def flag_sets(self) -> list[str]:
-        return check_flag_sets(self.host_name, self.host, self.settings.flag_sets)
+        return select_flag_sets(self.host_name, self.host, self.settings.flag_sets)
 
     def _command(self, flag_set: str) -> list[str] | None:
         try:

@@ -40,12 +40,12 @@ from omniprobe.harness.plan import (
 from omniprobe.harness.probe import ServeProbe
 from omniprobe.harness.probe_env import prepare_env
 from omniprobe.harness.serve_plan import (
-    check_flag_sets,
     probe_caps,
+    select_flag_sets,
     serve_fixtures,
     settings_from,
 )
-from omniprobe.harness.server import check_port
+from omniprobe.harness.server import require_port_free
 from omniprobe.harness.session import Context, Session, close_attempt, run_session
 
 
@@ -86,10 +86,10 @@ class ProbeSession(Session):
                                               flag_sets=self.options.flag_sets,
                                               fixtures=self.options.fixtures),
                                 cap_mib=self.cap_mib)
-        check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
+        select_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
         if self.name == "probe-serve":
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
-            client.check_references(fixtures, ctx.project.fixtures_file.parent,
+            client.require_references(fixtures, ctx.project.fixtures_file.parent,
                                     max_pixels=ctx.cfg.probe.max_reference_pixels)
         self.env = prepare_env(ctx.project, ctx.cfg, ctx.host_name, by_hand=self.options.model,
                                venv=self.options.venv, flag_sets=self.settings.flag_sets,
@@ -101,7 +101,7 @@ class ProbeSession(Session):
         if not self.options.fresh:  # the attempt a resume takes: a server it left is its own
             for line in stop_leftovers(resumable_runs(ctx.project, ctx.host_name, self.cap_mib)):
                 print(line, file=ctx.out)
-        check_port(ctx.cfg.serve.bind_host, self.settings.port)
+        require_port_free(ctx.cfg.serve.bind_host, self.settings.port)
 
     def _plan(self, ctx: Context) -> tuple[list[str], list[tuple[str, int]]]:
         """What this run asks of an attempt: its flag sets and every (fixture, seed) cell the
@@ -111,7 +111,7 @@ class ProbeSession(Session):
         except FixtureNotRunnable:
             fixtures = []
         # A flag set the run refuses (its deploy config's content is unknown) asks nothing.
-        flag_sets = [f for f in check_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
+        flag_sets = [f for f in select_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
                      if flag_set_refusal(ctx.cfg, f, ctx.project.hosts_file) is None]
         return flag_sets, [(f, s) for f in fixtures for s in ctx.suite.sampling.seeds]
 

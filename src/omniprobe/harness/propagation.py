@@ -28,14 +28,14 @@ from omniprobe.evidence.files import write_section
 from omniprobe.evidence.models.offline import OfflineRequest
 from omniprobe.evidence.models.outputs import PropagationCheck
 from omniprobe.evidence.models.requests import RequestRecord
-from omniprobe.harness.client import check_references
+from omniprobe.harness.client import require_references
 from omniprobe.harness.lifetime import ReaderFactory, default_readers
 from omniprobe.harness.options import PropagationOptions
 from omniprobe.harness.plan import settled_line, unsettled
 from omniprobe.harness.probe import ServeProbe
 from omniprobe.harness.probe_env import prepare_env
 from omniprobe.harness.serve_plan import PlanError, serve_fixtures, settings_from
-from omniprobe.harness.server import check_port
+from omniprobe.harness.server import require_port_free
 from omniprobe.harness.session import Context, Session, run_session
 
 ATTEMPT_SUFFIX = "-propagation"
@@ -244,7 +244,7 @@ class PropagationSession(Session):
         fixture, seed = choose_case(ctx.suite, ctx.host_name, ctx.host, options.fixture,
                                     options.seed)
         self.settings = replace(settings, fixtures=(fixture.id,))
-        check_references([fixture], ctx.project.fixtures_file.parent,
+        require_references([fixture], ctx.project.fixtures_file.parent,
                          max_pixels=cfg.probe.max_reference_pixels)
         self.plan = Plan(choose_knob(cfg, with_, options.knob), with_, without, fixture, seed)
         self.env = prepare_env(ctx.project, cfg, ctx.host_name, by_hand=options.model,
@@ -253,7 +253,7 @@ class PropagationSession(Session):
         self.env_bin = self.env.bin_dir
         self.settings = replace(self.settings,
                                 model=options.model or self.env.record.served.model)
-        check_port(cfg.serve.bind_host, self.settings.port)
+        require_port_free(cfg.serve.bind_host, self.settings.port)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
         return new_attempt(ctx.project, ctx.host_name, ctx.host, self.command,

@@ -79,7 +79,7 @@ def _refuse_unrunnable(suite: FixtureSuite, chosen: list[Fixture]) -> None:
         raise FixtureNotRunnable("\n".join(messages))
 
 
-def check_flag_sets(host_name: str, host: Host, wanted: tuple[str, ...]) -> list[str]:
+def select_flag_sets(host_name: str, host: Host, wanted: tuple[str, ...]) -> list[str]:
     """The host's flag sets to run, in hosts.toml order (all of them unless some are wanted)."""
     unknown = sorted(set(wanted) - set(host.serve_flag_sets))
     if unknown:

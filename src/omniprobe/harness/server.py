@@ -47,7 +47,7 @@ class PublicListener(HarnessError):
 QUICK_POLL_S = 0.02
 
 
-def check_port(host: str, port: int) -> None:
+def require_port_free(host: str, port: int) -> None:
     """Raise PortInUse when something listens on host:port (binding as a server would)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -136,7 +136,7 @@ class SupervisedProcess:
         if self.proc is not None:
             raise RuntimeError("this server lifetime has already been started")
         if self.endpoints is not None:  # None: a supervised process that serves no port
-            check_port(*host_port(self.endpoints.base_url))
+            require_port_free(*host_port(self.endpoints.base_url))
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         read_end, self._lifeline = os.pipe()
         try:
@@ -188,7 +188,7 @@ class SupervisedProcess:
             if self._get(self.endpoints.health_path, 2) == 200 and (
                     self.endpoints.ready_path is None
                     or self._get(self.endpoints.ready_path, 2) == 200):
-                self.check_listening()
+                self.require_loopback_only()
                 return InitResult(outcome="ready", time_s=round(elapsed, 2))
             if elapsed >= timeout_s:
                 return InitResult(outcome="timeout", time_s=round(elapsed, 2),
@@ -197,7 +197,7 @@ class SupervisedProcess:
             if elapsed >= 1.0:
                 delay_s = min(2 * delay_s, poll_s)
 
-    def check_listening(self) -> None:
+    def require_loopback_only(self) -> None:
         """Stop the server and raise PublicListener if any of its processes listens anywhere but
         loopback (it was told 127.0.0.1; an argument or its own code may have overridden it)."""
         public = [item for item in listeners(self.proc.pid) if not item.loopback]

@@ -73,7 +73,7 @@ def write_report(project: Project) -> Path:
     return project.report_file
 
 
-def check_report(project: Project) -> str:
+def report_diff(project: Project) -> str:
     """A unified diff between the committed report files and a fresh render; empty when fresh."""
     outputs = render_outputs(project)
     diffs = []

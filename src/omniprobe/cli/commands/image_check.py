@@ -9,7 +9,7 @@ from omniprobe.config.project import NoProject, find_project
 
 
 def run(args: argparse.Namespace) -> int:
-    from omniprobe.cli.image_check import check_images, find_images, render_json, render_table
+    from omniprobe.cli.image_check import find_images, measure_images, render_json, render_table
     from omniprobe.config.hosts import load_hosts
     from omniprobe.config.report_settings import ImageChecks
 
@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         cfg, source = load_hosts(hosts_file).quality, f"{hosts_file} [quality]"
     paths, problems = find_images(args.paths)
-    checked, unreadable = check_images(paths, cfg)
+    checked, unreadable = measure_images(paths, cfg)
     problems += unreadable
     if args.json:
         sys.stdout.write(render_json(checked, problems, cfg, source))

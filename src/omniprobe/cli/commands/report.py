@@ -9,11 +9,11 @@ from omniprobe.config.project import find_project
 
 
 def run(args: argparse.Namespace) -> int:
-    from omniprobe.report.render import check_report, write_report
+    from omniprobe.report.render import report_diff, write_report
 
     project = find_project()
     if args.check:
-        diff = check_report(project)
+        diff = report_diff(project)
         if diff:
             sys.stderr.write(diff)
             print("REPORT.md is stale; run `nox -s report`", file=sys.stderr)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from omniprobe.env.wheels import check_folder, download, read_pins
+    from omniprobe.env.wheels import download, read_pins, wheel_folder_problems
 
     if args.check:
-        problems = check_folder(read_pins(args.list), args.dest)
+        problems = wheel_folder_problems(read_pins(args.list), args.dest)
         for line in problems:
             print(f"error: {line}", file=sys.stderr)
         print(f"{args.dest}: " + ("differs from the list" if problems else

@@ -12,7 +12,7 @@ from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.strict import STRICT
 from omniprobe.evidence.quantities import Size
 from omniprobe.evidence.upstream import Anchor
-from omniprobe.limits import MAX_WAIT_S, check_timestamp
+from omniprobe.limits import MAX_WAIT_S, require_timestamp
 
 Outcome = Literal["ok", "oom", "error", "timeout"]
 InitOutcome = Literal["ready", "oom", "error", "timeout"]
@@ -22,7 +22,7 @@ Weights = Literal["snapshot", "random"]
 Sha256Prefix = Annotated[str, Field(pattern=r"^[0-9a-f]{8,64}$")]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 # When something ran: not before 2000, not after now (omniprobe.limits).
-Timestamp = Annotated[datetime, AfterValidator(check_timestamp)]
+Timestamp = Annotated[datetime, AfterValidator(require_timestamp)]
 Wall = Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="Seconds, at most a week "
                                                                "(the longest timeout).")]
 
