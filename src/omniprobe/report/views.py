@@ -25,7 +25,6 @@ from omniprobe.analysis.derived import (
 from omniprobe.analysis.estimates import EstimateCheck, estimate_checks
 from omniprobe.analysis.summaries import ServeRunView, manifest_summary, run_views
 from omniprobe.analysis.verdicts import (
-    CapacityUnlock,
     HistoryEntry,
     HostVerdict,
     all_verdicts,
@@ -38,13 +37,14 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.load import LoadedAttempt
 from omniprobe.evidence.models.runs import Cell
 from omniprobe.evidence.models.statements import CodeLocation, StatedFigure
-from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report import verdict_lines as vl
 from omniprobe.report.diffusers_view import diffusers_section
 from omniprobe.report.emulation_view import emulation_section
-from omniprobe.report.filters import figure_text, flags_text, kwargs_text, names, num, refs, seeds_text, span
+from omniprobe.report.filters import flags_text, names, refs, span
 from omniprobe.report.follow_through import follow_through
+from omniprobe.report.memory_view import MemoryParts
+from omniprobe.report.outputs_view import OutputParts
 from omniprobe.report.paths import HARNESS_FILE, REPORT_DIR, TIMELINES_DIR
 from omniprobe.report.provenance_view import contract, is_harness_attempt, newest_upstream, provenance_text
 from omniprobe.report.timeline_svg import render_svg
@@ -103,30 +103,15 @@ class ServeRunRow:
     cells: dict[int, Cell | None]
 
 
-@dataclass(frozen=True)
-class Detail:
-    """A run's per-fixture detail under the matrix."""
-
-    label: str
-    cells: tuple[str, ...]
-    note: str | None
 
 
-@dataclass(frozen=True)
-class StructureRow:
-    scope: str
-    runs: str
-    opaque: str
-    not_opaque: str
-    alpha: str
-    rgb: str
-    psnr: str
-    quality: str
-    note: str | None
 
 
 @dataclass
-class HostSection:
+class HostSection(OutputParts, MemoryParts):
+    """One host's section of the report: its evidence, and what the templates show of it (the
+    output and memory parts are mixed in from outputs_view and memory_view)."""
+
     key: str
     host: Host
     hosts: HostsConfig
@@ -163,26 +148,7 @@ class HostSection:
             if v.flag_set in flag_sets and v.run.init.outcome != "ready"
         ]
 
-    def speedup_of(self, unlock: CapacityUnlock):
-        """The speed-up of exactly the unlock's cell (attempt, flag set, fixture), if any."""
-        found = [
-            x
-            for x in self.verdict.speedups
-            if (x.attempt, x.flag_set, x.fixture) == (unlock.attempt, unlock.flag_set, unlock.fixture)
-        ]
-        return found[0] if found else None
 
-    @property
-    def ceiling_speedup(self):
-        v = self.verdict
-        found = [
-            x
-            for x in v.speedups
-            if x.flag_set in v.served_by
-            and x.reference_count == v.highest_served_refs
-            and x.quality == "sound"
-        ]
-        return found[0] if found else None
 
     @property
     def has_evidence(self) -> bool:
@@ -282,29 +248,10 @@ class HostSection:
             if not loc.key.startswith(SEAM_PREFIX) and not (loc.ref and str(loc.ref) in shown)
         ]
 
-    @property
-    def init_oom_what(self) -> list[str]:
-        oom = self.init_oom
-        return [loc.what for loc in self.collect("code_read") if oom is not None and loc.ref == oom.location]
 
-    @property
-    def kv_range(self) -> Range | None:
-        return Range.of(d.delta_mb for d in self.kv) if self.kv else None
 
-    @property
-    def kv_gib(self) -> Range | None:
-        return vl.kv_per_reference_gib(self.kv)
 
-    @property
-    def kv_not_binding(self) -> bool:
-        signature = next((c.oom.requested for _, c in self.target_ooms if c.oom.requested), None)
-        return vl.kv_excluded(self, signature)
 
-    @property
-    def kv_items(self) -> str:
-        return "; ".join(
-            f"{d.flag_set}: {num(d.one_ref_peak_mb)}→{num(d.two_ref_peak_mb)} MB" for d in self.kv
-        )
 
     @property
     def run_notes(self) -> list[str]:
@@ -330,291 +277,24 @@ class HostSection:
         ]
         return notes
 
-    @property
-    def samplers(self) -> str | None:
-        found = list(dict.fromkeys(v.run.gpu_sampler for v in self.views if v.run.gpu_sampler))
-        return " / ".join(found) if found else None
-
-    @property
-    def details(self) -> list[Detail]:
-        labels = {id(r.view): r.label for r in self.rows}
-        out = []
-        for v in self.views:
-            cells = tuple(
-                f"{c.fixture} {span(c.wall_s)} s"
-                + (f" (peak {span(c.server_peak_mb)} MB)" if c.server_peak_mb else "")
-                + f", {seeds_text(c.seeds)}"
-                for c in v.cells
-                if c.seeds and c.wall_s
-            )
-            if cells or v.run.note:
-                out.append(Detail(labels[id(v)], cells, v.run.note))
-        return out
-
-    @property
-    def disagreement_lines(self) -> list[str]:
-        def unit(d, stated):
-            return "s" if d.figure == "wall_s" else ("MB server peak" if stated else "MB")
-
-        return [
-            f"{d.fixture}: {span(d.stated)} {unit(d, True)} in {d.where}; the detail gives "
-            f"{span(d.detail)} {unit(d, False)}."
-            for d in self.disagreements
-        ]
-
-    @property
-    def host_ram_line(self) -> str | None:
-        host, f = self.host, self.stated_figures.get("bf16_weights")
-        if self.init_oom is None or not host.host_ram_gib or f is None:
-            return None
-        ram = host.host_ram_note or f"{num(host.host_ram_gib)} GiB"
-        return (
-            f"Host RAM ({ram}) is a separate ceiling for full weight offload ({figure_text(f)} of "
-            "BF16 weights) but is not what kills these runs."
-        )
-
-    @property
-    def oom_rows(self) -> list[tuple[str, ...]]:
-        return [
-            (
-                flag_set + (" (stand-in)" if cell.inputs == "stand-in" else ""),
-                cell.oom.requested or "not stated",
-                cell.oom.allocated or "not stated",
-                cell.oom.reserved_unallocated or "not stated",
-                (
-                    f"`{cell.oom.location}`" + (f" via `{cell.oom.via}`" if cell.oom.via else "")
-                    if cell.oom.location
-                    else "not stated"
-                )
-                + (f" — {cell.oom.note}" if cell.oom.note else ""),
-            )
-            for flag_set, cell in self.target_ooms
-        ]
-
-    @property
-    def determinism_lines(self) -> list[str]:
-        return [
-            f"{g.fixture} seed {g.seed} outputs are {'byte' if g.compared == 'bytes' else 'pixel'}-identical"
-            f"{'' if g.identical else ' NOT'} across {', '.join(g.flag_sets)} (sha256 `{g.sha256_prefix}…`)"
-            for g in self.collect("determinism")
-        ]
-
-    @property
-    def structure_rows(self) -> list[StructureRow]:
-        rows = []
-        for o in self.collect("structure"):
-            approx = "~" if o.approximate else ""
-            not_opaque = (
-                Range(min=round(1 - o.opaque_fraction.max, 3), max=round(1 - o.opaque_fraction.min, 3))
-                if o.opaque_fraction is not None
-                else None
-            )
-            rows.append(
-                StructureRow(
-                    o.scope,
-                    o.flag_set or o.kwarg_set or "—",
-                    _opt(o.opaque_fraction),
-                    _opt(not_opaque),
-                    _opt(o.alpha_mean, approx),
-                    _opt(o.rgb_mean, approx),
-                    _opt(o.psnr_db),
-                    o.quality,
-                    o.note,
-                )
-            )
-        return rows
-
-    @property
-    def transparency_notes(self) -> list[str]:
-        notes = []
-        for o in self.collect("structure"):
-            c = self.estimates.get(o.scope)
-            if c is not None and c.judgement == "disagrees":
-                notes.append(
-                    f'The seed report\'s "{span(c.stated)} transparent" ({o.scope}) reads as not fully '
-                    f"opaque: an alpha mean of {span(o.alpha_mean)} allows at most {num(c.derived.max)} "
-                    "of the pixels to be fully transparent."
-                )
-        return notes
-
-    @property
-    def corrections(self) -> list[str]:
-        out = []
-        for c in self.collect("corrections"):
-            text = f'**Correction to {c.subject}**: it claimed "{c.claimed}"; {c.finding}'
-            if c.opaque_fraction is not None:
-                text += f" (opaque fraction {num(c.opaque_fraction)}"
-                text += f" in {', '.join(c.artifacts)})" if c.artifacts else ")"
-            text += "."
-            if c.stands:
-                figure = self.stated_figures.get(c.stands_figure or "")
-                shown = f" ({figure_text(figure)})" if figure is not None else ""
-                text += f" {c.stands[:1].upper()}{c.stands[1:]}{shown} stands"
-                text += f"; {c.falls} does not." if c.falls else "."
-            out.append(text)
-        return out
-
-    @property
-    def offline_rows(self) -> list[tuple[str, ...]]:
-        rows = []
-        for o in self.collect("offline"):
-            ks = self.hosts.offline_kwarg_sets.get(o.kwarg_set)
-            kwargs = (
-                kwargs_text(ks.kwargs) + "".join(f" `{k}={v}`" for k, v in ks.env.items())
-                if ks is not None and ks.kwargs is not None
-                else "not stated"
-            )
-            fixture = (o.fixture or "not stated") + (f" ({seeds_text(o.seeds)})" if o.seeds else "")
-            outcome = f"**{o.outcome.upper()}**" + (
-                f", output {o.quality}" if o.quality != "unchecked" else ""
-            )
-            detail = "; ".join(x for x in (oom_detail(o.oom) if o.oom else None, o.note) if x) or "—"
-            rows.append((o.kwarg_set, kwargs, fixture, outcome, detail))
-        return rows
-
-    @property
-    def offline_notes(self) -> list[str]:
-        notes = [
-            f"{u.flag_set} ran as {u.base}: its `{u.knob}` never reached the model offline (see "
-            f'"Propagation gap"), so its rows are {u.base}\'s configuration, not a separate one.'
-            for u in self.verdict.unreached_offline
-        ]
-        still = [
-            o
-            for o in self.collect("offline")
-            if o.outcome == "oom"
-            and o.fixture
-            and self.fixtures.get(o.fixture).reference_count == self.verdict.target_refs
-        ]
-        kv = self.stated_figures.get("kv_per_reference")
-        if still and kv is not None and self.kv_not_binding:
-            notes.append(
-                f"{names(list(dict.fromkeys(o.kwarg_set for o in still)))} still run out of memory at "
-                f"{refs(self.verdict.target_refs)}: the conditioning cache contributes only "
-                f"{figure_text(kv)} per reference, so quantizing it cannot bridge the gap; only a "
-                "leaner resident working set would."
-            )
-        return notes
-
-    @property
-    def psnr_rows(self) -> list[tuple[str, ...]]:
-        labels = {(r.view.attempt.id, r.view.flag_set): r.label for r in self.rows}
-        rows = []
-        for g in self.psnr:
-            values = (
-                " / ".join("identical" if r.identical else num(r.psnr_db.min) for r in g.rows)
-                if g.per_seed
-                else f"{num(g.low_db)}–{num(g.high_db)}"
-            )
-            mean = (f"{g.mean_db:,.2f}" if g.mean_db is not None else "—") + (
-                "" if g.per_seed else " (stated)"
-            )
-            rows.append(
-                (
-                    labels.get((g.attempt, g.flag_set), g.flag_set),
-                    g.fixture,
-                    seeds_text(g.seeds),
-                    values,
-                    mean,
-                    f"{g.comparator.upper()} vs `{g.baseline}`",
-                    g.quality,
-                )
-            )
-        return rows
 
 
-    @property
-    def psnr_note(self) -> str | None:
-        b = self.baseline_attempt
-        if b is None or not any(g.quality == "sound" for g in self.psnr):
-            return None
-        return (
-            f"PSNR of sound rows is cross-implementation agreement at matched seed and inputs, not parity: "
-            f"the baseline ran {b.baseline.engine} with {b.baseline.dit}, KV cache "
-            f"{'on' if b.baseline.kv_cache else 'off'}."
-        )
 
-    @property
-    def speedup_lines(self) -> list[str]:
-        """One line per fixture and outcome, the flag sets that share it together."""
-        v, target = self.verdict, self.verdict.target_refs
-        groups: dict[tuple, list] = {}
-        for sp in v.speedups:
-            if sp.quality == "sound" or sp.reference_count == target:
-                groups.setdefault((sp.fixture, sp.quality, span(sp.speedup, 1)), []).append(sp)
-        denoise = self.stated_figures.get("denoise_step_latency")
-        denoise_attempt = next(
-            (a.id for a in self.attempts if "denoise_step_latency" in {f.key for f in a.figures}), None
-        )
-        lines = []
-        for (fixture, quality, speedup), found in groups.items():
-            shown = names(dict.fromkeys(vl.config_names([sp.flag_set for sp in found], v.unreached)))
-            wall = Range.of(x for sp in found for x in (sp.wall_s.min, sp.wall_s.max))
-            text = (
-                f"{shown}, {fixture}: {span(wall)} s per image against the baseline's "
-                f"{num(found[0].baseline_wall_s)} s — {speedup}× faster"
-            )
-            if quality != "sound":
-                text += f", but the output is {quality}"
-                unquantized_fit = any(
-                    c.outcome == "ok"
-                    for r in self.rows
-                    if not vl.quantization(self.hosts, r.view.flag_set)
-                    for c in [r.cells.get(target)]
-                    if c is not None
-                )
-                if not unquantized_fit:
-                    text += f": fast but not usable, and no valid {vl.UNQUANTIZED} number exists"
-                for f in self.findings("speed"):
-                    text += f"; {f.statement}"
-            elif denoise is not None and denoise_attempt in {sp.attempt for sp in found}:
-                row = next(r for r in self.rows if r.view.attempt.id == denoise_attempt)
-                text += (
-                    f"; in the {row.label} run the server's denoise step is "
-                    f"{figure_text(denoise)} × {self.steps} steps"
-                )
-            lines.append(text + ".")
-        return lines
 
-    @property
-    def broken_psnr_line(self) -> str | None:
-        broken = [g for g in self.psnr if g.quality == "broken"]
-        if not broken:
-            return None
-        return (
-            f"The {self.verdict.target_refs}-reference PSNR cell is obtainable only under "
-            f"{names(list(dict.fromkeys(g.flag_set for g in broken)))}, and there it is meaningless as "
-            "quality: the outputs are the collapsed renders above, recorded as the broken-output datum, "
-            "not as a usable comparison."
-        )
 
-    @property
-    def propagation_items(self) -> list[tuple[str, list[str]]]:
-        return [propagation_text(p) for p in self.collect("propagation")]
 
-    @property
-    def estimate_rows(self) -> list[tuple[str, ...]]:
-        rows = []
-        for f in self.stated_figures.values():
-            c = self.estimates.get(f.key)
-            judged = (
-                f"{'**disagrees**' if c.judgement == 'disagrees' else c.judgement}: {estimate_note(c)}"
-                if c is not None
-                else "—"
-            )
-            rows.append(
-                (f.label or f.key.replace("_", " ").capitalize(), figure_text(f), f.statement, judged)
-            )
-        return rows
 
-    @property
-    def kv_estimate_line(self) -> str | None:
-        c = self.estimates.get("kv_per_reference")
-        return (
-            None
-            if c is None
-            else f"Against that estimate the measurements are {c.judgement}: {estimate_note(c)}."
-        )
+
+
+
+
+
+
+
+
+
+
+
 
     @property
     def environment(self) -> dict | None:
@@ -644,84 +324,12 @@ def _history_key(e: HistoryEntry) -> tuple:
     )
 
 
-def _opt(r: Range | None, prefix: str = "") -> str:
-    return "—" if r is None else prefix + span(r)
 
 
-def oom_detail(o) -> str:
-    text = f"{o.allocated} allocated" if o.allocated else ""
-    if o.reserved_unallocated:
-        text += f" + {o.reserved_unallocated} reserved-unallocated"
-    if o.requested:
-        text += f"; a {o.requested} ask"
-    if o.location:
-        text += f" at `{o.location}`"
-    return text
 
 
-def estimate_note(c: EstimateCheck) -> str:
-    if c.kind == "kv_per_reference":
-        spread = f", the same cells' own peaks spread {num(c.spread)} {c.unit}" if c.spread else ""
-        return (
-            f"the server-peak deltas from one reference to two ({', '.join(c.flag_sets)}) give "
-            f"{span(c.derived)} {c.unit} per reference (converted from the server's MB){spread}"
-        )
-    if c.kind == "fp8_frees":
-        return (
-            f"the server peaks under {' and '.join(c.flag_sets)} at {', '.join(c.fixtures)} differ by "
-            f"{span(c.derived)} {c.unit} (converted from the server's MB), but they are allocator "
-            "high-water marks of different "
-            "configurations"
-        )
-    return (
-        f"an alpha mean of that level allows at most {num(c.derived.max)} of the pixels to be fully "
-        "transparent"
-    )
 
 
-def propagation_text(p) -> tuple[str, list[str]]:
-    title = "Propagation gap" if p.reached_model is False else "Propagation check"
-    lines = []
-    identical = "byte-identical" if p.bytes_identical else "pixel-identical"
-    if p.via == "offline" and p.reached_model is not None:
-        lines.append(
-            f"The `Omni(...)` kwarg `{p.knob}` "
-            + (
-                "**does not reach the model offline**"
-                if p.reached_model is False
-                else "reaches the model offline"
-            )
-            + f": offline outputs with ({p.flag_set_with}) and without ({p.flag_set_without}) it "
-            + ("differ" if p.reached_model else f"are {identical}")
-            + "."
-        )
-    elif p.reached_model is False:
-        lines.append(
-            f"The deploy-config route for `{p.knob}` **does not reach the model through "
-            f"`vllm serve`**: serve outputs with ({p.flag_set_with}) and without "
-            f"({p.flag_set_without}) it are {identical}."
-        )
-    elif p.reached_model:
-        lines.append(
-            f"The deploy-config route for `{p.knob}` reaches the model: outputs with "
-            f"({p.flag_set_with}) and without ({p.flag_set_without}) it differ."
-        )
-    else:
-        lines.append(f"Whether `{p.knob}` reaches the model was not measured.")
-    if p.deploy_config_ignored:
-        lines.append(
-            "The server's log carries upstream's warning that it ignored the deploy config "
-            '("No registered PipelineConfig resolved for model …").'
-        )
-    if p.dropped_at:
-        lines.append(f"The knob is lost in {p.dropped_at}.")
-    if p.shapes_tried:
-        lines.append(f"Shapes tried: {'; '.join(p.shapes_tried)}.")
-    if p.offline_kwarg_accepted:
-        lines.append("The offline `Omni(...)` engine kwarg is accepted.")
-    if p.note:
-        lines.append(f"{p.note[:1].upper()}{p.note[1:]}.")
-    return title, lines
 
 
 def _cap_of(attempt: LoadedAttempt, capacity_mib: int | None) -> int | None:
