@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from importlinter.cli import lint_imports
 
+import omniprobe
+
 ROOT = Path(__file__).resolve().parents[1]
 NOT_FOR_ANALYSIS = ("omniprobe.harness", "omniprobe.env", "omniprobe.sim", "pynvml")
 
@@ -81,3 +83,28 @@ def test_rendering_and_verdicts_load_no_gpu_harness_env_or_sim_code(module):
 
 def test_the_check_sees_harness_modules_where_they_are_loaded():
     assert "omniprobe.harness.server" in _foreign(_loaded_by("omniprobe.harness.server"))
+
+
+MODULE_LINES_MAX = 500
+CATALOGUE_OPENING = '"""A single catalogue:'
+
+
+def oversized_modules(package: Path) -> list[str]:
+    """Modules over MODULE_LINES_MAX lines whose opening line does not say they are one catalogue."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if len(lines) > MODULE_LINES_MAX and not (lines and lines[0].startswith(CATALOGUE_OPENING)):
+            found.append(f"{path.relative_to(package)}: {len(lines)} lines")
+    return found
+
+
+def test_no_module_does_more_than_one_job_by_size():
+    assert oversized_modules(Path(omniprobe.__file__).parent) == []
+
+
+def test_an_oversized_module_is_seen_unless_it_says_it_is_a_catalogue(tmp_path):
+    (tmp_path / "small.py").write_text('"""One job."""\n')
+    (tmp_path / "big.py").write_text('"""Several jobs."""\n' + "x = 1\n" * MODULE_LINES_MAX)
+    (tmp_path / "table.py").write_text(CATALOGUE_OPENING + ' checks."""\n' + "x = 1\n" * MODULE_LINES_MAX)
+    assert oversized_modules(tmp_path) == [f"big.py: {MODULE_LINES_MAX + 1} lines"]

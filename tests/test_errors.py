@@ -65,8 +65,8 @@ def test_every_command_error_is_in_the_family():
     from omniprobe.env.state import EnvBuildError, EnvError, EnvNotReady
     from omniprobe.evidence.attempts import AttemptBusy
     from omniprobe.harness.client import ReferenceMismatch
-    from omniprobe.harness.offline import RunnerProtocolError
     from omniprobe.harness.offline_plan import KwargSetNotRunnable
+    from omniprobe.harness.runner_events import RunnerProtocolError
     from omniprobe.harness.sampler import GpuBusy, NvmlUnavailable
     from omniprobe.harness.serve_plan import PlanError
     from omniprobe.harness.server import PortInUse

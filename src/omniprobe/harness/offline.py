@@ -2,7 +2,7 @@
 per entry of the host's offline matrix (vLLM-Omni's `Omni(...)` per offline kwarg set, or on a
 Diffusers host the Diffusers pipeline per Diffusers profile). The session around it is
 harness/offline_session.py; what it runs, harness/offline_plan.py; the runner's Python and the
-attempt's environment, harness/offline_env.py.
+attempt's environment, harness/offline_env.py; its results file, harness/runner_events.py.
 
 Each entry runs the runner script (omniprobe/harness/offline_runner.py) with the host's pinned venv
 python (or the host's offline_command), in its own process group under omniprobe.harness.supervise,
@@ -37,7 +37,6 @@ from omniprobe.analysis.summaries import cell_outcome, cell_quality
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.errors import HarnessError
 from omniprobe.evidence.attempts import AttemptStore, file_ref
 from omniprobe.evidence.files import write_section
 from omniprobe.evidence.models.common import ArtifactRef, FailureCause
@@ -70,47 +69,18 @@ from omniprobe.harness.offline_plan import (
 )
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.recorder import record_request
+from omniprobe.harness.runner_events import (
+    RESULT_MEASURES,
+    RunnerEvents,
+    RunnerProtocolError,
+    after_last_event,
+    check_result,
+)
 from omniprobe.harness.sampler import MIB, GpuReader, NvmlUnavailable, Sampler, wait_idle
 from omniprobe.harness.server import SupervisedProcess, classify_exit, no_space_cause
 from omniprobe.redaction import redact_file, redact_text
-from omniprobe.safe_io import json_loads
 
 ATTEMPT_SUFFIX = "-offline"
-
-
-class RunnerProtocolError(HarnessError):
-    """The runner wrote something the protocol does not allow."""
-
-
-class RunnerEvents:
-    """The runner's results file, read as it grows; a line counts once it is complete."""
-
-    def __init__(self, path: Path):
-        self.path, self._offset, self._partial = path, 0, b""
-        self._queue: list[dict] = []
-
-    def next(self) -> dict | None:
-        if not self._queue:
-            self._read()
-        return self._queue.pop(0) if self._queue else None
-
-    def _read(self) -> None:
-        try:
-            with open(self.path, "rb") as handle:
-                handle.seek(self._offset)
-                data = handle.read()
-        except FileNotFoundError:
-            return
-        self._offset += len(data)
-        *lines, self._partial = (self._partial + data).split(b"\n")
-        for line in filter(bytes.strip, lines):
-            try:
-                event = json_loads(line)
-            except ValueError:
-                raise RunnerProtocolError(f"{self.path}: not a JSON line: {line[:200]!r}") from None
-            if not isinstance(event, dict) or "event" not in event:
-                raise RunnerProtocolError(f"{self.path}: a result without 'event': {line[:200]!r}")
-            self._queue.append(event)
 
 
 @dataclass
@@ -321,7 +291,7 @@ class OfflineProbe:
                 waited_from = time.monotonic()
                 event, why = self._next(runner, events, self.settings.request_timeout_s)
                 if event is not None:
-                    _check_result(event, planned, events.path)
+                    check_result(event, planned, events.path)
                 breach = (guard.breach_by(time.monotonic() - runner.started)
                           if guard is not None else None)
                 record = (self._record(entry, planned, event, index, breach)
@@ -480,7 +450,7 @@ class OfflineProbe:
                   "outcome": event.get("outcome"), "wall_s": event.get("wall_s"),
                   "peak_mib": event.get("peak_mib"), "peak_source": event.get("peak_source"),
                   "started_s": event.get("started_s"),
-                  **{k: v for k, v in measured.items() if k in _MEASURED}}
+                  **{k: v for k, v in measured.items() if k in RESULT_MEASURES}}
         image = None
         path = self.store.artifacts / entry.name / "images" / f"{planned.id}.png"
         if event.get("outcome") == "ok":
@@ -508,33 +478,12 @@ class OfflineProbe:
             fields.update(outcome="timeout",
                           error=f"no result within {self.settings.request_timeout_s:g} s")
             return self._add(OfflineRequest.model_validate(fields))
-        log = _after_last_event(read_from(log_path))
+        log = after_last_event(read_from(log_path))
         oom = parse_oom(log, "request", self.model_code)
         fields.update(outcome="oom" if oom else "error", oom=oom,
                       cause=host_ram(log) or classify_failure(log, self.model_code),
                       error=redact_text(f"the runner {why} during the request; its log ends: "
                                         f"{log_tail(log)}"))
         return self._add(OfflineRequest.model_validate(fields))
-
-
-# What a runner's request result may carry beyond the protocol's own fields.
-_MEASURED = ("peak_allocated_mib", "start_allocated_mib", "kv_cache_bytes", "kv_cache_layers",
-             "kv_cache_layers_total", "prefix_tokens", "max_rss_mib")
-
-
-def _check_result(event: dict, planned: PlannedRequest, path: Path) -> None:
-    """A request result as the protocol has it, for the request expected next."""
-    wall = event.get("wall_s")
-    if (event["event"] != "request" or event.get("id") != planned.id
-            or event.get("outcome") not in ("ok", "oom", "error")
-            or not isinstance(wall, int | float) or wall < 0):
-        raise RunnerProtocolError(f"{path}: expected the result of {planned.id!r} with outcome "
-                                  f"ok, oom or error and a wall_s, got {event}")
-
-
-def _after_last_event(log: str) -> str:
-    """The log after the runner's last echoed result line: what the lost request left there."""
-    at = log.rfind('{"event": ')
-    return log if at < 0 else log[at:].partition("\n")[2]
 
 

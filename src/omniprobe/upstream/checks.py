@@ -1,5 +1,5 @@
-"""The named contract checks of the harness against one upstream source, each read off upstream's
-code (never imported): PASS, FAIL or NOT FOUND, with the `file:line` that decides it.
+"""A single catalogue: the named contract checks of the harness against one upstream source, each
+read off upstream's code (never imported): PASS, FAIL or NOT FOUND, with the `file:line` that decides it.
 
 What the harness sends and reads is taken from where the harness declares it as data (hosts.toml
 and its options, omniprobe/protocol.py: the client's form fields and paths, the offline runner's
