@@ -2,7 +2,7 @@
 
     python3 benchmarks/bench_imaging.py [--repeat N]
 
-The timed step is what the quality check does per output once images are decoded: metrics of
+The timed step is what the structure check does per output once images are decoded: metrics of
 the output and of its baseline, then PSNR. Decoding the two PNGs is timed separately.
 """
 
@@ -20,7 +20,7 @@ from machine import describe
 from PIL import Image
 
 from omniprobe.analysis.imaging import load_pixels, measure, psnr, to_pixels
-from omniprobe.config.report_settings import ImageChecks
+from omniprobe.config.report_settings import StructureChecks
 
 WIDTH, HEIGHT = 1248, 832
 TARGET_MS = 30.0
@@ -57,7 +57,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=50)
     args = parser.parse_args()
     machine = describe()  # before the run: the load average is the machine's, not ours
-    cfg = ImageChecks()
+    cfg = StructureChecks()
     base, noisy = pair()
     a, b = to_pixels(Image.fromarray(base), "baseline"), to_pixels(Image.fromarray(noisy), "output")
 

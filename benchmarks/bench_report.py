@@ -47,7 +47,7 @@ def project_with_requests(root: Path) -> Project:
     fixtures = ["single-reference", "edit-compose-pair", "edit-compose-three", "edit-compose-four"]
     records = [{
         "flag_set": "cpuoff", "fixture": fixtures[i % 4], "seed": 2301 + i, "outcome": "ok",
-        "quality": "sound", "wall_s": 30 + i % 7, "server_peak_mb": 20000.0 + i % 900,
+        "structure": "sound", "wall_s": 30 + i % 7, "server_peak_mb": 20000.0 + i % 900,
         "output_sha256": f"{i:064x}", "pixels_sha256": f"{i + 1:064x}",
         "artifact": f"artifacts/bench/{i}.png",
     } for i in range(RECORDS)]

@@ -126,7 +126,7 @@ def main(count: int) -> None:
         probe_module.client.send = original_send
         probe.recorder.close()
         store.close()
-    assert all(r.outcome == "ok" and r.quality == "sound" for r in store.requests)
+    assert all(r.outcome == "ok" and r.structure == "sound" for r in store.requests)
     per_request = batch_wall / count - statistics.mean(handles)
     size = len(Path(project.artifacts_dir / store.requests[-1].artifact).read_bytes())
 

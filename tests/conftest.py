@@ -233,19 +233,19 @@ def repo_copy(tmp_path: Path) -> Project:
     return Project(tmp_path)
 
 
-def agreeing(outcome: str, quality: str, **given) -> dict:
+def agreeing(outcome: str, structure: str, **given) -> dict:
     """Record fields that agree with themselves (evidence/models/requests.py RECORD_INVARIANTS) for a test
-    that cares only about outcome and quality: an ok record names an image, a checked one holds
+    that cares only about outcome and structure: an ok record names an image, a checked one holds
     the image check of its verdict, an OOM its signature. What `given` holds wins."""
     fields: dict = {}
     if outcome == "ok":
         fields.update(artifact="sim/a/images/x.png", output_sha256="0" * 64)
-    if quality != "unchecked":
+    if structure != "unchecked":
         fields["image"] = {"mode": "RGBA", "width": 16, "height": 16,
-                           "opaque_fraction": 1.0 if quality == "sound" else 0.0,
+                           "opaque_fraction": 1.0 if structure == "sound" else 0.0,
                            "alpha_mean": 255.0, "rgb_mean": 120.0, "rgb_std": 30.0,
-                           "flatness": 0.1, "verdict": quality,
-                           "reasons": [] if quality == "sound" else ["transparent"]}
+                           "flatness": 0.1, "verdict": structure,
+                           "reasons": [] if structure == "sound" else ["transparent"]}
     if outcome == "oom":
         fields["oom"] = {"phase": "request"}
     return {**fields, **given}

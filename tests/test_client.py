@@ -80,7 +80,7 @@ def test_image_that_does_not_decode_is_recorded_as_an_error(project):
                        ServeSettings(port=1, model="m", ready_timeout_s=1, request_timeout_s=1,
                                      grace_s=1))
     fields = {"flag_set": "fp8", "fixture": "sim-t2i", "seed": 1, "outcome": "ok",
-              "quality": "unchecked", "wall_s": 0.1}
+              "structure": "unchecked", "wall_s": 0.1}
     images = store.artifacts / "fp8" / "images"
     shown = []  # what the console is told, after each record is written
     probe._record(dict(fields), b"\x89PNG but not really", images / "x.png", shown.append)

@@ -140,9 +140,9 @@ def test_the_tiny_pipeline_runs_end_to_end_and_records_capacity_only(project):
     records = attempt.offline_requests
     assert [loaded.fixtures.get(r.fixture).reference_count for r in records] == [0, 1, 2, 3, 4]
     for r in records:
-        assert (r.outcome, r.weights, r.engine, r.quality) == ("ok", "random", "diffusers",
+        assert (r.outcome, r.weights, r.engine, r.structure) == ("ok", "random", "diffusers",
                                                               "unchecked")
-        assert r.image is None and r.quality_note.startswith("random weights")
+        assert r.image is None and r.structure_note.startswith("random weights")
         assert r.output_sha256 is not None and r.artifact is not None  # hashed, not judged
         assert (r.num_inference_steps, r.sampling_from) == (2, "profile")
         assert r.peak_mib is None and r.peak_source is None  # no CUDA here: no peak to claim
@@ -247,11 +247,11 @@ def test_validate_refuses_a_random_weight_record_that_claims_a_structure_verdict
     [folder] = (project.evidence_dir / HOST).iterdir()
     path = folder / "offline-requests.json"
     data = json.loads(path.read_text())
-    data["offline_requests"][0]["quality"] = "sound"
+    data["offline_requests"][0]["structure"] = "sound"
     path.write_text(json.dumps(data))
     loaded, problems = load_project(project)
     assert any("random-weight record claims no output structure" in str(p) for p in problems)
-    data["offline_requests"][0]["quality"] = "unchecked"
+    data["offline_requests"][0]["structure"] = "unchecked"
     data["offline_requests"][0].pop("weights")
     path.write_text(json.dumps(data))
     _, problems = load_project(project)
@@ -324,7 +324,7 @@ def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_
     [record] = attempt.offline_requests
     assert record.outcome == "ok" and record.weights == "snapshot"
     # The gate applies to a snapshot's output: this one holds random values, so it is noise.
-    assert record.image is not None and record.quality == record.image.verdict == "broken"
+    assert record.image is not None and record.structure == record.image.verdict == "broken"
 
 
 def test_a_snapshot_host_without_its_snapshot_is_refused_before_any_attempt(project, tmp_path,

@@ -190,7 +190,7 @@ def test_an_archive_whose_attempt_does_not_validate_is_refused(repo_copy, tmp_pa
     def bad(members):
         name = next(k for k in members if k.endswith("offline-requests.json"))
         data = json.loads(members[name])
-        data["offline_requests"][0]["quality"] = "sound"
+        data["offline_requests"][0]["structure"] = "sound"
         members[name] = json.dumps(data).encode()
         files = json.loads(members["manifest.json"])
         files["files"][name] = hashlib.sha256(members[name]).hexdigest()

@@ -321,7 +321,7 @@ def test_cells_agree_until_the_emulated_capacity_differs(project, port):
     _emulated_and_real(project, port, "sim-three", "sim-four")
     loaded, _ = load_project(project)
     pairs = compare_cells(loaded.hosts, "sim-emulated", loaded.fixtures, loaded.evidence)
-    assert [(p.fixture, p.capacity_agrees, p.quality_agrees) for p in pairs] == [
+    assert [(p.fixture, p.capacity_agrees, p.structure_agrees) for p in pairs] == [
         ("sim-three", True, True), ("sim-four", True, None)]
     # a 26 GiB emulation of the same card fits four references: that cell disagrees
     hosts = project.hosts_file.read_text().replace(

@@ -36,7 +36,7 @@ def test_the_base_of_a_quantized_flag_set(repo):
     ],
 )
 def test_a_transparent_fraction_against_the_alpha_mean(transparent, alpha_mean, agrees, at_most):
-    o = StructureObservation(scope="s", quality="broken", opaque_fraction=Range(min=0.008, max=0.035),
+    o = StructureObservation(scope="s", structure="broken", opaque_fraction=Range(min=0.008, max=0.035),
                              transparent_fraction=Range(min=transparent[0], max=transparent[1]),
                              alpha_mean=Range(min=alpha_mean, max=alpha_mean))
     check = transparency_check(o, 255)

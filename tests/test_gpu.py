@@ -173,7 +173,7 @@ def test_an_emulated_24_gib_host_caps_the_torch_sim_in_pytorchs_own_oom(project,
           f"{check.checked_samples} samples ({check.unchecked_samples} unchecked); "
           f"breach {check.breach}")
     print(f"four references: {four.outcome}: {four.error}")
-    print({f: (r.outcome, r.quality) for f, r in requests.items()})
+    print({f: (r.outcome, r.structure) for f, r in requests.items()})
 
     assert code == 0  # an OOM reply is a result: the server stayed up and every request ran
     assert (prov.kind, prov.cap_mib, prov.mechanism) == ("emulated", cap_mib, "memory-fraction")
@@ -187,7 +187,7 @@ def test_an_emulated_24_gib_host_caps_the_torch_sim_in_pytorchs_own_oom(project,
     assert four.oom.allowed == f"{capped.allowed_mib / 1024:.2f} GiB"
     assert four.oom.requested == "1.50 GiB"
     # three references fit, with sound output; the tree never went over the cap
-    assert (requests[3].outcome, requests[3].quality) == ("ok", "sound")
+    assert (requests[3].outcome, requests[3].structure) == ("ok", "sound")
     assert requests[1].outcome == "ok"
     assert check.breach is None and check.unchecked_samples == 0
     assert check.peak_mib <= cap_mib

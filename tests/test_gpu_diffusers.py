@@ -54,7 +54,7 @@ def test_under_a_16_gib_cap_the_random_weight_model_builds_fits_0_refs_ooms_at_4
     print(json.dumps([r.model_dump(exclude_none=True, exclude={"error"}) for r in records]))
     ok = [r for r in records if r.fixture == "standin-t2i"]
     oom = [r for r in records if r.fixture == "standin-four"]
-    assert [r.outcome for r in ok] == ["ok", "ok"] and all(r.quality == "unchecked" for r in ok)
+    assert [r.outcome for r in ok] == ["ok", "ok"] and all(r.structure == "unchecked" for r in ok)
     assert all(r.peak_mib is not None and r.peak_mib < CAP_MIB for r in ok)
     assert [r.outcome for r in oom] == ["oom", "oom"]
     assert all(r.oom.allowed is not None and r.oom.requested is not None for r in oom)

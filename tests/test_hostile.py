@@ -112,7 +112,7 @@ def contradict_first(records: list) -> None:
     """A second record of the first one's cell that says OOM, consistent in itself."""
     first = {k: v for k, v in records[0].items()
              if k not in ("artifact", "image", "output_sha256", "pixels_sha256")}
-    records.append({**first, "outcome": "oom", "quality": "unchecked",
+    records.append({**first, "outcome": "oom", "structure": "unchecked",
                     "oom": {"phase": "request"}, "error": "CUDA out of memory"})
 
 
@@ -205,7 +205,7 @@ CASES = [
          ("hosts.toml", "[hosts.rtx5080] key 'host_ram_gib'", "finite"),
          hosts("host_ram_gib = 30", "host_ram_gib = -inf")),
     Case("fraction-nan", "strict", ["validate"], 1,
-         ("hosts.toml", "[quality] key 'min_opaque_fraction'", "finite"),
+         ("hosts.toml", "[structure] key 'min_opaque_fraction'", "finite"),
          hosts("min_opaque_fraction = 0.9", "min_opaque_fraction = nan")),
     Case("layout-format-spec", "strict", ["validate"], 1,
          ("hosts.toml", "[quality] key 'baseline_layout'", "format spec"),
@@ -363,8 +363,8 @@ EMULATED = str(next((_ROOT / "evidence" / "sim-emulated").glob("*-32768mib-probe
 MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
 _REQUESTS = json.loads((Path(__file__).resolve().parent.parent / PROBE / "requests.json")
                        .read_text())["requests"]
-SOUND = next(i for i, r in enumerate(_REQUESTS) if r["quality"] == "sound")
-BROKEN = next(i for i, r in enumerate(_REQUESTS) if r["quality"] == "broken")
+SOUND = next(i for i, r in enumerate(_REQUESTS) if r["structure"] == "sound")
+BROKEN = next(i for i, r in enumerate(_REQUESTS) if r["structure"] == "broken")
 OOM = next(i for i, r in enumerate(_REQUESTS) if r["outcome"] == "oom")
 REQ = f"{PROBE}/requests.json"
 RUNS = f"{PROBE}/runs.json"
@@ -488,21 +488,21 @@ CASES_2 = [
          serve("health_path", '"/v1/health-check_2.0~"')),
 
     # 3. evidence that disagrees with itself, by file, record and field
-    Case("quality-sound-image-broken", "consistency", VALIDATE, 1,
-         (REQ, f"$.requests[{BROKEN}]", "quality: 'sound' disagrees", "image.verdict 'broken'"),
-         requests(set_in([BROKEN, "quality"], "sound"))),
-    Case("report-refuses-a-quality-its-image-denies", "consistency", ["report", "--check"], 2,
-         (REQ, f"$.requests[{BROKEN}]", "quality: 'sound' disagrees"),
-         requests(set_in([BROKEN, "quality"], "sound"))),
-    Case("quality-broken-image-sound", "consistency", VALIDATE, 1,
-         (REQ, f"$.requests[{SOUND}]", "quality: 'broken' disagrees"),
-         requests(set_in([SOUND, "quality"], "broken"))),
+    Case("structure-sound-image-broken", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{BROKEN}]", "structure: 'sound' disagrees", "image.verdict 'broken'"),
+         requests(set_in([BROKEN, "structure"], "sound"))),
+    Case("report-refuses-a-structure-its-image-denies", "consistency", ["report", "--check"], 2,
+         (REQ, f"$.requests[{BROKEN}]", "structure: 'sound' disagrees"),
+         requests(set_in([BROKEN, "structure"], "sound"))),
+    Case("structure-broken-image-sound", "consistency", VALIDATE, 1,
+         (REQ, f"$.requests[{SOUND}]", "structure: 'broken' disagrees"),
+         requests(set_in([SOUND, "structure"], "broken"))),
     Case("oom-rewritten-as-ok", "consistency", VALIDATE, 1,
          (REQ, f"$.requests[{OOM}]", "artifact and output_sha256: required"),
          requests(lambda r: r[OOM].update(outcome="ok"))),
     Case("oom-rewritten-as-ok-and-sound", "consistency", VALIDATE, 1,
          (REQ, f"$.requests[{OOM}]", "needs the image check"),
-         requests(lambda r: r[OOM].update(outcome="ok", quality="sound", artifact="x.png",
+         requests(lambda r: r[OOM].update(outcome="ok", structure="sound", artifact="x.png",
                                           output_sha256="0" * 64))),
     Case("ok-without-its-digest", "consistency", VALIDATE, 1,
          (REQ, f"$.requests[{SOUND}]", "output_sha256: required"),
@@ -510,7 +510,7 @@ CASES_2 = [
     Case("ok-without-its-artifact", "consistency", VALIDATE, 1,
          (REQ, f"$.requests[{SOUND}]", "artifact: required"), requests(drop([SOUND, "artifact"]))),
     Case("sound-without-its-image-check", "consistency", VALIDATE, 1,
-         (REQ, f"$.requests[{SOUND}]", "quality: 'sound' needs the image check"),
+         (REQ, f"$.requests[{SOUND}]", "structure: 'sound' needs the image check"),
          requests(drop([SOUND, "image"]))),
     Case("oom-without-signature-or-text", "consistency", VALIDATE, 1,
          (REQ, f"$.requests[{OOM}]", "oom: required"),
@@ -521,8 +521,8 @@ CASES_2 = [
          (REQ, f"$.requests[{SOUND}]", "oom: a 'ok' record holds no OOM signature"),
          requests(set_in([SOUND, "oom"], {"phase": "request"}))),
     Case("oom-judged-sound", "consistency", VALIDATE, 1,
-         (REQ, f"$.requests[{OOM}]", "quality: 'sound' judges an image"),
-         requests(set_in([OOM, "quality"], "sound"))),
+         (REQ, f"$.requests[{OOM}]", "structure: 'sound' judges an image"),
+         requests(set_in([OOM, "structure"], "sound"))),
     Case("peak-negative", "consistency", VALIDATE, 1,
          (REQ, f"$.requests[{SOUND}].server_peak_mb", "greater than or equal to 0"),
          requests(set_in([SOUND, "server_peak_mb"], -5.0))),
@@ -556,10 +556,10 @@ CASES_2 = [
          (f"{OFFLINE}/offline-requests.json", "$.offline_requests[0].peak_mib"),
          json_edit(f"{OFFLINE}/offline-requests.json",
                    set_in(["offline_requests", 0, "peak_mib"], -1.0))),
-    Case("offline-quality-disagrees", "consistency", VALIDATE, 1,
+    Case("offline-structure-disagrees", "consistency", VALIDATE, 1,
          (f"{OFFLINE}/offline-requests.json", "$.offline_requests[0]", "disagrees"),
          json_edit(f"{OFFLINE}/offline-requests.json",
-                   set_in(["offline_requests", 0, "quality"], "broken"))),
+                   set_in(["offline_requests", 0, "structure"], "broken"))),
     Case("wall-1e300", "consistency", VALIDATE, 1,
          (REQ, f"$.requests[{SOUND}].wall_s", "less than or equal to 604800"),
          requests(set_in([SOUND, "wall_s"], 1e300))),
@@ -1123,7 +1123,7 @@ def test_a_second_open_attempt_in_a_loop_leaves_a_writing_probe_alone(project):
     try:
         for seed in range(SEEDS):  # large records: each write's temp file lives a while
             store.add_request(RequestRecord(flag_set="cpuoff", fixture="sim-t2i", seed=seed,
-                                            outcome="error", quality="unchecked", wall_s=0.1,
+                                            outcome="error", structure="unchecked", wall_s=0.1,
                                             error="stand-in " * 4000))
     finally:
         stop.set()
@@ -1268,7 +1268,7 @@ def test_a_server_that_crashes_on_its_own_is_a_measured_error():
 
     store = AttemptStore.__new__(AttemptStore)
     store.requests = [RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1, outcome="error",
-                                    quality="unchecked", wall_s=1, transport_failure=False)]
+                                    structure="unchecked", wall_s=1, transport_failure=False)]
     assert store.recorded("fp8", "sim-t2i", 1)
     store.requests = [store.requests[0].model_copy(update={"transport_failure": True})]
     assert not store.recorded("fp8", "sim-t2i", 1)
@@ -1313,7 +1313,7 @@ def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records
         def run(self, ctx, store) -> int:
             if records:
                 store.add_request(RequestRecord(flag_set="fp8", fixture="sim-t2i", seed=1,
-                                                outcome="error", quality="unchecked", wall_s=1))
+                                                outcome="error", structure="unchecked", wall_s=1))
             raise EnvironmentFailure("the GPU is busy")
 
         def close(self) -> None:

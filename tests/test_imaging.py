@@ -23,13 +23,13 @@ from omniprobe.analysis.imaging import (
 )
 from omniprobe.cli import main
 from omniprobe.config.hosts import load_hosts
-from omniprobe.config.report_settings import ImageChecks
+from omniprobe.config.report_settings import StructureChecks
 from omniprobe.errors import InputError
 
 from .synthetic import broken_signature, natural, perturbed, save, textbook_psnr
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGURED = load_hosts(ROOT / "hosts.toml").quality
+CONFIGURED = load_hosts(ROOT / "hosts.toml").structure
 
 
 def pixels(array: np.ndarray, name: str = "img", mode: str | None = None):
@@ -57,7 +57,7 @@ def test_a_fully_opaque_natural_image_is_sound():
 
 
 def test_hosts_toml_states_the_documented_defaults():
-    assert ImageChecks() == CONFIGURED
+    assert StructureChecks() == CONFIGURED
 
 
 @pytest.mark.parametrize(("opaque", "flatness", "rgb_std", "broken_by"), [
@@ -70,7 +70,7 @@ def test_hosts_toml_states_the_documented_defaults():
     (0.0, 1.0, 0.0, ["opaque", "flatness", "RGB"]),
 ])
 def test_structure_reasons(opaque, flatness, rgb_std, broken_by):
-    reasons = structure_reasons(opaque, flatness, rgb_std, ImageChecks())
+    reasons = structure_reasons(opaque, flatness, rgb_std, StructureChecks())
     assert [r.split()[0] for r in reasons] == broken_by
 
 
@@ -125,7 +125,7 @@ def test_a_blank_opaque_image_is_broken_by_flatness(colour):
 
 def test_metrics_match_direct_numpy_figures():
     rgba = broken_signature(0.2, alpha_mean=150, seed=3)
-    m = measure(pixels(rgba), ImageChecks(opaque_alpha=200))
+    m = measure(pixels(rgba), StructureChecks(opaque_alpha=200))
     rgb = rgba[..., :3].astype(np.float64)
     assert m.opaque_fraction == pytest.approx(np.mean(rgba[..., 3] >= 200), abs=1e-12)
     assert m.alpha_mean == pytest.approx(rgba[..., 3].mean(), abs=1e-9)
@@ -218,9 +218,9 @@ def test_sixteen_bit_grey_keeps_its_depth(make):
 
 def test_sixteen_bit_figures_are_on_the_eight_bit_scale():
     grey = np.random.default_rng(0).integers(0, 256, (40, 56), dtype=np.uint8)
-    eight = measure(to_pixels(Image.fromarray(grey, "L"), "a"), ImageChecks())
+    eight = measure(to_pixels(Image.fromarray(grey, "L"), "a"), StructureChecks())
     wide = Image.fromarray(grey.astype(np.uint16) * 257)
-    sixteen = measure(to_pixels(wide, "b"), ImageChecks())
+    sixteen = measure(to_pixels(wide, "b"), StructureChecks())
     assert sixteen.mode == "I;16"
     assert sixteen.reasons == eight.reasons
     figures = {"mode", "reasons"}
@@ -387,7 +387,7 @@ def test_image_check_uses_the_projects_thresholds(outside_project, monkeypatch, 
     monkeypatch.setenv("OMNIPROBE_ROOT", str(ROOT))
     save(outside_project / "a.png", broken_signature())
     assert main(["image-check", "--json", "a.png"]) == 1
-    assert json.loads(capsys.readouterr().out)["thresholds_from"].endswith("hosts.toml [quality]")
+    assert json.loads(capsys.readouterr().out)["thresholds_from"].endswith("hosts.toml [structure]")
 
 
 @pytest.mark.parametrize(("setup", "message"), [

@@ -14,6 +14,7 @@ from omniprobe.evidence.migrations import (
     content_path,
     update_to_2,
     update_to_3,
+    update_to_4,
     upgrade,
     version_of,
 )
@@ -28,6 +29,7 @@ VERSIONS = [
     ({"format_version": 1, "requests": []}, 1),
     ({"format_version": 2, "requests": []}, 2),
     ({"format_version": 3, "requests": []}, 3),
+    ({"format_version": 4, "requests": []}, 4),
 ]
 
 
@@ -36,7 +38,7 @@ def test_version_of(data, version):
     assert version_of(data) == version
 
 
-UNKNOWN = [4, 0, -1, "2", 2.0, True, None]
+UNKNOWN = [5, 0, -1, "2", 2.0, True, None]
 
 
 @pytest.mark.parametrize("found", UNKNOWN, ids=repr)
@@ -44,7 +46,7 @@ def test_an_unknown_version_is_refused_by_name(found):
     with pytest.raises(UnknownFormatVersion) as err:
         version_of({"format_version": found, "requests": []})
     assert f"format version {found!r} is not one" in str(err.value)
-    assert "it knows 1, 2, 3" in str(err.value)
+    assert "it knows 1, 2, 3, 4;" in str(err.value)
 
 
 KEYS = [
@@ -116,8 +118,39 @@ def test_update_to_3(file_name, old, new):
     assert update_to_3(file_name, old) == new
 
 
+UPDATES_TO_4 = [
+    # An output's structure verdict (and its note) is `structure`, no longer `quality`.
+    ("requests.json",
+     {"format_version": 3, "requests": [{"seed": 1, "quality": "sound", "quality_note": "n"}]},
+     {"format_version": 4, "requests": [{"seed": 1, "structure": "sound", "structure_note": "n"}]}),
+    ("offline.json", {"format_version": 3, "offline": [{"quality": "broken"}]},
+     {"format_version": 4, "offline": [{"structure": "broken"}]}),
+    ("psnr.json", {"format_version": 3, "psnr": [{"quality": "sound", "comparator": "rgba"}]},
+     {"format_version": 4, "psnr": [{"structure": "sound", "comparator": "rgba"}]}),
+    # runs.json carries it in each run's cells; a run without cells is left as it is.
+    ("runs.json",
+     {"format_version": 3, "runs": [{"flag_set": "a", "cells": [{"quality": "unchecked"}]},
+                                    {"flag_set": "b"}]},
+     {"format_version": 4, "runs": [{"flag_set": "a", "cells": [{"structure": "unchecked"}]},
+                                    {"flag_set": "b"}]}),
+    # A file with no structure verdict, or one that already says `structure`, keeps its keys.
+    ("figures.json", {"format_version": 3, "figures": [{"quality": "x"}]},
+     {"format_version": 4, "figures": [{"quality": "x"}]}),
+    ("requests.json", {"format_version": 3, "requests": [{"quality": "a", "structure": "b"}]},
+     {"format_version": 4, "requests": [{"quality": "a", "structure": "b"}]}),
+    # Malformed content is left for validation to name.
+    ("requests.json", {"format_version": 3, "requests": {}},
+     {"format_version": 4, "requests": {}}),
+]
+
+
+@pytest.mark.parametrize(("file_name", "old", "new"), UPDATES_TO_4)
+def test_update_to_4(file_name, old, new):
+    assert update_to_4(file_name, old) == new
+
+
 def test_upgrade_runs_the_migrations_from_the_version_found():
-    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 3, "psnr": [{"a": 1}]}, 1)
+    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 4, "psnr": [{"a": 1}]}, 1)
     current = {"format_version": FORMAT_VERSION, "psnr": []}
     assert upgrade("psnr.json", current) == (current, FORMAT_VERSION)
 
@@ -141,19 +174,20 @@ def test_the_writer_writes_the_current_version_first(repo, tmp_path):
     runs = parse_file(repo.root / PROBE / "runs.json")
     write_section(tmp_path, "runs.json", runs)
     text = (tmp_path / "runs.json").read_text()
-    assert text.startswith('{\n  "format_version": 3,\n  "runs": [\n')
+    assert text.startswith(f'{{\n  "format_version": {FORMAT_VERSION},\n  "runs": [\n')
     assert text == (repo.root / PROBE / "runs.json").read_text()
 
 
 def test_a_newer_file_is_refused_naming_file_field_and_versions(repo_copy):
     path = repo_copy.root / PROBE / "requests.json"
     data = json.loads(path.read_text())
-    path.write_text(json.dumps({**data, "format_version": 4}))
+    path.write_text(json.dumps({**data, "format_version": FORMAT_VERSION + 1}))
     with pytest.raises(InputError) as err:
         parse_file(path)
     [problem] = err.value.problems
     assert (problem.file, problem.path) == (str(path), "$.format_version")
-    assert "format version 4" in problem.message and "knows 1, 2, 3" in problem.message
+    assert f"format version {FORMAT_VERSION + 1}" in problem.message
+    assert "knows 1, 2, 3, 4" in problem.message
 
 
 def test_a_bad_field_in_a_version_1_file_says_it_was_migrated(repo_copy):
@@ -164,7 +198,7 @@ def test_a_bad_field_in_a_version_1_file_says_it_was_migrated(repo_copy):
     _, problems = load_attempt(path.parent)
     [problem] = problems
     assert problem.path == "$.runs[0].flag_set"
-    assert "(a format version 1 file, path as in version 3)" in problem.message
+    assert f"(a format version 1 file, path as in version {FORMAT_VERSION})" in problem.message
 
 
 def test_validate_names_a_newer_attempt_file_and_leaves_it(repo_copy, monkeypatch, capsys):
@@ -199,12 +233,15 @@ def test_every_committed_evidence_file_is_at_the_current_version(repo):
 
 # Real files as omniprobe committed them before each bump (tests/data/migrations/vN, taken from
 # the history of evidence/rtx3090/seed-3090-2-measured-pair: version 1 at 2e4ae55^, version 2 at
-# 8e1e13f^). Their content has moved on since, so each is held to what its migration does.
+# 8e1e13f^; version 3 from several attempts at 2346ebe). Their content has moved on since, so
+# each is held to what its migrations do.
 OLD = Path(__file__).parent / "data" / "migrations"
+REAL_OLD_FILES = [(1, "attempt.json"), (1, "runs.json"), (1, "figures.json"), (2, "attempt.json"),
+                  (3, "runs.json"), (3, "requests.json"), (3, "offline-requests.json"),
+                  (3, "offline.json"), (3, "psnr.json"), (3, "structure.json")]
 
 
-@pytest.mark.parametrize(("version", "name"), [
-    (1, "attempt.json"), (1, "runs.json"), (1, "figures.json"), (2, "attempt.json")])
+@pytest.mark.parametrize(("version", "name"), REAL_OLD_FILES)
 def test_a_real_file_of_each_older_version_migrates(version, name):
     path = OLD / f"v{version}" / name
     data = json.loads(path.read_text())
@@ -214,5 +251,47 @@ def test_a_real_file_of_each_older_version_migrates(version, name):
     if name == "attempt.json":  # update_to_3: the document by name, its digest unrecorded
         source = loaded.provenance.source
         assert (source.name, source.sha256) == ("000_c587d909495397fe.txt", None)
-    else:  # update_to_2: the bare list under its key
-        assert upgraded[content_key(name)] == data
+        return
+    # update_to_2 puts a bare list under its key; update_to_4 renames quality to structure.
+    content = data if version == 1 else data[content_key(name)]
+    renamed = json.dumps(content).replace('"quality"', '"structure"').replace(
+        '"quality_note"', '"structure_note"')
+    assert json.dumps(upgraded[content_key(name)]) == renamed
+    assert ('"structure"' in renamed) == (name != "figures.json")
+
+
+EMULATED = "evidence/sim-emulated/2026-12-01T094906Z-sim-emulated-12288mib-probe/requests.json"
+
+
+def test_evidence_upgrade_rewrites_an_older_file_as_the_current_writer_would(
+        repo_copy, monkeypatch, capsys):
+    # The real version 3 file is this attempt's requests.json before the bump.
+    path = repo_copy.root / EMULATED
+    current = path.read_text()
+    path.write_text((OLD / "v3" / "requests.json").read_text())
+    others = {p: p.read_bytes() for p in repo_copy.evidence_dir.rglob("*.json") if p != path}
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    assert cli.main(["evidence", "upgrade", "--check"]) == 1
+    out, err = capsys.readouterr()
+    assert f"{path}: format version 3" in out and "1 file(s) older" in err
+    assert cli.main(["evidence", "upgrade"]) == 0
+    assert f"{path}: format version 3 -> {FORMAT_VERSION}" in capsys.readouterr().out
+    assert path.read_text() == current
+    assert {p: p.read_bytes() for p in others} == others
+    assert cli.main(["evidence", "upgrade", "--check"]) == 0
+
+
+def test_evidence_upgrade_refuses_before_writing_when_any_file_is_bad(
+        repo_copy, monkeypatch, capsys):
+    path = repo_copy.root / EMULATED
+    old = (OLD / "v3" / "requests.json").read_text()
+    path.write_text(old)
+    bad = repo_copy.root / MATRIX / "runs.json"
+    runs = json.loads(bad.read_text())
+    runs["runs"][0]["flag_set"] = 7
+    bad.write_text(json.dumps(runs))
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    assert cli.main(["evidence", "upgrade"]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: $.runs[0].flag_set" in err and "Traceback" not in err
+    assert path.read_text() == old

@@ -68,7 +68,7 @@ def test_the_sim_matrix_follows_the_capacity_model_and_validates(project, tmp_pa
     assert attempt.meta.description.startswith("probe-offline by omniprobe")
     # Not an attempt probe-init / probe-serve would resume.
     assert probe_attempts(project.evidence_dir / "sim") == []
-    got = {(r.kwarg_set, r.fixture): (r.outcome, r.quality) for r in attempt.offline_requests}
+    got = {(r.kwarg_set, r.fixture): (r.outcome, r.structure) for r in attempt.offline_requests}
     assert got == {
         ("sim-offline-bf16", "sim-three"): ("ok", "sound"),
         ("sim-offline-bf16", "sim-four"): ("oom", "unchecked"),
@@ -79,10 +79,10 @@ def test_the_sim_matrix_follows_the_capacity_model_and_validates(project, tmp_pa
     oom = next(r for r in attempt.offline_requests if r.outcome == "oom")
     assert oom.oom.phase == "request" and oom.oom.requested == "1.50 GiB"
     assert oom.oom.location.function == "image_mlp" and "CUDA out of memory" in oom.error
-    broken = next(r for r in attempt.offline_requests if r.quality == "broken")
+    broken = next(r for r in attempt.offline_requests if r.structure == "broken")
     assert any("opaque fraction" in reason for reason in broken.image.reasons)
     rows = {(r.kwarg_set, r.fixture): r for r in attempt.offline}
-    assert rows[("sim-offline-fp8", "sim-four")].quality == "broken"
+    assert rows[("sim-offline-fp8", "sim-four")].structure == "broken"
     assert rows[("sim-offline-bf16", "sim-four")].oom.requested == "1.50 GiB"
     assert rows[("sim-offline-bf16", "sim-three")].wall_s is not None
     for row in attempt.offline:
@@ -103,7 +103,7 @@ def test_records_hash_the_saved_image_and_the_kv_knob_changes_its_pixels(project
         path = project.artifacts_dir / record.artifact
         assert hashlib.sha256(path.read_bytes()).hexdigest() == record.output_sha256
         assert pixels_sha256(load_pixels(path)) == record.pixels_sha256
-        assert record.quality == "sound" and record.peak_mib > 0
+        assert record.structure == "sound" and record.peak_mib > 0
         assert record.peak_source == "sim-model"
     # fp8_v takes a quarter of the KV part (320 MiB) off each of the two references.
     assert bf16.peak_mib - fp8v.peak_mib == 2 * 80
@@ -478,7 +478,7 @@ def test_the_harness_runs_the_real_runner_script(project, fake_omni, monkeypatch
                         "--fixture", "sim-pair")
     assert code == 0, out
     single, pair = the_attempt(project).offline_requests
-    assert (single.outcome, single.quality, single.image.width) == ("ok", "sound", 64)
+    assert (single.outcome, single.structure, single.image.width) == ("ok", "sound", 64)
     assert pair.outcome == "oom" and pair.oom.location.function == "image_mlp"
     # The worker's reserved-pool peak off upstream's request output, and the record says so.
     assert (single.peak_mib, single.peak_source) == (20480.2, "worker-reserved")

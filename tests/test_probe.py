@@ -83,20 +83,20 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
 
     # The gate: every image is measured; fp8's collapsed outputs are broken, bf16's sound.
     ok = [r for r in attempt.requests if r.outcome == "ok"]
-    assert all(r.image is not None and r.quality == r.image.verdict for r in ok)
-    assert {r.quality for r in ok if r.flag_set == "fp8"} == {"broken"}
-    assert {r.quality for r in ok if r.flag_set != "fp8"} == {"sound"}
-    assert all(r.quality == "unchecked" and r.image is None
+    assert all(r.image is not None and r.structure == r.image.verdict for r in ok)
+    assert {r.structure for r in ok if r.flag_set == "fp8"} == {"broken"}
+    assert {r.structure for r in ok if r.flag_set != "fp8"} == {"sound"}
+    assert all(r.structure == "unchecked" and r.image is None
                for r in attempt.requests if r.outcome != "ok")
     # hosts.toml [hosts.sim.capacity]: cpuoff holds bf16 weights (14336 MiB) plus three
     # references but not four; layerwise staging leaves room for none; fp8 halves the weights
     # and fits four, but its outputs collapse. So three references are served, by cpuoff, and
-    # fp8 is the capacity unlock that quality blocks.
+    # fp8 is the capacity unlock that structure blocks.
     verdict = host_verdict("sim", loaded.hosts, loaded.fixtures, loaded.evidence)
-    assert (verdict.verdict, verdict.blocker) == ("not-built", "quality")
+    assert (verdict.verdict, verdict.blocker) == ("not-built", "structure")
     assert verdict.highest_served_refs == 3
     assert verdict.served_by == ("cpuoff", "sim-cpuoff-kvfp8v")
-    assert [(u.flag_set, u.attempt, u.quality) for u in verdict.capacity_unlocks] == [
+    assert [(u.flag_set, u.attempt, u.structure) for u in verdict.capacity_unlocks] == [
         ("fp8", attempt.id, "broken")]
     assert verdict.initialised == ("cpuoff", "cpuoff-layerwise", "fp8", "sim-cpuoff-kvfp8v")
     assert verdict.failed_init == ("default",)
@@ -115,7 +115,7 @@ def test_a_probe_whose_cells_are_all_settled_exits_0_whatever_the_card_answered(
     [attempt] = attempts(project)
     assert {r.flag_set: r.init.outcome for r in attempt.runs} == {
         "default": "oom", "fp8": "ready", "cpuoff": "ready"}
-    assert {(r.flag_set, r.outcome, r.quality) for r in attempt.requests} == {
+    assert {(r.flag_set, r.outcome, r.structure) for r in attempt.requests} == {
         ("fp8", "ok", "broken"), ("cpuoff", "oom", "unchecked")}
 
 
@@ -129,7 +129,7 @@ def test_artifacts_are_referenced_by_path_and_sha256(project, port):
     # The quality command's definition, so its determinism groups agree with the probe's.
     assert pixels_sha256(load_pixels(project.artifacts_dir / record.artifact)) == (
         record.pixels_sha256)
-    assert record.quality == "sound" and record.image.width == 64 and record.image.height == 48
+    assert record.structure == "sound" and record.image.width == 64 and record.image.height == 48
     [lifetime] = attempt.runs[0].lifetimes
     for ref in (lifetime.log, lifetime.timeline.series):
         data = (project.artifacts_dir / ref.path).read_bytes()

@@ -18,12 +18,12 @@ from omniprobe.analysis.baseline_compare import (
     pixel_hashes,
 )
 from omniprobe.analysis.imaging import load_pixels, measure, pixels_sha256, to_pixels
-from omniprobe.analysis.structure_gate import gate_record, quality_of
+from omniprobe.analysis.structure_gate import gate_record, structure_of
 from omniprobe.analysis.verdicts import host_verdict
 from omniprobe.cli import main
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.project import Project
-from omniprobe.config.report_settings import ImageChecks
+from omniprobe.config.report_settings import QualitySettings, StructureChecks
 from omniprobe.errors import InputError
 from omniprobe.evidence.files import write_section
 from omniprobe.evidence.load import LoadedAttempt, load_attempt
@@ -36,7 +36,7 @@ from .evidence_scaffold import add_attempt
 from .synthetic import broken_signature, natural, perturbed, save, textbook_psnr
 
 ROOT = Path(__file__).resolve().parents[1]
-CFG = ImageChecks()
+CFG = StructureChecks()
 FIXTURE = "edit-compose-pair"
 WHITE = np.full((16, 16, 4), 255, np.uint8)
 
@@ -45,9 +45,9 @@ def metrics_of(array: np.ndarray) -> ImageMetrics:
     return measure(to_pixels(Image.fromarray(array), "x"), CFG)
 
 
-def record(flag_set="cpuoff", seed=2301, outcome="ok", quality="unchecked", **extra):
+def record(flag_set="cpuoff", seed=2301, outcome="ok", structure="unchecked", **extra):
     return RequestRecord(flag_set=flag_set, fixture=FIXTURE, seed=seed, outcome=outcome,
-                         quality=quality, wall_s=36.7, **agreeing(outcome, quality, **extra))
+                         structure=structure, wall_s=36.7, **agreeing(outcome, structure, **extra))
 
 
 def rtx5080_verdict(repo_copy: Project, request: RequestRecord):
@@ -65,25 +65,25 @@ def rtx5080_verdict(repo_copy: Project, request: RequestRecord):
 # --- the gate ------------------------------------------------------------------------------
 
 
-def test_the_gate_turns_an_ok_request_with_a_broken_image_into_a_quality_failure(repo_copy):
+def test_the_gate_turns_an_ok_request_with_a_broken_image_into_a_structure_failure(repo_copy):
     # The report's trap: an fp8 run counted as working because it returned an image.
-    counted_before = record(flag_set="fp8", quality="sound").model_copy(
+    counted_before = record(flag_set="fp8", structure="sound").model_copy(
         update={"fixture": "edit-compose-four"})
     before = rtx5080_verdict(repo_copy, counted_before)
     assert (before.verdict, before.served_by, before.highest_served_refs) == ("built", ("fp8",), 4)
     gated = gate_record(counted_before, metrics_of(broken_signature()))
-    assert (gated.outcome, gated.quality) == ("ok", "broken")
+    assert (gated.outcome, gated.structure) == ("ok", "broken")
     after = rtx5080_verdict(repo_copy, gated)
-    assert (after.verdict, after.blocker, after.highest_served_refs) == ("not-built", "quality", 0)
-    assert [(u.flag_set, u.quality) for u in after.capacity_unlocks] == [("fp8", "broken")]
+    assert (after.verdict, after.blocker, after.highest_served_refs) == ("not-built", "structure", 0)
+    assert [(u.flag_set, u.structure) for u in after.capacity_unlocks] == [("fp8", "broken")]
     assert gated.image is not None and gated.image.opaque_fraction < 0.05
-    assert counted_before.quality == counted_before.image.verdict == "sound"  # input untouched
+    assert counted_before.structure == counted_before.image.verdict == "sound"  # input untouched
 
 
-@pytest.mark.parametrize(("image", "quality"), [(natural, "sound"), (broken_signature, "broken")])
-def test_the_gate_sets_quality_from_the_image(image, quality):
+@pytest.mark.parametrize(("image", "structure"), [(natural, "sound"), (broken_signature, "broken")])
+def test_the_gate_sets_structure_from_the_image(image, structure):
     gated = gate_record(record(), metrics_of(image()))
-    assert gated.quality == quality and gated.image.verdict == quality
+    assert gated.structure == structure and gated.image.verdict == structure
     assert RequestRecord.model_validate_json(gated.model_dump_json()) == gated
 
 
@@ -97,15 +97,15 @@ def test_the_gate_refuses_a_request_that_returned_no_image():
     (metrics_of(natural()), None, "sound"),
     (metrics_of(broken_signature()), None, "broken"),
     # Re-derived from the recorded figures under other thresholds:
-    (metrics_of(broken_signature()), ImageChecks(min_opaque_fraction=0.01, min_rgb_std=0),
+    (metrics_of(broken_signature()), StructureChecks(min_opaque_fraction=0.01, min_rgb_std=0),
      "sound"),
-    (metrics_of(broken_signature()), ImageChecks(min_opaque_fraction=0.01), "broken"),
+    (metrics_of(broken_signature()), StructureChecks(min_opaque_fraction=0.01), "broken"),
     (metrics_of(WHITE), None, "broken"),
-    (metrics_of(WHITE), ImageChecks(max_flat_fraction=1, min_rgb_std=0), "sound"),
-    (metrics_of(WHITE), ImageChecks(max_flat_fraction=1), "broken"),  # near-flat too
+    (metrics_of(WHITE), StructureChecks(max_flat_fraction=1, min_rgb_std=0), "sound"),
+    (metrics_of(WHITE), StructureChecks(max_flat_fraction=1), "broken"),  # near-flat too
 ])
-def test_quality_of(metrics, thresholds, expected):
-    assert quality_of(metrics, thresholds) == expected
+def test_structure_of(metrics, thresholds, expected):
+    assert structure_of(metrics, thresholds) == expected
 
 
 # --- determinism groups ----------------------------------------------------------------------
@@ -163,7 +163,7 @@ def test_baseline_layout(layout, expected):
 ])
 def test_bad_layouts_are_refused(layout, message):
     with pytest.raises(ValueError, match=message):
-        ImageChecks(baseline_layout=layout)
+        QualitySettings(baseline_layout=layout)
 
 
 def _attempt(attempt_id: str, kind: str, started: str | None, artifact: str | None):
@@ -252,9 +252,9 @@ def test_quality_writes_psnr_rows_and_determinism_groups(project, capsys):
         expected = textbook_psnr(theirs, ours, data_range=255)
         assert row.psnr_db.min == row.psnr_db.max == pytest.approx(expected, abs=1e-6)
         assert (row.comparator, row.baseline_attempt, row.identical) == ("rgba", "q3-pair", False)
-    assert rows[("fp8", 2301)].quality == "broken" and "not a usable" in rows[("fp8", 2301)].note
+    assert rows[("fp8", 2301)].structure == "broken" and "not a usable" in rows[("fp8", 2301)].note
     assert rows[("fp8", 2301)].psnr_db.min < 12 < rows[("cpuoff", 2301)].psnr_db.min
-    assert all(rows[k].quality == "sound" for k in rows if k[0] != "fp8")
+    assert all(rows[k].structure == "sound" for k in rows if k[0] != "fp8")
 
     same = pixels_sha256(load_pixels(project.artifacts_dir / "run-1" / "cpuoff-2301.png"))
     assert [(g.seed, g.flag_sets, g.identical, g.sha256_prefix) for g in attempt.determinism] == [

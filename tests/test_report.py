@@ -95,7 +95,7 @@ def the_shrunk_cache_fits(repo_copy) -> None:
     def cache_fits(data):
         for o in data["offline"]:
             if o["kwarg_set"].startswith("offline-fp8v"):
-                o.update(outcome="ok", quality="sound")
+                o.update(outcome="ok", structure="sound")
                 o.pop("oom", None)
     edit(repo_copy, "evidence/rtx3090/seed-3090-3-offline/offline.json", cache_fits)
 
@@ -105,7 +105,7 @@ def test_the_opening_lines_are_computed_from_the_evidence(repo_copy):
     # A cell's outcome: cpuoff serves three references, so the ceiling rises and the gap goes.
     def three_refs(data):
         cpuoff = next(r for r in data["runs"] if r["flag_set"] == "cpuoff")
-        cpuoff["cells"].append({"fixture": "edit-compose-three", "outcome": "ok", "quality": "sound",
+        cpuoff["cells"].append({"fixture": "edit-compose-three", "outcome": "ok", "structure": "sound",
                                 "wall_s": {"min": 39.0, "max": 39.0}})
     edit(repo_copy, f"{MATRIX}/runs.json", three_refs)
     text = render_report(repo_copy)
@@ -132,8 +132,8 @@ def test_the_opening_lines_are_computed_from_the_evidence(repo_copy):
     def int8_starts(data):
         int8 = next(r for r in data["runs"] if r["flag_set"] == "int8")
         int8["init"] = {"outcome": "ready"}
-        int8["cells"] = [{"fixture": "single-reference", "outcome": "ok", "quality": "sound"},
-                         {"fixture": "edit-compose-four", "outcome": "oom", "quality": "unchecked"}]
+        int8["cells"] = [{"fixture": "single-reference", "outcome": "ok", "structure": "sound"},
+                         {"fixture": "edit-compose-four", "outcome": "oom", "structure": "unchecked"}]
     edit(repo_copy, "evidence/rtx5080/seed-5080-1-init-matrix/runs.json", int8_starts)
     text = render_report(repo_copy)
     assert "**RTX 5080 (16 GB): not-built.**" in text
@@ -157,7 +157,7 @@ def test_blockers_name_their_flag_sets_and_kind(repo):
     assert ("- **cpuoff-layerwise**: starts; runs out of memory from 1 reference on (21.76 GiB allocated "
             "during the request).") in detail
     follow = text[text.index("## Helper-system follow-through"):]
-    assert "init, capacity, quality" not in follow
+    assert "init, capacity, structure" not in follow
     assert ("the cache itself is not the binding constraint on either card (RTX 3090: the resident BF16 "
             "working set plus the 490.00 MiB activation in the image-branch MLP forward; RTX 5080: init), "
             "so a spill path alone would change neither verdict.") in follow
@@ -292,7 +292,7 @@ COMPARISON = re.compile(
 
 @pytest.mark.parametrize("snippet", ['{% if v.verdict == "built" %}', '{{ "s" if n != 1 else "" }}',
                                      '{% if "load" in i.oom.note %}', '{% if r < target %}',
-                                     '{{ xs|selectattr("quality", "equalto", "sound")|list }}',
+                                     '{{ xs|selectattr("structure", "equalto", "sound")|list }}',
                                      '{% if x.key in ["a", "b"] %}'])
 def test_the_template_rule_catches_a_comparison(snippet):
     assert COMPARISON.search(snippet)
@@ -339,7 +339,7 @@ def test_an_edited_template_renders_anew_in_the_same_process(repo_copy):
 def test_verdict_wording_follows_the_evidence(repo_copy):
     add_attempt(repo_copy, "rtx5080", "fixed", runs=[{
         "flag_set": "int8", "init": {"outcome": "ready"},
-        "cells": [{"fixture": "edit-compose-four", "outcome": "ok", "quality": "sound"}]}])
+        "cells": [{"fixture": "edit-compose-four", "outcome": "ok", "structure": "sound"}]}])
     text = render_report(repo_copy)
     assert "**RTX 5080 (16 GB): built.**" in text
     assert "4 references are served with sound output under int8" in text
@@ -386,11 +386,11 @@ def test_span(r, digits, text):
     ("cell", "text"),
     [
         (None, "—"),
-        (Cell(fixture="f", outcome="oom", quality="unchecked"), "**OOM**"),
-        (Cell(fixture="f", outcome="ok", quality="sound", wall_s=Range(min=34.2, max=34.2)), "OK 34.2 s"),
-        (Cell(fixture="f", outcome="ok", quality="broken", wall_s=Range(min=44.06, max=44.35)),
+        (Cell(fixture="f", outcome="oom", structure="unchecked"), "**OOM**"),
+        (Cell(fixture="f", outcome="ok", structure="sound", wall_s=Range(min=34.2, max=34.2)), "OK 34.2 s"),
+        (Cell(fixture="f", outcome="ok", structure="broken", wall_s=Range(min=44.06, max=44.35)),
          "OK 44.06–44.35 s — **output broken**"),
-        (Cell(fixture="f", outcome="ok", quality="unchecked"), "OK (output not checked)"),
+        (Cell(fixture="f", outcome="ok", structure="unchecked"), "OK (output not checked)"),
     ],
 )
 def test_cell_text(cell, text):
@@ -442,7 +442,7 @@ def test_timeline_figures_are_rendered_and_checked(repo_copy):
                                     "peak_source": "process", "peak_t_s": 1.9, "points": points}}]}]))
     (folder / "requests.json").write_text(json.dumps([{
         "flag_set": "cpuoff", "fixture": "edit-compose-pair", "seed": 2301, "outcome": "ok",
-        "quality": "sound", "wall_s": 1.0, "started_s": 0.5, "lifetime": 0,
+        "structure": "sound", "wall_s": 1.0, "started_s": 0.5, "lifetime": 0,
         **agreeing("ok", "sound")}]))
     figure = "report/timelines/rtx3090/probed/cpuoff-0.svg"
     text = render_report(repo_copy)
@@ -468,19 +468,19 @@ def test_measured_image_structure_is_tabulated(repo_copy):
 
     (folder / "requests.json").write_text(json.dumps([
         {"flag_set": "fp8", "fixture": "edit-compose-four", "seed": seed, "outcome": "ok",
-         "quality": "broken", "wall_s": 44.0, "image": image(opaque, "broken"),
+         "structure": "broken", "wall_s": 44.0, "image": image(opaque, "broken"),
          "artifact": f"rtx3090/gated/{seed}.png", "output_sha256": "0" * 64}
         for seed, opaque in ((2301, 0.008), (2302, 0.035))]))
     text = render_report(repo_copy)
     assert "| gated | fp8 | edit-compose-four | 2 | 2 | 0.008–0.035 | 115.0 | 124.5 | 0.000 |" in text
 
 
-def quality_bullet(text):
+def structure_bullet(text):
     return next(line for line in text.splitlines() if line.startswith("- **fp8**: starts"))
 
 
 def test_the_verdict_quotes_the_four_reference_cell_not_the_flag_sets_maximum(repo_copy):
-    line = quality_bullet(render_report(repo_copy))
+    line = structure_bullet(render_report(repo_copy))
     assert "edit-compose-four: 44.06–44.35 s" in line and "server peak 22,918 MB" in line
     assert "23,532" not in line  # the three-reference cell's peak
     assert "the run's GPU series maximum 23,983 MiB" in line
@@ -491,7 +491,7 @@ def test_the_verdict_quotes_the_four_reference_cell_not_the_flag_sets_maximum(re
         cell["edit-compose-three"]["server_peak_mb"] = {"min": 23999, "max": 23999}
         cell["edit-compose-four"]["server_peak_mb"] = {"min": 22111, "max": 22111}
     edit(repo_copy, f"{MATRIX}/runs.json", peaks)
-    line = quality_bullet(render_report(repo_copy))
+    line = structure_bullet(render_report(repo_copy))
     assert "server peak 22,111 MB" in line and "23,999" not in line
 
 
@@ -559,7 +559,7 @@ def test_the_history_merges_rows_that_say_the_same_and_shows_one_that_differs(re
             in text)
     add_attempt(repo_copy, "rtx5080", "fixed", runs=[{
         "flag_set": "int8", "init": {"outcome": "ready"},
-        "cells": [{"fixture": "edit-compose-four", "outcome": "ok", "quality": "sound"}]}])
+        "cells": [{"fixture": "edit-compose-four", "outcome": "ok", "structure": "sound"}]}])
     history = render_report(repo_copy).split("## Verdict history")[1]
     rows = [line for line in history.splitlines() if line.startswith("| RTX 5080 |")]
     assert rows[0].startswith("| RTX 5080 | `seed-5080-1-init-matrix` | 2026-10-07/08 | transcribed |")

@@ -79,7 +79,7 @@ def test_committed_report_parses_as_markdown(repo):
 def test_report_with_new_evidence_still_parses(repo_copy):
     add_attempt(repo_copy, "rtx5080", "fixed", runs=[{
         "flag_set": "int8", "init": {"outcome": "ready"},
-        "cells": [{"fixture": "edit-compose-four", "outcome": "ok", "quality": "sound"}]}])
+        "cells": [{"fixture": "edit-compose-four", "outcome": "ok", "structure": "sound"}]}])
     prop = repo_copy.evidence_dir / "rtx3090" / "seed-3090-1-serve-matrix" / "propagation.json"
     data = json.loads(prop.read_text())
     data["propagation"][0]["bytes_identical"] = False

@@ -65,9 +65,9 @@ def test_regenerating_the_references_gives_the_committed_digests(repo):
 
 
 def test_the_references_look_like_photographs_to_the_gate(repo):
-    quality = load_hosts(repo.hosts_file).quality
+    structure = load_hosts(repo.hosts_file).structure
     for ref in STANDIN_REFERENCES:
-        metrics = measure(load_pixels(repo.fixtures_file.parent / ref.file), quality)
+        metrics = measure(load_pixels(repo.fixtures_file.parent / ref.file), structure)
         assert metrics.verdict == "sound" and metrics.flatness < 0.1 and metrics.rgb_std > 30
         assert (metrics.width, metrics.height) == (ref.width, ref.height)
     assert len({r.seed for r in STANDIN_REFERENCES}) == len(STANDIN_REFERENCES)
@@ -210,7 +210,7 @@ def test_the_stand_ins_run_through_the_sim_end_to_end(project, port, tmp_path):
     # Provenance of the inputs, on every record as written.
     raw = json.loads((attempt.path / "requests.json").read_text())["requests"]
     assert {r["inputs"] for r in raw} == {"stand-in"}
-    outcomes = {(r.flag_set, r.fixture): (r.outcome, r.quality) for r in records}
+    outcomes = {(r.flag_set, r.fixture): (r.outcome, r.structure) for r in records}
     assert outcomes[("cpuoff", "standin-four")] == ("oom", "unchecked")
     assert outcomes[("cpuoff", "standin-three")] == ("ok", "sound")
     assert outcomes[("fp8", "standin-four")] == ("ok", "broken")
@@ -223,9 +223,9 @@ def test_the_stand_ins_run_through_the_sim_end_to_end(project, port, tmp_path):
     assert problems == []
     verdict = host_verdict("sim", loaded.hosts, loaded.fixtures, loaded.evidence)
     assert (verdict.verdict, verdict.blocker, verdict.highest_served_refs) == (
-        "not-built", "quality", 3)
+        "not-built", "structure", 3)
     assert verdict.served_by == ("cpuoff",)
-    assert [(u.flag_set, u.attempt, u.quality, u.fixture) for u in verdict.capacity_unlocks] == [
+    assert [(u.flag_set, u.attempt, u.structure, u.fixture) for u in verdict.capacity_unlocks] == [
         ("fp8", attempt.id, "broken", "standin-four")]
     assert verdict.capacity_inputs == verdict.structure_inputs == ("stand-in",)
     assert verdict.standin_halves == ("capacity", "output structure")
@@ -353,11 +353,11 @@ def test_with_no_runnable_fixture_the_default_refuses_naming_each(project, port)
 
 
 HALVES = [
-    # stand-in requests filed for the 3090 (fixture, outcome, quality) -> verdict, blocker,
+    # stand-in requests filed for the 3090 (fixture, outcome, structure) -> verdict, blocker,
     # capacity inputs, structure inputs, halves on stand-ins
-    ([], ("not-built", "quality", ("original",), ("original",), ())),
+    ([], ("not-built", "structure", ("original",), ("original",), ())),
     ([("standin-four", "oom", "unchecked")],
-     ("not-built", "quality", ("original", "stand-in"), ("original",), ("capacity",))),
+     ("not-built", "structure", ("original", "stand-in"), ("original",), ("capacity",))),
     ([("standin-four", "ok", "sound")],
      ("built", None, ("original", "stand-in"), ("original", "stand-in"),
       ("capacity", "output structure"))),
@@ -376,9 +376,9 @@ def test_stand_in_cells_decide_a_real_hosts_verdict_and_it_says_which_half(repo_
         add_attempt(repo_copy, "rtx3090", "standins", runs=[
             {"flag_set": "cpuoff", "init": {"outcome": "ready"}}], requests=[
             {"flag_set": "cpuoff", "fixture": fixture, "inputs": "stand-in", "seed": seed,
-             "outcome": outcome, "quality": quality, "wall_s": 44.0,
-             **agreeing(outcome, quality)}
-            for fixture, outcome, quality in requests for seed in (2301, 2302)])
+             "outcome": outcome, "structure": structure, "wall_s": 44.0,
+             **agreeing(outcome, structure)}
+            for fixture, outcome, structure in requests for seed in (2301, 2302)])
     loaded, problems = load_project(repo_copy)
     assert problems == []
     v = all_verdicts(loaded.hosts, loaded.fixtures, loaded.evidence)["rtx3090"]

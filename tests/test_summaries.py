@@ -14,11 +14,11 @@ from .conftest import agreeing
 CARD = FailureCause(kind="card", reason="crash in model code")
 
 
-def rec(flag_set, fixture, seed, outcome="ok", quality="unchecked", wall=1.0, peak=None, oom=None,
+def rec(flag_set, fixture, seed, outcome="ok", structure="unchecked", wall=1.0, peak=None, oom=None,
         cause=None):
     return RequestRecord(flag_set=flag_set, fixture=fixture, seed=seed, outcome=outcome,
-                         quality=quality, wall_s=wall, server_peak_mb=peak, cause=cause,
-                         **agreeing(outcome, quality, **({"oom": oom} if oom else {})))
+                         structure=structure, wall_s=wall, server_peak_mb=peak, cause=cause,
+                         **agreeing(outcome, structure, **({"oom": oom} if oom else {})))
 
 
 def test_one_cell_per_fixture_and_flag_set_in_request_order():
@@ -56,14 +56,14 @@ def test_a_cell_takes_its_seeds_and_its_figures_from_the_same_records(records, o
     assert cell.oom == (OOM if outcome == "oom" else None)
 
 
-def test_quality_is_sound_only_when_every_image_is():
-    def cell(*qualities):
-        records = [rec("fp8", "sim-pair", i, quality=q) for i, q in enumerate(qualities)]
-        return cells_from_requests(records)["fp8"][0].quality
+def test_structure_is_sound_only_when_every_image_is():
+    def cell(*structures):
+        records = [rec("fp8", "sim-pair", i, structure=q) for i, q in enumerate(structures)]
+        return cells_from_requests(records)["fp8"][0].structure
 
     assert cell("sound", "sound") == "sound"
     assert cell("sound", "broken") == "broken"
     assert cell("sound", "unchecked") == "unchecked"
     crashed = rec("x", "f", 1, outcome="error", cause=CARD)
     [only] = cells_from_requests([crashed])["x"]
-    assert only.quality == "unchecked" and only.wall_s is None
+    assert only.structure == "unchecked" and only.wall_s is None

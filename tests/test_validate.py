@@ -32,7 +32,7 @@ def test_committed_project_is_valid(repo):
     random = [a for a in loaded.evidence.attempts if a.host.endswith("diffusers")
               or a.host == "diffusers-tiny-cpu"]
     assert random and all(a.meta.weights == "random" for a in random)
-    assert all(r.quality == "unchecked" and r.image is None
+    assert all(r.structure == "unchecked" and r.image is None
                for a in random for r in a.offline_requests)
 
 BAD_EVIDENCE = [

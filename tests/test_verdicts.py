@@ -19,9 +19,9 @@ FIXTURE_OF = {
 
 
 def cells(spec: dict[int, tuple[str, str]]) -> list[dict]:
-    """{refs: (outcome, quality)} -> cell records, one fixture per reference count."""
+    """{refs: (outcome, structure)} -> cell records, one fixture per reference count."""
     return [
-        {"fixture": FIXTURE_OF[r], "outcome": o, "quality": q, "wall_s": {"min": 40, "max": 41}}
+        {"fixture": FIXTURE_OF[r], "outcome": o, "structure": q, "wall_s": {"min": 40, "max": 41}}
         for r, (o, q) in spec.items()
     ]
 
@@ -34,9 +34,9 @@ def verdicts(repo_copy):
 def test_committed_evidence_gives_the_reports_verdicts(repo):
     v = verdicts(repo)
     r3090, r5080 = v["rtx3090"], v["rtx5080"]
-    assert (r3090.verdict, r3090.blocker, r3090.highest_served_refs) == ("not-built", "quality", 2)
+    assert (r3090.verdict, r3090.blocker, r3090.highest_served_refs) == ("not-built", "structure", 2)
     assert r3090.served_by[0] == "cpuoff"
-    assert [(u.flag_set, u.quality) for u in r3090.capacity_unlocks] == [("fp8", "broken")]
+    assert [(u.flag_set, u.structure) for u in r3090.capacity_unlocks] == [("fp8", "broken")]
     assert r3090.failed_init == ("default",)
     assert (r5080.verdict, r5080.blocker, r5080.highest_served_refs) == ("not-built", "init", 0)
     assert len(r5080.failed_init) == 6 and r5080.initialised == ()
@@ -47,7 +47,7 @@ def test_speedups_against_the_baseline(repo):
     pair = [s for s in v.speedups if s.flag_set == "cpuoff" and s.fixture == "edit-compose-pair"][0]
     assert pair.speedup.min == pytest.approx(81.16 / 36.7)
     four = [s for s in v.speedups if s.fixture == "edit-compose-four"][0]
-    assert (four.flag_set, four.quality) == ("fp8", "broken")
+    assert (four.flag_set, four.structure) == ("fp8", "broken")
     assert four.speedup.min == pytest.approx(145.8 / 44.35)
     assert four.speedup.max == pytest.approx(145.8 / 44.06)
 
@@ -76,7 +76,7 @@ SCENARIOS = [
         "int8",
         "ready",
         {4: ("ok", "unchecked")},
-        ("not-built", "quality", 0),
+        ("not-built", "structure", 0),
     ),
     ("5080 init fails again", "rtx5080", "fp8", "oom", {}, ("not-built", "init", 0)),
     ("5080 serves two but four was never asked", "rtx5080", "cpuoff", "ready",
@@ -95,7 +95,7 @@ SCENARIOS = [
         "cpuoff-expandable",
         "ready",
         {3: ("ok", "sound"), 4: ("oom", "unchecked")},
-        ("not-built", "quality", 3),
+        ("not-built", "structure", 3),
     ),
 ]
 
@@ -129,7 +129,7 @@ def test_fp8_with_sound_output_becomes_the_3090_capacity_unlock(repo_copy):
     )
     v = verdicts(repo_copy)["rtx3090"]
     assert ("fp8", "fp8-fixed", "sound") in [
-        (u.flag_set, u.attempt, u.quality) for u in v.capacity_unlocks
+        (u.flag_set, u.attempt, u.structure) for u in v.capacity_unlocks
     ]
     assert v.verdict == "built"
 
@@ -162,16 +162,16 @@ def test_simulated_evidence_never_counts_for_a_real_host(repo_copy):
     assert "sim-attempt" not in v.attempts
 
 
-def request(seed, outcome="ok", quality="sound", fixture="edit-compose-four", wall=40.0, peak=None):
+def request(seed, outcome="ok", structure="sound", fixture="edit-compose-four", wall=40.0, peak=None):
     return {
         "flag_set": "cpuoff",
         "fixture": fixture,
         "seed": seed,
         "outcome": outcome,
-        "quality": quality,
+        "structure": structure,
         "wall_s": wall,
         **({"server_peak_mb": peak} if peak else {}),
-        **agreeing(outcome, quality),
+        **agreeing(outcome, structure),
     }
 
 
@@ -186,13 +186,13 @@ def test_measured_requests_are_summarised_into_cells_that_decide_the_verdict(rep
     )
     v = verdicts(repo_copy)["rtx5080"]
     assert (v.verdict, v.highest_served_refs) == ("built", 4)
-    broken = [*reqs[:3], request(2304, quality="broken")]
+    broken = [*reqs[:3], request(2304, structure="broken")]
     (repo_copy.evidence_dir / "rtx5080" / "measured" / "requests.json").write_text(json.dumps(broken))
-    assert verdicts(repo_copy)["rtx5080"].blocker == "quality"
+    assert verdicts(repo_copy)["rtx5080"].blocker == "structure"
 
 
 CELL_TABLE = [
-    # outcomes/qualities of the requests -> cell outcome, cell quality
+    # outcomes/structures of the requests -> cell outcome, cell structure
     ([("ok", "sound"), ("ok", "sound")], ("ok", "sound")),
     ([("ok", "sound"), ("ok", "broken")], ("ok", "broken")),
     ([("ok", "sound"), ("ok", "unchecked")], ("ok", "unchecked")),
@@ -208,7 +208,7 @@ def test_cell_from_requests(requests, expected):
         RequestRecord.model_validate(request(2301 + i, o, q)) for i, (o, q) in enumerate(requests)
     ]
     cell = cell_from(records)
-    assert (cell.outcome, cell.quality) == expected
+    assert (cell.outcome, cell.structure) == expected
 
 
 def test_cells_from_requests_ranges_and_groups():
@@ -235,7 +235,7 @@ def test_every_blocker_of_the_3090_with_its_flag_sets_in_a_fixed_order(repo):
     assert blockers_of(v) == [
         ("init", ("default",)),
         ("capacity", ("cpuoff", "cpuoff-layerwise", "cpuoff-fp8v", "cpuoff-expandable")),
-        ("quality", ("fp8",)),
+        ("structure", ("fp8",)),
     ]
 
 
@@ -400,7 +400,7 @@ def test_failures_outside_the_card_beside_card_ooms_leave_the_init_blocker(repo_
 def test_a_request_that_failed_outside_the_card_is_no_cell():
     def record(outcome, cause=None):
         return RequestRecord(flag_set="cpuoff", fixture="edit-compose-four", seed=1,
-                             outcome=outcome, quality="unchecked", wall_s=1.0, cause=cause,
+                             outcome=outcome, structure="unchecked", wall_s=1.0, cause=cause,
                              **agreeing(outcome, "unchecked"))
 
     assert cells_from_requests([record("error", ENV_CAUSE)]) == {}

@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from omniprobe.analysis.imaging import Comparator, Pixels, load_pixels, measure, pixels_sha256, psnr
 from omniprobe.config.fixtures import Fixture, FixtureSuite
 from omniprobe.config.project import Project
-from omniprobe.config.report_settings import ImageChecks
+from omniprobe.config.report_settings import QualitySettings, StructureChecks
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.evidence.files import ATTEMPT_FILE, write_section
 from omniprobe.evidence.load import LoadedAttempt
@@ -144,11 +144,11 @@ def baseline_paths(outputs: list[Output], baseline_dir: Path, layout: str,
     return paths
 
 
-def psnr_row(record: RequestRecord, output: Pixels, baseline: Pixels, cfg: ImageChecks,
-             comparator: Comparator, baseline_attempt: str) -> PsnrRow:
+def psnr_row(record: RequestRecord, output: Pixels, baseline: Pixels, checks: StructureChecks,
+             comparator: Comparator, convert_modes: bool, baseline_attempt: str) -> PsnrRow:
     """One request's PSNR against its baseline image, with its output's structure verdict."""
-    result = psnr(baseline, output, comparator, convert_modes=cfg.convert_modes)
-    metrics = measure(output, cfg)
+    result = psnr(baseline, output, comparator, convert_modes=convert_modes)
+    metrics = measure(output, checks)
     note = None
     if metrics.verdict == "broken":
         # The report's lesson: a collapsed output still yields a PSNR; it is not a usable one.
@@ -161,7 +161,7 @@ def psnr_row(record: RequestRecord, output: Pixels, baseline: Pixels, cfg: Image
         identical=result.identical,
         comparator=comparator,
         baseline_attempt=baseline_attempt,
-        quality=metrics.verdict,
+        structure=metrics.verdict,
         note=note,
     )
 
@@ -221,11 +221,11 @@ def latest_attempt_with_outputs(attempts: list[LoadedAttempt]) -> LoadedAttempt:
     return max(candidates, key=lambda a: (a.meta.provenance.started_at.timestamp(), a.id))
 
 
-def _with_layout(cfg: ImageChecks, layout: str | None) -> ImageChecks:
+def _with_layout(cfg: QualitySettings, layout: str | None) -> QualitySettings:
     if layout is None:
         return cfg
     try:
-        return ImageChecks.model_validate({**cfg.model_dump(), "baseline_layout": layout})
+        return QualitySettings.model_validate({**cfg.model_dump(), "baseline_layout": layout})
     except ValidationError as exc:
         raise InputError(problems_from_validation("--layout", exc)) from None
 
@@ -274,7 +274,8 @@ def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None 
         computed[out.index] = pixels_sha256(pixels)
         if out.record.inputs == "original":
             baseline = baseline_pixels[(out.record.fixture, out.record.seed)]
-            rows.append(psnr_row(out.record, pixels, baseline, cfg, comparator, baseline_attempt))
+            rows.append(psnr_row(out.record, pixels, baseline, loaded.hosts.structure, comparator,
+                                 cfg.convert_modes, baseline_attempt))
     groups = determinism_groups(pixel_hashes(outputs, computed))
     written = [write_section(attempt.path, "psnr.json", rows),
                write_section(attempt.path, "determinism.json", groups)]

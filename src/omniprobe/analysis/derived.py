@@ -84,9 +84,9 @@ class PsnrGroup:
         return max((r.psnr_db.max for r in self.rows if r.psnr_db), default=None)
 
     @property
-    def quality(self) -> str:
-        qualities = {r.quality for r in self.rows}
-        return qualities.pop() if len(qualities) == 1 else "mixed"
+    def structure(self) -> str:
+        structures = {r.structure for r in self.rows}
+        return structures.pop() if len(structures) == 1 else "mixed"
 
     @property
     def comparator(self) -> str:

@@ -1,7 +1,7 @@
 """An emulated host beside the host it emulates: what transfers, and cell by cell, whether they agree.
 
 Capacity transfers from the physical GPU to the emulated card; the kernels do not when the two
-compute capabilities differ, and with them speed and output quality may not either. Cells are
+compute capabilities differ, and with them speed and output structure may not either. Cells are
 compared at the emulated card's own capacity only (a sweep's other caps answer another question).
 """
 
@@ -37,13 +37,13 @@ class TransferCaveat:
     def text(self) -> str:
         if self.simulated_card:
             return ("The emulated card is simulated: the capacity model's memory transfers, "
-                    "nothing about kernels or output quality does.")
+                    "nothing about kernels or output structure does.")
         if self.kernels_match:
             return (f"Both are compute capability {self.emulated_cc}: the same kernels run, so "
-                    "capacity and output quality transfer, within what the guard checks.")
+                    "capacity and output structure transfer, within what the guard checks.")
         text = (f"Compute capability {self.emulated_cc} (the emulated card) against "
                 f"{self.physical_cc} (the physical GPU): capacity transfers; kernel paths, and "
-                "therefore speed and output quality, may not.")
+                "therefore speed and output structure, may not.")
         if self.fp8_path_differs:
             text += (f" FP8 weights in particular: below compute capability "
                      f"{FP8_NATIVE_CC[0]}.{FP8_NATIVE_CC[1]} they run through a weight-only "
@@ -92,13 +92,13 @@ class CellPair:
         return self.fits(self.emulated) == self.fits(self.real)
 
     @property
-    def quality_agrees(self) -> bool | None:
+    def structure_agrees(self) -> bool | None:
         """None unless both produced output that was checked."""
         if not (self.fits(self.emulated) and self.fits(self.real)):
             return None
-        if "unchecked" in (self.emulated.quality, self.real.quality):
+        if "unchecked" in (self.emulated.structure, self.real.structure):
             return None
-        return self.emulated.quality == self.real.quality
+        return self.emulated.structure == self.real.structure
 
 
 @dataclass(frozen=True)

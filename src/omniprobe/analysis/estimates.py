@@ -178,5 +178,5 @@ def estimate_checks(figures: dict[str, StatedFigure], deltas: list[KvDelta], vie
         checks.append(kv_check(figures["kv_per_reference"], deltas, views))
     if "fp8_frees" in figures:
         checks.append(fp8_frees_check(figures["fp8_frees"], views, hosts, flag_sets))
-    checks += [transparency_check(o, hosts.quality.opaque_alpha) for o in structure]
+    checks += [transparency_check(o, hosts.structure.opaque_alpha) for o in structure]
     return {c.key: c for c in checks if c is not None}

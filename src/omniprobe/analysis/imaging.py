@@ -44,7 +44,7 @@ import numpy as np
 from PIL import Image
 
 from omniprobe.config.fixtures import MAX_SIDE_PX
-from omniprobe.config.report_settings import ImageChecks
+from omniprobe.config.report_settings import StructureChecks
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.models.requests import ImageMetrics
 from omniprobe.safe_io import read_bytes
@@ -225,7 +225,7 @@ def _fold(a: np.ndarray, op: np.ufunc) -> np.ndarray:
 
 
 def structure_reasons(opaque_fraction: float, flatness: float, rgb_std: float,
-                      cfg: ImageChecks) -> list[str]:
+                      cfg: StructureChecks) -> list[str]:
     """Why an image with these figures is broken under `cfg`; empty when it is sound. Opacity
     sees the seed's collapse only where the image has alpha; the spread of its RGB values sees
     it in an RGB output too (near-flat grey noise, which flatness misses)."""
@@ -239,7 +239,7 @@ def structure_reasons(opaque_fraction: float, flatness: float, rgb_std: float,
     return reasons
 
 
-def measure(px: Pixels, cfg: ImageChecks) -> ImageMetrics:
+def measure(px: Pixels, cfg: StructureChecks) -> ImageMetrics:
     """The metrics and structure verdict of one canonical image."""
     per_level = px.peak // 255  # 1 for 8-bit, 257 for 16-bit: thresholds stay on the 0-255 scale
     rgb_counts, alpha_counts = channel_histograms(px)
@@ -262,7 +262,7 @@ def measure(px: Pixels, cfg: ImageChecks) -> ImageMetrics:
     )
 
 
-def image_metrics(path: str | Path, cfg: ImageChecks) -> ImageMetrics:
+def image_metrics(path: str | Path, cfg: StructureChecks) -> ImageMetrics:
     return measure(load_pixels(path), cfg)
 
 

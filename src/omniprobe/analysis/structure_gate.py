@@ -1,20 +1,20 @@
-"""The structure gate: a request that returned a broken image has quality 'broken', never served.
+"""The structure gate: a request that returned a broken image has structure 'broken', never served.
 
-The one recorder (harness/recorder.py) calls `gate_record(record, measure(pixels, hosts.quality))`
+The one recorder (harness/recorder.py) calls `gate_record(record, measure(pixels, hosts.structure))`
 on every request of every engine that returned an image, random weights excepted; the verdict
-rules count a request as served only when its outcome is ok and its quality is sound.
+rules count a request as served only when its outcome is ok and its structure is sound.
 """
 
 from __future__ import annotations
 
 from omniprobe.analysis.imaging import structure_reasons
-from omniprobe.config.report_settings import ImageChecks
+from omniprobe.config.report_settings import StructureChecks
 from omniprobe.evidence.models.common import StructureVerdict
 from omniprobe.evidence.models.requests import ImageMetrics, Measurement
 
 
-def quality_of(metrics: ImageMetrics | None, thresholds: ImageChecks | None = None) -> StructureVerdict:
-    """The quality an image's metrics give: its recorded verdict, or re-derived under
+def structure_of(metrics: ImageMetrics | None, thresholds: StructureChecks | None = None) -> StructureVerdict:
+    """The structure an image's metrics give: its recorded verdict, or re-derived under
     `thresholds` from the recorded figures; no metrics is 'unchecked'."""
     if metrics is None:
         return "unchecked"
@@ -26,11 +26,11 @@ def quality_of(metrics: ImageMetrics | None, thresholds: ImageChecks | None = No
 
 
 def gate_record(record: Measurement, metrics: ImageMetrics) -> Measurement:
-    """The record with its image metrics attached and its quality set from them."""
+    """The record with its image metrics attached and its structure set from them."""
     if record.outcome != "ok":
         under = getattr(record, "flag_set", None) or getattr(record, "kwarg_set", None)
         raise ValueError(
             f"request {under}/{record.fixture}/seed {record.seed} has outcome "
             f"{record.outcome!r}; only an ok request returns an image to gate"
         )
-    return record.model_copy(update={"image": metrics, "quality": quality_of(metrics)})
+    return record.model_copy(update={"image": metrics, "structure": structure_of(metrics)})

@@ -21,12 +21,12 @@ def cell_outcome(outcomes: list[Outcome]) -> Outcome:
     return next(o for o in _OUTCOME_ORDER if o in outcomes)
 
 
-def cell_quality(records: list[RequestRecord]) -> StructureVerdict:
+def cell_structure(records: list[RequestRecord]) -> StructureVerdict:
     """Sound only when every request returned a sound image; broken when any image was broken."""
-    qualities = {r.quality for r in records}
-    if "broken" in qualities:
+    structures = {r.structure for r in records}
+    if "broken" in structures:
         return "broken"
-    if qualities == {"sound"} and all(r.outcome == "ok" for r in records):
+    if structures == {"sound"} and all(r.outcome == "ok" for r in records):
         return "sound"
     return "unchecked"
 
@@ -45,7 +45,7 @@ def cell_from(records: list[RequestRecord]) -> Cell:
     breach = next((r.emulation_breach for r in records if r.emulation_breach is not None), None)
     return Cell(fixture=records[0].fixture, seeds=sorted({r.seed for r in records}),
                 outcome=cell_outcome([r.outcome for r in records]),
-                quality=cell_quality(records),
+                structure=cell_structure(records),
                 wall_s=_range([r.wall_s for r in ok]),
                 server_peak_mb=_range([r.server_peak_mb for r in ok]),
                 oom=oom, inputs=records[0].inputs, emulation_breach=breach)

@@ -2,7 +2,7 @@
 
 - A reference count is served by a run when every cell at that count is ok with sound output.
 - A host is built when some run serves the target reference count.
-- Otherwise the blocker is `init` when no run got past server start; `quality` when some run
+- Otherwise the blocker is `init` when no run got past server start; `structure` when some run
   fits the target count (every request ok) but its output is not sound; `capacity` when a run
   asked for the target count and did not fit; else `untested`: no run asked for it at all.
 - Simulated evidence counts only for a simulated host; emulated evidence only for the emulated
@@ -20,7 +20,7 @@
   measured is `not-measured`, never blocked at init.
 
 Every blocker, not only the headline one: each flag set that does not serve the target count is
-blocked by the first of init, capacity, quality, untested that holds for it, and the verdict lists
+blocked by the first of init, capacity, structure, untested that holds for it, and the verdict lists
 each blocker with its flag sets in that order. A capacity blocker names the OOM signatures its flag
 sets' evidence records, each with only the flag sets that record it.
 """
@@ -41,7 +41,7 @@ from omniprobe.evidence.models.runs import Cell
 from omniprobe.evidence.quantities import Range
 
 Verdict = Literal["built", "not-built", "not-measured", "no-evidence"]
-Blocker = Literal["init", "capacity", "quality", "untested"]
+Blocker = Literal["init", "capacity", "structure", "untested"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class Speedup:
     flag_set: str
     fixture: str
     reference_count: int
-    quality: str
+    structure: str
     baseline_wall_s: float
     wall_s: Range
     speedup: Range
@@ -78,7 +78,7 @@ class CapacityUnlock:
 
     flag_set: str
     attempt: str
-    quality: str
+    structure: str
     fixture: str | None = None
     wall_s: Range | None = None
     server_peak_mb: Range | None = None
@@ -196,7 +196,7 @@ def evaluate_run(view: ServeRunView, fixtures: FixtureSuite) -> ServeRunResult:
     by_refs = cells_by_refs(view.cells, fixtures)
     fitting = sorted(r for r, cells in by_refs.items() if r > 0
                      and all(c.outcome == "ok" and c.emulation_breach is None for c in cells))
-    served = [r for r in fitting if all(c.quality == "sound" for c in by_refs[r])]
+    served = [r for r in fitting if all(c.structure == "sound" for c in by_refs[r])]
     return ServeRunResult(view, view.run.init.outcome == "ready", tuple(served), tuple(fitting))
 
 
@@ -208,7 +208,7 @@ def capacity_inputs(results: list[ServeRunResult]) -> tuple[str, ...]:
 def structure_inputs(results: list[ServeRunResult]) -> tuple[str, ...]:
     """Whose inputs the output-structure half read: the cells whose output was checked."""
     return tuple(sorted({c.inputs for r in results for c in r.view.cells
-                         if c.quality != "unchecked"}))
+                         if c.structure != "unchecked"}))
 
 
 def compares_to_baseline(cell: Cell) -> bool:
@@ -226,7 +226,7 @@ def speedups(view: ServeRunView, baseline: Baseline, fixtures: FixtureSuite) -> 
         base = walls[cell.fixture]
         out.append(Speedup(
             attempt=view.attempt.id, flag_set=view.flag_set, fixture=cell.fixture,
-            reference_count=fixtures.get(cell.fixture).reference_count, quality=cell.quality,
+            reference_count=fixtures.get(cell.fixture).reference_count, structure=cell.structure,
             baseline_wall_s=base, wall_s=cell.wall_s,
             speedup=Range(min=base / cell.wall_s.max, max=base / cell.wall_s.min),
         ))
@@ -277,7 +277,7 @@ def host_verdict(name: str, hosts: HostsConfig, fixtures: FixtureSuite,
     elif not initialised:
         verdict, blocker = "not-built", "init"
     elif unlocks:
-        verdict, blocker = "not-built", "quality"
+        verdict, blocker = "not-built", "structure"
     elif any(target in cells_by_refs(r.view.cells, fixtures) for r in results):
         verdict, blocker = "not-built", "capacity"
     else:
@@ -301,14 +301,14 @@ def capacity_unlocks(result: ServeRunResult, fixtures: FixtureSuite, target: int
     if target not in result.fitting_refs:
         return []
     at_target = cells_by_refs(result.view.cells, fixtures)[target]
-    quality = "sound" if target in result.served_refs else (
-        "broken" if any(c.quality == "broken" for c in at_target) else "unchecked")
-    return [CapacityUnlock(result.flag_set, result.view.attempt.id, quality, cell.fixture,
+    structure = "sound" if target in result.served_refs else (
+        "broken" if any(c.structure == "broken" for c in at_target) else "unchecked")
+    return [CapacityUnlock(result.flag_set, result.view.attempt.id, structure, cell.fixture,
                            cell.wall_s, cell.server_peak_mb, result.view.run.gpu_peak_mib)
             for cell in at_target]
 
 
-BLOCKER_ORDER: tuple[Blocker, ...] = ("init", "capacity", "quality", "untested")
+BLOCKER_ORDER: tuple[Blocker, ...] = ("init", "capacity", "structure", "untested")
 
 
 def flag_set_blocker(results: list[ServeRunResult], fixtures: FixtureSuite, target: int) -> Blocker | None:
@@ -318,7 +318,7 @@ def flag_set_blocker(results: list[ServeRunResult], fixtures: FixtureSuite, targ
     if not any(r.initialised for r in results):
         return "init"
     if any(target in r.fitting_refs for r in results):
-        return "quality"
+        return "structure"
     if any(target in cells_by_refs(r.view.cells, fixtures) for r in results):
         return "capacity"
     return "untested"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omniprobe.analysis.imaging import IMAGE_SUFFIXES, UnreadableImage, image_metrics
 from omniprobe.cli.tables import text_table
-from omniprobe.config.report_settings import ImageChecks
+from omniprobe.config.report_settings import StructureChecks
 from omniprobe.errors import Problem
 from omniprobe.evidence.models.requests import ImageMetrics
 
@@ -39,7 +39,7 @@ def find_images(paths: Iterable[str | Path]) -> tuple[list[Path], list[Problem]]
     return found, problems
 
 
-def measure_images(paths: Iterable[Path], cfg: ImageChecks) -> tuple[list[Checked], list[Problem]]:
+def measure_images(paths: Iterable[Path], cfg: StructureChecks) -> tuple[list[Checked], list[Problem]]:
     """Measure every image; an unreadable one is a problem, and the rest are still measured."""
     checked: list[Checked] = []
     problems: list[Problem] = []
@@ -64,7 +64,7 @@ def render_table(checked: list[Checked]) -> str:
     return text_table(headers, rows)
 
 
-def render_json(checked: list[Checked], problems: list[Problem], cfg: ImageChecks,
+def render_json(checked: list[Checked], problems: list[Problem], cfg: StructureChecks,
                 thresholds_from: str) -> str:
     payload = {
         "thresholds": cfg.model_dump(),

@@ -20,9 +20,9 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def psnr_summary(result: QualityResult) -> str:
     """What `omniprobe quality` prints: the PSNR rows as a table, then the determinism groups."""
     rows = [[r.flag_set, r.fixture, ", ".join(map(str, r.seeds)),
-             "identical" if r.identical else f"{r.psnr_db.min:.2f}", r.comparator, r.quality]
+             "identical" if r.identical else f"{r.psnr_db.min:.2f}", r.comparator, r.structure]
             for r in result.rows]
-    headers = ["flag set", "fixture", "seed", "psnr (dB)", "comparator", "quality"]
+    headers = ["flag set", "fixture", "seed", "psnr (dB)", "comparator", "structure"]
     lines = [f"attempt {result.attempt.id} against baseline {result.rows[0].baseline_attempt}",
              text_table(headers, rows)]
     lines += [f"refused: {problem.message}" for problem in result.refused]

@@ -77,7 +77,7 @@ class DiffusersHost(_Input):
     weights: Literal["snapshot", "random"] = Field(
         description="snapshot: the pinned snapshot, loaded offline (real hosts); random: every "
                     "component built from the committed configs with random weights (capacity "
-                    "only, never output quality).")
+                    "only, never output structure).")
     configs: InsidePath | None = Field(
         default=None, pattern=r"^models/",
         description="Random weights: the folder under models/ holding the component configs.")

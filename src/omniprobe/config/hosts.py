@@ -12,7 +12,7 @@ from omniprobe.config.flag_sets import DeployConfig, FlagSet, OfflineKwargSet, S
 from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.names import Name
-from omniprobe.config.report_settings import ImageChecks, ProbeSettings, Report
+from omniprobe.config.report_settings import ProbeSettings, QualitySettings, Report, StructureChecks
 from omniprobe.config.stack import BaselineEnv, EnvConfig, Stack, UpstreamPin
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.safe_io import load_toml
@@ -32,7 +32,8 @@ class HostsConfig(HostsTable):
     deploy_configs: dict[Name, DeployConfig] = {}
     offline_kwarg_sets: dict[Name, OfflineKwargSet] = {}
     diffusers_profiles: dict[Name, DiffusersProfile] = {}
-    quality: ImageChecks = ImageChecks()
+    structure: StructureChecks = StructureChecks()
+    quality: QualitySettings = QualitySettings()
     env: EnvConfig | None = Field(
         default=None, description="The probe environment build; null: not configured."
     )

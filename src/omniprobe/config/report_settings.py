@@ -1,5 +1,5 @@
-"""hosts.toml's [report], [probe] and [quality]: what the report cites, the probe's settings, and
-the image checks."""
+"""hosts.toml's [report], [probe], [structure] and [quality]: what the report cites, the probe's
+settings, the output-structure check's thresholds, and how PSNR compares with a baseline."""
 
 from __future__ import annotations
 
@@ -38,9 +38,8 @@ class ProbeSettings(HostsTable):
 LAYOUT_PLACEHOLDERS = frozenset({"fixture", "source_name", "seed"})
 
 
-class ImageChecks(HostsTable):
-    """hosts.toml [quality]: the thresholds of the output-structure check (analysis/imaging.py)
-    and how PSNR compares images with a baseline's (analysis/baseline_compare.py).
+class StructureChecks(HostsTable):
+    """hosts.toml [structure]: the thresholds of the output-structure check (analysis/imaging.py).
 
     Figures are on the 0-255 scale whatever the image's bit depth. The defaults are the values
     hosts.toml states; they apply where a table omits a key or no hosts.toml is found.
@@ -67,6 +66,13 @@ class ImageChecks(HostsTable):
                     "(near-flat): the seed's collapse seen without alpha, which an RGB output "
                     "has, and whose grey noise no tile of the flatness check finds flat.",
     )
+
+
+class QualitySettings(HostsTable):
+    """hosts.toml [quality]: how `omniprobe quality` compares an attempt's images with a
+    baseline's by PSNR (analysis/baseline_compare.py). The defaults are the values hosts.toml
+    states."""
+
     comparator: Literal["rgba", "rgb"] = Field(
         default="rgba", description="Channels PSNR compares; rgba is the seed report's comparator."
     )

@@ -6,6 +6,8 @@ same way. The content key is named for the file (`requests.json` -> `requests`).
 
 Version 1 is the unversioned format: the content alone, an object or a list, with no wrapper.
 Version 3 names a transcribed attempt's source document by file name and sha256, not a path.
+Version 4 calls an output's structure verdict `structure` (and its note `structure_note`), where
+versions 1-3 said `quality`: "quality" now means only the PSNR comparison with a baseline.
 `update_to_N` turns a file of version N-1 into version N; the loader runs them in order, in
 memory (the file on disk is left as it is until the package rewrites it). A version newer than
 this package knows is refused by name rather than guessed at.
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 VERSION_KEY = "format_version"
 
 
@@ -57,7 +59,44 @@ def update_to_3(file_name: str, data: object) -> object:
     return data
 
 
-MIGRATIONS: dict[int, Callable[[str, object], object]] = {2: update_to_2, 3: update_to_3}
+# Version 4's renamed keys, and where in each file the rows that carry them are: the file's own
+# list, or a list inside each of its rows (runs.json: every run's cells).
+RENAMED_IN_4 = {"quality": "structure", "quality_note": "structure_note"}
+ROWS_RENAMED_IN_4: dict[str, str | None] = {
+    "requests.json": None, "offline-requests.json": None, "offline.json": None,
+    "structure.json": None, "psnr.json": None, "runs.json": "cells"}
+
+
+def _renamed(row: object) -> object:
+    if not isinstance(row, dict):
+        return row
+    # A key already under its new name stays, and the old one with it, for validation to name.
+    return {(new if (new := RENAMED_IN_4.get(k)) and new not in row else k): v
+            for k, v in row.items()}
+
+
+def update_to_4(file_name: str, data: object) -> object:
+    """Version 3 -> 4: an output's structure verdict is `structure` (and `structure_note`), no
+    longer `quality`, in every row that carries one."""
+    if not isinstance(data, dict):
+        return data
+    data = {**data, VERSION_KEY: 4}
+    key = content_key(file_name)
+    rows = data.get(key)
+    if file_name not in ROWS_RENAMED_IN_4 or not isinstance(rows, list):
+        return data
+    inner = ROWS_RENAMED_IN_4[file_name]
+    if inner is None:
+        data[key] = [_renamed(row) for row in rows]
+    else:
+        data[key] = [{**row, inner: [_renamed(r) for r in row[inner]]}
+                     if isinstance(row, dict) and isinstance(row.get(inner), list) else row
+                     for row in rows]
+    return data
+
+
+MIGRATIONS: dict[int, Callable[[str, object], object]] = {
+    2: update_to_2, 3: update_to_3, 4: update_to_4}
 KNOWN_VERSIONS = range(1, FORMAT_VERSION + 1)
 
 

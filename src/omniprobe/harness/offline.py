@@ -33,7 +33,7 @@ from typing import TextIO
 
 from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.oom import is_oom, parse_oom
-from omniprobe.analysis.summaries import cell_outcome, cell_quality
+from omniprobe.analysis.summaries import cell_outcome, cell_structure
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
@@ -197,7 +197,7 @@ class OfflineProbe:
             walls = [r.wall_s for r in mine if r.outcome == "ok"]
             rows.append(OfflineCell(
                 kwarg_set=name, fixture=fixture, seeds=sorted({r.seed for r in mine}),
-                outcome=cell_outcome([r.outcome for r in mine]), quality=cell_quality(mine),
+                outcome=cell_outcome([r.outcome for r in mine]), structure=cell_structure(mine),
                 oom=next((r.oom for r in mine if r.oom is not None), None),
                 wall_s=Range.of(walls) if walls else None, init_s=state.init_s, **shared))
         return rows
@@ -302,7 +302,7 @@ class OfflineProbe:
                 pending.pop(0)
                 progress.step(f"[{label}] {planned.fixture.id} seed {planned.seed}: "
                               f"{record.outcome} {record.wall_s:.2f} s"
-                              + (f", output {record.quality}" if record.outcome == "ok" else "")
+                              + (f", output {record.structure}" if record.outcome == "ok" else "")
                               + (f", peak {record.peak_mib:,.0f} MiB" if record.peak_mib else "")
                               + (f" (tried to allocate {record.oom.requested})"
                                  if record.oom and record.oom.requested else "")
@@ -372,7 +372,7 @@ class OfflineProbe:
                     state.build = DiffusersBuild.model_validate(event["facts"])
                 progress.say(f"[{label}] engine built after {event.get('wall_s')} s")
                 return True
-            failure = OfflineCell(kwarg_set=name, outcome="init-error", quality="unchecked",
+            failure = OfflineCell(kwarg_set=name, outcome="init-error", structure="unchecked",
                                  init_s=event.get("wall_s"), note=refused.reason, cause=refused)
         elif event is not None:
             text = event.get("traceback") or event.get("error") or ""
@@ -383,11 +383,11 @@ class OfflineProbe:
             oom = (parse_oom(text, "init", self.model_code)
                    if event.get("outcome") == "oom" or is_oom(text) else None)
             failure = OfflineCell(kwarg_set=name, outcome="init-oom" if oom else "init-error",
-                                 quality="unchecked", oom=oom, init_s=event.get("wall_s"),
+                                 structure="unchecked", oom=oom, init_s=event.get("wall_s"),
                                  note=redact_text(event.get("error") or "")[:500] or None,
                                  cause=classify_failure(text, self.model_code))
         elif why == "timeout":
-            failure = OfflineCell(kwarg_set=name, outcome="timeout", quality="unchecked",
+            failure = OfflineCell(kwarg_set=name, outcome="timeout", structure="unchecked",
                                  note=f"the engine was not built within "
                                       f"{self.settings.ready_timeout_s:g} s")
         else:
@@ -396,7 +396,7 @@ class OfflineProbe:
             init = classify_exit(code if code is not None else -1, log, elapsed, self.model_code)
             # The kernel may have killed it for host RAM: the host's answer.
             cause = host_ram(code, log) or init.cause or no_space_cause(runner.log_path.parent)
-            failure = OfflineCell(kwarg_set=name, quality="unchecked", oom=init.oom,
+            failure = OfflineCell(kwarg_set=name, structure="unchecked", oom=init.oom,
                                  outcome="init-oom" if init.outcome == "oom" else "init-error",
                                  note=init.note, cause=cause)
         state.failure = failure
@@ -437,7 +437,7 @@ class OfflineProbe:
     def _fields(self, entry: OfflineEntry, planned: PlannedRequest, index: int, breach) -> dict:
         steps, guidance, whose = entry.sampling(self.suite.sampling)
         return {"kwarg_set": entry.name, "fixture": planned.fixture.id,
-                "inputs": planned.fixture.inputs, "seed": planned.seed, "quality": "unchecked",
+                "inputs": planned.fixture.inputs, "seed": planned.seed, "structure": "unchecked",
                 "lifetime": index, "emulation_breach": breach,
                 "engine": None if entry.engine == "omni" else entry.engine,
                 "weights": entry.weights, "num_inference_steps": steps,
@@ -466,7 +466,7 @@ class OfflineProbe:
             fields["cause"] = classify_failure(text, self.model_code)
         return self._add(record_request(
             OfflineRequest, fields, image, path, artifacts_dir=self.store.project.artifacts_dir,
-            checks=self.cfg.quality, save=False, unreadable="the runner's image is unreadable"))
+            checks=self.cfg.structure, save=False, unreadable="the runner's image is unreadable"))
 
     def _lost(self, entry: OfflineEntry, planned: PlannedRequest, index: int, why: str | None,
               log_path: Path, waited_s: float, breach,

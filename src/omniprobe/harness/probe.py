@@ -401,7 +401,7 @@ class ServeProbe:
             tuple(self.host.model_code)))
         self._request_causes.setdefault(flag_set, []).append(cause)
         fields = {"flag_set": flag_set, "fixture": fixture.id, "inputs": fixture.inputs,
-                  "seed": seed, "outcome": reply.outcome, "quality": "unchecked",
+                  "seed": seed, "outcome": reply.outcome, "structure": "unchecked",
                   "wall_s": round(reply.wall_s, 4),
                   "server_peak_mb": reply.server_peak_mb,
                   "denoise_step_latency_ms": reply.denoise_step_latency_ms, "oom": oom,
@@ -426,7 +426,7 @@ class ServeProbe:
         calls ok is on disk."""
         record = record_request(RequestRecord, fields, image, path,
                                 artifacts_dir=self.store.project.artifacts_dir,
-                                checks=self.cfg.quality, save=True)
+                                checks=self.cfg.structure, save=True)
         impossible = [message for _, _, message in peaks_within_memory(
             replace(self.checked, requests=[record]), self.bounds)]
         if impossible:  # validate would refuse the attempt: the server broke its contract

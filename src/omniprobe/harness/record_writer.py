@@ -25,7 +25,7 @@ class RecordNotWritten(EnvironmentFailure):
 
 class RecordWriter:
     """Finishes each record off the request path, in order: decoding the image for its pixel
-    hash and quality metrics costs more than the rest of the harness, and overlaps the next
+    hash and structure metrics costs more than the rest of the harness, and overlaps the next
     request this way."""
 
     def __init__(self):

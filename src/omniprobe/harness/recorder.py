@@ -11,7 +11,7 @@ from typing import TypeVar
 from omniprobe.analysis.imaging import UnreadableImage, decode_pixels, measure, pixels_sha256
 from omniprobe.analysis.structure_gate import gate_record
 from omniprobe.atomic import write_bytes_atomic
-from omniprobe.config.report_settings import ImageChecks
+from omniprobe.config.report_settings import StructureChecks
 from omniprobe.digests import sha256_bytes
 from omniprobe.evidence.models.requests import Measurement
 
@@ -22,7 +22,7 @@ RANDOM_WEIGHTS_NOTE = ("random weights: the image means nothing, so the structur
 
 
 def record_request(model: type[M], fields: dict, image: bytes | None, path: Path, *,
-                   artifacts_dir: Path, checks: ImageChecks, save: bool,
+                   artifacts_dir: Path, checks: StructureChecks, save: bool,
                    unreadable: str = "malformed response: the image does not decode") -> M:
     """The record of one request. `image`: the bytes the engine returned (None: none); `save`
     writes them to `path` (an engine that wrote its own file passes False). An image that does
@@ -42,7 +42,7 @@ def record_request(model: type[M], fields: dict, image: bytes | None, path: Path
             fields.update(output_sha256=sha256_bytes(image), pixels_sha256=pixels_sha256(pixels),
                           artifact=str(path.relative_to(artifacts_dir)))
     if pixels is not None and fields.get("weights") == "random":
-        fields.update(quality="unchecked", quality_note=RANDOM_WEIGHTS_NOTE)
+        fields.update(structure="unchecked", structure_note=RANDOM_WEIGHTS_NOTE)
     record = model.model_validate(fields)
     if pixels is not None and record.weights != "random":
         record = gate_record(record, measure(pixels, checks))

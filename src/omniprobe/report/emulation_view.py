@@ -148,7 +148,7 @@ class EmulationSection:
             (
                 p,
                 "agree" if p.capacity_agrees else "**disagree**",
-                ("—" if p.quality_agrees is None else ("agree" if p.quality_agrees else "**disagree**"))
+                ("—" if p.structure_agrees is None else ("agree" if p.structure_agrees else "**disagree**"))
                 + (" (kernel differs: does not transfer)" if p.kernel_caveat else ""),
             )
             for p in self.pairs

@@ -75,9 +75,9 @@ def cell_text(cell: Cell | None) -> str:
     if cell.outcome != "ok":
         return f"**{cell.outcome.upper()}**" + standin_mark(cell)
     text = "OK" + (f" {span(cell.wall_s)} s" if cell.wall_s else "")
-    if cell.quality == "broken":
+    if cell.structure == "broken":
         text += " — **output broken**"
-    elif cell.quality == "unchecked":
+    elif cell.structure == "unchecked":
         text += " (output not checked)"
     return text + standin_mark(cell)
 

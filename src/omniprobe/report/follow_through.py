@@ -78,7 +78,7 @@ def _candidacy(s: HostSection) -> str:
         for row in s.rows
         if row.view.flag_set in v.served_by or row.view.flag_set in {u.flag_set for u in v.unreached}
         for count, c in row.cells.items()
-        if c is not None and c.wall_s and c.quality == "sound" and 0 < count <= v.highest_served_refs
+        if c is not None and c.wall_s and c.structure == "sound" and 0 < count <= v.highest_served_refs
         for x in (c.wall_s.min, c.wall_s.max)
     ]
     counts = "–".join(dict.fromkeys(["1", str(v.highest_served_refs)]))
@@ -102,7 +102,7 @@ def _candidacy(s: HostSection) -> str:
         f". Candidacy holds for ≤{v.highest_served_refs}-reference profiles on {s.host.vram_gb} GB; "
         f"{target}-reference profiles remain on the baseline engine"
     )
-    if v.blocker == "quality":
+    if v.blocker == "structure":
         unlocks = list(dict.fromkeys(u.flag_set for u in v.capacity_unlocks))
         fits = [
             f"all {len(vl.fitting_counts(s, f))} counts fit"

@@ -22,7 +22,7 @@ class StructureRow:
     alpha: str
     rgb: str
     psnr: str
-    quality: str
+    structure: str
     note: str | None
 
 
@@ -106,7 +106,7 @@ class OutputParts:
             for x in v.speedups
             if x.flag_set in v.served_by
             and x.reference_count == v.highest_served_refs
-            and x.quality == "sound"
+            and x.structure == "sound"
         ]
         return found[0] if found else None
 
@@ -137,7 +137,7 @@ class OutputParts:
                     _opt(o.alpha_mean, approx),
                     _opt(o.rgb_mean, approx),
                     _opt(o.psnr_db),
-                    o.quality,
+                    o.structure,
                     o.note,
                 )
             )
@@ -185,7 +185,7 @@ class OutputParts:
             )
             fixture = (o.fixture or "not stated") + (f" ({seeds_text(o.seeds)})" if o.seeds else "")
             outcome = f"**{o.outcome.upper()}**" + (
-                f", output {o.quality}" if o.quality != "unchecked" else ""
+                f", output {o.structure}" if o.structure != "unchecked" else ""
             )
             detail = "; ".join(x for x in (oom_detail(o.oom) if o.oom else None, o.note) if x) or "—"
             rows.append((o.kwarg_set, kwargs, fixture, outcome, detail))
@@ -236,7 +236,7 @@ class OutputParts:
                     values,
                     mean,
                     f"{g.comparator.upper()} vs `{g.baseline}`",
-                    g.quality,
+                    g.structure,
                 )
             )
         return rows
@@ -244,7 +244,7 @@ class OutputParts:
     @property
     def psnr_note(self) -> str | None:
         b = self.baseline_attempt
-        if b is None or not any(g.quality == "sound" for g in self.psnr):
+        if b is None or not any(g.structure == "sound" for g in self.psnr):
             return None
         return (
             f"PSNR of sound rows is cross-implementation agreement at matched seed and inputs, not parity: "
@@ -258,22 +258,22 @@ class OutputParts:
         v, target = self.verdict, self.verdict.target_refs
         groups: dict[tuple, list] = {}
         for sp in v.speedups:
-            if sp.quality == "sound" or sp.reference_count == target:
-                groups.setdefault((sp.fixture, sp.quality, span(sp.speedup, 1)), []).append(sp)
+            if sp.structure == "sound" or sp.reference_count == target:
+                groups.setdefault((sp.fixture, sp.structure, span(sp.speedup, 1)), []).append(sp)
         denoise = self.stated_figures.get("denoise_step_latency")
         denoise_attempt = next(
             (a.id for a in self.attempts if "denoise_step_latency" in {f.key for f in a.figures}), None
         )
         lines = []
-        for (fixture, quality, speedup), found in groups.items():
+        for (fixture, structure, speedup), found in groups.items():
             shown = names(dict.fromkeys(vl.config_names([sp.flag_set for sp in found], v.unreached)))
             wall = Range.of(x for sp in found for x in (sp.wall_s.min, sp.wall_s.max))
             text = (
                 f"{shown}, {fixture}: {span(wall)} s per image against the baseline's "
                 f"{num(found[0].baseline_wall_s)} s — {speedup}× faster"
             )
-            if quality != "sound":
-                text += f", but the output is {quality}"
+            if structure != "sound":
+                text += f", but the output is {structure}"
                 unquantized_fit = any(
                     c.outcome == "ok"
                     for r in self.rows
@@ -296,7 +296,7 @@ class OutputParts:
 
     @property
     def broken_psnr_line(self) -> str | None:
-        broken = [g for g in self.psnr if g.quality == "broken"]
+        broken = [g for g in self.psnr if g.structure == "broken"]
         if not broken:
             return None
         return (

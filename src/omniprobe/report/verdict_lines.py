@@ -273,7 +273,7 @@ def unlock_lines(s) -> list[Line]:
         shown = f"`--quantization {method}`" if method else flag_set
         counts, ran = fitting_counts(s, flag_set), ran_counts(s, flag_set)
         outcome = {"broken": "its output is broken", "sound": "its output is sound"}.get(
-            unlock.quality, "its output was not checked"
+            unlock.structure, "its output was not checked"
         )
         which = "every count it ran" if counts == ran else "only some of the counts it ran"
         lines.append(
@@ -334,7 +334,7 @@ def summary(s) -> str | None:
         group = names(config_names(b.flag_sets, v.unreached))
         if b.kind == "capacity":
             kinds.append(f"{group} run out of memory by {refs(v.target_refs)}")
-        elif b.kind == "quality":
+        elif b.kind == "structure":
             kinds.append(f"{group} fit{'s' if len(b.flag_sets) == 1 else ''} but the output is broken")
         elif b.kind == "untested":
             kinds.append(f"{group} never asked for {refs(v.target_refs)}")
@@ -373,7 +373,7 @@ def blocker_lines(s) -> list[Line]:
                 elif not parts:
                     parts.append(f"{refs(target)} run out of memory, with no OOM signature recorded")
                 lines.append(Line(names(shown), f"{verb}; " + "; ".join(parts)))
-        elif b.kind == "quality":
+        elif b.kind == "structure":
             for name in b.flag_sets:
                 unlocks = [u for u in v.capacity_unlocks if u.flag_set == name]
                 lines.append(
@@ -381,7 +381,7 @@ def blocker_lines(s) -> list[Line]:
                         name,
                         f"starts and fits {refs(target)} ("
                         + "; ".join(_unlock_figures(s, u) for u in unlocks)
-                        + f"), but its output is {unlocks[0].quality}",
+                        + f"), but its output is {unlocks[0].structure}",
                     )
                 )
         else:

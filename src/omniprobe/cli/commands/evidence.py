@@ -1,4 +1,5 @@
-"""`omniprobe evidence pack|unpack`: evidence made on another machine, brought back whole."""
+"""`omniprobe evidence pack|unpack|upgrade`: evidence made on another machine, brought back whole;
+evidence of an older format version, rewritten as the current one."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ def run(args: argparse.Namespace) -> int:
     from omniprobe.evidence import archive
 
     project = find_project()
+    if args.evidence_command == "upgrade":
+        return _upgrade(project.evidence_dir, check=args.check)
     if args.evidence_command == "unpack":
         ids = archive.unpack(args.archive, project.evidence_dir, project.artifacts_dir)
         print(f"unpacked {len(ids)} attempt(s) into {project.evidence_dir}: {', '.join(ids)}")
@@ -31,6 +34,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _upgrade(evidence_dir: Path, *, check: bool) -> int:
+    from omniprobe.evidence.migrations import FORMAT_VERSION
+    from omniprobe.evidence.upgrade import older_files, upgrade_evidence
+
+    older = older_files(evidence_dir) if check else upgrade_evidence(evidence_dir)
+    for path, version in older:
+        print(f"{path}: format version {version}" + ("" if check else f" -> {FORMAT_VERSION}"))
+    if check and older:
+        print(f"error: {len(older)} file(s) older than format version {FORMAT_VERSION}; run "
+              "`omniprobe evidence upgrade`", file=sys.stderr)
+        return 1
+    print(f"{'checked' if check else 'upgraded'}: every evidence file under {evidence_dir} is at "
+          f"format version {FORMAT_VERSION}" + (f" ({len(older)} rewritten)" if older else ""))
+    return 0
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("evidence", help="bring evidence made on another machine back whole")
     ev_sub = p.add_subparsers(dest="evidence_command", required=True)
@@ -46,4 +65,9 @@ def add_parser(sub) -> None:
     q = ev_sub.add_parser("unpack", help="check an archive's digests and attempts, then move "
                           "them into evidence/ and artifacts/; refuses to overwrite anything")
     q.add_argument("archive", type=Path)
+    q.set_defaults(func=run)
+    q = ev_sub.add_parser("upgrade", help="rewrite evidence files of an older format version as "
+                          "the current one, after validating all of them; nothing else changes")
+    q.add_argument("--check", action="store_true",
+                   help="only list the older files, and exit 1 if there are any")
     q.set_defaults(func=run)

@@ -11,14 +11,14 @@ from omniprobe.config.project import NoProject, find_project
 def run(args: argparse.Namespace) -> int:
     from omniprobe.cli.image_check import find_images, measure_images, render_json, render_table
     from omniprobe.config.hosts import load_hosts
-    from omniprobe.config.report_settings import ImageChecks
+    from omniprobe.config.report_settings import StructureChecks
 
     try:
         hosts_file = find_project().hosts_file
     except NoProject:
-        cfg, source = ImageChecks(), "built-in defaults (no hosts.toml found)"
+        cfg, source = StructureChecks(), "built-in defaults (no hosts.toml found)"
     else:
-        cfg, source = load_hosts(hosts_file).quality, f"{hosts_file} [quality]"
+        cfg, source = load_hosts(hosts_file).structure, f"{hosts_file} [structure]"
     paths, problems = find_images(args.paths)
     checked, unreadable = measure_images(paths, cfg)
     problems += unreadable

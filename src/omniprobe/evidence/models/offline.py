@@ -24,7 +24,7 @@ class OfflineCell(EvidenceModel):
     fixture: str | None = None
     seeds: list[int] | None = None
     outcome: Literal["ok", "oom", "error", "timeout", "init-oom", "init-error"]
-    quality: StructureVerdict
+    structure: StructureVerdict
     oom: OomSignature | None = None
     note: str | None = None
     wall_s: Range | None = Field(default=None, description="Probed runs: walls of the ok requests.")

@@ -24,7 +24,7 @@ class StructureObservation(EvidenceModel):
     psnr_db: Range | None = None
     approximate: bool = Field(default=False, description="The seed gives the alpha and RGB means as "
                                                           "approximate (~, ≈).")
-    quality: StructureVerdict
+    structure: StructureVerdict
     note: str | None = None
 
 
@@ -39,7 +39,7 @@ class PsnrRow(EvidenceModel):
     )
     comparator: Literal["rgba", "rgb"]
     baseline_attempt: str
-    quality: StructureVerdict
+    structure: StructureVerdict
     note: str | None = None
 
     @model_validator(mode="after")

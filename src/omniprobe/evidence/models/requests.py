@@ -49,18 +49,18 @@ def ok_names_its_image(record) -> None:
                              "it returned (its file and sha256)")
 
 
-def quality_is_its_image_check(record) -> None:
+def structure_is_its_image_check(record) -> None:
     """'sound' or 'broken' is the verdict of the record's own image check."""
-    if record.quality == "unchecked":
+    if record.structure == "unchecked":
         return
     if record.outcome != "ok":
-        raise ValueError(f"quality: {record.quality!r} judges an image, and a {record.outcome!r} "
+        raise ValueError(f"structure: {record.structure!r} judges an image, and a {record.outcome!r} "
                          "record returned none; expected 'unchecked'")
     if record.image is None:
-        raise ValueError(f"quality: {record.quality!r} needs the image check it comes from "
+        raise ValueError(f"structure: {record.structure!r} needs the image check it comes from "
                          "(image), which the record lacks")
-    if record.image.verdict != record.quality:
-        raise ValueError(f"quality: {record.quality!r} disagrees with the record's image check "
+    if record.image.verdict != record.structure:
+        raise ValueError(f"structure: {record.structure!r} disagrees with the record's image check "
                          f"(image.verdict {record.image.verdict!r})")
 
 
@@ -74,7 +74,7 @@ def oom_states_its_signature(record) -> None:
         raise ValueError(f"oom: a {record.outcome!r} record holds no OOM signature")
 
 
-RECORD_INVARIANTS = (ok_names_its_image, quality_is_its_image_check, oom_states_its_signature)
+RECORD_INVARIANTS = (ok_names_its_image, structure_is_its_image_check, oom_states_its_signature)
 
 
 def record_invariants(record):
@@ -90,15 +90,15 @@ class Measurement(EvidenceModel):
     fixture: str
     seed: Seed
     outcome: Outcome
-    quality: StructureVerdict
+    structure: StructureVerdict
     wall_s: Wall
     output_sha256: Sha256 | None = None
     pixels_sha256: Sha256 | None = Field(default=None, description="imaging.pixels_sha256.")
     artifact: InsidePath | None = Field(
         default=None, description="Image path outside git, relative to the artifacts folder.")
     image: ImageMetrics | None = None
-    quality_note: str | None = Field(
-        default=None, description="Why quality is unchecked for an image that came back (random "
+    structure_note: str | None = Field(
+        default=None, description="Why structure is unchecked for an image that came back (random "
                                   "weights: the structure gate is not applied).")
     oom: OomSignature | None = None
     error: str | None = None
@@ -123,8 +123,8 @@ class Measurement(EvidenceModel):
 
     @model_validator(mode="after")
     def _random_weights_capacity_only(self):
-        if self.weights == "random" and (self.quality != "unchecked" or self.image is not None):
-            raise ValueError("a random-weight record claims no output structure: quality must be "
+        if self.weights == "random" and (self.structure != "unchecked" or self.image is not None):
+            raise ValueError("a random-weight record claims no output structure: structure must be "
                              "'unchecked' and image absent (random weights count for capacity "
                              "only)")
         return self

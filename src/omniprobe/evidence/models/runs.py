@@ -49,7 +49,7 @@ class Cell(EvidenceModel):
     fixture: str
     seeds: list[int] | None = Field(default=None, description="null: not stated.")
     outcome: Outcome
-    quality: StructureVerdict = Field(description="Output structure; only 'sound' counts as served.")
+    structure: StructureVerdict = Field(description="Output structure; only 'sound' counts as served.")
     wall_s: Range | None = None
     server_peak_mb: Range | None = Field(default=None, description="Server-reported peak (MB).")
     oom: OomSignature | None = None

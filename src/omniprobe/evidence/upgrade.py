@@ -1,0 +1,50 @@
+"""Evidence files written in an older format version, rewritten as the current one
+(`omniprobe evidence upgrade`): the loader migrates them in memory; this makes it so on disk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from omniprobe.atomic import write_text_atomic
+from omniprobe.errors import InputError, Problem
+from omniprobe.evidence.files import FILE_MODELS, parse_file
+from omniprobe.evidence.load import load_evidence
+from omniprobe.evidence.migrations import FORMAT_VERSION, upgrade, version_of
+from omniprobe.safe_io import parse_json, read_text
+
+
+def older_files(evidence_dir: Path) -> list[tuple[Path, int]]:
+    """Each evidence file under evidence/<host>/<attempt>/ in an older format version, with it."""
+    found = []
+    for path in sorted(evidence_dir.glob("*/*/*.json")):
+        if path.name in FILE_MODELS:
+            version = version_of(parse_json(path, read_text(path)))
+            if version < FORMAT_VERSION:
+                found.append((path, version))
+    return found
+
+
+def upgrade_evidence(evidence_dir: Path) -> list[tuple[Path, int]]:
+    """Rewrite every older file in the current format version, each atomically. The whole
+    evidence tree is validated first, and every new text made before the first is written: a
+    problem anywhere leaves every file as it was."""
+    if not evidence_dir.is_dir():
+        raise InputError([Problem(str(evidence_dir), "", "evidence folder not found")])
+    _, problems = load_evidence(evidence_dir)
+    if problems:
+        raise InputError(problems)
+    older = older_files(evidence_dir)
+    texts = [(path, upgraded_text(path)) for path, _ in older]
+    for path, text in texts:
+        write_text_atomic(path, text)
+    return older
+
+
+def upgraded_text(path: Path) -> str:
+    """The file as its migrations leave it, and nothing more: keys in their order, and no
+    default of a field newer than the file filled in (the loader reads those the same way)."""
+    data, _ = upgrade(path.name, parse_json(path, read_text(path)))
+    text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    parse_file(path, text)  # the current format's validation, naming the file on a problem
+    return text
