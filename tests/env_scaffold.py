@@ -203,15 +203,6 @@ served_model_name = "{MODEL_REPO}"
 [probe]
 target_reference_count = 1
 
-[report]
-title = "test"
-downstream_repo = "test"
-serving_profile_issue = 1
-topology_issue = 1
-retention_issue = 1
-upstream_issue = 1
-earlier_probe_issue = 1
-
 [hosts.testhost]
 name = "Test host"
 hostname = "{socket.gethostname()}"

@@ -18,10 +18,10 @@ from omniprobe.env.build import build_env
 from omniprobe.env.resolve import (
     RecipeMismatch,
     ResolutionConflict,
-    check_recipe,
     explain_conflict,
     index_strategy,
     recipe_versions,
+    require_recipe_agrees,
     resolve_plan,
 )
 from omniprobe.env.state import Runner, env_paths, uv_command
@@ -137,15 +137,15 @@ def test_recipe_versions(text, versions):
 
 def test_the_recipe_check(tmp_path):
     assert "cannot check against recipes/Qwen/Qwen-Image-2.1.md: the file is not in" in \
-        check_recipe(VLLM, tmp_path, "8484d85d1" + "0" * 31)
+        require_recipe_agrees(VLLM, tmp_path, "8484d85d1" + "0" * 31)
     recipe = tmp_path / "recipes" / "Qwen" / "Qwen-Image-2.1.md"
     recipe.parent.mkdir(parents=True)
     recipe.write_text("```\nuv pip install vllm==0.31.0\n```\n")
-    assert "names it" in check_recipe(VLLM, tmp_path, "8484d85d1")
+    assert "names it" in require_recipe_agrees(VLLM, tmp_path, "8484d85d1")
     recipe.write_text("```\nuv pip install vllm==0.32.1\n```\n")
     with pytest.raises(RecipeMismatch, match="pinned to 0.31.0, but recipes/Qwen/Qwen-Image-2.1.md "
                                              "at 8484d85d1 names 0.32.1"):
-        check_recipe(VLLM, tmp_path, "8484d85d1")
+        require_recipe_agrees(VLLM, tmp_path, "8484d85d1")
 
 
 def test_an_override_lets_a_pin_win_over_another_packages_requirement(wheels):

@@ -26,6 +26,7 @@ from omniprobe.config.project import Project
 PROBE = "evidence/sim/2026-11-30T095416Z-sim-probe"
 OFFLINE = "evidence/sim/2026-11-30T095539Z-sim-offline"
 FIXTURES = "fixtures/fixtures.json"
+REPORT_SETTINGS = "templates/report.toml"
 SIM_REF = "fixtures/sim/ref-a.png"
 _COMMITTED = json.loads((Path(__file__).resolve().parent.parent / FIXTURES).read_text())
 AT = {f["id"]: i for i, f in enumerate(_COMMITTED["fixtures"])}  # a fixture's index in the file
@@ -43,14 +44,22 @@ def write(rel: str, data: bytes | str) -> Callable[[Path], None]:
     return apply
 
 
-def hosts(old: str, new: str) -> Callable[[Path], None]:
-    """Replace one exact piece of hosts.toml."""
+def text_edit(file: str, old: str, new: str) -> Callable[[Path], None]:
+    """Replace one exact piece of a text file of the project."""
     def apply(root: Path) -> None:
-        path = root / "hosts.toml"
+        path = root / file
         text = path.read_text()
         assert old in text, old
         path.write_text(text.replace(old, new, 1))
     return apply
+
+
+def hosts(old: str, new: str) -> Callable[[Path], None]:
+    return text_edit("hosts.toml", old, new)
+
+
+def report_settings(old: str, new: str) -> Callable[[Path], None]:
+    return text_edit(REPORT_SETTINGS, old, new)
 
 
 def json_edit(rel: str, edit: Callable[[dict], object]) -> Callable[[Path], None]:
@@ -351,6 +360,16 @@ CASES = [
          (f"{OFFLINE}/offline-requests.json", "(kwarg set, fixture, seed)"),
          json_edit(f"{OFFLINE}/offline-requests.json",
                    lambda d: d["offline_requests"].append(d["offline_requests"][0]))),
+    # templates/report.toml: the report's words, apart from hosts.toml
+    Case("report-table-left-in-hosts", "strict", ["validate"], 1,
+         ("hosts.toml", "[report]", "templates/report.toml"),
+         hosts("[probe]\n", '[report]\ntitle = "x"\n\n[probe]\n')),
+    Case("report-settings-unknown-key", "strict", ["validate"], 1,
+         (REPORT_SETTINGS, "key 'subtitle'", "unknown key"),
+         report_settings("title = ", 'subtitle = "x"\ntitle = ')),
+    Case("report-settings-missing", "loader", ["report", "--check"], 2,
+         (REPORT_SETTINGS, "file not found"),
+         lambda root: (root / REPORT_SETTINGS).unlink()),
 ]
 
 
@@ -637,11 +656,11 @@ CASES_2 = [
     Case("vram-zero", "numbers", VALIDATE, 1, (HOSTS, "[hosts.rtx3090] key 'vram_gb'", "greater than 0"),
          hosts("vram_gb = 24", "vram_gb = 0")),
     Case("issue-negative", "numbers", VALIDATE, 1,
-         (HOSTS, "[report] key 'serving_profile_issue'", "greater than or equal to 1"),
-         hosts("serving_profile_issue = 27", "serving_profile_issue = -27")),
+         (REPORT_SETTINGS, "key 'serving_profile_issue'", "greater than or equal to 1"),
+         report_settings("serving_profile_issue = 27", "serving_profile_issue = -27")),
     Case("issue-absurd", "numbers", VALIDATE, 1,
-         (HOSTS, "[report] key 'topology_issue'", "less than or equal to 10000000"),
-         hosts("topology_issue = 164", "topology_issue = 99999999999")),
+         (REPORT_SETTINGS, "key 'topology_issue'", "less than or equal to 10000000"),
+         report_settings("topology_issue = 164", "topology_issue = 99999999999")),
     Case("seed-at-2-32", "numbers", VALIDATE, 1,
          (FIXTURES, "$.sampling.seeds[0]", "less than or equal to 4294967295"),
          fixtures(set_in(["sampling", "seeds", 0], 2**32))),
@@ -765,8 +784,11 @@ CASES_2 = [
          ("schemas: a file where a folder belongs",),
          lambda root: (shutil.rmtree(root / "schemas"), (root / "schemas").write_text("x"))),
     Case("templates-missing", "filesystem", ["report"], 2,
-         ("templates/report.md.j2: template not found",),
+         ("templates/report.toml: file not found",),
          lambda root: shutil.rmtree(root / "templates")),
+    Case("template-missing", "filesystem", ["report"], 2,
+         ("templates/report.md.j2: template not found",),
+         lambda root: (root / "templates" / "report.md.j2").unlink()),
     Case("template-broken", "filesystem", ["report"], 2,
          ("templates/report.md.j2: line 1: not a valid template",),
          write("templates/report.md.j2", "{% if %}\n")),

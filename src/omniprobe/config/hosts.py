@@ -12,7 +12,7 @@ from omniprobe.config.flag_sets import DeployConfig, FlagSet, OfflineKwargSet, S
 from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.names import Name
-from omniprobe.config.report_settings import ProbeSettings, QualitySettings, Report, StructureChecks
+from omniprobe.config.report_settings import ProbeSettings, QualitySettings, StructureChecks
 from omniprobe.config.stack import BaselineEnv, EnvConfig, Stack, UpstreamPin
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.safe_io import load_toml
@@ -26,7 +26,6 @@ class HostsConfig(HostsTable):
     stack: Stack
     serve: Serve
     probe: ProbeSettings
-    report: Report
     hosts: dict[Name, Host]
     flag_sets: dict[Name, FlagSet]
     deploy_configs: dict[Name, DeployConfig] = {}
@@ -182,8 +181,12 @@ def _env_against_stack(cfg: HostsConfig, file: str) -> list[Problem]:
 def load_hosts(path: str | Path) -> HostsConfig:
     """Load and check hosts.toml; raise InputError listing every problem."""
     path = Path(path)
+    data = load_toml(path)
+    if "report" in data:  # hosts.toml held it until the report's words moved to its templates
+        raise InputError([Problem(str(path), "[report]", "the report's title and issues live in "
+                                  "templates/report.toml, as top-level keys; move them there")])
     try:
-        cfg = HostsConfig.model_validate(load_toml(path), strict=True)
+        cfg = HostsConfig.model_validate(data, strict=True)
     except ValidationError as exc:
         raise InputError(problems_from_validation(path, exc, _toml_loc)) from None
     problems = _cross_references(cfg, str(path))

@@ -1,4 +1,4 @@
-"""Where a project's inputs live: hosts.toml, fixtures/, evidence/, templates/."""
+"""Where a project's inputs live: hosts.toml, fixtures/, evidence/, templates/ (and its report.toml)."""
 
 from __future__ import annotations
 
@@ -32,6 +32,11 @@ class Project:
     @property
     def templates_dir(self) -> Path:
         return self.root / "templates"
+
+    @property
+    def report_settings_file(self) -> Path:
+        """The report's title and the issues it cites, kept with the templates."""
+        return self.templates_dir / "report.toml"
 
     @property
     def report_file(self) -> Path:

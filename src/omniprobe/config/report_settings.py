@@ -1,5 +1,6 @@
-"""hosts.toml's [report], [probe], [structure] and [quality]: what the report cites, the probe's
-settings, the output-structure check's thresholds, and how PSNR compares with a baseline."""
+"""The settings of the probe and of its judges, and of the report: hosts.toml's [probe],
+[structure] and [quality] (the probe's settings, the output-structure check's thresholds, how PSNR
+compares with a baseline), and templates/report.toml (what the report is titled and cites)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,18 @@ import string
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from omniprobe.config.fixtures import MAX_REFERENCE_PIXELS
 from omniprobe.config.hosts_common import HostsTable, Issue
+from omniprobe.errors import InputError, problems_from_validation
+from omniprobe.safe_io import load_toml
 
 
-class Report(HostsTable):
-    """Identifiers the report cites (issue numbers in the downstream tracker)."""
+class ReportSettings(HostsTable):
+    """templates/report.toml: the report's title and the issues it cites (in the upstream and the
+    downstream tracker). They are the report's words, kept with its templates, not hosts.toml's:
+    the cards in the title come from the hosts."""
 
     title: str
     downstream_repo: str
@@ -24,6 +29,16 @@ class Report(HostsTable):
     upstream_issue: Issue
     earlier_probe_issue: Issue
 
+
+
+def load_report_settings(path: str | Path) -> ReportSettings:
+    """Load and check templates/report.toml; raise InputError naming the file and every key."""
+    path = Path(path)
+    try:
+        return ReportSettings.model_validate(load_toml(path), strict=True)
+    except ValidationError as exc:
+        raise InputError(problems_from_validation(
+            path, exc, lambda loc: f"key '{'.'.join(str(p) for p in loc)}'")) from None
 
 class ProbeSettings(HostsTable):
     """hosts.toml [probe] (the serve probe itself is harness/probe.py's ServeProbe)."""

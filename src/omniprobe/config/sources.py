@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
+
+from omniprobe.config.strict import STRICT
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 class SourceDocument(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
     name: str = Field(pattern=r"^[^/\\]+$", description="The document's file name, no folder.")
     sha256: Sha256 | None = Field(

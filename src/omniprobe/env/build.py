@@ -28,12 +28,12 @@ from omniprobe.env.check_record import describe_checks
 from omniprobe.env.checks import Verification, planned_checks, verify_env
 from omniprobe.env.manifest import make_manifest, record_manifest
 from omniprobe.env.resolve import (
-    check_recipe,
     compile_command,
     index_pyproject,
     override_args,
     override_lines,
     plan_files,
+    require_recipe_agrees,
     resolve_plan,
 )
 from omniprobe.env.state import (
@@ -293,7 +293,7 @@ def _build(cfg: HostsConfig, host: str, which: EnvName, steps: list[InstallStep]
     upstream = _upstream_step(cfg, steps)
     for step in steps:
         if step.recipe:
-            echo(check_recipe(step, paths.clone_dir(upstream), commits[upstream.name])
+            echo(require_recipe_agrees(step, paths.clone_dir(upstream), commits[upstream.name])
                  if upstream else f"# {step.name} {step.version}: cannot check against "
                                   f"{step.recipe}: the plan clones no {cfg.stack.upstream_repo}")
     # Before the venv is touched: a plan that does not resolve leaves the old env as it was.

@@ -182,7 +182,7 @@ def recipe_versions(text: str, name: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def check_recipe(step: InstallStep, clone: Path, commit: str) -> str:
+def require_recipe_agrees(step: InstallStep, clone: Path, commit: str) -> str:
     """Whether the pin agrees with the recipe file it names, in the upstream clone at `commit`:
     a line to print; RecipeMismatch when the recipe names other versions only."""
     path = clone / str(step.recipe)

@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
+from omniprobe.config.strict import STRICT
 from omniprobe.digests import sha256_file
 from omniprobe.env.fetch_model import fetch_hint, hf_cache_dir
 from omniprobe.env.state import env_config
@@ -25,7 +26,7 @@ from omniprobe.env.check_record import env_check
 class SnapshotManifest(BaseModel):
     """The snapshot's files and their sha256, for [env.checks] snapshot_manifest."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
     model_snapshot: str = Field(description="'repo@revision' these digests belong to.")
     files: dict[str, str] = Field(min_length=1, description="Path in the snapshot -> sha256.")

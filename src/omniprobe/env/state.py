@@ -13,12 +13,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.config.stack import EnvConfig, InstallStep
+from omniprobe.config.strict import STRICT
 from omniprobe.digests import sha256_json
 from omniprobe.errors import EnvironmentFailure, InputError
 from omniprobe.safe_io import MissingFile, read_text
@@ -146,7 +147,7 @@ def pins_hash(cfg: HostsConfig, project: Project, which: EnvName = "probe") -> s
 class Stamp(BaseModel):
     """Written 'incomplete' before the first install and 'complete' only after the last."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = STRICT
 
     state: Literal["incomplete", "complete"]
     host: str

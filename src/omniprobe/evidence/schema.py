@@ -11,6 +11,7 @@ from pydantic import TypeAdapter
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
+from omniprobe.config.report_settings import ReportSettings
 from omniprobe.evidence.files import FILE_MODELS
 
 
@@ -22,6 +23,7 @@ def all_schemas() -> dict[str, dict]:
     }
     schemas["fixtures.schema.json"] = FixtureSuite.model_json_schema()
     schemas["hosts.schema.json"] = HostsConfig.model_json_schema()
+    schemas["report.schema.json"] = ReportSettings.model_json_schema()
     return schemas
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
+from typing import TextIO
 
 from omniprobe.evidence.attempts import AttemptStore, probe_attempts
 from omniprobe.evidence.load import LoadedAttempt, load_attempt
@@ -67,6 +68,15 @@ def settled_line(left: list[str]) -> str:
                 "by its flag set's init failure on record)")
     return (f"not settled: {len(left)} flag set(s) hold an unmeasured init or cells (named "
             "above; exit 1): re-run to measure them")
+
+
+def settled_exit(left: list[str], out: TextIO) -> int:
+    """A session's ending: each thing left unsettled on a line, then the last line; the exit
+    status agrees with it (0 when nothing is left)."""
+    for line in left:
+        print(f"unsettled: {line}", file=out)
+    print(settled_line(left), file=out)
+    return 1 if left else 0
 
 
 def earlier_attempts(host_dir: Path, current: str) -> list[LoadedAttempt]:

@@ -34,7 +34,7 @@ from omniprobe.harness.plan import (
     attempt_complete,
     earlier_attempts,
     pace,
-    settled_line,
+    settled_exit,
     unsettled,
 )
 from omniprobe.harness.probe import ServeProbe
@@ -151,11 +151,8 @@ class ProbeSession(Session):
         # says so above) and, for probe-serve, every cell under it.
         flag_sets, cells = self._plan(ctx)
         asked = [f for f in flag_sets if f not in probe.refused_flag_sets]
-        left = unsettled(store, asked, cells if self.name == "probe-serve" else [])
-        for line in left:
-            print(f"unsettled: {line}", file=out)
-        print(settled_line(left), file=out)
-        return 1 if left else 0
+        return settled_exit(unsettled(store, asked, cells if self.name == "probe-serve" else []),
+                            out)
 
     def close(self) -> None:
         if self.probe is not None:

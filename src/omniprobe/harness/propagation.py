@@ -31,7 +31,7 @@ from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.harness.client import require_references
 from omniprobe.harness.lifetime import ReaderFactory, default_readers
 from omniprobe.harness.options import PropagationOptions
-from omniprobe.harness.plan import settled_line, unsettled
+from omniprobe.harness.plan import settled_exit, unsettled
 from omniprobe.harness.probe import ServeProbe
 from omniprobe.harness.probe_env import prepare_env
 from omniprobe.harness.serve_plan import PlanError, serve_fixtures, settings_from
@@ -280,12 +280,8 @@ class PropagationSession(Session):
               file=ctx.out)
         # Settled cells (an OOM, an init failure on record) answer the run even where the check
         # is not measured: only a lost or unmade one is exit 1.
-        left = unsettled(store, [plan.flag_set_with, plan.flag_set_without],
-                         [(plan.fixture.id, plan.seed)])
-        for line in left:
-            print(f"unsettled: {line}", file=ctx.out)
-        print(settled_line(left), file=ctx.out)
-        return 1 if left else 0
+        return settled_exit(unsettled(store, [plan.flag_set_with, plan.flag_set_without],
+                                      [(plan.fixture.id, plan.seed)]), ctx.out)
 
     def close(self) -> None:
         if self.probe is not None:

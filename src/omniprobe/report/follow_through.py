@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from omniprobe.config.hosts import HostsConfig
+from omniprobe.config.report_settings import ReportSettings
 from omniprobe.evidence.models.statements import CodeLocation
 from omniprobe.report import verdict_lines as vl
 from omniprobe.report.filters import figure_text, names, refs, span
@@ -21,8 +22,8 @@ class FollowThrough:
     not_the_cache: str | None = None  # why a spill path would change no verdict, where none would
 
 
-def follow_through(real: list[HostSection], hosts: HostsConfig) -> FollowThrough:
-    r, lines = hosts.report, []
+def follow_through(real: list[HostSection], hosts: HostsConfig, r: ReportSettings) -> FollowThrough:
+    lines = []
     for s in real:
         v = s.verdict
         if v.verdict == "built":

@@ -9,6 +9,7 @@ import jinja2
 
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.project import Project
+from omniprobe.config.report_settings import load_report_settings
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe.report.paths import CAPACITY_DIR, HARNESS_FILE, REPORT_FILE, TIMELINES_DIR
@@ -21,9 +22,10 @@ TEMPLATES = {REPORT_FILE: "report.md.j2", HARNESS_FILE: "harness.md.j2"}
 def render_outputs(project: Project) -> dict[Path, str]:
     """Every file the report consists of, relative to the project root: REPORT.md, HARNESS.md and
     their figures."""
+    settings = load_report_settings(project.report_settings_file)
     loaded = load_valid_project(project)
     env = environment(project, loaded.hosts)
-    context = build_context(loaded, project.root)
+    context = build_context(loaded, settings, project.root)
     outputs = {path: _render(project, env, name, context) for path, name in TEMPLATES.items()}
     for section in context["sections"]:
         outputs.update({Path(t.path): t.svg for t in section.timelines})

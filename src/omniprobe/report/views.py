@@ -34,6 +34,7 @@ from omniprobe.analysis.verdicts import (
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig
+from omniprobe.config.report_settings import ReportSettings
 from omniprobe.evidence.load import LoadedAttempt
 from omniprobe.evidence.models.runs import Cell
 from omniprobe.evidence.models.statements import CodeLocation, StatedFigure
@@ -41,7 +42,7 @@ from omniprobe.evidence.validate import Loaded
 from omniprobe.report import verdict_lines as vl
 from omniprobe.report.diffusers_view import diffusers_section
 from omniprobe.report.emulation_view import emulation_section
-from omniprobe.report.filters import flags_text, names, refs, span
+from omniprobe.report.filters import flags_text, names, num, refs, span
 from omniprobe.report.follow_through import follow_through
 from omniprobe.report.memory_view import MemoryParts
 from omniprobe.report.outputs_view import OutputParts
@@ -407,9 +408,9 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
     )
 
 
-def build_context(loaded: Loaded, root: Path) -> dict:
-    """Everything the templates read; `root`: the project's, where the committed model configs
-    are (the Diffusers section reads them)."""
+def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
+    """Everything the templates read; `settings`: templates/report.toml's; `root`: the project's,
+    where the committed model configs are (the Diffusers section reads them)."""
     hosts = loaded.hosts
     verdicts = all_verdicts(hosts, loaded.fixtures, loaded.evidence)
     sections = [host_section(k, loaded, verdicts[k]) for k in hosts.hosts]
@@ -423,6 +424,10 @@ def build_context(loaded: Loaded, root: Path) -> dict:
     attempts = loaded.evidence.attempts
     fixtures = loaded.fixtures
     return {
+        "report": settings,
+        # The cards come from the hosts: the title's words from templates/report.toml.
+        "title": f"{settings.title} on "
+                 + names([f"{s.host.name} ({num(s.host.vram_gb)} GB)" for s in real]),
         "stack": hosts.stack,
         "serve": hosts.serve,
         "fixtures": loaded.fixtures,
@@ -440,7 +445,7 @@ def build_context(loaded: Loaded, root: Path) -> dict:
         "attempts": [a for a in attempts if not is_harness_attempt(a, hosts) and a.host not in diffusers],
         "harness_attempts": [a for a in attempts if is_harness_attempt(a, hosts)],
         "diffusers": diffusers_section(loaded, root),
-        "follow": follow_through([s for s in real if s.has_evidence], hosts),
+        "follow": follow_through([s for s in real if s.has_evidence], hosts, settings),
         "upstream": newest_upstream(attempts),
         "contract": contract(newest_upstream(attempts)),
         "harness_file": HARNESS_FILE.as_posix(),

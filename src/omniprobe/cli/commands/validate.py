@@ -1,4 +1,5 @@
-"""`omniprobe validate`: check hosts.toml, fixtures/, every evidence file and the committed schemas."""
+"""`omniprobe validate`: check hosts.toml, templates/report.toml, fixtures/, every evidence file and
+the committed schemas."""
 
 from __future__ import annotations
 
@@ -9,11 +10,17 @@ from omniprobe.config.project import find_project
 
 
 def run(args: argparse.Namespace) -> int:
+    from omniprobe.config.report_settings import load_report_settings
+    from omniprobe.errors import InputError
     from omniprobe.evidence.schema import stale_schemas
     from omniprobe.evidence.validate import load_project
 
     project = find_project()
     loaded, problems = load_project(project)
+    try:
+        load_report_settings(project.report_settings_file)
+    except InputError as exc:
+        problems = [*problems, *exc.problems]
     stale = stale_schemas(project.schema_dir)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
@@ -23,11 +30,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(problems) + len(stale)} problem(s) found", file=sys.stderr)
         return 1
     assert loaded is not None
-    print(f"valid: hosts.toml ({len(loaded.hosts.hosts)} hosts), "
+    print(f"valid: hosts.toml ({len(loaded.hosts.hosts)} hosts), templates/report.toml, "
           f"{len(loaded.fixtures.fixtures)} fixtures, {len(loaded.evidence.attempts)} attempts")
     return 0
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("validate", help="check hosts.toml, fixtures/, evidence/ and schemas/")
+    p = sub.add_parser("validate", help="check hosts.toml, templates/report.toml, fixtures/, "
+                       "evidence/ and schemas/")
     p.set_defaults(func=run)
