@@ -995,11 +995,11 @@ def test_a_full_artifacts_disk_loses_no_record_shown_as_ok(project, port, monkey
 
     from omniprobe.evidence.load import load_attempt
     from omniprobe.evidence.validate import load_project
-    from omniprobe.harness import recorder as probe_module  # the one recorder writes images
+    from omniprobe.harness import recorder  # the one recorder writes images
 
     from .conftest import in_process, probe_argv
 
-    real, writes = probe_module.write_bytes_atomic, []
+    real, writes = recorder.write_bytes_atomic, []
 
     def full_disk(path, data):
         writes.append(path)
@@ -1007,7 +1007,7 @@ def test_a_full_artifacts_disk_loses_no_record_shown_as_ok(project, port, monkey
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         return real(path, data)
 
-    monkeypatch.setattr(probe_module, "write_bytes_atomic", full_disk)
+    monkeypatch.setattr(recorder, "write_bytes_atomic", full_disk)
     argv = probe_argv("probe-serve", port, "--flag-set", "cpuoff")
     code, out = in_process(project, argv)
     assert "Traceback" not in out
@@ -1020,7 +1020,7 @@ def test_a_full_artifacts_disk_loses_no_record_shown_as_ok(project, port, monkey
     on_disk = {(r.fixture, str(r.seed), r.outcome) for r in attempt.requests}
     assert len(shown) == 3 and shown == on_disk  # two images written, and the OOM (no image)
 
-    monkeypatch.setattr(probe_module, "write_bytes_atomic", real)
+    monkeypatch.setattr(recorder, "write_bytes_atomic", real)
     code, out = in_process(project, argv)
     assert code == 0, out
     attempt, problems = load_attempt(folder)

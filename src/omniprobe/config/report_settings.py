@@ -8,18 +8,21 @@ import string
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from omniprobe.config.fixtures import MAX_REFERENCE_PIXELS
 from omniprobe.config.hosts_common import HostsTable, Issue
+from omniprobe.config.strict import STRICT
 from omniprobe.errors import InputError, problems_from_validation
 from omniprobe.safe_io import load_toml
 
 
-class ReportSettings(HostsTable):
+class ReportSettings(BaseModel):
     """templates/report.toml: the report's title and the issues it cites (in the upstream and the
     downstream tracker). They are the report's words, kept with its templates, not hosts.toml's:
     the cards in the title come from the hosts."""
+
+    model_config = STRICT
 
     title: str
     downstream_repo: str

@@ -22,8 +22,8 @@ TEMPLATES = {REPORT_FILE: "report.md.j2", HARNESS_FILE: "harness.md.j2"}
 def render_outputs(project: Project) -> dict[Path, str]:
     """Every file the report consists of, relative to the project root: REPORT.md, HARNESS.md and
     their figures."""
-    settings = load_report_settings(project.report_settings_file)
     loaded = load_valid_project(project)
+    settings = load_report_settings(project.report_settings_file)
     env = environment(project, loaded.hosts)
     context = build_context(loaded, settings, project.root)
     outputs = {path: _render(project, env, name, context) for path, name in TEMPLATES.items()}
