@@ -56,11 +56,36 @@ def attempts(project, host=HOST):
     return loaded, loaded.evidence.for_host(host, include_emulated=True)
 
 
+# Runs a double's source once diffusers is imported, not at every Python's startup: the supervisor
+# and the cgroup helper inherit PYTHONPATH too, and importing diffusers costs each ~10 s here.
+AFTER_DIFFUSERS = textwrap.dedent('''
+    import importlib.abc, importlib.machinery, sys
+
+    class AfterDiffusers(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name != "diffusers":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            load = spec.loader.exec_module
+
+            def exec_module(module):
+                load(module)
+                exec(DOUBLE, {})
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, AfterDiffusers())
+''')
+
+
 def pipeline_double(tmp_path, monkeypatch, source: str) -> None:
-    """A test double of the pipeline's call, loaded in the runner's process at its startup."""
+    """A test double of the pipeline's call, applied in the runner's process once it imports
+    diffusers (every Python it starts reads the sitecustomize)."""
     double = tmp_path / "double"
     double.mkdir()
-    (double / "sitecustomize.py").write_text(source)
+    (double / "sitecustomize.py").write_text(f"DOUBLE = {source!r}\n" + AFTER_DIFFUSERS)
     monkeypatch.setenv("PYTHONPATH", str(double))
 
 
