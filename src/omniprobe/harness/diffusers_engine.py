@@ -4,7 +4,7 @@ profile, with the pinned snapshot's weights or with random weights from committe
 Like the runner it runs inside the probe's Python, importing the standard library, torch,
 transformers and diffusers (torchao for an int8 DiT, accelerate for offload) only; never omniprobe.
 
-Random weights are capacity-true and structure-meaningless: the same shapes allocate the same bytes,
+Random weights are true to capacity and say nothing of the output: the same shapes allocate the same bytes,
 so what fits, what OOMs, the peaks and the KV cache's size are the real model's, and the pictures
 mean nothing. Every component is made on the meta device and then filled tensor by tensor: each
 tensor is drawn on the init device (the GPU when there is one, from one recorded seed) and moved
