@@ -8,6 +8,7 @@ import io
 import json
 import tarfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -25,6 +26,7 @@ from omniprobe.analysis.diffusers_capacity import (
 from omniprobe.env.wheels import download_command, read_pins, wheel_folder_problems
 from omniprobe.errors import InputError, Refusal
 from omniprobe.evidence import archive
+from omniprobe.evidence.upgrade import upgrade_evidence
 
 GIB = 1024  # MiB
 
@@ -149,6 +151,24 @@ def test_an_attempt_packed_elsewhere_unpacks_here_whole_and_never_over_itself(re
     assert (elsewhere / "artifacts" / log.relative_to(art)).read_text() == "a runner log\n"
     with pytest.raises(Refusal, match="refusing to overwrite"):
         archive.unpack(packed.path, elsewhere / "evidence", elsewhere / "artifacts")
+
+
+def test_an_archive_packed_before_a_format_bump_unpacks_and_upgrades_to_the_committed_file(
+        repo_copy, tmp_path):
+    # The attempt as another machine held it at format version 3 (the real file, before the bump).
+    attempt = "2026-12-01T094615Z-diffusers-tiny-cpu-offline"
+    committed = repo_copy.evidence_dir / "diffusers-tiny-cpu" / attempt / "offline-requests.json"
+    current = committed.read_text()
+    old = (Path(__file__).parent / "data" / "migrations" / "v3" / "offline-requests.json").read_text()
+    committed.write_text(old)
+    packed = archive.pack(repo_copy.evidence_dir, tmp_path / "art", [attempt], tmp_path / "e.tgz")
+    target = tmp_path / "t" / "evidence"
+    target.mkdir(parents=True)
+    assert archive.unpack(packed.path, target, tmp_path / "t" / "artifacts") == (attempt,)
+    landed = target / "diffusers-tiny-cpu" / attempt / "offline-requests.json"
+    assert landed.read_text() == old  # unpack moves the bytes; the loader migrates them
+    assert [(p.name, v) for p, v in upgrade_evidence(target)] == [("offline-requests.json", 3)]
+    assert landed.read_text() == current
 
 
 def _rewrite(path, edit) -> None:
