@@ -9,12 +9,6 @@ from collections.abc import Callable
 
 from omniprobe.harness.options import (
     COMMANDS,
-    GRACE_SECONDS,
-    HERTZ,
-    INDEX,
-    SECONDS,
-    SEED,
-    TCP_PORT,
     Bounds,
     Option,
     command_options,
@@ -38,17 +32,6 @@ def parser_of(bounds: Bounds) -> Callable[[str], float | int]:
     return parse
 
 
-seconds = parser_of(SECONDS)
-grace_seconds = parser_of(GRACE_SECONDS)
-hertz = parser_of(HERTZ)
-port = parser_of(TCP_PORT)
-index = parser_of(INDEX)
-seed = parser_of(SEED)
-PARSERS = {b.name: parse for b, parse in ((SECONDS, seconds), (GRACE_SECONDS, grace_seconds),
-                                          (HERTZ, hertz), (TCP_PORT, port), (INDEX, index),
-                                          (SEED, seed))}
-
-
 def add_flag(p: argparse.ArgumentParser, opt: Option, words) -> None:
     kwargs: dict = {"help": opt.help_for(words)}
     if opt.dest:
@@ -63,7 +46,7 @@ def add_flag(p: argparse.ArgumentParser, opt: Option, words) -> None:
         elif opt.default is not None:
             kwargs["default"] = opt.default
         if opt.bounds is not None:
-            kwargs["type"] = PARSERS.get(opt.bounds.name) or parser_of(opt.bounds)
+            kwargs["type"] = parser_of(opt.bounds)
     p.add_argument(opt.flag, **kwargs)
 
 
