@@ -368,7 +368,7 @@ def check_env(host: str, *, project: Project | None = None, venv: str | Path | N
     return _verify_and_record(
         cfg, project, host, which, paths, runner or Runner(), nvml, "verified", build_s=None,
         start=start, started_at=started_at, record=record,
-        command=command or build_command(host, which).replace(" build ", " check ").split())
+        command=command or build_command(host, which, "check").split())
 
 
 def _verify_and_record(cfg: HostsConfig, project: Project, host: str, which: EnvName,

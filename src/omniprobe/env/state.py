@@ -69,10 +69,10 @@ def env_label(which: EnvName) -> str:
     return "env" if which == "probe" else "baseline env"
 
 
-def build_command(host: str, which: EnvName) -> str:
-    """The command that builds (or repairs) the env, for messages."""
-    return f"omniprobe env build --host {host}" + (" --env baseline" if which == "baseline"
-                                                   else "")
+def build_command(host: str, which: EnvName, action: Literal["build", "check"] = "build") -> str:
+    """The command that builds (or repairs) the env, or with `action` "check" only checks it."""
+    return f"omniprobe env {action} --host {host}" + (" --env baseline" if which == "baseline"
+                                                      else "")
 
 
 @dataclass(frozen=True)
