@@ -167,6 +167,15 @@ def probe_offline(session: nox.Session) -> None:
                 interrupt_timeout=PROBE_STOP_S)
 
 
+@nox.session(name="probe-capacity")
+def probe_capacity(session: nox.Session) -> None:
+    """Bisect, on a Diffusers host, the smallest memory pool per profile and reference count, as
+    a band, in one runner per profile (-- --profile P --resolution-mib 256)."""
+    _install(session)
+    session.run("omniprobe", "probe-capacity", *_args(session), env=INVOCATION,
+                interrupt_timeout=PROBE_STOP_S)
+
+
 @nox.session(name="probe-baseline")
 def probe_baseline(session: nox.Session) -> None:
     """Re-seal the seed's Diffusers baseline on a Diffusers host, in its own baseline env (built,

@@ -68,6 +68,7 @@ def in_process(project: Project, argv: list[str], **doubles) -> tuple[int, str]:
     """An evidence-making command run in process as `omniprobe ARGV` runs it: its options from
     the CLI's parser, its command line recorded, its errors through the CLI's one handler; with
     test doubles (readers, nvml). Returns (exit code, output)."""
+    from omniprobe.harness.capacity_session import run_capacity
     from omniprobe.harness.offline_session import run_offline
     from omniprobe.harness.probe_session import run_probe
     from omniprobe.harness.propagation import run_propagation
@@ -76,6 +77,8 @@ def in_process(project: Project, argv: list[str], **doubles) -> tuple[int, str]:
     out, command, name = io.StringIO(), ["omniprobe", *argv], argv[0]
     if name == "probe-offline":
         call = partial(run_offline, project, options_from(args))
+    elif name == "probe-capacity":
+        call = partial(run_capacity, project, options_from(args))
     elif name == "propagation":
         call = partial(run_propagation, project, options_from(args))
     else:

@@ -415,3 +415,84 @@ allocator = "expandable_segments:True"''')
     code, out = offline(project, "--profile", "tiny-cpu")
     assert code == 4 and "the allocator setting cannot be read back from torch" in out, out
     assert not (project.evidence_dir / HOST).exists()
+
+
+# --- the capacity search, end to end on the CPU ---------------------------------------------
+
+# A test double of the pipeline's call: an OOM whenever the trial's pool limit lies below a need
+# set per reference count, the need moving by up to 100 MiB from one call to the next (the
+# allocator's history at the boundary). It reads the limit where the engine publishes it.
+NEED_MIB = {0: 3000, 1: 4100, 2: 5300, 3: 6400, 4: 7600}
+NOISE_MIB = 100
+POOL_NEED = textwrap.dedent(f'''
+    import os, random, diffusers, torch
+    real = diffusers.QwenImage21Pipeline.__call__
+    noise = random.Random(7)
+    NEED = {NEED_MIB!r}
+    def call(self, *args, image=None, **kwargs):
+        limit = int(os.environ["OMNIPROBE_POOL_LIMIT_MIB"])
+        need = NEED[len(image or [])] + noise.choice((-{NOISE_MIB}, 0, {NOISE_MIB}))
+        if limit < need:
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of "
+                f"{{limit / 1024:.2f}} GiB of which 0 bytes is free. Of the allocated memory "
+                f"{{limit / 1024:.2f}} GiB is allocated by PyTorch, and 0 bytes is reserved by "
+                f"PyTorch but unallocated.")
+        return real(self, *args, image=image, **kwargs)
+    diffusers.QwenImage21Pipeline.__call__ = call
+''')
+SEARCH_FLAGS = ["--floor-mib", "1024", "--ceiling-mib", "12288", "--resolution-mib", "256",
+                "--repeats", "1"]
+
+
+def capacity(project, *extra):
+    return in_process(project, ["probe-capacity", "--host", HOST, "--profile", "tiny-cpu",
+                                *SEARCH_FLAGS, *extra])
+
+
+def test_the_capacity_search_bands_every_count_in_one_runner_and_resumes_nothing_twice(
+        project, tmp_path, monkeypatch):
+    pipeline_double(tmp_path, monkeypatch, POOL_NEED)
+    code, out = capacity(project)
+    assert code == 0, out
+    loaded, [attempt] = attempts(project)
+    assert attempt.id.endswith("-capacity")
+    [search] = attempt.capacity
+    assert search.profile == "tiny-cpu" and search.settings["offload"] == "none"
+    assert (search.search.floor_mib, search.search.resolution_mib, search.search.chosen_by) == (
+        1024, 256, "command line")
+    assert len(search.logs) == 1  # one runner, one build, every count
+    grid = 256
+    for band in search.bands:
+        need = NEED_MIB[band.reference_count]
+        # Every limit at or above need + noise fits, every one below need - noise fails: the
+        # band lies across that boundary, at most a step outside it, and holds its trials.
+        assert need - NOISE_MIB <= band.fits_at_mib <= need + NOISE_MIB + grid, band
+        assert need - NOISE_MIB - grid <= band.fails_at_mib < need + NOISE_MIB, band
+        mine = [t for t in attempt.capacity_trials if t.reference_count == band.reference_count]
+        assert len(mine) == band.trials
+        assert all(t.outcome == "fit" for t in mine if t.limit_mib >= band.fits_at_mib)
+        assert all(t.outcome == "oom" for t in mine if t.limit_mib <= band.fails_at_mib)
+        assert all(t.oom is not None for t in mine if t.outcome == "oom")
+        limits = [t.limit_mib for t in mine if not t.repeat]
+        assert len(limits) == len(set(limits))  # no limit twice but as a repeat
+    assert [b.reference_count for b in search.bands] == [0, 1, 2, 3, 4]
+    assert sum(b.requests_saved for b in search.bands[1:]) > 0  # the earlier bands bound later
+    assert search.gpu_s is not None and search.gpu_s > 0
+    # Nothing left to search: a re-run runs no trial.
+    before = len(attempt.capacity_trials)
+    code, out = capacity(project)
+    assert code == 0 and "searched already" in out, out
+    _, [again] = attempts(project)
+    assert len(again.capacity_trials) == before
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--floor-mib", "8192", "--ceiling-mib", "8192"], "--floor-mib"),
+    (["--floor-mib", "9000", "--ceiling-mib", "4096"], "--floor-mib"),
+    (["--resolution-mib", "40000"], "--resolution-mib"),
+])
+def test_a_search_grid_that_cannot_be_one_is_refused_before_any_work(project, flags, field):
+    code, out = in_process(project, ["probe-capacity", "--host", HOST, *flags])
+    assert code == 2 and field in out and "expected" in out, out
+    assert not (project.evidence_dir / HOST).exists()  # refused before any attempt existed

@@ -499,17 +499,23 @@ def _top_level_imports(path) -> set[str]:
 
 def test_the_runner_imports_only_the_standard_library_and_the_pinned_env():
     imported = _top_level_imports(RUNNER)
-    # Its one sibling is the Diffusers engine, itself standalone (below).
-    pinned_env = {"vllm_omni", "PIL", "torch", "diffusers_engine"}
+    # Its siblings are the Diffusers engine and the capacity search, each standalone (below).
+    pinned_env = {"vllm_omni", "PIL", "torch", "diffusers_engine", "capacity_search"}
     assert imported - set(sys.stdlib_module_names) <= pinned_env, imported
     assert "vllm_omni" in imported
 
 
 def test_the_diffusers_engine_imports_only_the_standard_library_and_its_packages():
     imported = _top_level_imports(RUNNER.with_name("diffusers_engine.py"))
-    engine_env = {"torch", "transformers", "diffusers", "accelerate", "tokenizers", "torchao"}
+    engine_env = {"torch", "transformers", "diffusers", "accelerate", "tokenizers", "torchao",
+                  "pynvml"}
     assert imported - set(sys.stdlib_module_names) <= engine_env, imported
     assert {"diffusers", "transformers", "torch"} <= imported
+
+
+def test_the_capacity_search_imports_only_the_standard_library():
+    imported = _top_level_imports(RUNNER.with_name("capacity_search.py"))
+    assert imported - set(sys.stdlib_module_names) == set(), imported
 
 
 # --- the harness interrupted or killed mid-request ---------------------------------------

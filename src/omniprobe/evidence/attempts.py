@@ -25,6 +25,7 @@ from omniprobe.errors import InputError, Refusal
 from omniprobe.evidence.files import ATTEMPT_FILE, write_section
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.models.attempt import Attempt, AttemptEnvironment, Emulated, Measured, Simulated
+from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
 from omniprobe.evidence.models.common import ArtifactRef, Weights
 from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
 from omniprobe.evidence.models.requests import RequestRecord
@@ -112,6 +113,8 @@ class AttemptStore:
     requests: list[RequestRecord] = field(default_factory=list)
     offline: list[OfflineCell] = field(default_factory=list)
     offline_requests: list[OfflineRequest] = field(default_factory=list)
+    capacity: list[ProfileSearch] = field(default_factory=list)
+    capacity_trials: list[CapacityTrial] = field(default_factory=list)
     created: bool = False  # a probe attempt this process made, not one it resumes
     _lock: int | None = None
 
@@ -129,6 +132,22 @@ class AttemptStore:
                         len(others))
         self.runs = others[:position] + [run] + others[position:]
         write_section(self.folder, "runs.json", self.runs)
+
+    def put_search(self, search: ProfileSearch) -> None:
+        """A profile's capacity search, replacing its earlier state in place."""
+        at = next((i for i, s in enumerate(self.capacity) if s.profile == search.profile), None)
+        rows = list(self.capacity)
+        if at is None:
+            rows.append(search)
+        else:
+            rows[at] = search
+        write_section(self.folder, "capacity.json", rows)
+        self.capacity = rows
+
+    def add_trial(self, trial: CapacityTrial) -> None:
+        """Write the trial, and only then hold it as recorded."""
+        write_section(self.folder, "capacity-trials.json", [*self.capacity_trials, trial])
+        self.capacity_trials.append(trial)
 
     def add_request(self, record: RequestRecord) -> None:
         """Held as recorded only once on disk: a failed write leaves it to be sent again."""
@@ -173,7 +192,8 @@ def _load(project: Project, folder: Path) -> AttemptStore:
     if problems or loaded is None:
         raise InputError(problems)
     return AttemptStore(project, folder, loaded.meta, list(loaded.runs), list(loaded.requests),
-                        list(loaded.offline), list(loaded.offline_requests))
+                        list(loaded.offline), list(loaded.offline_requests),
+                        list(loaded.capacity), list(loaded.capacity_trials))
 
 
 def _create(project: Project, host_name: str, host: Host, command: list[str],

@@ -21,6 +21,7 @@ from omniprobe.evidence.migrations import (
     upgrade,
 )
 from omniprobe.evidence.models.attempt import Attempt
+from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
 from omniprobe.evidence.models.environment import EnvManifest
 from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
 from omniprobe.evidence.models.outputs import (
@@ -43,6 +44,8 @@ FILE_CONTENT: dict[str, type] = {
     "requests.json": list[RequestRecord],
     "offline.json": list[OfflineCell],
     "offline-requests.json": list[OfflineRequest],
+    "capacity.json": list[ProfileSearch],
+    "capacity-trials.json": list[CapacityTrial],
     "structure.json": list[StructureObservation],
     "psnr.json": list[PsnrRow],
     "determinism.json": list[DeterminismGroup],

@@ -16,6 +16,7 @@ from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES, parse_file
 from omniprobe.evidence.migrations import content_key, content_path
 from omniprobe.evidence.models.attempt import Attempt
+from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
 from omniprobe.evidence.models.environment import EnvManifest
 from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
 from omniprobe.evidence.models.outputs import (
@@ -40,6 +41,8 @@ class LoadedAttempt:
     requests: list[RequestRecord] = field(default_factory=list)
     offline: list[OfflineCell] = field(default_factory=list)
     offline_requests: list[OfflineRequest] = field(default_factory=list)
+    capacity: list[ProfileSearch] = field(default_factory=list)
+    capacity_trials: list[CapacityTrial] = field(default_factory=list)
     structure: list[StructureObservation] = field(default_factory=list)
     psnr: list[PsnrRow] = field(default_factory=list)
     determinism: list[DeterminismGroup] = field(default_factory=list)

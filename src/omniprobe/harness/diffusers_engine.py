@@ -26,6 +26,9 @@ import time
 from typing import Any
 
 MIB = 1024**2
+# A capacity-search trial's pool limit, published in the runner's own environment: on the CPU
+# there is no pool to cap, and a test double of the pipeline reads it there.
+POOL_LIMIT_ENV = "OMNIPROBE_POOL_LIMIT_MIB"
 OFFLOADS = ("none", "model-cpu", "group-leaf-stream", "group-block")
 # Qwen2/Qwen3 tokenizer's special tokens at their real ids (shared/diffusers-facts.md).
 QWEN_SPECIAL_TOKENS = {
@@ -297,9 +300,40 @@ class DiffusersEngine:
             allocated, reserved = self._peaks()
             self.last = {"peak_mib": reserved, "peak_allocated_mib": allocated,
                          "start_allocated_mib": start, **self.kv.take(),
-                         "max_rss_mib": max_rss_mib()}
+                         "max_rss_mib": max_rss_mib(), **self._outside_pool()}
         self.save_png(out.images[0], request["output"])
         return self.last
+
+    def set_pool_limit(self, limit_mib: int) -> None:
+        """A capacity-search trial: from now on torch's pool may reserve `limit_mib` and no more,
+        and mem_get_info answers as a card with that pool would (its total the limit)."""
+        os.environ[POOL_LIMIT_ENV] = str(limit_mib)
+        torch = self.torch
+        if self.device != "cuda":
+            return
+        torch.cuda.empty_cache()
+        device = torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, limit_mib * MIB / total), device)
+        limit = limit_mib * MIB
+
+        def mem_get_info(device=None):
+            return max(0, limit - torch.cuda.memory_reserved(device)), limit
+
+        torch.cuda.mem_get_info = torch.cuda.memory.mem_get_info = mem_get_info
+
+    def _outside_pool(self) -> dict:
+        """What NVML lists for this process, and how much of it lies outside torch's pool (the
+        CUDA context, kernels loaded as they run, other libraries' own allocations), read at one
+        moment; empty where NVML cannot say."""
+        if self.device != "cuda":
+            return {}
+        process = process_gpu_mib()
+        if process is None:
+            return {}
+        reserved = self.torch.cuda.memory_reserved() / MIB
+        return {"process_mib": round(process, 1),
+                "outside_pool_mib": round(max(0.0, process - reserved), 1)}
 
     def recover(self) -> None:
         """After a failed request (called once its exception and traceback are gone): put the
@@ -310,6 +344,24 @@ class DiffusersEngine:
         gc.collect()
         if self.device == "cuda":
             self.torch.cuda.empty_cache()
+
+
+def process_gpu_mib() -> float | None:
+    """This process's device memory as NVML lists it (None: no NVML, or not listed here)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        index = int((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0])
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        listed = (pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                  + pynvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+    except (pynvml.NVMLError, ValueError):
+        return None
+    used = next((p.usedGpuMemory for p in listed if p.pid == os.getpid()), None)
+    return None if used is None else used / MIB
 
 
 def max_rss_mib() -> float:

@@ -26,7 +26,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -204,25 +205,32 @@ class OfflineProbe:
 
     # --- one runner process -----------------------------------------------------------------
 
-    def _write_inputs(self, entry: OfflineEntry, folder: Path, pending: list[PlannedRequest]) -> list[str]:
-        images = self.store.artifacts / entry.name / "images"
-        images.mkdir(parents=True, exist_ok=True)
+    def request_spec(self, entry: OfflineEntry, planned: PlannedRequest, output: Path) -> dict:
+        """One request as the runner protocol has it."""
         steps, guidance, _ = entry.sampling(self.suite.sampling)
-        requests = [{
-            "id": p.id, "fixture": p.fixture.id, "seed": p.seed, "prompt": p.fixture.prompt,
-            "width": p.fixture.width, "height": p.fixture.height,
-            "references": [str(reference_path(p.fixture, r, self.fixtures_dir))
-                           for r in p.fixture.references or []],
-            "num_inference_steps": steps, "true_cfg_scale": guidance,
-            "output": str(images / f"{p.id}.png"),
-        } for p in pending]
+        fixture = planned.fixture
+        return {"id": planned.id, "fixture": fixture.id, "seed": planned.seed,
+                "prompt": fixture.prompt, "width": fixture.width, "height": fixture.height,
+                "references": [str(reference_path(fixture, r, self.fixtures_dir))
+                               for r in fixture.references or []],
+                "num_inference_steps": steps, "true_cfg_scale": guidance, "output": str(output)}
+
+    def runner_args(self, entry: OfflineEntry, folder: Path, work: str, spec: dict) -> list[str]:
+        """The runner's arguments, its kwargs and its work (`--requests` or `--search`) written
+        beside its log."""
         write_text_atomic(folder / "kwargs.json", json.dumps(entry.kwargs, indent=2) + "\n")
-        write_text_atomic(folder / "requests.json", json.dumps({"requests": requests}, indent=2))
+        write_text_atomic(folder / f"{work}.json", json.dumps(spec, indent=2))
         engine = [] if entry.engine == "omni" else ["--engine", entry.engine]
         return [*engine, "--model", self.settings.model,
                 "--kwargs-file", str(folder / "kwargs.json"),
-                "--requests", str(folder / "requests.json"),
+                f"--{work}", str(folder / f"{work}.json"),
                 "--results", str(folder / "results.jsonl")]
+
+    def _write_inputs(self, entry: OfflineEntry, folder: Path, pending: list[PlannedRequest]) -> list[str]:
+        images = self.store.artifacts / entry.name / "images"
+        images.mkdir(parents=True, exist_ok=True)
+        requests = [self.request_spec(entry, p, images / f"{p.id}.png") for p in pending]
+        return self.runner_args(entry, folder, "requests", {"requests": requests})
 
     def _reader(self, folder: Path) -> tuple[GpuReader | None, str | None]:
         try:
@@ -235,57 +243,13 @@ class OfflineProbe:
         """One runner process over the pending requests; returns those it did not get to, and
         whether it ended because a request failed (upstream's engine closes then: the runner
         ends by plan, not by a fault)."""
-        name = entry.name
-        folder = self.store.artifacts / name / f"runner-{index + 1}"
+        folder = self.store.artifacts / entry.name / f"runner-{index + 1}"
         folder.mkdir(parents=True, exist_ok=True)
         args = self._write_inputs(entry, folder, pending)
-        reader, reason = self._reader(folder)
-        cap = self.settings.cap_mib
-        if cap is not None and reader is None:
-            raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its runner's "
-                                     f"memory cannot be sampled to check the cap: {reason}")
-        if reader is not None:
-            self.baseline = wait_idle(reader, self.baseline,
-                                      timeout_s=self.settings.idle_timeout_s,
-                                      tolerance_mib=self.host.idle_tolerance_mib, poll_s=0.25)
-        env = runner_env(self.cfg, entry, self.base_env,
-                         self.store.meta.environment.allocator_variable
-                         if self.store.meta.environment else None)
-        if self.host.offline_command is None:
-            # The pinned venv sees its own packages only, not whatever our environment adds.
-            env.pop("PYTHONPATH", None)
-            env.pop("PYTHONHOME", None)
-        if self.host.memory_file_env:
-            env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
-        env["CUDA_VISIBLE_DEVICES"] = str(self.settings.gpu_index)  # the sampled device
-        guard = None
-        if cap is not None:
-            env.update(emulation_env(self.host, cap, env))
-            guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
-        command = [*self.command, *args]
-        ram = None
-        if self.settings.host_ram_mib is not None:
-            ram = HostRamCap.create(f"omniprobe-{self.store.meta.id}-{name}-{index + 1}",
-                                    self.settings.host_ram_mib)
-            command = ram.wrap(command, sys.executable)
-        runner = SupervisedProcess(command, env, folder / "runner.log", None,
-                               grace_s=self.settings.grace_s, model_code=self.model_code)
-        events = RunnerEvents(folder / "results.jsonl")
-        progress.say(f"[{label}] starting the runner")
-        # An emulated host RAM cap's cgroup is no descendant of ours: its own count tells, and a
-        # cgroup made a moment ago has killed nothing yet.
-        count = ram.oom_kills if ram is not None else oom_kill_count
-        oom_kills = 0 if ram is not None else count()
-        runner.start()
-        sampler = None
-        try:
-            if reader is not None:
-                sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.settings.sample_hz,
-                                  root_pid=lambda: runner.pid, t0=runner.started, guard=guard)
-                sampler.start()
-            host_ram = functools.partial(host_ram_failure, sampler, oom_kills, count=count)
-            if not self._init(label, entry, runner, events, state, progress, host_ram):
+        with self._running(label, entry, index, folder, args, state, progress) as running:
+            if running is None:
                 return pending, False
+            runner, events, guard, host_ram = running
             while pending:
                 planned = pending[0]
                 waited_from = time.monotonic()
@@ -317,6 +281,66 @@ class OfflineProbe:
                     return pending, True
             runner.wait_exit(self.settings.grace_s)  # let the engine shut down on its own
             return pending, False
+
+    @contextmanager
+    def _running(self, label: str, entry: OfflineEntry, index: int, folder: Path,
+                 args: list[str], state: EntryState, progress: Progress
+                 ) -> Iterator[tuple[SupervisedProcess, RunnerEvents, EmulationGuard | None,
+                                     Callable[[int | None, str], FailureCause | None]] | None]:
+        """One runner process, started with `args`, sampled, capped and guarded like the server,
+        waited for until its engine is built: yields (the runner, its events, the guard, the
+        host-RAM cause of a death), or None when the build failed (state.failure says how).
+        On leaving, the runner is stopped and its timeline, host RAM and log are kept."""
+        name = entry.name
+        reader, reason = self._reader(folder)
+        cap = self.settings.cap_mib
+        if cap is not None and reader is None:
+            raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its runner's "
+                                     f"memory cannot be sampled to check the cap: {reason}")
+        if reader is not None:
+            self.baseline = wait_idle(reader, self.baseline,
+                                      timeout_s=self.settings.idle_timeout_s,
+                                      tolerance_mib=self.host.idle_tolerance_mib, poll_s=0.25)
+        env = runner_env(self.cfg, entry, self.base_env,
+                         self.store.meta.environment.allocator_variable
+                         if self.store.meta.environment else None)
+        if self.host.offline_command is None:
+            # The pinned venv sees its own packages only, not whatever our environment adds.
+            env.pop("PYTHONPATH", None)
+            env.pop("PYTHONHOME", None)
+        if self.host.memory_file_env:
+            env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
+        env["CUDA_VISIBLE_DEVICES"] = str(self.settings.gpu_index)  # the sampled device
+        guard = None
+        if cap is not None:
+            env.update(emulation_env(self.host, cap, env))
+            guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
+        command = [*self.command, *args]
+        ram = None
+        if self.settings.host_ram_mib is not None:
+            ram = HostRamCap.create(f"omniprobe-{self.store.meta.id}-{name}-{index + 1}",
+                                    self.settings.host_ram_mib)
+            command = ram.wrap(command, sys.executable)
+        runner = SupervisedProcess(command, env, folder / "runner.log", None,
+                                   grace_s=self.settings.grace_s, model_code=self.model_code)
+        events = RunnerEvents(folder / "results.jsonl")
+        progress.say(f"[{label}] starting the runner")
+        # An emulated host RAM cap's cgroup is no descendant of ours: its own count tells, and a
+        # cgroup made a moment ago has killed nothing yet.
+        count = ram.oom_kills if ram is not None else oom_kill_count
+        oom_kills = 0 if ram is not None else count()
+        runner.start()
+        sampler = None
+        try:
+            if reader is not None:
+                sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.settings.sample_hz,
+                                  root_pid=lambda: runner.pid, t0=runner.started, guard=guard)
+                sampler.start()
+            host_ram = functools.partial(host_ram_failure, sampler, oom_kills, count=count)
+            if not self._init(label, entry, runner, events, state, progress, host_ram):
+                yield None
+            else:
+                yield runner, events, guard, host_ram
         finally:
             runner.stop()
             timeline = timeline_summary(sampler, reason, self.settings.sample_hz,

@@ -7,7 +7,7 @@ engine; never omniprobe or pydantic. The simulated host runs the same protocol t
 `python -m omniprobe.sim offline`, which reuses `main` with its own engine.
 
     offline_runner.py [--engine omni|diffusers] --model PATH (--kwargs JSON | --kwargs-file FILE)
-                      --requests FILE --results FILE
+                      (--requests FILE | --search FILE) --results FILE
     offline_runner.py --versions      (the packages the engines would run on, as JSON)
 
 The requests file: {"requests": [{"id", "fixture", "seed", "prompt", "width", "height",
@@ -20,6 +20,19 @@ The results file gets JSON lines, each flushed as it happens (also printed to st
      "started_s", "image", "peak_mib", "peak_source", "error", "traceback", "measured"}
     {"event": "closed", "after": id}
     {"event": "done"}
+
+`--search FILE` runs the capacity search instead (capacity_search.py beside this file, engines
+that survive a failure only): {"floor_mib", "ceiling_mib", "resolution_mib", "repeats",
+"counts": [{"references", "request": {...one request...}, "band": {...} | absent,
+"recorded": [{"limit_mib", "outcome"}, ...]}]}, ascending by references. A count with a "band"
+was searched already (it only bounds the next); "recorded" trials are a resumed count's, replayed
+in order while the search asks for the same limits. It writes the init event, then per count
+one event per trial it ran and one band:
+
+    {"event": "trial", "references", "fixture", "limit_mib", "phase", "repeat", "outcome",
+     "wall_s", "started_s", "peak_mib", "peak_source", "error", "traceback", "measured"}
+    {"event": "band", "references", "fixture", "fits_at_mib", "fails_at_mib",
+     "fails_at_inferred", "trials", "requests_saved", "stopped"}
 
 After a failed init nothing else is written and the exit status is 1. Whether a failed request
 ends the runner is the engine's `survives_failure`: upstream's `Omni.generate` shuts its engine
@@ -94,19 +107,27 @@ class Results:
         print(line, flush=True)
 
 
-def run(make_engine: Callable[[], Engine], requests: list[dict], results: Results) -> int:
-    """Build the engine, then generate the requests in order, one event each, until one fails."""
-    t0 = time.monotonic()
+def _built(make_engine: Callable[[], Engine], results: Results, t0: float) -> Engine | None:
+    """The engine, its init event written; None when the build failed (its event says how)."""
     try:
         engine = make_engine()
     except Exception as exc:
         results.emit("init", wall_s=round(time.monotonic() - t0, 3), **failure(exc))
+        return None
+    results.emit("init", outcome="ready", wall_s=round(time.monotonic() - t0, 3), error=None,
+                 traceback=None, survives_failure=bool(getattr(engine, "survives_failure", False)),
+                 facts=engine.facts() if hasattr(engine, "facts") else None,
+                 emulation=emulation_state())
+    return engine
+
+
+def run(make_engine: Callable[[], Engine], requests: list[dict], results: Results) -> int:
+    """Build the engine, then generate the requests in order, one event each, until one fails."""
+    t0 = time.monotonic()
+    engine = _built(make_engine, results, t0)
+    if engine is None:
         return 1
     survives = bool(getattr(engine, "survives_failure", False))
-    facts = engine.facts() if hasattr(engine, "facts") else None
-    results.emit("init", outcome="ready", wall_s=round(time.monotonic() - t0, 3), error=None,
-                 traceback=None, survives_failure=survives, facts=facts,
-                 emulation=emulation_state())
     for request in requests:
         started = time.monotonic()
         head = {"id": request["id"], "fixture": request["fixture"], "seed": request["seed"],
@@ -135,6 +156,76 @@ def run(make_engine: Callable[[], Engine], requests: list[dict], results: Result
         engine.recover()
     results.emit("done")
     return 0
+
+
+def run_search(make_engine: Callable[[], Engine], spec: dict, results: Results) -> int:
+    """Build the engine once, then bisect each count's pool limit (`--search`), the band of one
+    count bounding the next's search."""
+    _beside_this_file()
+    from capacity_search import Grid, next_guess_mib, requests_saved, search
+
+    t0 = time.monotonic()
+    engine = _built(make_engine, results, t0)
+    if engine is None:
+        return 1
+    grid = Grid(spec["floor_mib"], spec["ceiling_mib"], spec["resolution_mib"])
+    repeats = spec["repeats"]
+    found: list[int] = []
+    known_fail = None
+    for count in spec["counts"]:
+        band = count.get("band")
+        if band is None:
+            guess = next_guess_mib(found, grid.resolution_mib)
+            recorded = list(count.get("recorded", []))
+            run_trial = _trial_runner(engine, count["request"], count["references"], recorded,
+                                      results, t0)
+            found_band = search(run_trial, grid, repeats, known_fail_mib=known_fail,
+                                first_guess_mib=guess)
+            band = {"fits_at_mib": found_band.fits_at_mib, "fails_at_mib": found_band.fails_at_mib}
+            results.emit("band", references=count["references"],
+                         fixture=count["request"]["fixture"], **band,
+                         fails_at_inferred=found_band.fails_at_inferred,
+                         trials=len(found_band.trials),
+                         requests_saved=requests_saved(grid, repeats, found_band, known_fail,
+                                                       guess),
+                         stopped=found_band.stopped)
+        if band["fits_at_mib"] is not None:
+            found.append(band["fits_at_mib"])
+        if band["fails_at_mib"] is not None:
+            known_fail = band["fails_at_mib"]
+    results.emit("done")
+    return 0
+
+
+def _trial_runner(engine: Engine, request: dict, references: int, recorded: list[dict],
+                  results: Results, t0: float) -> Callable[[int, str, bool], str]:
+    """One count's trials: each sets the pool limit, generates the request and writes its event;
+    a resumed count's recorded trials answer first, while they match what the search asks."""
+
+    def trial(limit_mib: int, phase: str, repeat: bool) -> str:
+        if recorded:
+            if recorded[0]["limit_mib"] == limit_mib:
+                return recorded.pop(0)["outcome"]
+            recorded.clear()  # the search went elsewhere: run from here on
+        engine.set_pool_limit(limit_mib)
+        started = time.monotonic()
+        head = {"references": references, "fixture": request["fixture"], "limit_mib": limit_mib,
+                "phase": phase, "repeat": repeat, "started_s": round(started - t0, 3)}
+        try:
+            measured = _measured(engine.generate(request))
+            outcome: dict[str, Any] = {"outcome": "ok", "error": None, "traceback": None}
+        except Exception as exc:
+            measured = _measured(getattr(engine, "last", None))
+            outcome = failure(exc)
+        peak = measured.pop("peak_mib", None)
+        results.emit("trial", **head, wall_s=round(time.monotonic() - started, 4), **outcome,
+                     peak_mib=peak, peak_source=None if peak is None else engine.peak_source,
+                     measured=measured)
+        if outcome["outcome"] != "ok":
+            engine.recover()  # out of the except block: its frames no longer hold the tensors
+        return {"ok": "fit", "oom": "oom"}.get(outcome["outcome"], "error")
+
+    return trial
 
 
 def _measured(result: float | dict | None) -> dict:
@@ -258,7 +349,9 @@ def build_parser(prog: str = "offline_runner.py") -> argparse.ArgumentParser:
     kwargs = parser.add_mutually_exclusive_group(required=True)
     kwargs.add_argument("--kwargs", help="Omni(...) keyword arguments as a JSON object")
     kwargs.add_argument("--kwargs-file", help="file holding the JSON object")
-    parser.add_argument("--requests", required=True, help="JSON file of the requests")
+    work = parser.add_mutually_exclusive_group(required=True)
+    work.add_argument("--requests", help="JSON file of the requests")
+    work.add_argument("--search", help="JSON file of a capacity search (see above)")
     parser.add_argument("--results", required=True, help="JSON-lines file the results go to")
     return parser
 
@@ -274,8 +367,9 @@ def _read_json(text: str, where: str) -> Any:
         raise UsageError(f"{where}: not valid JSON: {exc}") from None
 
 
-def load_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
-    """The kwargs and the requests; UsageError naming the file or option that is wrong."""
+def load_inputs(args: argparse.Namespace) -> tuple[dict, list[dict] | dict]:
+    """The kwargs and the requests (or the search); UsageError naming the file or option that
+    is wrong."""
     if args.kwargs_file:
         with open(args.kwargs_file, encoding="utf-8") as handle:
             kwargs = _read_json(handle.read(), args.kwargs_file)
@@ -286,6 +380,12 @@ def load_inputs(args: argparse.Namespace) -> tuple[dict, list[dict]]:
         raise UsageError(f"{where}: expected a JSON object of Omni(...) keyword arguments")
     if "model" in kwargs:
         raise UsageError(f"{where}: 'model' is given with --model, not in the kwargs")
+    if args.search:
+        with open(args.search, encoding="utf-8") as handle:
+            search = _read_json(handle.read(), args.search)
+        if not isinstance(search, dict) or not isinstance(search.get("counts"), list):
+            raise UsageError(f"{args.search}: expected {{\"counts\": [...], ...}}")
+        return kwargs, search
     with open(args.requests, encoding="utf-8") as handle:
         spec = _read_json(handle.read(), args.requests)
     requests = spec.get("requests") if isinstance(spec, dict) else None
@@ -312,7 +412,10 @@ def main(argv: list[str] | None = None,
     except (OSError, UsageError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return run(lambda: engine(args.model, kwargs), requests, Results(args.results))
+    make = lambda: engine(args.model, kwargs)  # noqa: E731
+    if args.search:
+        return run_search(make, requests, Results(args.results))
+    return run(make, requests, Results(args.results))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from omniprobe.limits import MAX_SEED, MAX_WAIT_S
+from omniprobe.limits import MAX_MIB, MAX_SEED, MAX_WAIT_S
 
 if TYPE_CHECKING:
     from omniprobe.config.hosts import HostsConfig
@@ -41,6 +41,8 @@ HERTZ = Bounds("hertz", float, 0.1, 1000, "a rate in Hz from 0.1 to 1000")
 TCP_PORT = Bounds("port", int, 1, 65535, "a TCP port from 1 to 65535")
 INDEX = Bounds("index", int, 0, 1023, "an index from 0")
 SEED = Bounds("seed", int, 0, MAX_SEED, f"a seed from 0 to {MAX_SEED} (2**32-1)")
+POOL_MIB = Bounds("pool_mib", int, 1, MAX_MIB, f"a memory pool in MiB from 1 to {MAX_MIB}")
+REPEAT_COUNT = Bounds("repeat_count", int, 0, 10, "a number of repeats from 0 to 10")
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,14 @@ KNOB = Option("--knob", "what the deploy config sets (default: its hosts.toml 'k
 ONE_FIXTURE = Option("--fixture", "fixture to serve (default: the runnable edit with the fewest "
                                   "references)")
 ONE_SEED = Option("--seed", "seed (default: the first sampling seed)", bounds=SEED)
+FLOOR = Option("--floor-mib", "the smallest pool limit the search tries (MiB)", default=1024,
+               bounds=POOL_MIB)
+CEILING = Option("--ceiling-mib", "the largest pool limit the search tries (MiB)", default=32768,
+                 bounds=POOL_MIB)
+RESOLUTION = Option("--resolution-mib", "the search's step between two pool limits (MiB)",
+                    default=256, bounds=POOL_MIB)
+REPEATS = Option("--repeats", "trials beyond the first at each side of a band, which widens "
+                 "until they hold", default=2, bounds=REPEAT_COUNT)
 BUILD_ENV = Option("--build-env", "first build (or, when nothing changed, only verify) the host's "
                    "baseline env, where its runner runs in one (`env build --env baseline`); "
                    "without it, a baseline env not built is refused", switch=True)
@@ -172,6 +182,21 @@ class BaselineOptions(OfflineOptions):
 
 
 @dataclass(frozen=True)
+class CapacityOptions(SessionOptions):
+    """probe-capacity's command line: the profiles (empty: all), the fixtures (default: the
+    first the host serves at each reference count) and the search's grid."""
+
+    kwarg_sets: tuple[str, ...] = option(PROFILES)  # a Diffusers host's profiles
+    fixtures: tuple[str, ...] = option(FIXTURES)
+    fresh: bool = option(FRESH)
+    sample_hz: float = option(SAMPLE_HZ)
+    floor_mib: int = option(FLOOR)
+    ceiling_mib: int = option(CEILING)
+    resolution_mib: int = option(RESOLUTION)
+    repeats: int = option(REPEATS)
+
+
+@dataclass(frozen=True)
 class PropagationOptions(ServerOptions):
     """propagation's command line; None: the default the check chooses."""
 
@@ -210,6 +235,9 @@ COMMANDS: dict[str, Takes] = {
                                          "seed-baseline)",
         "seeds_default": "the profile's seeds"},
         without=frozenset({"--kwarg-set", "--caps", "--sample-hz"})),
+    "probe-capacity": Takes(CapacityOptions, {
+        **OFFLINE_WORDS, "profile_help": "only this Diffusers profile (repeatable; default: all)"},
+        own_first=True),
     "propagation": Takes(PropagationOptions, SERVER_WORDS, own_first=True),
 }
 

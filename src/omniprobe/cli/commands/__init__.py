@@ -8,6 +8,7 @@ from omniprobe.cli.commands import (
     nox_args,
     probe,
     probe_baseline,
+    probe_capacity,
     probe_offline,
     propagation,
     quality,
@@ -22,5 +23,5 @@ from omniprobe.cli.commands import (
 )
 
 COMMANDS = (validate, schema, report, image_check, standins, quality, evidence, wheels, env,
-            select_host, probe, probe_offline, probe_baseline, propagation, upstream, nox_args,
-            timeline)
+            select_host, probe, probe_offline, probe_capacity, probe_baseline, propagation,
+            upstream, nox_args, timeline)

@@ -1,0 +1,128 @@
+"""capacity.json's and capacity-trials.json's formats: the capacity search of a Diffusers host,
+per profile and reference count the smallest memory pool it fits in, as a band, and every trial
+that found it."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, JsonValue, model_validator
+
+from omniprobe.config.fixtures import Inputs
+from omniprobe.evidence.models.common import (
+    ArtifactRef,
+    EvidenceModel,
+    FailureCause,
+    OomSignature,
+    PeakSource,
+)
+from omniprobe.evidence.models.offline import DiffusersBuild, HostRamCheck
+from omniprobe.evidence.models.runs import TimelineSummary
+from omniprobe.limits import MAX_MIB
+
+
+class CapacityTrial(EvidenceModel):
+    """One request under one pool limit: torch's pool may reserve `limit_mib` and no more."""
+
+    profile: str
+    reference_count: int = Field(ge=0)
+    fixture: str
+    inputs: Inputs
+    limit_mib: int = Field(gt=0, le=MAX_MIB)
+    outcome: Literal["fit", "oom", "error"]
+    phase: Literal["bracket", "bisect", "confirm"]
+    repeat: bool = Field(description="A repeat at a limit this count already tried.")
+    wall_s: float = Field(ge=0)
+    started_s: float | None = Field(default=None, ge=0,
+                                    description="Seconds from the runner's start.")
+    peak_mib: float | None = Field(default=None, ge=0,
+                                   description="torch's reserved peak over the trial.")
+    peak_source: PeakSource | None = None
+    peak_allocated_mib: float | None = Field(default=None, ge=0)
+    process_mib: float | None = Field(
+        default=None, ge=0, description="NVML's figure for the runner at the trial's end.")
+    outside_pool_mib: float | None = Field(
+        default=None, ge=0, description="process_mib less torch's reserved pool at the same "
+        "moment: the CUDA context, kernels loaded as they run, other libraries' allocations. The "
+        "measuring machine's, not the card's.")
+    mem_get_info_total_mib: int | None = Field(
+        default=None, gt=0, description="What torch.cuda.mem_get_info reported as the total "
+                                        "during the trial (the limit); null: not patched (no CUDA).")
+    kv_cache_bytes: int | None = Field(default=None, ge=0)
+    oom: OomSignature | None = None
+    error: str | None = None
+    cause: FailureCause | None = None
+    lifetime: int = Field(ge=0, description="Which runner process ran it (0-based).")
+
+    @model_validator(mode="after")
+    def _oom_has_its_signature(self):
+        if self.outcome == "fit" and (self.oom is not None or self.error is not None):
+            raise ValueError("a trial that fit carries no OOM or error")
+        return self
+
+
+class CapacityBand(EvidenceModel):
+    """One profile and reference count: it fit at every trial at or above `fits_at_mib` (A) and
+    failed at every trial at or below `fails_at_mib` (B); between them it is uncertain."""
+
+    reference_count: int = Field(ge=0)
+    fixture: str
+    fits_at_mib: int | None = Field(default=None, gt=0, description="A; null: nothing up to the "
+                                                                     "ceiling fit reliably.")
+    fails_at_mib: int | None = Field(default=None, gt=0, description="B; null: nothing down to "
+                                                                      "the floor failed.")
+    fails_at_inferred: bool = Field(
+        default=False, description="B was not tried at this count: it is the previous count's "
+                                   "B (more references never need less).")
+    trials: int = Field(ge=0, description="Trials this count ran to find its band.")
+    requests_saved: int = Field(
+        description="Trials the previous counts' bands saved, against a search from the floor "
+                    "and ceiling alone (both counted on this band's boundary without noise).")
+    stopped: Literal["error"] | None = Field(
+        default=None, description="Why no band was found: a trial ended in an error.")
+
+    @model_validator(mode="after")
+    def _a_above_b(self):
+        if (self.fits_at_mib is not None and self.fails_at_mib is not None
+                and self.fits_at_mib <= self.fails_at_mib):
+            raise ValueError(f"fits_at_mib {self.fits_at_mib} must lie above fails_at_mib "
+                             f"{self.fails_at_mib}")
+        return self
+
+
+class SearchSettings(EvidenceModel):
+    floor_mib: int = Field(gt=0, le=MAX_MIB)
+    ceiling_mib: int = Field(gt=0, le=MAX_MIB)
+    resolution_mib: int = Field(gt=0, le=MAX_MIB)
+    repeats: int = Field(ge=0, description="Trials beyond the first at each side of a band.")
+    chosen_by: Literal["omniprobe", "command line"] = "omniprobe"
+
+    @model_validator(mode="after")
+    def _a_grid(self):
+        if not self.floor_mib < self.ceiling_mib:
+            raise ValueError("floor_mib must lie below ceiling_mib")
+        if self.resolution_mib > self.ceiling_mib - self.floor_mib:
+            raise ValueError("resolution_mib must be at most the span")
+        return self
+
+
+class ProfileSearch(EvidenceModel):
+    """One profile's search in one runner: what it ran, under which settings, and its bands."""
+
+    profile: str
+    settings: dict[str, JsonValue] = Field(
+        description="The profile's settings in full, as hosts.toml held them when it ran.")
+    search: SearchSettings
+    num_inference_steps: int = Field(ge=1)
+    true_cfg_scale: float
+    seed: int = Field(ge=0)
+    sizes: dict[str, str] = Field(description="Fixture -> its width×height.")
+    bands: list[CapacityBand] = []
+    gpu_s: float | None = Field(default=None, ge=0, description="The runner's wall from its "
+                                "start to its last band, the build included: the curve's cost.")
+    build: DiffusersBuild | None = None
+    logs: list[ArtifactRef] = []
+    timelines: list[TimelineSummary] = []
+    host_ram: list[HostRamCheck] = []
+    init_outcome: Literal["ready", "init-oom", "init-error", "timeout"] = "ready"
+    note: str | None = None
