@@ -75,45 +75,57 @@ class CapacityProbe(OfflineProbe):
         state = EntryState(logs=list(search.logs), timelines=list(search.timelines),
                            build=search.build, host_ram=list(search.host_ram))
         index = len(state.logs)
+        # A runner interrupted before its logs were kept left its folder: never write into it.
+        while (self.store.artifacts / entry.name / f"capacity-runner-{index + 1}").exists():
+            index += 1
         folder = self.store.artifacts / entry.name / f"capacity-runner-{index + 1}"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(parents=True)
         spec = self._search_spec(entry, plan, seed, search, folder)
         args = self.runner_args(entry, folder, "search", spec)
         gpu_s = search.gpu_s or 0.0
-        with self._running(label, entry, index, folder, args, state, progress) as running:
-            if running is not None:
-                runner = running[0]
-                while True:
-                    event, why = self._next(runner, running[1], self.settings.request_timeout_s)
-                    if event is None:
-                        self.unfinished.append(f"{entry.name}: the runner {why} during the "
-                                               "search; re-run to resume it")
-                        break
-                    if event["event"] == "done":
-                        break
-                    if event["event"] == "trial":
-                        self._trial(entry.name, plan, event, index, label, progress)
-                    elif event["event"] == "band":
-                        band = CapacityBand.model_validate(
-                            {k: v for k, v in event.items() if k not in ("event", "references")}
-                            | {"reference_count": event.get("references")})
-                        search = search.model_copy(update={
-                            "bands": [*[b for b in search.bands
-                                        if b.reference_count != band.reference_count], band],
-                            "gpu_s": round(gpu_s + time.monotonic() - runner.started, 1)})
-                        self.store.put_search(search)
-                        progress.step(f"[{label}] {band.reference_count} reference(s): "
-                                      + band_text(band) + f" after {band.trials} trial(s)")
-                    else:
-                        raise RunnerProtocolError(f"{running[1].path}: expected a trial, a band "
-                                                  f"or done, got {event}")
+        try:
+            with self._running(label, entry, index, folder, args, state, progress) as running:
+                if running is not None:
+                    search = self._events(entry.name, plan, running, index, label, progress,
+                                          search, gpu_s)
+        finally:  # an interrupt too keeps what the runner built and left
+            search = self._search_of(entry.name) or search
+            failure = state.failure
+            self.store.put_search(search.model_copy(update={
+                "build": state.build, "logs": state.logs, "timelines": state.timelines,
+                "host_ram": state.host_ram,
+                "init_outcome": failure.outcome if failure is not None else "ready",
+                "note": failure.note if failure is not None else search.note}))
+
+    def _events(self, profile: str, plan: SearchPlan, running, index: int, label: str,
+                progress: Progress, search: ProfileSearch, gpu_s: float) -> ProfileSearch:
+        """The runner's events until it is done, each recorded as it arrives."""
+        runner, events = running[0], running[1]
+        while True:
+            event, why = self._next(runner, events, self.settings.request_timeout_s)
+            if event is None:
+                self.unfinished.append(f"{profile}: the runner {why} during the search; "
+                                       "re-run to resume it")
+                return search
+            if event["event"] == "done":
                 runner.wait_exit(self.settings.grace_s)
-        failure = state.failure
-        self.store.put_search(search.model_copy(update={
-            "build": state.build, "logs": state.logs, "timelines": state.timelines,
-            "host_ram": state.host_ram,
-            "init_outcome": failure.outcome if failure is not None else "ready",
-            "note": failure.note if failure is not None else search.note}))
+                return search
+            if event["event"] == "trial":
+                self._trial(profile, plan, event, index, label, progress)
+            elif event["event"] == "band":
+                band = CapacityBand.model_validate(
+                    {k: v for k, v in event.items() if k not in ("event", "references")}
+                    | {"reference_count": event.get("references")})
+                search = search.model_copy(update={
+                    "bands": [*[b for b in search.bands
+                                if b.reference_count != band.reference_count], band],
+                    "gpu_s": round(gpu_s + time.monotonic() - runner.started, 1)})
+                self.store.put_search(search)
+                progress.step(f"[{label}] {band.reference_count} reference(s): "
+                              + band_text(band) + f" after {band.trials} trial(s)")
+            else:
+                raise RunnerProtocolError(f"{events.path}: expected a trial, a band or done, "
+                                          f"got {event}")
 
     def _search_spec(self, entry: OfflineEntry, plan: SearchPlan, seed: int,
                      search: ProfileSearch, folder) -> dict:
