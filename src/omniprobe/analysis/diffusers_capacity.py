@@ -57,6 +57,7 @@ class ProfileRun:
     cells: tuple[CapacityCell, ...]
     init_outcome: str  # "ready", or how the build ended
     host_ram: HostRam = HostRam()
+    pool_mib: float | None = None  # torch's pool under the cap (the cap less the CUDA context)
 
     def cell(self, refs: int) -> CapacityCell | None:
         return next((c for c in self.cells if c.reference_count == refs), None)
@@ -94,10 +95,12 @@ def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[Profile
             by_refs.setdefault(fixtures.get(record.fixture).reference_count, []).append(record)
         rows = [r for r in attempt.offline if r.kwarg_set == name]
         failed = [r for r in rows if r.fixture is None]
+        allowed = [p.allowed_mib for row in rows for t in row.timelines if t.emulation
+                   for p in t.emulation.capped]
         runs.append(ProfileRun(attempt.host, cap, name, attempt.id,
                                tuple(_cell(n, by_refs[n]) for n in sorted(by_refs)),
                                failed[-1].outcome if failed else "ready",
-                               _host_ram(rows, mine)))
+                               _host_ram(rows, mine), min(allowed, default=None)))
     return runs
 
 

@@ -94,6 +94,8 @@ class Host(HostsTable):
     host_ram_gib: float | None = Field(default=None, gt=0, le=MAX_MIB,
                                        description="null: not stated.")
     host_ram_note: str | None = None
+    card: str | None = Field(default=None, description="The [cards] entry of this host's GPU, "
+                                                       "whose usable pool its verdicts read.")
     python_provider: str = Field(description="How the pinned Python is provided on this host.")
     idle_tolerance_mib: float = Field(
         default=256, ge=0,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError, model_validator
 
+from omniprobe.config.cards import Card
 from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.config.flag_sets import DeployConfig, FlagSet, OfflineKwargSet, Serve
 from omniprobe.config.host_entry import Host
@@ -31,6 +32,10 @@ class HostsConfig(HostsTable):
     deploy_configs: dict[Name, DeployConfig] = {}
     offline_kwarg_sets: dict[Name, OfflineKwargSet] = {}
     diffusers_profiles: dict[Name, DiffusersProfile] = {}
+    cards: dict[Name, Card] = Field(
+        default={}, description="GPUs a user may own, each by its usable memory pool's figures "
+                                "and their sources; a capacity search's bands are judged against "
+                                "each.")
     structure: StructureChecks = StructureChecks()
     quality: QualitySettings = QualitySettings()
     env: EnvConfig | None = Field(
@@ -106,7 +111,7 @@ def _toml_loc(loc) -> str:
         item = f"[[{parts[0]}.install]] item {parts[2]}"
         return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
     if len(parts) >= 2 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets",
-                                        "diffusers_profiles"}:
+                                        "diffusers_profiles", "cards"}:
         table = f"[{parts[0]}.{parts[1]}]"  # one named table; a rule across its keys names it alone
         return f"{table} key '{'.'.join(parts[2:])}'" if len(parts) > 2 else table
     if len(parts) >= 2:
@@ -131,6 +136,14 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
                 problems.append(Problem(
                     file, f"[hosts.{name}] key 'offline_kwarg_sets'",
                     f"offline kwarg set {kwarg_set!r} is not defined under [offline_kwarg_sets]"))
+        if host.card is not None and host.card not in cfg.cards:
+            problems.append(Problem(file, f"[hosts.{name}] key 'card'",
+                                    f"card {host.card!r} is not defined under [cards] (cards: "
+                                    f"{', '.join(cfg.cards) or 'none'})"))
+        if host.card is not None and cfg.cards.get(host.card) is not None and (
+                host.emulation is not None):
+            problems.append(Problem(file, f"[hosts.{name}] key 'card'",
+                                    "an emulated host names no card: the host it emulates does"))
     for name, flag_set in cfg.flag_sets.items():
         if flag_set.deploy_config and flag_set.deploy_config not in cfg.deploy_configs:
             problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",

@@ -1,0 +1,166 @@
+"""What the capacity search's bands say: the smallest pool per profile and reference count, each
+card's verdict from its own usable pool, and the sweep's cells held against the bands.
+
+A band (evidence/models/capacity.py) fits at every trial at or above A and failed at every trial
+at or below B. A card whose usable pool is at or above A fits, with its margin; at or below B it
+does not, with its shortfall; in between it is at the margin. A fit is judged on torch's pool
+against the card's usable pool (memory.total less its own overhead and its host's other
+processes), never on the measuring machine's process tree. Random weights: capacity only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omniprobe.analysis.diffusers_capacity import ProfileRun
+from omniprobe.config.cards import Card
+from omniprobe.evidence.load import Evidence
+from omniprobe.evidence.models.capacity import CapacityBand, ProfileSearch
+
+
+@dataclass(frozen=True)
+class Searched:
+    """A profile's newest search, with the attempt that holds it."""
+
+    attempt: str
+    host: str
+    search: ProfileSearch
+
+    def band(self, refs: int) -> CapacityBand | None:
+        return next((b for b in self.search.bands if b.reference_count == refs), None)
+
+
+def newest_searches(evidence: Evidence) -> dict[str, Searched]:
+    """Profile -> its newest search over every measured attempt (a re-run supersedes)."""
+    found: dict[str, Searched] = {}
+    for attempt in sorted(evidence.attempts, key=lambda a: a.id):
+        if attempt.simulated:
+            continue
+        for search in attempt.capacity:
+            if search.bands:
+                found[search.profile] = Searched(attempt.id, attempt.host, search)
+    return found
+
+
+@dataclass(frozen=True)
+class BandVerdict:
+    """One card, profile and reference count."""
+
+    verdict: str  # fits, at the margin, does not fit, not searched so high, not searched so low
+    margin_mib: int | None = None  # usable - A, where it fits or is at the margin
+    shortfall_mib: int | None = None  # A - usable, where it does not fit or is at the margin
+
+
+def band_verdict(band: CapacityBand, usable_mib: int, ceiling_mib: int,
+                 floor_mib: int) -> BandVerdict:
+    """The rule: at or above A fits, at or below B does not, between them at the margin. A pool
+    the search never reached (above its ceiling with no A, below its floor with no B) is said
+    as such, never guessed at."""
+    a, b = band.fits_at_mib, band.fails_at_mib
+    if a is not None and usable_mib >= a:
+        return BandVerdict("fits", margin_mib=usable_mib - a)
+    if b is not None and usable_mib <= b:
+        return BandVerdict("does not fit", shortfall_mib=(a if a is not None else b) - usable_mib)
+    if a is None:
+        return BandVerdict("not searched so high", shortfall_mib=None)
+    if b is None:
+        return BandVerdict("not searched so low" if usable_mib < floor_mib else "at the margin",
+                           shortfall_mib=a - usable_mib)
+    del ceiling_mib  # the rule needs it only through a and b
+    return BandVerdict("at the margin", margin_mib=usable_mib - b, shortfall_mib=a - usable_mib)
+
+
+@dataclass(frozen=True)
+class CardProfile:
+    """One card and profile over the reference counts its search ran."""
+
+    profile: str
+    verdicts: dict[int, BandVerdict]
+    host_ram: str | None  # None: the card's host RAM is not stated; else what the runs say
+
+    @property
+    def fitting(self) -> tuple[int, ...]:
+        return tuple(n for n, v in self.verdicts.items() if v.verdict == "fits")
+
+    @property
+    def fits_card(self) -> bool:
+        """The GPU fits and, where the card's host RAM is stated, the host does too."""
+        return bool(self.fitting) and self.host_ram in (None, "within")
+
+
+def host_ram_reading(runs: list[ProfileRun], profile: str, host_ram_mib: int | None) -> str | None:
+    """What the card's host RAM says of a profile: None where it is not stated; "within" where a
+    run held no more; "over" where runs held more or were killed at the cap; "not measured"."""
+    if host_ram_mib is None:
+        return None
+    mine = [r for r in runs if r.profile == profile]
+    if any(r.host_ram.within(host_ram_mib) and not r.host_ram.killed for r in mine):
+        return "within"
+    if any(r.host_ram.killed or r.host_ram.peak_mib is not None for r in mine):
+        return "over"
+    return "not measured"
+
+
+def card_profiles(card: Card, searches: dict[str, Searched], runs: list[ProfileRun],
+                  host_ram_mib: int | None) -> list[CardProfile]:
+    """Every searched profile's verdicts on this card."""
+    out = []
+    usable = card.usable_pool_mib
+    for profile, found in searches.items():
+        grid = found.search.search
+        verdicts = {b.reference_count: band_verdict(b, usable, grid.ceiling_mib, grid.floor_mib)
+                    for b in found.search.bands if b.stopped is None}
+        out.append(CardProfile(profile, dict(sorted(verdicts.items())),
+                               host_ram_reading(runs, profile, host_ram_mib)))
+    return out
+
+
+def sweep_reading(fits: bool, pool_mib: float, band: CapacityBand) -> str:
+    """A sweep cell against its band: a fit needs A at or below its pool, an OOM B at or above
+    it ("agrees"). A cell whose pool lies between B and A is "uncertain" (the band says either
+    can happen there); one on the wrong side of the band "contradicts" it."""
+    a, b = band.fits_at_mib, band.fails_at_mib
+    if fits:
+        if a is not None and pool_mib >= a:
+            return "agrees"
+        return "contradicts" if b is not None and pool_mib <= b else "uncertain"
+    if b is not None and pool_mib <= b:
+        return "agrees"
+    return "contradicts" if a is not None and pool_mib >= a else "uncertain"
+
+
+@dataclass(frozen=True)
+class SweepCheck:
+    """A sweep cell held against its profile's band."""
+
+    profile: str
+    reference_count: int
+    cap_mib: int
+    pool_mib: float  # torch's pool under the cap: the cap less the runner's CUDA context
+    fits: bool
+    band: CapacityBand
+    reading: str
+
+    def text(self) -> str:
+        a = "none" if self.band.fits_at_mib is None else f"{self.band.fits_at_mib:,}"
+        b = "none" if self.band.fails_at_mib is None else f"{self.band.fails_at_mib:,}"
+        return (f"`{self.profile}` at {self.reference_count} reference(s) "
+                f"{'fit' if self.fits else 'failed'} under the {self.cap_mib:,} MiB cap, a pool "
+                f"of {self.pool_mib:,.0f} MiB; its band: fails at {b}, fits at {a} MiB")
+
+
+def sweep_checks(runs: list[ProfileRun], searches: dict[str, Searched]) -> list[SweepCheck]:
+    """Every sweep cell with a recorded pool and a band, held against the band."""
+    out = []
+    for run in runs:
+        searched = searches.get(run.profile)
+        if searched is None or run.pool_mib is None or run.cap_mib is None:
+            continue
+        for cell in run.cells:
+            band = searched.band(cell.reference_count)
+            if band is None or band.stopped or cell.outcome not in ("ok", "oom"):
+                continue
+            fits = cell.outcome == "ok"
+            out.append(SweepCheck(run.profile, cell.reference_count, run.cap_mib, run.pool_mib,
+                                  fits, band, sweep_reading(fits, run.pool_mib, band)))
+    return out

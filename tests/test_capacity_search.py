@@ -1,0 +1,141 @@
+"""The capacity search's rule (harness/capacity_search.py) and what its bands say of a card
+(analysis/capacity_bands.py), table by table, with no GPU: a trial runner that fits whenever the
+pool limit reaches a need, noisy at the boundary as the allocator's history is."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from omniprobe.analysis.capacity_bands import band_verdict, sweep_reading
+from omniprobe.evidence.models.capacity import CapacityBand
+from omniprobe.harness.capacity_search import (
+    Grid,
+    SearchError,
+    next_guess_mib,
+    requests_saved,
+    search,
+)
+
+GRID = Grid(4096, 32768, 256)
+
+
+def noisy(need_mib: int, noise_mib: int, seed: int = 1):
+    """A trial runner: fits when the limit reaches the need, the need moving by up to
+    `noise_mib` from one trial to the next."""
+    rnd = random.Random(seed)
+
+    def run(limit: int, phase: str, repeat: bool) -> str:
+        return "fit" if limit >= need_mib + rnd.randint(-noise_mib, noise_mib) else "oom"
+
+    return run
+
+
+@pytest.mark.parametrize("need, noise", [
+    (10000, 0), (10000, 200), (13300, 150), (18922, 300), (22390, 100), (4100, 0), (32700, 0),
+])
+def test_the_band_lies_across_the_boundary_and_every_trial_agrees_with_it(need, noise):
+    band = search(noisy(need, noise), GRID, 2)
+    assert need - noise <= band.fits_at_mib <= need + noise + GRID.resolution_mib
+    assert band.fails_at_mib is None or band.fails_at_mib < need + noise
+    assert all(t.outcome == "fit" for t in band.trials if t.limit_mib >= band.fits_at_mib)
+    assert all(t.outcome == "oom" for t in band.trials
+               if band.fails_at_mib is not None and t.limit_mib <= band.fails_at_mib)
+    firsts = [t.limit_mib for t in band.trials if not t.repeat]
+    assert len(firsts) == len(set(firsts))  # a limit runs twice only as a repeat
+    # Both sides are confirmed: at least `repeats` trials beyond the first at A (and at B).
+    assert sum(t.limit_mib == band.fits_at_mib for t in band.trials) >= 3
+
+
+@pytest.mark.parametrize("need, fits_at, fails_at", [
+    (40000, None, 32768),  # nothing up to the ceiling: no A, the ceiling failed
+    (3000, 4096, None),  # the floor already fits: no B
+])
+def test_a_need_outside_the_grid_has_one_side_only(need, fits_at, fails_at):
+    band = search(noisy(need, 0), GRID, 2)
+    assert (band.fits_at_mib, band.fails_at_mib) == (fits_at, fails_at)
+
+
+def test_a_trial_that_errors_ends_the_search_without_a_band():
+    band = search(lambda limit, phase, repeat: "error", GRID, 2)
+    assert (band.fits_at_mib, band.fails_at_mib, band.stopped) == (None, None, "error")
+    assert len(band.trials) == 1
+
+
+def test_a_count_bounded_by_the_last_saves_requests_and_keeps_its_band():
+    first = search(noisy(10000, 0), GRID, 2)
+    guess = next_guess_mib([first.fits_at_mib], GRID.resolution_mib)
+    bounded = search(noisy(13300, 0), GRID, 2, known_fail_mib=first.fails_at_mib,
+                     first_guess_mib=guess)
+    alone = search(noisy(13300, 0), GRID, 2)
+    assert (bounded.fits_at_mib, bounded.fails_at_mib) == (alone.fits_at_mib, alone.fails_at_mib)
+    saved = requests_saved(GRID, 2, bounded, first.fails_at_mib, guess)
+    assert saved == len(alone.trials) - len(bounded.trials) > 0
+    assert all(t.limit_mib > first.fails_at_mib for t in bounded.trials)  # the bound is used
+
+
+def test_a_band_whose_b_was_never_tried_at_its_count_says_so():
+    # The need does not grow with the count (no KV cache): B stays the previous count's.
+    first = search(noisy(8192, 0), GRID, 2)
+    second = search(noisy(8192, 0), GRID, 2, known_fail_mib=first.fails_at_mib,
+                    first_guess_mib=first.fits_at_mib)
+    assert second.fails_at_inferred and second.fails_at_mib == first.fails_at_mib
+    assert not any(t.limit_mib <= second.fails_at_mib for t in second.trials)
+
+
+@pytest.mark.parametrize("floor, ceiling, resolution, words", [
+    (8192, 8192, 256, "at or above the ceiling"),
+    (9000, 4096, 256, "at or above the ceiling"),
+    (4096, 8192, 0, "resolution 0"),
+    (4096, 8192, -256, "resolution -256"),
+    (4096, 8192, 4097, "at most the span"),
+    (0, 8192, 256, "above 0"),
+])
+def test_a_grid_that_cannot_be_one_is_refused(floor, ceiling, resolution, words):
+    with pytest.raises(SearchError, match=words):
+        Grid(floor, ceiling, resolution)
+
+
+def band(fits_at, fails_at):
+    return CapacityBand(reference_count=4, fixture="standin-four", fits_at_mib=fits_at,
+                        fails_at_mib=fails_at, trials=5, requests_saved=0)
+
+
+# The card's usable pool against a band: fits at or above A, not at or below B, else at the
+# margin; a pool the search never reached is said as such.
+@pytest.mark.parametrize("fits_at, fails_at, usable, verdict, margin, shortfall", [
+    (15360, 14848, 15872, "fits", 512, None),
+    (15360, 14848, 15360, "fits", 0, None),
+    (15360, 14848, 15104, "at the margin", 256, 256),
+    (15360, 14848, 14848, "does not fit", None, 512),
+    (18176, 17920, 11715, "does not fit", None, 6461),
+    (None, 32768, 32607, "does not fit", None, 161),
+    (None, 32768, 40000, "not searched so high", None, None),
+    (4096, None, 3000, "not searched so low", None, 1096),
+])
+def test_a_cards_verdict_is_its_usable_pool_against_the_band(fits_at, fails_at, usable, verdict,
+                                                              margin, shortfall):
+    got = band_verdict(band(fits_at, fails_at), usable, 32768, 4096)
+    assert (got.verdict, got.margin_mib, got.shortfall_mib) == (verdict, margin, shortfall)
+
+
+@pytest.mark.parametrize("fits, pool, reading", [
+    (True, 16000, "agrees"),  # fit at a pool at or above A
+    (True, 15000, "uncertain"),  # between B and A either can happen
+    (True, 14000, "contradicts"),  # fit at or below B
+    (False, 14000, "agrees"),
+    (False, 15000, "uncertain"),
+    (False, 16000, "contradicts"),  # OOM at or above A
+])
+def test_a_sweep_cell_is_held_against_its_band(fits, pool, reading):
+    assert sweep_reading(fits, pool, band(15360, 14848)) == reading
+
+
+@pytest.mark.parametrize("fields, words", [
+    ({"fits_at_mib": 8192, "fails_at_mib": 8192}, "must lie above"),
+    ({"fits_at_mib": 8192, "fails_at_mib": 9000}, "must lie above"),
+])
+def test_a_band_whose_sides_cross_is_refused(fields, words):
+    with pytest.raises(ValueError, match=words):
+        CapacityBand(reference_count=0, fixture="x", trials=1, requests_saved=0, **fields)
