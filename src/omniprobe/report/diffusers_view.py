@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from omniprobe.analysis.capacity_curve import CapacityCurve, CurveStep
 from omniprobe.analysis.diffusers_capacity import (
     DTYPE_BYTES,
     CapacityCell,
@@ -27,8 +26,7 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.load import Evidence
 from omniprobe.evidence.models.statements import StatedFigure
 from omniprobe.evidence.validate import Loaded
-from omniprobe.report.capacity_svg import render_curve_svg
-from omniprobe.report.paths import CAPACITY_DIR
+from omniprobe.report.capacity_view import CapacitySearchView, capacity_search_view
 
 GIB = 2**30
 
@@ -158,8 +156,7 @@ class DiffusersSection:
     steps: list[int]  # the steps the capacity cells ran
     sweep: list[SweepRow]  # over every full-size emulated host's caps together
     ceilings: list[SeedCeiling]
-    figure_path: str | None  # the smallest-card figure, relative to the project root
-    figure_svg: str | None
+    capacity: CapacitySearchView | None  # the capacity search's bands, cards and figure
 
 
 def _gib(mib: int) -> str:
@@ -312,7 +309,10 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     """The section, or None where hosts.toml has no Diffusers host; `root`: the project's, where
     the committed model configs are."""
     hosts: HostsConfig = loaded.hosts
-    keys = [k for k, h in hosts.hosts.items() if h.diffusers is not None]
+    # A host whose evidence is only a capacity search shows in the search's part, not as a host.
+    keys = [k for k, h in hosts.hosts.items() if h.diffusers is not None and not (
+        h.emulation is None and loaded.evidence.for_host(k) and all(
+            a.capacity and not a.offline_requests for a in loaded.evidence.for_host(k)))]
     if not keys:
         return None
     target = hosts.probe.target_reference_count
@@ -374,7 +374,9 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
                     for a in attempts for r in a.offline_requests
                     if hosts.host(a.host).emulation is not None})
     ceilings = seed_ceilings(loaded, full, runs_by_host, ", ".join(sizes) or "unknown")
-    figure = min_cap_figure(all_runs, [s.profile for s in sweep], columns)
+    host_ram_of = {key: _host_ram_mib(card, None) for key, card in
+                   ((h.card, h) for h in hosts.hosts.values() if h.card is not None)}
+    capacity = capacity_search_view(loaded, all_runs, host_ram_of)
     return DiffusersSection(
         views, columns, [f"{n} ref{'' if n == 1 else 's'}" for n in columns], columns[0], target,
         hosts.stack.model_repo.split("/")[-1], [v.emulates for v in full if v.emulates],
@@ -382,25 +384,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
         DTYPE_BYTES["bfloat16"], arch, kv, kv_refs,
         comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps, sweep, ceilings,
-        *(figure or (None, None)))
-
-
-FIGURE = CAPACITY_DIR / "diffusers-min-vram.svg"
-
-
-def min_cap_figure(runs, profiles: list[str], columns: list[int]) -> tuple[str, str] | None:
-    """The smallest swept cap per profile and count, drawn as the capacity curves are; a count
-    whose sweep found no fit has no point."""
-    if not profiles:
-        return None
-    caps = tuple(sorted({r.cap_mib for r in runs if r.cap_mib}))
-    steps = tuple(CurveStep(profile, n, needs.at_most_mib if (needs := min_caps(runs, profile)
-                                                              .get(n)) else None, max(caps))
-                  for profile in profiles for n in columns)
-    curve = CapacityCurve("diffusers", caps, tuple(profiles), tuple(columns), (), steps)
-    svg = render_curve_svg(curve, title="Qwen-Image-2.1 in Diffusers, random weights: smallest "
-                                        "swept cap (GiB) per reference count", verb="fit")
-    return FIGURE.as_posix(), svg
+        capacity)
 
 
 def _per_reference(items: list[KvPerReference]) -> list[KvRefRow]:

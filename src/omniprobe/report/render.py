@@ -32,8 +32,8 @@ def render_outputs(project: Project) -> dict[Path, str]:
     outputs.update({Path(e.figure.path): e.figure.svg for e in context["emulations"].values()
                     if e.figure})
     diffusers = context["diffusers"]
-    if diffusers is not None and diffusers.figure_path:
-        outputs[Path(diffusers.figure_path)] = diffusers.figure_svg
+    if diffusers is not None and diffusers.capacity is not None:
+        outputs[Path(diffusers.capacity.figure_path)] = diffusers.capacity.figure_svg
     return outputs
 
 

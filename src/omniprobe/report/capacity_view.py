@@ -1,0 +1,175 @@
+"""The report's capacity-search part of the Diffusers section: the smallest pool per profile and
+reference count as its band, each card's verdict from its own usable pool, the sweep held
+against the bands, and the figure; every figure from evidence and hosts.toml, every comparison
+made in analysis/capacity_bands.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omniprobe.analysis.capacity_bands import (
+    BandVerdict,
+    CardProfile,
+    Searched,
+    card_profiles,
+    newest_searches,
+    sweep_checks,
+)
+from omniprobe.analysis.diffusers_capacity import ProfileRun
+from omniprobe.config.cards import Card
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.evidence.models.capacity import CapacityBand
+from omniprobe.evidence.validate import Loaded
+from omniprobe.report.paths import CAPACITY_DIR
+from omniprobe.report.pool_svg import CardLine, PoolLine, render_pool_svg
+
+FIGURE = CAPACITY_DIR / "diffusers-min-pool.svg"
+
+
+def band_cell(band: CapacityBand | None) -> str:
+    """B–A in MiB; a B not tried at this count (the previous count's) in parentheses."""
+    if band is None:
+        return "—"
+    if band.stopped:
+        return f"no band ({band.stopped})"
+    b = "—" if band.fails_at_mib is None else f"{band.fails_at_mib:,}"
+    if band.fails_at_inferred:
+        b = f"({b})"
+    a = f"> {band.fails_at_mib:,}" if band.fits_at_mib is None else f"{band.fits_at_mib:,}"
+    return f"{b}–{a}" if band.fits_at_mib is not None else a
+
+
+@dataclass(frozen=True)
+class PoolRow:
+    profile: str
+    cells: list[str]  # by reference count
+    trials: int
+    saved: int
+    gpu_s: str  # the curve's GPU seconds, the build included
+
+
+@dataclass(frozen=True)
+class CardRow:
+    card: str
+    total: str  # memory.total and its source's kind
+    overhead: str
+    other: str
+    usable_mib: int
+    host_ram: str  # what the card's host RAM says, where its host states it
+    cells: list[str]  # by profile: what fits, with the margin
+
+
+@dataclass(frozen=True)
+class CapacitySearchView:
+    attempts: list[str]
+    host: str  # the host the search ran on, e.g. its GPU
+    grid: str  # "4,096–32,768 MiB every 256 MiB, 2 repeat(s) at each side"
+    steps: int
+    sizes: str
+    ref_headers: list[str]
+    profiles: list[str]
+    rows: list[PoolRow]
+    cards: list[CardRow]
+    checked: int
+    readings: dict[str, int]  # agrees / uncertain / contradicts -> cells
+    disagreements: list[str]  # every cell that does not agree, in words
+    figure_path: str
+    figure_svg: str
+
+
+def verdict_words(n: int, v: BandVerdict) -> str:
+    if v.verdict == "fits":
+        return f"{n}: fits, {v.margin_mib:,} to spare"
+    if v.verdict == "at the margin":
+        return f"{n}: at the margin, {v.shortfall_mib:,} under A"
+    if v.verdict == "does not fit":
+        return f"{n}: does not fit, {v.shortfall_mib:,} short of A"
+    return f"{n}: {v.verdict}"
+
+
+def host_ram_words(found: list[CardProfile], host_ram_gib: str | None) -> str:
+    """The card's host RAM beside the GPU's answer: a fit needs both."""
+    if host_ram_gib is None:
+        return "not stated"
+    readings = {c.host_ram for c in found}
+    if readings == {"over"}:
+        return (f"{host_ram_gib} GiB: every run held more or was killed at it, so no profile "
+                "fits card and host together (the random build's footprint, not a real load's)")
+    within = [c.profile for c in found if c.host_ram == "within"]
+    if within:
+        return f"{host_ram_gib} GiB: within it under " + ", ".join(f"`{p}`" for p in within)
+    return f"{host_ram_gib} GiB: not measured"
+
+
+def card_cell(found: CardProfile) -> str:
+    """What fits, then each count that does not, with the margin of the largest that does."""
+    if not found.verdicts:
+        return "—"
+    fitting = found.fitting
+    head = (f"0–{fitting[-1]} fit" if fitting and list(fitting) == list(range(fitting[-1] + 1))
+            else f"{', '.join(map(str, fitting))} fit" if fitting else "none fits")
+    largest = found.verdicts[fitting[-1]] if fitting else None
+    parts = [head + (f" ({largest.margin_mib:,} MiB to spare at {fitting[-1]})"
+                     if largest is not None else "")]
+    parts += [verdict_words(n, v) for n, v in found.verdicts.items() if v.verdict != "fits"]
+    return "; ".join(parts)
+
+
+def _source(mib: int, card: Card, field: str) -> str:
+    return f"{mib:,} ({getattr(card, field).kind})"
+
+
+def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
+                         host_ram_of: dict[str, int | None]) -> CapacitySearchView | None:
+    """None where no capacity search is on record. `runs`: the emulated cards' sweep runs;
+    `host_ram_of`: a card's host RAM (MiB) where its host states it."""
+    hosts: HostsConfig = loaded.hosts
+    searches: dict[str, Searched] = newest_searches(loaded.evidence)
+    if not searches:
+        return None
+    order = [p for p in hosts.diffusers_profiles if p in searches]
+    counts = sorted({b.reference_count for s in searches.values() for b in s.search.bands})
+    rows = [PoolRow(p, [band_cell(searches[p].band(n)) for n in counts],
+                    sum(b.trials for b in searches[p].search.bands),
+                    sum(b.requests_saved for b in searches[p].search.bands),
+                    f"{searches[p].search.gpu_s:.0f}" if searches[p].search.gpu_s else "—")
+            for p in order]
+    cards = []
+    for key, card in hosts.cards.items():
+        ram = host_ram_of.get(key)
+        found = {c.profile: c for c in card_profiles(card, searches, runs, ram)}
+        cards.append(CardRow(
+            card.name, _source(card.memory_total_mib, card, "memory_total_source"),
+            _source(card.overhead_mib, card, "overhead_source"),
+            _source(card.other_processes_mib, card, "other_processes_source"),
+            card.usable_pool_mib,
+            host_ram_words(list(found.values()), None if ram is None else f"{ram / 1024:g}"),
+            [card_cell(found[p]) for p in order]))
+    checks = sweep_checks(runs, searches)
+    readings = {r: sum(c.reading == r for c in checks)
+                for r in ("agrees", "uncertain", "contradicts")}
+    first = next(iter(searches.values())).search
+    grid = first.search
+    svg = render_pool_svg(
+        [PoolLine(p, tuple((b.reference_count, b.fails_at_mib, b.fits_at_mib)
+                           for b in searches[p].search.bands if b.stopped is None))
+         for p in order],
+        [CardLine(f"{c.name}: {c.usable_pool_mib:,} MiB", c.usable_pool_mib)
+         for c in hosts.cards.values()], counts,
+        title="Qwen-Image-2.1 in Diffusers, random weights: the smallest torch pool (A, and "
+              "B to A uncertain)")
+    return CapacitySearchView(
+        sorted({s.attempt for s in searches.values()}),
+        hosts.host(first_host(searches)).gpu,
+        f"{grid.floor_mib:,}–{grid.ceiling_mib:,} MiB every {grid.resolution_mib} MiB, "
+        f"{grid.repeats} repeat(s) at each side ("
+        + ("omniprobe's defaults" if grid.chosen_by == "omniprobe" else "given on the command line")
+        + ")",
+        first.num_inference_steps, ", ".join(sorted(set(first.sizes.values()))),
+        [f"{n} ref{'' if n == 1 else 's'}" for n in counts], order, rows, cards, len(checks),
+        readings, [c.text() + f": {c.reading}" for c in checks if c.reading != "agrees"],
+        FIGURE.as_posix(), svg)
+
+
+def first_host(searches: dict[str, Searched]) -> str:
+    return next(iter(searches.values())).host
