@@ -33,7 +33,8 @@ def test_each_session_takes_its_options(session, run, posargs, taken):
     (["report"], ["--dry-run"], "--dry-run: no session of this run (report) takes it; the "
                                 "sessions that take it: env-<host>"),
     (["env-sim"], ["--host", "rtx3090"], "--host: no session of this run (env-sim) takes it; the "
-     "sessions that take it: probe-init, probe-serve, probe-offline, probe-baseline, propagation"),
+     "sessions that take it: probe-init, probe-serve, probe-offline, probe-capacity, "
+     "probe-baseline, propagation"),
     (["report"], ["--bogus"], "--bogus: no session of this run (report) takes it; no omniprobe "
                               "session takes it"),
     (["probe-init"], ["--fresh", "stray"], "stray: not an option"),

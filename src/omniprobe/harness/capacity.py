@@ -22,9 +22,10 @@ from omniprobe.evidence.models.capacity import (
     ProfileSearch,
     SearchSettings,
 )
-from omniprobe.harness.offline import EntryState, OfflineProbe
+from omniprobe.harness.offline import OfflineProbe
 from omniprobe.harness.offline_matrix import OfflineEntry
 from omniprobe.harness.offline_plan import PlannedRequest
+from omniprobe.harness.offline_state import EntryState
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.runner_events import RunnerProtocolError
 from omniprobe.redaction import redact_text

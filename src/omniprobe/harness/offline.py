@@ -28,7 +28,6 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -40,9 +39,8 @@ from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.attempts import AttemptStore, file_ref
 from omniprobe.evidence.files import write_section
-from omniprobe.evidence.models.common import ArtifactRef, FailureCause
-from omniprobe.evidence.models.offline import DiffusersBuild, HostRamCheck, OfflineCell, OfflineRequest
-from omniprobe.evidence.models.runs import TimelineSummary
+from omniprobe.evidence.models.common import FailureCause
+from omniprobe.evidence.models.offline import DiffusersBuild, OfflineCell, OfflineRequest
 from omniprobe.evidence.quantities import Range
 from omniprobe.harness.client import reference_path
 from omniprobe.harness.emulation import (
@@ -68,6 +66,7 @@ from omniprobe.harness.offline_plan import (
     OfflineSettings,
     PlannedRequest,
 )
+from omniprobe.harness.offline_state import EntryState, init_settled
 from omniprobe.harness.progress import Progress
 from omniprobe.harness.recorder import record_request
 from omniprobe.harness.runner_events import (
@@ -82,38 +81,6 @@ from omniprobe.harness.server import SupervisedProcess, classify_exit, no_space_
 from omniprobe.redaction import redact_file, redact_text
 
 ATTEMPT_SUFFIX = "-offline"
-
-
-@dataclass
-class EntryState:
-    """What one entry's runner processes produced, for its offline.json rows (a resumed attempt's
-    earlier rows included)."""
-
-    init_s: float | None = None
-    failure: OfflineCell | None = None
-    logs: list[ArtifactRef] = field(default_factory=list)
-    timelines: list[TimelineSummary] = field(default_factory=list)
-    build: DiffusersBuild | None = None
-    survives_failure: bool = False
-    host_ram: list[HostRamCheck] = field(default_factory=list)
-
-    @classmethod
-    def resumed(cls, rows: list[OfflineCell]) -> EntryState:
-        """What a resumed attempt's rows of the entry hold (a fixture's row, where there is one:
-        an init failure's row is superseded by a fresh build)."""
-        row = next((r for r in rows if r.fixture is not None), rows[0] if rows else None)
-        if row is None:
-            return cls()
-        return cls(init_s=row.init_s, logs=list(row.logs), timelines=list(row.timelines),
-                   build=row.build, host_ram=list(row.host_ram))
-
-
-def init_settled(rows: list[OfflineCell]) -> bool:
-    """Whether an entry's failed init is on record for good: one the environment failed
-    measured nothing about the card, so a re-run builds that engine again."""
-    failed = [r for r in rows if r.outcome in ("init-oom", "init-error", "timeout")
-              and r.fixture is None]
-    return bool(failed) and (failed[-1].cause is None or failed[-1].cause.kind != "environment")
 
 
 class OfflineProbe:
