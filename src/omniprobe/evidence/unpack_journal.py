@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from omniprobe.atomic import write_text_atomic
 from omniprobe.config.project import Project
 from omniprobe.errors import EnvironmentFailure, InputError, Problem, problems_from_validation
-from omniprobe.evidence.models.archive import UnpackJournal
+from omniprobe.evidence.models.archive import JournalledMove, UnpackJournal
 from omniprobe.safe_io import load_json
 
 STAGING = ".omniprobe-unpack"  # in the project's root and in artifacts/; .gitignore names it
@@ -76,14 +76,19 @@ def new_staging(project: Project) -> Staging:
 
 
 def discard(staging: Staging) -> None:
-    for folder in staging.folders:
+    """Remove the staged trees; the staging folders too once no journal is left in them."""
+    for folder in (staging.evidence, staging.artifacts):
         shutil.rmtree(folder, ignore_errors=True)
+    if not staging.journal.exists():
+        for folder in (staging.evidence.parent, staging.artifacts.parent):
+            with contextlib.suppress(OSError):  # left where another unpack stages beside it
+                folder.rmdir()
 
 
 def commit(staging: Staging, moves: list[tuple[Path, Path]]) -> None:
     """Journal the moves, make them, then remove the journal and the staging folders."""
-    write_text_atomic(staging.journal, UnpackJournal(
-        moves=[(str(a), str(b)) for a, b in moves]).model_dump_json(indent=1))
+    write_text_atomic(staging.journal, UnpackJournal(moves=[
+        JournalledMove(staged=str(a), target=str(b)) for a, b in moves]).model_dump_json(indent=1))
     _move(staging, moves)
 
 
@@ -101,7 +106,8 @@ def _move(staging: Staging, moves: list[tuple[Path, Path]]) -> int:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.rename(staged, target)
         made += 1
-    staging.journal.unlink()  # from here a remnant is only staging, which roll back removes
+    discard(staging)
+    staging.journal.unlink()  # from here a remnant is an empty folder
     discard(staging)
     return made
 
@@ -112,7 +118,7 @@ def _journal_moves(staging: Staging, project: Project) -> list[tuple[Path, Path]
         journal = UnpackJournal.model_validate(load_json(staging.journal), strict=True)
     except ValidationError as exc:
         raise InputError(problems_from_validation(staging.journal, exc)) from None
-    moves = [(Path(a), Path(b)) for a, b in journal.moves]
+    moves = [(Path(m.staged), Path(m.target)) for m in journal.moves]
     for i, (staged, target) in enumerate(moves):
         inside = [root for root in (project.evidence_dir, project.artifacts_dir)
                   if target.is_relative_to(root)]
@@ -137,8 +143,11 @@ def recover(project: Project) -> list[str]:
             made = _move(staging, _journal_moves(staging, project))
             said.append(f"completed an interrupted unpack: moved the {made} folder(s) it had "
                         f"not moved yet into place (journal {staging.journal})")
-        else:
+        elif staging.evidence.exists() or staging.artifacts.exists():
             discard(staging)
-            said.append(f"rolled back an interrupted unpack: it had moved nothing; its staging "
-                        f"folder {evidence_root / name} is removed")
+            said.append(f"rolled back an interrupted unpack: it had journalled no move, so "
+                        f"nothing of it was in place; its staging {evidence_root / name} is removed")
+        else:
+            discard(staging)  # the empty folder of an unpack that completed
+
     return said

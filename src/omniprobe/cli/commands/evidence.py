@@ -12,7 +12,6 @@ from omniprobe.config.project import find_project
 from omniprobe.harness.options import Bounds
 from omniprobe.limits import ARCHIVE_LIMITS as LIMITS
 
-
 # Logs and timelines travel up to this size each: an archive member's limit.
 ARTIFACT_MIB = Bounds("mebibytes", float, 0, LIMITS.member_bytes / 2**20,
                       f"a size in MiB from 0 to {LIMITS.member_bytes / 2**20:g}")

@@ -21,10 +21,17 @@ class ArchiveManifest(BaseModel):
                                      "its sha256.")
 
 
+class JournalledMove(BaseModel):
+    model_config = STRICT
+
+    staged: str = Field(description="The staged folder, an absolute path.")
+    target: str = Field(description="Its place in evidence/ or artifacts/, an absolute path.")
+
+
 class UnpackJournal(BaseModel):
     """The moves an unpack makes once everything is staged and validated, written before the
     first: after an interrupt, the next `omniprobe evidence` command completes them."""
 
     model_config = STRICT
 
-    moves: list[tuple[str, str]] = Field(description="(staged folder, its place), absolute paths.")
+    moves: list[JournalledMove]
