@@ -356,6 +356,7 @@ def _outside(tmp_path) -> Path:
     (lambda p, t: (p.artifacts_dir / TINY_HOST).mkdir(parents=True)
      or (p.artifacts_dir / TINY_HOST / TINY).symlink_to(_outside(t).parent), None),
     (lambda p, t: os.mkfifo(_art(p) / "pipe.log"), "pipe.log (not a regular file)"),
+    (lambda p, t: (_art(p) / "folder.log").mkdir(), None),  # a folder is walked, not read
 ])
 def test_pack_reads_only_regular_files_inside_the_project(repo_copy, tmp_path, plant, left_out):
     plant(repo_copy, tmp_path)

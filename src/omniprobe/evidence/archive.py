@@ -78,12 +78,12 @@ def _regular_bytes(path: Path, max_bytes: int) -> bytes | str:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         return "a symlink, not followed" if path.is_symlink() else f"cannot read: {exc.strerror}"
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:  # fdopen refuses a folder
+        os.close(fd)
+        return "not a regular file" if not stat.S_ISREG(info.st_mode) else \
+            f"over {max_bytes / MIB:g} MiB"
     with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return "not a regular file"
-        if info.st_size > max_bytes:
-            return f"over {max_bytes / MIB:g} MiB"
         return handle.read(max_bytes + 1)
 
 

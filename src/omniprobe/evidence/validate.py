@@ -14,6 +14,7 @@ from omniprobe.config.fixtures import (
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
+from omniprobe.evidence.config_digests import config_problems
 from omniprobe.evidence.consistency import consistency_problems
 from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES
 from omniprobe.evidence.load import Evidence, LoadedAttempt, load_evidence
@@ -257,6 +258,7 @@ def load_project(project: Project, *, staged: Path | None = None
     for attempt in evidence.attempts:
         problems.extend(_refs(attempt, hosts, fixtures, ids))
         problems.extend(_repeats(attempt))
+        problems.extend(config_problems(attempt, project))
         host = hosts.hosts.get(attempt.host)
         if host is not None:
             problems.extend(consistency_problems(attempt, host, evidence))
