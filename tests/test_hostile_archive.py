@@ -18,6 +18,7 @@ import pytest
 from omniprobe.cli import main
 from omniprobe.errors import EnvironmentFailure, InputError, OmniprobeError, Refusal
 from omniprobe.evidence import archive, unpack_journal
+from omniprobe.evidence.validate import load_project
 from omniprobe.limits import ArchiveLimits
 
 from .conftest import REPO
@@ -299,6 +300,8 @@ def test_an_interrupted_unpack_is_completed_or_rolled_back_by_the_next_command(
         interrupt(mp)
         with pytest.raises((KeyboardInterrupt, SystemExit)):
             archive.unpack(path, here)
+    if said and said.startswith("completed"):  # validate names what is half moved till then
+        assert any("has not moved everything" in p.message for p in load_project(here)[1])
     recovered = archive.recover(here)
     assert (said is None and recovered == ()) or said in " ".join(recovered)
     evidence = here.evidence_dir / TINY_HOST / TINY

@@ -129,6 +129,12 @@ def _journal_moves(staging: Staging, project: Project) -> list[tuple[Path, Path]
     return moves
 
 
+def pending(project: Project) -> list[Path]:
+    """The journals of unpacks an interrupt left half moved."""
+    root = _roots(project)[0]
+    return sorted(root.glob(f"*/{JOURNAL}")) if root.is_dir() else []
+
+
 def recover(project: Project) -> list[str]:
     """Complete or roll back each unpack an interrupt left; a line saying what was done, each.
     Call it holding the lock."""

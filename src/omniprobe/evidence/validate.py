@@ -14,6 +14,7 @@ from omniprobe.config.fixtures import (
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
+from omniprobe.evidence import unpack_journal
 from omniprobe.evidence.config_digests import config_problems
 from omniprobe.evidence.consistency import consistency_problems
 from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES
@@ -240,6 +241,9 @@ def load_project(project: Project, *, staged: Path | None = None
             hosts.probe.max_reference_pixels if hosts else MAX_REFERENCE_PIXELS))
     evidence, found = load_evidence(project.evidence_dir)
     problems.extend(found)
+    problems.extend(Problem(str(journal), "", "an interrupted `omniprobe evidence unpack` has not "
+                            "moved everything into place; any `omniprobe evidence` command "
+                            "completes it") for journal in unpack_journal.pending(project))
     if staged is not None:
         more, found = load_evidence(staged)
         evidence = Evidence(evidence.attempts + more.attempts)

@@ -21,17 +21,17 @@ def run(args: argparse.Namespace) -> int:
     from omniprobe.evidence import archive
 
     project = find_project()
-    if args.evidence_command == "upgrade":
-        return _upgrade(project.evidence_dir, check=args.check)
     if args.evidence_command == "unpack":
-        unpacked = archive.unpack(args.archive, project)
+        unpacked = archive.unpack(args.archive, project)  # completes an interrupted one first
         for line in unpacked.recovered:
             print(line)
         print(f"unpacked {len(unpacked.attempts)} attempt(s) into {project.evidence_dir}: "
               f"{', '.join(unpacked.attempts)}")
         return 0
-    for line in archive.recover(project):
+    for line in archive.recover(project):  # an interrupted unpack, completed or rolled back
         print(line)
+    if args.evidence_command == "upgrade":
+        return _upgrade(project.evidence_dir, check=args.check)
     attempts = list(args.attempt) + sorted(
         p.name for host in args.host for p in (project.evidence_dir / host).glob("*")
         if (p / "attempt.json").is_file())
