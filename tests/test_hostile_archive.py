@@ -162,6 +162,19 @@ def test_unpack_never_overwrites_an_attempts_folder(packed, tmp_path, where, wor
     assert (target / "kept").read_text() == "mine"
 
 
+@pytest.mark.parametrize("root", ["evidence", "artifacts"])
+def test_a_host_folder_here_that_links_elsewhere_is_not_followed(packed, tmp_path, root):
+    members, here = packed
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    base = here.evidence_dir if root == "evidence" else here.artifacts_dir
+    base.mkdir(exist_ok=True)
+    (base / TINY_HOST).symlink_to(outside, target_is_directory=True)
+    with pytest.raises(InputError, match="resolves outside"):
+        archive.unpack(_write(tmp_path / "e.tar.gz", members), here)
+    assert list(outside.iterdir()) == []
+
+
 @pytest.mark.parametrize(("special", "words"), [
     (_special(f"{EV}/link.json", tarfile.SYMTYPE, "/etc/passwd"), "is not a regular file"),
     (_special(f"{EV}/hard.json", tarfile.LNKTYPE, "/etc/passwd"), "is not a regular file"),

@@ -209,8 +209,7 @@ def unpack(archive: Path, project: Project, limits: ArchiveLimits = LIMITS) -> U
                 target = base.joinpath(path.host, path.attempt, *path.rest)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
-            _, problems = load_project(project, staged=staging.evidence)
-            problems = _staged_problems(problems, staging.evidence, archive)
+            problems = _staged_problems(project, staging.evidence, archive)
             if problems:
                 raise InputError(problems)
         except BaseException:
@@ -236,12 +235,17 @@ def _targets(archive: Path, project: Project, carried: list[tuple[str, str]]
     return targets
 
 
-def _staged_problems(problems: list[Problem], staged: Path, archive: Path) -> list[Problem]:
-    """The problems of what the archive brings, each named by its member in the archive: the
-    evidence already here is not the archive's to fix."""
-    out = []
-    for p in problems:
+def _staged_problems(project: Project, staged: Path, archive: Path) -> list[Problem]:
+    """What validate finds with the staged tree in place that it does not find without it: the
+    archive's own problems, each named by its member, and any it makes of the evidence here (a
+    broken file already here is not the archive's to fix)."""
+    _, before = load_project(project)
+    _, after = load_project(project, staged=staged)
+    out, known = [], set(before)
+    for p in after:
         if Path(p.file).is_relative_to(staged):
             member = f"{EVIDENCE}/{Path(p.file).relative_to(staged).as_posix()}"
             out.append(Problem(f"{archive} ({member})", p.path, p.message))
+        elif p not in known:
+            out.append(p)
     return out

@@ -121,7 +121,7 @@ def _journal_moves(staging: Staging, project: Project) -> list[tuple[Path, Path]
     moves = [(Path(m.staged), Path(m.target)) for m in journal.moves]
     for i, (staged, target) in enumerate(moves):
         inside = [root for root in (project.evidence_dir, project.artifacts_dir)
-                  if target.is_relative_to(root)]
+                  if target.resolve().is_relative_to(root.resolve())]
         if not inside or not any(staged.is_relative_to(f) for f in staging.folders):
             raise InputError([Problem(str(staging.journal), f"$.moves[{i}]",
                                       "expected a move from this unpack's staging folders into "
