@@ -79,6 +79,21 @@ def test_a_download_that_names_a_folder_outside_the_cache_is_refused(tmp_path, m
     assert asked == [GOOD] and folder.is_relative_to(tmp_path / "hub")
 
 
+@pytest.mark.parametrize(("snapshot", "words"), [
+    ("Qwen/Qwen-Image-2.1@../../../tmp", "revision must be a commit or its prefix"),
+    ("Qwen/Qwen-Image-2.1@790C9263", "revision must be a commit or its prefix"),
+    ("Qwen/Qwen-Image-2.1@790c926", "revision must be a commit or its prefix"),
+    ("Qwen/../../etc@790c9263", "repo must be 'owner/name'"),
+    ("/abs/path@790c9263", "repo must be 'owner/name'"),
+])
+def test_the_pin_in_hosts_toml_is_a_hex_prefix_of_a_safe_repo(tmp_path, snapshot, words):
+    text = (REPO / "hosts.toml").read_text()
+    (tmp_path / "hosts.toml").write_text(text.replace('"Qwen/Qwen-Image-2.1@790c9263"',
+                                                      json.dumps(snapshot), 1))
+    with pytest.raises(InputError, match=words):
+        load_hosts(tmp_path / "hosts.toml")
+
+
 # --- class 6: wheels --check hashes every file pip could install ---------------------------------
 
 
