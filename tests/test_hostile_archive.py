@@ -9,6 +9,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import tarfile
 from pathlib import Path
@@ -273,6 +274,19 @@ def test_an_archive_over_a_limit_or_not_an_archive_is_refused_naming_the_limit(
     path = build(tmp_path / "hostile.tar.gz")
     with pytest.raises((InputError, Refusal), match=words.replace("(", r"\(").replace(")", r"\)")):
         archive.unpack(path, here, SMALL)
+    assert _tree(here) == []
+
+
+@pytest.mark.parametrize(("build", "words"), [
+    # The 3 GiB in a small gzip: a member's header claims it, refused before its bytes.
+    (lambda p: _gzip_of(_header(f"{EV}/attempt.json", 3 << 30), p), "64 MiB (member_bytes)"),
+    (lambda p: _gzip_of(b"".join(_header(f"{ART}/{i}.log", 0) for i in range(10_001)), p),
+     "10000 files (members)"),
+])
+def test_the_default_limits_hold_against_a_bomb(repo_copy, tmp_path, build, words):
+    here = empty_project(repo_copy, tmp_path / "here")
+    with pytest.raises(Refusal, match=re.escape(words)):
+        archive.unpack(build(tmp_path / "bomb.tar.gz"), here)
     assert _tree(here) == []
 
 
