@@ -44,3 +44,21 @@ def add_attempt(repo_copy, host, attempt_id, runs=(), requests=(), provenance=No
     if requests:
         (folder / "requests.json").write_text(json.dumps(list(requests)))
     return folder
+
+
+def empty_project(source, root):
+    """A copy of `source`'s inputs (hosts.toml, fixtures/, models/, ...) with an empty evidence/:
+    another machine's checkout, for evidence brought from elsewhere."""
+    import shutil
+
+    from omniprobe.config.project import Project
+
+    root.mkdir(parents=True, exist_ok=True)
+    for part in ("hosts.toml", "fixtures", "deploy", "models", "templates", "schemas"):
+        src = source.root / part
+        if src.is_dir():
+            shutil.copytree(src, root / part)
+        elif src.exists():
+            shutil.copy2(src, root / part)
+    (root / "evidence").mkdir(parents=True)
+    return Project(root)

@@ -23,10 +23,13 @@ from omniprobe.analysis.diffusers_capacity import (
     kv_per_reference,
     min_cap,
 )
+from omniprobe.config.project import Project
 from omniprobe.env.wheels import download_command, read_pins, wheel_folder_problems
 from omniprobe.errors import InputError, Refusal
 from omniprobe.evidence import archive
 from omniprobe.evidence.upgrade import upgrade_evidence
+
+from .evidence_scaffold import empty_project
 
 GIB = 1024  # MiB
 
@@ -138,19 +141,17 @@ def test_an_attempt_packed_elsewhere_unpacks_here_whole_and_never_over_itself(re
     log = art / "diffusers-tiny-cpu" / attempt / "tiny-cpu" / "runner-1" / "runner.log"
     log.parent.mkdir(parents=True)
     log.write_text("a runner log\n")
-    packed = archive.pack(ev, art, [attempt], tmp_path / "e.tar.gz", artifact_max_bytes=1 << 20)
+    packed = archive.pack(repo_copy, [attempt], tmp_path / "e.tar.gz", artifact_max_bytes=1 << 20)
     assert packed.files > 3 and packed.left_out == ()
-    elsewhere = tmp_path / "elsewhere"
-    (elsewhere / "evidence").mkdir(parents=True)
-    assert archive.unpack(packed.path, elsewhere / "evidence", elsewhere / "artifacts") == (
-        attempt,)
+    elsewhere = empty_project(repo_copy, tmp_path / "elsewhere")
+    assert archive.unpack(packed.path, elsewhere).attempts == (attempt,)
     here = ev / "diffusers-tiny-cpu" / attempt
     for file in here.iterdir():
-        assert (elsewhere / "evidence" / "diffusers-tiny-cpu" / attempt / file.name
+        assert (elsewhere.evidence_dir / "diffusers-tiny-cpu" / attempt / file.name
                 ).read_bytes() == file.read_bytes()
-    assert (elsewhere / "artifacts" / log.relative_to(art)).read_text() == "a runner log\n"
+    assert (elsewhere.artifacts_dir / log.relative_to(art)).read_text() == "a runner log\n"
     with pytest.raises(Refusal, match="refusing to overwrite"):
-        archive.unpack(packed.path, elsewhere / "evidence", elsewhere / "artifacts")
+        archive.unpack(packed.path, elsewhere)
 
 
 def test_an_archive_packed_before_a_format_bump_unpacks_and_upgrades_to_the_committed_file(
@@ -161,10 +162,9 @@ def test_an_archive_packed_before_a_format_bump_unpacks_and_upgrades_to_the_comm
     current = committed.read_text()
     old = (Path(__file__).parent / "data" / "migrations" / "v3" / "offline-requests.json").read_text()
     committed.write_text(old)
-    packed = archive.pack(repo_copy.evidence_dir, tmp_path / "art", [attempt], tmp_path / "e.tgz")
-    target = tmp_path / "t" / "evidence"
-    target.mkdir(parents=True)
-    assert archive.unpack(packed.path, target, tmp_path / "t" / "artifacts") == (attempt,)
+    packed = archive.pack(repo_copy, [attempt], tmp_path / "e.tgz")
+    target = empty_project(repo_copy, tmp_path / "t").evidence_dir
+    assert archive.unpack(packed.path, Project(target.parent)).attempts == (attempt,)
     landed = target / "diffusers-tiny-cpu" / attempt / "offline-requests.json"
     assert landed.read_text() == old  # unpack moves the bytes; the loader migrates them
     assert [(p.name, v) for p, v in upgrade_evidence(target)] == [("offline-requests.json", 3)]
@@ -194,18 +194,17 @@ def _rewrite(path, edit) -> None:
 ])
 def test_a_tampered_archive_writes_nothing(repo_copy, tmp_path, edit, words):
     attempt = "2026-12-01T094615Z-diffusers-tiny-cpu-offline"
-    packed = archive.pack(repo_copy.evidence_dir, tmp_path / "art", [attempt], tmp_path / "e.tgz")
+    packed = archive.pack(repo_copy, [attempt], tmp_path / "e.tgz")
     _rewrite(packed.path, edit)
-    target = tmp_path / "t" / "evidence"
-    target.mkdir(parents=True)
+    target = empty_project(repo_copy, tmp_path / "t").evidence_dir
     with pytest.raises((Refusal, InputError), match=words):
-        archive.unpack(packed.path, target, tmp_path / "t" / "artifacts")
+        archive.unpack(packed.path, Project(target.parent))
     assert list(target.iterdir()) == []
 
 
 def test_an_archive_whose_attempt_does_not_validate_is_refused(repo_copy, tmp_path):
     attempt = "2026-12-01T094615Z-diffusers-tiny-cpu-offline"
-    packed = archive.pack(repo_copy.evidence_dir, tmp_path / "art", [attempt], tmp_path / "e.tgz")
+    packed = archive.pack(repo_copy, [attempt], tmp_path / "e.tgz")
 
     def bad(members):
         name = next(k for k in members if k.endswith("offline-requests.json"))
@@ -216,10 +215,9 @@ def test_an_archive_whose_attempt_does_not_validate_is_refused(repo_copy, tmp_pa
         files["files"][name] = hashlib.sha256(members[name]).hexdigest()
         members["manifest.json"] = json.dumps(files).encode()
     _rewrite(packed.path, bad)
-    target = tmp_path / "t" / "evidence"
-    target.mkdir(parents=True)
+    target = empty_project(repo_copy, tmp_path / "t").evidence_dir
     with pytest.raises(InputError) as info:
-        archive.unpack(packed.path, target, tmp_path / "t" / "artifacts")
+        archive.unpack(packed.path, Project(target.parent))
     assert "random-weight record claims no output structure" in str(info.value.problems)
     assert list(target.iterdir()) == []
 

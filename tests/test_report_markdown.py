@@ -21,7 +21,7 @@ def cells_of(line: str) -> list[str]:
     inner = line.strip().removeprefix("|").removesuffix("|")
     cells, current, in_code = [], "", False
     for i, ch in enumerate(inner):
-        if ch == "`":
+        if ch == "`" and (i == 0 or inner[i - 1] != "\\"):
             in_code = not in_code
         if ch == "|" and not in_code and (i == 0 or inner[i - 1] != "\\"):
             cells.append(current)

@@ -235,7 +235,7 @@ def _project(tmp_path: Path) -> Project:
     root.mkdir()
     for name in ("hosts.toml",):
         shutil.copy(REPO / name, root / name)
-    for name in ("fixtures", "deploy", "evidence"):
+    for name in ("fixtures", "deploy", "evidence", "models"):  # models: the configs evidence holds
         shutil.copytree(REPO / name, root / name)
     shutil.rmtree(root / "evidence" / "upstream")
     return Project(root)
@@ -288,7 +288,6 @@ def test_the_report_shows_the_newest_upstream_result(tmp_path):
 
     project = _project(tmp_path)
     shutil.copytree(REPO / "templates", project.templates_dir)
-    shutil.copytree(REPO / "models", project.root / "models")  # the Diffusers section reads them
     assert "Upstream contract" not in render_harness(project)
     doctor = {API: FILES[API].replace("true_cfg_scale: float | None = Form(None)",
                                       "cfg_scale: float | None = Form(None)")}

@@ -4,6 +4,7 @@ types use it before anything heavy is imported)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 MAX_WAIT_S = 7 * 24 * 3600  # a timeout or wait: a week
@@ -14,6 +15,21 @@ MAX_SEED = 2**32 - 1  # a seed: 32 bits, as every generator the stacks use accep
 MAX_ISSUE = 10**7  # an issue number
 EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)  # evidence older than this was not made by omniprobe
 CLOCK_SKEW = timedelta(days=1)
+MIB = 2**20
+
+
+@dataclass(frozen=True)
+class ArchiveLimits:
+    """How large an evidence archive may be, and what it may hold; pack keeps within them too,
+    so what it writes unpacks. Each refusal names its limit."""
+
+    archive_bytes: int = 256 * MIB  # the .tar.gz itself
+    member_bytes: int = 64 * MIB  # one member, unpacked (an evidence file's own read limit)
+    unpacked_bytes: int = 512 * MIB  # all members together, unpacked
+    members: int = 10_000  # the files it holds, the manifest included
+
+
+ARCHIVE_LIMITS = ArchiveLimits()
 
 
 def require_timestamp(value: datetime) -> datetime:

@@ -3,6 +3,7 @@ baseline env's [baseline_env] install plans, their steps and checks, and [upstre
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -36,9 +37,20 @@ class Stack(HostsTable):
 
     @model_validator(mode="after")
     def _snapshot_has_revision(self) -> Stack:
+        # Both halves become folder names in the hub cache (models--<owner>--<name>/snapshots/).
         if "@" not in self.model_snapshot:
             raise ValueError("model_snapshot must be 'repo@revision'")
+        if not _REPO.fullmatch(self.model_repo) or ".." in self.model_repo:
+            raise ValueError(f"model_snapshot's repo must be 'owner/name' (letters, digits, '.', "
+                             f"'_', '-'), got {self.model_repo!r}")
+        if not _REVISION.fullmatch(self.model_revision):
+            raise ValueError(f"model_snapshot's revision must be a commit or its prefix, 8 to 40 "
+                             f"lower-case hex digits, got {self.model_revision!r}")
         return self
+
+
+_REPO = re.compile(r"[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*")
+_REVISION = re.compile(r"[0-9a-f]{8,40}")
 
 
 class PinChoice(HostsTable):

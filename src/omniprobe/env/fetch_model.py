@@ -6,11 +6,16 @@ the command lists the repository's commits (huggingface_hub `list_repo_commits`,
 branch) and takes the one the prefix names; where none or several do, the user gives the full
 revision (`--revision`). It then downloads that revision (`snapshot_download`) into the cache
 the env check scans. Nothing else writes to the cache.
+
+The revision becomes a folder name in the cache (`snapshots/<commit>`), so whether the user gave
+it or the Hub answered it, it is used only as a full commit id, 40 lower-case hex digits, and the
+folder the download names must lie inside the cache.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -19,6 +24,7 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.errors import EnvironmentFailure, InputError, Problem
 
 COMMAND = "omniprobe env fetch-model"
+_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def hf_cache_dir() -> Path:
@@ -44,8 +50,19 @@ def fetch_hint(cfg: HostsConfig) -> str:
             f"{shlex.quote(repo)} --revision <the full commit starting {revision}>`")
 
 
+def is_commit(value: object) -> bool:
+    """A full commit id: 40 lower-case hex digits, nothing a path could climb out with."""
+    return isinstance(value, str) and _COMMIT.fullmatch(value) is not None
+
+
 def full_revision(prefix: str, commits: Iterable[str], repo: str) -> str:
-    """The one commit id starting with `prefix`; FetchFailed naming what to give otherwise."""
+    """The one commit id starting with `prefix`; FetchFailed naming what to give otherwise, or
+    naming a commit id of the Hub's answer that is not one."""
+    commits = list(commits)
+    odd = [c for c in commits if not is_commit(c)]
+    if odd:
+        raise FetchFailed(f"the Hub's commit list of {repo} holds {len(odd)} id(s) that are not "
+                          f"40 hex digits, e.g. {odd[0]!r}: refusing to use any of it")
     matching = sorted({c for c in commits if c.startswith(prefix)})
     if len(matching) == 1:
         return matching[0]
@@ -62,6 +79,9 @@ def fetch_model(cfg: HostsConfig, *, revision: str | None = None,
     """Download the pinned snapshot into the hub cache; its folder. `list_commits` (repo ->
     commit ids) and `download` (repo, revision, cache -> folder) stand in for huggingface_hub."""
     repo, prefix = cfg.stack.model_repo, cfg.stack.model_revision
+    if revision is not None and not is_commit(revision):
+        raise InputError([Problem("--revision", "", f"expected a full commit id (40 lower-case "
+                                  f"hex digits), got {revision!r}")])
     if revision is not None and not revision.startswith(prefix):
         raise InputError([Problem("--revision", "", f"{revision!r} does not start with the "
                                   f"pinned {prefix} ([stack] model_snapshot)")])
@@ -74,6 +94,9 @@ def fetch_model(cfg: HostsConfig, *, revision: str | None = None,
         cache = hf_cache_dir()
         echo(f"# downloading {repo} at {revision} into {cache}")
         folder = Path(download(repo, revision, cache))
+        if not folder.resolve().is_relative_to(cache.resolve()):
+            raise FetchFailed(f"the download of {repo} at {revision} names {folder}, outside "
+                              f"the hub cache {cache}")
     except FetchFailed:
         raise
     except Exception as exc:  # huggingface_hub's errors: network, auth, offline mode, not found

@@ -2,14 +2,22 @@
 a registry is reachable, every hash checked, and check a folder of wheels against it there.
 
 A list line is pip's requirements form, one pin and its hash: `name==version --hash=sha256:HEX`.
+The check hashes every file in the folder, since `pip install --find-links` may pick any of them
+(another platform tag of a pinned name and version included): each must be a regular file whose
+sha256 is its pin's. The download runs pip as a module of this Python where it has one, else the
+pip beside it or on PATH (a uv venv has none), else says what to install.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import shutil
+import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,24 +70,73 @@ def read_pins(path: Path) -> list[Pin]:
     return pins
 
 
-def download_command(list_path: Path, dest: Path, python: str = sys.executable) -> list[str]:
-    return [python, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-            "--require-hashes", *TARGET, "--dest", str(dest), "-r", str(list_path)]
+def pip_command(python: str = sys.executable,
+                which: Callable[[str], str | None] = shutil.which) -> list[str]:
+    """How to run pip for the download: `python -m pip` where that Python has pip, else a pip
+    beside it or on PATH (`pip download` of wheels for another platform installs nothing, so
+    any pip serves); WheelDownloadFailed saying what to install otherwise."""
+    if subprocess.run([python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+        return [python, "-m", "pip"]
+    for candidate in (os.path.join(os.path.dirname(python), name) for name in ("pip3", "pip")):
+        if os.access(candidate, os.X_OK):
+            return [candidate]
+    found = which("pip3") or which("pip")
+    if found:
+        return [found]
+    raise WheelDownloadFailed(f"no pip to download with: {python} has no pip module and no pip "
+                              "is beside it or on PATH; install one (`uv pip install --python "
+                              f"{python} pip`, or `{python} -m ensurepip`)")
+
+
+def download_command(list_path: Path, dest: Path, pip: list[str] | None = None) -> list[str]:
+    return [*(pip or [sys.executable, "-m", "pip"]), "download", "--no-deps",
+            "--only-binary=:all:", "--require-hashes", *TARGET, "--dest", str(dest),
+            "-r", str(list_path)]
+
+
+_CHUNK_BYTES = 1 << 20
+# What `pip install --find-links` takes from a folder: wheels and source archives.
+PIP_ARCHIVES = (".whl", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz", ".tar", ".zip")
+
+
+def file_sha256(path: Path) -> str | None:
+    """The sha256 of a regular file, opened without following a symlink; None for anything else
+    (a symlink to /dev/zero would never end)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # fdopen would refuse a folder
+        os.close(fd)
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        digest = hashlib.sha256()
+        while chunk := handle.read(_CHUNK_BYTES):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def wheel_folder_problems(pins: list[Pin], folder: Path) -> list[str]:
-    """What is wrong with a folder of wheels against the list: each pin missing or with another
-    hash, and each wheel the list does not pin (two versions of one package stop pip)."""
-    wheels = sorted(folder.glob("*.whl"))
+    """What is wrong with a folder of wheels against the list: each pin missing; each file that
+    is not a regular file, or whose sha256 is not its pin's (every file of a pinned name and
+    version is hashed, not the first); each file the list does not pin."""
+    files = sorted(p for p in folder.iterdir() if p.name.endswith(PIP_ARCHIVES)) \
+        if folder.is_dir() else []
     problems = []
     for pin in pins:
-        found = [w for w in wheels if pin.matches(w)]
-        if not found:
+        if not any(pin.matches(f) for f in files):
             problems.append(f"{pin.name}=={pin.version}: no wheel in {folder}")
-        elif hashlib.sha256(found[0].read_bytes()).hexdigest() != pin.sha256:
-            problems.append(f"{found[0].name}: sha256 differs from the list's {pin.sha256[:12]}")
-    problems += [f"{w.name}: not in the list" for w in wheels
-                 if not any(p.matches(w) for p in pins)]
+    for file in files:
+        pin = next((p for p in pins if p.matches(file) and file.name.endswith(".whl")), None)
+        digest = file_sha256(file)
+        if digest is None:
+            problems.append(f"{file.name}: not a regular file (a symlink, folder, FIFO or "
+                            "device); expected a wheel")
+        elif pin is None:
+            problems.append(f"{file.name}: not in the list")
+        elif digest != pin.sha256:
+            problems.append(f"{file.name}: sha256 differs from the list's {pin.sha256[:12]} for "
+                            f"{pin.name}=={pin.version}; pip could install it unchecked")
     return problems
 
 
@@ -87,7 +144,8 @@ def download(list_path: Path, dest: Path) -> list[Pin]:
     """Fetch the list into `dest` with pip, every hash required; then check the folder."""
     pins = read_pins(list_path)
     dest.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(download_command(list_path, dest), capture_output=True, text=True)
+    done = subprocess.run(download_command(list_path, dest, pip_command()), capture_output=True,
+                          text=True)
     if done.returncode != 0:
         raise WheelDownloadFailed(f"pip download of {list_path} failed (exit {done.returncode}): "
                                   + " | ".join(done.stderr.strip().splitlines()[-3:]))

@@ -1,34 +1,48 @@
 """Evidence made on another machine, brought back whole: `omniprobe evidence pack` puts attempt
-folders (and, within a size limit, their artifacts) in one archive with the sha256 of every file;
-`unpack` checks every digest, validates every attempt, and refuses to overwrite anything, before
-it moves a single folder into evidence/.
+folders (and, within a size limit, their logs and timelines) in one archive with the sha256 of
+every file; `unpack` checks every digest, validates the attempts together with the evidence
+already here (validate's own cross-checks), refuses to overwrite anything, then moves them into
+place as one journalled transaction (`unpack_journal.py`).
 
-Archive layout (a gzipped tar): `manifest.json` ({"format": 1, "files": {path: sha256}}), then
-`evidence/<host>/<attempt>/<file>` and `artifacts/<host>/<attempt>/...`.
+Pack reads only regular files of the attempts' own folders (no symlink is followed), validates
+what it packs, redacts the secrets of its environment by value, and never writes inside
+evidence/. The layout and the limits are `archive_read.py`'s.
 """
 
 from __future__ import annotations
 
 import io
-import json
-import shutil
+import os
+import stat
 import tarfile
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from omniprobe.atomic import write_bytes_atomic
+from omniprobe.config.project import Project
 from omniprobe.digests import sha256_bytes
-from omniprobe.errors import InputError, Problem, Refusal
+from omniprobe.errors import InputError, Problem
+from omniprobe.evidence import unpack_journal
+from omniprobe.evidence.archive_read import (
+    ARTIFACT_SUFFIXES,
+    ARTIFACTS,
+    EVIDENCE,
+    LIMITS,
+    MANIFEST,
+    MIB,
+    ArchiveLimits,
+    ArchiveRefused,
+    member_path,
+    read_manifest,
+    read_members,
+)
 from omniprobe.evidence.files import ATTEMPT_FILE
-from omniprobe.evidence.load import load_attempt
+from omniprobe.evidence.models.archive import ARCHIVE_FORMAT, ArchiveManifest
+from omniprobe.evidence.validate import load_project
+from omniprobe.redaction import redact_bytes, secret_values
+from omniprobe.safe_io import confine
 
-MANIFEST = "manifest.json"
-FORMAT = 1
-_ROOTS = ("evidence", "artifacts")
-
-
-class ArchiveRefused(Refusal):
-    """An unpack that would overwrite evidence, or an archive whose contents are not what it says."""
+__all__ = ["ArchiveRefused", "Packed", "Unpacked", "pack", "recover", "unpack"]
 
 
 @dataclass(frozen=True)
@@ -36,117 +50,202 @@ class Packed:
     path: Path
     attempts: tuple[str, ...]
     files: int
-    left_out: tuple[str, ...]  # artifacts over the size limit, by path
+    left_out: tuple[str, ...]  # artifacts that stay behind, each with why
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    attempts: tuple[str, ...]
+    recovered: tuple[str, ...]  # what was done of an unpack an interrupt left
 
 
 def _attempt_folders(evidence_dir: Path, attempts: list[str]) -> list[Path]:
-    found = {p.name: p for p in evidence_dir.glob("*/*") if (p / ATTEMPT_FILE).is_file()}
+    """Each named attempt's folder: real folders only, a symlinked host or attempt is no evidence."""
+    found = {}
+    for host in sorted(p for p in evidence_dir.iterdir() if p.is_dir() and not p.is_symlink()):
+        for folder in sorted(p for p in host.iterdir() if p.is_dir() and not p.is_symlink()):
+            if (folder / ATTEMPT_FILE).is_file():
+                found.setdefault(folder.name, folder)
     missing = [a for a in attempts if a not in found]
     if missing:
         raise ArchiveRefused(f"no attempt {', '.join(missing)} under {evidence_dir}")
-    return [found[a] for a in attempts]
+    return [found[a] for a in dict.fromkeys(attempts)]
 
 
-def pack(evidence_dir: Path, artifacts_dir: Path, attempts: list[str], out: Path, *,
-         artifact_max_bytes: int = 0, artifact_suffixes: tuple[str, ...] = (".log", ".jsonl")
-         ) -> Packed:
-    """Pack the attempts' evidence folders, and each artifact of theirs with one of
-    `artifact_suffixes` up to `artifact_max_bytes` (0: none), into `out`."""
+def _regular_bytes(path: Path, max_bytes: int) -> bytes | str:
+    """A regular file's bytes, opened without following a symlink; else why it is not read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return "a symlink, not followed" if path.is_symlink() else f"cannot read: {exc.strerror}"
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > max_bytes:  # fdopen refuses a folder
+        os.close(fd)
+        return "not a regular file" if not stat.S_ISREG(info.st_mode) else \
+            f"over {max_bytes / MIB:g} MiB"
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(max_bytes + 1)
+
+
+def _artifact_files(folder: Path) -> list[Path]:
+    """Every entry under an attempt's artifacts folder, without descending into a symlink."""
+    if folder.is_symlink() or not folder.is_dir():
+        return [folder] if folder.is_symlink() else []
+    found = []
+    for parent, dirs, files in os.walk(folder, followlinks=False):
+        found += [Path(parent, d) for d in dirs if Path(parent, d).is_symlink()]
+        found += [Path(parent, f) for f in files]
+    return sorted(found)
+
+
+def _pack_problems(project: Project, folders: list[Path]) -> list[Problem]:
+    """validate's problems of the attempts to pack (a broken one elsewhere is not theirs)."""
+    _, problems = load_project(project)
+    return [p for p in problems if any(Path(p.file).is_relative_to(f) for f in folders)]
+
+
+def _check_out(out: Path, project: Project) -> None:
+    where = out.resolve()
+    for root in (project.evidence_dir, project.root / unpack_journal.STAGING):
+        if where.is_relative_to(root.resolve()):
+            raise InputError([Problem(str(out), "--out", f"inside {root}: the archive is written "
+                                      "elsewhere, never over or beside the evidence")])
+    if out.is_symlink() or (out.exists() and not out.is_file()):
+        raise InputError([Problem(str(out), "--out", "expected a new file or a regular file to "
+                                  "replace, not a folder, symlink, FIFO or device")])
+
+
+def pack(project: Project, attempts: list[str], out: Path, *, artifact_max_bytes: int = 0,
+         limits: ArchiveLimits = LIMITS) -> Packed:
+    """Pack the attempts' evidence folders, and each artifact of theirs (a log or timeline) up to
+    `artifact_max_bytes` (0: none), into `out`, once the attempts validate."""
+    _check_out(out, project)
+    folders = _attempt_folders(project.evidence_dir, attempts)
+    problems = _pack_problems(project, folders)
+    if problems:
+        raise InputError(problems)
+    secrets = secret_values()
     members: dict[str, bytes] = {}
-    left_out = []
-    for folder in _attempt_folders(evidence_dir, attempts):
+    left_out: list[str] = []
+    for folder in folders:
         host = folder.parent.name
-        for file in sorted(p for p in folder.iterdir() if p.is_file()):
-            members[f"evidence/{host}/{folder.name}/{file.name}"] = file.read_bytes()
-        art = artifacts_dir / host / folder.name
-        for file in sorted(p for p in art.rglob("*") if p.is_file()) if art.is_dir() else []:
-            rel = f"artifacts/{file.relative_to(artifacts_dir).as_posix()}"
-            if file.suffix not in artifact_suffixes or file.name.startswith("."):
+        for file in sorted(folder.iterdir()):
+            data = _regular_bytes(file, limits.member_bytes)
+            if isinstance(data, str):
+                raise InputError([Problem(str(file), "", f"{data}; an evidence file is a regular "
+                                          "file of its attempt's folder")])
+            members[f"{EVIDENCE}/{host}/{folder.name}/{file.name}"] = redact_bytes(data, secrets)
+        art = project.artifacts_dir / host / folder.name
+        for file in _artifact_files(art):
+            rel = f"{ARTIFACTS}/{file.relative_to(project.artifacts_dir).as_posix()}"
+            hidden = any(part.startswith(".") for part in file.relative_to(art).parts)
+            if hidden or not file.name.endswith(ARTIFACT_SUFFIXES):
+                continue  # images stay behind; a temp file is a write in flight
+            data = _regular_bytes(file, min(artifact_max_bytes, limits.member_bytes))
+            if isinstance(data, str):
+                left_out.append(f"{rel} ({data})")
                 continue
-            if file.stat().st_size > artifact_max_bytes:
-                left_out.append(rel)
-                continue
-            members[rel] = file.read_bytes()
-    manifest = {"format": FORMAT, "files": {k: sha256_bytes(v) for k, v in members.items()}}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
-        for name, data in [(MANIFEST, json.dumps(manifest, indent=1).encode()),
+            members[rel] = redact_bytes(data, secrets)
+    _within(members, limits, out)
+    manifest = ArchiveManifest(format=ARCHIVE_FORMAT,
+                               files={k: sha256_bytes(v) for k, v in members.items()})
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in [(MANIFEST, manifest.model_dump_json(indent=1).encode()),
                            *members.items()]:
             info = tarfile.TarInfo(name)
             info.size, info.mode = len(data), 0o644
             tar.addfile(info, io.BytesIO(data))
-    tmp.replace(out)
-    return Packed(out, tuple(attempts), len(members), tuple(left_out))
+    write_bytes_atomic(out, buffer.getvalue())
+    return Packed(out, tuple(f.name for f in folders), len(members), tuple(left_out))
 
 
-def _member_path(name: str, archive: Path) -> PurePosixPath:
-    path = PurePosixPath(name)
-    if (path.is_absolute() or ".." in path.parts or len(path.parts) < 4
-            or path.parts[0] not in _ROOTS):
-        raise ArchiveRefused(f"{archive}: member {name!r} is not under evidence/<host>/<attempt>/ "
-                             "or artifacts/<host>/<attempt>/")
-    return path
+def _within(members: dict[str, bytes], limits: ArchiveLimits, out: Path) -> None:
+    """Pack writes nothing unpack would refuse for its size."""
+    total = sum(len(v) for v in members.values())
+    if len(members) + 1 > limits.members or total > limits.unpacked_bytes:
+        raise InputError([Problem(str(out), "", f"{len(members) + 1} files of {total} bytes: over "
+                                  f"the limits of {limits.members} files and "
+                                  f"{limits.unpacked_bytes // MIB} MiB an unpack takes; pack "
+                                  "fewer attempts at a time")])
 
 
-def _read(archive: Path) -> dict[str, bytes]:
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            contents = {}
-            for member in tar.getmembers():
-                if not member.isfile():
-                    raise ArchiveRefused(f"{archive}: member {member.name!r} is not a plain file")
-                contents[member.name] = tar.extractfile(member).read()
-    except (OSError, tarfile.TarError, EOFError) as exc:
-        raise InputError([Problem(str(archive), "", f"not a readable evidence archive: {exc}")]
-                         ) from None
-    return contents
+def recover(project: Project) -> tuple[str, ...]:
+    """Complete or roll back an unpack an interrupt left; what was done."""
+    with unpack_journal.locked(project):
+        return tuple(unpack_journal.recover(project))
 
 
-def unpack(archive: Path, evidence_dir: Path, artifacts_dir: Path) -> tuple[str, ...]:
-    """Check and move the archive's attempts into place; the attempt ids. Nothing is written
-    unless every digest matches, every attempt validates and no target exists yet."""
-    contents = _read(archive)
-    try:
-        manifest = json.loads(contents.pop(MANIFEST))
-        listed = manifest["files"]
-        assert manifest["format"] == FORMAT and isinstance(listed, dict)
-    except (KeyError, ValueError, AssertionError, TypeError):
-        raise InputError([Problem(str(archive), MANIFEST, f"expected {{\"format\": {FORMAT}, "
-                                  "\"files\": {path: sha256}}")]) from None
+def unpack(archive: Path, project: Project, limits: ArchiveLimits = LIMITS) -> Unpacked:
+    """Check the archive, stage it, validate it with the evidence here, and move it into place.
+    Nothing lands unless every digest matches, every attempt validates with validate's
+    cross-checks, every artifact belongs to an attempt the archive carries, and no target exists."""
+    contents = read_members(archive, limits)
+    listed = read_manifest(archive, contents)
     if set(listed) != set(contents):
         raise ArchiveRefused(f"{archive}: the manifest lists {sorted(set(listed) ^ set(contents))} "
                              "but the archive's files differ")
     bad = [n for n, data in contents.items() if sha256_bytes(data) != listed[n]]
     if bad:
         raise ArchiveRefused(f"{archive}: sha256 differs from the manifest for {', '.join(bad)}")
-    attempts: dict[tuple[str, str, str], list[tuple[PurePosixPath, bytes]]] = {}
-    for name, data in contents.items():
-        path = _member_path(name, archive)
-        attempts.setdefault(path.parts[:3], []).append((path, data))
-    targets = {key: (evidence_dir if key[0] == "evidence" else artifacts_dir) / key[1] / key[2]
-               for key in attempts}
-    taken = [str(t) for t in targets.values() if t.exists()]
-    if taken:
-        raise ArchiveRefused("refusing to overwrite: " + ", ".join(taken))
-    with tempfile.TemporaryDirectory(dir=evidence_dir.parent, prefix=".unpack-") as tmp:
-        staged = {}
-        for key, files in attempts.items():
-            folder = Path(tmp) / "/".join(key)
-            for path, data in files:
-                target = Path(tmp) / path.as_posix()
+    paths = {name: member_path(name, archive) for name in contents}
+    carried = sorted({p.attempt_key for p in paths.values() if p.root == EVIDENCE})
+    if not carried:
+        raise ArchiveRefused(f"{archive}: holds no attempt's evidence; an archive of artifacts "
+                             "alone is refused")
+    strays = sorted({n for n, p in paths.items() if p.root == ARTIFACTS
+                     and p.attempt_key not in carried})
+    if strays:
+        raise ArchiveRefused(f"{archive}: artifacts of attempts the archive does not carry: "
+                             + ", ".join(strays))
+    with unpack_journal.locked(project):
+        recovered = tuple(unpack_journal.recover(project))
+        moves = _targets(archive, project, carried)
+        staging = unpack_journal.new_staging(project)
+        try:
+            for name, data in contents.items():
+                path = paths[name]
+                base = staging.evidence if path.root == EVIDENCE else staging.artifacts
+                target = base.joinpath(path.host, path.attempt, *path.rest)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
-            staged[key] = folder
-        problems = []
-        for key, folder in staged.items():
-            if key[0] == "evidence":
-                # Validated where it would be loaded from: evidence/<host>/<attempt>.
-                _, found = load_attempt(folder)
-                problems.extend(found)
-        if problems:
-            raise InputError(problems)
-        for key, folder in staged.items():
-            targets[key].parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(folder), targets[key])
-    return tuple(sorted({key[2] for key in attempts if key[0] == "evidence"}))
+            problems = _staged_problems(project, staging.evidence, archive)
+            if problems:
+                raise InputError(problems)
+        except BaseException:
+            unpack_journal.discard(staging)
+            raise
+        unpack_journal.commit(staging, [
+            (root.joinpath(host, attempt), target)
+            for (host, attempt), pair in moves.items()
+            for root, target in zip((staging.evidence, staging.artifacts), pair, strict=True)
+            if root.joinpath(host, attempt).is_dir()])
+    return Unpacked(tuple(a for _, a in carried), recovered)
+
+
+def _targets(archive: Path, project: Project, carried: list[tuple[str, str]]
+             ) -> dict[tuple[str, str], tuple[Path, Path]]:
+    """Each attempt's evidence and artifacts folders here, confined; refused if any exists."""
+    targets = {key: tuple(confine(root, f"{key[0]}/{key[1]}", file=archive, field=key[1])
+                          for root in (project.evidence_dir, project.artifacts_dir))
+               for key in carried}
+    taken = [str(t) for pair in targets.values() for t in pair if t.exists() or t.is_symlink()]
+    if taken:
+        raise ArchiveRefused("refusing to overwrite: " + ", ".join(taken))
+    return targets
+
+
+def _staged_problems(project: Project, staged: Path, archive: Path) -> list[Problem]:
+    """What validate finds with the staged tree in place that it does not find without it: the
+    archive's own problems, each named by its member, and any it makes of the evidence here (a
+    broken file already here is not the archive's to fix)."""
+    _, before = load_project(project)
+    _, after = load_project(project, staged=staged)
+    out, known = [], set(before)
+    for p in after:
+        if Path(p.file).is_relative_to(staged):
+            member = f"{EVIDENCE}/{Path(p.file).relative_to(staged).as_posix()}"
+            out.append(Problem(f"{archive} ({member})", p.path, p.message))
+        elif p not in known:
+            out.append(p)
+    return out

@@ -13,6 +13,7 @@ from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.report_settings import ReportSettings
 from omniprobe.evidence.files import FILE_MODELS
+from omniprobe.evidence.models.archive import ArchiveManifest, UnpackJournal
 
 
 def all_schemas() -> dict[str, dict]:
@@ -21,6 +22,8 @@ def all_schemas() -> dict[str, dict]:
         f"evidence.{name.removesuffix('.json')}.schema.json": TypeAdapter(model).json_schema()
         for name, model in FILE_MODELS.items()
     }
+    schemas["evidence-archive.manifest.schema.json"] = ArchiveManifest.model_json_schema()
+    schemas["evidence-archive.journal.schema.json"] = UnpackJournal.model_json_schema()
     schemas["fixtures.schema.json"] = FixtureSuite.model_json_schema()
     schemas["hosts.schema.json"] = HostsConfig.model_json_schema()
     schemas["report.schema.json"] = ReportSettings.model_json_schema()

@@ -10,18 +10,32 @@ from omniprobe.atomic import write_text_atomic
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.files import FILE_MODELS, parse_file
 from omniprobe.evidence.load import load_evidence
-from omniprobe.evidence.migrations import FORMAT_VERSION, upgrade, version_of
+from omniprobe.evidence.migrations import (
+    FORMAT_VERSION,
+    VERSION_KEY,
+    UnknownFormatVersion,
+    upgrade,
+    version_of,
+)
 from omniprobe.safe_io import parse_json, read_text
 
 
 def older_files(evidence_dir: Path) -> list[tuple[Path, int]]:
-    """Each evidence file under evidence/<host>/<attempt>/ in an older format version, with it."""
-    found = []
+    """Each evidence file under evidence/<host>/<attempt>/ in an older format version, with it;
+    InputError naming every file whose version is one this omniprobe does not know (a newer
+    one's, or not a version at all): it is not "older", and no upgrade makes it current."""
+    found, problems = [], []
     for path in sorted(evidence_dir.glob("*/*/*.json")):
         if path.name in FILE_MODELS:
-            version = version_of(parse_json(path, read_text(path)))
+            try:
+                version = version_of(parse_json(path, read_text(path)))
+            except UnknownFormatVersion as exc:
+                problems.append(Problem(str(path), f"$.{VERSION_KEY}", str(exc)))
+                continue
             if version < FORMAT_VERSION:
                 found.append((path, version))
+    if problems:
+        raise InputError(problems)
     return found
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from omniprobe.config.fixtures import (
     MAX_REFERENCE_PIXELS,
@@ -13,6 +14,8 @@ from omniprobe.config.fixtures import (
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
+from omniprobe.evidence import unpack_journal
+from omniprobe.evidence.config_digests import config_problems
 from omniprobe.evidence.consistency import consistency_problems
 from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES
 from omniprobe.evidence.load import Evidence, LoadedAttempt, load_evidence
@@ -218,8 +221,10 @@ def _upstream_refs(attempt: LoadedAttempt) -> list[Problem]:
     return problems
 
 
-def load_project(project: Project) -> tuple[Loaded | None, list[Problem]]:
-    """Load everything; return all problems found (an empty list means valid)."""
+def load_project(project: Project, *, staged: Path | None = None
+                 ) -> tuple[Loaded | None, list[Problem]]:
+    """Load everything; return all problems found (an empty list means valid). `staged`: an
+    evidence tree not in place yet (an unpack's), checked together with evidence/."""
     problems: list[Problem] = []
     hosts = fixtures = None
     try:
@@ -236,16 +241,28 @@ def load_project(project: Project) -> tuple[Loaded | None, list[Problem]]:
             hosts.probe.max_reference_pixels if hosts else MAX_REFERENCE_PIXELS))
     evidence, found = load_evidence(project.evidence_dir)
     problems.extend(found)
+    problems.extend(Problem(str(journal), "", "an interrupted `omniprobe evidence unpack` has not "
+                            "moved everything into place; any `omniprobe evidence` command "
+                            "completes it") for journal in unpack_journal.pending(project))
+    if staged is not None:
+        more, found = load_evidence(staged)
+        evidence = Evidence(evidence.attempts + more.attempts)
+        problems.extend(found)
     if hosts is None or fixtures is None:
         return None, problems
     ids = {a.id for a in evidence.attempts}
-    duplicates = sorted({a.id for a in evidence.attempts
-                         if sum(b.id == a.id for b in evidence.attempts) > 1})
-    for dup in duplicates:
-        problems.append(Problem("evidence", "", f"attempt id {dup!r} is used by more than one host"))
+    hosts_of: dict[str, list[str]] = {}
+    for attempt in evidence.attempts:
+        hosts_of.setdefault(attempt.id, []).append(attempt.host)
+    for attempt in evidence.attempts:
+        if len(hosts_of[attempt.id]) > 1:
+            problems.append(Problem(str(attempt.path / ATTEMPT_FILE), content_path(ATTEMPT_FILE,
+                                    "$.id"), f"attempt id {attempt.id!r} is used by more than one "
+                                    f"host ({', '.join(hosts_of[attempt.id])})"))
     for attempt in evidence.attempts:
         problems.extend(_refs(attempt, hosts, fixtures, ids))
         problems.extend(_repeats(attempt))
+        problems.extend(config_problems(attempt, project))
         host = hosts.hosts.get(attempt.host)
         if host is not None:
             problems.extend(consistency_problems(attempt, host, evidence))

@@ -7,7 +7,7 @@ run-matrix rows are labelled are all decided here, from the evidence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from omniprobe.analysis.derived import (
@@ -48,6 +48,7 @@ from omniprobe.report.memory_view import MemoryParts
 from omniprobe.report.outputs_view import OutputParts
 from omniprobe.report.paths import HARNESS_FILE, REPORT_DIR, TIMELINES_DIR
 from omniprobe.report.provenance_view import contract, is_harness_attempt, newest_upstream, provenance_text
+from omniprobe.report.safe_text import safe_evidence
 from omniprobe.report.timeline_svg import render_svg
 
 SEAM_PREFIX = "spill_seam_"  # code-read keys of the places a spill path would go
@@ -410,7 +411,9 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
 
 def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
     """Everything the templates read; `settings`: templates/report.toml's; `root`: the project's,
-    where the committed model configs are (the Diffusers section reads them)."""
+    where the committed model configs are (the Diffusers section reads them). Every string of
+    the evidence reaches the templates made safe for Markdown (safe_text.py)."""
+    loaded = replace(loaded, evidence=safe_evidence(loaded.evidence))
     hosts = loaded.hosts
     verdicts = all_verdicts(hosts, loaded.fixtures, loaded.evidence)
     sections = [host_section(k, loaded, verdicts[k]) for k in hosts.hosts]

@@ -7,30 +7,42 @@ import argparse
 import sys
 from pathlib import Path
 
+from omniprobe.cli.options import parser_of
 from omniprobe.config.project import find_project
+from omniprobe.harness.options import Bounds
+from omniprobe.limits import ARCHIVE_LIMITS as LIMITS
+
+# Logs and timelines travel up to this size each: an archive member's limit.
+ARTIFACT_MIB = Bounds("mebibytes", float, 0, LIMITS.member_bytes / 2**20,
+                      f"a size in MiB from 0 to {LIMITS.member_bytes / 2**20:g}")
 
 
 def run(args: argparse.Namespace) -> int:
     from omniprobe.evidence import archive
 
     project = find_project()
+    if args.evidence_command == "unpack":
+        unpacked = archive.unpack(args.archive, project)  # completes an interrupted one first
+        for line in unpacked.recovered:
+            print(line)
+        print(f"unpacked {len(unpacked.attempts)} attempt(s) into {project.evidence_dir}: "
+              f"{', '.join(unpacked.attempts)}")
+        return 0
+    for line in archive.recover(project):  # an interrupted unpack, completed or rolled back
+        print(line)
     if args.evidence_command == "upgrade":
         return _upgrade(project.evidence_dir, check=args.check)
-    if args.evidence_command == "unpack":
-        ids = archive.unpack(args.archive, project.evidence_dir, project.artifacts_dir)
-        print(f"unpacked {len(ids)} attempt(s) into {project.evidence_dir}: {', '.join(ids)}")
-        return 0
     attempts = list(args.attempt) + sorted(
         p.name for host in args.host for p in (project.evidence_dir / host).glob("*")
         if (p / "attempt.json").is_file())
     if not attempts:
         print("error: name attempts with --attempt or --host", file=sys.stderr)
         return 2
-    packed = archive.pack(project.evidence_dir, project.artifacts_dir, attempts, args.out,
+    packed = archive.pack(project, attempts, args.out,
                           artifact_max_bytes=int(args.artifact_max_mib * 2**20))
     print(f"packed {len(packed.attempts)} attempt(s), {packed.files} file(s) into {packed.path}")
     for path in packed.left_out:
-        print(f"left out (over {args.artifact_max_mib:g} MiB): {path}")
+        print(f"left out: {path}")
     return 0
 
 
@@ -59,7 +71,7 @@ def add_parser(sub) -> None:
     q.add_argument("--host", action="append", default=[],
                    help="every attempt of this host (repeatable)")
     q.add_argument("--out", type=Path, required=True, help="the archive to write (.tar.gz)")
-    q.add_argument("--artifact-max-mib", type=float, default=4.0,
+    q.add_argument("--artifact-max-mib", type=parser_of(ARTIFACT_MIB), default=4.0,
                    help="artifacts (.log, .jsonl) larger than this stay behind (0: none travel)")
     q.set_defaults(func=run)
     q = ev_sub.add_parser("unpack", help="check an archive's digests and attempts, then move "

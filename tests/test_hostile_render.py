@@ -1,0 +1,114 @@
+"""Hostile input, round 3 (issue 35), class 10: free text that reaches the report. Every string
+field of the evidence that `validate` lets hold free text gets a hostile payload; the rendered
+reports, parsed as Markdown, have the clean render's headings and tables, and no raw HTML, control
+or bidi character."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from omniprobe.config.project import Project
+from omniprobe.evidence.validate import load_project
+from omniprobe.report.paths import HARNESS_FILE, REPORT_FILE
+from omniprobe.report.render import render_outputs
+from omniprobe.report.safe_text import md_text
+
+from .conftest import REPO
+from .test_report_markdown import check_markdown, parse
+
+# Every key whose string values validate accepts whatever they hold (found by trying each key
+# of the committed evidence with a payload of `|`, HTML and a bidi override).
+FREE_TEXT_KEYS = frozenset({
+    "description", "note", "structure_note", "error", "reason", "reasons", "detail", "statement",
+    "label", "what", "where", "subject", "claimed", "finding", "stands", "stands_figure", "falls",
+    "section", "unit", "function", "snippet", "file", "found_file", "found_lines", "cited_in",
+    "hostname", "tool_version", "command", "model", "emulates", "physical_gpu", "sampler",
+    "gpu_sampler", "knob", "shapes_tried", "dropped_at", "scope", "via", "date", "package",
+    "version", "torch", "upstream_commit", "model_snapshot", "dit", "profile", "ended", "mode",
+})
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _inject(value, payload: str, mode: str, key=None):
+    if isinstance(value, dict):
+        return {k: _inject(v, payload, mode, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_inject(v, payload, mode, key) for v in value]
+    if isinstance(value, str) and key in FREE_TEXT_KEYS:
+        return payload + value if mode == "prefix" else value + payload
+    return value
+
+
+def _structure(text: str) -> tuple:
+    """What a payload may not change: the headings (level, count), the tables and their widths,
+    and that no HTML is there."""
+    tokens = parse(text)
+    headings = [t.tag for t in tokens if t.type == "heading_open"]
+    tables = sum(t.type == "table_open" for t in tokens)
+    rows = sum(t.type == "tr_open" for t in tokens)
+    html = [t.content for t in tokens if t.type == "html_block"] + [
+        c.content for t in tokens if t.type == "inline" for c in t.children or []
+        if c.type == "html_inline"]
+    return headings, tables, rows, html
+
+
+@pytest.fixture(scope="module")
+def clean():
+    """The committed project's reports, as their structure."""
+    outputs = render_outputs(Project(REPO))
+    return {rel: _structure(outputs[rel]) for rel in (REPORT_FILE, HARNESS_FILE)}
+
+
+@pytest.mark.parametrize(("payload", "mode"), [
+    (" | a | b | c |", "append"),  # splits a table cell
+    ("\n\n# INJECTED HEADING\n\n", "append"),  # a blank line and a top-level heading
+    ("# INJECTED HEADING ", "prefix"),  # a heading where the text starts a line
+    ("<script>alert(1)</script>", "append"),  # raw HTML
+    ("<img src=x onerror=alert(1)>", "prefix"),
+    ("\u202e\u2066evil\u2069 \u200b", "append"),  # bidi overrides, a zero-width space
+    ("\x00\x1b[31m red \x07", "append"),  # NUL, an ANSI escape, BEL: a server's log line
+    ("\r\n===\r\n", "append"),  # a setext underline: the line before becomes a heading
+    ("\n- a list item\n1. another\n", "append"),
+    ("` | ` <b>x</b> `", "append"),  # a backtick closing the template's code span
+    ("- ", "prefix"),  # a bullet where the text starts a line
+    ("\u2028# after a line separator", "append"),
+])
+def test_hostile_free_text_renders_as_text_not_structure(repo_copy, clean, payload, mode):
+    for path in repo_copy.evidence_dir.rglob("*.json"):
+        path.write_text(json.dumps(_inject(json.loads(path.read_text()), payload, mode)))
+    _, problems = load_project(repo_copy)
+    assert problems == [], problems[:3]  # the payload passes validate: the render must cope
+    outputs = render_outputs(repo_copy)
+    for rel in (REPORT_FILE, HARNESS_FILE):
+        text = outputs[rel]
+        check_markdown(text)
+        assert _structure(text) == clean[rel], rel
+        assert not CONTROL.search(text), CONTROL.search(text)
+
+
+@pytest.mark.parametrize(("text", "safe"), [
+    ("plain words, untouched", "plain words, untouched"),
+    ("a | b", "a \\| b"),
+    ("line one\n\n# heading", "line one # heading"),
+    ("# heading", "\\# heading"),
+    ("  # indented heading", "\\# indented heading"),
+    ("    four spaces: a code block", "four spaces: a code block"),
+    ("two trailing spaces: a line break  ", "two trailing spaces: a line break"),
+    ("<script>x</script>", "&lt;script&gt;x&lt;/script&gt;"),
+    ("- item", "\\- item"),
+    ("1. item", "1\\. item"),
+    ("---", "\\---"),
+    ("===", "\\==="),
+    ("--port 8091", "--port 8091"),  # an option is no bullet
+    ("\u202eevil", "[U+202E]evil"),
+    ("tab\there\r\nnext", "tab here next"),
+    ("bell\x07", "bell[U+0007]"),
+    ("zero\u200bwidth", "zero[U+200B]width"),
+    ("a `code` span", "a `code` span"),  # paired backticks are the text's own code
+    ("one ` alone", "one \\` alone"),
+])
+def test_md_text_keeps_one_line_of_text(text, safe):
+    assert md_text(text) == safe
