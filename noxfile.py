@@ -61,10 +61,12 @@ def _omniprobe(session: nox.Session, *args: str, **kwargs):
         return session.run("omniprobe", *args, **kwargs)
     except nox.command.CommandFailed as failed:
         code = failed.return_code
+        command = " ".join(itertools.takewhile(lambda arg: not arg.startswith("-"), args[:2]))
+        if code is None:  # it never ran: nox names the reason just above
+            session.error(f"omniprobe {command} did not run: {failed.reason or 'not found'}")
         meanings = runpy.run_path(str(Path(__file__).parent / "src/omniprobe/errors.py"))[
             "EXIT_MEANINGS"]
         meaning = meanings.get(code, "not one of omniprobe's exit codes (README: the exit codes)")
-        command = " ".join(itertools.takewhile(lambda arg: not arg.startswith("-"), args[:2]))
         session.error(f"omniprobe {command} exited {code}: {meaning}")
 
 
