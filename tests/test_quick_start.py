@@ -243,3 +243,18 @@ def test_the_uv_tool_route_installs_the_same_commands(quick_started, tmp_path):
     assert shutil.which("omniprobe", path=str(bin_dir)) and shutil.which("nox", path=str(bin_dir))
     done = run(["omniprobe", "report", "--check"], clone, own)
     assert done.returncode == 0 and done.stdout.strip().startswith("the report is fresh"), done.stderr
+
+
+def test_one_nox_run_of_env_sim_probe_init_probe_serve_shares_one_attempt(quick_started):
+    """Issue 34, item 9, as the user meets it: each nox session has its own venv, and the sim's
+    environment is what it runs, so probe-serve resumes the attempt probe-init made."""
+    from omniprobe.harness.server import free_port
+
+    clone, env, _, _ = quick_started
+    done = run(["nox", "-s", "env-sim", "probe-init", "probe-serve", "--", "--flag-set", "fp8",
+                "--fixture", "sim-single", "--port", str(free_port())], clone, env)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    [init] = re.findall(r"probe-init on sim: attempt (\S+) \(new", out)
+    assert f"probe-serve on sim: attempt {init} (resumed" in out
+    assert len({p.name for p in (clone / ".nox").iterdir()}) >= 3  # a venv per session
