@@ -85,8 +85,10 @@ def write_report(project: Project) -> Written:
     outputs = render_outputs(project)
     wrote = []
     for rel, text in outputs.items():
-        if _committed_text(project.root / rel) != text:
-            write_text_atomic(project.root / rel, text)
+        path = project.root / rel
+        # Not a file (a folder in its place): writing it says so, naming it.
+        if not path.is_file() or _committed_text(path) != text:
+            write_text_atomic(path, text)
             wrote.append(rel)
     removed = sorted(_committed_figures(project) - set(outputs))
     for stale in removed:
