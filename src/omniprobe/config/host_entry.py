@@ -122,8 +122,9 @@ class Host(HostsTable):
         default=None, description="An emulated host: the card it emulates on this physical GPU.")
     model_code: list[str] = Field(
         # Filled in by HostsConfig where a host states none (model_folders): the served model's
-        # own folder, so a crash elsewhere in vLLM-Omni (its entrypoints) is the server's.
-        default=[], min_length=1,
+        # own folder, so a crash elsewhere in vLLM-Omni (its entrypoints) is the server's. (A
+        # factory: the schema shows no default, which [serve] decides.)
+        default_factory=list, min_length=1,
         description="Path fragments of the model's source files: an OOM's location is the "
                     "innermost traceback frame in them, and a crash there is the card's (a "
                     "traceback elsewhere in upstream code is the server software's). Default: "
