@@ -97,7 +97,7 @@ def test_a_clone_from_a_host_that_is_down_is_unreachable(tmp_path):
     assert str(unreachable(proc.stderr, argv)).startswith("cannot reach 127.0.0.1 (http://127.0.0.1:")
 
 
-def test_the_build_names_a_git_host_it_cannot_reach(tmp_path, monkeypatch):
+def test_the_build_names_a_git_host_it_cannot_reach(tmp_path, monkeypatch, capsys):
     from omniprobe.config.hosts import load_hosts
     from omniprobe.env.build import build_env
     from omniprobe.env.state import env_paths
@@ -112,5 +112,29 @@ def test_the_build_names_a_git_host_it_cannot_reach(tmp_path, monkeypatch):
     echoed: list[str] = []
     with pytest.raises(Unreachable, match=r"^cannot reach 127\.0\.0\.1 \(http://127\.0\.0\.1:"):
         build_env("testhost", project=world.project, echo=echoed.append)
-    assert any("Failed to connect to 127.0.0.1" in line for line in echoed)  # git's own words
+    assert "Failed to connect to 127.0.0.1" in capsys.readouterr().err  # git's own words, shown
     assert not env_paths(load_hosts(world.project.hosts_file), world.project, "testhost").venv.exists()
+
+
+class IndexGoneAtInstall(Runner):
+    """The index answers the resolution, then goes away before `uv pip install` of six."""
+
+    def run(self, argv, **kwargs):
+        if list(argv[1:3]) == ["pip", "install"] and any(a.startswith("six") for a in argv):
+            return subprocess.CompletedProcess(list(argv), 2, "", NO_DNS)
+        return super().run(argv, **kwargs)
+
+
+def test_an_install_step_whose_index_is_gone_is_unreachable(tmp_path, monkeypatch):
+    from omniprobe.env.build import build_env
+
+    from .env_scaffold import make_world
+    world = make_world(tmp_path / "world")
+    for key, value in world.env_vars.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(Unreachable) as caught:
+        build_env("testhost", project=world.project, echo=lambda line: None,
+                  runner=IndexGoneAtInstall())
+    message = str(caught.value)
+    assert message.startswith("cannot reach download.pytorch.org (https://download.pytorch.org/")
+    assert " pip install " in message.splitlines()[1]

@@ -235,17 +235,13 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None,
 # --- the build --------------------------------------------------------------------------
 
 
-def _step(runner: Runner, echo: Echo, argv: list[str], what: str, *, after: str,
-          network: bool = False) -> None:
-    """`network`: a step that reaches a remote (git's clone and fetch), its output read back, so
-    a remote it cannot reach is named as such (an install streams its output instead)."""
+def _step(runner: Runner, echo: Echo, argv: list[str], what: str, *, after: str) -> None:
+    """One build step, its output shown as it runs; its stderr is read back so that an index or
+    remote it cannot reach is named as such."""
     echo(f"$ {shlex.join(argv)}")
-    proc = runner.run(argv, capture=network)
-    output = f"{proc.stdout or ''}{proc.stderr or ''}" if network else ""
-    for line in output.splitlines():
-        echo(line)
+    proc = runner.run(argv, capture=False, tee=True)
     if proc.returncode != 0:
-        offline = unreachable(output, argv) if network else None
+        offline = unreachable(proc.stderr or "", argv)
         if offline is not None:
             raise offline
         raise EnvBuildError(f"{what} failed (exit {proc.returncode}; its output is above):\n"
@@ -279,11 +275,9 @@ def _check_out(step: InstallStep, paths: EnvPaths, runner: Runner, echo: Echo) -
     if not (dest / ".git").is_dir():
         if dest.exists():
             shutil.rmtree(dest)  # a clone cut short; this cache folder is ours to redo
-        _step(runner, echo, _clone(step, dest), f"cloning {step.name}", after=unchanged,
-              network=True)
+        _step(runner, echo, _clone(step, dest), f"cloning {step.name}", after=unchanged)
     if runner.run(_has_commit(dest, commit)).returncode != 0:
-        _step(runner, echo, _fetch(dest), f"fetching {step.name}", after=unchanged,
-              network=True)
+        _step(runner, echo, _fetch(dest), f"fetching {step.name}", after=unchanged)
         if runner.run(_has_commit(dest, commit)).returncode != 0:
             raise EnvBuildError(f"{step.name}: commit {commit} is not in {step.git} (or the "
                                 f"abbreviation is ambiguous); check [[env.install]] {step.name}")
