@@ -6,13 +6,16 @@ one no session of the run takes is an error. E.g. `nox -s env-sim probe-init pro
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import runpy
 import time
 import tomllib
 from pathlib import Path
 
 import nox
+import nox.command
 
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = ["validate", "tests", "lint"]
@@ -32,9 +35,15 @@ def _toml() -> dict:
 
 
 def _hosts() -> dict[str, bool]:
-    """hosts.toml's hosts: name -> simulated."""
+    """hosts.toml's hosts: name -> simulated (an emulated host is simulated when the host it
+    emulates is: it takes that host's matrix, as config/hosts.py's HostsConfig says)."""
     hosts = _toml().get("hosts", {})
-    return {name: bool(host.get("simulated")) for name, host in hosts.items()}
+
+    def simulated(host: dict) -> bool:
+        emulates = host.get("emulation", {}).get("emulates")
+        return bool(host.get("simulated", hosts.get(emulates, {}).get("simulated")))
+
+    return {name: simulated(host) for name, host in hosts.items()}
 
 
 def _run_sessions(session: nox.Session) -> list[str]:
@@ -45,13 +54,29 @@ def _run_sessions(session: nox.Session) -> list[str]:
     return [runner.name for runner, _ in manifest.list_all_sessions() if runner.name in manifest]
 
 
+def _omniprobe(session: nox.Session, *args: str, **kwargs):
+    """Run `omniprobe ARGS`; when it fails, the session's last line says what its exit code
+    meant (nox exits 1 for every failure)."""
+    try:
+        return session.run("omniprobe", *args, **kwargs)
+    except nox.command.CommandFailed as failed:
+        code = failed.return_code
+        command = " ".join(itertools.takewhile(lambda arg: not arg.startswith("-"), args[:2]))
+        if code is None:  # it never ran: nox names the reason just above
+            session.error(f"omniprobe {command} did not run: {failed.reason or 'not found'}")
+        meanings = runpy.run_path(str(Path(__file__).parent / "src/omniprobe/errors.py"))[
+            "EXIT_MEANINGS"]
+        meaning = meanings.get(code, "not one of omniprobe's exit codes (README: the exit codes)")
+        session.error(f"omniprobe {command} exited {code}: {meaning}")
+
+
 def _args(session: nox.Session) -> list[str]:
     """This session's share of the arguments after `--` (omniprobe/cli/nox_args.py routes each
     option to the sessions of the run whose command takes it; one none takes is an error)."""
     if not session.posargs:
         return []
-    routed = session.run("omniprobe", "nox-args", "--run", ",".join(_run_sessions(session)),
-                         session.name, "--", *session.posargs, silent=True, stderr=None)
+    routed = _omniprobe(session, "nox-args", "--run", ",".join(_run_sessions(session)),
+                        session.name, "--", *session.posargs, silent=True, stderr=None)
     return json.loads(routed)
 
 
@@ -64,40 +89,50 @@ def _install(session: nox.Session, *extras: str, env: dict[str, str] | None = No
 def validate(session: nox.Session) -> None:
     """Validate hosts.toml, fixtures/, every evidence file and the committed schemas."""
     _install(session)
-    session.run("omniprobe", "validate", *_args(session))
+    _omniprobe(session, "validate", *_args(session))
 
 
 @nox.session
 def report(session: nox.Session) -> None:
-    """Render REPORT.md from the evidence (`-- --check` fails if the committed one is stale)."""
+    """Render REPORT.md, report/HARNESS.md and their figures from the evidence (-- --check).
+
+    `-- --check` writes nothing and fails, naming each stale file, if a committed one differs."""
     _install(session)
-    session.run("omniprobe", "report", *_args(session))
+    _omniprobe(session, "report", *_args(session))
 
 
 @nox.session
 def schema(session: nox.Session) -> None:
-    """Regenerate the JSON Schema files in schemas/ from the pydantic models (-- --check)."""
+    """Regenerate the JSON Schema files in schemas/ from the pydantic models (-- --check).
+
+    `-- --check` writes nothing and fails if a committed schema differs."""
     _install(session)
-    session.run("omniprobe", "schema", *_args(session))
+    _omniprobe(session, "schema", *_args(session))
 
 
 @nox.session
 def standins(session: nox.Session) -> None:
-    """Draw the stand-in reference images under fixtures/ (`-- --check`: only compare)."""
+    """Draw the stand-in fixtures' reference images under fixtures/standins/ (-- --check).
+
+    `-- --check` writes nothing and fails if a file or a pinned digest differs from a fresh draw."""
     _install(session)
-    session.run("omniprobe", "standins", *_args(session))
+    _omniprobe(session, "standins", *_args(session))
 
 
 @nox.session
 def quality(session: nox.Session) -> None:
-    """PSNR against a baseline's images and determinism groups (`-- --baseline DIR`)."""
+    """Compare an attempt's images with a baseline's by PSNR, with determinism groups.
+
+    `-- --baseline DIR` names the baseline's folder."""
     _install(session)
-    session.run("omniprobe", "quality", *_args(session))
+    _omniprobe(session, "quality", *_args(session))
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (pytest, a worker per core and one more; it takes every option after --)."""
+    """Run the test suite with pytest, a worker per core and one more (-- hands it options).
+
+    Every option after `--` goes to pytest (`-- -n 0`: one process)."""
     # The suite starts some 600 Python processes (servers, parses, supervisors, harnesses): with
     # bytecode cached as modules are first imported, none of them compiles numpy, pydantic or
     # omniprobe anew (a set PYTHONDONTWRITEBYTECODE would make each one do it; compiling every
@@ -112,8 +147,9 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(name="tests-diffusers")
 def tests_diffusers(session: nox.Session) -> None:
-    """Run the Diffusers engine's tests on the CPU: a tiny Qwen-Image-2.1 through the offline path
-    (installs torch, transformers and diffusers, pinned to the GPU machine's)."""
+    """Run the Diffusers engine's tests on the CPU, a tiny Qwen-Image-2.1 through the offline path.
+
+    It installs torch, transformers and diffusers, pinned to the GPU machine's."""
     _install(session, "test", "diffusers")
     session.run("pytest", "-n", "2", "tests/test_diffusers.py", *session.posargs,
                 env={"PYTHONDONTWRITEBYTECODE": ""})
@@ -121,7 +157,7 @@ def tests_diffusers(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Lint the package, tests and noxfile with ruff, pinned once: pyproject.toml's `lint` extra."""
+    """Lint the package, tests, benchmarks and noxfile with ruff (pyproject.toml's `lint` pin)."""
     session.install(*nox.project.load_toml("pyproject.toml")["project"]["optional-dependencies"]["lint"])
     session.run("ruff", "check", "src", "tests", "benchmarks", "noxfile.py")
 
@@ -129,13 +165,13 @@ def lint(session: nox.Session) -> None:
 def _env_session(host: str, simulated: bool):
     def env(session: nox.Session) -> None:
         _install(session)
-        session.run("omniprobe", "env", "build", "--host", host, "--select", *_args(session),
+        _omniprobe(session, "env", "build", "--host", host, "--select", *_args(session),
                     env=INVOCATION)
 
-    built = ("Check the simulated host's env (omniprobe itself: nothing is installed)" if simulated
-             else f"Build {host}'s pinned env from hosts.toml (a re-run only verifies it)")
-    env.__doc__ = (f"{built}, then select {host} for the probe sessions that follow "
-                   "(-- --dry-run: print the commands, select nothing).")
+    built = (f"Check {host}'s env, omniprobe itself (a simulated host: nothing is built)"
+             if simulated else f"Build {host}'s pinned env from hosts.toml, or verify it if built")
+    env.__doc__ = (f"{built}; select {host} for the probe sessions after it.\n\n"
+                   "`-- --dry-run` prints the commands instead and selects nothing.")
     return env
 
 
@@ -145,25 +181,28 @@ for _host, _simulated in _hosts().items():
 
 @nox.session(name="probe-init")
 def probe_init(session: nox.Session) -> None:
-    """Start the server under each flag set; record how init ends (-- --fresh --flag-set F)."""
+    """Start the server under each flag set and record how its init ends (-- --flag-set F)."""
     _install(session)
-    session.run("omniprobe", "probe-init", *_args(session), env=INVOCATION,
+    _omniprobe(session, "probe-init", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
 
 
 @nox.session(name="probe-serve")
 def probe_serve(session: nox.Session) -> None:
-    """Serve each seed fixture (or its stand-in) x seed per flag set (-- --fresh --fixture X)."""
+    """Serve each seed fixture (or its stand-in) x seed under each flag set (-- --fixture X)."""
     _install(session)
-    session.run("omniprobe", "probe-serve", *_args(session), env=INVOCATION,
+    _omniprobe(session, "probe-serve", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
 
 
 @nox.session(name="probe-offline")
 def probe_offline(session: nox.Session) -> None:
-    """Generate the fixtures with an offline Omni(...) engine per kwarg set (-- --kwarg-set K)."""
+    """Generate the fixtures offline: Omni(...) per kwarg set, or Diffusers per profile.
+
+    On a Diffusers host it runs hosts.toml's diffusers_profiles (`-- --profile P`), else each
+    offline kwarg set (`-- --kwarg-set K`)."""
     _install(session)
-    session.run("omniprobe", "probe-offline", *_args(session), env=INVOCATION,
+    _omniprobe(session, "probe-offline", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
 
 
@@ -178,27 +217,32 @@ def probe_capacity(session: nox.Session) -> None:
 
 @nox.session(name="probe-baseline")
 def probe_baseline(session: nox.Session) -> None:
-    """Re-seal the seed's Diffusers baseline on a Diffusers host, in its own baseline env (built,
-    or only verified, first: hosts.toml [baseline_env]); its images land where quality reads them."""
+    """Re-seal the seed's Diffusers baseline on a Diffusers host, in its own baseline env.
+
+    The env (hosts.toml [baseline_env]) is built, or only verified, first; the images land
+    where `nox -s quality` reads them."""
     _install(session)
-    session.run("omniprobe", "probe-baseline", "--build-env", *_args(session), env=INVOCATION,
+    _omniprobe(session, "probe-baseline", "--build-env", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
 
 
 @nox.session
 def propagation(session: nox.Session) -> None:
-    """Serve one fixture with and without a deploy config: did its knob reach the model? (-- --with F)"""
+    """Serve one fixture with and without a deploy config, to see if its knob reached the model.
+
+    `-- --with F` names the flag set that passes the deploy config."""
     _install(session)
-    session.run("omniprobe", "propagation", *_args(session), env=INVOCATION,
+    _omniprobe(session, "propagation", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)
 
 
 @nox.session
 def upstream(session: nox.Session) -> None:
-    """Check the harness against the registry's vLLM-Omni pinned in hosts.toml [upstream]: its
-    wheel (downloaded once, read with ast, never imported) must pass every named check, each shown
-    with its upstream file:line. `-- --check` fails only when a result differs from the committed
-    evidence; `-- --source PATH` checks another wheel, source tree or clone instead."""
+    """Check the harness against the registry's vLLM-Omni pinned in hosts.toml [upstream].
+
+    Its wheel (downloaded once, read with ast, never imported) must pass every named check, each
+    shown with its upstream file:line. `-- --check` fails only when a result differs from the
+    committed evidence; `-- --source PATH` checks another wheel, source tree or clone instead."""
     _install(session)
     args = _args(session)
     if "--source" not in args:
@@ -222,4 +266,4 @@ def upstream(session: nox.Session) -> None:
                         "--only-binary=:all:", f"vllm=={vllm}", "--dest", str(folder))
         wheels = sorted(folder.glob(f"vllm-{vllm}-*.whl"))
         args += ["--vllm-source", str(wheels[0])] if wheels else []
-    session.run("omniprobe", "upstream", "check", *args)
+    _omniprobe(session, "upstream", "check", *args)

@@ -3,6 +3,7 @@ importing the report and the verdicts loads."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -108,3 +109,14 @@ def test_an_oversized_module_is_seen_unless_it_says_it_is_a_catalogue(tmp_path):
     (tmp_path / "big.py").write_text('"""Several jobs."""\n' + "x = 1\n" * MODULE_LINES_MAX)
     (tmp_path / "table.py").write_text(CATALOGUE_OPENING + ' checks."""\n' + "x = 1\n" * MODULE_LINES_MAX)
     assert oversized_modules(tmp_path) == [f"big.py: {MODULE_LINES_MAX + 1} lines"]
+
+
+def test_ci_runs_every_slow_test_the_default_run_deselects():
+    """A test marked slow is deselected by pyproject.toml's addopts, so .ci/run must name it."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    slow = sorted(path.name for path in (ROOT / "tests").glob("test_*.py")
+                  if re.search(r"(?m)^(?:@pytest\.mark\.slow|pytestmark = .*pytest\.mark\.slow)",
+                               path.read_text(encoding="utf-8")))
+    assert slow, "no slow test: the marker and this check would be dead"
+    for name in slow:
+        assert f"-m slow tests/{name}" in ci, name

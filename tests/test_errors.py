@@ -8,6 +8,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from omniprobe.errors import (
 from omniprobe.evidence.load import load_attempt
 from omniprobe.harness.session import Session, run_session
 
-from .conftest import SRC, in_process, probe_argv
+from .conftest import REPO, SRC, in_process, probe_argv
 
 REFERENCE = "sim/ref-a.png"  # the reference of sim-single (and the first of sim-pair)
 
@@ -124,6 +125,13 @@ CASES = [
      "offline kwarg set(s) nope are not run on host 'sim'"),
     (["propagation", "--host", "sim", "--with", "cpuoff"], None, 3,
      "flag set 'cpuoff' passes no deploy config"),
+    # A malformed value is a bad argument (2) whichever command takes it (issue 34: it was 3).
+    (["probe-serve", "--host", "sim-emulated", "--caps", "12,abc"], None, 2,
+     "--caps: expects GiB figures separated by commas, got 'abc'"),
+    (["probe-init", "--host", "sim", "--caps", "12,abc"], None, 2,
+     "--caps: expects GiB figures separated by commas, got 'abc'"),
+    (["probe-offline", "--host", "sim-emulated", "--caps", "0"], None, 2,
+     "--caps: each cap is a number of GiB from 1 MiB (0.001) up to 1024 GiB"),
 ]
 
 
@@ -292,3 +300,21 @@ def test_the_cli_records_its_own_arguments_not_sys_argv(project, port, monkeypat
     assert cli.main(argv) == 0
     [folder] = (project.evidence_dir / "sim").iterdir()
     assert load_attempt(folder)[0].meta.provenance.command == ["omniprobe", *argv]
+
+
+def test_every_exit_code_has_one_meaning_and_the_readme_table_lists_the_same():
+    from omniprobe.errors import (
+        EXIT_MEANINGS,
+        EnvironmentFailure,
+        HarnessError,
+        InputError,
+        Interrupted,
+        Refusal,
+    )
+    categories = {cls.exit_code for cls in (InputError, Refusal, EnvironmentFailure, HarnessError,
+                                            Interrupted)}
+    assert set(EXIT_MEANINGS) == categories | {0, 1}
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| exit | meaning |"):]
+    table = table[:table.index("\n\n")]
+    assert {int(code) for code in re.findall(r"(?m)^\| (\d+) \|", table)} == set(EXIT_MEANINGS)

@@ -691,7 +691,8 @@ CASES_2 = [
     Case("host-ram-negative", "numbers", VALIDATE, 1,
          (HOSTS, "[hosts.rtx5080] key 'host_ram_gib'", "greater than 0"),
          hosts("host_ram_gib = 30", "host_ram_gib = -30")),
-    *[Case(f"caps-{cid}", "numbers", ["probe-serve", "--host", "sim-emulated", "--caps", caps], 3,
+    # A malformed --caps is a bad argument (2), as every other (issue 34; it was a refusal, 3).
+    *[Case(f"caps-{cid}", "numbers", ["probe-serve", "--host", "sim-emulated", "--caps", caps], 2,
            ("--caps", "from 1 MiB (0.001) up to 1024 GiB (2**40 bytes)", repr(item)))
       for cid, caps, item in [("tiny", "0.0001", "0.0001"), ("huge", "12,2000", "2000"),
                               ("nan", "nan", "nan"), ("negative", "-4", "-4")]],

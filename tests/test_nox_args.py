@@ -24,6 +24,10 @@ RUN = ["env-sim", "probe-init", "probe-serve", "report"]
      ["--venv", "/e"]),
     ("report", ["report", "tests"], ["-k", "name", "--check"], ["--check"]),
     ("tests", ["report", "tests"], ["-k", "name", "--check"], ["-k", "name", "--check"]),
+    # --help: every session prints its own command's help (issue 34: README lines run so)
+    ("report", RUN, ["--help"], ["--help"]),
+    ("env-sim", RUN, ["--help"], ["--help"]),
+    ("probe-offline", ["env-rtx3090", "probe-offline"], ["-h"], ["-h"]),
 ])
 def test_each_session_takes_its_options(session, run, posargs, taken):
     assert route_options(build_parser(), session, run, posargs) == taken

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ def test_an_option_no_session_of_the_run_takes_is_an_error_naming_those_that_wou
     assert code != 0
     assert ("error: nox arguments after --: --dry-run: no session of this run (report) takes it; "
             "the sessions that take it: env-<host>") in out
-    assert "wrote REPORT.md" not in out
+    assert "file(s) written" not in out
 
 
 def test_probe_options_reach_the_probes_and_the_report_renders(repo_copy, tmp_path):
@@ -53,7 +54,7 @@ def test_probe_options_reach_the_probes_and_the_report_renders(repo_copy, tmp_pa
                     "--", "--fresh", "--flag-set", "fp8", "--fixture", "sim-single",
                     "--port", str(free_port()))
     assert code == 0, out
-    assert "nox > omniprobe report\n" in out and "wrote REPORT.md" in out  # no --fresh for it
+    assert "nox > omniprobe report\n" in out and "wrote report/HARNESS.md" in out  # no --fresh for it
     [new] = sorted(set(probe_attempts(repo_copy, "sim")) - set(before))
     assert f"probe-init on sim: attempt {new} (new: --fresh)" in out
     assert f"probe-serve on sim: attempt {new} (joined: {new}, this nox run's --fresh one)" in out
@@ -86,3 +87,45 @@ def test_a_capacity_sweep_whose_flag_sets_oom_at_init_exits_0(repo_copy, tmp_pat
     assert "Session probe-serve was successful" in out
     assert "not sent: the init oom on record settles them" in out
     assert out.count("done: every init and cell this run asks for is settled") == 2
+
+
+def test_a_failed_sessions_last_line_says_what_omniprobes_exit_code_meant(repo_copy, tmp_path):
+    """Issue 34: through nox every failure is exit 1, so the session says omniprobe's own code
+    and its meaning last (errors.EXIT_MEANINGS)."""
+    from omniprobe.errors import EXIT_MEANINGS
+
+    code, out = nox(repo_copy, tmp_path, "-s", "probe-serve", "--", "--host", "sim-emulated",
+                    "--caps", "12,abc")
+    assert code != 0
+    assert "error: --caps: expects GiB figures separated by commas, got 'abc'" in out
+    assert out.strip().splitlines()[-1].startswith(
+        f"nox > Session probe-serve aborted: omniprobe probe-serve exited 2: {EXIT_MEANINGS[2]}")
+
+
+def nox_list(project, tmp_path) -> dict[str, str]:
+    code, out = nox(project, tmp_path, "-l")
+    assert code == 0, out
+    return dict(re.findall(r"(?m)^[*-] (\S+) -> (.*)$", out))
+
+
+def test_nox_l_describes_every_session_in_whole_sentences(repo_copy, tmp_path):
+    """Issue 34: `nox -l` shows a docstring's first line, which cut several mid-sentence."""
+    listed = nox_list(repo_copy, tmp_path)
+    assert {"report", "tests", "probe-baseline", "upstream", "env-sim"} <= set(listed)
+    for name, description in listed.items():
+        assert description[:1].isupper() and description.endswith("."), (name, description)
+        assert description.count("(") == description.count(")"), (name, description)
+        assert description.count("`") % 2 == 0, (name, description)
+
+
+def test_nox_l_calls_a_simulated_hosts_env_session_a_check_not_a_build(repo_copy, tmp_path):
+    """Issue 34: env-sim-emulated was called a build; its dry run says there is nothing to build."""
+    from omniprobe.config.hosts import load_hosts
+
+    listed = nox_list(repo_copy, tmp_path)
+    for name, host in load_hosts(repo_copy.hosts_file).hosts.items():
+        words = listed[f"env-{name}"]
+        if host.simulated:
+            assert words.startswith(f"Check {name}'s env") and "nothing is built" in words, words
+        else:
+            assert words.startswith(f"Build {name}'s pinned env"), words

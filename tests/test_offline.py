@@ -421,7 +421,7 @@ def test_the_runner_generates_saves_and_reports_oom_from_the_exception(tmp_path,
     assert load_pixels(ok["image"]).width == 40
     assert oom["outcome"] == "oom" and oom["image"] is None
     assert oom["error"].startswith("OutOfMemoryError: CUDA out of memory. Tried to allocate 490")
-    signature = parse_oom(oom["traceback"], "request")
+    signature = parse_oom(oom["traceback"], "request", ("vllm_omni/",))
     assert signature.requested == "490.00 MiB" and signature.reserved_unallocated == "2.14 GiB"
     assert signature.location.function == "image_mlp"
     assert signature.location.file.startswith("vllm_omni/")

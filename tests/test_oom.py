@@ -109,7 +109,7 @@ INFO:     127.0.0.1:51234 - "POST /v1/images/edits HTTP/1.1" 500 Internal Server
 
 
 def test_log_gives_innermost_model_frame():
-    sig = parse_oom(REQUEST_LOG, "request")
+    sig = parse_oom(REQUEST_LOG, "request", ("vllm_omni/diffusion/models/qwen_image_21/",))
     assert sig.location == CodeRef(
         file="vllm_omni/diffusion/models/qwen_image_21/qwen_image_21_transformer.py",
         lines="293", function="forward")

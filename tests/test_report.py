@@ -1,5 +1,6 @@
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -8,7 +9,14 @@ from omniprobe.errors import InputError
 from omniprobe.evidence.models.runs import Cell
 from omniprobe.evidence.quantities import Range
 from omniprobe.report.filters import cell_text, num, span
-from omniprobe.report.render import render_harness, render_outputs, render_report, report_diff, write_report
+from omniprobe.report.render import (
+    render_harness,
+    render_outputs,
+    render_report,
+    stale_files,
+    stale_summary,
+    write_report,
+)
 
 from .conftest import REPO, agreeing
 from .evidence_scaffold import add_attempt
@@ -63,7 +71,7 @@ def sentences(text):
 
 
 def test_committed_report_is_fresh(repo):
-    assert report_diff(repo) == ""
+    assert stale_files(repo) == {}
 
 
 def test_the_opening_lines_hold_the_seeds_answer(repo):
@@ -310,18 +318,24 @@ def test_a_changed_figure_changes_the_report_and_check_fails(repo_copy, monkeypa
     def wall(data):
         data["runs"][1]["cells"][0]["wall_s"] = {"min": 31.5, "max": 31.5}
     edit(repo_copy, f"{MATRIX}/runs.json", wall)
-    diff = report_diff(repo_copy)
-    assert "+| cpuoff | `--enable-cpu-offload` | ok | OK 31.5 s |" in diff
+    assert "| cpuoff | `--enable-cpu-offload` | ok | OK 31.5 s |" in render_report(repo_copy)
     monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
     assert cli.main(["report", "--check"]) == 1
-    assert "REPORT.md is stale" in capsys.readouterr().err
-    write_report(repo_copy)
+    err = capsys.readouterr().err
+    assert "stale: REPORT.md: differs from a fresh render: 2 line(s) added, 2 removed" in err
+    assert err.splitlines()[-1] == "1 report file(s) stale; run `nox -s report` to render them"
+    assert cli.main(["report"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "wrote REPORT.md"
+    assert out[-1].startswith("report: 1 file(s) written, 0 removed, ")
     assert cli.main(["report", "--check"]) == 0
 
 
 def test_a_stale_harness_file_fails_the_check(repo_copy):
     (repo_copy.root / "report" / "HARNESS.md").write_text("old\n")
-    assert "report/HARNESS.md (committed)" in report_diff(repo_copy)
+    assert stale_files(repo_copy) == {
+        Path("report/HARNESS.md"): "differs from a fresh render: "
+        f"{len(render_harness(repo_copy).splitlines())} line(s) added, 1 removed, the first at line 1"}
 
 
 def test_an_edited_template_renders_anew_in_the_same_process(repo_copy):
@@ -448,13 +462,14 @@ def test_timeline_figures_are_rendered_and_checked(repo_copy):
     text = render_report(repo_copy)
     assert f"]({figure.removeprefix('report/')})" in text
     assert "NVML: peak 2,800 MiB (process) at 1.9 s; 20 samples at 10.0 Hz" in text
-    assert f"{figure} (fresh render)" in report_diff(repo_copy)
-    write_report(repo_copy)
+    assert stale_files(repo_copy)[Path(figure)] == "missing: a fresh render writes it"
+    assert Path(figure) in write_report(repo_copy).wrote
     svg = (repo_copy.root / figure).read_text()
     assert svg.startswith("<svg") and "edit-compose-pair seed 2301: ok" in svg
-    assert report_diff(repo_copy) == ""
+    assert stale_files(repo_copy) == {}
     (folder / "runs.json").write_text("[]")
-    write_report(repo_copy)
+    assert stale_files(repo_copy)[Path(figure)] == "no longer rendered: a fresh render removes it"
+    assert write_report(repo_copy).removed == [Path(figure)]
     assert not (repo_copy.root / figure).exists()
 
 
@@ -668,3 +683,32 @@ def test_a_cache_too_small_for_the_failing_ask_is_not_what_binds(repo_copy):
     lines = opening(render_report(repo_copy), "RTX 3090")
     assert lines[0].endswith("not the conditioning KV (0.05 GiB per reference).")
     assert lines[-1].endswith("no, not as the next step: the conditioning KV is not what binds.")
+
+
+@pytest.mark.parametrize(("committed", "fresh", "summary"), [
+    ("a\nb\n", "a\nb\n", None),
+    (None, "a\n", "missing: a fresh render writes it"),
+    ("a\n", None, "no longer rendered: a fresh render removes it"),
+    ("a\nb\nc\n", "a\nB\nc\n", "differs from a fresh render: 1 line(s) added, 1 removed, the first "
+                               "at line 2"),
+    ("a\n", "a\nb\nc\n", "differs from a fresh render: 2 line(s) added, 0 removed, the first at "
+                         "line 2"),
+], ids=["same", "missing", "no-longer-rendered", "one-line-changed", "lines-added"])
+def test_a_stale_file_is_summarised_in_one_line(committed, fresh, summary):
+    assert stale_summary(committed, fresh) == summary
+
+
+def test_check_names_only_the_stale_files_and_diffs_no_figure(repo_copy, monkeypatch, capsys):
+    """Issue 34: --check dumped whole SVG diffs and named REPORT.md stale when only HARNESS.md
+    and a figure were."""
+    (repo_copy.root / "report" / "HARNESS.md").write_text("old\n")
+    figure = sorted((repo_copy.root / "report" / "timelines").rglob("*.svg"))[0]
+    figure.write_text(figure.read_text().replace("<svg", "<svg data-old=\"1\"", 1))
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    assert cli.main(["report", "--check"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    rel = figure.relative_to(repo_copy.root)
+    assert [line.split(": ")[1] for line in err[:-1]] == sorted(["report/HARNESS.md", str(rel)])
+    assert all(": differs from a fresh render: " in line for line in err[:-1])
+    assert not any("<svg" in line or "REPORT.md:" in line for line in err)
+    assert err[-1] == "2 report file(s) stale; run `nox -s report` to render them"

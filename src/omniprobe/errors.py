@@ -78,6 +78,22 @@ class Interrupted(OmniprobeError):
     exit_code = 130
 
 
+# Each exit code in one line (the README's exit-code table says more): a failed nox session's last
+# line quotes it, since nox itself exits 1 for every failure. This module imports only the
+# standard library at run time, so the noxfile reads this table from its source.
+EXIT_MEANINGS = {
+    0: "done",
+    1: "done, but the answer is no: a check failed, or a probe left cells unsettled (its "
+       "`unsettled:` lines name them)",
+    2: "bad input: a file or an argument, named above with the field and what was expected",
+    3: "refused before any work (an unknown host, a fixture the source does not state); no "
+       "evidence was written",
+    4: "this machine cannot run it: the env fails a check, the port is taken, the GPU is busy",
+    5: "the harness or a process it supervises broke its contract",
+    130: "interrupted (after the server was stopped)",
+}
+
+
 def json_path(loc: Iterable[int | str]) -> str:
     """Render a pydantic error location as a JSON path such as `$.runs[2].cells[0].wall_s`."""
     out = "$"

@@ -23,9 +23,10 @@ _OLD_FIELDS = {
 }
 _MARKER = re.compile(r"CUDA out of memory|OutOfMemoryError")
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>\S+)')
-# Frames in these trees are the model's code, unless the host says otherwise (hosts.toml
-# model_code: a simulated host's model stands in for vLLM-Omni's).
-MODEL_CODE = ("vllm_omni/",)
+_TRACEBACK = "Traceback (most recent call last):"
+# Python's words between the tracebacks of a chain (`raise ... from e`, or a raise in `except`).
+_CHAINED = ("The above exception was the direct cause of the following exception:",
+            "During handling of the above exception, another exception occurred:")
 _LIBRARY = ("/torch/", "<frozen ", "/lib/python3")
 
 
@@ -79,7 +80,7 @@ def traceback_frames(text: str) -> list[dict[str, str]]:
 
 
 def innermost_model_frame(traceback_text: str,
-                          model_code: tuple[str, ...] = MODEL_CODE) -> CodeRef | None:
+                          model_code: tuple[str, ...] = ()) -> CodeRef | None:
     """The innermost frame in model code; else the innermost outside torch and the stdlib."""
     frames = traceback_frames(traceback_text)
     for wanted in (lambda f: any(m in f["file"] for m in model_code),
@@ -91,29 +92,58 @@ def innermost_model_frame(traceback_text: str,
     return None
 
 
-def _last_oom_traceback(log: str) -> str:
-    """The traceback block that ends in the log's last OOM message."""
-    end = None
-    for match in _MARKER.finditer(log):
-        end = match.start()
-    if end is None:
-        return ""
-    start = log.rfind("Traceback (most recent call last):", 0, end)
-    return log[start:end] if start >= 0 else ""
+def _oom_messages(text: str) -> list[tuple[int, dict[str, str]]]:
+    """Each OOM mention's start and the sizes of its text up to the next mention."""
+    starts = [match.start() for match in _MARKER.finditer(text)]
+    return [(at, _sizes(text[at:end])) for at, end in zip(starts, [*starts[1:], len(text)], strict=True)]
+
+
+def _fullest_message(text: str) -> tuple[int, dict[str, str]]:
+    """The mention stating the most sizes (the last of equals): a later short re-statement
+    ("CUDA out of memory" from the API server, a re-raise) must not hide the full message."""
+    messages = _oom_messages(text)
+    return max(reversed(messages), key=lambda message: len(message[1]))
+
+
+def _chain_blocks(text: str, end: int) -> list[str]:
+    """The tracebacks of the exception chain whose message is at `end`, the original first: a
+    chained re-raise shows the original's traceback above its own."""
+    start = text.rfind(_TRACEBACK, 0, end)
+    if start < 0:
+        return []
+    starts = [start]
+    while True:
+        before = text[:starts[0]].rstrip()
+        if not before.endswith(_CHAINED):
+            break
+        earlier = text.rfind(_TRACEBACK, 0, len(before))
+        if earlier < 0:
+            break
+        starts.insert(0, earlier)
+    return [text[a:b] for a, b in zip(starts, [*starts[1:], end], strict=True)]
+
+
+def oom_location(text: str, at: int, model_code: tuple[str, ...]) -> CodeRef | None:
+    """Where the OOM whose message is at `at` was raised: the innermost model frame of the
+    original exception of its chain, else of the next one that has such a frame."""
+    for block in _chain_blocks(text, at):
+        found = innermost_model_frame(block, model_code)
+        if found is not None:
+            return found
+    return None
 
 
 def parse_oom(text: str, phase: str,
-              model_code: tuple[str, ...] = MODEL_CODE) -> OomSignature | None:
+              model_code: tuple[str, ...] = ()) -> OomSignature | None:
     """Parse an OOM message or a whole log; None when the text holds no CUDA OOM.
 
-    `model_code`: path fragments of the model's source files (hosts.toml model_code)."""
+    Sizes come from the fullest OOM message, its location from that message's traceback chain.
+    `model_code`: path fragments of the model's source files (hosts.toml model_code); none (an
+    HTTP body, which has no traceback) takes the innermost frame outside torch and the stdlib."""
     if not is_oom(text):
         return None
-    at = text.rfind("CUDA out of memory")
-    message = text[at:] if at >= 0 else text
-    location = innermost_model_frame(_last_oom_traceback(text), model_code)
-    return OomSignature(phase=phase, location=location,
-                        **_sizes(message))
+    at, sizes = _fullest_message(text)
+    return OomSignature(phase=phase, location=oom_location(text, at, model_code), **sizes)
 
 
 def merge(body: OomSignature | None, log: OomSignature | None) -> OomSignature | None:

@@ -42,6 +42,8 @@ ROUTES: dict[str, Route] = {
 NOX_ARGS = "nox arguments after --"
 # Sessions handing every argument to a tool of their own (pytest); they take any option.
 TAKES_ALL = frozenset({"tests"})
+# Every command's own: `nox -s S -- --help` prints the help of S's command and runs nothing.
+HELP = frozenset({"-h", "--help"})
 
 
 def route_key(session: str) -> str | None:
@@ -108,7 +110,7 @@ def route_options(parser: argparse.ArgumentParser, session: str, run: list[str],
     problems = []
     for group in split_options(posargs, known):
         option = group[0].partition("=")[0]
-        takers = [name for name, actions in tables.items() if option in actions]
+        takers = [name for name, actions in tables.items() if option in actions or option in HELP]
         if session in TAKES_ALL or session in takers:
             mine.extend(group)
         if not takers and not TAKES_ALL.intersection(run):

@@ -3,6 +3,7 @@ host's capacity model."""
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -122,11 +123,14 @@ class Host(HostsTable):
     emulation: Emulation | None = Field(
         default=None, description="An emulated host: the card it emulates on this physical GPU.")
     model_code: list[str] = Field(
-        # vLLM-Omni keeps its models' code under these trees; the rest of it is the server's.
-        default=["vllm_omni/diffusion/models/", "vllm_omni/model_executor/models/"], min_length=1,
+        # Filled in by HostsConfig where a host states none (model_folders): the served model's
+        # own folder, so a crash elsewhere in vLLM-Omni (its entrypoints) is the server's. (A
+        # factory: the schema shows no default, which [serve] decides.)
+        default_factory=list, min_length=1,
         description="Path fragments of the model's source files: an OOM's location is the "
                     "innermost traceback frame in them, and a crash there is the card's (a "
-                    "traceback elsewhere in upstream code is the server software's).",
+                    "traceback elsewhere in upstream code is the server software's). Default: "
+                    "the served model's own folder, vllm_omni/diffusion/models/<model>/.",
     )
     diffusers: DiffusersHost | None = Field(
         default=None, description="A Diffusers host: probe-offline runs the Diffusers engine over "
@@ -169,3 +173,12 @@ class Host(HostsTable):
             raise ValueError("the 'sim-account' mechanism needs a simulated server "
                              "(emulate a simulated host)")
         return self
+
+
+def model_folders(served_model_name: str) -> list[str]:
+    """vLLM-Omni's folder of the served model's own code: its name lower-cased with `_` for
+    every run of other characters, with and without the `_` between two digits
+    (`Qwen/Qwen-Image-2.1` -> `qwen_image_21`, `qwen_image_2_1`)."""
+    base = re.sub(r"[^a-z0-9]+", "_", served_model_name.rsplit("/", 1)[-1].lower()).strip("_")
+    names = dict.fromkeys([re.sub(r"(\d)_(\d)", r"\1\2", base), base])
+    return [f"vllm_omni/diffusion/models/{name}/" for name in names]

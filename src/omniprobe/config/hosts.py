@@ -10,7 +10,7 @@ from pydantic import Field, ValidationError, model_validator
 from omniprobe.config.cards import Card
 from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.config.flag_sets import DeployConfig, FlagSet, OfflineKwargSet, Serve
-from omniprobe.config.host_entry import Host
+from omniprobe.config.host_entry import Host, model_folders
 from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.names import Name
 from omniprobe.config.report_settings import ProbeSettings, QualitySettings, StructureChecks
@@ -71,6 +71,11 @@ class HostsConfig(HostsTable):
                                  "is itself emulated; name a real or simulated host")
             inherited = {key: target[key] for key in _INHERITED if key in target}
             filled[name] = {**inherited, **host}
+        serve = data.get("serve")
+        model = serve.get("served_model_name") if isinstance(serve, dict) else None
+        if isinstance(model, str):
+            filled = {name: {"model_code": model_folders(model), **host}
+                      if isinstance(host, dict) else host for name, host in filled.items()}
         return {**data, "hosts": filled}
 
     def host(self, name: str, where: str = "the command") -> Host:

@@ -35,6 +35,7 @@ from omniprobe.env.resolve import (
     plan_files,
     require_recipe_agrees,
     resolve_plan,
+    unreachable,
 )
 from omniprobe.env.state import (
     CommandRun,
@@ -235,9 +236,14 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None,
 
 
 def _step(runner: Runner, echo: Echo, argv: list[str], what: str, *, after: str) -> None:
+    """One build step, its output shown as it runs; its stderr is read back so that an index or
+    remote it cannot reach is named as such."""
     echo(f"$ {shlex.join(argv)}")
-    proc = runner.run(argv, capture=False)
+    proc = runner.run(argv, capture=False, tee=True)
     if proc.returncode != 0:
+        offline = unreachable(proc.stderr or "", argv)
+        if offline is not None:
+            raise offline
         raise EnvBuildError(f"{what} failed (exit {proc.returncode}; its output is above):\n"
                             f"  {shlex.join(argv)}\n{after}")
 

@@ -5,16 +5,19 @@ upstream recipe agrees with it.
 for the pinned interpreter; it installs nothing. A clash is a `ResolutionConflict` naming which
 requirement of which package meets which pin, with uv's own explanation and what the seed says
 about how it installed the pins concerned. A step with an `override` (hosts.toml, chosen by
-omniprobe) replaces every other requirement on its package (uv --override) instead.
+omniprobe) replaces every other requirement on its package (uv --override) instead. An index or
+host the resolver (or git) cannot reach is `Unreachable`, naming it, never a clash.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from omniprobe.config.stack import InstallStep
 from omniprobe.env.state import EnvBuildError, Runner
@@ -31,6 +34,44 @@ _RECIPE_VERSION = r"(?i)\b{name}\b(?![-_]omni)[^\n\d]{{0,20}}?v?(\d+\.\d+(?:\.\d
 
 class ResolutionConflict(EnvBuildError):
     """The install plan does not resolve: nothing was installed."""
+
+
+class Unreachable(EnvBuildError):
+    """An index or host the build needs could not be reached: the network's failure, not the
+    plan's."""
+
+
+# The URL a failed request names: uv's "Failed to fetch: URL" / "error sending request for url
+# (URL)", git's "unable to access 'URL'".
+_FAILED_URL = re.compile(r"(?:Failed to fetch|Failed to download|error sending request for url|"
+                         r"unable to access)[:\s`('\"]*(https?://[^\s`)'\"]+)")
+# What uv, git (curl) and the resolver say when the other end cannot be reached at all.
+_NO_CONNECTION = re.compile(
+    r"(Connection refused[^\n]*|dns error[^\n]*|failed to lookup address[^\n]*|"
+    r"Could not resolve host[^\n]*|Network is unreachable[^\n]*|No route to host[^\n]*|"
+    r"tcp connect error[^\n]*|Failed to connect to[^\n]*|operation timed out[^\n]*|"
+    r"Connection timed out[^\n]*|Temporary failure in name resolution[^\n]*)", re.IGNORECASE)
+# uv's chain of reasons, innermost last: "  cause: ..." (older uv: "  Caused by: ...").
+_CAUSE = re.compile(r"(?m)^\s*(?:cause|Caused by):\s*(.+)$")
+
+
+def unreachable(output: str, argv: Sequence[str]) -> Unreachable | None:
+    """The failure a command's output shows when it could not reach an index or host (the URL's
+    host, uv's innermost reason and the command); None when it reached it."""
+    sign = _NO_CONNECTION.search(output)
+    if sign is None:
+        return None
+    url = _FAILED_URL.search(output)
+    causes = _CAUSE.findall(output)
+    reason = (causes[-1] if causes else sign.group(1)).strip()
+    where = (f"{urlsplit(url.group(1)).hostname} ({url.group(1)})" if url
+             else "an index or host")
+    return Unreachable(
+        f"cannot reach {where}: {reason}; the network or that server is down, not a clash of "
+        "pins, so nothing was installed\n"
+        f"  the command that failed: {shlex.join(argv)}\n"
+        "  check the machine's network (a proxy, DNS, a firewall) or the index's URL in "
+        "hosts.toml [[env.install]], then re-run")
 
 
 class RecipeMismatch(EnvBuildError):
@@ -143,6 +184,9 @@ def resolve_plan(uv: str, python: str, steps: list[InstallStep], constraints_tex
         echo(f"# the install plan resolves: {len(proc.stdout.splitlines())} line(s) pinned")
         return
     output = (proc.stderr or proc.stdout).strip()
+    offline = unreachable(output, argv)
+    if offline is not None:
+        raise offline
     strategy = index_strategy(output)
     if strategy:
         raise ResolutionConflict(

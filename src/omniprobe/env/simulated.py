@@ -9,16 +9,20 @@ simulated ones and the stand-ins) match their digests.
 
 from __future__ import annotations
 
-import importlib.util
+import functools
+import importlib.metadata
 import json
+import platform
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
+import omniprobe
 from omniprobe import __version__
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.config.stack import EnvChecks
-from omniprobe.digests import sha256_json
+from omniprobe.digests import sha256_bytes, sha256_json
 from omniprobe.env.check_record import describe_checks, failure_lines
 from omniprobe.env.nvml_facts import emulation_check, gpu_checks, host_facts
 from omniprobe.env.preflight import serve_preflight
@@ -81,12 +85,37 @@ def check_sim_env(cfg: HostsConfig, project: Project, host: str, *, python: str 
     return SimEnv(host, python, checks)
 
 
-def sim_env_digest(python: str = sys.executable) -> str:
-    """A simulated host's environment as a probe attempt records it: omniprobe's version and
-    where it and the interpreter running its server live (another clone is another env)."""
-    spec = importlib.util.find_spec(SIM_MODULE)
-    return sha256_json({"where": python, "python": sys.version.split()[0],
-                        "omniprobe": __version__, "sim": spec.origin if spec else None})
+# What a simulated server runs besides the standard library and omniprobe: Pillow and NumPy
+# (its images), pynvml and torch where it is emulated on a GPU; and what the harness measuring it
+# reads its evidence with (pydantic, requests).
+SIM_DISTRIBUTIONS = ("pillow", "numpy", "nvidia-ml-py", "torch", "pydantic", "requests")
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@functools.cache
+def source_digest() -> str:
+    """sha256 of omniprobe's own source files (path and bytes of every .py and data file under
+    the package, compiled bytecode aside): another checkout of other code is another env."""
+    package = Path(omniprobe.__file__).parent
+    files = sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                   and p.suffix != ".pyc")
+    return sha256_json({p.relative_to(package).as_posix(): sha256_bytes(p.read_bytes())
+                        for p in files})
+
+
+def sim_env_digest() -> str:
+    """A simulated host's environment as a probe attempt records it: what the sim runs (Python's
+    version, its packages' versions, omniprobe's version and a digest of its source), never where
+    the interpreter lives, so every nox session's venv of one checkout is one environment."""
+    return sha256_json({"python": platform.python_version(), "omniprobe": __version__,
+                        "source": source_digest(),
+                        "packages": {name: _installed(name) for name in SIM_DISTRIBUTIONS}})
 
 
 def sim_preflight(cfg: HostsConfig, project: Project, host: str, *,

@@ -3,9 +3,11 @@ complete build, and the runner every `omniprobe env` command goes through."""
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -204,14 +206,19 @@ class Runner:
 
     ran: list[CommandRun] = field(default_factory=list)
 
-    def run(self, argv: Sequence[str], *, capture: bool = True,
+    def run(self, argv: Sequence[str], *, capture: bool = True, tee: bool = False,
             env: Mapping[str, str] | None = None,
             timeout_s: float | None = None) -> subprocess.CompletedProcess[str]:
-        """`timeout_s`: past it the command is killed and reads as exit 124, saying so."""
+        """`timeout_s`: past it the command is killed and reads as exit 124, saying so. `tee`
+        (with capture off): its stderr is shown as it comes and kept, so a failure's words can be
+        read back (an install's "Failed to fetch")."""
         start = time.perf_counter()
         try:
-            proc = subprocess.run(list(argv), capture_output=capture, text=True, check=False,
-                                  env=None if env is None else dict(env), timeout=timeout_s)
+            if tee and not capture:
+                proc = _teed(argv, env)
+            else:
+                proc = subprocess.run(list(argv), capture_output=capture, text=True, check=False,
+                                      env=None if env is None else dict(env), timeout=timeout_s)
         except FileNotFoundError:
             raise EnvError(f"{argv[0]!r} is not installed or not on PATH") from None
         except subprocess.TimeoutExpired:
@@ -219,3 +226,21 @@ class Runner:
                                                f"timed out after {timeout_s:g} s")
         self.ran.append(CommandRun(tuple(argv), proc.returncode, time.perf_counter() - start))
         return proc
+
+
+# How much of a teed command's stderr is kept: its failure's last words, not a whole build log.
+_TEED_LINES = 400
+
+
+def _teed(argv: Sequence[str], env: Mapping[str, str] | None) -> subprocess.CompletedProcess[str]:
+    """Run `argv` with its stdout ours and its stderr passed through to ours line by line, its
+    last lines kept."""
+    kept: collections.deque[str] = collections.deque(maxlen=_TEED_LINES)
+    with subprocess.Popen(list(argv), stderr=subprocess.PIPE, text=True, errors="replace",
+                          env=None if env is None else dict(env)) as child:
+        assert child.stderr is not None
+        for line in child.stderr:
+            sys.stderr.write(line)
+            kept.append(line)
+        code = child.wait()
+    return subprocess.CompletedProcess(list(argv), code, "", "".join(kept))

@@ -45,10 +45,10 @@ def parse_caps_gib(text: str) -> list[int]:
         try:
             gib = float(item)
         except ValueError:
-            raise ValueError(f"--caps expects GiB figures separated by commas, got {item!r}") from None
+            raise ValueError(f"expects GiB figures separated by commas, got {item!r}") from None
         mib = round(gib * 1024) if math.isfinite(gib) else 0
         if not 1 <= mib <= MAX_MIB:
-            raise ValueError(f"--caps: each cap is a number of GiB from 1 MiB (0.001) up to "
+            raise ValueError(f"each cap is a number of GiB from 1 MiB (0.001) up to "
                              f"{MAX_MIB // 1024} GiB (2**40 bytes), got {item!r}")
         caps.add(mib)
     return sorted(caps)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from omniprobe.config.fixtures import Fixture, FixtureNotRunnable, FixtureSuite
 from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.errors import Refusal
+from omniprobe.errors import InputError, Problem, Refusal
 from omniprobe.harness.emulation import (
     parse_caps_gib,
 )
@@ -93,10 +93,11 @@ def probe_caps(cfg: HostsConfig, host_name: str, caps_gib: str | None) -> list[i
     (a real card)."""
     if caps_gib is None:
         return [cfg.emulated_cap_mib(host_name)]
+    try:  # a malformed value is a bad argument (exit 2) on any host
+        caps: list[int | None] = list(parse_caps_gib(caps_gib))
+    except ValueError as exc:
+        raise InputError([Problem("--caps", "", str(exc))]) from None
     if cfg.host(host_name).emulation is None:
         raise PlanError(f"--caps sweeps an emulated host's cap; host {host_name!r} is not "
                         "emulated (hosts.toml [hosts.<name>.emulation])")
-    try:
-        return list(parse_caps_gib(caps_gib))
-    except ValueError as exc:
-        raise PlanError(str(exc)) from None
+    return caps

@@ -22,7 +22,7 @@ from pathlib import Path
 import requests
 
 from omniprobe.analysis.failure_cause import classify_failure
-from omniprobe.analysis.oom import MODEL_CODE, parse_oom
+from omniprobe.analysis.oom import parse_oom
 from omniprobe.errors import EnvironmentFailure, HarnessError
 from omniprobe.evidence.models.common import FailureCause
 from omniprobe.evidence.models.runs import InitResult
@@ -74,7 +74,7 @@ class Endpoints:
 
 
 def classify_exit(returncode: int, log_text: str, elapsed: float,
-                  model_code: tuple[str, ...] = MODEL_CODE) -> InitResult:
+                  model_code: tuple[str, ...] = ()) -> InitResult:
     """A server that exited before it was ready: OOM at init when its log says so, else error;
     with the cause its log shows (the card, the server software, or the environment)."""
     cause = classify_failure(log_text, model_code)
@@ -112,7 +112,7 @@ class SupervisedProcess:
 
     def __init__(self, command: list[str], env: dict[str, str], log_path: Path,
                  endpoints: Endpoints | None, *, grace_s: float = 15,
-                 model_code: tuple[str, ...] = MODEL_CODE):
+                 model_code: tuple[str, ...] = ()):
         self.command, self.env, self.log_path = command, env, log_path
         self.endpoints, self.grace_s, self.model_code = endpoints, grace_s, model_code
         self.proc: subprocess.Popen | None = None

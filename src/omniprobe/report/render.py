@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
@@ -65,26 +66,62 @@ def _committed_figures(project: Project) -> set[Path]:
             for p in folder.rglob("*.svg")}
 
 
-def write_report(project: Project) -> Path:
-    """Write REPORT.md, HARNESS.md and their figures; figures no longer rendered are removed."""
+@dataclass(frozen=True)
+class Written:
+    """What `write_report` did: the files it wrote (new or changed), the figures it removed (no
+    longer rendered), and how many it left as they were."""
+    wrote: list[Path]
+    removed: list[Path]
+    unchanged: int
+
+
+def _committed_text(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.exists() else None
+
+
+def write_report(project: Project) -> Written:
+    """Write REPORT.md, HARNESS.md and their figures where they differ from a fresh render;
+    figures no longer rendered are removed."""
     outputs = render_outputs(project)
+    wrote = []
     for rel, text in outputs.items():
-        write_text_atomic(project.root / rel, text)
-    for stale in _committed_figures(project) - set(outputs):
-        (project.root / stale).unlink()
-    return project.report_file
-
-
-def report_diff(project: Project) -> str:
-    """A unified diff between the committed report files and a fresh render; empty when fresh."""
-    outputs = render_outputs(project)
-    diffs = []
-    for rel in sorted(set(outputs) | _committed_figures(project)):
         path = project.root / rel
-        committed = path.read_text(encoding="utf-8") if path.exists() else ""
-        fresh = outputs.get(rel, "")
-        if fresh != committed:
-            diffs.append("".join(difflib.unified_diff(
-                committed.splitlines(True), fresh.splitlines(True),
-                f"{rel} (committed)", f"{rel} (fresh render)")) or f"{rel} differs\n")
-    return "".join(diffs)
+        # Not a file (a folder in its place): writing it says so, naming it.
+        if not path.is_file() or _committed_text(path) != text:
+            write_text_atomic(path, text)
+            wrote.append(rel)
+    removed = sorted(_committed_figures(project) - set(outputs))
+    for stale in removed:
+        (project.root / stale).unlink()
+    return Written(wrote=sorted(wrote), removed=removed, unchanged=len(outputs) - len(wrote))
+
+
+def stale_summary(committed: str | None, fresh: str | None) -> str | None:
+    """One line on how a committed report file differs from a fresh render; None when it does
+    not."""
+    if committed == fresh:
+        return None
+    if committed is None:
+        return "missing: a fresh render writes it"
+    if fresh is None:
+        return "no longer rendered: a fresh render removes it"
+    old, new = committed.splitlines(), fresh.splitlines()
+    first = next((n for n, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
+                 min(len(old), len(new)))
+    changed = [line for line in difflib.unified_diff(old, new, lineterm="", n=0)
+               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    added = sum(line.startswith("+") for line in changed)
+    return (f"differs from a fresh render: {added} line(s) added, {len(changed) - added} "
+            f"removed, the first at line {first + 1}")
+
+
+def stale_files(project: Project) -> dict[Path, str]:
+    """Each committed report file that differs from a fresh render, with a one-line summary;
+    empty when every one is fresh."""
+    outputs = render_outputs(project)
+    found = {}
+    for rel in sorted(set(outputs) | _committed_figures(project)):
+        summary = stale_summary(_committed_text(project.root / rel), outputs.get(rel))
+        if summary is not None:
+            found[rel] = summary
+    return found

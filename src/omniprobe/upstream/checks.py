@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omniprobe import protocol
 from omniprobe.config.command_rules import HARNESS_OPTIONS
+from omniprobe.config.host_entry import model_folders
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.upstream import UpstreamCheck
 from omniprobe.protocol import DEPLOY_IGNORED_WARNING, EDITS_PATH, GENERATIONS_PATH, IMAGE_PART
@@ -542,8 +543,7 @@ def check_model_code(source: Source, cfg: HostsConfig) -> UpstreamCheck:
     model's name gives (`Qwen-Image-2.1` -> `qwen_image_21` or `qwen_image_2_1`) among the
     diffusion registry's entries and the model folders."""
     model = cfg.serve.served_model_name
-    base = re.sub(r"[^a-z0-9]+", "_", model.rsplit("/", 1)[-1].lower()).strip("_")
-    wanted = {base, re.sub(r"(\d)_(\d)", r"\1\2", base)}
+    wanted = {folder.split("/")[3] for folder in model_folders(model)}
     registry = "vllm_omni/diffusion/registry.py"
     entries = code.dict_keys(source, registry, "_DIFFUSION_MODELS")
     folders = {p.split("/")[3] for p in source.under("vllm_omni/diffusion/models/")

@@ -1,4 +1,5 @@
-"""`omniprobe report`: render REPORT.md from the evidence (--check: only compare)."""
+"""`omniprobe report`: render REPORT.md, report/HARNESS.md and their figures from the evidence
+(--check: only compare, naming each stale file)."""
 
 from __future__ import annotations
 
@@ -9,23 +10,32 @@ from omniprobe.config.project import find_project
 
 
 def run(args: argparse.Namespace) -> int:
-    from omniprobe.report.render import report_diff, write_report
+    from omniprobe.report.render import stale_files, write_report
 
     project = find_project()
     if args.check:
-        diff = report_diff(project)
-        if diff:
-            sys.stderr.write(diff)
-            print("REPORT.md is stale; run `nox -s report`", file=sys.stderr)
+        stale = stale_files(project)
+        for path, summary in stale.items():
+            print(f"stale: {path}: {summary}", file=sys.stderr)
+        if stale:
+            print(f"{len(stale)} report file(s) stale; run `nox -s report` to render them",
+                  file=sys.stderr)
             return 1
-        print("REPORT.md is fresh")
+        print("the report is fresh: REPORT.md, report/HARNESS.md and their figures")
         return 0
-    path = write_report(project)
-    print(f"wrote {path.relative_to(project.root)}")
+    written = write_report(project)
+    for path in written.wrote:
+        print(f"wrote {path}")
+    for path in written.removed:
+        print(f"removed {path} (no longer rendered)")
+    print(f"report: {len(written.wrote)} file(s) written, {len(written.removed)} removed, "
+          f"{written.unchanged} unchanged")
     return 0
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("report", help="render REPORT.md from the evidence")
-    p.add_argument("--check", action="store_true", help="exit 1 if REPORT.md differs from a fresh render")
+    p = sub.add_parser("report", help="render REPORT.md, report/HARNESS.md and their figures "
+                                      "from the evidence")
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 if a committed report file differs from a fresh render, naming each")
     p.set_defaults(func=run)
