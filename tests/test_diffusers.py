@@ -178,6 +178,16 @@ def test_the_tiny_pipeline_runs_end_to_end_and_records_capacity_only(project):
     assert tokens == sorted(tokens) and len(set(tokens)) == 5
     [row, *_] = attempt.offline
     assert row.build.parameters_b["transformer"] > 0 and row.build.build_peak_mib is None
+    # The host figures, recorded apart: the build's peak, the steady footprint once placed (no
+    # CUDA: nothing pinned, none to split), and each request's peak sampled beside it.
+    build = row.build
+    assert build.build_path == "random-streamed"
+    assert build.build_host_peak_mib >= build.steady_host_mib > build.host_weights_mib > 0
+    assert build.pinned_host_mib is None and build.pageable_host_mib is None
+    # The sampled peak holds its own last reading; the kernel's high-water mark (ru_maxrss) is
+    # a lifetime peak, updated lazily, so it may trail the latest reading by a few pages.
+    assert all(r.host_peak_mib >= r.host_end_mib > 0 for r in records)
+    assert all(r.host_peak_mib <= r.max_rss_mib + 1 for r in records)
     measures = kv_measures([attempt], loaded.fixtures, {"tiny-cpu": 64})
     per_ref = kv_per_reference(measures)
     assert [p.reference_count for p in per_ref] == [1, 2, 3, 4]

@@ -123,7 +123,8 @@ def test_an_int8_text_encoder_on_a_text_encoder_that_cannot_take_it_is_refused_b
     data["class"] = "transformers.T5EncoderModel"
     config.write_text(json.dumps(data))
     text = project.hosts_file.read_text()
-    old = '[diffusers_profiles.tiny-cpu]\ndescription = "the tiny model on the CPU: everything resident, two steps"\n'
+    old = ('[diffusers_profiles.tiny-cpu]\n'
+           'description = "the tiny model on the CPU: everything resident, two steps"\n')
     assert old in text
     project.hosts_file.write_text(text.replace(
         old, old + 'quantize_text_encoder = "int8-weight-only"\n', 1))

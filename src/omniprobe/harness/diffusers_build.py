@@ -65,8 +65,9 @@ def tensor_bytes(tensor) -> int:
 class BuildObserver:
     """What a streamed build tells of itself (a test records the live bytes through it)."""
 
-    def filled(self, component: str, name: str, unit) -> None:
-        """`unit` holds its values in the build dtype, not yet quantised or placed."""
+    def filled(self, component: str, module, name: str, unit) -> None:
+        """`unit` (`name` in `module`) holds its values in the build dtype, not yet quantised or
+        placed."""
 
     def placed(self, component: str, module) -> None:
         """`component` is complete and placed; the next is not made yet."""
@@ -115,7 +116,7 @@ def fill_streamed(name: str, module, dtype, seed: int, *, init_device: str, quan
                     value, requires_grad=False)
             if not fresh:
                 continue
-            observer.filled(name, unit_name, unit)
+            observer.filled(name, module, unit_name, unit)
             if quantise and isinstance(unit, torch.nn.Linear):
                 _quantise_unit(modules, unit_name, unit, init_device)
             _move_own(unit, keep_on)
@@ -197,7 +198,8 @@ def placed_host_figures(torch, modules) -> dict:
             if tensor.device.type == "cpu":
                 seen.setdefault(id(tensor), tensor_bytes(tensor))
     pageable = None if steady is None or pinned is None else round(max(0.0, steady - pinned), 1)
-    return {"build_host_peak_mib": max_rss_mib(), "steady_host_mib": steady,
+    # The kernel's high-water mark is updated lazily: the peak is at least what is held now.
+    return {"build_host_peak_mib": max(max_rss_mib(), steady or 0.0), "steady_host_mib": steady,
             "pinned_host_mib": pinned, "pageable_host_mib": pageable,
             "host_weights_mib": round(sum(seen.values()) / MIB, 1)}
 
