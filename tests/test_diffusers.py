@@ -425,3 +425,45 @@ allocator = "expandable_segments:True"''')
     code, out = offline(project, "--profile", "tiny-cpu")
     assert code == 4 and "the allocator setting cannot be read back from torch" in out, out
     assert not (project.evidence_dir / HOST).exists()
+
+
+# A test double of an upstream failure that is no lack of memory: at the request with one
+# condition image, the pipeline raises the error diffusers 0.42.1 with torchao 0.18.0 raises when
+# leaf offload with streams and low_cpu_mem_usage pins an int8 tensor on the fly (diffusers-facts),
+# from a frame in diffusers' group offloading hooks, as the real one is raised.
+CANNOT_PIN_AT_ONE = textwrap.dedent('''
+    import os, diffusers
+    hooks = os.path.join(os.path.dirname(diffusers.__file__), "hooks", "group_offloading.py")
+    scope = {}
+    exec(compile("def _pinned_memory_tensors():\\n"
+                 "    raise RuntimeError(\\"cannot pin 'torch.cuda.CharTensor' only dense CPU "
+                 "tensors can be pinned\\")\\n", hooks, "exec"), scope)
+    real = diffusers.QwenImage21Pipeline.__call__
+    def call(self, *args, image=None, **kwargs):
+        if image is not None and len(image) == 1:
+            scope["_pinned_memory_tensors"]()
+        return real(self, *args, image=image, **kwargs)
+    diffusers.QwenImage21Pipeline.__call__ = call
+''')
+
+
+def test_an_upstream_failure_is_recorded_with_its_text_and_where_it_was_raised_never_as_an_oom(
+        project, tmp_path, monkeypatch):
+    pipeline_double(tmp_path, monkeypatch, CANNOT_PIN_AT_ONE)
+    code, out = offline(project, "--profile", "tiny-cpu", "--fixture", "standin-t2i",
+                        "--fixture", "standin-single", "--fixture", "standin-pair")
+    assert code == 0, out
+    loaded, [attempt] = attempts(project)
+    t2i, single, pair = attempt.offline_requests
+    assert (t2i.outcome, pair.outcome) == ("ok", "ok")  # the pipeline went on after it
+    assert single.outcome == "error" and single.oom is None
+    assert "cannot pin 'torch.cuda.CharTensor' only dense CPU tensors can be pinned" in single.error
+    assert single.cause.kind == "server"  # upstream's code, neither the card nor its host
+    assert "diffusers/hooks/group_offloading.py:2 in _pinned_memory_tensors" in single.cause.reason
+    runs = host_runs(HOST, loaded.evidence, loaded.fixtures)
+    [run] = runs
+    cell = run.cell(1)
+    assert not cell.fits and cell.upstream_failure == single.cause.reason
+    # Never the card's answer: the one reference count it ran is not measured, not a no.
+    assert card_capacity(HOST, runs, None, 1).verdict == "not measured"
+    assert card_capacity(HOST, runs, None, 2).verdict == "fits"
