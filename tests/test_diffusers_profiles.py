@@ -134,3 +134,16 @@ def test_an_int8_text_encoder_on_a_text_encoder_that_cannot_take_it_is_refused_b
             and "'transformers.T5EncoderModel'" in out
             and "transformers.Qwen3VLForConditionalGeneration" in out), out
     assert not (project.evidence_dir / "diffusers-tiny-cpu").exists()
+
+
+@pytest.mark.parametrize(("settings", "label"), [
+    ({"offload": "group-leaf", "use_stream": True}, "group-leaf with streams"),
+    ({"offload": "group-leaf"}, "group-leaf without streams"),
+    ({"offload": "group-leaf", "use_stream": True, "low_cpu_mem_usage": True},
+     "group-leaf with streams, low_cpu_mem_usage"),
+    ({"offload": "group-block", "use_stream": True, "record_stream": True},
+     "group-block with streams, record_stream"),
+    ({"offload": "model-cpu"}, "model-cpu"),
+])
+def test_the_report_names_the_offload_with_its_stream_settings(settings, label):
+    assert DiffusersProfile.model_validate({**BASE, **settings}).offload_label == label

@@ -105,6 +105,16 @@ class DiffusersProfile(_Input):
         return self
 
     @property
+    def offload_label(self) -> str:
+        """The offload mode with its stream settings, as the report names it."""
+        if self.offload not in GROUP_OFFLOADS:
+            return self.offload
+        if not self.use_stream:
+            return f"{self.offload} without streams"
+        extra = [k for k in ("low_cpu_mem_usage", "record_stream") if getattr(self, k)]
+        return f"{self.offload} with streams" + "".join(f", {k}" for k in extra)
+
+    @property
     def overrides_sampling(self) -> bool:
         return any(getattr(self, key) is not None for key in SAMPLING_KEYS)
 
