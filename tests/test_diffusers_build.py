@@ -142,3 +142,62 @@ def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
     assert measured["host_peak_mib"] >= measured["host_end_mib"] > 0
     assert measured["host_peak_mib"] <= measured["max_rss_mib"] + 1
     assert measured["pinned_host_peak_mib"] is None
+
+
+def test_a_unit_moves_alone_and_a_quantised_weight_keeps_its_int8_type():
+    """What placement does to one unit on a GPU host (moved here to the meta device, as the CPU
+    has no other): its own tensors move, quantised ones as their subclass; its children stay."""
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    parent = torch.nn.Sequential(torch.nn.Linear(64, 32).to(torch.bfloat16))
+    quantize_(parent, Int8WeightOnlyConfig())
+    unit = parent[0]
+    unit.register_buffer("scale_hint", torch.ones(3))
+    kind = type(unit.weight)
+    diffusers_build._move_own(unit, "meta")
+    assert type(unit.weight) is kind and is_quantised(unit.weight)
+    assert {t.device.type for t in (unit.weight, unit.bias, unit.scale_hint)} == {"meta"}
+    holder = torch.nn.Linear(4, 4)
+    holder.child = torch.nn.Linear(4, 4)
+    diffusers_build._move_own(holder, "meta")
+    assert holder.weight.device.type == "meta" and holder.child.weight.device.type == "cpu"
+
+
+@pytest.mark.parametrize(("profile", "expected"), [
+    ({"offload": "group-leaf", "use_stream": True},
+     {"offload_type": "leaf_level", "use_stream": True, "record_stream": False,
+      "low_cpu_mem_usage": False}),
+    ({"offload": "group-leaf", "use_stream": False},
+     {"offload_type": "leaf_level", "use_stream": False, "record_stream": False,
+      "low_cpu_mem_usage": False}),
+    ({"offload": "group-leaf", "use_stream": True, "low_cpu_mem_usage": True,
+      "record_stream": True},
+     {"offload_type": "leaf_level", "use_stream": True, "record_stream": True,
+      "low_cpu_mem_usage": True}),
+    ({"offload": "group-block", "use_stream": True},
+     {"offload_type": "block_level", "use_stream": True, "record_stream": False,
+      "low_cpu_mem_usage": False, "num_blocks_per_group": 1}),
+    ({"offload": "model-cpu"}, None),
+    ({"offload": "none"}, None),
+])
+def test_group_offload_is_applied_per_component_with_the_profiles_stream_settings(
+        monkeypatch, profile, expected):
+    """The engine's placement of one component (the GPU's part, with apply_group_offloading
+    recorded instead of run: the CPU has no device to onload to)."""
+    import diffusers.hooks
+    from diffusers_engine import DiffusersEngine
+
+    calls = []
+    monkeypatch.setattr(diffusers.hooks, "apply_group_offloading",
+                        lambda module, **kwargs: calls.append((module, kwargs)))
+    engine = object.__new__(DiffusersEngine)
+    engine.torch, engine.profile = torch, profile
+    module = torch.nn.Linear(2, 2)
+    engine._place_component("transformer", module)
+    if expected is None:
+        assert calls == []  # placed by the pipeline as a whole, or kept where it was built
+        return
+    [(placed, kwargs)] = calls
+    assert placed is module
+    assert (kwargs.pop("onload_device").type, kwargs.pop("offload_device").type) == ("cuda", "cpu")
+    assert kwargs == expected
