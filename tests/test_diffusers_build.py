@@ -119,7 +119,7 @@ def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
 
     engine = DiffusersEngine("random", {
         "profile": {"offload": "none", "quantize_dit": "int8-weight-only",
-                    "output_resolution": 64},
+                    "quantize_text_encoder": "int8-weight-only", "output_resolution": 64},
         "weights": {"kind": "random", "seed": 0, "configs": TINY}},
         open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
     facts = engine.facts()
@@ -130,7 +130,10 @@ def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
     pipe = engine.pipe
     held = sum(weight_bytes(getattr(pipe, n)) for n in diffusers_build.LOAD_ORDER)
     assert facts["host_weights_mib"] == round(held / 2**20, 1)
-    assert is_quantised(pipe.transformer.transformer_blocks[0].attn.to_q.weight)
+    for component in ("transformer", "text_encoder"):
+        linears = [m for m in getattr(pipe, component).modules() if isinstance(m, torch.nn.Linear)]
+        assert linears and all(is_quantised(m.weight) for m in linears), component
+    assert not any(is_quantised(p) for p in pipe.vae.parameters())
     reference = tmp_path / "ref.png"
     Image.new("RGB", (64, 96), (120, 30, 200)).save(reference)
     measured = engine.generate({"prompt": "a red shop", "references": [str(reference)],
