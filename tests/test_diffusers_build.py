@@ -46,6 +46,10 @@ class LiveBytes(diffusers_build.BuildObserver):
     def __init__(self, quantised: set[str]):
         self.quantised, self.done, self.events, self.steps = quantised, [], [], []
         self.linears: list = []
+        self.pools: dict[str, int] = {}
+
+    def pooled(self, component, pool):
+        self.pools[component] = diffusers_build.tensor_bytes(pool)
 
     def filled(self, component, module, name, unit):
         live = sum(weight_bytes(m) for m in self.done) + weight_bytes(module)
@@ -91,6 +95,9 @@ def test_no_point_of_the_build_holds_more_than_the_finished_placement_plus_one_u
     for component, name, live, unit_build_bytes in observer.steps:
         assert live <= placed_before + unit_build_bytes, (component, name)
         placed_before += final[component, name]
+    # Beside it, each component's pool of random values, at most 64 Mi values (128 MiB in bf16).
+    assert set(observer.pools) == set(diffusers_build.LOAD_ORDER)
+    assert max(observer.pools.values()) <= diffusers_build.POOL_ELEMENTS * 2
     for component in quantised:
         linears = [m for m in parts[component].modules() if isinstance(m, torch.nn.Linear)]
         assert linears and all(is_quantised(m.weight) for m in linears)

@@ -7,7 +7,9 @@ The build streams as a checkpoint's load does: the components one at a time in t
 own tensors) from a pool of values drawn on the init device from one recorded seed; a unit the
 profile quantises is quantised as soon as it is filled, a unit kept on the GPU moves there, and
 each component is placed (offloaded, moved) before the next is made. So no point of the build
-holds more than the finished placement plus one unit in the build dtype. Its host figures are
+holds more than the finished placement plus one unit in the build dtype, beside the component's
+pool of random values (POOL_ELEMENTS at most, less than one block of the full model). Its host
+figures are
 the random build's: a real `from_pretrained` reads the checkpoint shard by shard, not unit by unit,
 and a real host's measurement replaces them.
 """
@@ -23,11 +25,13 @@ MIB = 1024**2
 # from_pretrained loads model_index.json's components in its key order, which save_pretrained
 # writes sorted: processor, scheduler (no weights), then these.
 LOAD_ORDER = ("text_encoder", "transformer", "vae")
+POOL_ELEMENTS = 1 << 26  # random values drawn per component: 128 MiB in bf16, under one block
 RSS_SAMPLE_S = 0.02  # the request-time host sampler's period: a request runs for seconds
 _INIT_STD = 0.02  # any finite spread does: the values never matter, only the shapes
 
 
-def value_pool(numel: int, dtype, init_device: str, seed: int, pool_elements: int = 1 << 26):
+def value_pool(numel: int, dtype, init_device: str, seed: int,
+               pool_elements: int = POOL_ELEMENTS):
     """One pool of random values drawn on `init_device` from `seed`, copied to the host once;
     tensors take its values from a running offset (wrapping), so the build holds at most the
     pool on the GPU and costs little more than the memory it fills."""
@@ -65,6 +69,9 @@ def tensor_bytes(tensor) -> int:
 class BuildObserver:
     """What a streamed build tells of itself (a test records the live bytes through it)."""
 
+    def pooled(self, component: str, pool) -> None:
+        """`component`'s pool of random values is drawn, held until the component is filled."""
+
     def filled(self, component: str, module, name: str, unit) -> None:
         """`unit` (`name` in `module`) holds its values in the build dtype, not yet quantised or
         placed."""
@@ -96,11 +103,13 @@ def fill_streamed(name: str, module, dtype, seed: int, *, init_device: str, quan
 
     pending = sum(p.numel() for p in module.parameters() if p.device.type == "meta")
     pool, offset = value_pool(pending, dtype, init_device, seed), 0
+    observer.pooled(name, pool)
     made: dict[int, Any] = {}
     modules = dict(module.named_modules())
     with torch.no_grad():
         for unit_name, unit in modules.items():
             params = [(k, p) for k, p in unit._parameters.items() if p is not None]
+            origin = {key: id(param) for key, param in params}
             fresh = False
             for key, param in params:
                 if id(param) in made:
@@ -120,6 +129,8 @@ def fill_streamed(name: str, module, dtype, seed: int, *, init_device: str, quan
             if quantise and isinstance(unit, torch.nn.Linear):
                 _quantise_unit(modules, unit_name, unit, init_device)
             _move_own(unit, keep_on)
+            for key, was in origin.items():  # a module sharing it takes its final form
+                made[was] = unit._parameters[key]
     if keep_on != "cpu":
         module.to(keep_on)  # the buffers of modules without weights
     module.eval()
