@@ -147,3 +147,4 @@ def test_an_int8_text_encoder_on_a_text_encoder_that_cannot_take_it_is_refused_b
 ])
 def test_the_report_names_the_offload_with_its_stream_settings(settings, label):
     assert DiffusersProfile.model_validate({**BASE, **settings}).offload_label == label
+

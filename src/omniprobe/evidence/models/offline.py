@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from omniprobe.evidence.models.common import (
     ArtifactRef,
@@ -91,6 +91,14 @@ class OfflineRequest(Measurement):
                                   "[sampling], or the profile's capacity settings (chosen by "
                                   "omniprobe unless the profile says the seed states them).")
 
+    @model_validator(mode="after")
+    def _host_peak_holds_its_end(self):
+        if (self.host_peak_mib is not None and self.host_end_mib is not None
+                and self.host_end_mib > self.host_peak_mib):
+            raise ValueError(f"host_end_mib {self.host_end_mib} is above host_peak_mib "
+                             f"{self.host_peak_mib}: the sampled peak holds its last reading")
+        return self
+
 
 class HostRamCheck(EvidenceModel):
     """The host RAM an emulated card's host has, imposed on the runner's process tree."""
@@ -139,3 +147,17 @@ class DiffusersBuild(EvidenceModel):
         default=None, ge=0, description="Bytes the components' own tensors hold in host memory "
                                         "once placed (a streamed offload's pinned copies are "
                                         "apart, until each group first offloads).")
+
+    @model_validator(mode="after")
+    def _host_figures_agree(self):
+        steady, pinned, pageable = (self.steady_host_mib, self.pinned_host_mib,
+                                    self.pageable_host_mib)
+        if (steady is not None and self.build_host_peak_mib is not None
+                and steady > self.build_host_peak_mib):
+            raise ValueError(f"steady_host_mib {steady} is above build_host_peak_mib "
+                             f"{self.build_host_peak_mib}: the build's peak holds what it left")
+        if None not in (steady, pinned, pageable) and abs(
+                pageable - max(0.0, steady - pinned)) > 0.1:
+            raise ValueError(f"pageable_host_mib {pageable} is not steady_host_mib {steady} "
+                             f"less pinned_host_mib {pinned}")
+        return self
