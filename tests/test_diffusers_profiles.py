@@ -148,3 +148,21 @@ def test_an_int8_text_encoder_on_a_text_encoder_that_cannot_take_it_is_refused_b
 def test_the_report_names_the_offload_with_its_stream_settings(settings, label):
     assert DiffusersProfile.model_validate({**BASE, **settings}).offload_label == label
 
+
+
+def test_the_runner_is_given_the_profiles_stream_settings(repo):
+    """What a run hands its runner (and the settings a run stores) is the migrated profile, its
+    stream settings included."""
+    from omniprobe.harness.offline_matrix import offline_matrix
+
+    cfg = load_hosts(repo.hosts_file)
+    host = "rtx5080-on-h200-diffusers"
+    entries, _, _ = offline_matrix(cfg, repo, host, cfg.hosts[host],
+                                   ("group-leaf", "group-leaf-lowmem", "seed-baseline-te8"))
+    given = {e.name: e.kwargs["profile"] for e in entries}
+    pick = ("offload", "use_stream", "low_cpu_mem_usage", "record_stream",
+            "quantize_text_encoder")
+    assert {name: tuple(p[k] for k in pick) for name, p in given.items()} == {
+        "group-leaf": ("group-leaf", True, False, False, None),
+        "group-leaf-lowmem": ("group-leaf", True, True, False, None),
+        "seed-baseline-te8": ("group-leaf", True, False, False, "int8-weight-only")}
