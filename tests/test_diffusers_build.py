@@ -211,3 +211,23 @@ def test_group_offload_is_applied_per_component_with_the_profiles_stream_setting
     assert placed is module
     assert (kwargs.pop("onload_device").type, kwargs.pop("offload_device").type) == ("cuda", "cpu")
     assert kwargs == expected
+
+
+def test_the_host_sampler_keeps_the_highest_reading_and_ends_on_the_last(monkeypatch):
+    import threading
+
+    readings = iter([100.0, 180.0, 150.0, 120.0])
+    more = threading.Event()
+    last = [None]
+
+    def rss():
+        try:
+            last[0] = next(readings)
+        except StopIteration:
+            more.set()  # every reading taken: the request may end
+        return last[0]
+
+    monkeypatch.setattr(diffusers_build, "rss_mib", rss)
+    with diffusers_build.HostSampler(period_s=0.001) as sampler:
+        assert more.wait(5)
+    assert (sampler.peak_mib, sampler.end_mib) == (180.0, 120.0)

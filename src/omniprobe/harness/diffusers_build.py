@@ -217,18 +217,20 @@ def placed_host_figures(torch, modules) -> dict:
 
 class HostSampler:
     """The process's resident memory, sampled on a thread while a request runs: ru_maxrss and a
-    cgroup's memory.peak are lifetime peaks, which the build's own peak may hide."""
+    cgroup's memory.peak are lifetime peaks, which the build's own peak may hide. `end_mib` is
+    the last reading, taken as the request ends."""
 
     def __init__(self, period_s: float = RSS_SAMPLE_S):
         import threading
 
-        self.period_s, self.peak_mib = period_s, None
+        self.period_s, self.peak_mib, self.end_mib = period_s, None, None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="host-rss", daemon=True)
 
-    def _sample(self) -> None:
+    def _sample(self) -> float | None:
         now = rss_mib()
         self.peak_mib = now if self.peak_mib is None or (now or 0) > self.peak_mib else self.peak_mib
+        return now
 
     def _run(self) -> None:
         while not self._stop.wait(self.period_s):
@@ -242,7 +244,7 @@ class HostSampler:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self._sample()
+        self.end_mib = self._sample()
 
 
 def max_rss_mib() -> float:

@@ -29,7 +29,6 @@ from diffusers_build import (
     parameters_b,
     pinned_mib,
     placed_host_figures,
-    rss_mib,
 )
 
 OFFLOADS = ("none", "model-cpu", "group-leaf", "group-block")
@@ -254,7 +253,7 @@ class DiffusersEngine:
             self.last = {"peak_mib": reserved, "peak_allocated_mib": allocated,
                          "start_allocated_mib": start, **self.kv.take(),
                          "max_rss_mib": max_rss_mib(), "host_peak_mib": host.peak_mib,
-                         "host_end_mib": rss_mib(),
+                         "host_end_mib": host.end_mib,
                          "pinned_host_peak_mib": pinned_mib(torch, "allocated_bytes.peak")}
         self.save_png(out.images[0], request["output"])
         return self.last
