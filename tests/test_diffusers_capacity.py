@@ -135,6 +135,10 @@ FITS_4 = {4: ("ok", 11958, False)}
 def test_a_card_whose_host_ram_is_stated_fits_only_within_it(runs, host_ram_gib, verdict, fits):
     capacity = card_capacity("h", runs, 16 * GIB, 4, host_ram_gib and host_ram_gib * GIB)
     assert capacity.verdict == verdict and [f.profile for f in capacity.fits] == fits
+    # Each GPU fit says which side of the host's RAM its footprint fell.
+    for fit in (*capacity.fits, *capacity.gpu_only):
+        assert (fit.host is None) == (host_ram_gib is None)
+        assert fit.host is None or fit.host.fits is (fit in capacity.fits)
 
 
 # --- evidence packs ----------------------------------------------------------------------------

@@ -284,6 +284,7 @@ class Fit:
     profile: str
     peak_mib: float | None
     host_ram_peak_mib: float | None = None
+    host: HostRamFit | None = None  # against the card's host RAM, where it is stated
 
 
 @dataclass(frozen=True)
@@ -308,8 +309,9 @@ def card_capacity(host: str, runs: list[ProfileRun], cap_mib: int | None, target
     card fits when some profile does. A profile that built nothing (the build failed, the kernel
     killed it at the host's RAM) fits no count. Not measured: no profile asked for the target."""
     mine = [r for r in runs if r.cap_mib == cap_mib]
-    gpu_fits = [(r, Fit(r.profile, r.cell(target).peak_mib, r.host_ram.peak_mib)) for r in mine
-                if r.cell(target) is not None and r.cell(target).fits]
+    gpu_fits = [(r, Fit(r.profile, r.cell(target).peak_mib, r.host_ram.peak_mib,
+                        None if host_ram_mib is None else r.host_ram.fit(host_ram_mib)))
+                for r in mine if r.cell(target) is not None and r.cell(target).fits]
     fits = tuple(f for r, f in gpu_fits if host_ram_mib is None or r.host_ram.within(host_ram_mib))
     gpu_only = tuple(f for _, f in gpu_fits if f not in fits)
     # An upstream failure that is no lack of memory asks nothing of the card.
