@@ -467,3 +467,33 @@ def test_an_upstream_failure_is_recorded_with_its_text_and_where_it_was_raised_n
     # Never the card's answer: the one reference count it ran is not measured, not a no.
     assert card_capacity(HOST, runs, None, 1).verdict == "not measured"
     assert card_capacity(HOST, runs, None, 2).verdict == "fits"
+
+
+# The same failure raised while the pipeline is built (as pre-pinning an int8 tensor would, when
+# group offload is applied): the build is upstream's failure, not the card's nor its host's.
+CANNOT_PIN_AT_BUILD = textwrap.dedent('''
+    import os, diffusers
+    hooks = os.path.join(os.path.dirname(diffusers.__file__), "hooks", "group_offloading.py")
+    scope = {}
+    exec(compile("def _init_cpu_param_dict():\\n"
+                 "    raise RuntimeError(\\"cannot pin 'torch.cuda.CharTensor' only dense CPU "
+                 "tensors can be pinned\\")\\n", hooks, "exec"), scope)
+    def init(self, *args, **kwargs):
+        scope["_init_cpu_param_dict"]()
+    diffusers.QwenImage21Pipeline.__init__ = init
+''')
+
+
+def test_a_build_that_fails_upstream_is_recorded_as_upstreams_and_asks_nothing_of_the_card(
+        project, tmp_path, monkeypatch):
+    pipeline_double(tmp_path, monkeypatch, CANNOT_PIN_AT_BUILD)
+    code, out = offline(project, "--profile", "tiny-cpu", "--fixture", "standin-t2i")
+    loaded, [attempt] = attempts(project)
+    [row] = attempt.offline
+    assert row.outcome == "init-error" and row.oom is None, out
+    assert row.cause.kind == "server"
+    assert "diffusers/hooks/group_offloading.py:2 in _init_cpu_param_dict" in row.cause.reason
+    assert "cannot pin" in row.cause.reason
+    [run] = host_runs(HOST, loaded.evidence, loaded.fixtures)
+    assert run.init_upstream_failure == row.cause.reason
+    assert card_capacity(HOST, [run], None, 0).verdict == "not measured"
