@@ -149,9 +149,11 @@ def tests(session: nox.Session) -> None:
 def tests_diffusers(session: nox.Session) -> None:
     """Run the Diffusers engine's tests on the CPU, a tiny Qwen-Image-2.1 through the offline path.
 
-    It installs torch, transformers and diffusers, pinned to the GPU machine's."""
+    It runs the streamed build too, and installs torch, transformers, diffusers and torchao,
+    pinned to the GPU machine's."""
     _install(session, "test", "diffusers")
-    session.run("pytest", "-n", "2", "tests/test_diffusers.py", *session.posargs,
+    session.run("pytest", "-n", "2", "tests/test_diffusers.py", "tests/test_diffusers_build.py",
+                *session.posargs,
                 env={"PYTHONDONTWRITEBYTECODE": ""})
 
 

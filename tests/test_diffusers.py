@@ -178,6 +178,16 @@ def test_the_tiny_pipeline_runs_end_to_end_and_records_capacity_only(project):
     assert tokens == sorted(tokens) and len(set(tokens)) == 5
     [row, *_] = attempt.offline
     assert row.build.parameters_b["transformer"] > 0 and row.build.build_peak_mib is None
+    # The host figures, recorded apart: the build's peak, the steady footprint once placed (no
+    # CUDA: nothing pinned, none to split), and each request's peak sampled beside it.
+    build = row.build
+    assert build.build_path == "random-streamed"
+    assert build.build_host_peak_mib >= build.steady_host_mib > build.host_weights_mib > 0
+    assert build.pinned_host_mib is None and build.pageable_host_mib is None
+    # The sampled peak holds its own last reading; the kernel's high-water mark (ru_maxrss) is
+    # a lifetime peak, updated lazily, so it may trail the latest reading by a few pages.
+    assert all(r.host_peak_mib >= r.host_end_mib > 0 for r in records)
+    assert all(r.host_peak_mib <= r.max_rss_mib + 1 for r in records)
     measures = kv_measures([attempt], loaded.fixtures, {"tiny-cpu": 64})
     per_ref = kv_per_reference(measures)
     assert [p.reference_count for p in per_ref] == [1, 2, 3, 4]
@@ -496,3 +506,75 @@ def test_a_search_grid_that_cannot_be_one_is_refused_before_any_work(project, fl
     code, out = in_process(project, ["probe-capacity", "--host", HOST, *flags])
     assert code == 2 and field in out and "expected" in out, out
     assert not (project.evidence_dir / HOST).exists()  # refused before any attempt existed
+
+
+# A test double of an upstream failure that is no lack of memory: at the request with one
+# condition image, the pipeline raises the error diffusers 0.42.1 with torchao 0.18.0 raises when
+# leaf offload with streams and low_cpu_mem_usage pins an int8 tensor on the fly (diffusers-facts),
+# from a frame in diffusers' group offloading hooks, as the real one is raised.
+CANNOT_PIN_AT_ONE = textwrap.dedent('''
+    import os, diffusers
+    hooks = os.path.join(os.path.dirname(diffusers.__file__), "hooks", "group_offloading.py")
+    scope = {}
+    exec(compile("def _pinned_memory_tensors():\\n"
+                 "    raise RuntimeError(\\"cannot pin 'torch.cuda.CharTensor' only dense CPU "
+                 "tensors can be pinned\\")\\n", hooks, "exec"), scope)
+    real = diffusers.QwenImage21Pipeline.__call__
+    def call(self, *args, image=None, **kwargs):
+        if image is not None and len(image) == 1:
+            scope["_pinned_memory_tensors"]()
+        return real(self, *args, image=image, **kwargs)
+    diffusers.QwenImage21Pipeline.__call__ = call
+''')
+
+
+def test_an_upstream_failure_is_recorded_with_its_text_and_where_it_was_raised_never_as_an_oom(
+        project, tmp_path, monkeypatch):
+    pipeline_double(tmp_path, monkeypatch, CANNOT_PIN_AT_ONE)
+    code, out = offline(project, "--profile", "tiny-cpu", "--fixture", "standin-t2i",
+                        "--fixture", "standin-single", "--fixture", "standin-pair")
+    assert code == 0, out
+    loaded, [attempt] = attempts(project)
+    t2i, single, pair = attempt.offline_requests
+    assert (t2i.outcome, pair.outcome) == ("ok", "ok")  # the pipeline went on after it
+    assert single.outcome == "error" and single.oom is None
+    assert "cannot pin 'torch.cuda.CharTensor' only dense CPU tensors can be pinned" in single.error
+    assert single.cause.kind == "server"  # upstream's code, neither the card nor its host
+    assert "diffusers/hooks/group_offloading.py:2 in _pinned_memory_tensors" in single.cause.reason
+    runs = host_runs(HOST, loaded.evidence, loaded.fixtures)
+    [run] = runs
+    cell = run.cell(1)
+    assert not cell.fits and cell.upstream_failure == single.cause.reason
+    # Never the card's answer: the one reference count it ran is not measured, not a no.
+    assert card_capacity(HOST, runs, None, 1).verdict == "not measured"
+    assert card_capacity(HOST, runs, None, 2).verdict == "fits"
+
+
+# The same failure raised while the pipeline is built (as pre-pinning an int8 tensor would, when
+# group offload is applied): the build is upstream's failure, not the card's nor its host's.
+CANNOT_PIN_AT_BUILD = textwrap.dedent('''
+    import os, diffusers
+    hooks = os.path.join(os.path.dirname(diffusers.__file__), "hooks", "group_offloading.py")
+    scope = {}
+    exec(compile("def _init_cpu_param_dict():\\n"
+                 "    raise RuntimeError(\\"cannot pin 'torch.cuda.CharTensor' only dense CPU "
+                 "tensors can be pinned\\")\\n", hooks, "exec"), scope)
+    def init(self, *args, **kwargs):
+        scope["_init_cpu_param_dict"]()
+    diffusers.QwenImage21Pipeline.__init__ = init
+''')
+
+
+def test_a_build_that_fails_upstream_is_recorded_as_upstreams_and_asks_nothing_of_the_card(
+        project, tmp_path, monkeypatch):
+    pipeline_double(tmp_path, monkeypatch, CANNOT_PIN_AT_BUILD)
+    code, out = offline(project, "--profile", "tiny-cpu", "--fixture", "standin-t2i")
+    loaded, [attempt] = attempts(project)
+    [row] = attempt.offline
+    assert row.outcome == "init-error" and row.oom is None, out
+    assert row.cause.kind == "server"
+    assert "diffusers/hooks/group_offloading.py:2 in _init_cpu_param_dict" in row.cause.reason
+    assert "cannot pin" in row.cause.reason
+    [run] = host_runs(HOST, loaded.evidence, loaded.fixtures)
+    assert run.init_upstream_failure == row.cause.reason
+    assert card_capacity(HOST, [run], None, 0).verdict == "not measured"

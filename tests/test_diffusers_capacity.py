@@ -100,9 +100,11 @@ def test_the_cards_verdict_is_capacity_only_and_follows_the_evidence(runs, verdi
 
 
 def held(run_: ProfileRun, cap_gib: int | None, peak_gib: float | None,
-         killed: bool = False, init: str = "ready") -> ProfileRun:
+         killed: bool = False, init: str = "ready", pinned_gib: float | None = None
+         ) -> ProfileRun:
     return replace(run_, host_ram=HostRam(cap_gib and cap_gib * GIB,
-                                          peak_gib and peak_gib * GIB, killed),
+                                          peak_gib and peak_gib * GIB, killed,
+                                          pinned_gib and pinned_gib * GIB),
                    init_outcome=init)
 
 
@@ -125,10 +127,21 @@ FITS_4 = {4: ("ok", 11958, False)}
       held(run("nokv", 16, FITS_4), None, 42.3)], 30, "fits the GPU only", []),
     # Where the host's RAM is not stated, the GPU's fit is the verdict (the report says so).
     ([held(run("nokv", 16, FITS_4), None, 42.3)], None, "fits", ["nokv"]),
+    # Both must fit: the GPU pool and the host footprint (issue 32). Pinned memory within the
+    # RAM fits; a host that fits does not make a GPU OOM fit.
+    ([held(run("leaf", 16, FITS_4), None, 29.0, pinned_gib=24.0)], 30, "fits", ["leaf"]),
+    ([held(run("leaf", 16, {4: ("oom", 15488, False)}), None, 20.0)], 30, "does not fit", []),
+    # Pinned memory must fit in RAM: over it, no swap or zram could take it.
+    ([held(run("leaf", 16, FITS_4), None, None, pinned_gib=31.0)], 30, "fits the GPU only", []),
+    ([held(run("leaf", 16, FITS_4), 30, None, pinned_gib=31.0)], 30, "fits the GPU only", []),
 ])
 def test_a_card_whose_host_ram_is_stated_fits_only_within_it(runs, host_ram_gib, verdict, fits):
     capacity = card_capacity("h", runs, 16 * GIB, 4, host_ram_gib and host_ram_gib * GIB)
     assert capacity.verdict == verdict and [f.profile for f in capacity.fits] == fits
+    # Each GPU fit says which side of the host's RAM its footprint fell.
+    for fit in (*capacity.fits, *capacity.gpu_only):
+        assert (fit.host is None) == (host_ram_gib is None)
+        assert fit.host is None or fit.host.fits is (fit in capacity.fits)
 
 
 # --- evidence packs ----------------------------------------------------------------------------
@@ -331,3 +344,21 @@ def test_a_build_killed_at_the_host_ram_cap_answers_for_the_host_not_the_gpu():
     assert build_note(killed) == "build: the kernel killed the runner at the 30 GiB host RAM cap"
     assert build_note(oom_at_build) == "build: init-oom"
     assert gpu_runs([killed, oom_at_build]) == [oom_at_build]
+
+
+UPSTREAM = "diffusers/hooks/group_offloading.py:199 in _pinned_memory_tensors: RuntimeError: cannot pin"
+
+
+@pytest.mark.parametrize(("runs", "verdict"), [
+    # A failure in upstream code that is no lack of memory is never the card's answer...
+    ([replace(run("lowmem-int8", 16, {4: ("error", None, False)}),
+              cells=(replace(run("x", 16, {4: ("error", None, False)}).cells[0],
+                             upstream_failure=UPSTREAM),))], "not measured"),
+    ([replace(run("lowmem-int8", 16, {}), init_outcome="init-error",
+              init_upstream_failure=UPSTREAM)], "not measured"),
+    # ... while an OOM, or a build the host's RAM ended, is.
+    ([run("leaf", 16, {4: ("oom", 15488, False)})], "does not fit"),
+    ([replace(run("leaf", 16, {}), init_outcome="init-oom")], "does not fit"),
+])
+def test_an_upstream_failure_asks_nothing_of_the_card(runs, verdict):
+    assert card_capacity("h", runs, 16 * GIB, 4).verdict == verdict

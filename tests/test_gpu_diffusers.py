@@ -98,6 +98,30 @@ def test_the_5080s_host_ram_cap_stops_leaf_offload_that_pins_the_whole_model(tmp
     assert all(h.cap_mib == 30 * 1024 for row in rows for h in row.host_ram)
 
 
+def test_the_streamed_int8_build_stays_under_the_5080_hosts_30_gib_cap(tmp_path, monkeypatch):
+    """The int8 DiT and text encoder, leaf offload without streams: quantised unit by unit as
+    the build fills them, the build holds about the int8 model, not the 30.2 GiB of bf16 the
+    whole-model build held, so the 5080's 30 GiB host builds it and its peaks are recorded."""
+    project = make_project(tmp_path, size=(1248, 832))
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    code, out = in_process(project, ["probe-offline", "--host", "rtx5080-on-h200-diffusers",
+                                     "--profile", "int8-leaf-nostream-te8",
+                                     "--fixture", "standin-t2i", "--fresh"])
+    print(out)
+    assert code == 0, out
+    loaded, problems = load_project(project)
+    assert problems == []
+    [attempt] = loaded.evidence.for_host("rtx5080-on-h200-diffusers", include_emulated=True)
+    [row] = attempt.offline
+    build = row.build
+    print(json.dumps(build.model_dump(exclude_none=True)))
+    assert [h.oom_kills for h in row.host_ram] == [0]
+    assert build.build_path == "random-streamed"
+    assert build.build_host_peak_mib < 30 * 1024 and build.pinned_host_mib == 0
+    [record] = attempt.offline_requests
+    assert record.host_peak_mib is not None and record.pinned_host_peak_mib == 0
+
+
 def _engine(profile: dict):
     sys.path.insert(0, str(RUNNER.parent))
     import offline_runner
@@ -123,7 +147,7 @@ def test_two_steps_reach_the_20_step_peak_with_the_cache_on_and_off(tmp_path):
         pixels = np.random.default_rng(i).integers(0, 255, (832, 1248, 3), dtype=np.uint8)
         Image.fromarray(pixels).save(tmp_path / f"ref{i}.png")
         refs.append(str(tmp_path / f"ref{i}.png"))
-    engine = _engine({"offload": "group-leaf-stream", "use_kv_cache": True})
+    engine = _engine({"offload": "group-leaf", "use_stream": True, "use_kv_cache": True})
     peaks = {}
     for kv in (True, False):
         engine.profile["use_kv_cache"] = kv

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from omniprobe.analysis.host_ram import GPU_ROOM_MIB, LOW_AVAILABLE_MIB, memory_failure
+from omniprobe.analysis.host_ram import GPU_ROOM_MIB, LOW_AVAILABLE_MIB, host_ram_fit, memory_failure
 
 TORCH_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a "
              "total capacity of 23.56 GiB of which 812.00 MiB is free.")
@@ -85,3 +85,41 @@ def test_the_kernels_readings_where_it_shows_them_and_none_where_not(tmp_path):
     assert oom_kill_count(proc, cgroups) is None
     (proc / "meminfo").write_text("MemTotal: 1 kB\n")
     assert available_mib(proc) is None
+
+
+# --- a run's host footprint against its card's host RAM (issue 32 item 3) ---------------------
+
+GIB = 1024
+RAM = 30 * GIB  # the seed's 5080 host: "30 GiB + zram"
+
+
+@pytest.mark.parametrize(("footprint", "pinned", "cap", "killed", "fits", "words"), [
+    # Within the RAM, pinned or not: it fits, and says by how much.
+    (28 * GIB, 0.0, None, False, True, "within the host's 30.0 GiB of RAM by 2.0 GiB"),
+    (29 * GIB, 16 * GIB, None, False, True, "by 1.0 GiB, 16.0 GiB of it pinned"),
+    (30 * GIB, None, None, False, True, "within the host's 30.0 GiB of RAM by 0.0 GiB"),
+    # Over the RAM: never a fit. Swap or zram is not counted for it, even where all of it is
+    # pageable (random weights do not compress as real ones do, and zram is not emulated)...
+    (31 * GIB, 0.0, None, False, False,
+     "over the host's 30.0 GiB of RAM by 1.0 GiB; only its pageable part could go to swap or "
+     "zram, which is neither emulated nor counted"),
+    (42.4 * GIB, None, None, False, False, "over the host's 30.0 GiB of RAM by 12.4 GiB"),
+    # ... and where the pinned part alone is over the RAM no swap could ever take it.
+    (42.4 * GIB, 32 * GIB, None, False, False, "page-locked memory alone exceeds the RAM"),
+    # Pinned over the RAM is no fit even where no footprint was read.
+    (None, 31 * GIB, None, False, False, "not known against"),
+    # Under a cap no larger than the RAM it held no more than the cap.
+    (None, None, 30 * GIB, False, True, "within the host's 30.0 GiB of RAM (held under a cap"),
+    (None, None, 32 * GIB, False, None, "not known against the host's 30.0 GiB of RAM"),
+    (None, None, None, False, None, "not known"),
+    # Killed at the cap: over, whatever it read before.
+    (29 * GIB, 0.0, 30 * GIB, True, False, "the kernel killed the runner at the cap"),
+])
+def test_a_runs_host_footprint_is_held_against_the_ram_alone(footprint, pinned, cap, killed,
+                                                             fits, words):
+    verdict = host_ram_fit(RAM, footprint_mib=footprint, pinned_mib=pinned, cap_mib=cap,
+                           killed=killed)
+    assert verdict.fits is fits
+    assert words in verdict.text(), verdict.text()
+    if footprint is not None:
+        assert verdict.margin_mib == RAM - footprint

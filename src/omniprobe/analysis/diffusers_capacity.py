@@ -4,14 +4,18 @@ each count; and the conditioning KV cache, measured in bytes, beside what the ar
 
 Random-weight evidence counts for capacity only: a cell fits when every request of it is ok and
 no emulation breach was recorded; no output structure, PSNR or speed is read from it. A card whose
-host's RAM is stated fits only where the run held no more host memory than that host has: under a
-cgroup cap no larger, or within it by the runner's own peak.
+host's RAM is stated fits only where both fit: the GPU pool, and the run's host footprint against
+that RAM (analysis/host_ram.py's host_ram_fit: pinned memory must fit in RAM, and swap or zram is
+never counted). A failure in upstream code that is no lack of memory (a cause of kind server or
+environment) is never the card's answer: its cell is not measured.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from omniprobe.analysis.failure_cause import effective_cause
+from omniprobe.analysis.host_ram import HostRamFit, host_ram_fit
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.evidence.load import Evidence, LoadedAttempt
 from omniprobe.evidence.models.offline import OfflineRequest
@@ -31,6 +35,7 @@ class CapacityCell:
     peak_allocated_mib: float | None
     oom_requested: str | None
     breached: bool
+    upstream_failure: str | None = None  # where upstream code failed for no lack of memory
 
 
 @dataclass(frozen=True)
@@ -40,12 +45,18 @@ class HostRam:
     cap_mib: int | None = None  # the cgroup's memory.max; None: host RAM was not emulated
     peak_mib: float | None = None  # the most held: runner peak RSS or the cgroup's peak
     killed: bool = False  # the kernel killed a runner at the cap (a failure the host's)
+    pinned_mib: float | None = None  # the most page-locked, at the build or a request
+    build_peak_mib: float | None = None  # the three figures of the load path, apart
+    steady_mib: float | None = None
+    request_peak_mib: float | None = None  # sampled beside the requests
+
+    def fit(self, host_ram_mib: int) -> HostRamFit:
+        return host_ram_fit(host_ram_mib, footprint_mib=self.peak_mib,
+                            pinned_mib=self.pinned_mib, cap_mib=self.cap_mib, killed=self.killed)
 
     def within(self, host_ram_mib: int) -> bool:
-        """The run says something of a host with `host_ram_mib`: it ran under a cap no larger,
-        or held no more than that."""
-        return ((self.cap_mib is not None and self.cap_mib <= host_ram_mib)
-                or (self.peak_mib is not None and self.peak_mib <= host_ram_mib))
+        """The run's host footprint fits a host with `host_ram_mib` of RAM."""
+        return self.fit(host_ram_mib).fits is True
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,7 @@ class ProfileRun:
     init_outcome: str  # "ready", or how the build ended
     host_ram: HostRam = HostRam()
     pool_mib: float | None = None  # torch's pool under the cap (the cap less the CUDA context)
+    init_upstream_failure: str | None = None  # a build that failed in upstream code, no OOM
 
     def cell(self, refs: int) -> CapacityCell | None:
         return next((c for c in self.cells if c.reference_count == refs), None)
@@ -76,9 +88,18 @@ def _cell(refs: int, records: list[OfflineRequest]) -> CapacityCell:
     peaks = [r.peak_mib for r in records if r.peak_mib is not None]
     allocated = [r.peak_allocated_mib for r in records if r.peak_allocated_mib is not None]
     oom = next((r.oom for r in records if r.oom is not None), None)
+    upstream = next((c.reason for c in (upstream_cause(r.outcome, r.cause) for r in records)
+                     if c is not None), None)
     return CapacityCell(refs, records[0].fixture, outcome, outcome == "ok" and not breached,
                         max(peaks, default=None), max(allocated, default=None),
-                        oom.requested if oom else None, breached)
+                        oom.requested if oom else None, breached, upstream)
+
+
+def upstream_cause(outcome: str, cause):
+    """A failure's cause where it is upstream code's or the environment's, no lack of memory of
+    the card or its host; None otherwise."""
+    found = effective_cause(outcome, cause)
+    return found if found is not None and found.kind in ("server", "environment") else None
 
 
 def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[ProfileRun]:
@@ -97,20 +118,31 @@ def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[Profile
         failed = [r for r in rows if r.fixture is None]
         allowed = [p.allowed_mib for row in rows for t in row.timelines if t.emulation
                    for p in t.emulation.capped]
+        init_upstream = upstream_cause(failed[-1].outcome, failed[-1].cause) if failed else None
         runs.append(ProfileRun(attempt.host, cap, name, attempt.id,
                                tuple(_cell(n, by_refs[n]) for n in sorted(by_refs)),
                                failed[-1].outcome if failed else "ready",
-                               _host_ram(rows, mine), min(allowed, default=None)))
+                               _host_ram(rows, mine), min(allowed, default=None),
+                               init_upstream.reason if init_upstream else None))
     return runs
+
+
+def _most(values) -> float | None:
+    return max((v for v in values if v is not None), default=None)
 
 
 def _host_ram(rows: list, records: list[OfflineRequest]) -> HostRam:
     checks = [h for row in rows for h in row.host_ram]
-    held = [r.max_rss_mib for r in records if r.max_rss_mib is not None]
-    held += [h.peak_mib for h in checks if h.peak_mib is not None]
+    builds = [row.build for row in rows if row.build is not None]
+    held = [r.max_rss_mib for r in records] + [r.host_peak_mib for r in records]
+    held += [h.peak_mib for h in checks] + [b.build_host_peak_mib for b in builds]
     causes = [x.cause for x in [*rows, *records] if x.cause is not None]
-    return HostRam(max((h.cap_mib for h in checks), default=None), max(held, default=None),
-                   any(h.oom_kills for h in checks) or any(c.kind == "host" for c in causes))
+    return HostRam(
+        max((h.cap_mib for h in checks), default=None), _most(held),
+        any(h.oom_kills for h in checks) or any(c.kind == "host" for c in causes),
+        _most([b.pinned_host_mib for b in builds] + [r.pinned_host_peak_mib for r in records]),
+        _most(b.build_host_peak_mib for b in builds), _most(b.steady_host_mib for b in builds),
+        _most(r.host_peak_mib for r in records))
 
 
 def host_runs(host: str, evidence: Evidence, fixtures: FixtureSuite) -> list[ProfileRun]:
@@ -255,6 +287,7 @@ class Fit:
     profile: str
     peak_mib: float | None
     host_ram_peak_mib: float | None = None
+    host: HostRamFit | None = None  # against the card's host RAM, where it is stated
 
 
 @dataclass(frozen=True)
@@ -279,11 +312,14 @@ def card_capacity(host: str, runs: list[ProfileRun], cap_mib: int | None, target
     card fits when some profile does. A profile that built nothing (the build failed, the kernel
     killed it at the host's RAM) fits no count. Not measured: no profile asked for the target."""
     mine = [r for r in runs if r.cap_mib == cap_mib]
-    gpu_fits = [(r, Fit(r.profile, r.cell(target).peak_mib, r.host_ram.peak_mib)) for r in mine
-                if r.cell(target) is not None and r.cell(target).fits]
+    gpu_fits = [(r, Fit(r.profile, r.cell(target).peak_mib, r.host_ram.peak_mib,
+                        None if host_ram_mib is None else r.host_ram.fit(host_ram_mib)))
+                for r in mine if r.cell(target) is not None and r.cell(target).fits]
     fits = tuple(f for r, f in gpu_fits if host_ram_mib is None or r.host_ram.within(host_ram_mib))
     gpu_only = tuple(f for _, f in gpu_fits if f not in fits)
-    asked = any(r.cell(target) is not None or r.init_outcome != "ready" for r in mine)
+    # An upstream failure that is no lack of memory asks nothing of the card.
+    asked = any((r.cell(target) is not None and r.cell(target).upstream_failure is None)
+                or (r.init_outcome != "ready" and r.init_upstream_failure is None) for r in mine)
     verdict = ("fits" if fits else "fits the GPU only" if gpu_only
                else "does not fit" if asked else "not measured")
     return CardCapacity(host, cap_mib, target, verdict, fits,

@@ -75,3 +75,67 @@ def memory_failure(oom_kills: tuple[int, int] | None, returncode: int | None,
         return MemoryFailure("gpu-oom", f"CUDA error: out of memory with {gpu_free_mib:,.0f} MiB "
                                         "of the GPU free")
     return None
+
+
+# --- whether a run's footprint fits its card's host --------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostRamFit:
+    """Which side of the host's RAM a run's host footprint fell, and by how much.
+
+    zram is not emulated, and random weights do not compress as real ones do, so swap or zram
+    is never counted for or against a fit: the footprint is held against the RAM alone. Pinned
+    (page-locked) memory can never leave RAM; only the pageable rest could ever go to swap."""
+
+    fits: bool | None  # None: nothing says (no figure, no cap no larger than the RAM)
+    host_ram_mib: int
+    footprint_mib: float | None  # the most the run held (peak RSS, a cgroup's peak)
+    pinned_mib: float | None
+    killed: bool = False
+
+    @property
+    def margin_mib(self) -> float | None:
+        """RAM left over at the footprint's peak (negative: over by that much)."""
+        return None if self.footprint_mib is None else self.host_ram_mib - self.footprint_mib
+
+    @property
+    def pinned_over(self) -> bool:
+        """The page-locked part alone is more than the RAM: no swap of any kind could help."""
+        return self.pinned_mib is not None and self.pinned_mib > self.host_ram_mib
+
+    def text(self) -> str:
+        gib = lambda mib: f"{mib / 1024:.1f}"  # noqa: E731
+        ram = f"the host's {gib(self.host_ram_mib)} GiB of RAM"
+        if self.killed:
+            return f"over {ram}: the kernel killed the runner at the cap"
+        if self.margin_mib is None:
+            return (f"within {ram} (held under a cap no larger)" if self.fits
+                    else f"not known against {ram}")
+        pinned = (f", {gib(self.pinned_mib)} GiB of it pinned" if self.pinned_mib else "")
+        if self.margin_mib >= 0:
+            return f"within {ram} by {gib(self.margin_mib)} GiB{pinned}"
+        if self.pinned_over:
+            return (f"over {ram} by {gib(-self.margin_mib)} GiB{pinned}: page-locked memory "
+                    "alone exceeds the RAM, which no swap can take")
+        return (f"over {ram} by {gib(-self.margin_mib)} GiB{pinned}; only its pageable part "
+                "could go to swap or zram, which is neither emulated nor counted")
+
+
+def host_ram_fit(host_ram_mib: int, *, footprint_mib: float | None, pinned_mib: float | None,
+                 cap_mib: int | None, killed: bool) -> HostRamFit:
+    """The rule: a run the kernel killed at its cap does not fit; one whose pinned memory alone
+    exceeds the RAM does not; otherwise its footprint is held against the RAM (swap and zram
+    count neither way); with no footprint, a run under a cap no larger than the RAM fits, for it
+    held no more than the cap."""
+    if killed:
+        fits: bool | None = False
+    elif pinned_mib is not None and pinned_mib > host_ram_mib:
+        fits = False
+    elif footprint_mib is not None:
+        fits = footprint_mib <= host_ram_mib
+    elif cap_mib is not None and cap_mib <= host_ram_mib:
+        fits = True
+    else:
+        fits = None
+    return HostRamFit(fits, host_ram_mib, footprint_mib, pinned_mib, killed)

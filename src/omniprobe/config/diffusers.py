@@ -16,7 +16,13 @@ from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.safe_io import parse_json, read_text
 
-Offload = Literal["none", "model-cpu", "group-leaf-stream", "group-block"]
+Offload = Literal["none", "model-cpu", "group-leaf", "group-block"]
+GROUP_OFFLOADS = ("group-leaf", "group-block")
+# The offload value before streams were a setting of their own: it reads as its level with streams.
+MIGRATED_OFFLOADS = {"group-leaf-stream": {"offload": "group-leaf", "use_stream": True}}
+# Text encoder classes (a committed config's "class") whose linear layers torchao's int8
+# weight-only quantize_ replaces, as the engine quantises them.
+INT8_TEXT_ENCODERS = ("transformers.Qwen3VLForConditionalGeneration",)
 COMPONENTS = ("transformer", "vae", "text_encoder", "processor")
 # Keys a profile may set for capacity runs in place of fixtures.json's [sampling].
 SAMPLING_KEYS = ("steps", "true_cfg_scale", "seeds")
@@ -34,9 +40,21 @@ class DiffusersProfile(_Input):
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     offload: Offload = Field(
         description="none: every component on the GPU; model-cpu: enable_model_cpu_offload() "
-                    "(whole components move to the GPU in turn); group-leaf-stream: "
-                    "diffusers.hooks.apply_group_offloading at leaf level with CUDA streams; "
-                    "group-block: the same at block level, one block per group.")
+                    "(whole components move to the GPU in turn); group-leaf: "
+                    "diffusers.hooks.apply_group_offloading at leaf level; group-block: the same "
+                    "at block level, one block per group. Streams are use_stream's ("
+                    "'group-leaf-stream', the value before, reads as group-leaf with streams).")
+    use_stream: bool = Field(
+        default=False, description="Group offload only: apply_group_offloading's use_stream, "
+                                   "CUDA streams that prefetch the next group; with "
+                                   "low_cpu_mem_usage false every offloaded tensor is copied "
+                                   "into page-locked host memory, which no swap can take.")
+    low_cpu_mem_usage: bool = Field(
+        default=False, description="Group offload with streams only: pin each tensor on the fly "
+                                   "as it is onloaded instead of keeping a page-locked copy.")
+    record_stream: bool = Field(
+        default=False, description="Group offload with streams only: apply_group_offloading's "
+                                   "record_stream.")
     allocator: str | None = Field(
         default=None, pattern=r"^[a-z_]+:[A-Za-z0-9_.]+(,[a-z_]+:[A-Za-z0-9_.]+)*$",
         description="PyTorch's allocator setting (e.g. 'expandable_segments:True'), written in "
@@ -45,6 +63,9 @@ class DiffusersProfile(_Input):
     use_kv_cache: bool = Field(description="The pipeline's conditioning KV cache (use_kv_cache).")
     quantize_dit: Literal["int8-weight-only"] | None = Field(
         default=None, description="torchao int8 weight-only quantization of the DiT.")
+    quantize_text_encoder: Literal["int8-weight-only"] | None = Field(
+        default=None, description="torchao int8 weight-only quantization of the text encoder "
+                                  "(its linear layers), as it is built.")
     output_resolution: int | None = Field(
         default=None, gt=0, le=4096,
         description="The side the pipeline resizes condition images to (area output_resolution²); "
@@ -57,18 +78,66 @@ class DiffusersProfile(_Input):
         default=[], description="The keys of this profile the seed report does not state.")
     seed_says: str | None = Field(default=None, description="What the seed states of it, quoted.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _migrate_offload(cls, data):
+        """A profile written before streams were a setting: its offload value becomes the level,
+        and its streams use_stream (an explicit use_stream that contradicts it is refused)."""
+        if not isinstance(data, dict) or data.get("offload") not in MIGRATED_OFFLOADS:
+            return data
+        migrated = MIGRATED_OFFLOADS[data["offload"]]
+        if data.get("use_stream", migrated["use_stream"]) != migrated["use_stream"]:
+            raise ValueError(f"offload {data['offload']!r} means use_stream = true; "
+                             f"use offload = {migrated['offload']!r} with use_stream = false")
+        return {**data, **migrated}
+
     @model_validator(mode="after")
     def _seeds_once(self) -> DiffusersProfile:
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise ValueError("seeds: each seed once")
+        problems = offload_setting_problems(self.offload, self.use_stream,
+                                            self.low_cpu_mem_usage, self.record_stream)
+        if problems:
+            raise ValueError("; ".join(problems))
         unknown = set(self.chosen_by_omniprobe) - set(type(self).model_fields)
         if unknown:
             raise ValueError(f"chosen_by_omniprobe names unknown keys {sorted(unknown)}")
         return self
 
     @property
+    def offload_label(self) -> str:
+        """The offload mode with its stream settings, as the report names it."""
+        if self.offload not in GROUP_OFFLOADS:
+            return self.offload
+        if not self.use_stream:
+            return f"{self.offload} without streams"
+        extra = [k for k in ("low_cpu_mem_usage", "record_stream") if getattr(self, k)]
+        return f"{self.offload} with streams" + "".join(f", {k}" for k in extra)
+
+    @property
     def overrides_sampling(self) -> bool:
         return any(getattr(self, key) is not None for key in SAMPLING_KEYS)
+
+
+def offload_setting_problems(offload: str, use_stream: bool, low_cpu_mem_usage: bool,
+                             record_stream: bool) -> list[str]:
+    """What is wrong with a profile's stream settings for its offload mode (apply_group_offloading
+    reads them only at group offload, low_cpu_mem_usage and record_stream only with streams)."""
+    problems = []
+    if offload not in GROUP_OFFLOADS:
+        set_ = [k for k, v in (("use_stream", use_stream), ("low_cpu_mem_usage", low_cpu_mem_usage),
+                               ("record_stream", record_stream)) if v]
+        if set_:
+            problems.append(f"{', '.join(set_)}: offload {offload!r} ignores it; only group "
+                            f"offload ({', '.join(GROUP_OFFLOADS)}) takes stream settings")
+        return problems
+    if record_stream and not use_stream:
+        problems.append("record_stream = true needs use_stream = true (it records tensors on "
+                        "the offload stream)")
+    if low_cpu_mem_usage and not use_stream:
+        problems.append("low_cpu_mem_usage = true needs use_stream = true: without streams "
+                        "group offload pins nothing, so the setting is ignored")
+    return problems
 
 
 class DiffusersHost(_Input):
@@ -173,3 +242,17 @@ def load_model_configs(root: Path, folder: str) -> ModelConfigs:
     if problems:
         raise InputError(problems)
     return ModelConfigs(folder=folder, components=components, digests=digests)
+
+
+def int8_text_encoder_problems(profiles: dict[str, DiffusersProfile], configs: ModelConfigs,
+                               hosts_file: str) -> list[Problem]:
+    """Each profile that asks an int8 text encoder of a model whose text encoder class cannot
+    take it (INT8_TEXT_ENCODERS), named by its hosts.toml key and the config's class."""
+    component = configs.components.get("text_encoder")
+    found = component.class_ if component is not None else None
+    return [Problem(hosts_file, f"[diffusers_profiles.{name}] key 'quantize_text_encoder'",
+                    f"{configs.folder}/text_encoder.json builds {found!r}, which torchao's int8 "
+                    f"weight-only quantization is not known to take; expected one of "
+                    f"{', '.join(INT8_TEXT_ENCODERS)}, or no quantize_text_encoder")
+            for name, profile in profiles.items()
+            if profile.quantize_text_encoder is not None and found not in INT8_TEXT_ENCODERS]

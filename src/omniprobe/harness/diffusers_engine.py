@@ -6,11 +6,8 @@ transformers and diffusers (torchao for an int8 DiT, accelerate for offload) onl
 
 Random weights are true to capacity and say nothing of the output: the same shapes allocate the same bytes,
 so what fits, what OOMs, the peaks and the KV cache's size are the real model's, and the pictures
-mean nothing. Every component is made on the meta device and then filled tensor by tensor: each
-tensor is drawn on the init device (the GPU when there is one, from one recorded seed) and moved
-to host memory before the next, so the build never holds more than one tensor on the GPU and runs
-under an emulated card's cap. The build is not the checkpoint's load path: its peak never speaks
-to init.
+mean nothing. The build streams as a checkpoint's load does, each component placed before the next
+is made (diffusers_build.py, beside this file, which also takes the host-memory figures).
 
 The processor has no downloadable files here: its tokenizer is synthetic, a word-level vocabulary
 with Qwen's special tokens at their real ids, so token counts are those of a synthetic tokenizer.
@@ -20,16 +17,25 @@ from __future__ import annotations
 
 import gc
 import os
-import resource
 import sys
 import time
-from typing import Any
 
-MIB = 1024**2
+from diffusers_build import (
+    LOAD_ORDER,
+    MIB,
+    HostSampler,
+    build_streamed,
+    max_rss_mib,
+    parameters_b,
+    pinned_mib,
+    placed_host_figures,
+)
+
 # A capacity-search trial's pool limit, published in the runner's own environment: on the CPU
 # there is no pool to cap, and a test double of the pipeline reads it there.
 POOL_LIMIT_ENV = "OMNIPROBE_POOL_LIMIT_MIB"
-OFFLOADS = ("none", "model-cpu", "group-leaf-stream", "group-block")
+OFFLOADS = ("none", "model-cpu", "group-leaf", "group-block")
+QUANTISED_BY = {"text_encoder": "quantize_text_encoder", "transformer": "quantize_dit"}
 # Qwen2/Qwen3 tokenizer's special tokens at their real ids (shared/diffusers-facts.md).
 QWEN_SPECIAL_TOKENS = {
     "<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
@@ -39,7 +45,6 @@ QWEN_SPECIAL_TOKENS = {
 _UNKNOWN_ID = 151700
 _CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}"
                   "{{ c['text'] }}{% endfor %}<|im_end|>\n{% endfor %}")
-_INIT_STD = 0.02  # any finite spread does: the values never matter, only the shapes
 
 
 class ProfileError(ValueError):
@@ -73,79 +78,6 @@ def synthetic_processor(spec: dict):
     video = Qwen3VLVideoProcessor(**spec["video_processor"])
     return Qwen3VLProcessor(image_processor=image, tokenizer=synthetic_tokenizer(),
                             video_processor=video, chat_template=_CHAT_TEMPLATE)
-
-
-def materialise_random(module, dtype, init_device: str, seed: int,
-                       pool_elements: int = 1 << 26) -> None:
-    """Fill every parameter still on the meta device with random values of `dtype` in host
-    memory. One pool of values is drawn on `init_device`
-    from `seed` and copied to the host once; each tensor takes the pool's values from a running
-    offset (wrapping), so the build holds at most the pool on the GPU and costs little more than
-    the host memory it fills. Shared parameters are made once."""
-    import torch
-
-    pending = sum(p.numel() for p in module.parameters() if p.device.type == "meta")
-    generator = torch.Generator(device=init_device).manual_seed(seed)
-    pool = torch.empty(max(1, min(pool_elements, pending)), dtype=dtype, device=init_device)
-    pool.normal_(0.0, _INIT_STD, generator=generator)
-    pool = pool.to("cpu")
-    made: dict[int, Any] = {}
-    offset = 0
-    with torch.no_grad():
-        for sub in module.modules():
-            for name, param in list(sub._parameters.items()):
-                if param is None:
-                    continue
-                if id(param) in made:
-                    sub._parameters[name] = made[id(param)]
-                    continue
-                if param.device.type == "meta":
-                    value = torch.empty(param.shape, dtype=dtype)
-                    offset = _fill_from(value.view(-1), pool, offset)
-                else:
-                    value = param.data.to(dtype=dtype, device="cpu")
-                made[id(param)] = sub._parameters[name] = torch.nn.Parameter(
-                    value, requires_grad=False)
-
-
-def _fill_from(flat, pool, offset: int) -> int:
-    """Copy the pool into `flat` from `offset` on, wrapping; the offset after it."""
-    done, size = 0, pool.numel()
-    while done < flat.numel():
-        take = min(flat.numel() - done, size - offset)
-        flat[done:done + take].copy_(pool[offset:offset + take])
-        done += take
-        offset = (offset + take) % size
-    return offset
-
-
-def _parameters_b(module) -> float:
-    return round(sum(p.numel() for p in module.parameters()) / 1e9, 4)
-
-
-def build_random(configs: dict, dtype, init_device: str, seed: int):
-    """The pipeline's components from committed configs, random weights, on the host."""
-    import torch
-    from accelerate import init_empty_weights
-    from diffusers import (
-        AutoencoderKLQwenImage21,
-        FlowMatchEulerDiscreteScheduler,
-        QwenImage21Transformer2DModel,
-    )
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
-
-    with init_empty_weights(include_buffers=False):
-        text_encoder = Qwen3VLForConditionalGeneration(Qwen3VLConfig(**configs["text_encoder"]))
-        transformer = QwenImage21Transformer2DModel(**configs["transformer"])
-        vae = AutoencoderKLQwenImage21(**configs["vae"])
-    # One seed, one stream per component in a fixed order: the build is reproducible.
-    for offset, module in enumerate((text_encoder, transformer, vae)):
-        materialise_random(module, dtype, init_device, seed + offset)
-        module.eval()
-    if init_device != "cpu":
-        torch.cuda.synchronize()
-    scheduler = FlowMatchEulerDiscreteScheduler(**configs.get("scheduler", {}))
-    return text_encoder, transformer, vae, scheduler
 
 
 def expandable_segments_active(torch) -> bool | None:
@@ -213,55 +145,74 @@ class DiffusersEngine:
         if self.device == "cpu" and offload != "none":
             raise ProfileError(f"offload {offload!r} needs a CUDA device; this machine has none")
         dtype = getattr(torch, profile.get("dtype", "bfloat16"))
+        quantised = {name for name, key in QUANTISED_BY.items()
+                     if profile.get(key) == "int8-weight-only"}
         started = time.monotonic()
+        from diffusers import QwenImage21Pipeline
+
         if weights["kind"] == "random":
-            text_encoder, transformer, vae, scheduler = build_random(
-                weights["configs"], dtype, self.device, int(weights["seed"]))
-            processor = synthetic_processor(weights["configs"]["processor"])
-            from diffusers import QwenImage21Pipeline
+            self.build_path = "random-streamed"
+            configs = weights["configs"]
+            parts = build_streamed(configs, dtype, int(weights["seed"]),
+                                   init_device=self.device, quantised=quantised,
+                                   keep_on=self.device if offload == "none" else "cpu",
+                                   place=self._place_component)
+            from diffusers import FlowMatchEulerDiscreteScheduler
 
-            self.pipe = QwenImage21Pipeline(scheduler=scheduler, vae=vae, text_encoder=text_encoder,
-                                            processor=processor, transformer=transformer)
+            self.pipe = QwenImage21Pipeline(
+                scheduler=FlowMatchEulerDiscreteScheduler(**configs.get("scheduler", {})),
+                processor=synthetic_processor(configs["processor"]), **parts)
         elif weights["kind"] == "snapshot":
-            from diffusers import QwenImage21Pipeline
-
+            # from_pretrained's own load path: the whole pipeline, then quantised and placed.
+            self.build_path = "from-pretrained"
             self.pipe = QwenImage21Pipeline.from_pretrained(model, torch_dtype=dtype,
                                                             local_files_only=True)
+            for name in LOAD_ORDER:
+                module = getattr(self.pipe, name)
+                if name in quantised:
+                    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+                    quantize_(module, Int8WeightOnlyConfig(),
+                              device=None if self.device == "cpu" else self.device)
+                    module.to("cpu")
+                self._place_component(name, module)
         else:
             raise ProfileError(f"weights {weights['kind']!r}: expected 'random' or 'snapshot'")
-        self.parameters_b = {name: _parameters_b(getattr(self.pipe, name))
-                             for name in ("text_encoder", "transformer", "vae")}
-        if profile.get("quantize_dit") == "int8-weight-only":
-            from torchao.quantization import Int8WeightOnlyConfig, quantize_
-
-            quantize_(self.pipe.transformer, Int8WeightOnlyConfig(),
-                      device=None if self.device == "cpu" else self.device)
-            self.pipe.transformer.to("cpu")
-        self._place(offload)
+        self.parameters_b = {name: parameters_b(getattr(self.pipe, name)) for name in LOAD_ORDER}
+        self._place_pipeline(offload)
         gc.collect()
         self.build_s = round(time.monotonic() - started, 3)
         self.build_peak_mib = self._peaks()[1]
         self.resident_mib = (round(torch.cuda.memory_allocated() / MIB, 1)
                              if self.device == "cuda" else None)
+        self.host = placed_host_figures(torch, [getattr(self.pipe, n) for n in LOAD_ORDER])
         self.expandable_segments = expandable_segments_active(torch)
         self.kv = KvCacheRecorder()
 
-    def _place(self, offload: str) -> None:
+    def _place_component(self, name: str, module) -> None:
+        """Group offload: the component's hooks, applied as soon as it is complete (the
+        profile's stream settings as apply_group_offloading takes them)."""
+        offload = self.profile.get("offload", "none")
+        if offload not in ("group-leaf", "group-block"):
+            return
+        from diffusers.hooks import apply_group_offloading
+
+        torch = self.torch
+        extra = ({} if offload == "group-leaf"
+                 else {"num_blocks_per_group": int(self.profile.get("blocks_per_group") or 1)})
+        apply_group_offloading(
+            module, onload_device=torch.device("cuda"), offload_device=torch.device("cpu"),
+            offload_type="leaf_level" if offload == "group-leaf" else "block_level",
+            use_stream=bool(self.profile.get("use_stream")),
+            record_stream=bool(self.profile.get("record_stream")),
+            low_cpu_mem_usage=bool(self.profile.get("low_cpu_mem_usage")), **extra)
+
+    def _place_pipeline(self, offload: str) -> None:
         pipe, torch = self.pipe, self.torch
         if offload == "none":
-            pipe.to(self.device)
+            pipe.to(self.device)  # a streamed build left it there already
         elif offload == "model-cpu":
             pipe.enable_model_cpu_offload()
-        else:
-            from diffusers.hooks import apply_group_offloading
-
-            level = {"group-leaf-stream": "leaf_level", "group-block": "block_level"}[offload]
-            extra = ({"use_stream": True} if level == "leaf_level"
-                     else {"num_blocks_per_group": int(self.profile.get("blocks_per_group") or 1)})
-            for name in ("text_encoder", "transformer", "vae"):
-                apply_group_offloading(getattr(pipe, name), onload_device=torch.device("cuda"),
-                                       offload_device=torch.device("cpu"), offload_type=level,
-                                       **extra)
         if self.device == "cuda":
             torch.cuda.synchronize()
             torch.cuda.empty_cache()
@@ -270,7 +221,8 @@ class DiffusersEngine:
         """What the init event records of the build."""
         return {"parameters_b": self.parameters_b, "build_s": self.build_s,
                 "build_peak_mib": self.build_peak_mib, "resident_mib": self.resident_mib,
-                "expandable_segments": self.expandable_segments}
+                "expandable_segments": self.expandable_segments, "build_path": self.build_path,
+                **self.host}
 
     def _peaks(self) -> tuple[float | None, float | None]:
         torch = self.torch
@@ -286,21 +238,27 @@ class DiffusersEngine:
             # The pool the last request left cached would count in this one's reserved peak.
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
+            torch.cuda.reset_peak_host_memory_stats()
             start = round(torch.cuda.memory_allocated() / MIB, 1)
         images = [self.open_image(path) for path in request["references"]]
+        host = HostSampler()
         try:
-            out = self.pipe(
-                prompt=request["prompt"], image=images or None, height=request["height"],
-                width=request["width"], num_inference_steps=request["num_inference_steps"],
-                true_cfg_scale=request["true_cfg_scale"],
-                generator=torch.Generator("cpu").manual_seed(request["seed"]),
-                output_type="pil", use_kv_cache=bool(self.profile.get("use_kv_cache", True)),
-                output_resolution=int(self.profile.get("output_resolution") or 1024))
+            with host:
+                out = self.pipe(
+                    prompt=request["prompt"], image=images or None, height=request["height"],
+                    width=request["width"], num_inference_steps=request["num_inference_steps"],
+                    true_cfg_scale=request["true_cfg_scale"],
+                    generator=torch.Generator("cpu").manual_seed(request["seed"]),
+                    output_type="pil", use_kv_cache=bool(self.profile.get("use_kv_cache", True)),
+                    output_resolution=int(self.profile.get("output_resolution") or 1024))
         finally:
             allocated, reserved = self._peaks()
             self.last = {"peak_mib": reserved, "peak_allocated_mib": allocated,
                          "start_allocated_mib": start, **self.kv.take(),
-                         "max_rss_mib": max_rss_mib(), **self._outside_pool()}
+                         "max_rss_mib": max_rss_mib(), "host_peak_mib": host.peak_mib,
+                         "host_end_mib": host.end_mib,
+                         "pinned_host_peak_mib": pinned_mib(torch, "allocated_bytes.peak"),
+                         **self._outside_pool()}
         self.save_png(out.images[0], request["output"])
         return self.last
 
@@ -362,11 +320,6 @@ def process_gpu_mib() -> float | None:
         return None
     used = next((p.usedGpuMemory for p in listed if p.pid == os.getpid()), None)
     return None if used is None else used / MIB
-
-
-def max_rss_mib() -> float:
-    """The process's peak resident set so far (Linux reports KiB)."""
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 def environment_facts() -> dict:

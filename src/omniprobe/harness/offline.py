@@ -366,7 +366,7 @@ class OfflineProbe:
             failure = OfflineCell(kwarg_set=name, outcome="init-error", structure="unchecked",
                                  init_s=event.get("wall_s"), note=refused.reason, cause=refused)
         elif event is not None:
-            text = event.get("traceback") or event.get("error") or ""
+            text = reported = event.get("traceback") or event.get("error") or ""
             if not is_oom(text):
                 # Upstream reports a worker's death as "Orchestrator initialization failed";
                 # the CUDA OOM text is only in the worker's log, which is the runner's log.
@@ -376,7 +376,9 @@ class OfflineProbe:
             failure = OfflineCell(kwarg_set=name, outcome="init-oom" if oom else "init-error",
                                  structure="unchecked", oom=oom, init_s=event.get("wall_s"),
                                  note=redact_text(event.get("error") or "")[:500] or None,
-                                 cause=classify_failure(text, self.model_code))
+                                 # Else the engine's own traceback (a Diffusers build's).
+                                 cause=(classify_failure(text, self.model_code)
+                                        or classify_failure(reported, self.model_code)))
         elif why == "timeout":
             failure = OfflineCell(kwarg_set=name, outcome="timeout", structure="unchecked",
                                  note=f"the engine was not built within "

@@ -8,12 +8,16 @@ import json
 import subprocess
 from dataclasses import dataclass, field
 
-from omniprobe.config.diffusers import ModelConfigs, load_model_configs
+from omniprobe.config.diffusers import (
+    ModelConfigs,
+    int8_text_encoder_problems,
+    load_model_configs,
+)
 from omniprobe.config.fixtures import Sampling
 from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
-from omniprobe.errors import EnvironmentFailure, Refusal
+from omniprobe.errors import EnvironmentFailure, InputError, Refusal
 
 
 class PlanRefused(Refusal):
@@ -98,6 +102,12 @@ def _diffusers_entries(cfg: HostsConfig, project: Project, host_name: str, host:
     chosen = _chosen(host.diffusers_profiles, wanted, host_name, "Diffusers profile")
     configs = (load_model_configs(project.root, spec.configs) if spec.weights == "random"
                else None)
+    if configs is not None:
+        problems = int8_text_encoder_problems(
+            {name: cfg.diffusers_profiles[name] for name in chosen}, configs,
+            str(project.hosts_file))
+        if problems:
+            raise InputError(problems)
     weights = ({"kind": "random", "seed": spec.init_seed, "configs": configs.engine_configs()}
                if configs is not None else {"kind": "snapshot"})
     expected = {} if configs is None else {

@@ -282,7 +282,7 @@ def seed_ceilings(loaded: Loaded, views: list[DiffusersHostView], runs_by_host: 
             "weights: random here (capacity only), the real checkpoint in the seed",
             f"resolution: {fixtures_res} here (stand-ins); the seed does not state B2g's",
             f"steps: {profile.steps} here, chosen by omniprobe; the seed does not state B2g's",
-            f"offload: {profile.offload} here, chosen by omniprobe; the seed's load path is the one "
+            f"offload: {profile.offload_label} here, chosen by omniprobe; the seed's load path is the one "
             "its verdict for the card names",
             host_ram_text(runs, card.host_ram_gib, card.host_ram_note)]))
     return out

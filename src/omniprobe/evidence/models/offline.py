@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from omniprobe.evidence.models.common import (
     ArtifactRef,
@@ -74,12 +74,30 @@ class OfflineRequest(Measurement):
         default=None, ge=0, description="Tokens in the cache: text plus condition-image tokens.")
     max_rss_mib: float | None = Field(
         default=None, ge=0, description="The runner process's peak resident memory so far.")
+    host_peak_mib: float | None = Field(
+        default=None, ge=0, description="The runner's resident memory at its highest during this "
+                                        "request, sampled beside it (max_rss_mib and a cgroup's "
+                                        "memory.peak are lifetime peaks, the build's included).")
+    host_end_mib: float | None = Field(
+        default=None, ge=0, description="The runner's resident memory when the request ended.")
+    pinned_host_peak_mib: float | None = Field(
+        default=None, ge=0, description="torch's pinned host allocator at its highest during the "
+                                        "request (page-locked, its blocks rounded up to powers of "
+                                        "two); null: no CUDA, nothing pinned.")
     num_inference_steps: int | None = Field(default=None, ge=1)
     true_cfg_scale: float | None = None
     sampling_from: Literal["fixtures", "profile"] | None = Field(
         default=None, description="Whose steps, guidance and seeds it ran: the fixtures' "
                                   "[sampling], or the profile's capacity settings (chosen by "
                                   "omniprobe unless the profile says the seed states them).")
+
+    @model_validator(mode="after")
+    def _host_peak_holds_its_end(self):
+        if (self.host_peak_mib is not None and self.host_end_mib is not None
+                and self.host_end_mib > self.host_peak_mib):
+            raise ValueError(f"host_end_mib {self.host_end_mib} is above host_peak_mib "
+                             f"{self.host_peak_mib}: the sampled peak holds its last reading")
+        return self
 
 
 class HostRamCheck(EvidenceModel):
@@ -106,3 +124,40 @@ class DiffusersBuild(EvidenceModel):
                                        description="Allocated on the GPU once placed.")
     expandable_segments: bool | None = Field(
         default=None, description="The allocator's setting read back after the build.")
+    build_path: Literal["random-streamed", "from-pretrained"] | None = Field(
+        default=None, description="How the pipeline was built: random-streamed, the random build "
+        "that streams as a load does (components one at a time in from_pretrained's order, each "
+        "filled unit by unit, quantised as filled and placed before the next; a real load reads "
+        "shards, and a real host's measurement replaces its host figures); from-pretrained: the "
+        "snapshot's own load; null: a build made before builds said.")
+    build_host_peak_mib: float | None = Field(
+        default=None, ge=0, description="The runner's peak resident memory once the build is "
+                                        "placed (ru_maxrss: the build's, nothing ran before it).")
+    steady_host_mib: float | None = Field(
+        default=None, ge=0, description="The runner's resident memory once placed, before any "
+                                        "request.")
+    pinned_host_mib: float | None = Field(
+        default=None, ge=0, description="Of steady_host_mib, page-locked: torch's pinned host "
+                                        "allocator (blocks rounded up to powers of two), which no "
+                                        "swap or zram can take; null: no CUDA, nothing pinned.")
+    pageable_host_mib: float | None = Field(
+        default=None, ge=0, description="steady_host_mib less pinned_host_mib: what swap could "
+                                        "ever take.")
+    host_weights_mib: float | None = Field(
+        default=None, ge=0, description="Bytes the components' own tensors hold in host memory "
+                                        "once placed (a streamed offload's pinned copies are "
+                                        "apart, until each group first offloads).")
+
+    @model_validator(mode="after")
+    def _host_figures_agree(self):
+        steady, pinned, pageable = (self.steady_host_mib, self.pinned_host_mib,
+                                    self.pageable_host_mib)
+        if (steady is not None and self.build_host_peak_mib is not None
+                and steady > self.build_host_peak_mib):
+            raise ValueError(f"steady_host_mib {steady} is above build_host_peak_mib "
+                             f"{self.build_host_peak_mib}: the build's peak holds what it left")
+        if None not in (steady, pinned, pageable) and abs(
+                pageable - max(0.0, steady - pinned)) > 0.1:
+            raise ValueError(f"pageable_host_mib {pageable} is not steady_host_mib {steady} "
+                             f"less pinned_host_mib {pinned}")
+        return self

@@ -1,0 +1,254 @@
+"""The Diffusers engine's streamed random build and its host-memory figures (diffusers_engine.py
+imports it from beside itself; like it, it imports the standard library, torch, accelerate,
+transformers, diffusers and torchao only, never omniprobe).
+
+The build streams as a checkpoint's load does: the components one at a time in the order
+`from_pretrained` loads them, each made on the meta device, then filled unit by unit (a module's
+own tensors) from a pool of values drawn on the init device from one recorded seed; a unit the
+profile quantises is quantised as soon as it is filled, a unit kept on the GPU moves there, and
+each component is placed (offloaded, moved) before the next is made. So no point of the build
+holds more than the finished placement plus one unit in the build dtype, beside the component's
+pool of random values (POOL_ELEMENTS at most, less than one block of the full model). Its host
+figures are
+the random build's: a real `from_pretrained` reads the checkpoint shard by shard, not unit by unit,
+and a real host's measurement replaces them.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import resource
+from typing import Any
+
+MIB = 1024**2
+# from_pretrained loads model_index.json's components in its key order, which save_pretrained
+# writes sorted: processor, scheduler (no weights), then these.
+LOAD_ORDER = ("text_encoder", "transformer", "vae")
+POOL_ELEMENTS = 1 << 26  # random values drawn per component: 128 MiB in bf16, under one block
+RSS_SAMPLE_S = 0.02  # the request-time host sampler's period: a request runs for seconds
+_INIT_STD = 0.02  # any finite spread does: the values never matter, only the shapes
+
+
+def value_pool(numel: int, dtype, init_device: str, seed: int,
+               pool_elements: int = POOL_ELEMENTS):
+    """One pool of random values drawn on `init_device` from `seed`, copied to the host once;
+    tensors take its values from a running offset (wrapping), so the build holds at most the
+    pool on the GPU and costs little more than the memory it fills."""
+    import torch
+
+    generator = torch.Generator(device=init_device).manual_seed(seed)
+    pool = torch.empty(max(1, min(pool_elements, numel)), dtype=dtype, device=init_device)
+    pool.normal_(0.0, _INIT_STD, generator=generator)
+    return pool.to("cpu")
+
+
+def _fill_from(flat, pool, offset: int) -> int:
+    """Copy the pool into `flat` from `offset` on, wrapping; the offset after it."""
+    done, size = 0, pool.numel()
+    while done < flat.numel():
+        take = min(flat.numel() - done, size - offset)
+        flat[done:done + take].copy_(pool[offset:offset + take])
+        done += take
+        offset = (offset + take) % size
+    return offset
+
+
+def parameters_b(module) -> float:
+    return round(sum(p.numel() for p in module.parameters()) / 1e9, 4)
+
+
+def tensor_bytes(tensor) -> int:
+    """Bytes a tensor holds: a torchao quantised tensor's are its inner tensors'."""
+    if hasattr(tensor, "__tensor_flatten__"):
+        names, _ = tensor.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
+    return tensor.numel() * tensor.element_size()
+
+
+class BuildObserver:
+    """What a streamed build tells of itself (a test records the live bytes through it)."""
+
+    def pooled(self, component: str, pool) -> None:
+        """`component`'s pool of random values is drawn, held until the component is filled."""
+
+    def filled(self, component: str, module, name: str, unit) -> None:
+        """`unit` (`name` in `module`) holds its values in the build dtype, not yet quantised or
+        placed."""
+
+    def placed(self, component: str, module) -> None:
+        """`component` is complete and placed; the next is not made yet."""
+
+
+def empty_components(configs: dict) -> dict:
+    """The pipeline's weighted components on the meta device, by name, in LOAD_ORDER."""
+    from accelerate import init_empty_weights
+    from diffusers import AutoencoderKLQwenImage21, QwenImage21Transformer2DModel
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
+
+    makers = {"text_encoder": lambda: Qwen3VLForConditionalGeneration(
+                  Qwen3VLConfig(**configs["text_encoder"])),
+              "transformer": lambda: QwenImage21Transformer2DModel(**configs["transformer"]),
+              "vae": lambda: AutoencoderKLQwenImage21(**configs["vae"])}
+    with init_empty_weights(include_buffers=False):
+        return {name: makers[name]() for name in LOAD_ORDER}
+
+
+def fill_streamed(name: str, module, dtype, seed: int, *, init_device: str, quantise: bool,
+                  keep_on: str, observer: BuildObserver) -> None:
+    """Fill `module`'s meta tensors unit by unit; each unit, once filled, is quantised (int8
+    weight-only, its linear layer) when `quantise`, and moved to `keep_on` (the GPU for a
+    component kept there, else the host). Shared parameters are made once."""
+    import torch
+
+    pending = sum(p.numel() for p in module.parameters() if p.device.type == "meta")
+    pool, offset = value_pool(pending, dtype, init_device, seed), 0
+    observer.pooled(name, pool)
+    made: dict[int, Any] = {}
+    modules = dict(module.named_modules())
+    with torch.no_grad():
+        for unit_name, unit in modules.items():
+            params = [(k, p) for k, p in unit._parameters.items() if p is not None]
+            origin = {key: id(param) for key, param in params}
+            fresh = False
+            for key, param in params:
+                if id(param) in made:
+                    unit._parameters[key] = made[id(param)]
+                    continue
+                if param.device.type == "meta":
+                    value = torch.empty(param.shape, dtype=dtype)
+                    offset = _fill_from(value.view(-1), pool, offset)
+                    fresh = True
+                else:
+                    value = param.data.to(dtype=dtype, device="cpu")
+                made[id(param)] = unit._parameters[key] = torch.nn.Parameter(
+                    value, requires_grad=False)
+            if not fresh:
+                continue
+            observer.filled(name, module, unit_name, unit)
+            if quantise and isinstance(unit, torch.nn.Linear):
+                _quantise_unit(modules, unit_name, unit, init_device)
+            _move_own(unit, keep_on)
+            for key, was in origin.items():  # a module sharing it takes its final form
+                made[was] = unit._parameters[key]
+    if keep_on != "cpu":
+        module.to(keep_on)  # the buffers of modules without weights
+    module.eval()
+
+
+def _quantise_unit(modules: dict, unit_name: str, unit, init_device: str) -> None:
+    """torchao's int8 weight-only quantize_ of one linear layer, on the init device."""
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    parent = modules[unit_name.rpartition(".")[0]] if "." in unit_name else modules[""]
+    quantize_(parent, Int8WeightOnlyConfig(), filter_fn=lambda m, _fqn: m is unit,
+              device=None if init_device == "cpu" else init_device)
+
+
+def _move_own(unit, device: str) -> None:
+    """Move a unit's own parameters and buffers (not its children's, which may be unmade); a
+    quantised weight moves as its tensor subclass does."""
+    import torch
+
+    for key, param in unit._parameters.items():
+        if param is not None and param.device.type != device:
+            unit._parameters[key] = torch.nn.Parameter(param.detach().to(device),
+                                                       requires_grad=False)
+    for key, buffer in unit._buffers.items():
+        if buffer is not None:
+            unit._buffers[key] = buffer.to(device)
+
+
+def build_streamed(configs: dict, dtype, seed: int, *, init_device: str, quantised: set[str],
+                   keep_on: str, place, observer: BuildObserver | None = None) -> dict:
+    """The pipeline's weighted components, in LOAD_ORDER, each filled (`fill_streamed`) and then
+    placed by `place(name, module)` before the next is made; one seed, one stream per component
+    in that order, so the build is reproducible."""
+    import torch
+
+    observer = observer or BuildObserver()
+    components = empty_components(configs)
+    for offset, name in enumerate(LOAD_ORDER):
+        module = components[name]
+        fill_streamed(name, module, dtype, seed + offset, init_device=init_device,
+                      quantise=name in quantised, keep_on=keep_on, observer=observer)
+        place(name, module)
+        gc.collect()
+        observer.placed(name, module)
+    if init_device != "cpu":
+        torch.cuda.synchronize()
+    return components
+
+
+def rss_mib() -> float | None:
+    """The process's resident memory now (Linux's /proc/self/statm); None where unreadable."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            pages = int(handle.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / MIB, 1)
+
+
+def pinned_mib(torch, stat: str = "allocated_bytes.current") -> float | None:
+    """Page-locked host memory torch's pinned allocator holds (its blocks rounded up to powers of
+    two, active and cached); None without CUDA, where nothing can be pinned."""
+    if not torch.cuda.is_available():
+        return None
+    return round(torch.cuda.host_memory_stats().get(stat, 0) / MIB, 1)
+
+
+def placed_host_figures(torch, modules) -> dict:
+    """The host once the pipeline is placed: the build's peak (ru_maxrss: nothing ran before
+    it), the resident memory now, of it page-locked and pageable, and the weight bytes the
+    components' own tensors hold on the host."""
+    steady, pinned = rss_mib(), pinned_mib(torch)
+    seen: dict[int, int] = {}
+    for module in modules:
+        for tensor in [*module.parameters(), *module.buffers()]:
+            if tensor.device.type == "cpu":
+                seen.setdefault(id(tensor), tensor_bytes(tensor))
+    pageable = None if steady is None or pinned is None else round(max(0.0, steady - pinned), 1)
+    # The kernel's high-water mark is updated lazily: the peak is at least what is held now.
+    return {"build_host_peak_mib": max(max_rss_mib(), steady or 0.0), "steady_host_mib": steady,
+            "pinned_host_mib": pinned, "pageable_host_mib": pageable,
+            "host_weights_mib": round(sum(seen.values()) / MIB, 1)}
+
+
+class HostSampler:
+    """The process's resident memory, sampled on a thread while a request runs: ru_maxrss and a
+    cgroup's memory.peak are lifetime peaks, which the build's own peak may hide. `end_mib` is
+    the last reading, taken as the request ends."""
+
+    def __init__(self, period_s: float = RSS_SAMPLE_S):
+        import threading
+
+        self.period_s, self.peak_mib, self.end_mib = period_s, None, None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="host-rss", daemon=True)
+
+    def _sample(self) -> float | None:
+        now = rss_mib()
+        self.peak_mib = now if self.peak_mib is None or (now or 0) > self.peak_mib else self.peak_mib
+        return now
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._sample()
+
+    def __enter__(self) -> HostSampler:
+        self._sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.end_mib = self._sample()
+
+
+def max_rss_mib() -> float:
+    """The process's peak resident set so far (Linux reports KiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+

@@ -1,0 +1,233 @@
+"""The random build's host footprint is the load path's (issue 32), shown on the tiny model on the
+CPU: components built one at a time in from_pretrained's order, each placed before the next; a
+quantised component quantised unit by unit as it is filled; never more than the finished placement
+plus one unit in the build dtype; and the host figures the engine records.
+
+These need torch, diffusers and torchao (`nox -s tests-diffusers`); the plain suite skips them
+where they are absent.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from omniprobe.config.diffusers import load_model_configs
+from omniprobe.harness.offline_env import RUNNER
+
+from .conftest import REPO
+
+torch = pytest.importorskip("torch", reason="needs torch: run `nox -s tests-diffusers`")
+pytest.importorskip("diffusers", reason="needs diffusers: run `nox -s tests-diffusers`")
+pytest.importorskip("torchao", reason="needs torchao: run `nox -s tests-diffusers`")
+
+sys.path.insert(0, str(RUNNER.parent))
+import diffusers_build  # noqa: E402  (beside the runner, as the runner imports it)
+
+TINY = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_configs()
+
+
+def weight_bytes(module, *, recurse: bool = True) -> int:
+    """Bytes of a module's parameters that exist (not on the meta device), each counted once."""
+    seen = {id(p): p for p in module.parameters(recurse=recurse) if p.device.type != "meta"}
+    return sum(diffusers_build.tensor_bytes(p) for p in seen.values())
+
+
+def is_quantised(param) -> bool:
+    return hasattr(param, "__tensor_flatten__")
+
+
+class LiveBytes(diffusers_build.BuildObserver):
+    """At each unit filled: the weight bytes the whole build holds, the unit's own in the build
+    dtype, and whether every linear layer filled before it in a quantised component is already
+    quantised; and the order of fills and placements."""
+
+    def __init__(self, quantised: set[str]):
+        self.quantised, self.done, self.events, self.steps = quantised, [], [], []
+        self.linears: list = []
+        self.pools: dict[str, int] = {}
+
+    def pooled(self, component, pool):
+        self.pools[component] = diffusers_build.tensor_bytes(pool)
+
+    def filled(self, component, module, name, unit):
+        live = sum(weight_bytes(m) for m in self.done) + weight_bytes(module)
+        self.steps.append((component, name, live, weight_bytes(unit, recurse=False)))
+        self.events.append(("filled", component))
+        self.unquantised_before = [n for n, u in self.linears if not is_quantised(u.weight)]
+        assert self.unquantised_before == [], (component, name, self.unquantised_before)
+        if component in self.quantised and isinstance(unit, torch.nn.Linear):
+            self.linears.append((f"{component}.{name}", unit))
+
+    def placed(self, component, module):
+        self.done.append(module)
+        self.events.append(("placed", component))
+
+
+def build(quantised: set[str]):
+    observer, placed = LiveBytes(quantised), []
+    parts = diffusers_build.build_streamed(
+        TINY, torch.bfloat16, 0, init_device="cpu", quantised=quantised, keep_on="cpu",
+        place=lambda name, module: placed.append(name), observer=observer)
+    return parts, observer, placed
+
+
+def test_the_components_are_built_in_from_pretrained_order_each_placed_before_the_next():
+    parts, observer, placed = build(set())
+    # from_pretrained loads model_index.json's components in its (sorted) key order.
+    assert tuple(sorted(diffusers_build.LOAD_ORDER)) == diffusers_build.LOAD_ORDER
+    assert placed == list(diffusers_build.LOAD_ORDER) == list(parts)
+    collapsed = [e for i, e in enumerate(observer.events) if i == 0 or observer.events[i - 1] != e]
+    assert collapsed == [event for name in diffusers_build.LOAD_ORDER
+                         for event in (("filled", name), ("placed", name))]
+    assert all(p.device.type == "cpu" for m in parts.values() for p in m.parameters())
+
+
+@pytest.mark.parametrize("quantised", [set(), {"transformer"}, {"transformer", "text_encoder"}],
+                         ids=["bf16", "int8-dit", "int8-dit-and-text-encoder"])
+def test_no_point_of_the_build_holds_more_than_the_finished_placement_plus_one_unit(quantised):
+    parts, observer, _ = build(quantised)
+    # Each unit's bytes once finished (quantised where the profile says), in the order filled.
+    final = {(c, n): weight_bytes(parts[c].get_submodule(n), recurse=False)
+             for c, n, *_ in observer.steps}
+    placed_before = 0
+    for component, name, live, unit_build_bytes in observer.steps:
+        assert live <= placed_before + unit_build_bytes, (component, name)
+        placed_before += final[component, name]
+    # Beside it, each component's pool of random values, at most 64 Mi values (128 MiB in bf16).
+    assert set(observer.pools) == set(diffusers_build.LOAD_ORDER)
+    assert max(observer.pools.values()) <= diffusers_build.POOL_ELEMENTS * 2
+    for component in quantised:
+        linears = [m for m in parts[component].modules() if isinstance(m, torch.nn.Linear)]
+        assert linears and all(is_quantised(m.weight) for m in linears)
+        # The bound can fail: a build that filled the whole component in bf16 before quantising
+        # it (as the random build did before) held more at its last unit than the bound allows.
+        mine = [(n, b) for c, n, _, b in observer.steps if c == component]
+        held_whole = sum(b for _, b in mine)
+        bound_last = sum(final[component, n] for n, _ in mine[:-1]) + mine[-1][1]
+        assert held_whole > bound_last, component
+
+def test_a_quantised_linear_holds_its_int8_bytes():
+    linear = torch.nn.Linear(256, 128, bias=False).to(torch.bfloat16)
+    bf16 = diffusers_build.tensor_bytes(linear.weight)
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    quantize_(linear, Int8WeightOnlyConfig())
+    int8 = diffusers_build.tensor_bytes(linear.weight)
+    assert bf16 == 256 * 128 * 2
+    assert 256 * 128 <= int8 < bf16  # the int8 values and their per-row scales
+
+
+def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
+    import offline_runner
+    from diffusers_engine import DiffusersEngine
+    from PIL import Image
+
+    engine = DiffusersEngine("random", {
+        "profile": {"offload": "none", "quantize_dit": "int8-weight-only",
+                    "quantize_text_encoder": "int8-weight-only", "output_resolution": 64},
+        "weights": {"kind": "random", "seed": 0, "configs": TINY}},
+        open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
+    facts = engine.facts()
+    assert facts["build_path"] == "random-streamed"
+    assert facts["build_host_peak_mib"] >= facts["steady_host_mib"] > 0
+    # No CUDA: nothing can be pinned, and torch reports nothing to split pinned from pageable.
+    assert facts["pinned_host_mib"] is None and facts["pageable_host_mib"] is None
+    pipe = engine.pipe
+    held = sum(weight_bytes(getattr(pipe, n)) for n in diffusers_build.LOAD_ORDER)
+    assert facts["host_weights_mib"] == round(held / 2**20, 1)
+    for component in ("transformer", "text_encoder"):
+        linears = [m for m in getattr(pipe, component).modules() if isinstance(m, torch.nn.Linear)]
+        assert linears and all(is_quantised(m.weight) for m in linears), component
+    assert not any(is_quantised(p) for p in pipe.vae.parameters())
+    reference = tmp_path / "ref.png"
+    Image.new("RGB", (64, 96), (120, 30, 200)).save(reference)
+    measured = engine.generate({"prompt": "a red shop", "references": [str(reference)],
+                                "height": 96, "width": 64, "num_inference_steps": 1,
+                                "true_cfg_scale": 1.0, "seed": 1,
+                                "output": str(tmp_path / "out.png")})
+    # Sampled beside the request: at least what it ended on, and about the lifetime peak at most
+    # (the kernel's high-water mark trails the latest reading by a few pages).
+    assert measured["host_peak_mib"] >= measured["host_end_mib"] > 0
+    assert measured["host_peak_mib"] <= measured["max_rss_mib"] + 1
+    assert measured["pinned_host_peak_mib"] is None
+
+
+def test_a_unit_moves_alone_and_a_quantised_weight_keeps_its_int8_type():
+    """What placement does to one unit on a GPU host (moved here to the meta device, as the CPU
+    has no other): its own tensors move, quantised ones as their subclass; its children stay."""
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    parent = torch.nn.Sequential(torch.nn.Linear(64, 32).to(torch.bfloat16))
+    quantize_(parent, Int8WeightOnlyConfig())
+    unit = parent[0]
+    unit.register_buffer("scale_hint", torch.ones(3))
+    kind = type(unit.weight)
+    diffusers_build._move_own(unit, "meta")
+    assert type(unit.weight) is kind and is_quantised(unit.weight)
+    assert {t.device.type for t in (unit.weight, unit.bias, unit.scale_hint)} == {"meta"}
+    holder = torch.nn.Linear(4, 4)
+    holder.child = torch.nn.Linear(4, 4)
+    diffusers_build._move_own(holder, "meta")
+    assert holder.weight.device.type == "meta" and holder.child.weight.device.type == "cpu"
+
+
+@pytest.mark.parametrize(("profile", "expected"), [
+    ({"offload": "group-leaf", "use_stream": True},
+     {"offload_type": "leaf_level", "use_stream": True, "record_stream": False,
+      "low_cpu_mem_usage": False}),
+    ({"offload": "group-leaf", "use_stream": False},
+     {"offload_type": "leaf_level", "use_stream": False, "record_stream": False,
+      "low_cpu_mem_usage": False}),
+    ({"offload": "group-leaf", "use_stream": True, "low_cpu_mem_usage": True,
+      "record_stream": True},
+     {"offload_type": "leaf_level", "use_stream": True, "record_stream": True,
+      "low_cpu_mem_usage": True}),
+    ({"offload": "group-block", "use_stream": True},
+     {"offload_type": "block_level", "use_stream": True, "record_stream": False,
+      "low_cpu_mem_usage": False, "num_blocks_per_group": 1}),
+    ({"offload": "model-cpu"}, None),
+    ({"offload": "none"}, None),
+])
+def test_group_offload_is_applied_per_component_with_the_profiles_stream_settings(
+        monkeypatch, profile, expected):
+    """The engine's placement of one component (the GPU's part, with apply_group_offloading
+    recorded instead of run: the CPU has no device to onload to)."""
+    import diffusers.hooks
+    from diffusers_engine import DiffusersEngine
+
+    calls = []
+    monkeypatch.setattr(diffusers.hooks, "apply_group_offloading",
+                        lambda module, **kwargs: calls.append((module, kwargs)))
+    engine = object.__new__(DiffusersEngine)
+    engine.torch, engine.profile = torch, profile
+    module = torch.nn.Linear(2, 2)
+    engine._place_component("transformer", module)
+    if expected is None:
+        assert calls == []  # placed by the pipeline as a whole, or kept where it was built
+        return
+    [(placed, kwargs)] = calls
+    assert placed is module
+    assert (kwargs.pop("onload_device").type, kwargs.pop("offload_device").type) == ("cuda", "cpu")
+    assert kwargs == expected
+
+
+def test_the_host_sampler_keeps_the_highest_reading_and_ends_on_the_last(monkeypatch):
+    import threading
+
+    readings = iter([100.0, 180.0, 150.0, 120.0])
+    more = threading.Event()
+    last = [None]
+
+    def rss():
+        try:
+            last[0] = next(readings)
+        except StopIteration:
+            more.set()  # every reading taken: the request may end
+        return last[0]
+
+    monkeypatch.setattr(diffusers_build, "rss_mib", rss)
+    with diffusers_build.HostSampler(period_s=0.001) as sampler:
+        assert more.wait(5)
+    assert (sampler.peak_mib, sampler.end_mib) == (180.0, 120.0)
