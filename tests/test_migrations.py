@@ -15,6 +15,7 @@ from omniprobe.evidence.migrations import (
     update_to_2,
     update_to_3,
     update_to_4,
+    update_to_5,
     upgrade,
     version_of,
 )
@@ -38,7 +39,7 @@ def test_version_of(data, version):
     assert version_of(data) == version
 
 
-UNKNOWN = [5, 0, -1, "2", 2.0, True, None]
+UNKNOWN = [6, 0, -1, "2", 2.0, True, None]
 
 
 @pytest.mark.parametrize("found", UNKNOWN, ids=repr)
@@ -46,7 +47,7 @@ def test_an_unknown_version_is_refused_by_name(found):
     with pytest.raises(UnknownFormatVersion) as err:
         version_of({"format_version": found, "requests": []})
     assert f"format version {found!r} is not one" in str(err.value)
-    assert "it knows 1, 2, 3, 4;" in str(err.value)
+    assert "it knows 1, 2, 3, 4, 5;" in str(err.value)
 
 
 KEYS = [
@@ -149,8 +150,58 @@ def test_update_to_4(file_name, old, new):
     assert update_to_4(file_name, old) == new
 
 
+UPDATES_TO_5 = [
+    # A Diffusers request says its engine: it names its profile; any other keeps its kwarg set.
+    ("offline-requests.json",
+     {"format_version": 4, "offline_requests": [{"kwarg_set": "group-leaf", "engine": "diffusers"},
+                                                {"kwarg_set": "offline-fp8v"},
+                                                {"kwarg_set": "k", "engine": "omni"}]},
+     {"format_version": 5, "offline_requests": [{"profile": "group-leaf", "engine": "diffusers"},
+                                                {"kwarg_set": "offline-fp8v"},
+                                                {"kwarg_set": "k", "engine": "omni"}]}),
+    # A cell holds no engine: only the Diffusers engine records a build, or an emulated host RAM.
+    ("offline.json",
+     {"format_version": 4, "offline": [{"kwarg_set": "a", "build": {"build_s": 1}},
+                                       {"kwarg_set": "b", "host_ram": [{"cap_mib": 1}]},
+                                       {"kwarg_set": "c", "host_ram": []},
+                                       {"kwarg_set": "d"}]},
+     {"format_version": 5, "offline": [{"profile": "a", "build": {"build_s": 1}},
+                                       {"profile": "b", "host_ram": [{"cap_mib": 1}]},
+                                       {"kwarg_set": "c", "host_ram": []},
+                                       {"kwarg_set": "d"}]}),
+    # Keys keep their order; a row that names both keeps both, for validation to name.
+    ("offline-requests.json",
+     {"format_version": 4, "offline_requests": [{"fixture": "f", "kwarg_set": "a", "seed": 1,
+                                                 "engine": "diffusers", "profile": "a"}]},
+     {"format_version": 5, "offline_requests": [{"fixture": "f", "kwarg_set": "a", "seed": 1,
+                                                 "engine": "diffusers", "profile": "a"}]}),
+    ("requests.json", {"format_version": 4, "requests": [{"kwarg_set": "x"}]},
+     {"format_version": 5, "requests": [{"kwarg_set": "x"}]}),
+    ("offline.json", {"format_version": 4, "offline": {}},
+     {"format_version": 5, "offline": {}}),
+]
+
+
+@pytest.mark.parametrize(("file_name", "old", "new"), UPDATES_TO_5)
+def test_update_to_5(file_name, old, new):
+    assert update_to_5(file_name, old) == new
+
+
+@pytest.mark.parametrize("name", ["offline.json", "offline-requests.json"])
+def test_a_real_version_4_diffusers_file_names_every_profile_after_migrating(name):
+    """The committed emulated 5080's files before the bump (v4/): every row names its profile
+    (the killed builds' cells by their host RAM), and nothing else changes."""
+    data = json.loads((OLD / "v4" / name).read_text())
+    loaded = parse_file(OLD / "v4" / name)
+    assert loaded and all(r.profile is not None and r.kwarg_set is None for r in loaded)
+    upgraded, found = upgrade(name, data)
+    assert found == 4
+    assert json.dumps(upgraded[content_key(name)]) == json.dumps(data[content_key(name)]).replace(
+        '"kwarg_set"', '"profile"')
+
+
 def test_upgrade_runs_the_migrations_from_the_version_found():
-    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 4, "psnr": [{"a": 1}]}, 1)
+    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 5, "psnr": [{"a": 1}]}, 1)
     current = {"format_version": FORMAT_VERSION, "psnr": []}
     assert upgrade("psnr.json", current) == (current, FORMAT_VERSION)
 
@@ -256,6 +307,9 @@ def test_a_real_file_of_each_older_version_migrates(version, name):
     content = data if version == 1 else data[content_key(name)]
     renamed = json.dumps(content).replace('"quality"', '"structure"').replace(
         '"quality_note"', '"structure_note"')
+    if name == "offline-requests.json":  # update_to_5: the tiny Diffusers host's, by profile
+        assert {r["engine"] for r in content} == {"diffusers"}
+        renamed = renamed.replace('"kwarg_set"', '"profile"')
     assert json.dumps(upgraded[content_key(name)]) == renamed
     assert ('"structure"' in renamed) == (name != "figures.json")
 

@@ -107,14 +107,14 @@ def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[Profile
     prov = attempt.meta.provenance
     cap = prov.cap_mib if prov.kind == "emulated" else None
     runs = []
-    names = dict.fromkeys([r.kwarg_set for r in attempt.offline]
-                          + [r.kwarg_set for r in attempt.offline_requests])
+    names = dict.fromkeys([r.configuration for r in attempt.offline]
+                          + [r.configuration for r in attempt.offline_requests])
     for name in names:
-        mine = [r for r in attempt.offline_requests if r.kwarg_set == name]
+        mine = [r for r in attempt.offline_requests if r.configuration == name]
         by_refs: dict[int, list[OfflineRequest]] = {}
         for record in mine:
             by_refs.setdefault(fixtures.get(record.fixture).reference_count, []).append(record)
-        rows = [r for r in attempt.offline if r.kwarg_set == name]
+        rows = [r for r in attempt.offline if r.configuration == name]
         failed = [r for r in rows if r.fixture is None]
         allowed = [p.allowed_mib for row in rows for t in row.timelines if t.emulation
                    for p in t.emulation.capped]
@@ -238,9 +238,9 @@ def kv_measures(runs_attempts: list[LoadedAttempt], fixtures: FixtureSuite,
             if (r.kv_cache_bytes is None or r.prefix_tokens in (None, 0)
                     or r.kv_cache_layers != r.kv_cache_layers_total):
                 continue
-            found.setdefault((r.kwarg_set, r.fixture), KvMeasure(
-                r.kwarg_set, r.fixture, fixtures.get(r.fixture).reference_count,
-                resolutions.get(r.kwarg_set, 1024), r.kv_cache_bytes, r.prefix_tokens))
+            found.setdefault((r.configuration, r.fixture), KvMeasure(
+                r.configuration, r.fixture, fixtures.get(r.fixture).reference_count,
+                resolutions.get(r.configuration, 1024), r.kv_cache_bytes, r.prefix_tokens))
     return sorted(found.values(), key=lambda m: (m.output_resolution, m.profile,
                                                  m.reference_count))
 

@@ -28,7 +28,7 @@ def structure_of(metrics: ImageMetrics | None, thresholds: StructureChecks | Non
 def gate_record(record: Measurement, metrics: ImageMetrics) -> Measurement:
     """The record with its image metrics attached and its structure set from them."""
     if record.outcome != "ok":
-        under = getattr(record, "flag_set", None) or getattr(record, "kwarg_set", None)
+        under = getattr(record, "flag_set", None) or getattr(record, "configuration", None)
         raise ValueError(
             f"request {under}/{record.fixture}/seed {record.seed} has outcome "
             f"{record.outcome!r}; only an ok request returns an image to gate"

@@ -27,7 +27,7 @@ from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.models.attempt import Attempt, AttemptEnvironment, Emulated, Measured, Simulated
 from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
 from omniprobe.evidence.models.common import ArtifactRef, Weights
-from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
+from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest, ProfileSettings
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.models.runs import ServeRun
 from omniprobe.redaction import redact_args
@@ -37,6 +37,10 @@ SUFFIX = "-probe"  # marks attempts this module made, apart from transcribed or 
 
 class AttemptBusy(Refusal):
     """Another probe holds the attempt's lock."""
+
+
+class SettingsChanged(Refusal):
+    """A profile resumed under settings other than those its attempt recorded."""
 
 
 MAX_PER_SECOND = 999
@@ -113,6 +117,7 @@ class AttemptStore:
     requests: list[RequestRecord] = field(default_factory=list)
     offline: list[OfflineCell] = field(default_factory=list)
     offline_requests: list[OfflineRequest] = field(default_factory=list)
+    profile_settings: list[ProfileSettings] = field(default_factory=list)
     capacity: list[ProfileSearch] = field(default_factory=list)
     capacity_trials: list[CapacityTrial] = field(default_factory=list)
     created: bool = False  # a probe attempt this process made, not one it resumes
@@ -132,6 +137,20 @@ class AttemptStore:
                         len(others))
         self.runs = others[:position] + [run] + others[position:]
         write_section(self.folder, "runs.json", self.runs)
+
+    def put_profile_settings(self, profile: str, settings: dict) -> None:
+        """A Diffusers profile's settings, once per attempt: a resumed run under settings that
+        differ from those recorded is refused (its records would mean two things)."""
+        found = next((p for p in self.profile_settings if p.profile == profile), None)
+        if found is not None:
+            if found.settings != settings:
+                raise SettingsChanged(
+                    f"attempt {self.meta.id} ran Diffusers profile {profile!r} under other "
+                    f"settings than hosts.toml holds now; start a new attempt (--fresh)")
+            return
+        rows = [*self.profile_settings, ProfileSettings(profile=profile, settings=settings)]
+        write_section(self.folder, "profile-settings.json", rows)
+        self.profile_settings = rows
 
     def put_search(self, search: ProfileSearch) -> None:
         """A profile's capacity search, replacing its earlier state in place."""
@@ -193,7 +212,8 @@ def _load(project: Project, folder: Path) -> AttemptStore:
         raise InputError(problems)
     return AttemptStore(project, folder, loaded.meta, list(loaded.runs), list(loaded.requests),
                         list(loaded.offline), list(loaded.offline_requests),
-                        list(loaded.capacity), list(loaded.capacity_trials))
+                        list(loaded.profile_settings), list(loaded.capacity),
+                        list(loaded.capacity_trials))
 
 
 def _create(project: Project, host_name: str, host: Host, command: list[str],

@@ -23,7 +23,7 @@ from omniprobe.evidence.migrations import (
 from omniprobe.evidence.models.attempt import Attempt
 from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
 from omniprobe.evidence.models.environment import EnvManifest
-from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
+from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest, ProfileSettings
 from omniprobe.evidence.models.outputs import (
     Baseline,
     DeterminismGroup,
@@ -44,6 +44,7 @@ FILE_CONTENT: dict[str, type] = {
     "requests.json": list[RequestRecord],
     "offline.json": list[OfflineCell],
     "offline-requests.json": list[OfflineRequest],
+    "profile-settings.json": list[ProfileSettings],
     "capacity.json": list[ProfileSearch],
     "capacity-trials.json": list[CapacityTrial],
     "structure.json": list[StructureObservation],

@@ -18,7 +18,7 @@ from omniprobe.evidence.migrations import content_key, content_path
 from omniprobe.evidence.models.attempt import Attempt
 from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
 from omniprobe.evidence.models.environment import EnvManifest
-from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
+from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest, ProfileSettings
 from omniprobe.evidence.models.outputs import (
     Baseline,
     DeterminismGroup,
@@ -41,6 +41,7 @@ class LoadedAttempt:
     requests: list[RequestRecord] = field(default_factory=list)
     offline: list[OfflineCell] = field(default_factory=list)
     offline_requests: list[OfflineRequest] = field(default_factory=list)
+    profile_settings: list[ProfileSettings] = field(default_factory=list)
     capacity: list[ProfileSearch] = field(default_factory=list)
     capacity_trials: list[CapacityTrial] = field(default_factory=list)
     structure: list[StructureObservation] = field(default_factory=list)

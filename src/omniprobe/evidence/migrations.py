@@ -8,6 +8,10 @@ Version 1 is the unversioned format: the content alone, an object or a list, wit
 Version 3 names a transcribed attempt's source document by file name and sha256, not a path.
 Version 4 calls an output's structure verdict `structure` (and its note `structure_note`), where
 versions 1-3 said `quality`: "quality" now means only the PSNR comparison with a baseline.
+Version 5 names a Diffusers engine's configuration `profile`, no longer `kwarg_set` (an Omni
+engine's keeps `kwarg_set`): in offline-requests.json by the record's own `engine`, in offline.json
+by what only a Diffusers run records (its `build`, its emulated `host_ram`). Runs from before 5
+did not record their profile's settings (profile-settings.json, new in 5): their attempts say so.
 `update_to_N` turns a file of version N-1 into version N; the loader runs them in order, in
 memory (the file on disk is left as it is until the package rewrites it). A version newer than
 this package knows is refused by name rather than guessed at.
@@ -18,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 VERSION_KEY = "format_version"
 
 
@@ -95,8 +99,35 @@ def update_to_4(file_name: str, data: object) -> object:
     return data
 
 
+def _profile_named(row: object, diffusers: bool) -> object:
+    if not isinstance(row, dict) or not diffusers or "kwarg_set" not in row or "profile" in row:
+        return row
+    return {("profile" if k == "kwarg_set" else k): v for k, v in row.items()}
+
+
+def update_to_5(file_name: str, data: object) -> object:
+    """Version 4 -> 5: a Diffusers record names its profile as `profile`. A request says its
+    engine; a cell is the Diffusers engine's where it holds what only that engine records."""
+    if not isinstance(data, dict):
+        return data
+    data = {**data, VERSION_KEY: 5}
+    rows = data.get(content_key(file_name))
+    if not isinstance(rows, list):
+        return data
+    if file_name == "offline-requests.json":
+        data["offline_requests"] = [
+            _profile_named(r, isinstance(r, dict) and r.get("engine") == "diffusers")
+            for r in rows]
+    elif file_name == "offline.json":
+        data["offline"] = [
+            _profile_named(r, isinstance(r, dict) and (r.get("build") is not None
+                                                       or bool(r.get("host_ram"))))
+            for r in rows]
+    return data
+
+
 MIGRATIONS: dict[int, Callable[[str, object], object]] = {
-    2: update_to_2, 3: update_to_3, 4: update_to_4}
+    2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5}
 KNOWN_VERSIONS = range(1, FORMAT_VERSION + 1)
 
 

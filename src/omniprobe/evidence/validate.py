@@ -30,6 +30,11 @@ class Loaded:
     evidence: Evidence
 
 
+def _field(record) -> str:
+    """Which field names an offline record's configuration."""
+    return "profile" if record.profile is not None else "kwarg_set"
+
+
 def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
           attempt_ids: set[str]) -> list[Problem]:
     """Names an evidence record uses must exist: host, flag sets, kwarg sets, fixtures, baselines."""
@@ -132,11 +137,16 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
         flag_set("requests.json", f"$[{i}].flag_set", req.flag_set)
         fixture("requests.json", f"$[{i}].fixture", req.fixture)
         inputs("requests.json", f"$[{i}]", req)
+    diffusers = host.diffusers is not None
     for i, run in enumerate(attempt.offline):
-        kwarg_set("offline.json", f"$[{i}].kwarg_set", run.kwarg_set)
+        kwarg_set("offline.json", f"$[{i}].{_field(run)}", run.configuration)
+        if (run.profile is not None) != diffusers:
+            problems.append(Problem(str(folder / "offline.json"), content_path(
+                "offline.json", f"$[{i}].{_field(run)}"), "a Diffusers host's cells name their "
+                "profile, any other host's their offline kwarg set"))
         fixture("offline.json", f"$[{i}].fixture", run.fixture)
     for i, req in enumerate(attempt.offline_requests):
-        kwarg_set("offline-requests.json", f"$[{i}].kwarg_set", req.kwarg_set)
+        kwarg_set("offline-requests.json", f"$[{i}].{_field(req)}", req.configuration)
         fixture("offline-requests.json", f"$[{i}].fixture", req.fixture)
         inputs("offline-requests.json", f"$[{i}]", req)
     for i, obs in enumerate(attempt.structure):
@@ -192,9 +202,9 @@ def _repeats(attempt: LoadedAttempt) -> list[Problem]:
                            for i, r in enumerate(attempt.requests)
                            if not r.transport_failure or last[(r.flag_set, r.fixture, r.seed)] == i],
          "(flag set, fixture, seed)")
-    once("offline.json", [(f"$[{i}]", (r.kwarg_set, r.fixture))
+    once("offline.json", [(f"$[{i}]", (r.configuration, r.fixture))
                           for i, r in enumerate(attempt.offline)], "(kwarg set, fixture)")
-    once("offline-requests.json", [(f"$[{i}]", (r.kwarg_set, r.fixture, r.seed))
+    once("offline-requests.json", [(f"$[{i}]", (r.configuration, r.fixture, r.seed))
                                    for i, r in enumerate(attempt.offline_requests)],
          "(kwarg set, fixture, seed)")
     once("psnr.json", [(f"$[{i}]", (r.flag_set, r.fixture, tuple(r.seeds), r.baseline_attempt,

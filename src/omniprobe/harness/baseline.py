@@ -44,7 +44,7 @@ def lay_out(project: Project, attempt_id: str, profile: str, folder: Path) -> li
     layout = loaded.hosts.quality.baseline_layout
     written = []
     for i, record in enumerate(attempt.offline_requests):
-        if record.kwarg_set != profile or record.outcome != "ok" or record.artifact is None:
+        if record.configuration != profile or record.outcome != "ok" or record.artifact is None:
             continue
         source = resolve_artifact(record.artifact, project.artifacts_dir,
                                   file=attempt.path / "offline-requests.json",

@@ -111,7 +111,7 @@ class OfflineProbe:
                      + (f", capped at {self.settings.cap_mib:,} MiB" if self.settings.cap_mib
                         else ""))
         for number, entry in enumerate(entries, 1):
-            rows = [r for r in self.runs if r.kwarg_set == entry.name]
+            rows = [r for r in self.runs if r.configuration == entry.name]
             if init_settled(rows):
                 progress.say(f"[{entry.name}] skipped: its init "
                              f"{next(r.outcome for r in rows if r.fixture is None)} is recorded")
@@ -121,13 +121,15 @@ class OfflineProbe:
                             progress, rows)
 
     def _pending(self, name: str, plan: list[PlannedRequest]) -> list[PlannedRequest]:
-        done = {(r.fixture, r.seed) for r in self.records if r.kwarg_set == name}
+        done = {(r.fixture, r.seed) for r in self.records if r.configuration == name}
         return [p for p in plan if (p.fixture.id, p.seed) not in done]
 
     # --- one entry --------------------------------------------------------------------------
 
     def _entry(self, label: str, entry: OfflineEntry, pending: list[PlannedRequest],
                progress: Progress, rows: list[OfflineCell]) -> None:
+        if entry.engine == "diffusers":
+            self.store.put_profile_settings(entry.name, entry.kwargs["profile"])
         state = EntryState.resumed(rows)
         restarts, first = 0, len(state.logs)  # a resume numbers its runners after the earlier ones
         for index in itertools.count(first):
@@ -150,21 +152,22 @@ class OfflineProbe:
                                        f"{restarts} restart(s); re-run to try them again")
                 break
             restarts += 1
-        self.runs = [r for r in self.runs if r.kwarg_set != entry.name] + self._summary(entry.name,
-                                                                                        state)
+        self.runs = [r for r in self.runs if r.configuration != entry.name] + self._summary(entry,
+                                                                                            state)
         write_section(self.store.folder, "offline.json", self.runs)
 
-    def _summary(self, name: str, state: EntryState) -> list[OfflineCell]:
+    def _summary(self, entry: OfflineEntry, state: EntryState) -> list[OfflineCell]:
         """The init failure, if any, then one row per fixture in the order they ran."""
         shared = {"logs": list(state.logs), "timelines": list(state.timelines),
                   "build": state.build, "host_ram": list(state.host_ram)}
         rows = [state.failure.model_copy(update=shared)] if state.failure else []
-        records = [r for r in self.records if r.kwarg_set == name]
+        name = entry.name
+        records = [r for r in self.records if r.configuration == name]
         for fixture in dict.fromkeys(r.fixture for r in records):
             mine = [r for r in records if r.fixture == fixture]
             walls = [r.wall_s for r in mine if r.outcome == "ok"]
             rows.append(OfflineCell(
-                kwarg_set=name, fixture=fixture, seeds=sorted({r.seed for r in mine}),
+                **entry.named, fixture=fixture, seeds=sorted({r.seed for r in mine}),
                 outcome=cell_outcome([r.outcome for r in mine]), structure=cell_structure(mine),
                 oom=next((r.oom for r in mine if r.oom is not None), None),
                 wall_s=Range.of(walls) if walls else None, init_s=state.init_s, **shared))
@@ -348,7 +351,6 @@ class OfflineProbe:
               host_ram: Callable[[int | None, str], FailureCause | None]) -> bool:
         """Wait for the engine; on failure set state.failure and return False. `host_ram`:
         (exit status, log) -> the host's cause of a runner the kernel killed for host RAM."""
-        name = entry.name
         event, why = self._next(runner, events, self.settings.ready_timeout_s)
         elapsed = round(time.monotonic() - runner.started, 2)
         if event is not None and event["event"] != "init":
@@ -363,7 +365,7 @@ class OfflineProbe:
                     state.build = DiffusersBuild.model_validate(event["facts"])
                 progress.say(f"[{label}] engine built after {event.get('wall_s')} s")
                 return True
-            failure = OfflineCell(kwarg_set=name, outcome="init-error", structure="unchecked",
+            failure = OfflineCell(**entry.named, outcome="init-error", structure="unchecked",
                                  init_s=event.get("wall_s"), note=refused.reason, cause=refused)
         elif event is not None:
             text = reported = event.get("traceback") or event.get("error") or ""
@@ -373,14 +375,14 @@ class OfflineProbe:
                 text = read_from(runner.log_path)
             oom = (parse_oom(text, "init", self.model_code)
                    if event.get("outcome") == "oom" or is_oom(text) else None)
-            failure = OfflineCell(kwarg_set=name, outcome="init-oom" if oom else "init-error",
+            failure = OfflineCell(**entry.named, outcome="init-oom" if oom else "init-error",
                                  structure="unchecked", oom=oom, init_s=event.get("wall_s"),
                                  note=redact_text(event.get("error") or "")[:500] or None,
                                  # Else the engine's own traceback (a Diffusers build's).
                                  cause=(classify_failure(text, self.model_code)
                                         or classify_failure(reported, self.model_code)))
         elif why == "timeout":
-            failure = OfflineCell(kwarg_set=name, outcome="timeout", structure="unchecked",
+            failure = OfflineCell(**entry.named, outcome="timeout", structure="unchecked",
                                  note=f"the engine was not built within "
                                       f"{self.settings.ready_timeout_s:g} s")
         else:
@@ -389,7 +391,7 @@ class OfflineProbe:
             init = classify_exit(code if code is not None else -1, log, elapsed, self.model_code)
             # The kernel may have killed it for host RAM: the host's answer.
             cause = host_ram(code, log) or init.cause or no_space_cause(runner.log_path.parent)
-            failure = OfflineCell(kwarg_set=name, structure="unchecked", oom=init.oom,
+            failure = OfflineCell(**entry.named, structure="unchecked", oom=init.oom,
                                  outcome="init-oom" if init.outcome == "oom" else "init-error",
                                  note=init.note, cause=cause)
         state.failure = failure
@@ -429,7 +431,7 @@ class OfflineProbe:
 
     def _fields(self, entry: OfflineEntry, planned: PlannedRequest, index: int, breach) -> dict:
         steps, guidance, whose = entry.sampling(self.suite.sampling)
-        return {"kwarg_set": entry.name, "fixture": planned.fixture.id,
+        return {**entry.named, "fixture": planned.fixture.id,
                 "inputs": planned.fixture.inputs, "seed": planned.seed, "structure": "unchecked",
                 "lifetime": index, "emulation_breach": breach,
                 "engine": None if entry.engine == "omni" else entry.engine,

@@ -43,6 +43,11 @@ class OfflineEntry:
     expected_parameters: dict = field(default_factory=dict)  # component -> (billions, tolerance)
     allocator: str | None = None  # a profile's allocator setting, in the variable its torch reads
 
+    @property
+    def named(self) -> dict[str, str]:
+        """How its records name it: a Diffusers profile, or an Omni engine's kwarg set."""
+        return {"profile" if self.engine == "diffusers" else "kwarg_set": self.name}
+
     def runner_env(self, allocator_variable: str | None) -> dict[str, str]:
         """The entry's own environment, its allocator setting in `allocator_variable`."""
         if self.allocator is None:

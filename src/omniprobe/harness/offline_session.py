@@ -74,8 +74,8 @@ class OfflineSession(Session):
         weights = ctx.host.diffusers.weights if ctx.host.diffusers else None
 
         def complete(found: AttemptStore) -> bool:
-            done = {(r.kwarg_set, r.fixture, r.seed) for r in found.offline_requests}
-            settled = {r.kwarg_set for r in found.offline if r.fixture is None}
+            done = {(r.configuration, r.fixture, r.seed) for r in found.offline_requests}
+            settled = {r.configuration for r in found.offline if r.fixture is None}
             return all(e.name in settled or all((e.name, p.fixture.id, p.seed) in done
                                                 for p in self.plans[e.name])
                        for e in self.entries)

@@ -181,7 +181,7 @@ def compare_offline(records: list[OfflineRequest], with_: str, without: str,
                     knob: str) -> PropagationCheck:
     """The check from the first fixture and seed both kwarg sets generated an image of."""
     base = {"knob": knob, "flag_set_with": with_, "flag_set_without": without, "via": "offline"}
-    images = {(r.kwarg_set, r.fixture, r.seed): r for r in records
+    images = {(r.configuration, r.fixture, r.seed): r for r in records
               if r.outcome == "ok" and r.output_sha256 and r.pixels_sha256}
     for (kwarg_set, fixture, seed), a in images.items():
         b = images.get((without, fixture, seed))

@@ -132,6 +132,7 @@ class DiffusersHostView:
     verdict_text: str  # the capacity verdict, in words
     cap_text: str  # e.g. "24 GiB"
     host_ram_text: str
+    settings_text: str  # which runs recorded their profile's settings, and what the rest show
 
 
 @dataclass(frozen=True)
@@ -288,6 +289,29 @@ def seed_ceilings(loaded: Loaded, views: list[DiffusersHostView], runs_by_host: 
     return out
 
 
+def settings_text(attempts) -> str:
+    """Which profiles' settings their attempts recorded (format 5 on), and for the others what
+    the attempt shows of them: the allocator setting read back after the build."""
+    recorded = sorted({p.profile for a in attempts for p in a.profile_settings})
+    ran = {r.configuration for a in attempts for r in a.offline}
+    bare = sorted(ran - set(recorded))
+    parts = []
+    if recorded:
+        parts.append("recorded in full with the runs of " + ", ".join(f"`{p}`" for p in recorded))
+    if bare:
+        read = {r.configuration: r.build.expandable_segments for a in attempts for r in a.offline
+                if r.build is not None and r.configuration in bare}
+        groups = {"on": [p for p in bare if read.get(p) is True],
+                  "off": [p for p in bare if read.get(p) is False],
+                  "not read back (no build)": [p for p in bare if read.get(p) is None]}
+        shown = "; ".join(f"{what} under {', '.join(f'`{p}`' for p in names)}"
+                          for what, names in groups.items() if names)
+        parts.append(f"not recorded for {len(bare)} profile(s), run before the evidence "
+                     "recorded them; what their attempts show is the allocator read back after "
+                     f"the build, expandable segments {shown}")
+    return "; ".join(parts)
+
+
 def build_note(run: ProfileRun) -> str:
     """How a profile's build ended where it did not: a kill at the host's RAM says so."""
     if run.init_outcome == "ready":
@@ -344,7 +368,8 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
             [ProfileFit(r.profile, r.fitting, tuple(c.reference_count for c in r.cells))
              for r in runs], verdict_text(capacity), f"{_gib(cap)} GiB" if cap else "",
             host_ram_text(runs, card.host_ram_gib if card else None,
-                          card.host_ram_note if card else None)))
+                          card.host_ram_note if card else None),
+            settings_text(mine)))
     full = [v for v in views if v.emulated]
     resolutions = {name: p.output_resolution or 1024
                    for name, p in hosts.diffusers_profiles.items()}

@@ -177,7 +177,7 @@ class OutputParts:
     def offline_rows(self) -> list[tuple[str, ...]]:
         rows = []
         for o in self.collect("offline"):
-            ks = self.hosts.offline_kwarg_sets.get(o.kwarg_set)
+            ks = self.hosts.offline_kwarg_sets.get(o.configuration)
             kwargs = (
                 kwargs_text(ks.kwargs) + "".join(f" `{k}={v}`" for k, v in ks.env.items())
                 if ks is not None and ks.kwargs is not None
@@ -188,7 +188,7 @@ class OutputParts:
                 f", output {o.structure}" if o.structure != "unchecked" else ""
             )
             detail = "; ".join(x for x in (oom_detail(o.oom) if o.oom else None, o.note) if x) or "—"
-            rows.append((o.kwarg_set, kwargs, fixture, outcome, detail))
+            rows.append((o.configuration, kwargs, fixture, outcome, detail))
         return rows
 
     @property
@@ -208,7 +208,7 @@ class OutputParts:
         kv = self.stated_figures.get("kv_per_reference")
         if still and kv is not None and self.kv_not_binding:
             notes.append(
-                f"{names(list(dict.fromkeys(o.kwarg_set for o in still)))} still run out of memory at "
+                f"{names(list(dict.fromkeys(o.configuration for o in still)))} still run out of memory at "
                 f"{refs(self.verdict.target_refs)}: the conditioning cache contributes only "
                 f"{figure_text(kv)} per reference, so quantizing it cannot bridge the gap; only a "
                 "leaner resident working set would."

@@ -93,7 +93,7 @@ def shrunk_cache_ooms(s, ask: str | None) -> list[str]:
     unreached = {u.flag_set for u in s.verdict.unreached_offline}
     found = []
     for o in s.collect("offline"):
-        ks = s.hosts.offline_kwarg_sets.get(o.kwarg_set)
+        ks = s.hosts.offline_kwarg_sets.get(o.configuration)
         kwargs = (ks.kwargs if ks is not None else None) or {}
         if (
             o.outcome == "oom"
@@ -101,10 +101,10 @@ def shrunk_cache_ooms(s, ask: str | None) -> list[str]:
             and o.oom.requested == ask
             and o.fixture
             and s.fixtures.get(o.fixture).reference_count == s.verdict.target_refs
-            and o.kwarg_set not in unreached
+            and o.configuration not in unreached
             and knobs & {k for k, _ in flat_kwargs(kwargs)}
         ):
-            found.append(o.kwarg_set)
+            found.append(o.configuration)
     return list(dict.fromkeys(found))
 
 
