@@ -8,8 +8,18 @@ import random
 
 import pytest
 
-from omniprobe.analysis.capacity_bands import band_verdict, sweep_reading
-from omniprobe.evidence.models.capacity import CapacityBand
+from omniprobe.analysis.capacity_bands import (
+    Searched,
+    band_verdict,
+    reference_contradictions,
+    sweep_reading,
+)
+from omniprobe.evidence.models.capacity import (
+    CapacityBand,
+    CapacityTrial,
+    ProfileSearch,
+    SearchSettings,
+)
 from omniprobe.harness.capacity_search import (
     Grid,
     SearchError,
@@ -139,3 +149,27 @@ def test_a_sweep_cell_is_held_against_its_band(fits, pool, reading):
 def test_a_band_whose_sides_cross_is_refused(fields, words):
     with pytest.raises(ValueError, match=words):
         CapacityBand(reference_count=0, fixture="x", trials=1, requests_saved=0, **fields)
+
+
+def trial(refs, limit, outcome):
+    return CapacityTrial(profile="p", reference_count=refs, fixture="f", inputs="stand-in",
+                         limit_mib=limit, outcome=outcome, phase="bisect", repeat=False,
+                         wall_s=1.0, lifetime=0, **({"error": "OOM"} if outcome == "oom" else {}))
+
+
+@pytest.mark.parametrize("trials, flagged", [
+    # More references fit where fewer failed: the boundary's noise, flagged.
+    ([trial(0, 8192, "oom"), trial(1, 8192, "fit")],
+     ["`p`: 1 reference(s) fit at 8,192 MiB, where 0 failed at 8,192"]),
+    ([trial(0, 8448, "oom"), trial(2, 8192, "fit")],
+     ["`p`: 2 reference(s) fit at 8,192 MiB, where 0 failed at 8,448"]),
+    # Fewer references fitting in less is what the search takes for granted: nothing to flag.
+    ([trial(0, 8192, "fit"), trial(1, 8192, "oom")], []),
+    ([trial(0, 8192, "oom"), trial(1, 8448, "fit")], []),
+    ([trial(1, 8192, "oom"), trial(1, 8192, "fit")], []),  # one count's noise lies in its band
+])
+def test_more_references_fitting_in_less_is_flagged(trials, flagged):
+    search = ProfileSearch(profile="p", settings={}, search=SearchSettings(
+        floor_mib=4096, ceiling_mib=32768, resolution_mib=256, repeats=2),
+        num_inference_steps=2, true_cfg_scale=1.0, seed=1, sizes={})
+    assert reference_contradictions(Searched("a", "h", search, tuple(trials))) == flagged

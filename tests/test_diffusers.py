@@ -158,6 +158,10 @@ def test_the_tiny_pipeline_runs_end_to_end_and_records_capacity_only(project):
     assert code == 0, out
     loaded, [attempt] = attempts(project)
     assert attempt.meta.weights == "random"
+    # The profile's settings in full, once, beside its records; the records name the profile.
+    [settings] = attempt.profile_settings
+    assert (settings.profile, settings.settings["offload"]) == ("tiny-cpu", "none")
+    assert {(r.profile, r.kwarg_set) for r in attempt.offline_requests} == {("tiny-cpu", None)}
     served = attempt.meta.environment.served
     assert served.source == "random" and set(served.config_digests) == {
         "transformer", "vae", "text_encoder", "processor"}
@@ -233,7 +237,7 @@ def test_a_rerun_resumes_the_attempt_and_a_complete_one_says_so(project):
     code, out = offline(project, "--fixture", "standin-t2i")
     assert code == 0 and "resumed: " in out, out
     _, [attempt] = attempts(project)
-    assert [r.kwarg_set for r in attempt.offline_requests] == ["tiny-cpu", "tiny-cpu-nokv"]
+    assert [r.profile for r in attempt.offline_requests] == ["tiny-cpu", "tiny-cpu-nokv"]
     nokv = attempt.offline_requests[1]
     assert nokv.kv_cache_bytes is None and nokv.prefix_tokens is None  # no cache to measure
     code, out = offline(project, "--fixture", "standin-t2i")

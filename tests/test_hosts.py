@@ -45,6 +45,21 @@ def _errors(path) -> list[str]:
         ),
         ("port = 8091", 'port = 8091\nbind_host = "0.0.0.0"',
          "[serve] key 'bind_host': Input should be '127.0.0.1' (got '0.0.0.0')"),
+        # A card without its total, or with a figure whose source is not said; a host that names
+        # a card hosts.toml does not define.
+        ("memory_total_mib = 12227\n", "",
+         "[cards.rtx5070] key 'memory_total_mib': required field is missing"),
+        ("memory_total_mib = 12227", "memory_total_mib = 0",
+         "[cards.rtx5070] key 'memory_total_mib': Input should be greater than 0"),
+        ('overhead_source = { kind = "assumed", where = "chosen by omniprobe: as for the RTX 3090" }\n'
+         'other_processes_mib = 0\nother_processes_source = { kind = "assumed", where = '
+         '"chosen by omniprobe: a card with no desktop on it" }\n\n[cards.rtx5070]',
+         'overhead_source = { kind = "guessed", where = "x" }\nother_processes_mib = 0\n'
+         'other_processes_source = { kind = "assumed", where = "x" }\n\n[cards.rtx5070]',
+         "[cards.rtx3060-12gb] key 'overhead_source.kind': Input should be 'nvml', "
+         "'public-nvidia-smi' or 'assumed'"),
+        ('card = "rtx5080"', 'card = "rtx5080-super"',
+         "[hosts.rtx5080] key 'card': card 'rtx5080-super' is not defined under [cards]"),
     ],
 )
 def test_bad_hosts_name_file_table_and_key(repo_copy, old, new, expected):

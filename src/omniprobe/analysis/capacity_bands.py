@@ -15,16 +15,17 @@ from dataclasses import dataclass
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.cards import Card
 from omniprobe.evidence.load import Evidence
-from omniprobe.evidence.models.capacity import CapacityBand, ProfileSearch
+from omniprobe.evidence.models.capacity import CapacityBand, CapacityTrial, ProfileSearch
 
 
 @dataclass(frozen=True)
 class Searched:
-    """A profile's newest search, with the attempt that holds it."""
+    """A profile's newest search, with the attempt that holds it and its trials."""
 
     attempt: str
     host: str
     search: ProfileSearch
+    trials: tuple[CapacityTrial, ...] = ()
 
     def band(self, refs: int) -> CapacityBand | None:
         return next((b for b in self.search.bands if b.reference_count == refs), None)
@@ -38,8 +39,31 @@ def newest_searches(evidence: Evidence) -> dict[str, Searched]:
             continue
         for search in attempt.capacity:
             if search.bands:
-                found[search.profile] = Searched(attempt.id, attempt.host, search)
+                found[search.profile] = Searched(attempt.id, attempt.host, search, tuple(
+                    t for t in attempt.capacity_trials if t.profile == search.profile))
     return found
+
+
+def reference_contradictions(found: Searched) -> list[str]:
+    """Trials where more references fit in less: a count that fit at a limit at or below one
+    where a smaller count failed. The search takes more references never to need less (a
+    count's B bounds the next); each such pair says the boundary is noisier than that, and is
+    shown, never averaged away."""
+    out = []
+    failed: dict[int, int] = {}  # count -> the highest limit it failed at
+    for trial in sorted(found.trials, key=lambda t: t.reference_count):
+        if trial.outcome == "oom":
+            failed[trial.reference_count] = max(failed.get(trial.reference_count, 0),
+                                                trial.limit_mib)
+    for trial in found.trials:
+        if trial.outcome != "fit":
+            continue
+        for smaller, limit in sorted(failed.items()):
+            if smaller < trial.reference_count and trial.limit_mib <= limit:
+                out.append(f"`{found.search.profile}`: {trial.reference_count} reference(s) fit "
+                           f"at {trial.limit_mib:,} MiB, where {smaller} failed at {limit:,}")
+                break
+    return list(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)

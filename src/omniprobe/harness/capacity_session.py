@@ -14,7 +14,7 @@ from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
 from omniprobe.evidence.models.capacity import SearchSettings
 from omniprobe.harness.capacity import ATTEMPT_SUFFIX, CapacityProbe, SearchPlan
 from omniprobe.harness.capacity_search import Grid, SearchError
-from omniprobe.harness.lifetime import ReaderFactory, default_readers
+from omniprobe.harness.lifetime import ReaderFactory
 from omniprobe.harness.offline_plan import OfflineSettings
 from omniprobe.harness.offline_session import OfflineSession
 from omniprobe.harness.options import CapacityOptions, settings_of
@@ -96,10 +96,7 @@ class CapacitySession(OfflineSession):
     def run(self, ctx: Context, store: AttemptStore) -> int:
         out = ctx.out
         print(f"attempt {store.meta.id} ({self.attempt_reason})", file=out)
-        probe = CapacityProbe(ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.host_name,
-                              store, self.settings, self.runner, out=out,
-                              readers=self.readers or default_readers(ctx.host,
-                                                                      self.options.gpu_index))
+        probe = self.probe(ctx, store, CapacityProbe)
         probe.search(self.entries, self.search_plan)
         close_attempt(ctx, store, probe.unfinished, probe.environment_failures, "profiles", out)
         print(settled_line(probe.unfinished), file=out)

@@ -92,10 +92,7 @@ class OfflineSession(Session):
         print(f"attempt {store.meta.id} ({self.attempt_reason})", file=out)
         for line in self.refused:
             print(f"refused: {line}", file=out)
-        probe = OfflineProbe(ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.host_name,
-                             store, self.settings, self.runner, out=out,
-                             readers=self.readers or default_readers(ctx.host,
-                                                                     self.options.gpu_index))
+        probe = self.probe(ctx, store, OfflineProbe)
         probe.run(self.entries, self.plans)
         kwarg_sets = [e.name for e in self.entries if e.engine == "omni"]
         checks = offline_checks(ctx.cfg, kwarg_sets, probe.records)
@@ -110,6 +107,12 @@ class OfflineSession(Session):
                       "entries", out)
         print(settled_line(probe.unfinished), file=out)
         return 1 if probe.unfinished else 0
+
+    def probe(self, ctx: Context, store: AttemptStore, kind: type[OfflineProbe]) -> OfflineProbe:
+        """The runner supervision of this session's attempt, sampled on the chosen GPU."""
+        return kind(ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.host_name, store,
+                    self.settings, self.runner, out=ctx.out,
+                    readers=self.readers or default_readers(ctx.host, self.options.gpu_index))
 
     def close(self) -> None:
         """Nothing beyond the attempt: each record is written as it is made."""

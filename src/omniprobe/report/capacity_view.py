@@ -13,6 +13,7 @@ from omniprobe.analysis.capacity_bands import (
     Searched,
     card_profiles,
     newest_searches,
+    reference_contradictions,
     sweep_checks,
 )
 from omniprobe.analysis.diffusers_capacity import ProfileRun
@@ -73,6 +74,7 @@ class CapacitySearchView:
     checked: int
     readings: dict[str, int]  # agrees / uncertain / contradicts -> cells
     disagreements: list[str]  # every cell that does not agree, in words
+    contradictions: list[str]  # trials where more references fit in less
     figure_path: str
     figure_svg: str
 
@@ -168,6 +170,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         first.num_inference_steps, ", ".join(sorted(set(first.sizes.values()))),
         [f"{n} ref{'' if n == 1 else 's'}" for n in counts], order, rows, cards, len(checks),
         readings, [c.text() + f": {c.reading}" for c in checks if c.reading != "agrees"],
+        [line for p in order for line in reference_contradictions(searches[p])],
         FIGURE.as_posix(), svg)
 
 

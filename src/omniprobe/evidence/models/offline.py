@@ -96,6 +96,12 @@ class OfflineRequest(Measurement, Configured):
     kv_cache_layers_total: int | None = Field(default=None, ge=0)
     prefix_tokens: int | None = Field(
         default=None, ge=0, description="Tokens in the cache: text plus condition-image tokens.")
+    process_mib: float | None = Field(
+        default=None, ge=0, description="NVML's figure for the runner at the request's end.")
+    outside_pool_mib: float | None = Field(
+        default=None, ge=0, description="process_mib less torch's reserved pool at the same "
+        "moment: this machine's CUDA context and what else lies outside torch's pool (on a real "
+        "card's host: the card's own overhead, [cards] overhead_mib).")
     max_rss_mib: float | None = Field(
         default=None, ge=0, description="The runner process's peak resident memory so far.")
     host_peak_mib: float | None = Field(
