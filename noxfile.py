@@ -210,8 +210,9 @@ def probe_offline(session: nox.Session) -> None:
 
 @nox.session(name="probe-capacity")
 def probe_capacity(session: nox.Session) -> None:
-    """Bisect, on a Diffusers host, the smallest memory pool per profile and reference count, as
-    a band, in one runner per profile (-- --profile P --resolution-mib 256)."""
+    """Bisect the smallest memory pool per Diffusers profile and reference count, as a band.
+
+    One runner per profile, on a Diffusers host without an emulation cap (-- --profile P)."""
     _install(session)
     session.run("omniprobe", "probe-capacity", *_args(session), env=INVOCATION,
                 interrupt_timeout=PROBE_STOP_S)

@@ -145,6 +145,16 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
                 "offline.json", f"$[{i}].{_field(run)}"), "a Diffusers host's cells name their "
                 "profile, any other host's their offline kwarg set"))
         fixture("offline.json", f"$[{i}].fixture", run.fixture)
+    for i, search in enumerate(attempt.capacity):
+        kwarg_set("capacity.json", f"$[{i}].profile", search.profile)
+        for j, band in enumerate(search.bands):
+            fixture("capacity.json", f"$[{i}].bands[{j}].fixture", band.fixture)
+    for i, trial in enumerate(attempt.capacity_trials):
+        kwarg_set("capacity-trials.json", f"$[{i}].profile", trial.profile)
+        fixture("capacity-trials.json", f"$[{i}].fixture", trial.fixture)
+        inputs("capacity-trials.json", f"$[{i}]", trial)
+    for i, settings in enumerate(attempt.profile_settings):
+        kwarg_set("profile-settings.json", f"$[{i}].profile", settings.profile)
     for i, req in enumerate(attempt.offline_requests):
         kwarg_set("offline-requests.json", f"$[{i}].{_field(req)}", req.configuration)
         fixture("offline-requests.json", f"$[{i}].fixture", req.fixture)
