@@ -24,6 +24,7 @@ from omniprobe.cli import main
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.project import Project
 from omniprobe.config.report_settings import QualitySettings, StructureChecks
+from omniprobe.digests import sha256_file
 from omniprobe.errors import InputError
 from omniprobe.evidence.files import write_section
 from omniprobe.evidence.load import LoadedAttempt, load_attempt
@@ -231,7 +232,9 @@ def project(tmp_path, monkeypatch):
     records = []
     for (flag_set, seed), (image, params) in images.items():
         save(artifacts / "run-1" / f"{flag_set}-{seed}.png", image, **params)
-        records.append(record(flag_set, seed, artifact=f"run-1/{flag_set}-{seed}.png"))
+        records.append(record(flag_set, seed, artifact=f"run-1/{flag_set}-{seed}.png",
+                              output_sha256=sha256_file(artifacts / "run-1" /
+                                                        f"{flag_set}-{seed}.png")))
     records.append(record("cpuoff", 2302, outcome="oom"))
     write_section(host / "run-1", "requests.json", records)
     return Project(tmp_path)
@@ -307,8 +310,11 @@ def _drop_the_baseline_attempt(p: Project) -> None:
                                 "('cpuoff-expandable', 'edit-compose-pair', 2301); the first is "
                                 "at $.requests[0]"),
     (_drop_the_baseline_attempt, [], "$.attempt.baseline: the attempt names no baseline attempt"),
+    (lambda p: save(p.root / "baseline" / FIXTURE / "2301.png", natural((10, 10))), [],
+     "differs from"),
+    # An output laid over its record's artifact: refused by its hash before any comparison.
     (lambda p: save(p.artifacts_dir / "run-1" / "fp8-2301.png", natural((10, 10))), [],
-     "size 312x208 differs from 10x10"),
+     "not the image the probe wrote"),
     (lambda p: None, ["--baseline-attempt", "nope"], "baseline attempt 'nope' is not under"),
     (lambda p: None, ["--layout", "{seed}.png"], "must name {seed} and {fixture}"),
     (lambda p: None, ["--attempt", "run-9"], "no attempt 'run-9'"),
@@ -319,4 +325,18 @@ def test_bad_inputs_are_clear_errors_and_nothing_is_written(project, capsys, cha
     base = ["quality", "--baseline", str(project.root / "baseline")]
     assert main(base + (args if "--attempt" in args else ["--attempt", "run-1", *args])) == 2
     assert message in capsys.readouterr().err
+    assert not (project.evidence_dir / "rtx3090" / "run-1" / "psnr.json").exists()
+
+
+def test_an_image_laid_over_its_records_path_is_refused_and_nothing_is_written(project):
+    """An artifact whose bytes are not the ones its record hashed (planted by hand, or by an
+    archive from elsewhere) is compared with nothing: quality names the file and writes no
+    PSNR."""
+    planted = project.artifacts_dir / "run-1" / "cpuoff-2301.png"
+    save(planted, natural(seed=99))
+    with pytest.raises(InputError, match="not the image the probe wrote") as err:
+        from omniprobe.analysis.baseline_compare import run_quality
+
+        run_quality(project, project.root / "baseline", attempt_id="run-1")
+    assert str(planted) in str(err.value.problems[0])
     assert not (project.evidence_dir / "rtx3090" / "run-1" / "psnr.json").exists()

@@ -26,6 +26,7 @@ from omniprobe.analysis.imaging import Comparator, Pixels, load_pixels, measure,
 from omniprobe.config.fixtures import Fixture, FixtureSuite
 from omniprobe.config.project import Project
 from omniprobe.config.report_settings import QualitySettings, StructureChecks
+from omniprobe.digests import sha256_file
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.evidence.files import ATTEMPT_FILE, write_section
 from omniprobe.evidence.load import LoadedAttempt
@@ -230,6 +231,20 @@ def _with_layout(cfg: QualitySettings, layout: str | None) -> QualitySettings:
         raise InputError(problems_from_validation("--layout", exc)) from None
 
 
+def require_recorded_images(attempt, outputs) -> None:
+    """Every image compared is the one its record hashed: a file laid over an artifact path (by
+    hand, or by an archive from elsewhere) is refused, naming it, before any PSNR is written."""
+    problems = []
+    for out in outputs:
+        want = out.record.output_sha256
+        if want is not None and sha256_file(out.path) != want:
+            problems.append(Problem(str(out.path), "", f"its sha256 is not the {want[:12]}... "
+                                    f"its record in {attempt.id} holds: not the image the probe "
+                                    "wrote, so nothing is compared with it"))
+    if problems:
+        raise InputError(problems)
+
+
 def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None = None,
                 layout: str | None = None, comparator: Comparator | None = None,
                 baseline_attempt: str | None = None) -> QualityResult:
@@ -262,6 +277,7 @@ def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None 
         raise InputError([Problem(str(baseline_dir), "", "baseline folder not found")])
 
     outputs = attempt_outputs(attempt, project.artifacts_dir)
+    require_recorded_images(attempt, outputs)
     refused = standin_refusals(attempt, outputs, loaded.fixtures)
     originals = [o for o in outputs if o.record.inputs == "original"]
     if not originals:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.strict import STRICT
+from omniprobe.limits import MAX_SEED
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.safe_io import parse_json, read_text
@@ -73,7 +74,9 @@ class DiffusersProfile(_Input):
     steps: int | None = Field(default=None, ge=1, le=1000,
                               description="Denoising steps, in place of the fixtures' sampling.")
     true_cfg_scale: float | None = Field(default=None, ge=0, le=100)
-    seeds: list[int] | None = Field(default=None, min_length=1)
+    # Seeds as every generator the stacks use takes them: 0 to 2**32-1.
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] | None = Field(default=None,
+                                                                          min_length=1)
     chosen_by_omniprobe: list[str] = Field(
         default=[], description="The keys of this profile the seed report does not state.")
     seed_says: str | None = Field(default=None, description="What the seed states of it, quoted.")
