@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.strict import STRICT
-from omniprobe.limits import MAX_SEED
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, problems_from_validation
+from omniprobe.limits import MAX_SEED
 from omniprobe.safe_io import parse_json, read_text
 
 Offload = Literal["none", "model-cpu", "group-leaf", "group-block"]
