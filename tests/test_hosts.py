@@ -58,6 +58,12 @@ def _errors(path) -> list[str]:
          'other_processes_source = { kind = "assumed", where = "x" }\n\n[cards.rtx5070]',
          "[cards.rtx3060-12gb] key 'overhead_source.kind': Input should be 'nvml', "
          "'public-nvidia-smi' or 'assumed'"),
+        ("seeds = [2301, 2302, 2303, 2304]", "seeds = [2301, 4294967296]",
+         "[diffusers_profiles.seed-baseline] key 'seeds.1': Input should be less than or equal "
+         "to 4294967295"),
+        ("seeds = [2301, 2302, 2303, 2304]", "seeds = [-1]",
+         "[diffusers_profiles.seed-baseline] key 'seeds.0': Input should be greater than or "
+         "equal to 0"),
         ('card = "rtx5080"', 'card = "rtx5080-super"',
          "[hosts.rtx5080] key 'card': card 'rtx5080-super' is not defined under [cards]"),
     ],
