@@ -561,7 +561,7 @@ def test_a_runner_breaking_the_protocol_stops_the_run_naming_the_file(project, t
         "with open(results, 'a') as out:\n"
         "    out.write(json.dumps({'event': 'init', 'outcome': 'ready', 'wall_s': 0}) + '\\n')\n"
         "    out.write(json.dumps({'event': 'request', 'id': 'someone-else', 'outcome': 'ok',"
-        " 'wall_s': 0}) + '\\n')\n")
+        " 'wall_s': 0, 'fixture': 'sim-t2i', 'seed': 2301}) + '\\n')\n")
     hosts = project.hosts_file.read_text().replace(
         'offline_command = ["{python}", "-m", "omniprobe.sim", "offline", "--hosts-file", '
         '"{hosts_file}", "--sim-host", "{host}"]', f'offline_command = ["{{python}}", "{script}"]')

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from omniprobe.analysis.failure_cause import classify_failure
 from omniprobe.analysis.oom import parse_oom
 from omniprobe.config.fixtures import Fixture
@@ -104,6 +106,10 @@ class CapacityProbe(OfflineProbe):
         runner, events = running[0], running[1]
         while True:
             event, why = self._next(runner, events, self.settings.request_timeout_s)
+            if event is None and why == "exited 0":
+                raise RunnerProtocolError(f"{events.path}: the runner exited 0 before its 'done' "
+                                          "event: expected a band for every count it was given; "
+                                          "the runner broke the protocol")
             if event is None:
                 self.unfinished.append(f"{profile}: the runner {why} during the search; "
                                        "re-run to resume it")
@@ -114,9 +120,7 @@ class CapacityProbe(OfflineProbe):
             if event["event"] == "trial":
                 self._trial(profile, plan, event, index, label, progress)
             elif event["event"] == "band":
-                band = CapacityBand.model_validate(
-                    {k: v for k, v in event.items() if k not in ("event", "references")}
-                    | {"reference_count": event.get("references")})
+                band = self._band(plan, event, events.path)
                 search = search.model_copy(update={
                     "bands": [*[b for b in search.bands
                                 if b.reference_count != band.reference_count], band],
@@ -127,6 +131,23 @@ class CapacityProbe(OfflineProbe):
             else:
                 raise RunnerProtocolError(f"{events.path}: expected a trial, a band or done, "
                                           f"got {event}")
+
+    @staticmethod
+    def _band(plan: SearchPlan, event: dict, path) -> CapacityBand:
+        """A band event (its fields validated on arrival) as the band of a count searched."""
+        refs = event["references"]
+        fixture = plan.fixtures.get(refs)
+        if fixture is None or event["fixture"] != fixture.id:
+            raise RunnerProtocolError(f"{path}: a band for {refs!r} reference(s), fixture "
+                                      f"{event['fixture']!r}: not one this search asked for")
+        try:
+            return CapacityBand.model_validate(
+                {k: v for k, v in event.items() if k not in ("event", "references")}
+                | {"reference_count": refs})
+        except ValidationError as exc:
+            raise RunnerProtocolError(f"{path}: the runner's 'band' event: "
+                                      f"{exc.errors()[0]['msg']}; the runner broke the "
+                                      "protocol") from None
 
     def _search_spec(self, entry: OfflineEntry, plan: SearchPlan, seed: int,
                      search: ProfileSearch, folder) -> dict:

@@ -40,7 +40,7 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.attempts import AttemptStore, file_ref
 from omniprobe.evidence.files import write_section
 from omniprobe.evidence.models.common import FailureCause
-from omniprobe.evidence.models.offline import DiffusersBuild, OfflineCell, OfflineRequest
+from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
 from omniprobe.evidence.quantities import Range
 from omniprobe.harness.client import reference_path
 from omniprobe.harness.emulation import (
@@ -74,6 +74,7 @@ from omniprobe.harness.runner_events import (
     RunnerEvents,
     RunnerProtocolError,
     after_last_event,
+    build_facts,
     check_result,
 )
 from omniprobe.harness.sampler import MIB, GpuReader, NvmlUnavailable, Sampler, wait_idle
@@ -226,6 +227,11 @@ class OfflineProbe:
                 event, why = self._next(runner, events, self.settings.request_timeout_s)
                 if event is not None:
                     check_result(event, planned, events.path)
+                elif why == "exited 0":
+                    raise RunnerProtocolError(
+                        f"{events.path}: the runner exited 0 without the result of "
+                        f"{planned.id!r}: expected a 'request' event for every request it was "
+                        "given; the runner broke the protocol")
                 breach = (guard.breach_by(time.monotonic() - runner.started)
                           if guard is not None else None)
                 record = (self._record(entry, planned, event, index, breach)
@@ -293,6 +299,8 @@ class OfflineProbe:
             command = ram.wrap(command, sys.executable)
         runner = SupervisedProcess(command, env, folder / "runner.log", None,
                                    grace_s=self.settings.grace_s, model_code=self.model_code)
+        # A discarded attempt's runner of the same name left its results: never read as ours.
+        (folder / "results.jsonl").unlink(missing_ok=True)
         events = RunnerEvents(folder / "results.jsonl")
         progress.say(f"[{label}] starting the runner")
         # An emulated host RAM cap's cgroup is no descendant of ours: its own count tells, and a
@@ -355,14 +363,20 @@ class OfflineProbe:
         elapsed = round(time.monotonic() - runner.started, 2)
         if event is not None and event["event"] != "init":
             raise RunnerProtocolError(f"{events.path}: expected the init result, got {event}")
+        if why == "exited 0":
+            # A runner ends well only after its init event: no results is no answer of the card.
+            raise RunnerProtocolError(f"{events.path}: the runner exited 0 without its 'init' "
+                                      "event: expected the init result first; the runner broke "
+                                      "the protocol")
         if event is not None and event.get("outcome") == "ready":
+            build = build_facts(event, events.path)
             refused = self._refuse_ready(entry, event)
             if refused is None:
                 if state.init_s is None:
                     state.init_s = event.get("wall_s")
                 state.survives_failure = bool(event.get("survives_failure"))
-                if event.get("facts"):
-                    state.build = DiffusersBuild.model_validate(event["facts"])
+                if build is not None:
+                    state.build = build
                 progress.say(f"[{label}] engine built after {event.get('wall_s')} s")
                 return True
             failure = OfflineCell(**entry.named, outcome="init-error", structure="unchecked",

@@ -1,19 +1,145 @@
-"""The offline runner's results file, read as it grows (one JSON line per event), and each
-request result checked against the runner protocol."""
+"""The offline runner's results file, read as it grows (one JSON line per event), each event
+validated as it arrives by the strict model of its kind (the protocol of
+harness/offline_runner.py's docstring), and each request result checked against the request
+expected next."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from omniprobe.errors import HarnessError
+from omniprobe.evidence.models.offline import DiffusersBuild
 from omniprobe.harness.offline_plan import (
     PlannedRequest,
 )
+from omniprobe.limits import MAX_BYTES, MAX_MIB, MAX_WAIT_S
 from omniprobe.safe_io import json_loads
 
 
 class RunnerProtocolError(HarnessError):
     """The runner wrote something the protocol does not allow."""
+
+
+# The runner's own words (errors, tracebacks) are kept to the tails the runner itself cuts.
+Text = Annotated[str, Field(max_length=100_000)] | None
+Seconds = Annotated[float, Field(ge=0, le=MAX_WAIT_S)]
+Mib = Annotated[float, Field(ge=0, le=MAX_MIB)]
+PoolMib = Annotated[int, Field(gt=0, le=MAX_MIB)]
+Outcome = Literal["ok", "oom", "error"]
+
+
+class _Event(BaseModel):
+    # Strict: no "12" taken for 12, no true for 1, no NaN or Infinity, no key the protocol lacks.
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class _Measured(_Event):
+    """What a request or trial measured beside its peak: figures only, each within a TiB."""
+
+    measured: dict[str, Any] = {}
+
+    @field_validator("measured")
+    @classmethod
+    def _figures(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for key, figure in value.items():
+            if figure is not None and (isinstance(figure, bool)
+                                       or not isinstance(figure, int | float)
+                                       or not 0 <= figure <= MAX_BYTES):  # NaN fails this too
+                raise ValueError(f"measured[{key!r}]: expected a number from 0 to {MAX_BYTES} "
+                                 f"or null, got {figure!r}")
+        return value
+
+
+class InitEvent(_Event):
+    event: Literal["init"]
+    outcome: Literal["ready", "oom", "error"]
+    wall_s: Seconds
+    error: Text = None
+    traceback: Text = None
+    survives_failure: bool = False
+    facts: dict[str, Any] | None = None  # the build's figures: DiffusersBuild checks them
+    emulation: dict[str, Any] | None = None
+
+
+class RequestEvent(_Measured):
+    event: Literal["request"]
+    id: str
+    fixture: str
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)]
+    outcome: Outcome
+    wall_s: Seconds
+    started_s: Seconds | None = None
+    image: str | None = None
+    peak_mib: Mib | None = None
+    peak_source: str | None = None
+    error: Text = None
+    traceback: Text = None
+
+
+class TrialEvent(_Measured):
+    event: Literal["trial"]
+    references: Annotated[int, Field(ge=0)]
+    fixture: str
+    limit_mib: PoolMib
+    phase: str
+    repeat: bool
+    outcome: Outcome
+    wall_s: Seconds
+    started_s: Seconds | None = None
+    peak_mib: Mib | None = None
+    peak_source: str | None = None
+    error: Text = None
+    traceback: Text = None
+
+
+class BandEvent(_Event):
+    event: Literal["band"]
+    references: Annotated[int, Field(ge=0)]
+    fixture: str
+    fits_at_mib: PoolMib | None
+    fails_at_mib: PoolMib | None
+    fails_at_inferred: bool = False
+    trials: Annotated[int, Field(ge=0)]
+    requests_saved: int
+    stopped: Literal["error"] | None = None
+
+
+class ClosedEvent(_Event):
+    event: Literal["closed"]
+    after: str
+
+
+class DoneEvent(_Event):
+    event: Literal["done"]
+
+
+RunnerEvent = Annotated[InitEvent | RequestEvent | TrialEvent | BandEvent | ClosedEvent
+                        | DoneEvent, Field(discriminator="event")]
+_EVENT = TypeAdapter(RunnerEvent)
+EVENT_KINDS = ("init", "request", "trial", "band", "closed", "done")
+
+
+def validated_event(event: object, path: Path) -> dict:
+    """`event` if the protocol allows it, else RunnerProtocolError naming the event, the field
+    and what was expected."""
+    if not isinstance(event, dict) or event.get("event") not in EVENT_KINDS:
+        kind = event.get("event") if isinstance(event, dict) else type(event).__name__
+        raise RunnerProtocolError(f"{path}: an event of kind {kind!r}: expected one of "
+                                  f"{', '.join(EVENT_KINDS)}")
+    try:
+        _EVENT.validate_python(event)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"][1:]) or "(the event)"
+        got = first.get("input")
+        raise RunnerProtocolError(
+            f"{path}: the runner's {event['event']!r} event, field {field!r}: "
+            f"{first['msg'][:1].lower()}{first['msg'][1:]} (got {str(got)[:80]!r}); the runner "
+            "broke the protocol") from None
+    return event
 
 
 class RunnerEvents:
@@ -26,7 +152,7 @@ class RunnerEvents:
     def next(self) -> dict | None:
         if not self._queue:
             self._read()
-        return self._queue.pop(0) if self._queue else None
+        return validated_event(self._queue.pop(0), self.path) if self._queue else None
 
     def _read(self) -> None:
         try:
@@ -42,8 +168,6 @@ class RunnerEvents:
                 event = json_loads(line)
             except ValueError:
                 raise RunnerProtocolError(f"{self.path}: not a JSON line: {line[:200]!r}") from None
-            if not isinstance(event, dict) or "event" not in event:
-                raise RunnerProtocolError(f"{self.path}: a result without 'event': {line[:200]!r}")
             self._queue.append(event)
 
 
@@ -54,13 +178,24 @@ RESULT_MEASURES = ("peak_allocated_mib", "start_allocated_mib", "kv_cache_bytes"
 
 
 def check_result(event: dict, planned: PlannedRequest, path: Path) -> None:
-    """A request result as the protocol has it, for the request expected next."""
-    wall = event.get("wall_s")
-    if (event["event"] != "request" or event.get("id") != planned.id
-            or event.get("outcome") not in ("ok", "oom", "error")
-            or not isinstance(wall, int | float) or wall < 0):
-        raise RunnerProtocolError(f"{path}: expected the result of {planned.id!r} with outcome "
-                                  f"ok, oom or error and a wall_s, got {event}")
+    """A request result (validated_event checked its fields) for the request expected next."""
+    if event["event"] != "request" or event["id"] != planned.id:
+        raise RunnerProtocolError(f"{path}: expected the result of {planned.id!r}, got the "
+                                  f"runner's {event['event']!r} event {str(event)[:200]}")
+
+
+def build_facts(event: dict, path: Path) -> DiffusersBuild | None:
+    """An init event's facts as the build record they claim to be (None: it reported none)."""
+    if not event.get("facts"):
+        return None
+    try:
+        return DiffusersBuild.model_validate(event["facts"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = ".".join(str(p) for p in first["loc"])
+        raise RunnerProtocolError(f"{path}: the runner's 'init' event, field 'facts.{field}': "
+                                  f"{first['msg'][:1].lower()}{first['msg'][1:]}; the runner "
+                                  "broke the protocol") from None
 
 
 def after_last_event(log: str) -> str:
