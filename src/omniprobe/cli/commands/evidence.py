@@ -26,7 +26,10 @@ def run(args: argparse.Namespace) -> int:
         for line in unpacked.recovered:
             print(line)
         print(f"unpacked {len(unpacked.attempts)} attempt(s) into {project.evidence_dir}: "
-              f"{', '.join(unpacked.attempts)}")
+              f"{', '.join(unpacked.attempts) or 'none'}")
+        if unpacked.skipped:
+            print(f"skipped {len(unpacked.skipped)} attempt(s) already here byte for byte: "
+                  f"{', '.join(unpacked.skipped)}")
         return 0
     for line in archive.recover(project):  # an interrupted unpack, completed or rolled back
         print(line)
