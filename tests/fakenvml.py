@@ -33,6 +33,7 @@ class FakeNvml:
     compute_capability: tuple[int, int] = (8, 6)
     names: dict[int, str] = field(default_factory=dict)
     fail_init: str | None = None
+    device_count: int = 1
     NVMLError = NVMLError
 
     def __post_init__(self) -> None:
@@ -51,8 +52,11 @@ class FakeNvml:
         if self.fail_init:
             raise NVMLError(self.fail_init)
 
+    def nvmlShutdown(self) -> None:
+        pass
+
     def nvmlDeviceGetCount(self) -> int:
-        return 1
+        return self.device_count
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index
@@ -80,3 +84,6 @@ class FakeNvml:
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return "fake"
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return 12080

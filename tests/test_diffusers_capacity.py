@@ -163,7 +163,12 @@ def test_an_attempt_packed_elsewhere_unpacks_here_whole_and_never_over_itself(re
         assert (elsewhere.evidence_dir / "diffusers-tiny-cpu" / attempt / file.name
                 ).read_bytes() == file.read_bytes()
     assert (elsewhere.artifacts_dir / log.relative_to(art)).read_text() == "a runner log\n"
-    with pytest.raises(Refusal, match="refusing to overwrite"):
+    # The same archive again (issue 34, item 7): the attempt is here byte for byte, so skipped.
+    again = archive.unpack(packed.path, elsewhere)
+    assert (again.attempts, again.skipped) == ((), (attempt,))
+    changed = elsewhere.evidence_dir / "diffusers-tiny-cpu" / attempt / "attempt.json"
+    changed.write_bytes(changed.read_bytes() + b"\n")
+    with pytest.raises(Refusal, match=r"refusing to overwrite .*attempt\.json \(content differs\)"):
         archive.unpack(packed.path, elsewhere)
 
 

@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import tarfile
 from pathlib import Path
@@ -440,8 +441,43 @@ def test_unpack_on_the_command_line_says_what_it_did_and_exits_as_the_table_says
     path = _write(tmp_path / "e.tar.gz", members)
     assert main(["evidence", "unpack", str(path)]) == 0
     assert f"unpacked 1 attempt(s) into {here.evidence_dir}: {TINY}" in capsys.readouterr().out
+    assert main(["evidence", "unpack", str(path)]) == 0  # the same attempt again: skipped
+    assert f"skipped 1 attempt(s) already here byte for byte: {TINY}" in capsys.readouterr().out
+    (here.evidence_dir / "diffusers-tiny-cpu" / TINY / "attempt.json").write_text("{}\n")
     assert main(["evidence", "unpack", str(path)]) == Refusal.exit_code
-    assert "refusing to overwrite" in capsys.readouterr().err
+    assert "attempt.json (content differs)" in capsys.readouterr().err
     os.mkfifo(tmp_path / "fifo")
     assert main(["evidence", "unpack", str(tmp_path / "fifo")]) == InputError.exit_code
     assert issubclass(archive.ArchiveRefused, OmniprobeError)
+
+
+@pytest.mark.parametrize("case, here, carried, differ", [
+    ("byte-identical", {"attempt.json": b"a", "requests.json": b"r"},
+     {"attempt.json": b"a", "requests.json": b"r"}, []),
+    ("a file changed", {"attempt.json": b"a"}, {"attempt.json": b"b"},
+     ["attempt.json (content differs)"]),
+    ("a file only here", {"attempt.json": b"a", "init.json": b"i"}, {"attempt.json": b"a"},
+     ["init.json (only here)"]),
+    ("a file only in the archive", {"attempt.json": b"a"}, {"attempt.json": b"a", "x.json": b"x"},
+     ["x.json (only in the archive)"]),
+    ("a symlink here", {"attempt.json": None}, {"attempt.json": b"a"},
+     ["attempt.json (content differs)"]),
+])
+def test_an_attempt_here_is_compared_file_by_file(case, here, carried, differ):
+    assert archive.evidence_differences(here, carried) == differ, case
+
+
+def test_an_attempt_here_without_its_artifacts_takes_them_and_skips_its_evidence(
+        packed, tmp_path):
+    members, here = packed
+    path = _write(tmp_path / "e.tar.gz", members)
+    assert archive.unpack(path, here).attempts == (TINY,)
+    logs = here.artifacts_dir / TINY_HOST / TINY
+    assert (logs / "tiny-cpu" / "runner-1" / "runner.log").is_file()
+    shutil.rmtree(logs)
+    evidence = {f: f.read_bytes() for f in (here.evidence_dir / TINY_HOST / TINY
+                                            ).rglob("*") if f.is_file()}
+    again = archive.unpack(path, here)
+    assert (again.attempts, again.skipped) == ((), (TINY,))
+    assert (logs / "tiny-cpu" / "runner-1" / "runner.log").read_text() == "a runner log\n"
+    assert {f: f.read_bytes() for f in evidence} == evidence

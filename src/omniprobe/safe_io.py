@@ -153,8 +153,13 @@ def load_json(path: str | Path) -> Any:
 
 def load_toml(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    return toml_text(path, read_text(path))
+
+
+def toml_text(path: Path, text: str) -> dict[str, Any]:
+    """`text` parsed as TOML; an InputError naming `path` where it is not."""
     try:
-        return _parse_nested(path, read_text(path), _TOML_TEXT, tomllib.loads)
+        return _parse_nested(path, text, _TOML_TEXT, tomllib.loads)
     except tomllib.TOMLDecodeError as exc:
         raise _problem(path, f"not valid TOML: {exc}") from None
 

@@ -16,7 +16,7 @@ from omniprobe.config.names import Name
 from omniprobe.config.report_settings import ProbeSettings, QualitySettings, StructureChecks
 from omniprobe.config.stack import BaselineEnv, EnvConfig, Stack, UpstreamPin
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
-from omniprobe.safe_io import load_toml
+from omniprobe.safe_io import load_toml, toml_text
 
 
 class UnknownHost(Refusal):
@@ -199,7 +199,15 @@ def _env_against_stack(cfg: HostsConfig, file: str) -> list[Problem]:
 def load_hosts(path: str | Path) -> HostsConfig:
     """Load and check hosts.toml; raise InputError listing every problem."""
     path = Path(path)
-    data = load_toml(path)
+    return _checked(path, load_toml(path))
+
+
+def parse_hosts(path: Path, text: str) -> HostsConfig:
+    """`text` checked as `path`'s contents would be (a change is checked before it is written)."""
+    return _checked(path, toml_text(path, text))
+
+
+def _checked(path: Path, data: dict) -> HostsConfig:
     if "report" in data:  # hosts.toml held it until the report's words moved to its templates
         raise InputError([Problem(str(path), "[report]", "the report's title and issues live in "
                                   "templates/report.toml, as top-level keys; move them there")])

@@ -86,9 +86,7 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
         checks.append(env_check("host.hostname", "skip", "emulated host: runs on any machine with "
                                 f"its physical GPU ({host.gpu})"))
     else:
-        checks.append(env_check("host.hostname", "pass" if facts.hostname == host.hostname
-                                else "fail", "this machine's name against hosts.toml",
-                                host.hostname, facts.hostname))
+        checks.append(hostname_check(cfg, host_name, facts.hostname))
 
     names = [step.name for step in steps]
     torch_pinned = "torch" in names
@@ -142,6 +140,23 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     return Verification(manifest=manifest, paths=paths, complete=current)
 
 
+def hostname_check(cfg: HostsConfig, host_name: str, hostname: str) -> EnvCheck:
+    """This machine's name against the host entry's; a mismatch names the remedy: the entry
+    that has this name, or the command that adds one (a build cannot change a hostname)."""
+    host = cfg.host(host_name)
+    if hostname == host.hostname:
+        return env_check("host.hostname", "pass", "this machine's name against hosts.toml",
+                         host.hostname, hostname)
+    matching = [k for k, h in cfg.hosts.items()
+                if h.hostname == hostname and not h.simulated and h.emulation is None]
+    remedy = (f"host {' or '.join(matching)} in hosts.toml is this machine: run with --host "
+              f"{matching[0]}" if matching else
+              f"no host entry is this machine: add one with `omniprobe host add NAME --like "
+              f"{host_name}`, then run with --host NAME")
+    return env_check("host.hostname", "fail", f"this machine's name against hosts.toml; "
+                     f"{remedy}", host.hostname, hostname)
+
+
 def planned_checks(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPaths,
                which: EnvName = "probe") -> list[str]:
     """Every check verify_env runs, in its order, for a dry run: `name: what it looks at`."""
@@ -188,6 +203,17 @@ def describe_failures(verification: Verification) -> str:
     return "\n".join(f"  {line}" for line in failure_lines(verification.checks))
 
 
+def remedy_line(failed: list[EnvCheck], host: str, which: EnvName) -> str:
+    """What to run: a build repairs the env, never a hostname (its check names the remedy)."""
+    build = f"run `{build_command(host, which)}` (it repairs an incomplete build)"
+    if not any(c.name == "host.hostname" for c in failed):
+        return build
+    others = [c for c in failed if c.name != "host.hostname"]
+    hint = ("this machine is not the host's: see host.hostname above for the entry that "
+            "matches it, or `omniprobe host add`")
+    return f"{hint}; then, for the other checks, {build}" if others else hint
+
+
 def require_env_ok(host: str, *, project: Project | None = None, venv: str | Path | None = None,
                    nvml: Any = None, runner: Runner | None = None,
                    out: TextIO | None = None, which: EnvName = "probe") -> Verification:
@@ -204,7 +230,7 @@ def require_env_ok(host: str, *, project: Project | None = None, venv: str | Pat
         raise EnvNotReady(
             f"the {which} environment of host {host!r} at {paths.venv} is not usable:\n"
             f"{describe_failures(verification)}\n"
-            f"run `{build_command(host, which)}` (it repairs an incomplete build)")
+            f"{remedy_line(verification.failed, host, which)}")
     for line in contract_warnings(verification.manifest):
         print(f"warning: {line}", file=out or sys.stderr)
     return verification

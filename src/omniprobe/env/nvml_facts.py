@@ -45,7 +45,7 @@ def read_gpu(nvml: Any, index: int = 0) -> GpuFacts:
         nvml.nvmlShutdown()
 
 
-def _memory_total_gib() -> float | None:
+def memory_total_gib() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
@@ -63,7 +63,7 @@ def host_facts(nvml: Any) -> HostFacts:
         error = f"{type(exc).__name__}: {exc}"
     return HostFacts(hostname=socket.gethostname(), platform=platform.platform(),
                      machine=platform.machine(), cpu_count=os.cpu_count(),
-                     memory_total_gib=_memory_total_gib(), gpu=gpu, nvml_error=error)
+                     memory_total_gib=memory_total_gib(), gpu=gpu, nvml_error=error)
 
 
 def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]:

@@ -55,8 +55,9 @@ class Packed:
 
 @dataclass(frozen=True)
 class Unpacked:
-    attempts: tuple[str, ...]
+    attempts: tuple[str, ...]  # taken
     recovered: tuple[str, ...]  # what was done of an unpack an interrupt left
+    skipped: tuple[str, ...] = ()  # byte-identical to the attempt already here
 
 
 def _attempt_folders(evidence_dir: Path, attempts: list[str]) -> list[Path]:
@@ -201,10 +202,14 @@ def unpack(archive: Path, project: Project, limits: ArchiveLimits = LIMITS) -> U
     with unpack_journal.locked(project):
         recovered = tuple(unpack_journal.recover(project))
         moves = _targets(archive, project, carried)
+        same = identical_attempts(project, carried, contents, paths, archive)
         staging = unpack_journal.new_staging(project)
         try:
             for name, data in contents.items():
                 path = paths[name]
+                if path.attempt_key in same and (path.root == EVIDENCE
+                                                 or moves[path.attempt_key][1].exists()):
+                    continue  # already here as it is
                 base = staging.evidence if path.root == EVIDENCE else staging.artifacts
                 target = base.joinpath(path.host, path.attempt, *path.rest)
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -220,19 +225,63 @@ def unpack(archive: Path, project: Project, limits: ArchiveLimits = LIMITS) -> U
             for (host, attempt), pair in moves.items()
             for root, target in zip((staging.evidence, staging.artifacts), pair, strict=True)
             if root.joinpath(host, attempt).is_dir()])
-    return Unpacked(tuple(a for _, a in carried), recovered)
+    return Unpacked(tuple(key[1] for key in carried if key not in same), recovered,
+                    tuple(key[1] for key in carried if key in same))
 
 
 def _targets(archive: Path, project: Project, carried: list[tuple[str, str]]
              ) -> dict[tuple[str, str], tuple[Path, Path]]:
-    """Each attempt's evidence and artifacts folders here, confined; refused if any exists."""
+    """Each attempt's evidence and artifacts folders here, confined. An attempt whose evidence
+    is here is compared by identical_attempts; artifacts here without their evidence are
+    refused."""
     targets = {key: tuple(confine(root, f"{key[0]}/{key[1]}", file=archive, field=key[1])
                           for root in (project.evidence_dir, project.artifacts_dir))
                for key in carried}
-    taken = [str(t) for pair in targets.values() for t in pair if t.exists() or t.is_symlink()]
+    taken = [str(artifacts) for evidence, artifacts in targets.values()
+             if not evidence.exists() and (artifacts.exists() or artifacts.is_symlink())]
+    taken += [str(evidence) for evidence, _ in targets.values()
+              if evidence.is_symlink() or (evidence.exists() and not evidence.is_dir())]
     if taken:
         raise ArchiveRefused("refusing to overwrite: " + ", ".join(taken))
     return targets
+
+
+def evidence_differences(here: dict[str, bytes], carried: dict[str, bytes]) -> list[str]:
+    """The files of one attempt that differ between here and the archive, each with how."""
+    return ([f"{n} (content differs)" for n in sorted(here.keys() & carried.keys())
+             if here[n] != carried[n]]
+            + [f"{n} (only here)" for n in sorted(here.keys() - carried.keys())]
+            + [f"{n} (only in the archive)" for n in sorted(carried.keys() - here.keys())])
+
+
+def identical_attempts(project: Project, carried: list[tuple[str, str]],
+                       contents: dict[str, bytes], paths: dict, archive: Path
+                       ) -> set[tuple[str, str]]:
+    """The carried attempts already here byte for byte (their evidence; artifacts are taken
+    where none are here); ArchiveRefused naming every differing file of any other one here."""
+    same, refused = set(), []
+    for key in carried:
+        folder = project.evidence_dir.joinpath(*key)
+        if not folder.is_dir():
+            continue
+        here = {f.relative_to(folder).as_posix(): _here_bytes(f)
+                for f in sorted(folder.rglob("*")) if f.is_file() or f.is_symlink()}
+        ours = {"/".join(paths[n].rest): data for n, data in contents.items()
+                if paths[n].root == EVIDENCE and paths[n].attempt_key == key}
+        differ = evidence_differences(here, ours)
+        if differ:
+            refused.append(f"{folder}: {', '.join(differ)}")
+        else:
+            same.add(key)
+    if refused:
+        raise ArchiveRefused(f"{archive}: refusing to overwrite committed content that differs: "
+                             + "; ".join(refused))
+    return same
+
+
+def _here_bytes(path: Path) -> bytes | None:
+    """A file's bytes here; None for a symlink, which no archive member equals."""
+    return None if path.is_symlink() else path.read_bytes()
 
 
 def _staged_problems(project: Project, staged: Path, archive: Path) -> list[Problem]:

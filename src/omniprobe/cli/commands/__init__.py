@@ -4,6 +4,7 @@
 from omniprobe.cli.commands import (
     env,
     evidence,
+    host,
     image_check,
     nox_args,
     probe,
@@ -23,5 +24,5 @@ from omniprobe.cli.commands import (
 )
 
 COMMANDS = (validate, schema, report, image_check, standins, quality, evidence, wheels, env,
-            select_host, probe, probe_offline, probe_capacity, probe_baseline, propagation,
+            host, select_host, probe, probe_offline, probe_capacity, probe_baseline, propagation,
             upstream, nox_args, timeline)

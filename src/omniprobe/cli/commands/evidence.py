@@ -26,7 +26,10 @@ def run(args: argparse.Namespace) -> int:
         for line in unpacked.recovered:
             print(line)
         print(f"unpacked {len(unpacked.attempts)} attempt(s) into {project.evidence_dir}: "
-              f"{', '.join(unpacked.attempts)}")
+              f"{', '.join(unpacked.attempts) or 'none'}")
+        if unpacked.skipped:
+            print(f"skipped {len(unpacked.skipped)} attempt(s) already here byte for byte: "
+                  f"{', '.join(unpacked.skipped)}")
         return 0
     for line in archive.recover(project):  # an interrupted unpack, completed or rolled back
         print(line)
@@ -35,6 +38,17 @@ def run(args: argparse.Namespace) -> int:
     attempts = list(args.attempt) + sorted(
         p.name for host in args.host for p in (project.evidence_dir / host).glob("*")
         if (p / "attempt.json").is_file())
+    if args.new:
+        from omniprobe.evidence.uncommitted import uncommitted_attempts
+
+        new = {attempt for _, attempt in uncommitted_attempts(project.root, project.evidence_dir)}
+        committed = [a for a in attempts if a not in new]
+        attempts = [a for a in attempts if a in new]
+        if committed:
+            print(f"left out {len(committed)} attempt(s) git already has: {', '.join(committed)}")
+        if not attempts:
+            print("nothing to pack: git has every attempt named")
+            return 0
     if not attempts:
         print("error: name attempts with --attempt or --host", file=sys.stderr)
         return 2
@@ -70,6 +84,9 @@ def add_parser(sub) -> None:
     q.add_argument("--attempt", action="append", default=[], help="an attempt id (repeatable)")
     q.add_argument("--host", action="append", default=[],
                    help="every attempt of this host (repeatable)")
+    q.add_argument("--new", action="store_true",
+                   help="only the attempts git does not have yet (untracked, modified or staged "
+                        "under evidence/): a clone's pack carries what this machine made")
     q.add_argument("--out", type=Path, required=True, help="the archive to write (.tar.gz)")
     q.add_argument("--artifact-max-mib", type=parser_of(ARTIFACT_MIB), default=4.0,
                    help="artifacts (.log, .jsonl) larger than this stay behind (0: none travel)")

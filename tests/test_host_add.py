@@ -1,0 +1,137 @@
+"""`omniprobe host add NAME --like HOST` (issue 34, item 3): this machine's facts into hosts.toml
+without editing code, refused where the machine cannot run the probes, and the hostname check
+that names it."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import socket
+
+import pytest
+
+from omniprobe import cli
+from omniprobe.cli.commands.host import run_add
+from omniprobe.config.hosts import load_hosts
+from omniprobe.env.check_record import env_check
+from omniprobe.env.checks import hostname_check, remedy_line
+from omniprobe.errors import Refusal
+from omniprobe.report.render import render_report
+
+from .fakenvml import FakeNvml, Frame
+
+GIB = 1024**3
+
+
+def nvml(**given) -> FakeNvml:
+    return FakeNvml([Frame(0, 0)], **{"total": 24 * GIB, "name": "NVIDIA GeForce RTX 3090 Ti",
+                                      "compute_capability": (8, 6), **given})
+
+
+@pytest.fixture
+def machine(repo_copy, monkeypatch):
+    """The committed project, on a Linux machine called `desk` (its GPU is the test's double)."""
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    monkeypatch.setattr(socket, "gethostname", lambda: "desk")
+    monkeypatch.setattr(platform, "system", lambda: "Linux")
+    return repo_copy
+
+
+def add(name="desk3090", like="rtx3090", gpu_index=0, gpu=None) -> int:
+    args = argparse.Namespace(name=name, like=like, gpu_index=gpu_index)
+    return cli.run_command(lambda: run_add(args, nvml=gpu or nvml()))
+
+
+def test_host_add_appends_this_machine_and_keeps_the_rest_byte_for_byte(machine, capsys):
+    before = machine.hosts_file.read_bytes()
+    assert add() == 0
+    after = machine.hosts_file.read_bytes()
+    assert after.startswith(before)  # appended: every earlier byte as it was
+    cfg = load_hosts(machine.hosts_file)
+    host, like = cfg.hosts["desk3090"], cfg.hosts["rtx3090"]
+    assert (host.hostname, host.gpu, host.compute_capability, host.vram_gb, host.card) == (
+        "desk", "NVIDIA GeForce RTX 3090 Ti", "8.6", 24, "desk3090")
+    assert host.serve_flag_sets == like.serve_flag_sets
+    assert host.offline_kwarg_sets == like.offline_kwarg_sets
+    assert platform.python_version() in host.python_provider
+    card, like_card = cfg.cards["desk3090"], cfg.cards["rtx3090"]
+    assert card.memory_total_mib == 24 * 1024
+    assert card.memory_total_source.kind == "nvml"
+    assert "24576 MiB" in card.memory_total_source.where
+    assert (card.overhead_mib, card.other_processes_mib) == (like_card.overhead_mib,
+                                                             like_card.other_processes_mib)
+    assert card.overhead_source.kind == card.other_processes_source.kind == "assumed"
+    out = capsys.readouterr().out
+    assert "[hosts.desk3090]" in out and "[cards.desk3090]" in out
+    assert "could not know" in out and "overhead_mib (512): an assumption" in out
+
+
+def test_host_add_reads_the_gpu_at_its_index(machine):
+    assert add(gpu_index=1, gpu=nvml(device_count=2)) == 0
+    card = load_hosts(machine.hosts_file).cards["desk3090"]
+    assert "GPU 1 of 2" in card.memory_total_source.where
+
+
+def test_validate_accepts_the_new_host_and_the_report_has_it_not_probed_yet(machine):
+    assert add() == 0
+    assert cli.main(["validate"]) == 0
+    unprobed = [line for line in render_report(machine).splitlines()
+                if line.startswith("Not probed yet:")]
+    assert len(unprobed) == 1 and "NVIDIA GeForce RTX 3090 Ti" in unprobed[0]
+
+
+@pytest.mark.parametrize("case, name, like, gpu_index, system, gpu, said", [
+    ("not Linux", "desk3090", "rtx3090", 0, "Darwin", nvml(), "runs Darwin, and the probes run on Linux"),
+    ("no NVML", "desk3090", "rtx3090", 0, "Linux", nvml(fail_init="Driver Not Loaded"),
+     "NVML cannot read a GPU on this machine (NVMLError: Driver Not Loaded)"),
+    ("no such GPU", "desk3090", "rtx3090", 2, "Linux", nvml(device_count=2),
+     "--gpu-index 2: NVML sees 2 GPU(s), indices 0..1"),
+    ("host name taken", "rtx5080", "rtx3090", 0, "Linux", nvml(),
+     "'rtx5080' is already in hosts.toml's [hosts]"),
+    ("card name taken", "rtx5090", "rtx3090", 0, "Linux", nvml(),
+     "'rtx5090' is already in hosts.toml's [cards]"),
+    ("like a simulated host", "desk3090", "sim", 0, "Linux", nvml(), "has no real card's flag sets to copy"),
+    ("like an unknown host", "desk3090", "nope", 0, "Linux", nvml(),
+     "names host 'nope', which hosts.toml does not define"),
+])
+def test_host_add_refuses_before_writing(machine, monkeypatch, capsys, case, name, like,
+                                         gpu_index, system, gpu, said):
+    monkeypatch.setattr(platform, "system", lambda: system)
+    before = machine.hosts_file.read_bytes()
+    assert add(name, like, gpu_index, gpu) == Refusal.exit_code, case
+    assert said in capsys.readouterr().err, case
+    assert machine.hosts_file.read_bytes() == before, case
+
+
+def test_host_add_command_line_takes_its_arguments():
+    args = cli.build_parser().parse_args(["host", "add", "mine", "--like", "rtx5080",
+                                          "--gpu-index", "1"])
+    assert (args.name, args.like, args.gpu_index, args.func) == ("mine", "rtx5080", 1, run_add)
+
+
+@pytest.mark.parametrize("case, checked, hostname, status, said", [
+    ("this machine", "rtx3090", "cachyos-alexander", "pass", "this machine's name"),
+    ("another entry's machine", "rtx5080", "cachyos-alexander", "fail",
+     "host rtx3090 in hosts.toml is this machine: run with --host rtx3090"),
+    ("a machine with no entry", "rtx5080", "vm", "fail",
+     "add one with `omniprobe host add NAME --like rtx5080`"),
+])
+def test_a_hostname_mismatch_names_the_remedy(repo, case, checked, hostname, status, said):
+    check = hostname_check(load_hosts(repo.hosts_file), checked, hostname)
+    assert (check.status, check.actual) == (status, hostname), case
+    assert said in check.detail, case
+
+
+HOSTNAME = env_check("host.hostname", "fail", "x")
+STAMP = env_check("env.stamp", "fail", "x")
+
+
+@pytest.mark.parametrize("case, failed, said, not_said", [
+    ("only the build", [STAMP], "run `", "host add"),
+    ("only the hostname", [HOSTNAME], "omniprobe host add", "repairs"),
+    ("both", [HOSTNAME, STAMP], "then, for the other checks, run `", None),
+])
+def test_the_remedy_never_offers_a_build_for_a_hostname(case, failed, said, not_said):
+    line = remedy_line(failed, "rtx5080", "probe")
+    assert said in line, case
+    assert not_said is None or not_said not in line, case

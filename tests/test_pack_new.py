@@ -1,0 +1,69 @@
+"""`omniprobe evidence pack --new` (issue 34, item 7): from a clone, only the attempts git does
+not have yet, so unpacking at home meets no committed attempt it must skip or refuse."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from omniprobe.cli import main
+from omniprobe.evidence import archive_read as archive
+from omniprobe.evidence.uncommitted import NotAGitClone, attempts_of, status_paths
+
+TINY = "2026-12-01T094615Z-diffusers-tiny-cpu-offline"
+EMULATED = "rtx5080-on-h200-diffusers"
+
+
+@pytest.mark.parametrize("case, porcelain, paths", [
+    ("untracked", b"?? evidence/h/a/attempt.json\0", ["evidence/h/a/attempt.json"]),
+    ("modified", b" M evidence/h/a/x.json\0M  evidence/h/b/y.json\0",
+     ["evidence/h/a/x.json", "evidence/h/b/y.json"]),
+    ("a rename: its new path, not its old", b"R  evidence/h/new/x.json\0evidence/h/old/x.json\0",
+     ["evidence/h/new/x.json"]),
+    ("nothing", b"", []),
+])
+def test_git_status_paths(case, porcelain, paths):
+    assert status_paths(porcelain) == paths, case
+
+
+@pytest.mark.parametrize("case, paths, attempts", [
+    ("a file of an attempt", ["evidence/h/a/attempt.json"], {("h", "a")}),
+    ("a deeper file", ["evidence/h/a/images/x.png"], {("h", "a")}),
+    ("a file beside the attempts", ["evidence/h/README"], set()),
+    ("outside evidence/", ["hosts.toml"], set()),
+])
+def test_attempts_of_the_paths(tmp_path, case, paths, attempts):
+    assert attempts_of(paths, tmp_path, tmp_path / "evidence") == attempts, case
+
+
+def git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root,
+                   check=True, capture_output=True)
+
+
+def test_pack_new_packs_only_what_git_does_not_have(repo_copy, monkeypatch, tmp_path, capsys):
+    root = repo_copy.root
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(root))
+    git(root, "init", "-q")
+    git(root, "add", "-A")
+    git(root, "rm", "-r", "-q", "--cached", f"evidence/diffusers-tiny-cpu/{TINY}")
+    git(root, "commit", "-q", "-m", "the clone")
+    out = tmp_path / "new.tar.gz"
+    assert main(["evidence", "pack", "--host", "diffusers-tiny-cpu", "--host", EMULATED,
+                 "--new", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert "left out 3 attempt(s) git already has" in said
+    assert "packed 1 attempt(s)" in said
+    members = archive.read_members(out, archive.LIMITS)
+    assert {archive.member_path(n, out).attempt_key for n in members
+            if n != archive.MANIFEST} == {("diffusers-tiny-cpu", TINY)}
+
+
+def test_pack_new_outside_a_clone_is_refused(repo_copy, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(repo_copy.root.parent))
+    assert main(["evidence", "pack", "--host", EMULATED, "--new", "--out",
+                 str(tmp_path / "x.tar.gz")]) == NotAGitClone.exit_code
+    assert "is not a git clone" in capsys.readouterr().err
