@@ -126,7 +126,7 @@ def band(fits_at, fails_at):
 ])
 def test_a_cards_verdict_is_its_usable_pool_against_the_band(fits_at, fails_at, usable, verdict,
                                                               margin, shortfall):
-    got = band_verdict(band(fits_at, fails_at), usable, 32768, 4096)
+    got = band_verdict(band(fits_at, fails_at), usable, 4096)
     assert (got.verdict, got.margin_mib, got.shortfall_mib) == (verdict, margin, shortfall)
 
 

@@ -51,7 +51,7 @@ def reference_contradictions(found: Searched) -> list[str]:
     shown, never averaged away."""
     out = []
     failed: dict[int, int] = {}  # count -> the highest limit it failed at
-    for trial in sorted(found.trials, key=lambda t: t.reference_count):
+    for trial in found.trials:
         if trial.outcome == "oom":
             failed[trial.reference_count] = max(failed.get(trial.reference_count, 0),
                                                 trial.limit_mib)
@@ -75,8 +75,7 @@ class BandVerdict:
     shortfall_mib: int | None = None  # A - usable, where it does not fit or is at the margin
 
 
-def band_verdict(band: CapacityBand, usable_mib: int, ceiling_mib: int,
-                 floor_mib: int) -> BandVerdict:
+def band_verdict(band: CapacityBand, usable_mib: int, floor_mib: int) -> BandVerdict:
     """The rule: at or above A fits, at or below B does not, between them at the margin. A pool
     the search never reached (above its ceiling with no A, below its floor with no B) is said
     as such, never guessed at."""
@@ -90,7 +89,6 @@ def band_verdict(band: CapacityBand, usable_mib: int, ceiling_mib: int,
     if b is None:
         return BandVerdict("not searched so low" if usable_mib < floor_mib else "at the margin",
                            shortfall_mib=a - usable_mib)
-    del ceiling_mib  # the rule needs it only through a and b
     return BandVerdict("at the margin", margin_mib=usable_mib - b, shortfall_mib=a - usable_mib)
 
 
@@ -132,7 +130,7 @@ def card_profiles(card: Card, searches: dict[str, Searched], runs: list[ProfileR
     usable = card.usable_pool_mib
     for profile, found in searches.items():
         grid = found.search.search
-        verdicts = {b.reference_count: band_verdict(b, usable, grid.ceiling_mib, grid.floor_mib)
+        verdicts = {b.reference_count: band_verdict(b, usable, grid.floor_mib)
                     for b in found.search.bands if b.stopped is None}
         out.append(CardProfile(profile, dict(sorted(verdicts.items())),
                                host_ram_reading(runs, profile, host_ram_mib)))
