@@ -127,7 +127,7 @@ def fill_streamed(name: str, module, dtype, seed: int, *, init_device: str, quan
                 continue
             observer.filled(name, module, unit_name, unit)
             if quantise and isinstance(unit, torch.nn.Linear):
-                _quantise_unit(modules, unit_name, unit, init_device)
+                _quantise_unit(unit, init_device)
             _move_own(unit, keep_on)
             for key, was in origin.items():  # a module sharing it takes its final form
                 made[was] = unit._parameters[key]
@@ -136,13 +136,13 @@ def fill_streamed(name: str, module, dtype, seed: int, *, init_device: str, quan
     module.eval()
 
 
-def _quantise_unit(modules: dict, unit_name: str, unit, init_device: str) -> None:
-    """torchao's int8 weight-only quantize_ of one linear layer, on the init device."""
+def _quantise_unit(unit, init_device: str) -> None:
+    """torchao's int8 weight-only quantize_ of one linear layer, on the init device. It is given
+    the layer alone: quantize_ moves the module it is given to `device`, and a parent still holds
+    unmade (meta) siblings. The device is passed on the CPU too, so the CPU tests take that path."""
     from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
-    parent = modules[unit_name.rpartition(".")[0]] if "." in unit_name else modules[""]
-    quantize_(parent, Int8WeightOnlyConfig(), filter_fn=lambda m, _fqn: m is unit,
-              device=None if init_device == "cpu" else init_device)
+    quantize_(unit, Int8WeightOnlyConfig(), device=init_device)
 
 
 def _move_own(unit, device: str) -> None:
