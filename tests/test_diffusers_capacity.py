@@ -100,12 +100,12 @@ def test_the_cards_verdict_is_capacity_only_and_follows_the_evidence(runs, verdi
 
 
 def held(run_: ProfileRun, cap_gib: int | None, peak_gib: float | None,
-         killed: bool = False, init: str = "ready", pinned_gib: float | None = None
-         ) -> ProfileRun:
+         killed: bool = False, init: str = "ready", pinned_gib: float | None = None,
+         build_path: str | None = "random-streamed") -> ProfileRun:
     return replace(run_, host_ram=HostRam(cap_gib and cap_gib * GIB,
                                           peak_gib and peak_gib * GIB, killed,
                                           pinned_gib and pinned_gib * GIB),
-                   init_outcome=init)
+                   init_outcome=init, build_path=build_path)
 
 
 FITS_4 = {4: ("ok", 11958, False)}
@@ -125,6 +125,10 @@ FITS_4 = {4: ("ok", 11958, False)}
      "does not fit", []),
     ([held(run("leaf", 16, {}), 30, 30.0, killed=True, init="init-error"),
       held(run("nokv", 16, FITS_4), None, 42.3)], 30, "fits the GPU only", []),
+    # Killed under the random build that held the whole bf16 model at once (no build path on
+    # record): the harness's failure, which asks nothing of the card.
+    ([held(run("leaf", 16, {}), 30, 30.0, killed=True, init="init-error", build_path=None)], 30,
+     "not measured", []),
     # Where the host's RAM is not stated, the GPU's fit is the verdict (the report says so).
     ([held(run("nokv", 16, FITS_4), None, 42.3)], None, "fits", ["nokv"]),
     # Both must fit: the GPU pool and the host footprint (issue 32). Pinned memory within the
@@ -326,10 +330,16 @@ def test_no_cgroup_to_cap_host_ram_is_the_machines_failure_named(tmp_path, contr
       held(run("nokv", 16, FITS_4), None, 42.3)], 30,
      "host RAM capped at 30 GiB by a cgroup in 1 profile run(s), 1 of them killed at the cap "
      "(zram not emulated); without a host RAM cap the runner held up to 42.3 GiB of host RAM, "
-     "**more than** the real card's host's 30 GiB"),
+     "**more than** the real card's host's 30 GiB of RAM"),
+    # A kill under the old whole-model build says so; the seed's words for the RAM are quoted,
+    # and zram is never counted.
+    ([held(run("leaf", 16, {}), 30, 30.0, killed=True, init="init-error", build_path=None)], 30,
+     "host RAM capped at 30 GiB by a cgroup in 1 profile run(s), 1 of them killed at the cap "
+     "(1 under the random build that held the whole bf16 model at once, not the card's answer) "
+     "(zram not emulated)"),
     ([held(run("nokv", 16, FITS_4), None, 28.0)], 30,
      "host RAM not emulated: the runner held up to 28.0 GiB of host RAM, within the real card's "
-     "host's 30 GiB"),
+     "host's 30 GiB of RAM"),
     ([held(run("nokv", 24, FITS_4), None, 42.3)], None,
      "host RAM not emulated: the runner held up to 42.3 GiB of host RAM, and the card's host RAM "
      "is not stated"),
@@ -348,6 +358,8 @@ def test_a_build_killed_at_the_host_ram_cap_answers_for_the_host_not_the_gpu():
     oom_at_build = held(run("block", 16, {}), None, 20.0, init="init-oom")
     assert build_note(killed) == "build: the kernel killed the runner at the 30 GiB host RAM cap"
     assert build_note(oom_at_build) == "build: init-oom"
+    whole = replace(killed, build_path=None)
+    assert build_note(whole).endswith("not the load path's: not the card's answer until re-run")
     assert gpu_runs([killed, oom_at_build]) == [oom_at_build]
 
 
@@ -367,3 +379,17 @@ UPSTREAM = "diffusers/hooks/group_offloading.py:199 in _pinned_memory_tensors: R
 ])
 def test_an_upstream_failure_asks_nothing_of_the_card(runs, verdict):
     assert card_capacity("h", runs, 16 * GIB, 4).verdict == verdict
+
+
+@pytest.mark.parametrize(("cgroup_peaks", "resident", "held"), [
+    # int8-leaf-nostream under the 5080's 30 GiB cgroup (2026-12-02T003903Z): the cgroup charged
+    # 30,610.6 MiB, while the runner's RSS, which counts shared library pages, read 31,076.0.
+    ([30610.6, 30610.6], [29599.1, 31076.0, 25471.0], 30610.6),
+    ([None], [29599.1, 31076.0], 31076.0),  # no cgroup peak read: the resident memory
+    ([], [42400.0, None], 42400.0),  # no cgroup: the most resident
+    ([], [None], None),
+])
+def test_under_a_cgroup_what_a_run_held_is_the_cgroups_own_charge(cgroup_peaks, resident, held):
+    from omniprobe.analysis.diffusers_capacity import held_mib
+
+    assert held_mib(cgroup_peaks, resident) == held

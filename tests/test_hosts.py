@@ -66,6 +66,23 @@ def _errors(path) -> list[str]:
          "equal to 0"),
         ('card = "rtx5080"', 'card = "rtx5080-super"',
          "[hosts.rtx5080] key 'card': card 'rtx5080-super' is not defined under [cards]"),
+        # A calibration reads its real run from one place, on an emulated Diffusers host, under
+        # profiles that host runs (issue 32).
+        ('figure = "diffusers_ceiling_references"\n', "",
+         "[calibrations.b2g]: name exactly one of figure or baseline_attempt"),
+        ('ceiling = true\nclosest', 'ceiling = true\nbaseline_attempt = "x"\nclosest',
+         "[calibrations.b2g]: name exactly one of figure or baseline_attempt"),
+        ('emulated_host = "rtx5080-on-h200-diffusers"\nfigure',
+         'emulated_host = "rtx5080"\nfigure',
+         "[calibrations.b2g] key 'emulated_host': 'rtx5080' is not an emulated Diffusers host"),
+        ('closest = "seed-baseline-capacity"\ngrid', 'closest = "group-leaf-turbo"\ngrid',
+         "[calibrations.b2g] key 'closest': Diffusers profile 'group-leaf-turbo' is not run on "
+         "host 'rtx5080-on-h200-diffusers'"),
+        ('grid = ["seed-baseline", ', 'grid = ["cpuoff-fp8", ',
+         "[calibrations.q3-4r] key 'grid': Diffusers profile 'cpuoff-fp8' is not run"),
+        ('emulated_host = "rtx3090-on-h200-diffusers"\nbaseline_attempt',
+         'emulated_host = "rtx3090-on-h200-diffusers"\nceiling = true\nbaseline_attempt',
+         "[calibrations.q3-4r]: ceiling = true reads a figure"),
     ],
 )
 def test_bad_hosts_name_file_table_and_key(repo_copy, old, new, expected):

@@ -36,6 +36,7 @@ class CapacityCell:
     oom_requested: str | None
     breached: bool
     upstream_failure: str | None = None  # where upstream code failed for no lack of memory
+    wall_s: float | None = None  # the slowest ok request's: the measuring GPU's, never the card's
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,19 @@ class ProfileRun:
     host_ram: HostRam = HostRam()
     pool_mib: float | None = None  # torch's pool under the cap (the cap less the CUDA context)
     init_upstream_failure: str | None = None  # a build that failed in upstream code, no OOM
+    # How it was built (DiffusersBuild.build_path): its own build's, else, for a build that did
+    # not finish, the one its attempt's other builds took; None: not on record (a build made
+    # before the streamed one, which held the whole bf16 model on the host at once).
+    build_path: str | None = None
 
     def cell(self, refs: int) -> CapacityCell | None:
         return next((c for c in self.cells if c.reference_count == refs), None)
+
+    @property
+    def killed_by_whole_build(self) -> bool:
+        """Killed at the host's RAM while built by the random build that held the whole bf16
+        model at once: the harness's failure, not the card's (a streamed build re-measures it)."""
+        return self.init_outcome != "ready" and self.host_ram.killed and self.build_path is None
 
     @property
     def fitting(self) -> tuple[int, ...]:
@@ -90,9 +101,11 @@ def _cell(refs: int, records: list[OfflineRequest]) -> CapacityCell:
     oom = next((r.oom for r in records if r.oom is not None), None)
     upstream = next((c.reason for c in (upstream_cause(r.outcome, r.cause) for r in records)
                      if c is not None), None)
+    walls = [r.wall_s for r in records if r.outcome == "ok" and r.wall_s is not None]
     return CapacityCell(refs, records[0].fixture, outcome, outcome == "ok" and not breached,
                         max(peaks, default=None), max(allocated, default=None),
-                        oom.requested if oom else None, breached, upstream)
+                        oom.requested if oom else None, breached, upstream,
+                        max(walls, default=None))
 
 
 def upstream_cause(outcome: str, cause):
@@ -107,6 +120,7 @@ def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[Profile
     prov = attempt.meta.provenance
     cap = prov.cap_mib if prov.kind == "emulated" else None
     runs = []
+    paths = {row.build.build_path for row in attempt.offline if row.build is not None} - {None}
     names = dict.fromkeys([r.configuration for r in attempt.offline]
                           + [r.configuration for r in attempt.offline_requests])
     for name in names:
@@ -119,11 +133,13 @@ def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[Profile
         allowed = [p.allowed_mib for row in rows for t in row.timelines if t.emulation
                    for p in t.emulation.capped]
         init_upstream = upstream_cause(failed[-1].outcome, failed[-1].cause) if failed else None
+        own = {r.build.build_path for r in rows if r.build is not None} - {None}
+        path = next(iter(own or paths), None) if len(own or paths) == 1 else None
         runs.append(ProfileRun(attempt.host, cap, name, attempt.id,
                                tuple(_cell(n, by_refs[n]) for n in sorted(by_refs)),
                                failed[-1].outcome if failed else "ready",
                                _host_ram(rows, mine), min(allowed, default=None),
-                               init_upstream.reason if init_upstream else None))
+                               init_upstream.reason if init_upstream else None, path))
     return runs
 
 
@@ -131,14 +147,25 @@ def _most(values) -> float | None:
     return max((v for v in values if v is not None), default=None)
 
 
+def held_mib(cgroup_peaks: list[float | None], resident_mib: list[float | None]
+             ) -> float | None:
+    """The most a run held in host memory. Under a cgroup, the cgroup's own peak where it was
+    read: it is what the cap limits and the kernel kills at, while resident memory also counts
+    shared file pages (libraries) charged to no cgroup of the run's. Without one, the most
+    resident memory any reading saw."""
+    charged = _most(cgroup_peaks)
+    return charged if charged is not None else _most(resident_mib)
+
+
 def _host_ram(rows: list, records: list[OfflineRequest]) -> HostRam:
     checks = [h for row in rows for h in row.host_ram]
     builds = [row.build for row in rows if row.build is not None]
-    held = [r.max_rss_mib for r in records] + [r.host_peak_mib for r in records]
-    held += [h.peak_mib for h in checks] + [b.build_host_peak_mib for b in builds]
+    resident = [r.max_rss_mib for r in records] + [r.host_peak_mib for r in records]
+    resident += [b.build_host_peak_mib for b in builds]
     causes = [x.cause for x in [*rows, *records] if x.cause is not None]
     return HostRam(
-        max((h.cap_mib for h in checks), default=None), _most(held),
+        max((h.cap_mib for h in checks), default=None),
+        held_mib([h.peak_mib for h in checks], resident),
         any(h.oom_kills for h in checks) or any(c.kind == "host" for c in causes),
         _most([b.pinned_host_mib for b in builds] + [r.pinned_host_peak_mib for r in records]),
         _most(b.build_host_peak_mib for b in builds), _most(b.steady_host_mib for b in builds),
@@ -317,9 +344,11 @@ def card_capacity(host: str, runs: list[ProfileRun], cap_mib: int | None, target
                 for r in mine if r.cell(target) is not None and r.cell(target).fits]
     fits = tuple(f for r, f in gpu_fits if host_ram_mib is None or r.host_ram.within(host_ram_mib))
     gpu_only = tuple(f for _, f in gpu_fits if f not in fits)
-    # An upstream failure that is no lack of memory asks nothing of the card.
+    # An upstream failure that is no lack of memory asks nothing of the card, nor a kill the
+    # whole-model random build caused.
     asked = any((r.cell(target) is not None and r.cell(target).upstream_failure is None)
-                or (r.init_outcome != "ready" and r.init_upstream_failure is None) for r in mine)
+                or (r.init_outcome != "ready" and r.init_upstream_failure is None
+                    and not r.killed_by_whole_build) for r in mine)
     verdict = ("fits" if fits else "fits the GPU only" if gpu_only
                else "does not fit" if asked else "not measured")
     return CardCapacity(host, cap_mib, target, verdict, fits,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError, model_validator
 
+from omniprobe.config.calibration import Calibration
 from omniprobe.config.cards import Card
 from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.config.flag_sets import DeployConfig, FlagSet, OfflineKwargSet, Serve
@@ -36,6 +37,9 @@ class HostsConfig(HostsTable):
         default={}, description="GPUs a user may own, each by its usable memory pool's figures "
                                 "and their sources; a capacity search's bands are judged against "
                                 "each.")
+    calibrations: dict[Name, Calibration] = Field(
+        default={}, description="Real Diffusers runs the seed reports, each held against the "
+                                "emulation of its card.")
     structure: StructureChecks = StructureChecks()
     quality: QualitySettings = QualitySettings()
     env: EnvConfig | None = Field(
@@ -116,7 +120,8 @@ def _toml_loc(loc) -> str:
         item = f"[[{parts[0]}.install]] item {parts[2]}"
         return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
     if len(parts) >= 2 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets",
-                                        "diffusers_profiles", "cards"}:
+                                        "diffusers_profiles", "cards",
+                                        "calibrations"}:
         table = f"[{parts[0]}.{parts[1]}]"  # one named table; a rule across its keys names it alone
         return f"{table} key '{'.'.join(parts[2:])}'" if len(parts) > 2 else table
     if len(parts) >= 2:
@@ -154,8 +159,30 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
             problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",
                                     f"deploy config {flag_set.deploy_config!r} is not defined "
                                     "under [deploy_configs]"))
+    problems.extend(_calibration_references(cfg, file))
     problems.extend(_env_against_stack(cfg, file))
     problems.extend(_baseline_choices(cfg, file))
+    return problems
+
+
+def _calibration_references(cfg: HostsConfig, file: str) -> list[Problem]:
+    """A calibration's host emulates a card, and its profiles are that host's."""
+    problems = []
+    for name, cal in cfg.calibrations.items():
+        where = f"[calibrations.{name}]"
+        host = cfg.hosts.get(cal.emulated_host)
+        if host is None or host.emulation is None or host.diffusers is None:
+            problems.append(Problem(file, f"{where} key 'emulated_host'",
+                                    f"{cal.emulated_host!r} is not an emulated Diffusers host "
+                                    "under [hosts]"))
+            continue
+        for key, profiles in (("closest", [cal.closest]), ("grid", cal.grid)):
+            for profile in profiles:
+                if profile not in host.diffusers_profiles:
+                    problems.append(Problem(
+                        file, f"{where} key '{key}'",
+                        f"Diffusers profile {profile!r} is not run on host {cal.emulated_host!r} "
+                        "(its diffusers_profiles)"))
     return problems
 
 

@@ -3,7 +3,7 @@ every figure from evidence and the committed configs, every comparison made here
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from omniprobe.analysis.diffusers_capacity import (
@@ -26,6 +26,7 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.load import Evidence
 from omniprobe.evidence.models.statements import StatedFigure
 from omniprobe.evidence.validate import Loaded
+from omniprobe.report.calibration_view import CalibrationView, calibration_views, card_host_ram_mib
 from omniprobe.report.capacity_view import CapacitySearchView, capacity_search_view
 
 GIB = 2**30
@@ -105,20 +106,6 @@ class ProfileFit:
 
 
 @dataclass(frozen=True)
-class SeedCeiling:
-    """The emulated card's result for the seed's baseline profile beside the seed's own Diffusers
-    ceiling on that card, with what differs between the two."""
-
-    card: str
-    profile: str
-    seed_refs: int
-    seed_statement: str
-    measured_refs: int  # the most references the profile fit (-1: none)
-    measured_peak_mib: float | None
-    differences: list[str]
-
-
-@dataclass(frozen=True)
 class DiffusersHostView:
     key: str
     host: Host
@@ -133,6 +120,7 @@ class DiffusersHostView:
     cap_text: str  # e.g. "24 GiB"
     host_ram_text: str
     settings_text: str  # which runs recorded their profile's settings, and what the rest show
+    findings: list[str] = ()  # the calibrations' disagreements on this host, for its opening
 
 
 @dataclass(frozen=True)
@@ -156,7 +144,7 @@ class DiffusersSection:
     unconfirmed: list[str]  # components whose configs nothing public confirms
     steps: list[int]  # the steps the capacity cells ran
     sweep: list[SweepRow]  # over every full-size emulated host's caps together
-    ceilings: list[SeedCeiling]
+    calibrations: list[CalibrationView]  # the seed's real Diffusers runs against the emulation
     capacity: CapacitySearchView | None  # the capacity search's bands, cards and figure
 
 
@@ -193,9 +181,12 @@ def host_ram_text(runs: list[ProfileRun], host_ram_gib: float | None, note: str 
     parts = []
     if capped:
         killed = sum(r.host_ram.killed for r in capped)
+        whole = sum(r.killed_by_whole_build for r in capped)
         parts.append(f"host RAM capped at {_gib(capped[0].host_ram.cap_mib)} GiB by a cgroup in "
-                     f"{len(capped)} profile run(s), {killed} of them killed at the cap (zram not "
-                     "emulated)")
+                     f"{len(capped)} profile run(s), {killed} of them killed at the cap"
+                     + (f" ({whole} under the random build that held the whole bf16 model at "
+                        "once, not the card's answer)" if whole else "")
+                     + " (zram not emulated)")
     if free or not capped:
         held = (f"the runner held up to {max(free) / 1024:.1f} GiB of host RAM" if free
                 else "the runner's host RAM was not recorded")
@@ -204,8 +195,9 @@ def host_ram_text(runs: list[ProfileRun], host_ram_gib: float | None, note: str 
             parts.append(f"{lead}{held}, and the card's host RAM is not stated")
         else:
             over = bool(free) and max(free) / 1024 > host_ram_gib
+            said = f" (the seed: \"{note}\"; zram is never counted)" if note else ""
             parts.append(f"{lead}{held}, " + ("**more than**" if over else "within")
-                         + f" the real card's host's {note or f'{host_ram_gib:g} GiB'}")
+                         + f" the real card's host's {host_ram_gib:g} GiB of RAM{said}")
     return "; ".join(parts)
 
 
@@ -256,39 +248,6 @@ def comparisons(evidence: Evidence, kv: list[KvRow], kv_refs: list[KvRefRow]) ->
     return out
 
 
-BASELINE_PROFILES = ("seed-baseline-capacity", "seed-baseline")
-
-
-def seed_ceilings(loaded: Loaded, views: list[DiffusersHostView], runs_by_host: dict,
-                  fixtures_res: str) -> list[SeedCeiling]:
-    """Where the seed states a Diffusers ceiling for a card (figure diffusers_ceiling_references
-    filed under that card), the emulated card's result for the seed's baseline profile."""
-    out = []
-    for view in views:
-        card_key = view.host.emulation.emulates if view.host.emulation else None
-        stated = next((f for a in loaded.evidence.for_host(card_key or "")
-                       for f in a.figures if f.key == "diffusers_ceiling_references"), None)
-        if stated is None or stated.value is None:
-            continue
-        runs = [r for r in runs_by_host[view.key] if r.profile in BASELINE_PROFILES]
-        if not runs:
-            continue
-        run = runs[0]
-        fitting = max(run.fitting, default=-1)
-        cell = run.cell(fitting) if fitting >= 0 else None
-        profile = loaded.hosts.diffusers_profiles[run.profile]
-        card = loaded.hosts.host(card_key)
-        out.append(SeedCeiling(view.emulates or card_key, run.profile, int(stated.value),
-                               stated.statement, fitting, cell.peak_mib if cell else None, [
-            "weights: random here (capacity only), the real checkpoint in the seed",
-            f"resolution: {fixtures_res} here (stand-ins); the seed does not state B2g's",
-            f"steps: {profile.steps} here, chosen by omniprobe; the seed does not state B2g's",
-            f"offload: {profile.offload_label} here, chosen by omniprobe; the seed's load path is the one "
-            "its verdict for the card names",
-            host_ram_text(runs, card.host_ram_gib, card.host_ram_note)]))
-    return out
-
-
 def settings_text(attempts) -> str:
     """Which profiles' settings their attempts recorded (format 5 on), and for the others what
     the attempt shows of them: the allocator setting read back after the build."""
@@ -317,16 +276,12 @@ def build_note(run: ProfileRun) -> str:
     if run.init_outcome == "ready":
         return ""
     if run.host_ram.killed and run.host_ram.cap_mib is not None:
-        return (f"build: the kernel killed the runner at the {_gib(run.host_ram.cap_mib)} GiB "
-                "host RAM cap")
+        killed = f"build: the kernel killed the runner at the {_gib(run.host_ram.cap_mib)} GiB host RAM cap"
+        if run.killed_by_whole_build:
+            return (f"{killed}, under the random build that held the whole bf16 model on the "
+                    "host at once, not the load path's: not the card's answer until re-run")
+        return killed
     return f"build: {run.init_outcome}"
-
-
-def _host_ram_mib(card, emulation) -> int | None:
-    """The card's host's RAM (MiB): the real host's stated figure, else the emulation's."""
-    gib = (card.host_ram_gib if card is not None and card.host_ram_gib is not None
-           else emulation.host_ram_gib if emulation is not None else None)
-    return None if gib is None else round(gib * 1024)
 
 
 def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
@@ -361,7 +316,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         built = next((row.build for a in mine for row in a.offline if row.build), None)
         emulation = host.emulation
         card = hosts.host(emulation.emulates) if emulation and emulation.emulates else None
-        capacity = card_capacity(key, runs, cap, target, _host_ram_mib(card, emulation))
+        capacity = card_capacity(key, runs, cap, target, card_host_ram_mib(card, emulation))
         views.append(DiffusersHostView(
             key, host, card.name if card else None, capacity, tables,
             built.parameters_b if built else {}, [a.id for a in mine], emulation is not None,
@@ -395,11 +350,11 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
             needs = min_caps(all_runs, profile)
             sweep.append(SweepRow(profile, ", ".join(_gib(c) for c in caps),
                                   [needs[n].text() if n in needs else "—" for n in columns]))
-    sizes = sorted({f"{loaded.fixtures.get(r.fixture).width}×{loaded.fixtures.get(r.fixture).height}"
-                    for a in attempts for r in a.offline_requests
-                    if hosts.host(a.host).emulation is not None})
-    ceilings = seed_ceilings(loaded, full, runs_by_host, ", ".join(sizes) or "unknown")
-    host_ram_of = {key: _host_ram_mib(card, None) for key, card in
+    calibrations = calibration_views(loaded, runs_by_host, target)
+    views = [replace(v, findings=[c.finding for c in calibrations
+                                  if c.host_key == v.key and c.finding]) for v in views]
+    full = [v for v in views if v.emulated]
+    host_ram_of = {key: card_host_ram_mib(card, None) for key, card in
                    ((h.card, h) for h in hosts.hosts.values() if h.card is not None)}
     capacity = capacity_search_view(loaded, all_runs, host_ram_of)
     return DiffusersSection(
@@ -408,7 +363,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         [v.cap_text for v in full if v.emulates], sorted({v.host.gpu for v in full}),
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
         DTYPE_BYTES["bfloat16"], arch, kv, kv_refs,
-        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps, sweep, ceilings,
+        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps, sweep, calibrations,
         capacity)
 
 
