@@ -414,6 +414,39 @@ def test_a_runner_the_kernel_killed_at_the_host_ram_cap_is_a_host_ram_failure(pr
     assert "transport" not in out
 
 
+KILLED_AT_BUILD = textwrap.dedent('''
+    import glob, os, signal, sys, diffusers
+    def init(self, *args, **kwargs):
+        print("Unable to import `torchao` Tensor objects.", file=sys.stderr, flush=True)
+        root = os.environ["OMNIPROBE_CGROUP_ROOT"]
+        for procs in glob.glob(os.path.join(root, "omniprobe-*", "cgroup.procs")):
+            if str(os.getpid()) in open(procs).read().split():
+                with open(os.path.join(os.path.dirname(procs), "memory.events"), "w") as f:
+                    f.write("low 0\\nhigh 0\\nmax 3\\noom 1\\noom_kill 1\\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+    diffusers.QwenImage21Pipeline.__init__ = init
+''')
+
+
+def test_a_runner_killed_at_the_host_ram_cap_while_building_says_so_not_its_last_log_line(
+        project, tmp_path, monkeypatch):
+    """Issue 34 item 8: the record's note and the console give the cause (the cgroup's OOM
+    kill), not the unrelated last line the runner logged."""
+    stand_in_cgroups(tmp_path, monkeypatch)
+    pipeline_double(tmp_path, monkeypatch, KILLED_AT_BUILD)
+    add_tiny_host(project, "tiny-30gib-host")
+    from omniprobe.harness import offline_plan
+
+    monkeypatch.setattr(offline_plan, "host_ram_mib", lambda host: 30 * 1024)
+    code, out = in_process(project, ["probe-offline", "--host", "tiny-30gib-host",
+                                     "--fixture", "standin-t2i"])
+    _, [attempt] = attempts(project, "tiny-30gib-host")
+    [row] = attempt.offline
+    assert row.outcome == "init-error" and row.cause.kind == "host", row
+    assert "oom_kill went from 0 to 1" in row.note and "torchao" not in row.note
+    assert "oom_kill went from 0 to 1" in out and "Unable to import" not in out
+
+
 def test_a_profile_whose_allocator_setting_torch_cannot_read_back_is_refused(project):
     """The one rule for the allocator variable (env/allocator.py): torch must read the setting
     back; the CPU build of torch has no API for it and no CUDA, so the run stops before any

@@ -151,6 +151,12 @@ def test_rerun_resumes_and_fresh_starts_anew(project, port):
     assert code == 0 and f"resumed: {attempt.id} is incomplete, made in this environment" in out
     assert "1 flag set(s) x 2 fixture(s) x 1 seed(s): 1 already recorded, 1 to run" in out
     assert [len(a.requests) for a in attempts(project)] == [2]
+    # The attempt records the command that added to it, and what it added (issue 34); the
+    # re-run that added nothing is not among them.
+    [later] = attempts(project)[0].meta.later_runs
+    assert later.added["requests.json"] == 1 and "sim-t2i" in later.command
+    assert later.environment_digest == attempts(project)[0].meta.environment.digest
+    assert later.started_at >= attempts(project)[0].meta.provenance.started_at
     code, out = probe(project, "probe-serve", port, *args, "--fresh")
     assert code == 0 and "(new: --fresh)" in out
     # The pace of the host's earlier attempt gives the estimate.

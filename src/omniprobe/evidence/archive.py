@@ -12,7 +12,9 @@ evidence/. The layout and the limits are `archive_read.py`'s.
 from __future__ import annotations
 
 import io
+import json
 import os
+import shutil
 import stat
 import tarfile
 from dataclasses import dataclass
@@ -58,6 +60,7 @@ class Unpacked:
     attempts: tuple[str, ...]  # taken
     recovered: tuple[str, ...]  # what was done of an unpack an interrupt left
     skipped: tuple[str, ...] = ()  # byte-identical to the attempt already here
+    extended: tuple[str, ...] = ()  # here already; the archive added records to it
 
 
 def _attempt_folders(evidence_dir: Path, attempts: list[str]) -> list[Path]:
@@ -202,9 +205,13 @@ def unpack(archive: Path, project: Project, limits: ArchiveLimits = LIMITS) -> U
     with unpack_journal.locked(project):
         recovered = tuple(unpack_journal.recover(project))
         moves = _targets(archive, project, carried)
-        same = identical_attempts(project, carried, contents, paths, archive)
+        same, extended = compare_attempts(project, carried, contents, paths, archive)
         staging = unpack_journal.new_staging(project)
         try:
+            for key in extended:  # its artifacts here stay, beside the archive's new ones
+                here = moves[key][1]
+                if here.is_dir():
+                    shutil.copytree(here, staging.artifacts.joinpath(*key), symlinks=True)
             for name, data in contents.items():
                 path = paths[name]
                 if path.attempt_key in same and (path.root == EVIDENCE
@@ -214,19 +221,21 @@ def unpack(archive: Path, project: Project, limits: ArchiveLimits = LIMITS) -> U
                 target = base.joinpath(path.host, path.attempt, *path.rest)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(data)
-            problems = _staged_problems(project, staging.evidence, archive)
+            problems = _staged_problems(project, staging.evidence, archive, frozenset(extended))
             if problems:
                 raise InputError(problems)
         except BaseException:
             unpack_journal.discard(staging)
             raise
         unpack_journal.commit(staging, [
-            (root.joinpath(host, attempt), target)
-            for (host, attempt), pair in moves.items()
+            (staged, target, unpack_journal.replaced_path(staging, staged)
+             if key in extended and target.exists() else None)
+            for key, pair in moves.items()
             for root, target in zip((staging.evidence, staging.artifacts), pair, strict=True)
-            if root.joinpath(host, attempt).is_dir()])
-    return Unpacked(tuple(key[1] for key in carried if key not in same), recovered,
-                    tuple(key[1] for key in carried if key in same))
+            if (staged := root.joinpath(*key)).is_dir()])
+    return Unpacked(tuple(key[1] for key in carried if key not in same | extended), recovered,
+                    tuple(key[1] for key in carried if key in same),
+                    tuple(key[1] for key in carried if key in extended))
 
 
 def _targets(archive: Path, project: Project, carried: list[tuple[str, str]]
@@ -254,12 +263,52 @@ def evidence_differences(here: dict[str, bytes], carried: dict[str, bytes]) -> l
             + [f"{n} (only in the archive)" for n in sorted(carried.keys() - here.keys())])
 
 
-def identical_attempts(project: Project, carried: list[tuple[str, str]],
-                       contents: dict[str, bytes], paths: dict, archive: Path
-                       ) -> set[tuple[str, str]]:
-    """The carried attempts already here byte for byte (their evidence; artifacts are taken
-    where none are here); ArchiveRefused naming every differing file of any other one here."""
-    same, refused = set(), []
+def only_adds(here, carried) -> bool:
+    """The rule for a resumed attempt: `carried` holds everything `here` does, with records
+    added and nothing changed. Objects keep their keys, each value by this rule; a list keeps
+    every element of here's, equal and in order, with new ones anywhere; anything else is equal."""
+    if isinstance(here, dict) and isinstance(carried, dict):
+        return here.keys() == carried.keys() and all(only_adds(here[k], carried[k])
+                                                     for k in here)
+    if isinstance(here, list) and isinstance(carried, list):
+        found = iter(carried)
+        return all(any(item == other for other in found) for item in here)
+    return here == carried
+
+
+def _file_only_adds(here: bytes | None, carried: bytes) -> bool:
+    if here == carried:
+        return True
+    if here is None:
+        return False
+    try:
+        return only_adds(json.loads(here), json.loads(carried))
+    except ValueError:  # not JSON (a log, a timeline): it must be the same bytes
+        return False
+
+
+def _adds_records(here: dict[str, bytes | None], carried: dict[str, bytes]) -> bool:
+    """The archive's attempt holds a file or a record the one here does not."""
+    return bool(carried.keys() - here.keys()) or any(
+        json.loads(here[n]) != json.loads(carried[n]) for n in here.keys() & carried.keys()
+        if here[n] != carried[n])
+
+
+def addition_problems(here: dict[str, bytes | None], carried: dict[str, bytes]) -> list[str]:
+    """What keeps the archive's attempt from being here's with records added, file by file."""
+    return ([f"{n} (only here)" for n in sorted(here.keys() - carried.keys())]
+            + [f"{n} (content differs: a record changed or went)"
+               for n in sorted(here.keys() & carried.keys())
+               if not _file_only_adds(here[n], carried[n])])
+
+
+def compare_attempts(project: Project, carried: list[tuple[str, str]],
+                     contents: dict[str, bytes], paths: dict, archive: Path
+                     ) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """Of the carried attempts already here: those here byte for byte (their evidence; artifacts
+    are taken where none are here), and those the archive only adds records to (a resume made
+    elsewhere); ArchiveRefused naming every differing file of any other one here."""
+    same, extended, refused = set(), set(), []
     for key in carried:
         folder = project.evidence_dir.joinpath(*key)
         if not folder.is_dir():
@@ -268,15 +317,34 @@ def identical_attempts(project: Project, carried: list[tuple[str, str]],
                 for f in sorted(folder.rglob("*")) if f.is_file() or f.is_symlink()}
         ours = {"/".join(paths[n].rest): data for n, data in contents.items()
                 if paths[n].root == EVIDENCE and paths[n].attempt_key == key}
-        differ = evidence_differences(here, ours)
+        if not evidence_differences(here, ours):
+            same.add(key)
+            continue
+        differ = addition_problems(here, ours) + _artifact_conflicts(project, key, contents, paths)
+        if not differ and not _adds_records(here, ours):  # other bytes, the same records
+            differ = evidence_differences(here, ours)
         if differ:
             refused.append(f"{folder}: {', '.join(differ)}")
         else:
-            same.add(key)
+            extended.add(key)
     if refused:
         raise ArchiveRefused(f"{archive}: refusing to overwrite committed content that differs: "
                              + "; ".join(refused))
-    return same
+    return same, extended
+
+
+def _artifact_conflicts(project: Project, key: tuple[str, str], contents: dict[str, bytes],
+                        paths: dict) -> list[str]:
+    """Artifacts the archive carries for an attempt here that differ from the same files here."""
+    folder = project.artifacts_dir.joinpath(*key)
+    out = []
+    for name, data in contents.items():
+        path = paths[name]
+        if path.root == ARTIFACTS and path.attempt_key == key:
+            mine = folder.joinpath(*path.rest)
+            if (mine.exists() or mine.is_symlink()) and _here_bytes(mine) != data:
+                out.append(f"artifacts/{key[0]}/{key[1]}/{'/'.join(path.rest)} (differs)")
+    return out
 
 
 def _here_bytes(path: Path) -> bytes | None:
@@ -284,12 +352,13 @@ def _here_bytes(path: Path) -> bytes | None:
     return None if path.is_symlink() else path.read_bytes()
 
 
-def _staged_problems(project: Project, staged: Path, archive: Path) -> list[Problem]:
+def _staged_problems(project: Project, staged: Path, archive: Path,
+                     superseded: frozenset[tuple[str, str]] = frozenset()) -> list[Problem]:
     """What validate finds with the staged tree in place that it does not find without it: the
     archive's own problems, each named by its member, and any it makes of the evidence here (a
     broken file already here is not the archive's to fix)."""
     _, before = load_project(project)
-    _, after = load_project(project, staged=staged)
+    _, after = load_project(project, staged=staged, superseded=superseded)
     out, known = [], set(before)
     for p in after:
         if Path(p.file).is_relative_to(staged):

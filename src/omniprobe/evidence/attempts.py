@@ -8,6 +8,7 @@ starts a new one (once per nox invocation, so several sessions given --fresh sha
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import socket
@@ -24,7 +25,14 @@ from omniprobe.digests import sha256_file
 from omniprobe.errors import InputError, Refusal
 from omniprobe.evidence.files import ATTEMPT_FILE, write_section
 from omniprobe.evidence.load import load_attempt
-from omniprobe.evidence.models.attempt import Attempt, AttemptEnvironment, Emulated, Measured, Simulated
+from omniprobe.evidence.models.attempt import (
+    Attempt,
+    AttemptEnvironment,
+    Emulated,
+    LaterRun,
+    Measured,
+    Simulated,
+)
 from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
 from omniprobe.evidence.models.common import ArtifactRef, Weights
 from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest, ProfileSettings
@@ -122,6 +130,7 @@ class AttemptStore:
     capacity_trials: list[CapacityTrial] = field(default_factory=list)
     created: bool = False  # a probe attempt this process made, not one it resumes
     _lock: int | None = None
+    _resumed_by: tuple[list[str], datetime, str | None, dict[str, int]] | None = None
 
     @property
     def artifacts(self) -> Path:
@@ -187,7 +196,24 @@ class AttemptStore:
         shutil.rmtree(self.folder)
         return True
 
+    def begin_resume(self, command: list[str], environment_digest: str | None) -> None:
+        """This command resumes the attempt: what it adds is recorded as it closes."""
+        started = datetime.now(UTC).replace(microsecond=0)
+        self._resumed_by = (redact_args(command), started, environment_digest,
+                            record_counts(self.folder))
+
     def close(self) -> None:
+        """Record the resuming command, where it added records, then let the attempt go."""
+        if self._resumed_by is not None and self._lock is not None:
+            command, started, digest, before = self._resumed_by
+            added = {name: n - before.get(name, 0) for name, n in
+                     record_counts(self.folder).items() if n > before.get(name, 0)}
+            if added:
+                self.meta = self.meta.model_copy(update={"later_runs": [
+                    *self.meta.later_runs, LaterRun(command=command, started_at=started,
+                                                    environment_digest=digest, added=added)]})
+                write_section(self.folder, ATTEMPT_FILE, self.meta)
+            self._resumed_by = None
         if self._lock is not None:
             os.close(self._lock)
             self._lock = None
@@ -204,6 +230,18 @@ class AttemptStore:
         # Only the lock's holder writes the folder: a temp file now was left by a killed writer.
         for stale in filter(is_temp_file, self.folder.iterdir()):
             stale.unlink(missing_ok=True)
+
+
+def record_counts(folder: Path) -> dict[str, int]:
+    """The records each section file of an attempt holds (its one list), by file name."""
+    counts = {}
+    for path in sorted(folder.glob("*.json")):
+        if path.name == ATTEMPT_FILE or is_temp_file(path):
+            continue
+        data = json.loads(path.read_text(encoding="utf-8"))
+        lists = [v for v in data.values() if isinstance(v, list)] if isinstance(data, dict) else []
+        counts[path.name] = sum(len(v) for v in lists)
+    return counts
 
 
 def _load(project: Project, folder: Path) -> AttemptStore:
@@ -308,4 +346,6 @@ def open_probe_attempt(project: Project, host_name: str, host: Host, command: li
                         cap_mib=cap_mib, environment=environment, weights=weights)
         store.created = True  # removed again if its run records nothing
     store._take_lock()
+    if not store.created and not (fresh_id and store.meta.id == fresh_id):
+        store.begin_resume(command, environment.digest)
     return store, why

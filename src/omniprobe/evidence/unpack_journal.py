@@ -79,26 +79,43 @@ def discard(staging: Staging) -> None:
     """Remove the staged trees; the staging folders too once no journal is left in them."""
     for folder in (staging.evidence, staging.artifacts):
         shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(folder.parent / f"{folder.name}.replaced", ignore_errors=True)
     if not staging.journal.exists():
         for folder in (staging.evidence.parent, staging.artifacts.parent):
             with contextlib.suppress(OSError):  # left where another unpack stages beside it
                 folder.rmdir()
 
 
-def commit(staging: Staging, moves: list[tuple[Path, Path]]) -> None:
+Move = tuple[Path, Path, Path | None]  # staged, target, where a replaced target is set aside
+
+
+def replaced_path(staging: Staging, staged: Path) -> Path | None:
+    """Where a target the staged folder replaces is set aside: beside the staged tree, on the
+    same file system, removed with the staging; None for a folder outside both staged trees."""
+    tree = next((f for f in (staging.evidence, staging.artifacts) if staged.is_relative_to(f)),
+                None)
+    return None if tree is None else tree.parent / f"{tree.name}.replaced" / staged.relative_to(tree)
+
+
+def commit(staging: Staging, moves: list[Move]) -> None:
     """Journal the moves, make them, then remove the journal and the staging folders."""
     write_text_atomic(staging.journal, UnpackJournal(moves=[
-        JournalledMove(staged=str(a), target=str(b)) for a, b in moves]).model_dump_json(indent=1))
+        JournalledMove(staged=str(a), target=str(b), replaced=None if c is None else str(c))
+        for a, b, c in moves]).model_dump_json(indent=1))
     _move(staging, moves)
 
 
-def _move(staging: Staging, moves: list[tuple[Path, Path]]) -> int:
+def _move(staging: Staging, moves: list[Move]) -> int:
     """Make each move not made yet; how many it made. A target that appeared since it was
-    checked is named, and the journal stays for the next command."""
+    checked is named, and the journal stays for the next command. A target the move replaces is
+    set aside first, so an interrupt between the two renames leaves the staged folder to move."""
     made = 0
-    for staged, target in moves:
+    for staged, target, replaced in moves:
         if not staged.exists() and target.exists():
             continue  # moved before the interrupt
+        if replaced is not None and target.exists() and staged.is_dir():
+            replaced.parent.mkdir(parents=True, exist_ok=True)
+            os.rename(target, replaced)
         if target.exists() or not staged.is_dir():
             why = f"{target} exists" if target.exists() else f"{staged} is missing"
             raise EnvironmentFailure(f"cannot complete the unpack journalled in {staging.journal}: "
@@ -112,20 +129,24 @@ def _move(staging: Staging, moves: list[tuple[Path, Path]]) -> int:
     return made
 
 
-def _journal_moves(staging: Staging, project: Project) -> list[tuple[Path, Path]]:
+def _journal_moves(staging: Staging, project: Project) -> list[Move]:
     """The journal's moves, each from this staging into evidence/ or artifacts/."""
     try:
         journal = UnpackJournal.model_validate(load_json(staging.journal), strict=True)
     except ValidationError as exc:
         raise InputError(problems_from_validation(staging.journal, exc)) from None
-    moves = [(Path(m.staged), Path(m.target)) for m in journal.moves]
-    for i, (staged, target) in enumerate(moves):
+    moves = [(Path(m.staged), Path(m.target), None if m.replaced is None else Path(m.replaced))
+             for m in journal.moves]
+    for i, (staged, target, replaced) in enumerate(moves):
         inside = [root for root in (project.evidence_dir, project.artifacts_dir)
                   if target.resolve().is_relative_to(root.resolve())]
-        if not inside or not any(staged.is_relative_to(f) for f in staging.folders):
+        if not inside or not any(staged.is_relative_to(f) for f in staging.folders) or (
+                replaced is not None and (replaced_path(staging, staged) is None
+                                          or replaced != replaced_path(staging, staged))):
             raise InputError([Problem(str(staging.journal), f"$.moves[{i}]",
                                       "expected a move from this unpack's staging folders into "
-                                      "evidence/ or artifacts/")])
+                                      "evidence/ or artifacts/, setting a replaced folder aside "
+                                      "only beside its staged tree")])
     return moves
 
 

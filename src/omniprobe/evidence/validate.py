@@ -241,10 +241,12 @@ def _upstream_refs(attempt: LoadedAttempt) -> list[Problem]:
     return problems
 
 
-def load_project(project: Project, *, staged: Path | None = None
+def load_project(project: Project, *, staged: Path | None = None,
+                 superseded: frozenset[tuple[str, str]] = frozenset()
                  ) -> tuple[Loaded | None, list[Problem]]:
     """Load everything; return all problems found (an empty list means valid). `staged`: an
-    evidence tree not in place yet (an unpack's), checked together with evidence/."""
+    evidence tree not in place yet (an unpack's), checked together with evidence/, in place of
+    the attempts (host, id) it `superseded`."""
     problems: list[Problem] = []
     hosts = fixtures = None
     try:
@@ -266,7 +268,8 @@ def load_project(project: Project, *, staged: Path | None = None
                             "completes it") for journal in unpack_journal.pending(project))
     if staged is not None:
         more, found = load_evidence(staged)
-        evidence = Evidence(evidence.attempts + more.attempts)
+        kept = [a for a in evidence.attempts if (a.host, a.id) not in superseded]
+        evidence = Evidence(kept + more.attempts)
         problems.extend(found)
     if hosts is None or fixtures is None:
         return None, problems

@@ -405,9 +405,11 @@ class OfflineProbe:
             init = classify_exit(code if code is not None else -1, log, elapsed, self.model_code)
             # The kernel may have killed it for host RAM: the host's answer.
             cause = host_ram(code, log) or init.cause or no_space_cause(runner.log_path.parent)
+            killed = cause is not None and cause.kind == "host"  # its reason, not the last line
             failure = OfflineCell(**entry.named, structure="unchecked", oom=init.oom,
                                  outcome="init-oom" if init.outcome == "oom" else "init-error",
-                                 note=init.note, cause=cause)
+                                 note=f"exited {code}: {cause.reason}" if killed else init.note,
+                                 cause=cause)
         state.failure = failure
         progress.say(f"[{label}] the engine was not built: {failure.outcome}"
                      + (f" ({failure.note})" if failure.note else ""))

@@ -30,6 +30,10 @@ def run(args: argparse.Namespace) -> int:
         if unpacked.skipped:
             print(f"skipped {len(unpacked.skipped)} attempt(s) already here byte for byte: "
                   f"{', '.join(unpacked.skipped)}")
+        if unpacked.extended:
+            print(f"added records to {len(unpacked.extended)} attempt(s) already here (a "
+                  f"resume made elsewhere; nothing here changed): "
+                  f"{', '.join(unpacked.extended)}")
         return 0
     for line in archive.recover(project):  # an interrupted unpack, completed or rolled back
         print(line)

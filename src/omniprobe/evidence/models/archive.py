@@ -26,6 +26,10 @@ class JournalledMove(BaseModel):
 
     staged: str = Field(description="The staged folder, an absolute path.")
     target: str = Field(description="Its place in evidence/ or artifacts/, an absolute path.")
+    replaced: str | None = Field(
+        default=None, description="Where the folder at the target is set aside before the move "
+                                  "(an attempt the archive only adds to); null: the target must "
+                                  "not exist.")
 
 
 class UnpackJournal(BaseModel):

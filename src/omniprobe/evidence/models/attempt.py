@@ -112,6 +112,19 @@ class AttemptEnvironment(EvidenceModel):
                                   "Python, a simulated host, or recorded before this field.")
 
 
+class LaterRun(EvidenceModel):
+    """A later command that resumed the attempt and added records to it (the first command is
+    the provenance's)."""
+
+    command: list[str]
+    started_at: Timestamp
+    environment_digest: Sha256 | None = Field(
+        description="The environment it ran in (resume needs the attempt's own); null: none "
+                    "recorded.")
+    added: dict[str, Annotated[int, Field(ge=1)]] = Field(
+        min_length=1, description="The records it added, per file (e.g. offline-requests.json).")
+
+
 class Attempt(EvidenceModel):
     id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", description="Equals the folder name.")
     host: str = Field(description="Equals the parent folder name; a hosts.toml host.")
@@ -129,6 +142,9 @@ class Attempt(EvidenceModel):
         default=None, description="The environment a probe attempt ran in and the model it "
                                   "served; null: not a probe attempt, or made before attempts "
                                   "recorded it.")
+    later_runs: list[LaterRun] = Field(
+        default=[], description="Each later command that resumed the attempt and added records "
+                                "to it, in order.")
     weights: Weights | None = Field(
         default=None, description="random: every figure comes from random weights and counts for "
                                   "capacity only (fits, OOMs, peaks, KV size), never for output "
