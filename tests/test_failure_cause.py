@@ -148,3 +148,13 @@ def test_effective_cause(outcome, cause, kind, evidence):
     found = effective_cause(outcome, cause)
     assert (found.kind if found else None) == kind
     assert is_card_evidence(outcome, cause) is evidence
+
+
+@pytest.mark.parametrize(("outcome", "text"), [
+    ("timeout", "timed out: not the card's answer"),  # issue 34 item 4
+    ("error", "not classified (error)"),
+])
+def test_a_failure_with_no_cause_is_named_for_what_it_is(outcome, text):
+    from omniprobe.analysis.failure_cause import cause_text
+
+    assert cause_text(outcome, None) == text

@@ -211,11 +211,50 @@ def test_request_timeout_restarts_the_server(tmp_path, port, monkeypatch):
     monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
     code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i",
                       "--request-timeout", "1")
-    assert code == 0, out
+    # A timeout is no answer of the card's (issue 34 item 4): not settled, so exit 1.
+    assert code == 1 and "fp8: 1 of 3 cell(s) not measured" in out, out
     records = requests_of(project)
     assert [(r.outcome, r.lifetime) for r in records] == [("ok", 0), ("timeout", 0), ("ok", 1)]
     assert records[1].error == "no answer within 1 s" and 1 <= records[1].wall_s < 3
     assert not processes_with(str(tmp_path))
+    # The resume sends it again (a new server: its first request does not hang); the later
+    # record supersedes the timeout, and validate takes the pair.
+    code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i")
+    assert code == 0, out
+    assert [(r.outcome, r.seed) for r in requests_of(project)] == [
+        ("ok", 2301), ("timeout", 2302), ("ok", 2303), ("ok", 2302)]
+    from omniprobe.analysis.summaries import current_requests
+    from omniprobe.evidence.validate import load_project as validated
+
+    assert [r.outcome for r in current_requests(requests_of(project))] == ["ok"] * 3
+    assert validated(project)[1] == []
+
+
+def test_an_init_that_timed_out_is_started_again_unless_timeouts_are_accepted(project, port):
+    code, out = probe(project, "probe-init", port, "--flag-set", "fp8", "--ready-timeout",
+                      "0.001")
+    assert code == 1, out
+    assert "fp8: init timeout timed out (not ready after 0.001 s): not the card's answer" in out
+    code, out = probe(project, "probe-init", port, "--flag-set", "fp8", "--ready-timeout",
+                      "0.001", "--accept-timeouts")
+    assert code == 0 and "done: every init and cell" in out, out
+    code, out = probe(project, "probe-init", port, "--flag-set", "fp8")
+    assert code == 0, out
+    [attempt] = attempts(project)
+    assert attempt.runs[0].init.outcome == "ready"  # started again, and measured
+    assert [lt.init.outcome for lt in attempt.runs[0].lifetimes][-1] == "ready"
+
+
+def test_a_server_that_logged_an_oom_then_hung_is_the_cards_oom():
+    from omniprobe.harness.server import classify_hang
+
+    log = ("INFO loading\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 490.00 "
+           "MiB. GPU 0 has a total capacity of 23.56 GiB of which 118.44 MiB is free.\n")
+    hung = classify_hang(log, 1200.4, 1200)
+    assert hung.outcome == "oom" and hung.oom.requested == "490.00 MiB"
+    assert "then it hung until the 1200 s ready timeout" in hung.note
+    plain = classify_hang("INFO loading\n", 1200.4, 1200)
+    assert (plain.outcome, plain.note) == ("timeout", "not ready after 1200 s")
 
 
 def test_malformed_response_is_an_error_and_serving_goes_on(tmp_path, port, monkeypatch):

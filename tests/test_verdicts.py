@@ -376,7 +376,7 @@ def test_a_host_whose_inits_all_failed_outside_the_card_is_not_measured(repo_cop
     assert [(n.flag_set, n.phase, n.cause) for n in v.not_measured] == [
         ("default", "init", "environment: import error: No module named 'vllm'"),
         ("cpuoff", "init", "server: traceback in server code: vllm_omni/engine/x.py:7"),
-        ("int8", "init", "not classified (timeout)")]
+        ("int8", "init", "timed out: not the card's answer")]
     report = render_report(repo_copy)
     verdict = report[report.index("**RTX 5080 (16 GB)"):report.index("## Verdict history")]
     assert verdict.startswith("**RTX 5080 (16 GB): not-measured.**")

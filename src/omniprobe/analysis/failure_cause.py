@@ -139,4 +139,7 @@ def is_card_evidence(outcome: str, cause: FailureCause | None) -> bool:
 def cause_text(outcome: str, cause: FailureCause | None) -> str:
     """How the report names a failure that is not the card's."""
     found = effective_cause(outcome, cause)
-    return f"{found.kind}: {found.reason}" if found else f"not classified ({outcome})"
+    if found:
+        return f"{found.kind}: {found.reason}"
+    return "timed out: not the card's answer" if outcome == "timeout" else (
+        f"not classified ({outcome})")

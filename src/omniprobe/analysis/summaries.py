@@ -52,11 +52,11 @@ def cell_from(records: list[RequestRecord]) -> Cell:
 
 
 def current_requests(requests: list[RequestRecord]) -> list[RequestRecord]:
-    """The records that stand: a transport failure that a later send of its cell superseded
-    measured nothing, and drops out."""
+    """The records that stand: a transport failure or a timeout that a later send of its cell
+    superseded measured nothing, and drops out."""
     last = {(r.flag_set, r.fixture, r.seed): i for i, r in enumerate(requests)}
     return [r for i, r in enumerate(requests)
-            if not r.transport_failure or last[(r.flag_set, r.fixture, r.seed)] == i]
+            if not r.sent_again_on_resume or last[(r.flag_set, r.fixture, r.seed)] == i]
 
 
 def cells_from_requests(requests: list[RequestRecord]) -> dict[str, list[Cell]]:

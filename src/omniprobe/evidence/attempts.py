@@ -129,6 +129,7 @@ class AttemptStore:
     capacity: list[ProfileSearch] = field(default_factory=list)
     capacity_trials: list[CapacityTrial] = field(default_factory=list)
     created: bool = False  # a probe attempt this process made, not one it resumes
+    accept_timeouts: bool = False  # this run takes a timeout as settled (--accept-timeouts)
     _lock: int | None = None
     _resumed_by: tuple[list[str], datetime, str | None, dict[str, int]] | None = None
 
@@ -183,9 +184,11 @@ class AttemptStore:
         self.requests.append(record)
 
     def recorded(self, flag_set: str, fixture: str, seed: int) -> bool:
-        """A record of the cell that measured something: a transport failure is sent again."""
+        """A record of the cell that measured something: a transport failure is sent again, and
+        so is a timeout unless this run accepts timeouts."""
         return any(r.flag_set == flag_set and r.fixture == fixture and r.seed == seed
-                   and not r.transport_failure for r in self.requests)
+                   and not r.transport_failure
+                   and (self.accept_timeouts or r.outcome != "timeout") for r in self.requests)
 
     def discard_if_empty(self) -> bool:
         """Remove a probe attempt this process made that holds nothing but attempt.json (a run

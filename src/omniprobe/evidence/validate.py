@@ -206,11 +206,13 @@ def _repeats(attempt: LoadedAttempt) -> list[Problem]:
     for i, run in enumerate(attempt.runs):
         once("runs.json", [(f"$[{i}].cells[{j}].fixture", (c.fixture,))
                            for j, c in enumerate(run.cells)], f"run {run.flag_set!r}'s fixture")
-    # A transport failure may be followed by the resume's send of its cell; nothing else may.
+    # A transport failure or a timeout may be followed by the resume's send of its cell; nothing
+    # else may.
     last = {(r.flag_set, r.fixture, r.seed): i for i, r in enumerate(attempt.requests)}
     once("requests.json", [(f"$[{i}]", (r.flag_set, r.fixture, r.seed))
                            for i, r in enumerate(attempt.requests)
-                           if not r.transport_failure or last[(r.flag_set, r.fixture, r.seed)] == i],
+                           if not r.sent_again_on_resume
+                           or last[(r.flag_set, r.fixture, r.seed)] == i],
          "(flag set, fixture, seed)")
     once("offline.json", [(f"$[{i}]", (r.configuration, r.fixture))
                           for i, r in enumerate(attempt.offline)], "(kwarg set, fixture)")

@@ -11,11 +11,10 @@ on an emulated host, capped like it (the startup hook, `--caps` to sweep, the tr
 runner writes one JSON line per request; the one recorder makes each an OfflineRequest in
 offline-requests.json (OOM parsed from the exception's text, the image measured and gated as
 serve's are, random weights never gated), and each entry and fixture an OfflineCell in offline.json.
-A kwarg set that is another's plus one setting gets a propagation check against it
-(propagation.json), as serve's deploy configs do. A failed request ends an Omni runner (upstream's
-engine closes on one) and the rest get a fresh runner; a Diffusers pipeline survives it. Only a
-lost runner counts as a restart. A re-run resumes the host's newest offline attempt (of the cap)
-made in the same environment serving the same model, as probe-serve does (`--fresh`: a new one).
+A kwarg set that is another's plus one setting gets a propagation check against it, as serve's
+deploy configs do. A failed request ends an Omni runner (upstream's engine closes on one) and the
+rest get a fresh runner; a Diffusers pipeline survives it. Only a lost runner counts as a restart.
+A re-run resumes the newest offline attempt made in the same environment (`--fresh`: a new one).
 """
 
 from __future__ import annotations
@@ -113,7 +112,7 @@ class OfflineProbe:
                         else ""))
         for number, entry in enumerate(entries, 1):
             rows = [r for r in self.runs if r.configuration == entry.name]
-            if init_settled(rows):
+            if init_settled(rows, self.store.accept_timeouts):
                 progress.say(f"[{entry.name}] skipped: its init "
                              f"{next(r.outcome for r in rows if r.fixture is None)} is recorded")
                 continue
@@ -142,9 +141,11 @@ class OfflineProbe:
                     self.unfinished.append(f"{entry.name}: {len(pending)} request(s) not run, "
                                            f"the restarted runner's init ended "
                                            f"{state.failure.outcome}")
-                elif state.failure.cause is not None and state.failure.cause.kind == "environment":
-                    self.environment_failures.append(
-                        f"{entry.name}: init {state.failure.outcome}: {state.failure.cause.reason}")
+                elif not init_settled([state.failure], self.store.accept_timeouts):
+                    timed_out = state.failure.outcome == "timeout"  # not the card's answer
+                    (self.unfinished if timed_out else self.environment_failures).append(
+                        f"{entry.name}: init {state.failure.outcome}: " + (
+                            state.failure.note if timed_out else state.failure.cause.reason))
                 break
             if closed:
                 continue  # the engine closed on a failed request, as upstream's does: planned
@@ -187,8 +188,7 @@ class OfflineProbe:
                 "num_inference_steps": steps, "true_cfg_scale": guidance, "output": str(output)}
 
     def runner_args(self, entry: OfflineEntry, folder: Path, work: str, spec: dict) -> list[str]:
-        """The runner's arguments, its kwargs and its work (`--requests` or `--search`) written
-        beside its log."""
+        """The runner's arguments; its kwargs and work (`--requests`, `--search`) beside its log."""
         write_text_atomic(folder / "kwargs.json", json.dumps(entry.kwargs, indent=2) + "\n")
         write_text_atomic(folder / f"{work}.json", json.dumps(spec, indent=2))
         engine = [] if entry.engine == "omni" else ["--engine", entry.engine]

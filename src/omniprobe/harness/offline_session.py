@@ -25,6 +25,7 @@ from omniprobe.harness.offline_plan import (
     PlannedRequest,
     settings_from,
 )
+from omniprobe.harness.offline_state import init_settled
 from omniprobe.harness.options import OfflineOptions
 from omniprobe.harness.plan import settled_line
 from omniprobe.harness.probe_session import open_run_attempt
@@ -75,7 +76,9 @@ class OfflineSession(Session):
 
         def complete(found: AttemptStore) -> bool:
             done = {(r.configuration, r.fixture, r.seed) for r in found.offline_requests}
-            settled = {r.configuration for r in found.offline if r.fixture is None}
+            settled = {e.name for e in self.entries if init_settled(
+                [r for r in found.offline if r.configuration == e.name],
+                self.options.accept_timeouts)}
             return all(e.name in settled or all((e.name, p.fixture.id, p.seed) in done
                                                 for p in self.plans[e.name])
                        for e in self.entries)
@@ -85,6 +88,7 @@ class OfflineSession(Session):
                 ctx.project, ctx.host_name, ctx.host, self.command, environment=self.environment,
                 fresh=self.options.fresh, fresh_id=fresh_id, cap_mib=self.cap_mib,
                 complete=complete, kind=ATTEMPT_SUFFIX, what="probe-offline", weights=weights)))
+        store.accept_timeouts = self.options.accept_timeouts
         return store
 
     def run(self, ctx: Context, store: AttemptStore) -> int:

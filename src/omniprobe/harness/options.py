@@ -100,6 +100,9 @@ PORT = Option("--port", "server port (default: {hosts_default})", bounds=TCP_POR
               hosts_default=("serve", "port"))
 SAMPLE_HZ = Option("--sample-hz", "GPU memory sampling rate", default=10.0, bounds=HERTZ)
 FRESH = Option("--fresh", "start a new attempt instead of resuming", switch=True)
+ACCEPT_TIMEOUTS = Option("--accept-timeouts", "take an init or request that timed out as "
+                         "settled; without it, a resume runs it again (a timeout is not the "
+                         "card's answer)", switch=True)
 FLAG_SETS = Option("--flag-set", "only this flag set (repeatable)", repeat=True)
 FIXTURES = Option("--fixture", "{fixture_scope}only this fixture (repeatable)", repeat=True)
 CAPS = Option("--caps", "emulated hosts: sweep these caps (GiB, comma-separated, e.g. "
@@ -157,6 +160,7 @@ class ProbeOptions(ServerOptions):
     """probe-init's and probe-serve's command line; empty tuples: all of them."""
 
     fresh: bool = option(FRESH)
+    accept_timeouts: bool = option(ACCEPT_TIMEOUTS)
     flag_sets: tuple[str, ...] = option(FLAG_SETS)
     fixtures: tuple[str, ...] = option(FIXTURES)
     caps_gib: str | None = option(CAPS)  # emulated hosts: the caps to sweep, e.g. "12,16,20,24,32"
@@ -170,6 +174,7 @@ class OfflineOptions(SessionOptions):
     fixtures: tuple[str, ...] = option(FIXTURES)
     seeds: tuple[int, ...] = option(SEEDS)
     fresh: bool = option(FRESH)
+    accept_timeouts: bool = option(ACCEPT_TIMEOUTS)
     caps_gib: str | None = option(CAPS)  # emulated hosts: the caps to sweep, e.g. "16,20,24,32"
     sample_hz: float = option(SAMPLE_HZ)
 

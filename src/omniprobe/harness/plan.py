@@ -23,11 +23,12 @@ class Pace:
     attempts: int
 
 
-def init_settled(run: ServeRun | None) -> bool:
+def init_settled(run: ServeRun | None, accept_timeouts: bool = False) -> bool:
     """Whether a flag set's init is on record for good: ready, or failed for the card or the
     server software. One the environment failed (a full disk, a busy port) measured nothing
-    about the card: a re-run starts that server again, as it sends a lost request again."""
-    if run is None:
+    about the card: a re-run starts that server again, as it sends a lost request again; so
+    with a timeout, which is no answer of the card's, unless the run accepts timeouts."""
+    if run is None or (run.init.outcome == "timeout" and not accept_timeouts):
         return False
     cause = run.init.cause
     return run.init.outcome == "ready" or cause is None or cause.kind != "environment"
@@ -44,9 +45,11 @@ def unsettled(store: AttemptStore, flag_sets: list[str], cells: list[tuple[str, 
         run = store.run(flag_set)
         if run is None:
             left.append(f"{flag_set}: no init on record")
-        elif not init_settled(run):
-            left.append(f"{flag_set}: init {run.init.outcome} for an environment cause "
-                        f"({run.init.cause.reason})")
+        elif not init_settled(run, store.accept_timeouts):
+            why = (f"timed out ({run.init.note}): not the card's answer; re-run, or "
+                   "--accept-timeouts" if run.init.outcome == "timeout"
+                   else f"for an environment cause ({run.init.cause.reason})")
+            left.append(f"{flag_set}: init {run.init.outcome} {why}")
         elif run.init.outcome == "ready":
             missing = sum(not store.recorded(flag_set, f, s) for f, s in cells)
             if missing:

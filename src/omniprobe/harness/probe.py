@@ -259,7 +259,7 @@ class ServeProbe:
 
     def probe_init(self) -> None:
         flag_sets = self.flag_sets()
-        todo = [f for f in flag_sets if not init_settled(self.store.run(f))]
+        todo = [f for f in flag_sets if not init_settled(self.store.run(f), self.store.accept_timeouts)]
         progress = Progress(len(todo), self.out)
         progress.say(plan_line(
             "probe-init", self.host_name, self.store.meta.id, self.attempt_why,
@@ -287,7 +287,7 @@ class ServeProbe:
         served = []
         for flag_set in self.flag_sets():
             run = self.store.run(flag_set)
-            if init_settled(run) and run.init.outcome != "ready":
+            if init_settled(run, self.store.accept_timeouts) and run.init.outcome != "ready":
                 print(f"[{flag_set}] skipped: init {run.init.outcome} is recorded in this attempt",
                       file=self.out)
                 continue
@@ -334,7 +334,7 @@ class ServeProbe:
                              + _oom_text(live.init.oom) + _failure_text(live.init))
                 if live.init.outcome != "ready":
                     self._init_failed_for_environment(flag_set, live.init)
-                    if init_settled(self.store.run(flag_set)):
+                    if init_settled(self.store.run(flag_set), self.store.accept_timeouts):
                         progress.say(f"[{label}] {len(pending)} request(s) not sent: the init "
                                      f"{live.init.outcome} on record settles them")
                     else:

@@ -119,11 +119,18 @@ class ProbeSession(Session):
         # One fresh attempt per cap on an emulated host: a sweep's sessions join theirs.
         key = ctx.host_name if self.cap_mib is None else f"{ctx.host_name}@{self.cap_mib}mib"
         flag_sets, cells = self._plan(ctx)
+        accept = self.options.accept_timeouts
+
+        def complete(found: AttemptStore) -> bool:
+            found.accept_timeouts = accept  # this run's reading of a timeout on record
+            return attempt_complete(found, flag_sets, cells)
+
         store, self.attempt_reason = open_run_attempt(ctx, key, self.options.fresh, lambda fresh_id: (
             open_probe_attempt(
                 ctx.project, ctx.host_name, ctx.host, self.command, environment=self.env.record,
                 fresh=self.options.fresh, fresh_id=fresh_id, cap_mib=self.cap_mib,
-                complete=lambda found: attempt_complete(found, flag_sets, cells))))
+                complete=complete)))
+        store.accept_timeouts = accept
         return store
 
     def run(self, ctx: Context, store: AttemptStore) -> int:

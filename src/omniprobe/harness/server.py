@@ -87,6 +87,21 @@ def classify_exit(returncode: int, log_text: str, elapsed: float,
                       + (f": {last[0][:300]}" if last else ""), cause=cause)
 
 
+def classify_hang(log_text: str, elapsed: float, timeout_s: float,
+                  model_code: tuple[str, ...] = ()) -> InitResult:
+    """A server not ready in time: a CUDA OOM its log shows before it hung is the card's answer,
+    with the OOM's figures; anything else is a timeout, no answer of the card's (a resume starts
+    it again unless the run accepts timeouts)."""
+    oom = parse_oom(log_text, "init", model_code)
+    if oom is not None:
+        return InitResult(outcome="oom", time_s=round(elapsed, 2), oom=oom,
+                          cause=classify_failure(log_text, model_code),
+                          note=f"its log shows a CUDA out-of-memory error, then it hung until "
+                               f"the {timeout_s:g} s ready timeout")
+    return InitResult(outcome="timeout", time_s=round(elapsed, 2),
+                      note=f"not ready after {timeout_s:g} s")
+
+
 # Below this much room on the disk of its log, a server that exits at init may have died of it.
 LOW_SPACE_BYTES = 1024 * 1024
 
@@ -191,8 +206,8 @@ class SupervisedProcess:
                 self.require_loopback_only()
                 return InitResult(outcome="ready", time_s=round(elapsed, 2))
             if elapsed >= timeout_s:
-                return InitResult(outcome="timeout", time_s=round(elapsed, 2),
-                                  note=f"not ready after {timeout_s:g} s")
+                return classify_hang(read_from(self.log_path), elapsed, timeout_s,
+                                     self.model_code)
             pause(min(delay_s, max(0.0, timeout_s - elapsed)))
             if elapsed >= 1.0:
                 delay_s = min(2 * delay_s, poll_s)

@@ -146,6 +146,12 @@ class RequestRecord(Measurement):
                                    "resume sends the request again and records that after it. "
                                    "Written only when true.")
 
+    @property
+    def sent_again_on_resume(self) -> bool:
+        """No answer of the card's: a lost request, or a timeout (unless a run accepted it, it
+        is sent again); a later record of its cell supersedes it."""
+        return self.transport_failure or self.outcome == "timeout"
+
     @model_serializer(mode="wrap")
     def _transport_failure_only_when_true(self, handler):
         """A request that was answered says nothing of transport: its file stays as it was when
