@@ -378,17 +378,23 @@ def test_a_snapshot_host_without_its_snapshot_is_refused_before_any_attempt(proj
 # A test double of the kernel at an emulated host RAM cap: at the request with four condition
 # images, the runner's cgroup counts an OOM kill and the runner dies by SIGKILL, as the kernel's
 # OOM killer leaves it.
-KILLED_AT_FOUR = textwrap.dedent('''
-    import glob, os, signal, diffusers
+# The kernel's OOM kill as a stand-in cgroup shows it: the runner's cgroup counts one, and the
+# runner dies of SIGKILL.
+OOM_KILLED = textwrap.dedent('''
+    import glob, os, signal, sys, diffusers
+    def oom_killed():
+        root = os.environ["OMNIPROBE_CGROUP_ROOT"]
+        for procs in glob.glob(os.path.join(root, "omniprobe-*", "cgroup.procs")):
+            if str(os.getpid()) in open(procs).read().split():
+                with open(os.path.join(os.path.dirname(procs), "memory.events"), "w") as f:
+                    f.write("low 0\\nhigh 0\\nmax 3\\noom 1\\noom_kill 1\\n")
+        os.kill(os.getpid(), signal.SIGKILL)
+''')
+KILLED_AT_FOUR = OOM_KILLED + textwrap.dedent('''
     real = diffusers.QwenImage21Pipeline.__call__
     def call(self, *args, image=None, **kwargs):
         if image is not None and len(image) == 4:
-            root = os.environ["OMNIPROBE_CGROUP_ROOT"]
-            for procs in glob.glob(os.path.join(root, "omniprobe-*", "cgroup.procs")):
-                if str(os.getpid()) in open(procs).read().split():
-                    with open(os.path.join(os.path.dirname(procs), "memory.events"), "w") as f:
-                        f.write("low 0\\nhigh 0\\nmax 3\\noom 1\\noom_kill 1\\n")
-            os.kill(os.getpid(), signal.SIGKILL)
+            oom_killed()
         return real(self, *args, image=image, **kwargs)
     diffusers.QwenImage21Pipeline.__call__ = call
 ''')
@@ -414,16 +420,10 @@ def test_a_runner_the_kernel_killed_at_the_host_ram_cap_is_a_host_ram_failure(pr
     assert "transport" not in out
 
 
-KILLED_AT_BUILD = textwrap.dedent('''
-    import glob, os, signal, sys, diffusers
+KILLED_AT_BUILD = OOM_KILLED + textwrap.dedent('''
     def init(self, *args, **kwargs):
         print("Unable to import `torchao` Tensor objects.", file=sys.stderr, flush=True)
-        root = os.environ["OMNIPROBE_CGROUP_ROOT"]
-        for procs in glob.glob(os.path.join(root, "omniprobe-*", "cgroup.procs")):
-            if str(os.getpid()) in open(procs).read().split():
-                with open(os.path.join(os.path.dirname(procs), "memory.events"), "w") as f:
-                    f.write("low 0\\nhigh 0\\nmax 3\\noom 1\\noom_kill 1\\n")
-        os.kill(os.getpid(), signal.SIGKILL)
+        oom_killed()
     diffusers.QwenImage21Pipeline.__init__ = init
 ''')
 
@@ -445,6 +445,24 @@ def test_a_runner_killed_at_the_host_ram_cap_while_building_says_so_not_its_last
     assert row.outcome == "init-error" and row.cause.kind == "host", row
     assert "oom_kill went from 0 to 1" in row.note and "torchao" not in row.note
     assert "oom_kill went from 0 to 1" in out and "Unable to import" not in out
+
+
+@pytest.mark.parametrize("offload", ["model-cpu", "group-leaf", "group-block"])
+def test_a_profile_the_engine_would_refuse_is_refused_before_any_runner(project, offload):
+    """Issue 35 class 8: on a machine without CUDA, an offload profile is refused in the
+    engine's own words, asked of the runner's Python, before any attempt or runner exists."""
+    text = project.hosts_file.read_text().replace(
+        '''[diffusers_profiles.tiny-cpu]
+description = "the tiny model on the CPU: everything resident, two steps"
+offload = "none"''', f'''[diffusers_profiles.tiny-cpu]
+description = "the tiny model on the CPU: everything resident, two steps"
+offload = "{offload}"''')
+    project.hosts_file.write_text(text)
+    code, out = offline(project, "--profile", "tiny-cpu")
+    assert code == 3, out
+    assert (f"Diffusers profile 'tiny-cpu': offload {offload!r} needs a CUDA device; this "
+            "machine has none") in out
+    assert not (project.evidence_dir / HOST).exists() and "starting the runner" not in out
 
 
 def test_a_profile_whose_allocator_setting_torch_cannot_read_back_is_refused(project):

@@ -393,3 +393,30 @@ def test_under_a_cgroup_what_a_run_held_is_the_cgroups_own_charge(cgroup_peaks, 
     from omniprobe.analysis.diffusers_capacity import held_mib
 
     assert held_mib(cgroup_peaks, resident) == held
+
+
+@pytest.mark.parametrize(("left", "words"), [
+    # Issue 35 class 8: a cgroup a killed run left behind no longer fails every resume.
+    (None, None),  # nothing left: created
+    ("", None),  # left, empty: removed, then created again
+    ("999999999\n", None),  # left with a process long gone: removed
+    ("{me}\n", "still holds process(es) {me}"),  # a run of it still goes on: named
+])
+def test_a_cgroup_a_killed_run_left_is_removed_or_named(tmp_path, left, words):
+    import os
+    import re
+
+    from omniprobe.harness.host_ram_cap import HostRamCap, HostRamUnavailable
+
+    root = tmp_path / "cgroup"
+    root.mkdir()
+    (root / "cgroup.controllers").write_text("cpu memory pids\n")
+    if left is not None:
+        (root / "omniprobe-x").mkdir()
+        (root / "omniprobe-x" / "cgroup.procs").write_text(left.format(me=os.getpid()))
+    if words is None:
+        cap = HostRamCap.create("omniprobe-x", 1024, root)
+        assert (cap.folder / "memory.max").read_text() == f"{1024**3}\n"
+    else:
+        with pytest.raises(HostRamUnavailable, match=re.escape(words.format(me=os.getpid()))):
+            HostRamCap.create("omniprobe-x", 1024, root)

@@ -492,12 +492,40 @@ def test_an_attempt_here_without_its_artifacts_takes_them_and_skips_its_evidence
     ("a record changed", {"r": [{"a": 1}]},        {"r": [{"a": 2}]},                False),
     ("records reordered", {"r": [1, 2]},           {"r": [2, 1]},                    False),
     ("a key added", {"v": 5},                      {"v": 5, "w": 1},                 False),
+    ("records listed anew", {"v": 5},              {"v": 5, "later_runs": [1]},      True),
     ("a figure changed", {"v": 5},                 {"v": 6},                         False),
     ("nested lists grow", {"a": {"runs": [1]}},    {"a": {"runs": [1, 2]}},          True),
 ])
 def test_an_archive_only_adds_to_an_attempt_when_every_record_here_stays(case, here, carried,
                                                                          adds):
     assert archive.only_adds(here, carried) is adds, case
+
+
+RUN = {"flag_set": "fp8", "gpu_peak_mib": 10240, "lifetimes": [{"n": 0}, {"n": 1}]}
+
+
+@pytest.mark.parametrize(("case", "name", "here", "carried", "adds"), [
+    # A resumed serve run: a lifetime more, its summary re-derived from the lifetimes.
+    ("a lifetime more", "runs.json", {"runs": [RUN]},
+     {"runs": [dict(RUN, gpu_peak_mib=12288, lifetimes=[*RUN["lifetimes"], {"n": 2}])]}, True),
+    ("a run more", "runs.json", {"runs": [RUN]}, {"runs": [RUN, dict(RUN, flag_set="x")]}, True),
+    ("a lifetime gone", "runs.json", {"runs": [RUN]},
+     {"runs": [dict(RUN, lifetimes=RUN["lifetimes"][:1])]}, False),
+    ("a lifetime changed", "runs.json", {"runs": [RUN]},
+     {"runs": [dict(RUN, lifetimes=[{"n": 0}, {"n": 9}])]}, False),
+    ("a run gone", "runs.json", {"runs": [RUN, dict(RUN, flag_set="x")]}, {"runs": [RUN]},
+     False),
+    # An offline entry re-run: its rows moved to the end, a runner's log more.
+    ("an entry re-summarised", "offline.json",
+     {"offline": [{"profile": "p", "fixture": "f", "logs": ["a"], "wall_s": 1}]},
+     {"offline": [{"profile": "q", "fixture": "f", "logs": []},
+                  {"profile": "p", "fixture": "f", "logs": ["a", "b"], "wall_s": 2}]}, True),
+    ("a format bump", "runs.json", {"format_version": 4, "runs": []},
+     {"format_version": 5, "runs": []}, False),
+])
+def test_a_summary_file_may_be_re_summarised_as_what_it_lists_grows(case, name, here, carried,
+                                                                     adds):
+    assert archive.summary_only_adds(name, here, carried) is adds, case
 
 
 def _less(members: dict[str, bytes], name: str, key: str) -> bytes:

@@ -265,12 +265,25 @@ def test_a_hung_request_times_out_and_the_runner_restarts(tmp_path, monkeypatch)
     add_to_hosts(project, "", command_extra='"--fault", "hang@2"')
     code, out = offline(project, "--kwarg-set", "sim-offline-fp8", "--fixture", "sim-t2i",
                         "--request-timeout", "1")
-    assert code == 0, out
+    # A timeout is not the card's answer (issue 34 item 4): not settled, exit 1.
+    assert code == 1 and "sim-t2i seed 2302 timed out, not the card's answer" in out, out
     records = the_attempt(project).offline_requests
     assert [(r.outcome, r.lifetime) for r in records] == [("ok", 0), ("timeout", 0), ("ok", 1)]
     assert records[1].error == "no result within 1 s" and 1 <= records[1].wall_s < 3
     assert len(the_attempt(project).offline[0].logs) == 2
     assert not processes_with(str(tmp_path))
+    # The resume runs it again in a fresh runner (whose first request does not hang); the later
+    # record supersedes the timeout, in the summary row and for validate.
+    code, out = offline(project, "--kwarg-set", "sim-offline-fp8", "--fixture", "sim-t2i")
+    assert code == 0, out
+    attempt = the_attempt(project)
+    assert [(r.outcome, r.seed) for r in attempt.offline_requests] == [
+        ("ok", 2301), ("timeout", 2302), ("ok", 2303), ("ok", 2302)]
+    [row] = [r for r in attempt.offline if r.fixture == "sim-t2i"]
+    assert row.outcome == "ok" and row.seeds == [2301, 2302, 2303]
+    from omniprobe.evidence.validate import load_project
+
+    assert load_project(project)[1] == []
 
 
 def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, monkeypatch):

@@ -68,3 +68,49 @@ def test_pack_new_outside_a_clone_is_refused(repo_copy, monkeypatch, tmp_path, c
     assert main(["evidence", "pack", "--host", EMULATED, "--new", "--out",
                  str(tmp_path / "x.tar.gz")]) == NotAGitClone.exit_code
     assert "is not a git clone" in capsys.readouterr().err
+
+
+def test_the_readmes_round_trip_as_written(repo_copy, tmp_path, monkeypatch, capsys, port):
+    """Issue 34 item 7, the README's words in order: the GPU machine works from a clone with
+    committed attempts; it probes, packs --new, and home unpacks; it resumes the same attempt,
+    packs --new again, and home takes the records it added."""
+    import shutil
+
+    from omniprobe.config.project import Project
+
+    from .conftest import in_process, probe_argv
+
+    gpu = repo_copy
+    git(gpu.root, "init", "-q")
+    git(gpu.root, "add", "-A")
+    git(gpu.root, "commit", "-q", "-m", "the clone")
+    home = Project(tmp_path / "home")
+    shutil.copytree(gpu.root, home.root, ignore=shutil.ignore_patterns(".git"))
+
+    def at(project, *argv):
+        monkeypatch.setenv("OMNIPROBE_ROOT", str(project.root))
+        code = main(list(argv))
+        return code, capsys.readouterr().out
+
+    def probe(*extra):
+        monkeypatch.setenv("OMNIPROBE_ROOT", str(gpu.root))
+        return in_process(gpu, probe_argv("probe-serve", port, "--flag-set", "fp8", *extra))
+
+    assert probe("--fixture", "sim-t2i")[0] == 0
+    out = tmp_path / "evidence.tar.gz"
+    code, said = at(gpu, "evidence", "pack", "--host", "sim", "--new", "--out", str(out))
+    assert code == 0 and "packed 1 attempt(s)" in said, said
+    code, said = at(home, "evidence", "unpack", str(out))
+    assert code == 0 and "unpacked 1 attempt(s)" in said, said
+    assert probe("--fixture", "sim-t2i", "--fixture", "sim-single")[0] == 0  # a resume
+    code, said = at(gpu, "evidence", "pack", "--host", "sim", "--new", "--out", str(out))
+    assert code == 0 and "packed 1 attempt(s)" in said, said
+    code, said = at(home, "evidence", "unpack", str(out))
+    assert code == 0 and "added records to 1 attempt(s) already here" in said, said
+    assert at(home, "validate")[0] == 0
+    from .conftest import REPO
+
+    committed = {p.name for p in (REPO / "evidence" / "sim").iterdir()}
+    [new] = [p for p in (home.evidence_dir / "sim").iterdir() if p.name not in committed]
+    mine, theirs = new / "requests.json", gpu.evidence_dir / "sim" / new.name / "requests.json"
+    assert mine.read_bytes() == theirs.read_bytes()

@@ -514,3 +514,50 @@ def test_gpu_index_moves_the_server_and_the_sampler_and_both_are_recorded(projec
     assert lifetime.init.note == "exited 1 before it was ready: on 1"
     reader = NvmlReader(1, nvml=FakeNvml([Frame(0.0, 0)]))
     assert reader.label == "NVML device 1"
+
+
+def _drop_attempt_json(folder):
+    (folder / "attempt.json").unlink()
+
+
+def _drop_all_but_runs(folder):
+    (folder / "attempt.json").unlink()
+    (folder / "requests.json").unlink()
+
+
+def _duplicate(name, key=None):
+    def damage(folder):
+        path = folder / name
+        data = json.loads(path.read_text())
+        rows = data[key] if key else data[next(k for k, v in data.items() if isinstance(v, list))]
+        rows.append(rows[0])
+        path.write_text(json.dumps(data))
+    return damage
+
+
+def _truncate_attempt_json(folder):
+    path = folder / "attempt.json"
+    path.write_bytes(path.read_bytes()[:40])
+
+
+@pytest.mark.parametrize(("damage", "words"), [
+    # Issue 35 class 12: a damaged attempt is refused before a resume adds to it.
+    (_drop_attempt_json, "attempt.json: missing, while the folder holds records (requests.json, "
+                         "runs.json)"),
+    (_drop_all_but_runs, "missing, while the folder holds records (runs.json)"),
+    (_duplicate("requests.json"), "a second record of (flag set, fixture, seed)"),
+    (_duplicate("runs.json"), "a second record of flag set ('fp8',)"),
+    (_truncate_attempt_json, "attempt.json"),
+])
+def test_a_damaged_attempt_is_refused_not_resumed_or_started_beside(project, port, damage,
+                                                                    words):
+    assert probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i")[0] == 0
+    [folder] = sorted((project.evidence_dir / "sim").iterdir())
+    damage(folder)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    code, out = probe(project, "probe-serve", port, "--flag-set", "fp8", "--fixture", "sim-t2i",
+                      "--fixture", "sim-single")
+    assert code == 2 and words in out, out
+    assert "Traceback" not in out
+    assert [p.name for p in sorted((project.evidence_dir / "sim").iterdir())] == [folder.name]
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before

@@ -19,6 +19,7 @@ from omniprobe.analysis.host_ram import HostRamFit, host_ram_fit
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.evidence.load import Evidence, LoadedAttempt
 from omniprobe.evidence.models.offline import OfflineRequest
+from omniprobe.evidence.repeats import standing
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
@@ -124,7 +125,7 @@ def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[Profile
     names = dict.fromkeys([r.configuration for r in attempt.offline]
                           + [r.configuration for r in attempt.offline_requests])
     for name in names:
-        mine = [r for r in attempt.offline_requests if r.configuration == name]
+        mine = [r for r in standing(attempt.offline_requests) if r.configuration == name]
         by_refs: dict[int, list[OfflineRequest]] = {}
         for record in mine:
             by_refs.setdefault(fixtures.get(record.fixture).reference_count, []).append(record)

@@ -12,6 +12,7 @@ from omniprobe.evidence.models.environment import EnvManifest
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.models.runs import Cell, ServeRun
 from omniprobe.evidence.quantities import Range
+from omniprobe.evidence.repeats import standing
 
 # The cell takes its worst request: one OOM among ok seeds still means the count does not fit.
 _OUTCOME_ORDER: tuple[Outcome, ...] = ("oom", "error", "timeout", "ok")
@@ -52,11 +53,8 @@ def cell_from(records: list[RequestRecord]) -> Cell:
 
 
 def current_requests(requests: list[RequestRecord]) -> list[RequestRecord]:
-    """The records that stand: a transport failure or a timeout that a later send of its cell
-    superseded measured nothing, and drops out."""
-    last = {(r.flag_set, r.fixture, r.seed): i for i, r in enumerate(requests)}
-    return [r for i, r in enumerate(requests)
-            if not r.sent_again_on_resume or last[(r.flag_set, r.fixture, r.seed)] == i]
+    """The records that stand (evidence/repeats.py's rule)."""
+    return standing(requests)
 
 
 def cells_from_requests(requests: list[RequestRecord]) -> dict[str, list[Cell]]:

@@ -265,26 +265,62 @@ def evidence_differences(here: dict[str, bytes], carried: dict[str, bytes]) -> l
 
 def only_adds(here, carried) -> bool:
     """The rule for a resumed attempt: `carried` holds everything `here` does, with records
-    added and nothing changed. Objects keep their keys, each value by this rule; a list keeps
-    every element of here's, equal and in order, with new ones anywhere; anything else is equal."""
+    added and nothing changed. Objects keep their keys, each value by this rule (a key new in
+    carried holds a list: records listed for the first time); a list keeps every element of
+    here's, equal and in order, with new ones anywhere; anything else is equal."""
     if isinstance(here, dict) and isinstance(carried, dict):
-        return here.keys() == carried.keys() and all(only_adds(here[k], carried[k])
-                                                     for k in here)
+        return here.keys() <= carried.keys() and all(
+            isinstance(carried[k], list) for k in carried.keys() - here.keys()) and all(
+            only_adds(here[k], carried[k]) for k in here)
     if isinstance(here, list) and isinstance(carried, list):
         found = iter(carried)
         return all(any(item == other for other in found) for item in here)
     return here == carried
 
 
-def _file_only_adds(here: bytes | None, carried: bytes) -> bool:
+# The files whose rows summarise what they list, re-summarised as a resume adds to it: a row is
+# known by its identity, and what it summarises may only grow (its lifetimes, its logs and
+# timelines); its other fields follow from them, and validate holds them to the records.
+SUMMARIES = {"runs.json": (("flag_set",), ("lifetimes",)),
+             "offline.json": (("kwarg_set", "profile", "fixture"), ("logs", "timelines")),
+             "capacity.json": (("profile",), ())}
+
+
+def summary_only_adds(name: str, here, carried) -> bool:
+    """A summary file's rule: every row here is still there (by identity), what it summarises
+    kept with additions; rows may be new."""
+    identity, grown = SUMMARIES[name]
+    if not (isinstance(here, dict) and isinstance(carried, dict)
+            and here.keys() == carried.keys()):
+        return False
+    for key, rows in here.items():
+        if not isinstance(rows, list):
+            if rows != carried[key]:
+                return False
+            continue
+        if not isinstance(carried[key], list):
+            return False
+        key_of = lambda row: tuple(row.get(k) for k in identity)  # noqa: E731
+        theirs = {key_of(r): r for r in carried[key] if isinstance(r, dict)}
+        for row in rows:
+            other = theirs.get(key_of(row)) if isinstance(row, dict) else None
+            if other is None or not all(only_adds(row.get(g, []), other.get(g, []))
+                                        for g in grown):
+                return False
+    return True
+
+
+def _file_only_adds(name: str, here: bytes | None, carried: bytes) -> bool:
     if here == carried:
         return True
     if here is None:
         return False
     try:
-        return only_adds(json.loads(here), json.loads(carried))
+        mine, theirs = json.loads(here), json.loads(carried)
     except ValueError:  # not JSON (a log, a timeline): it must be the same bytes
         return False
+    rule = (lambda a, b: summary_only_adds(name, a, b)) if name in SUMMARIES else only_adds
+    return rule(mine, theirs)
 
 
 def _adds_records(here: dict[str, bytes | None], carried: dict[str, bytes]) -> bool:
@@ -299,7 +335,7 @@ def addition_problems(here: dict[str, bytes | None], carried: dict[str, bytes]) 
     return ([f"{n} (only here)" for n in sorted(here.keys() - carried.keys())]
             + [f"{n} (content differs: a record changed or went)"
                for n in sorted(here.keys() & carried.keys())
-               if not _file_only_adds(here[n], carried[n])])
+               if not _file_only_adds(n, here[n], carried[n])])
 
 
 def compare_attempts(project: Project, carried: list[tuple[str, str]],

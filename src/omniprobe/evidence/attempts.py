@@ -22,7 +22,7 @@ from omniprobe.atomic import is_temp_file
 from omniprobe.config.host_entry import Host
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_file
-from omniprobe.errors import InputError, Refusal
+from omniprobe.errors import InputError, Problem, Refusal
 from omniprobe.evidence.files import ATTEMPT_FILE, write_section
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.models.attempt import (
@@ -38,6 +38,7 @@ from omniprobe.evidence.models.common import ArtifactRef, Weights
 from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest, ProfileSettings
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.models.runs import ServeRun
+from omniprobe.evidence.repeats import repeat_problems
 from omniprobe.redaction import redact_args
 
 SUFFIX = "-probe"  # marks attempts this module made, apart from transcribed or other evidence
@@ -235,6 +236,16 @@ class AttemptStore:
             stale.unlink(missing_ok=True)
 
 
+def orphaned_records(host_dir: Path) -> list[tuple[Path, list[str]]]:
+    """The host's attempt folders that hold records but no attempt.json, with their files."""
+    found = []
+    for folder in sorted(host_dir.iterdir()) if host_dir.is_dir() else []:
+        names = sorted(p.name for p in folder.glob("*.json")) if folder.is_dir() else []
+        if names and not (folder / ATTEMPT_FILE).exists():
+            found.append((folder, names))
+    return found
+
+
 def record_counts(folder: Path) -> dict[str, int]:
     """The records each section file of an attempt holds (its one list), by file name."""
     counts = {}
@@ -248,7 +259,13 @@ def record_counts(folder: Path) -> dict[str, int]:
 
 
 def _load(project: Project, folder: Path) -> AttemptStore:
+    """An attempt to resume, refused where it is damaged: a resume would append to it."""
     loaded, problems = load_attempt(folder)
+    if not problems and loaded is not None:
+        problems = [Problem(p.file, p.path, f"{p.message}: the attempt is damaged, and a resume "
+                                            "would add to it; restore it (git checkout) or start "
+                                            "a new one (--fresh)")
+                    for p in repeat_problems(loaded)]
     if problems or loaded is None:
         raise InputError(problems)
     return AttemptStore(project, folder, loaded.meta, list(loaded.runs), list(loaded.requests),
@@ -334,6 +351,12 @@ def open_probe_attempt(project: Project, host_name: str, host: Host, command: li
     new one (--fresh, or the newest cannot be resumed: resume_decision says why), or the newest
     to resume (on an emulated host, of the same cap)."""
     host_dir = project.evidence_dir / host_name
+    orphaned = orphaned_records(host_dir)
+    if orphaned:
+        raise InputError([Problem(str(folder / ATTEMPT_FILE), "", "missing, while the folder "
+                                  f"holds records ({', '.join(names)}): restore attempt.json (git "
+                                  "checkout), or move the folder out of evidence/; no attempt "
+                                  "starts beside it") for folder, names in orphaned])
     if fresh_id and (host_dir / fresh_id).is_dir():
         store, why = _load(project, host_dir / fresh_id), f"joined: {fresh_id}, this nox run's --fresh one"
     elif fresh:

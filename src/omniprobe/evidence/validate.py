@@ -20,6 +20,7 @@ from omniprobe.evidence.consistency import consistency_problems
 from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES
 from omniprobe.evidence.load import Evidence, LoadedAttempt, load_evidence
 from omniprobe.evidence.migrations import content_path
+from omniprobe.evidence.repeats import repeat_problems
 from omniprobe.evidence.upstream import UPSTREAM_HOST
 
 
@@ -185,46 +186,6 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     return problems
 
 
-def _repeats(attempt: LoadedAttempt) -> list[Problem]:
-    """One record per cell: a second record of a (flag set or kwarg set, fixture, seed), a second
-    run of a flag set or a second cell of a fixture in one run would silently change what the
-    summaries take (the worst outcome of a cell's records)."""
-    problems: list[Problem] = []
-
-    def once(file: str, keyed: list[tuple[str, tuple]], what: str) -> None:
-        first: dict[tuple, str] = {}
-        for path, key in keyed:
-            if key in first:
-                problems.append(Problem(str(attempt.path / file), content_path(file, path),
-                                        f"a second record of {what} {key!r}; the first is at "
-                                        f"{content_path(file, first[key])}"))
-            else:
-                first[key] = path
-
-    once("runs.json", [(f"$[{i}].flag_set", (r.flag_set,)) for i, r in enumerate(attempt.runs)],
-         "flag set")
-    for i, run in enumerate(attempt.runs):
-        once("runs.json", [(f"$[{i}].cells[{j}].fixture", (c.fixture,))
-                           for j, c in enumerate(run.cells)], f"run {run.flag_set!r}'s fixture")
-    # A transport failure or a timeout may be followed by the resume's send of its cell; nothing
-    # else may.
-    last = {(r.flag_set, r.fixture, r.seed): i for i, r in enumerate(attempt.requests)}
-    once("requests.json", [(f"$[{i}]", (r.flag_set, r.fixture, r.seed))
-                           for i, r in enumerate(attempt.requests)
-                           if not r.sent_again_on_resume
-                           or last[(r.flag_set, r.fixture, r.seed)] == i],
-         "(flag set, fixture, seed)")
-    once("offline.json", [(f"$[{i}]", (r.configuration, r.fixture))
-                          for i, r in enumerate(attempt.offline)], "(kwarg set, fixture)")
-    once("offline-requests.json", [(f"$[{i}]", (r.configuration, r.fixture, r.seed))
-                                   for i, r in enumerate(attempt.offline_requests)],
-         "(kwarg set, fixture, seed)")
-    once("psnr.json", [(f"$[{i}]", (r.flag_set, r.fixture, tuple(r.seeds), r.baseline_attempt,
-                                    r.comparator)) for i, r in enumerate(attempt.psnr)],
-         "(flag set, fixture, seeds, baseline, comparator)")
-    return problems
-
-
 def _upstream_refs(attempt: LoadedAttempt) -> list[Problem]:
     """evidence/upstream/ holds only `upstream check` results, measured by this package."""
     file = str(attempt.path / ATTEMPT_FILE)
@@ -286,7 +247,7 @@ def load_project(project: Project, *, staged: Path | None = None,
                                     f"host ({', '.join(hosts_of[attempt.id])})"))
     for attempt in evidence.attempts:
         problems.extend(_refs(attempt, hosts, fixtures, ids))
-        problems.extend(_repeats(attempt))
+        problems.extend(repeat_problems(attempt))
         problems.extend(config_problems(attempt, project))
         host = hosts.hosts.get(attempt.host)
         if host is not None:

@@ -139,11 +139,10 @@ class DiffusersEngine:
         profile, weights = kwargs["profile"], kwargs["weights"]
         self.profile = profile
         offload = profile.get("offload", "none")
-        if offload not in OFFLOADS:
-            raise ProfileError(f"offload {offload!r}: expected one of {', '.join(OFFLOADS)}")
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if self.device == "cpu" and offload != "none":
-            raise ProfileError(f"offload {offload!r} needs a CUDA device; this machine has none")
+        refusal = profile_refusal(profile, self.device == "cuda")
+        if refusal is not None:
+            raise ProfileError(refusal)
         dtype = getattr(torch, profile.get("dtype", "bfloat16"))
         quantised = {name for name, key in QUANTISED_BY.items()
                      if profile.get(key) == "int8-weight-only"}
@@ -320,6 +319,26 @@ def process_gpu_mib() -> float | None:
         return None
     used = next((p.usedGpuMemory for p in listed if p.pid == os.getpid()), None)
     return None if used is None else used / MIB
+
+
+def profile_refusal(profile: dict, cuda: bool) -> str | None:
+    """Why the engine cannot build `profile` on this machine, in the words it refuses it with
+    (the harness asks before any runner starts, through `--versions PROFILES`); None: it can."""
+    offload = profile.get("offload", "none")
+    if offload not in OFFLOADS:
+        return f"offload {offload!r}: expected one of {', '.join(OFFLOADS)}"
+    if not cuda and offload != "none":
+        return f"offload {offload!r} needs a CUDA device; this machine has none"
+    return None
+
+
+def profile_refusals(profiles: dict[str, dict]) -> dict[str, str]:
+    """Each profile the engine would refuse here, with its words (torch is imported for it)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    found = {name: profile_refusal(p, cuda) for name, p in profiles.items()}
+    return {name: why for name, why in found.items() if why is not None}
 
 
 def environment_facts() -> dict:

@@ -57,6 +57,35 @@ def require_host_ram_cap(root: Path | None = None) -> None:
     _memory_controller(root or cgroup_root())
 
 
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:  # another user's: alive
+        return True
+    return True
+
+
+def _clear_left_behind(folder: Path) -> None:
+    """A cgroup of this name a killed run left: removed when no process is in it (its runner
+    is gone), else named, for a run of it still goes on."""
+    if not folder.exists():
+        return
+    try:
+        pids = [p for p in (folder / "cgroup.procs").read_text().split() if _alive(p)]
+    except OSError:
+        pids = []
+    if pids:
+        raise HostRamUnavailable(f"host RAM cannot be capped: {folder} is left from an earlier "
+                                 f"run and still holds process(es) {', '.join(pids)}; stop "
+                                 "them, then run again")
+    HostRamCap(folder, 0).remove()
+    if folder.exists():
+        raise HostRamUnavailable(f"host RAM cannot be capped: {folder} is left from an earlier "
+                                 "run and cannot be removed; remove it (rmdir), then run again")
+
+
 @dataclass
 class HostRamCap:
     folder: Path
@@ -67,6 +96,7 @@ class HostRamCap:
         root = root or cgroup_root()
         _memory_controller(root)
         folder = root / name
+        _clear_left_behind(folder)
         try:
             _delegate_memory(root)
             folder.mkdir()

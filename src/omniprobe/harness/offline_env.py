@@ -104,7 +104,8 @@ def offline_environment(ctx: Context, options: OfflineOptions, runner: RunnerCom
                           venv=options.venv, nvml=nvml, out=ctx.out)
         return env.record, {}
     if runner.verification is None:  # the machine's own Python: what it runs on, as it says
-        facts = runner_facts(command, dict(os.environ))
+        facts = runner_facts(command, dict(os.environ), {
+            e.name: e.kwargs["profile"] for e in entries if e.engine == "diffusers"})
         packages, manifest = facts["packages"], None
         digest = sha256_json({"python": facts.get("python"), "packages": packages,
                               "runner": command})

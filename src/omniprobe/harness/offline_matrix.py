@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from omniprobe.config.diffusers import (
     ModelConfigs,
@@ -129,11 +131,22 @@ def _diffusers_entries(cfg: HostsConfig, project: Project, host_name: str, host:
     return entries, [], configs
 
 
-def runner_facts(command: list[str], env: dict[str, str]) -> dict:
+def runner_facts(command: list[str], env: dict[str, str],
+                 profiles: dict[str, dict] | None = None) -> dict:
     """`offline_runner.py --versions` in the runner's Python (`command` runs the runner): the
-    packages it runs on and the allocator variable its torch reads."""
+    packages it runs on and, given Diffusers profiles by name, those its engine would refuse
+    (`refusals`, in the engine's words)."""
+    with tempfile.TemporaryDirectory(prefix="omniprobe-profiles-") as folder:
+        extra = []
+        if profiles:
+            extra = [str(Path(folder) / "profiles.json")]
+            Path(extra[0]).write_text(json.dumps(profiles), encoding="utf-8")
+        return _facts(command, env, extra)
+
+
+def _facts(command: list[str], env: dict[str, str], extra: list[str]) -> dict:
     try:
-        done = subprocess.run([*command, "--versions"], capture_output=True, text=True,
+        done = subprocess.run([*command, "--versions", *extra], capture_output=True, text=True,
                               timeout=120, env=env)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise RunnerEnvBroken(f"the runner's Python did not answer --versions: {exc}") from None

@@ -8,7 +8,8 @@ engine; never omniprobe or pydantic. The simulated host runs the same protocol t
 
     offline_runner.py [--engine omni|diffusers] --model PATH (--kwargs JSON | --kwargs-file FILE)
                       (--requests FILE | --search FILE) --results FILE
-    offline_runner.py --versions      (the packages the engines would run on, as JSON)
+    offline_runner.py --versions [PROFILES.json]  (the packages the engines would run on, and
+                                      the profiles the Diffusers engine would refuse, as JSON)
 
 The requests file: {"requests": [{"id", "fixture", "seed", "prompt", "width", "height",
 "references": [image paths], "num_inference_steps", "true_cfg_scale", "output": PNG path}]}.
@@ -333,11 +334,17 @@ ENGINES: dict[str, Callable[[str, dict], Engine]] = {
 }
 
 
-def print_versions() -> int:
+def print_versions(profiles_file: str | None = None) -> int:
+    """The engine's facts; with a JSON file of Diffusers profiles by name, also the ones it
+    would refuse here, in its own words."""
     _beside_this_file()
-    from diffusers_engine import environment_facts
+    from diffusers_engine import environment_facts, profile_refusals
 
-    print(json.dumps(environment_facts()))
+    facts = environment_facts()
+    if profiles_file is not None:
+        with open(profiles_file, encoding="utf-8") as handle:
+            facts["refusals"] = profile_refusals(json.load(handle))
+    print(json.dumps(facts))
     return 0
 
 
@@ -403,8 +410,8 @@ def load_inputs(args: argparse.Namespace) -> tuple[dict, list[dict] | dict]:
 def main(argv: list[str] | None = None,
          engine: Callable[[str, dict], Engine] | None = None, prog: str = "offline_runner.py") -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv == ["--versions"]:
-        return print_versions()
+    if argv[:1] == ["--versions"] and len(argv) <= 2:
+        return print_versions(*argv[1:])
     args = build_parser(prog).parse_args(argv)
     engine = engine or ENGINES[args.engine]
     try:

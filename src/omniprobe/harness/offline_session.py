@@ -11,6 +11,7 @@ from omniprobe.config.selection import resolve_host
 from omniprobe.errors import Refusal
 from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
 from omniprobe.evidence.files import write_section
+from omniprobe.evidence.repeats import standing
 from omniprobe.harness.client import require_references
 from omniprobe.harness.host_ram_cap import require_host_ram_cap
 from omniprobe.harness.lifetime import (
@@ -59,9 +60,13 @@ class OfflineSession(Session):
         runner = runner_command(ctx.cfg, ctx.project, ctx.host_name, self.options.venv,
                                 nvml=self.nvml, out=ctx.out)
         self.runner = runner.argv
-        self.environment, _ = offline_environment(ctx, self.options, runner, configs,
-                                                   self.entries, nvml=self.nvml,
-                                                   host_ram_mib=settings.host_ram_mib)
+        self.environment, facts = offline_environment(ctx, self.options, runner, configs,
+                                                       self.entries, nvml=self.nvml,
+                                                       host_ram_mib=settings.host_ram_mib)
+        refused = facts.get("refusals") or {}
+        if refused:  # the engine's own words, asked of the runner's Python before any runner
+            raise Refusal("; ".join(f"Diffusers profile {name!r}: {why}"
+                                    for name, why in refused.items()))
         if self.environment.served.source == "pinned":  # the runner loads the snapshot folder
             self.settings = replace(self.settings, model=self.environment.served.model)
         for entry in self.entries:  # a profile's allocator variable is the runner's torch's
@@ -75,7 +80,8 @@ class OfflineSession(Session):
         weights = ctx.host.diffusers.weights if ctx.host.diffusers else None
 
         def complete(found: AttemptStore) -> bool:
-            done = {(r.configuration, r.fixture, r.seed) for r in found.offline_requests}
+            done = {(r.configuration, r.fixture, r.seed) for r in found.offline_requests
+                    if self.options.accept_timeouts or not r.sent_again_on_resume}
             settled = {e.name for e in self.entries if init_settled(
                 [r for r in found.offline if r.configuration == e.name],
                 self.options.accept_timeouts)}
@@ -98,6 +104,10 @@ class OfflineSession(Session):
             print(f"refused: {line}", file=out)
         probe = self.probe(ctx, store, OfflineProbe)
         probe.run(self.entries, self.plans)
+        if not self.options.accept_timeouts:  # no answer of the card's: a re-run sends it again
+            probe.unfinished += [f"{r.configuration}: {r.fixture} seed {r.seed} timed out, not "
+                                 "the card's answer; re-run, or --accept-timeouts"
+                                 for r in standing(probe.records) if r.sent_again_on_resume]
         kwarg_sets = [e.name for e in self.entries if e.engine == "omni"]
         checks = offline_checks(ctx.cfg, kwarg_sets, probe.records)
         if checks:

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{', '.join(unpacked.skipped)}")
         if unpacked.extended:
             print(f"added records to {len(unpacked.extended)} attempt(s) already here (a "
-                  f"resume made elsewhere; nothing here changed): "
+                  f"resume made elsewhere; every record here kept): "
                   f"{', '.join(unpacked.extended)}")
         return 0
     for line in archive.recover(project):  # an interrupted unpack, completed or rolled back
