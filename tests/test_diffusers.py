@@ -633,3 +633,33 @@ def test_a_build_that_fails_upstream_is_recorded_as_upstreams_and_asks_nothing_o
     [run] = host_runs(HOST, loaded.evidence, loaded.fixtures)
     assert run.init_upstream_failure == row.cause.reason
     assert card_capacity(HOST, [run], None, 0).verdict == "not measured"
+
+
+@pytest.mark.parametrize(("parameters", "ram_gib", "refused"), [
+    # Issue 35 class 8: sized before it is built, against the machine's own RAM.
+    ({"text_encoder": 8_767_100_000, "transformer": 7_115_100_000}, 128, False),  # the real one
+    ({"transformer": 10**12}, 128, True),  # about 10^12 parameters: a TB even at int8
+    ({"transformer": 10**12}, 2048, False),
+    ({"transformer": 40 * 2**30}, 32, True),
+    ({"transformer": 40 * 2**30}, None, False),  # the RAM unknown: not refused on a guess
+    ({}, 1, False),
+])
+def test_a_random_build_larger_than_the_machine_is_refused_before_it_starts(parameters,
+                                                                             ram_gib, refused):
+    from omniprobe.harness.build_size import build_size_refusal
+
+    why = build_size_refusal(parameters, ram_gib and ram_gib * 2**30, "models/x")
+    assert (why is not None) is refused
+    if refused:
+        assert "models/x" in why and f"{ram_gib:,.1f} GiB of RAM" in why
+
+
+def test_the_tiny_build_is_sized_by_the_runner_and_refused_on_a_machine_too_small(
+        project, monkeypatch):
+    from omniprobe.harness import offline_session
+
+    monkeypatch.setattr(offline_session, "machine_ram_bytes", lambda: 1024)
+    code, out = offline(project, "--profile", "tiny-cpu")
+    assert code == 3 and "more than this machine's 0.0 GiB of RAM" in out, out
+    assert "models/qwen-image-2.1/tiny" in out
+    assert not (project.evidence_dir / HOST).exists()

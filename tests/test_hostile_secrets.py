@@ -113,3 +113,20 @@ def test_a_server_that_logs_the_token_bare_leaves_it_nowhere(project, port, monk
     for path in recorded:
         text = path.read_text()
         assert TOKEN not in text and f"hub.example/{REDACTED}/Qwen" in text, path
+
+
+def test_an_offline_runners_results_file_is_redacted_where_it_is_kept(project, monkeypatch):
+    """The runner writes results.jsonl itself; once it ends, the harness rewrites it, as it does
+    the runner's log, so the artifact kept beside the evidence holds no secret either. Here the
+    secret's value is part of the project's path, which every image path the runner reports
+    holds."""
+    from .conftest import in_process
+
+    secret = project.root.name
+    assert len(secret) >= 8
+    monkeypatch.setenv("HF_TOKEN", secret)
+    code, out = in_process(project, ["probe-offline", "--host", "sim", "--kwarg-set",
+                                     "sim-offline-fp8", "--fixture", "sim-t2i"])
+    assert code == 0, out
+    [results] = project.artifacts_dir.glob("sim/*/*/runner-*/results.jsonl")
+    assert REDACTED in results.read_text() and secret not in results.read_text()

@@ -116,11 +116,14 @@ def redact_args(args: list[str]) -> list[str]:
     return out
 
 
-def redact_file(path: Path) -> None:
-    """Rewrite a text file kept as an artifact (a server log) with its secrets redacted; a file
-    without any is left as it is."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+def redact_file(*paths: Path) -> None:
+    """Rewrite each text file kept as an artifact (a server log, a runner's results file) with
+    its secrets redacted; a file without any is left as it is, and one never written is skipped."""
     secrets = secret_values()
-    redacted = "\n".join(redact_text(line, secrets) for line in text.split("\n"))
-    if redacted != text:
-        write_text_atomic(path, redacted)
+    for path in paths:
+        if not path.is_file():
+            continue
+        text = path.read_text(encoding="utf-8", errors="replace")
+        redacted = "\n".join(redact_text(line, secrets) for line in text.split("\n"))
+        if redacted != text:
+            write_text_atomic(path, redacted)

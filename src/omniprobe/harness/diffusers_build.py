@@ -94,6 +94,13 @@ def empty_components(configs: dict) -> dict:
         return {name: makers[name]() for name in LOAD_ORDER}
 
 
+def parameter_counts(configs: dict) -> dict[str, int]:
+    """Each component's parameters, counted on the meta device (nothing is allocated): what a
+    random build would fill, asked before it starts."""
+    return {name: sum(p.numel() for p in module.parameters())
+            for name, module in empty_components(configs).items()}
+
+
 def fill_streamed(name: str, module, dtype, seed: int, *, init_device: str, quantise: bool,
                   keep_on: str, observer: BuildObserver) -> None:
     """Fill `module`'s meta tensors unit by unit; each unit, once filled, is quantised (int8

@@ -26,6 +26,7 @@ from diffusers_build import (
     HostSampler,
     build_streamed,
     max_rss_mib,
+    parameter_counts,
     parameters_b,
     pinned_mib,
     placed_host_figures,
@@ -332,13 +333,18 @@ def profile_refusal(profile: dict, cuda: bool) -> str | None:
     return None
 
 
-def profile_refusals(profiles: dict[str, dict]) -> dict[str, str]:
-    """Each profile the engine would refuse here, with its words (torch is imported for it)."""
+def asked_facts(profiles: dict[str, dict], configs: dict | None) -> dict:
+    """What the engine would do, asked before anything is built: each profile it would refuse
+    here, with its words (torch is imported for it), and, for a random build's configs, each
+    component's parameters, counted on the meta device."""
     import torch
 
     cuda = torch.cuda.is_available()
     found = {name: profile_refusal(p, cuda) for name, p in profiles.items()}
-    return {name: why for name, why in found.items() if why is not None}
+    facts: dict = {"refusals": {name: why for name, why in found.items() if why is not None}}
+    if configs:
+        facts["parameters"] = parameter_counts(configs)
+    return facts
 
 
 def environment_facts() -> dict:

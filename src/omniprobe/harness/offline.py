@@ -330,7 +330,7 @@ class OfflineProbe:
             if ram is not None:
                 state.host_ram.append(ram.check())
                 ram.remove()
-            redact_file(runner.log_path)
+            redact_file(runner.log_path, runner.log_path.with_name("results.jsonl"))
             state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
             if timeline.state == "incomplete" and sys.exc_info()[0] is None:
                 # Recorded first; only a lifetime that ended on its own fails for it (another

@@ -132,15 +132,17 @@ def _diffusers_entries(cfg: HostsConfig, project: Project, host_name: str, host:
 
 
 def runner_facts(command: list[str], env: dict[str, str],
-                 profiles: dict[str, dict] | None = None) -> dict:
+                 profiles: dict[str, dict] | None = None, configs: dict | None = None) -> dict:
     """`offline_runner.py --versions` in the runner's Python (`command` runs the runner): the
-    packages it runs on and, given Diffusers profiles by name, those its engine would refuse
-    (`refusals`, in the engine's words)."""
-    with tempfile.TemporaryDirectory(prefix="omniprobe-profiles-") as folder:
+    packages it runs on; given Diffusers profiles by name, those its engine would refuse
+    (`refusals`, in the engine's words); given a random build's configs, each component's
+    parameters (`parameters`), counted before anything is built."""
+    with tempfile.TemporaryDirectory(prefix="omniprobe-asked-") as folder:
         extra = []
-        if profiles:
-            extra = [str(Path(folder) / "profiles.json")]
-            Path(extra[0]).write_text(json.dumps(profiles), encoding="utf-8")
+        if profiles or configs:
+            extra = [str(Path(folder) / "asked.json")]
+            Path(extra[0]).write_text(json.dumps({"profiles": profiles or {},
+                                                  "configs": configs}), encoding="utf-8")
         return _facts(command, env, extra)
 
 

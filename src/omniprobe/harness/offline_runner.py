@@ -8,8 +8,9 @@ engine; never omniprobe or pydantic. The simulated host runs the same protocol t
 
     offline_runner.py [--engine omni|diffusers] --model PATH (--kwargs JSON | --kwargs-file FILE)
                       (--requests FILE | --search FILE) --results FILE
-    offline_runner.py --versions [PROFILES.json]  (the packages the engines would run on, and
-                                      the profiles the Diffusers engine would refuse, as JSON)
+    offline_runner.py --versions [ASKED.json]  (the packages the engines would run on; asked,
+                                      the Diffusers profiles it would refuse and a random
+                                      build's parameters, as JSON)
 
 The requests file: {"requests": [{"id", "fixture", "seed", "prompt", "width", "height",
 "references": [image paths], "num_inference_steps", "true_cfg_scale", "output": PNG path}]}.
@@ -334,16 +335,18 @@ ENGINES: dict[str, Callable[[str, dict], Engine]] = {
 }
 
 
-def print_versions(profiles_file: str | None = None) -> int:
-    """The engine's facts; with a JSON file of Diffusers profiles by name, also the ones it
-    would refuse here, in its own words."""
+def print_versions(asked_file: str | None = None) -> int:
+    """The engine's facts; with a JSON file of Diffusers profiles by name (`profiles`) and a
+    random build's configs (`configs`), also the profiles it would refuse here, in its own
+    words, and each component's parameters, counted on the meta device."""
     _beside_this_file()
-    from diffusers_engine import environment_facts, profile_refusals
+    from diffusers_engine import asked_facts, environment_facts
 
     facts = environment_facts()
-    if profiles_file is not None:
-        with open(profiles_file, encoding="utf-8") as handle:
-            facts["refusals"] = profile_refusals(json.load(handle))
+    if asked_file is not None:
+        with open(asked_file, encoding="utf-8") as handle:
+            asked = json.load(handle)
+        facts.update(asked_facts(asked.get("profiles") or {}, asked.get("configs")))
     print(json.dumps(facts))
     return 0
 

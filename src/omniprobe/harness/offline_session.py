@@ -12,6 +12,7 @@ from omniprobe.errors import Refusal
 from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
 from omniprobe.evidence.files import write_section
 from omniprobe.evidence.repeats import standing
+from omniprobe.harness.build_size import build_size_refusal, machine_ram_bytes
 from omniprobe.harness.client import require_references
 from omniprobe.harness.host_ram_cap import require_host_ram_cap
 from omniprobe.harness.lifetime import (
@@ -63,6 +64,10 @@ class OfflineSession(Session):
         self.environment, facts = offline_environment(ctx, self.options, runner, configs,
                                                        self.entries, nvml=self.nvml,
                                                        host_ram_mib=settings.host_ram_mib)
+        size = build_size_refusal(facts.get("parameters") or {}, machine_ram_bytes(),
+                                  configs.folder) if configs is not None else None
+        if size is not None:
+            raise Refusal(size)
         refused = facts.get("refusals") or {}
         if refused:  # the engine's own words, asked of the runner's Python before any runner
             raise Refusal("; ".join(f"Diffusers profile {name!r}: {why}"
