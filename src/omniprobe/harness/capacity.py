@@ -29,7 +29,7 @@ from omniprobe.harness.offline_matrix import OfflineEntry
 from omniprobe.harness.offline_plan import PlannedRequest
 from omniprobe.harness.offline_state import EntryState
 from omniprobe.harness.progress import Progress
-from omniprobe.harness.runner_events import RunnerProtocolError
+from omniprobe.harness.runner_events import RunnerProtocolError, protocol_broken
 from omniprobe.redaction import redact_text
 
 ATTEMPT_SUFFIX = "-capacity"
@@ -145,9 +145,7 @@ class CapacityProbe(OfflineProbe):
                 {k: v for k, v in event.items() if k not in ("event", "references")}
                 | {"reference_count": refs})
         except ValidationError as exc:
-            raise RunnerProtocolError(f"{path}: the runner's 'band' event: "
-                                      f"{exc.errors()[0]['msg']}; the runner broke the "
-                                      "protocol") from None
+            raise protocol_broken(path, "band", exc) from None
 
     def _search_spec(self, entry: OfflineEntry, plan: SearchPlan, seed: int,
                      search: ProfileSearch, folder) -> dict:

@@ -36,9 +36,17 @@ class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
-class _Measured(_Event):
-    """What a request or trial measured beside its peak: figures only, each within a TiB."""
+class _Result(_Event):
+    """What a request and a trial both report: the outcome, the wall, the peak, the runner's
+    own words of a failure, and what else it measured (figures only, each within a TiB)."""
 
+    outcome: Outcome
+    wall_s: Seconds
+    started_s: Seconds | None = None
+    peak_mib: Mib | None = None
+    peak_source: str | None = None
+    error: Text = None
+    traceback: Text = None
     measured: dict[str, Any] = {}
 
     @field_validator("measured")
@@ -64,35 +72,21 @@ class InitEvent(_Event):
     emulation: dict[str, Any] | None = None
 
 
-class RequestEvent(_Measured):
+class RequestEvent(_Result):
     event: Literal["request"]
     id: str
     fixture: str
     seed: Annotated[int, Field(ge=0, le=2**32 - 1)]
-    outcome: Outcome
-    wall_s: Seconds
-    started_s: Seconds | None = None
     image: str | None = None
-    peak_mib: Mib | None = None
-    peak_source: str | None = None
-    error: Text = None
-    traceback: Text = None
 
 
-class TrialEvent(_Measured):
+class TrialEvent(_Result):
     event: Literal["trial"]
     references: Annotated[int, Field(ge=0)]
     fixture: str
     limit_mib: PoolMib
     phase: str
     repeat: bool
-    outcome: Outcome
-    wall_s: Seconds
-    started_s: Seconds | None = None
-    peak_mib: Mib | None = None
-    peak_source: str | None = None
-    error: Text = None
-    traceback: Text = None
 
 
 class BandEvent(_Event):
@@ -131,15 +125,22 @@ def validated_event(event: object, path: Path) -> dict:
                                   f"{', '.join(EVENT_KINDS)}")
     try:
         _EVENT.validate_python(event)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"][1:]) or "(the event)"
-        got = first.get("input")
-        raise RunnerProtocolError(
-            f"{path}: the runner's {event['event']!r} event, field {field!r}: "
-            f"{first['msg'][:1].lower()}{first['msg'][1:]} (got {str(got)[:80]!r}); the runner "
-            "broke the protocol") from None
+    except ValidationError as exc:  # its first location is the event's kind, the union's tag
+        raise protocol_broken(path, event["event"], exc, skip=1) from None
     return event
+
+
+def protocol_broken(path: Path, kind: str, exc: ValidationError, *, within: str = "",
+                    skip: int = 0) -> RunnerProtocolError:
+    """The error for a runner's `kind` event that fails its model: the field (under `within`,
+    its first `skip` locations left out), what was expected and what came."""
+    first = exc.errors()[0]
+    field = ".".join([within, *map(str, first["loc"][skip:])] if within
+                     else map(str, first["loc"][skip:])) or "(the event)"
+    return RunnerProtocolError(
+        f"{path}: the runner's {kind!r} event, field {field!r}: {first['msg'][:1].lower()}"
+        f"{first['msg'][1:]} (got {str(first.get('input'))[:80]!r}); the runner broke the "
+        "protocol")
 
 
 class RunnerEvents:
@@ -191,11 +192,7 @@ def build_facts(event: dict, path: Path) -> DiffusersBuild | None:
     try:
         return DiffusersBuild.model_validate(event["facts"])
     except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(p) for p in first["loc"])
-        raise RunnerProtocolError(f"{path}: the runner's 'init' event, field 'facts.{field}': "
-                                  f"{first['msg'][:1].lower()}{first['msg'][1:]}; the runner "
-                                  "broke the protocol") from None
+        raise protocol_broken(path, "init", exc, within="facts") from None
 
 
 def after_last_event(log: str) -> str:
