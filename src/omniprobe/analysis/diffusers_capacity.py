@@ -134,8 +134,8 @@ def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[Profile
         allowed = [p.allowed_mib for row in rows for t in row.timelines if t.emulation
                    for p in t.emulation.capped]
         init_upstream = upstream_cause(failed[-1].outcome, failed[-1].cause) if failed else None
-        own = {r.build.build_path for r in rows if r.build is not None} - {None}
-        path = next(iter(own or paths), None) if len(own or paths) == 1 else None
+        known = {r.build.build_path for r in rows if r.build is not None} - {None} or paths
+        path = next(iter(known)) if len(known) == 1 else None
         runs.append(ProfileRun(attempt.host, cap, name, attempt.id,
                                tuple(_cell(n, by_refs[n]) for n in sorted(by_refs)),
                                failed[-1].outcome if failed else "ready",

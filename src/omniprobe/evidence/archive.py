@@ -310,32 +310,20 @@ def summary_only_adds(name: str, here, carried) -> bool:
     return True
 
 
-def _file_only_adds(name: str, here: bytes | None, carried: bytes) -> bool:
+def file_change(name: str, here: bytes | None, carried: bytes) -> str | None:
+    """How the archive's copy of an attempt's file stands to the one here: None, the same bytes;
+    "same records", other bytes of the same JSON; "adds", records added and none changed (a
+    resume made elsewhere); else why it is refused."""
     if here == carried:
-        return True
-    if here is None:
-        return False
+        return None
     try:
         mine, theirs = json.loads(here), json.loads(carried)
-    except ValueError:  # not JSON (a log, a timeline): it must be the same bytes
-        return False
-    rule = (lambda a, b: summary_only_adds(name, a, b)) if name in SUMMARIES else only_adds
-    return rule(mine, theirs)
-
-
-def _adds_records(here: dict[str, bytes | None], carried: dict[str, bytes]) -> bool:
-    """The archive's attempt holds a file or a record the one here does not."""
-    return bool(carried.keys() - here.keys()) or any(
-        json.loads(here[n]) != json.loads(carried[n]) for n in here.keys() & carried.keys()
-        if here[n] != carried[n])
-
-
-def addition_problems(here: dict[str, bytes | None], carried: dict[str, bytes]) -> list[str]:
-    """What keeps the archive's attempt from being here's with records added, file by file."""
-    return ([f"{n} (only here)" for n in sorted(here.keys() - carried.keys())]
-            + [f"{n} (content differs: a record changed or went)"
-               for n in sorted(here.keys() & carried.keys())
-               if not _file_only_adds(n, here[n], carried[n])])
+    except (TypeError, ValueError):  # a symlink here, or not JSON (a log): bytes must match
+        return "content differs: a record changed or went"
+    if mine == theirs:
+        return "same records"
+    adds = summary_only_adds(name, mine, theirs) if name in SUMMARIES else only_adds(mine, theirs)
+    return "adds" if adds else "content differs: a record changed or went"
 
 
 def compare_attempts(project: Project, carried: list[tuple[str, str]],
@@ -356,9 +344,13 @@ def compare_attempts(project: Project, carried: list[tuple[str, str]],
         if not evidence_differences(here, ours):
             same.add(key)
             continue
-        differ = addition_problems(here, ours) + _artifact_conflicts(project, key, contents, paths)
-        if not differ and not _adds_records(here, ours):  # other bytes, the same records
-            differ = evidence_differences(here, ours)
+        changes = {n: file_change(n, here[n], ours[n]) for n in sorted(here.keys() & ours.keys())}
+        differ = ([f"{n} (only here)" for n in sorted(here.keys() - ours.keys())]
+                  + [f"{n} ({why})" for n, why in changes.items()
+                     if why not in (None, "same records", "adds")]
+                  + _artifact_conflicts(project, key, contents, paths))
+        if not differ and "adds" not in changes.values() and not ours.keys() - here.keys():
+            differ = evidence_differences(here, ours)  # other bytes, the same records: no resume
         if differ:
             refused.append(f"{folder}: {', '.join(differ)}")
         else:

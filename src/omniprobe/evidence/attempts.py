@@ -188,8 +188,7 @@ class AttemptStore:
         """A record of the cell that measured something: a transport failure is sent again, and
         so is a timeout unless this run accepts timeouts."""
         return any(r.flag_set == flag_set and r.fixture == fixture and r.seed == seed
-                   and not r.transport_failure
-                   and (self.accept_timeouts or r.outcome != "timeout") for r in self.requests)
+                   and r.settles(self.accept_timeouts) for r in self.requests)
 
     def discard_if_empty(self) -> bool:
         """Remove a probe attempt this process made that holds nothing but attempt.json (a run

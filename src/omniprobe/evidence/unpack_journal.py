@@ -141,8 +141,7 @@ def _journal_moves(staging: Staging, project: Project) -> list[Move]:
         inside = [root for root in (project.evidence_dir, project.artifacts_dir)
                   if target.resolve().is_relative_to(root.resolve())]
         if not inside or not any(staged.is_relative_to(f) for f in staging.folders) or (
-                replaced is not None and (replaced_path(staging, staged) is None
-                                          or replaced != replaced_path(staging, staged))):
+                replaced is not None and replaced != replaced_path(staging, staged)):
             raise InputError([Problem(str(staging.journal), f"$.moves[{i}]",
                                       "expected a move from this unpack's staging folders into "
                                       "evidence/ or artifacts/, setting a replaced folder aside "

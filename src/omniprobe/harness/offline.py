@@ -120,8 +120,8 @@ class OfflineProbe:
                             progress, rows)
 
     def _pending(self, name: str, plan: list[PlannedRequest]) -> list[PlannedRequest]:
-        done = {(r.fixture, r.seed) for r in self.records if r.configuration == name
-                and (self.store.accept_timeouts or not r.sent_again_on_resume)}
+        done = {(r.fixture, r.seed) for r in self.records
+                if r.configuration == name and r.settles(self.store.accept_timeouts)}
         return [p for p in plan if (p.fixture.id, p.seed) not in done]
 
     # --- one entry --------------------------------------------------------------------------

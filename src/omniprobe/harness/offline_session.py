@@ -86,7 +86,7 @@ class OfflineSession(Session):
 
         def complete(found: AttemptStore) -> bool:
             done = {(r.configuration, r.fixture, r.seed) for r in found.offline_requests
-                    if self.options.accept_timeouts or not r.sent_again_on_resume}
+                    if r.settles(self.options.accept_timeouts)}
             settled = {e.name for e in self.entries if init_settled(
                 [r for r in found.offline if r.configuration == e.name],
                 self.options.accept_timeouts)}

@@ -38,6 +38,10 @@ def init_settled(rows: list[OfflineCell], accept_timeouts: bool = False) -> bool
     """Whether an entry's failed init is on record for good: one the environment failed
     measured nothing about the card, so a re-run builds that engine again; so with a timeout,
     no answer of the card's, unless the run accepts timeouts."""
-    failed = [r for r in rows if r.outcome in ("init-oom", "init-error")
-              + (("timeout",) if accept_timeouts else ()) and r.fixture is None]
-    return bool(failed) and (failed[-1].cause is None or failed[-1].cause.kind != "environment")
+    failed = [r for r in rows if r.outcome in ("init-oom", "init-error", "timeout")
+              and r.fixture is None]
+    if not failed:
+        return False
+    if failed[-1].outcome == "timeout":
+        return accept_timeouts
+    return failed[-1].cause is None or failed[-1].cause.kind != "environment"

@@ -125,6 +125,20 @@ def _wall_text(run_wall: float | None, ref_wall: float | None, ref_name: str | N
                                                     else "")
 
 
+def _reference_wall(ref_name: str | None, refs: int, chosen: dict[str, ProfileRun],
+                    runs: list[ProfileRun]) -> tuple[float | None, bool]:
+    """The reference profile's wall at `refs`: from its run under the calibration's conditions,
+    else from another run of it at the same cap (borrowed: True), else None."""
+    if ref_name is None:
+        return None, False
+    mine = chosen.get(ref_name)
+    if mine is not None and mine.cell(refs) is not None and mine.cell(refs).wall_s is not None:
+        return mine.cell(refs).wall_s, False
+    other = next((r.cell(refs).wall_s for r in runs if r.profile == ref_name
+                  and r.cell(refs) is not None and r.cell(refs).wall_s), None)
+    return other, other is not None
+
+
 def calibration_views(loaded: Loaded, runs_by_host: dict[str, list[ProfileRun]],
                       target: int) -> list[CalibrationView]:
     hosts = loaded.hosts
@@ -143,26 +157,17 @@ def calibration_views(loaded: Loaded, runs_by_host: dict[str, list[ProfileRun]],
             continue
         runs = [r for r in runs_by_host.get(cal.emulated_host, []) if r.cap_mib == cap]
         chosen = {r.profile: r for r in runs if r.host_ram.cap_mib == ram_cap}
-        profiles = {p: hosts.diffusers_profiles[p] for p in cal.grid}
+        profiles = {p: hosts.diffusers_profiles[p] for p in dict.fromkeys([cal.closest, *cal.grid])}
         counts = compared_counts(real, target)
         rows, agree, disagree, closest_seen = [], [], [], None
-        for profile_name in dict.fromkeys([cal.closest, *cal.grid]):
-            profile = hosts.diffusers_profiles[profile_name]
+        for profile_name, profile in profiles.items():
             run = chosen.get(profile_name)
-            ref_name = speed_reference(profile, {**profiles, cal.closest:
-                                                 hosts.diffusers_profiles[cal.closest]})
+            ref_name = speed_reference(profile, profiles)
             cells = []
             for refs in counts:
                 seen = observed(run, refs, ram_mib)
                 read = reading(real, refs, seen)
-                ref_run = chosen.get(ref_name) if ref_name else None
-                ref_wall = ref_run.cell(refs).wall_s if ref_run and ref_run.cell(refs) else None
-                borrowed = False
-                if ref_wall is None and ref_name is not None:
-                    other = next((r for r in runs if r.profile == ref_name and r.cell(refs)
-                                  and r.cell(refs).wall_s), None)
-                    ref_wall, borrowed = (other.cell(refs).wall_s, True) if other else (None,
-                                                                                         False)
+                ref_wall, borrowed = _reference_wall(ref_name, refs, chosen, runs)
                 cells.append(CalibrationCell(outcome_text(seen, ram_mib), read, _wall_text(
                     seen.wall_s if seen.outcome == "fits" else None, ref_wall, ref_name,
                     ref_name == profile_name and not borrowed, borrowed)))

@@ -120,7 +120,7 @@ class DiffusersHostView:
     cap_text: str  # e.g. "24 GiB"
     host_ram_text: str
     settings_text: str  # which runs recorded their profile's settings, and what the rest show
-    findings: list[str] = ()  # the calibrations' disagreements on this host, for its opening
+    findings: tuple[str, ...] = ()  # the calibrations' disagreements on this host, for its opening
 
 
 @dataclass(frozen=True)
@@ -351,8 +351,8 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
             sweep.append(SweepRow(profile, ", ".join(_gib(c) for c in caps),
                                   [needs[n].text() if n in needs else "—" for n in columns]))
     calibrations = calibration_views(loaded, runs_by_host, target)
-    views = [replace(v, findings=[c.finding for c in calibrations
-                                  if c.host_key == v.key and c.finding]) for v in views]
+    views = [replace(v, findings=tuple(c.finding for c in calibrations
+                                       if c.host_key == v.key and c.finding)) for v in views]
     full = [v for v in views if v.emulated]
     host_ram_of = {key: card_host_ram_mib(card, None) for key, card in
                    ((h.card, h) for h in hosts.hosts.values() if h.card is not None)}

@@ -65,11 +65,15 @@ class OfflineRequest(Measurement, Configured):
     or the Diffusers pipeline), as the package measured it: a serve RequestRecord's measurement,
     keyed by the kwarg set (the Diffusers engine's: the profile) instead of a flag set."""
 
+    def settles(self, accept_timeouts: bool) -> bool:
+        """Whether this record settles its cell for a run: a timeout, no answer of the card's,
+        only for a run that accepts timeouts."""
+        return accept_timeouts or self.outcome != "timeout"
+
     @property
     def sent_again_on_resume(self) -> bool:
-        """A timeout, no answer of the card's: a resume runs it again unless the run accepts
-        timeouts, and a later record of its cell supersedes it."""
-        return self.outcome == "timeout"
+        """A timeout: a later record of its cell supersedes it."""
+        return not self.settles(accept_timeouts=False)
 
     engine: Literal["omni", "diffusers"] | None = Field(
         default=None, description="The runner's engine; null: omni (or a record made before "

@@ -146,11 +146,16 @@ class RequestRecord(Measurement):
                                    "resume sends the request again and records that after it. "
                                    "Written only when true.")
 
+    def settles(self, accept_timeouts: bool) -> bool:
+        """Whether this record settles its cell for a run: a lost request never does; a timeout,
+        no answer of the card's, only for a run that accepts timeouts."""
+        return not self.transport_failure and (accept_timeouts or self.outcome != "timeout")
+
     @property
     def sent_again_on_resume(self) -> bool:
-        """No answer of the card's: a lost request, or a timeout (unless a run accepted it, it
-        is sent again); a later record of its cell supersedes it."""
-        return self.transport_failure or self.outcome == "timeout"
+        """No answer of the card's (a lost request, a timeout): a later record of its cell
+        supersedes it."""
+        return not self.settles(accept_timeouts=False)
 
     @model_serializer(mode="wrap")
     def _transport_failure_only_when_true(self, handler):
