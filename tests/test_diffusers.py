@@ -195,6 +195,11 @@ def test_the_tiny_pipeline_runs_end_to_end_and_records_capacity_only(project):
     measures = kv_measures([attempt], loaded.fixtures, {"tiny-cpu": 64})
     per_ref = kv_per_reference(measures)
     assert [p.reference_count for p in per_ref] == [1, 2, 3, 4]
+    # Each fixture has its own prompt, counted as encoded: less it, every reference (one size)
+    # adds the same tokens, which the share against the text-only fixture would not show.
+    assert all(0 < r.prompt_text_tokens < r.prefix_tokens for r in records[1:])
+    assert len({p.tokens_per_reference for p in per_ref}) == 1
+    assert records[0].prompt_text_tokens == records[0].prefix_tokens  # no reference: all text
     assert all(p.bytes_per_reference == p.tokens_per_reference * TINY_KV_BYTES_PER_TOKEN
                for p in per_ref)
 

@@ -64,18 +64,26 @@ def test_the_architecture_implies_the_cache_per_token(transformer, dtype, bytes_
     assert architecture_bytes_per_token(transformer, dtype) == bytes_per_token
 
 
-def kv(refs: int, tokens: int, profile: str = "p", res: int = 1024) -> KvMeasure:
-    return KvMeasure(profile, f"f{refs}", refs, res, tokens * 524288, tokens)
+def kv(refs: int, tokens: int, text: int | None, profile: str = "p", res: int = 1024
+       ) -> KvMeasure:
+    return KvMeasure(profile, f"f{refs}", refs, res, tokens * 524288, tokens, text)
 
 
-def test_the_cache_per_reference_is_each_references_share_over_the_text_alone():
-    # The H200's figures: 31 text tokens; 4,174 with one 1024² condition, 16,671 with four.
-    per_ref = kv_per_reference([kv(0, 31), kv(1, 4174), kv(4, 16671)])
-    assert [(p.reference_count, p.tokens_per_reference) for p in per_ref] == [(1, 4143),
-                                                                            (4, 4160)]
-    assert per_ref[1].bytes_per_reference == 4160 * 524288  # 2.03 GiB a reference
-    # Without the same profile's text-only cache there is nothing to take the share from.
-    assert kv_per_reference([kv(1, 4174), kv(0, 31, profile="q")]) == []
+@pytest.mark.parametrize(("measures", "per_reference_tokens"), [
+    # Each fixture its own prompt: a 20-token prompt beside one 1024² reference, 57 beside four.
+    # Against the text-only fixture's 31 tokens the naive share would read 4,143 and 4,160.
+    ([kv(0, 31, 31), kv(1, 4169, 20), kv(4, 16653, 57)], [(1, 4149), (4, 4149)]),
+    # Prompts of one length: the naive and the right share agree.
+    ([kv(0, 31, 31), kv(2, 8329, 31)], [(2, 4149)]),
+    # A record that does not count its prompt's tokens gives no share, never a guess.
+    ([kv(0, 31, None), kv(1, 4174, None)], []),
+    ([kv(1, 4174, None), kv(1, 4169, 20, profile="q")], [(1, 4149)]),
+])
+def test_the_cache_per_reference_is_each_requests_prefix_less_its_own_prompt(
+        measures, per_reference_tokens):
+    per_ref = kv_per_reference(measures)
+    assert [(p.reference_count, p.tokens_per_reference) for p in per_ref] == per_reference_tokens
+    assert all(p.bytes_per_reference == p.tokens_per_reference * 524288 for p in per_ref)
 
 
 def run(profile: str, cap_gib: int, cells: dict[int, tuple[str, float, bool]]) -> ProfileRun:

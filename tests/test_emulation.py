@@ -405,8 +405,8 @@ def test_the_curve_svg_is_deterministic_and_follows_the_curve():
     served, unserved = render_curve_svg(curve(24576), title="t"), render_curve_svg(curve(None),
                                                                                    title="t")
     assert served == render_curve_svg(curve(24576), title="t")
-    assert served.count("<circle") == 2 and unserved.count("<circle") == 1
-    assert ">≤ 24</text>" in served and ">none ≤ 24</text>" in unserved
+    assert served.count("<circle") == 3 and unserved.count("<circle") == 2  # and the key's dot
+    assert ">20–24</text>" in served and ">&gt; 24</text>" in unserved
 
 
 def test_server_starts_are_compared_flag_set_by_flag_set(project, port):

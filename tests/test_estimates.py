@@ -58,3 +58,20 @@ def test_a_transparent_fraction_against_the_alpha_mean(transparent, alpha_mean, 
 def test_an_estimate_disagrees_only_beyond_the_measurements_spread(derived, stated, spread, judgement):
     assert judge(Range(min=derived[0], max=derived[1]), Range(min=stated[0], max=stated[1]),
                  spread) == judgement
+
+
+@pytest.mark.parametrize(
+    ("derived", "stated", "spread", "judgement"),
+    [
+        # The seed's own case: 1→2 reference deltas of 0.18–0.41 GiB bracket its ~0.25–0.3 GiB,
+        # but the same cells' peaks spread 1.34 GiB: a check that could not fail confirms nothing.
+        ((0.18, 0.41), (0.25, 0.3), 1.34, "not confirmed"),
+        ((0.18, 0.41), (0.25, 0.3), 0.41, "not confirmed"),  # at the spread: still noise
+        # Beyond the estimate by more than the spread refutes it, noise or not.
+        ((0.18, 0.41), (2.5, 3.0), 1.34, "disagrees"),
+    ],
+)
+def test_differences_within_the_cells_own_spread_confirm_nothing(derived, stated, spread,
+                                                                  judgement):
+    assert judge(Range(min=derived[0], max=derived[1]), Range(min=stated[0], max=stated[1]),
+                 spread, below_spread=derived[1] <= spread) == judgement

@@ -87,3 +87,12 @@ def capacity_curve(host_name: str, hosts: HostsConfig, fixtures: FixtureSuite,
                                    max(r.cap_mib for r in mine)))
     return CapacityCurve(host_name, tuple(sorted({r.cap_mib for r in runs})), flag_sets, counts,
                          runs, tuple(steps))
+
+
+def served_at(curve: CapacityCurve, flag_set: str, reference_count: int) -> dict[int, bool]:
+    """{cap MiB: served} of one flag set and reference count, over the caps that say something of
+    it: those whose server was asked for the count, and those whose server did not start (nothing
+    was served there). A cap whose server started but was never asked for the count is left out:
+    the count was not run there, which is no failure."""
+    return {r.cap_mib: reference_count in r.served_refs for r in curve.runs
+            if r.flag_set == flag_set and (not r.initialised or reference_count in r.asked_refs)}

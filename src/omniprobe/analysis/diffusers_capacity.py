@@ -250,6 +250,7 @@ class KvMeasure:
     output_resolution: int
     bytes: int
     prefix_tokens: int
+    prompt_text_tokens: int | None = None  # None: the record predates counting them
 
     @property
     def bytes_per_token(self) -> float:
@@ -259,16 +260,18 @@ class KvMeasure:
 def kv_measures(runs_attempts: list[LoadedAttempt], fixtures: FixtureSuite,
                 resolutions: dict[str, int]) -> list[KvMeasure]:
     """Every complete cache measured (a failed prefill's partial cache is left out), one per
-    profile and fixture (the first seed's); `resolutions`: each profile's output_resolution."""
+    profile and fixture: the latest attempt's first seed, so a re-run that counts the prompt's
+    text tokens stands over one that did not; `resolutions`: each profile's output_resolution."""
     found: dict[tuple[str, str], KvMeasure] = {}
-    for attempt in runs_attempts:
+    for attempt in sorted(runs_attempts, key=lambda a: a.id, reverse=True):
         for r in attempt.offline_requests:
             if (r.kv_cache_bytes is None or r.prefix_tokens in (None, 0)
                     or r.kv_cache_layers != r.kv_cache_layers_total):
                 continue
             found.setdefault((r.configuration, r.fixture), KvMeasure(
                 r.configuration, r.fixture, fixtures.get(r.fixture).reference_count,
-                resolutions.get(r.configuration, 1024), r.kv_cache_bytes, r.prefix_tokens))
+                resolutions.get(r.configuration, 1024), r.kv_cache_bytes, r.prefix_tokens,
+                r.prompt_text_tokens))
     return sorted(found.values(), key=lambda m: (m.output_resolution, m.profile,
                                                  m.reference_count))
 
@@ -285,24 +288,20 @@ class KvPerReference:
     output_resolution: int
     profile: str
     reference_count: int
-    bytes_per_reference: float  # (bytes at n references - bytes at 0) / n
-    tokens_per_reference: float
+    tokens_per_reference: float  # (prefix tokens - the request's own prompt text tokens) / n
+    bytes_per_reference: float  # the same share of the cache's bytes
 
 
 def kv_per_reference(measures: list[KvMeasure]) -> list[KvPerReference]:
-    """Per reference, against the same profile's 0-reference (text only) cache."""
-    out = []
-    for m in measures:
-        if m.reference_count == 0:
-            continue
-        text = next((t for t in measures if t.profile == m.profile and t.reference_count == 0),
-                    None)
-        if text is None:
-            continue
-        n = m.reference_count
-        out.append(KvPerReference(m.output_resolution, m.profile, n, (m.bytes - text.bytes) / n,
-                                  (m.prefix_tokens - text.prefix_tokens) / n))
-    return out
+    """Each request's references' share of its cache, per reference: its prefix less its own
+    prompt's text tokens. Never against another fixture's request: each fixture has its own
+    prompt, so a difference between two would hold their prompts' difference too. A record that
+    does not count its prompt's tokens gives no share."""
+    return [KvPerReference(m.output_resolution, m.profile, m.reference_count,
+                           (m.prefix_tokens - m.prompt_text_tokens) / m.reference_count,
+                           m.bytes_per_token * (m.prefix_tokens - m.prompt_text_tokens)
+                           / m.reference_count)
+            for m in measures if m.reference_count > 0 and m.prompt_text_tokens is not None]
 
 
 # --- the card's verdict, capacity only -------------------------------------------------------

@@ -3,8 +3,10 @@
 A figure the seed states as its estimate stays quoted, with one of three judgements:
 - consistent: the measurements bracket it (or lie inside it, at the precision it is written with);
 - not confirmed: they neither bracket it nor refute it: they fall outside it by no more than their
-  own spread (seed to seed, and the same cell across attempts), or the only evidence is allocator
-  high-water marks of different configurations, which cannot measure what one configuration frees;
+  own spread (seed to seed, and the same cell across attempts), or they are differences no larger
+  than that spread, which bracket anything near them and so cannot confirm it, or the only
+  evidence is allocator high-water marks of different configurations, which cannot measure what
+  one configuration frees;
 - disagrees: every measurement falls outside it by more than the measurements' own spread.
 """
 
@@ -46,6 +48,8 @@ class EstimateCheck:
     fixtures: tuple[str, ...] = ()
     not_opaque: Range | None = None
     spread: float = 0.0  # the measurements' own spread, in `unit`
+    below_spread: bool = False  # differences no larger than the cells' own spread: noise
+
 
     @property
     def agrees(self) -> bool:
@@ -70,11 +74,14 @@ def brackets(derived: Range, stated: Range) -> bool:
     return (derived.min <= stated.min and stated.max <= derived.max) or within(derived, stated)
 
 
-def judge(derived: Range, stated: Range, spread: float) -> Judgement:
-    if brackets(derived, stated):
-        return "consistent"
+def judge(derived: Range, stated: Range, spread: float, below_spread: bool = False) -> Judgement:
+    """`below_spread`: the derived figures are differences within the measurements' own spread,
+    so bracketing the estimate confirms nothing; lying beyond it by more than the spread still
+    refutes it."""
     if derived.max + spread < stated.min or derived.min - spread > stated.max:
         return "disagrees"
+    if brackets(derived, stated) and not below_spread:
+        return "consistent"
     return "not confirmed"
 
 
@@ -99,9 +106,11 @@ def kv_check(figure: StatedFigure, deltas: list[KvDelta],
     derived = Range.of(round(d.delta_mb / MB_PER_GIB, 2) for d in deltas)
     cells = {(d.flag_set, f) for d in deltas for f in (d.one_ref_fixture, d.two_ref_fixture)}
     spread = round(peak_spread_mb(list(views), cells) / MB_PER_GIB, 2)
+    noise = derived.max <= spread
     return EstimateCheck("kv_per_reference", figure.key, stated, figure.unit, derived,
-                         judge(derived, stated, spread),
-                         tuple(dict.fromkeys(d.flag_set for d in deltas)), spread=spread)
+                         judge(derived, stated, spread, noise),
+                         tuple(dict.fromkeys(d.flag_set for d in deltas)), spread=spread,
+                         below_spread=noise)
 
 
 def quantization_base(hosts: HostsConfig, flag_set: str, method: str) -> str | None:

@@ -97,7 +97,7 @@ class KvCacheRecorder:
     """Counts the pipeline's conditioning KV caches: the pipeline makes them per call, so the
     module's class is replaced by a subclass that keeps each one it makes until `take`."""
 
-    def __init__(self):
+    def __init__(self, pipe):
         import diffusers.pipelines.qwenimage21.pipeline_qwenimage21 as pipeline_module
 
         base = pipeline_module.QwenImage21KVCache
@@ -110,12 +110,28 @@ class KvCacheRecorder:
 
         pipeline_module.QwenImage21KVCache = Recorded
         self.made = made
+        # The prompt's own text tokens, counted as the pipeline encodes it: each fixture has its
+        # own prompt, so the references' share of the prefix is the prefix less these.
+        self.text_tokens: list[int] = []
+        encode = pipe.encode_prompt
+
+        def counted(*args, **kwargs):
+            embeds, mask, image_pads = encode(*args, **kwargs)
+            tokens = int(mask[0].sum()) if mask is not None else embeds.shape[1]
+            self.text_tokens.append(tokens - (int(image_pads[0].sum()) if image_pads is not None
+                                              else 0))
+            return embeds, mask, image_pads
+
+        pipe.encode_prompt = counted
 
     def take(self) -> dict:
         """The call's conditional cache: bytes of its K and V tensors over the layers it filled,
-        those layers of how many, and the prefix tokens; empty when it made none (the cache off).
+        those layers of how many, the prefix tokens and the prompt's text tokens among them; empty
+        when it made none (the cache off).
         A request that failed during prefill filled only some layers. The caches are released."""
         caches, self.made[:] = list(self.made), []
+        # The first encoding is the prompt's; a negative prompt's would follow it.
+        text, self.text_tokens[:] = self.text_tokens[:1], []
         if not caches:
             return {}
         layers = caches[0].layer_caches
@@ -124,7 +140,8 @@ class KvCacheRecorder:
             return {"kv_cache_layers": 0, "kv_cache_layers_total": len(layers)}
         total = sum(t.numel() * t.element_size() for layer in filled for t in (layer.k, layer.v))
         return {"kv_cache_bytes": total, "kv_cache_layers": len(filled),
-                "kv_cache_layers_total": len(layers), "prefix_tokens": int(filled[0].k.shape[1])}
+                "kv_cache_layers_total": len(layers), "prefix_tokens": int(filled[0].k.shape[1]),
+                "prompt_text_tokens": text[0] if text else None}
 
 
 class DiffusersEngine:
@@ -187,7 +204,7 @@ class DiffusersEngine:
                              if self.device == "cuda" else None)
         self.host = placed_host_figures(torch, [getattr(self.pipe, n) for n in LOAD_ORDER])
         self.expandable_segments = expandable_segments_active(torch)
-        self.kv = KvCacheRecorder()
+        self.kv = KvCacheRecorder(self.pipe)
 
     def _place_component(self, name: str, module) -> None:
         """Group offload: the component's hooks, applied as soon as it is complete (the

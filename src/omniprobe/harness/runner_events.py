@@ -174,8 +174,9 @@ class RunnerEvents:
 
 # What a runner's request result may carry beyond the protocol's own fields.
 RESULT_MEASURES = ("peak_allocated_mib", "start_allocated_mib", "kv_cache_bytes", "kv_cache_layers",
-             "kv_cache_layers_total", "prefix_tokens", "max_rss_mib", "host_peak_mib",
-             "host_end_mib", "pinned_host_peak_mib", "process_mib", "outside_pool_mib")
+             "kv_cache_layers_total", "prefix_tokens", "prompt_text_tokens", "max_rss_mib",
+             "host_peak_mib", "host_end_mib", "pinned_host_peak_mib", "process_mib",
+             "outside_pool_mib")
 
 
 def check_result(event: dict, planned: PlannedRequest, path: Path) -> None:

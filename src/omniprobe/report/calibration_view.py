@@ -61,6 +61,18 @@ class CalibrationView:
     finding: str | None  # the closest profile's disagreement, with its likely cause
     agree: list[str]  # the profiles that agree at the real run's count
     disagree: list[str]
+    closest_reading: str = ""  # the closest profile at the real run's count, in words
+
+    @property
+    def not_run(self) -> list[str]:
+        """The grid's profiles not run under these conditions: named, not tabulated."""
+        return [r.profile for r in self.rows
+                if all(c.outcome == "not run" for c in r.cells) and not r.closest]
+
+    @property
+    def agreement(self) -> str:
+        """The opening's line where the closest profile does not disagree."""
+        return f"{self.closest_reading}; the seed: {self.real}"
 
 
 def _gib(mib: float) -> str:
@@ -159,7 +171,7 @@ def calibration_views(loaded: Loaded, runs_by_host: dict[str, list[ProfileRun]],
         chosen = {r.profile: r for r in runs if r.host_ram.cap_mib == ram_cap}
         profiles = {p: hosts.diffusers_profiles[p] for p in dict.fromkeys([cal.closest, *cal.grid])}
         counts = compared_counts(real, target)
-        rows, agree, disagree, closest_seen = [], [], [], None
+        rows, agree, disagree, closest_seen, closest_reading = [], [], [], None, ""
         for profile_name, profile in profiles.items():
             run = chosen.get(profile_name)
             ref_name = speed_reference(profile, profiles)
@@ -174,6 +186,9 @@ def calibration_views(loaded: Loaded, runs_by_host: dict[str, list[ProfileRun]],
                 if refs == real.references:
                     (agree if read == "agrees" else disagree if read == "disagrees"
                      else []).append(profile_name)
+                    if profile_name == cal.closest:
+                        closest_reading = (f"{read} under its closest profile `{cal.closest}` "
+                                           f"({outcome_text(seen, ram_mib)})")
                     if profile_name == cal.closest and read == "disagrees":
                         closest_seen = (seen, profile)
             rows.append(CalibrationRow(profile_name, _level(profile), _streams(profile),
@@ -188,7 +203,7 @@ def calibration_views(loaded: Loaded, runs_by_host: dict[str, list[ProfileRun]],
             name, cal.description, card.name, host.name, cal.emulated_host, conditions,
             real.statement + (f", {real.wall_s:g} s a request on the real card"
                               if real.wall_s else ""), counts, rows, cal.unknown, finding,
-            agree, disagree))
+            agree, disagree, closest_reading))
     return out
 
 

@@ -51,6 +51,7 @@ class PoolRow:
 
 @dataclass(frozen=True)
 class CardRow:
+    key: str  # hosts.toml's [cards] name
     card: str
     total: str  # memory.total and its source's kind
     overhead: str
@@ -58,6 +59,7 @@ class CardRow:
     usable_mib: int
     host_ram: str  # what the card's host RAM says, where its host states it
     cells: list[str]  # by profile: what fits, with the margin
+    opening: str  # the target count's smallest pools against this card's, in one line
 
 
 @dataclass(frozen=True)
@@ -95,8 +97,8 @@ def host_ram_words(found: list[CardProfile], host_ram_gib: str | None) -> str:
         return "not stated"
     readings = {c.host_ram for c in found}
     if readings == {"over"}:
-        return (f"{host_ram_gib} GiB: every run held more or was killed at it, so no profile "
-                "fits card and host together (the random build's footprint, not a real load's)")
+        return (f"{host_ram_gib} GiB: every searched profile's run held more or was killed at "
+                "it, so none fits card and host together")
     within = [c.profile for c in found if c.host_ram == "within"]
     if within:
         return f"{host_ram_gib} GiB: within it under " + ", ".join(f"`{p}`" for p in within)
@@ -117,6 +119,28 @@ def card_cell(found: CardProfile) -> str:
     return "; ".join(parts)
 
 
+def opening_words(usable_mib: int, searches: dict[str, Searched],
+                  found: dict[str, CardProfile], order: list[str], target: int) -> str:
+    """The least and most A at the target count, and how many searched profiles this card's
+    usable pool fits there; a count whose search stopped has no A and is left out."""
+    pools = {p: searches[p].band(target).fits_at_mib for p in order
+             if searches[p].band(target) is not None and searches[p].band(target).fits_at_mib}
+    if not pools:
+        return f"no band at {target} references"
+    low, high = min(pools.values()), max(pools.values())
+
+    def named(mib: int) -> str:
+        return ", ".join(f"`{p}`" for p, a in pools.items() if a == mib)
+
+    fitting = [p for p in order if p in found and target in found[p].fitting]
+    short = [f"`{p}` {', '.join(map(str, found[p].fitting)) or 'none'}" for p in order
+             if p in found and p not in fitting]
+    return (f"{target} references need {low:,} MiB of torch's pool ({named(low)}) to "
+            f"{high:,} ({named(high)}); this card's usable {usable_mib:,} MiB fits "
+            f"{len(fitting)} of {len(pools)} profiles there"
+            + (f" (the rest fit: {'; '.join(short)})" if short else ""))
+
+
 def _source(mib: int, card: Card, field: str) -> str:
     return f"{mib:,} ({getattr(card, field).kind})"
 
@@ -131,7 +155,8 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         return None
     order = [p for p in hosts.diffusers_profiles if p in searches]
     counts = sorted({b.reference_count for s in searches.values() for b in s.search.bands})
-    rows = [PoolRow(p, [band_cell(searches[p].band(n)) for n in counts],
+    cells = {p: [band_cell(searches[p].band(n)) for n in counts] for p in order}  # table, figure
+    rows = [PoolRow(p, cells[p],
                     sum(b.trials for b in searches[p].search.bands),
                     sum(b.requests_saved for b in searches[p].search.bands),
                     f"{searches[p].search.gpu_s:.0f}" if searches[p].search.gpu_s else "—")
@@ -141,12 +166,13 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         ram = host_ram_of.get(key)
         found = {c.profile: c for c in card_profiles(card, searches, runs, ram)}
         cards.append(CardRow(
-            card.name, _source(card.memory_total_mib, card, "memory_total_source"),
+            key, card.name, _source(card.memory_total_mib, card, "memory_total_source"),
             _source(card.overhead_mib, card, "overhead_source"),
             _source(card.other_processes_mib, card, "other_processes_source"),
             card.usable_pool_mib,
             host_ram_words(list(found.values()), None if ram is None else f"{ram / 1024:g}"),
-            [card_cell(found[p]) for p in order]))
+            [card_cell(found[p]) for p in order],
+            opening_words(card.usable_pool_mib, searches, found, order, counts[-1])))
     checks = sweep_checks(runs, searches)
     readings = {r: sum(c.reading == r for c in checks)
                 for r in ("agrees", "uncertain", "contradicts")}
@@ -154,7 +180,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
     grid = first.search
     svg = render_pool_svg(
         [PoolLine(p, tuple((b.reference_count, b.fails_at_mib, b.fits_at_mib)
-                           for b in searches[p].search.bands if b.stopped is None))
+                           for b in searches[p].search.bands if b.stopped is None), tuple(cells[p]))
          for p in order],
         [CardLine(f"{c.name}: {c.usable_pool_mib:,} MiB", c.usable_pool_mib)
          for c in hosts.cards.values()], counts,

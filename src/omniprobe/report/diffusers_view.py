@@ -10,7 +10,6 @@ from omniprobe.analysis.diffusers_capacity import (
     DTYPE_BYTES,
     CapacityCell,
     CardCapacity,
-    KvPerReference,
     ProfileRun,
     architecture_bytes_per_token,
     card_capacity,
@@ -20,11 +19,13 @@ from omniprobe.analysis.diffusers_capacity import (
     kv_per_reference,
     min_caps,
 )
+from omniprobe.analysis.kv_compare import CrossRatio, KvBySize, cross_ratio, kv_by_size
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.load import Evidence
 from omniprobe.evidence.models.statements import StatedFigure
+from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report.calibration_view import CalibrationView, calibration_views, card_host_ram_mib
 from omniprobe.report.capacity_view import CapacitySearchView, capacity_search_view
@@ -75,16 +76,20 @@ class KvRow:
     output_resolution: int
     reference_count: int
     prefix_tokens: int
+    prompt_text_tokens: int | None
     bytes: int
     kib_per_token: float
 
 
 @dataclass(frozen=True)
-class KvRefRow:
+class KvSizeRow:
+    """What every cache of one condition size shows, in words."""
+
     output_resolution: int
-    reference_count: int
-    tokens_per_reference: float
-    gib_per_reference: float
+    requests: int
+    kib_per_token: str
+    tokens_per_reference: str  # "not recorded" where no record counts its prompt's tokens
+    gib_per_reference: str
 
 
 @dataclass(frozen=True)
@@ -139,13 +144,15 @@ class DiffusersSection:
     dtype_bytes: int
     arch_kib_per_token: float | None
     kv: list[KvRow]
-    kv_refs: list[KvRefRow]
+    kv_sizes: list[KvSizeRow]
     comparisons: list[Comparison]
     unconfirmed: list[str]  # components whose configs nothing public confirms
     steps: list[int]  # the steps the capacity cells ran
     sweep: list[SweepRow]  # over every full-size emulated host's caps together
     calibrations: list[CalibrationView]  # the seed's real Diffusers runs against the emulation
     capacity: CapacitySearchView | None  # the capacity search's bands, cards and figure
+    # By real card (its host key): what these measurements add to its verdict, one line each.
+    opening: dict[str, list[tuple[str, str]]]
 
 
 def _gib(mib: int) -> str:
@@ -211,40 +218,59 @@ def _stated(fig: StatedFigure) -> str:
     return f"{fig.value:g} {fig.unit}"
 
 
-def _ratio_reading(measured: float, stated_low: float, stated_high: float) -> str:
-    """Agrees when the measurement lies in the stated range; otherwise how many times it is."""
-    if stated_low <= measured <= stated_high:
-        return "within the seed's figure"
-    factor = measured / (stated_high if measured > stated_high else stated_low)
-    return f"{factor:.1f}× the seed's figure"
+def _stated_range(fig: StatedFigure) -> Range:
+    return fig.range if fig.range is not None else Range(min=fig.value, max=fig.value)
 
 
-def comparisons(evidence: Evidence, kv: list[KvRow], kv_refs: list[KvRefRow]) -> list[Comparison]:
+def ratio_reading(ratio: CrossRatio, basis: str) -> str:
+    """A ratio between two methods, with what they are (`basis`) in the same words: never a
+    check."""
+    if ratio.overlaps:
+        return f"overlaps the seed's figure ({basis})"
+    r = ratio.ratio
+    times = f"{r.min:.1f}×" if f"{r.min:.1f}" == f"{r.max:.1f}" else f"{r.min:.1f}–{r.max:.1f}×"
+    return f"{times} the seed's figure ({basis})"
+
+
+OTHER_ENGINE = "different engine and method"
+SAME_ENGINE = "same engine, different method: what was retained, not the cache counted"
+
+
+def _gib_text(r: Range) -> str:
+    low, high = f"{r.min / GIB:.2f}", f"{r.max / GIB:.2f}"
+    return f"{low} GiB" if low == high else f"{low}–{high} GiB"
+
+
+def comparisons(evidence: Evidence, sizes: list[KvBySize]) -> list[Comparison]:
+    """Diffusers' own byte count beside each figure the seed states of the cache, both sides
+    named: the seed's are vLLM-Omni's estimates from server-peak deltas, or the helper system's
+    measurement of what Diffusers retained."""
     out = []
     per_token = _figure(evidence, "kv_per_prefix_token")
-    if per_token is not None and kv:
-        measured = kv[0].kib_per_token
+    if per_token is not None and sizes:
+        measured = Range.of(v for s in sizes for v in (s.bytes_per_token.min,
+                                                       s.bytes_per_token.max))
+        kib = Range(min=measured.min / 1024, max=measured.max / 1024)
         out.append(Comparison(
-            "conditioning KV per prefix token", f"{measured:g} KiB", _stated(per_token),
-            "the seed's estimate for vLLM-Omni's cache, from peak deltas",
-            _ratio_reading(measured, per_token.value, per_token.value)))
-    per_ref = _figure(evidence, "kv_per_reference")
-    retained = _figure(evidence, "diffusers_retention_per_reference")
-    default = [r for r in kv_refs if r.output_resolution == 1024]
-    if default:
-        largest = max(default, key=lambda r: r.reference_count)
-        measured = largest.gib_per_reference
-        if per_ref is not None and per_ref.range is not None:
-            out.append(Comparison(
-                "conditioning KV per reference, 1024² conditions", f"{measured:.2f} GiB",
-                _stated(per_ref), "the seed's estimate for vLLM-Omni's cache",
-                _ratio_reading(measured, per_ref.range.min, per_ref.range.max)))
-        if retained is not None:
-            out.append(Comparison(
-                "conditioning KV per reference, 1024² conditions", f"{measured:.2f} GiB",
-                _stated(retained), "what the helper system measured Diffusers retaining "
-                                   "(multi-model-helper-server #160)",
-                _ratio_reading(measured, retained.value, retained.value)))
+            "per prefix token", f"{kib.min:g} KiB" if kib.min == kib.max
+            else f"{kib.min:g}–{kib.max:g} KiB", _stated(per_token),
+            "vLLM-Omni's, estimated from server-peak deltas",
+            ratio_reading(cross_ratio(kib, _stated_range(per_token)), OTHER_ENGINE)))
+    default = next((s for s in sizes if s.output_resolution == 1024 and s.bytes_per_reference),
+                   None)
+    if default is not None:
+        gib = Range(min=default.bytes_per_reference.min / GIB,
+                    max=default.bytes_per_reference.max / GIB)
+        for key, about, basis in (
+                ("kv_per_reference", "vLLM-Omni's, estimated from server-peak deltas",
+                 OTHER_ENGINE),
+                ("diffusers_retention_per_reference", "what the helper system measured "
+                 "Diffusers retaining (multi-model-helper-server #160)", SAME_ENGINE)):
+            fig = _figure(evidence, key)
+            if fig is not None:
+                out.append(Comparison("per 1024² reference", _gib_text(default.bytes_per_reference),
+                                      _stated(fig), about,
+                                      ratio_reading(cross_ratio(gib, _stated_range(fig)), basis)))
     return out
 
 
@@ -330,9 +356,10 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
                    for name, p in hosts.diffusers_profiles.items()}
     measured = kv_measures([a for a in attempts if hosts.host(a.host).emulation is not None],
                            loaded.fixtures, resolutions)
-    kv = [KvRow(m.profile, m.output_resolution, m.reference_count, m.prefix_tokens, m.bytes,
+    kv = [KvRow(m.profile, m.output_resolution, m.reference_count, m.prefix_tokens,
+                m.prompt_text_tokens, m.bytes,
                 round(m.bytes_per_token / 1024, 1)) for m in measured]
-    kv_refs = _per_reference(kv_per_reference(measured))
+    sizes = kv_by_size(measured, kv_per_reference(measured))
     arch = None
     configs_folder = next((hosts.host(v.key).diffusers.configs for v in full), None)
     unconfirmed: list[str] = []
@@ -362,20 +389,50 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         hosts.stack.model_repo.split("/")[-1], [v.emulates for v in full if v.emulates],
         [v.cap_text for v in full if v.emulates], sorted({v.host.gpu for v in full}),
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
-        DTYPE_BYTES["bfloat16"], arch, kv, kv_refs,
-        comparisons(loaded.evidence, kv, kv_refs), unconfirmed, steps, sweep, calibrations,
-        capacity)
+        DTYPE_BYTES["bfloat16"], arch, kv, [_size_row(z) for z in sizes],
+        comparisons(loaded.evidence, sizes), unconfirmed, steps, sweep, calibrations,
+        capacity, openings(hosts, full, capacity, calibrations, comparisons(loaded.evidence, sizes),
+                           next((a.host for a in loaded.evidence.attempts for f in a.figures
+                                 if f.key == "kv_per_reference"), None)))
 
 
-def _per_reference(items: list[KvPerReference]) -> list[KvRefRow]:
-    """One row per condition size and reference count (the first profile's)."""
-    seen, rows = set(), []
-    for item in items:
-        key = (item.output_resolution, item.reference_count)
-        if key not in seen:
-            seen.add(key)
-            rows.append(KvRefRow(item.output_resolution, item.reference_count,
-                                 round(item.tokens_per_reference, 1),
-                                 round(item.bytes_per_reference / GIB, 3)))
-    return rows
+def _size_row(z: KvBySize) -> KvSizeRow:
+    kib = Range(min=z.bytes_per_token.min / 1024, max=z.bytes_per_token.max / 1024)
+    tokens = ("not recorded" if z.tokens_per_reference is None
+              else f"{z.tokens_per_reference.min:,.0f}" if z.tokens_per_reference.min
+              == z.tokens_per_reference.max
+              else f"{z.tokens_per_reference.min:,.0f}–{z.tokens_per_reference.max:,.0f}")
+    return KvSizeRow(z.output_resolution, z.requests,
+                     f"{kib.min:g}" if kib.min == kib.max else f"{kib.min:g}–{kib.max:g}", tokens,
+                     "not recorded" if z.bytes_per_reference is None
+                     else _gib_text(z.bytes_per_reference))
+
+
+def openings(hosts: HostsConfig, full: list[DiffusersHostView],
+             capacity: CapacitySearchView | None, calibrations: list[CalibrationView],
+             compared: list[Comparison], estimate_host: str | None
+             ) -> dict[str, list[tuple[str, str]]]:
+    """For each real card an emulation stands for: its capacity verdict in Diffusers, the
+    smallest pool the search found against the card's own, the cache against the seed's estimate
+    (on the card whose evidence states it), and how the emulation stands against a real run."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for v in full:
+        card_key = hosts.host(v.key).emulation.emulates
+        lines = [("In Diffusers, capped at " + v.cap_text, v.verdict_text)]
+        row = next((c for c in capacity.cards if c.key == card_key), None) if capacity else None
+        if row is not None:
+            lines.append(("Smallest pool, found by search", row.opening))
+        estimate = next((c for c in compared if c.what == "per 1024² reference"
+                         and c.seed_about.startswith("vLLM-Omni")), None)
+        if estimate is not None and card_key == estimate_host:
+            lines.append(("The conditioning KV, counted", (
+                f"{estimate.measured} per 1024² reference in Diffusers' own cache against "
+                f"vLLM-Omni's {estimate.seed} estimated from peak deltas: {estimate.reading}")))
+        for c in calibrations:
+            if c.host_key == v.key:
+                lines.append(("Against the seed's real Diffusers run",
+                              c.finding or c.agreement))
+        out.setdefault(card_key, []).extend(lines)
+    return out
+
 

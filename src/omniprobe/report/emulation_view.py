@@ -23,7 +23,7 @@ from omniprobe.evidence.models.runs import EmulationCheck
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report import verdict_lines as vl
-from omniprobe.report.capacity_svg import render_curve_svg
+from omniprobe.report.capacity_svg import need_rows, render_curve_svg
 from omniprobe.report.filters import num, span
 from omniprobe.report.paths import CAPACITY_DIR, REPORT_DIR
 
@@ -36,7 +36,7 @@ class CurveFigure:
     path: str
     svg: str
     caps_gib: list[str]
-    rows: list[tuple[str, list[str]]]  # flag set, minimum GiB per reference count
+    rows: list[tuple[str, list[str]]]  # flag set, what each reference count needs (GiB)
 
     @property
     def href(self) -> str:
@@ -44,25 +44,10 @@ class CurveFigure:
 
 
 def curve_figure(curve: CapacityCurve, host: Host) -> CurveFigure:
-    def gib(mib: int) -> str:
-        return f"{mib / 1024:g}"
-
-    rows = [
-        (
-            flag_set,
-            [
-                gib(cap)
-                if (cap := curve.min_cap(flag_set, count)) is not None
-                else f"none ≤ {gib(max(curve.caps_mib))}"
-                for count in curve.reference_counts
-            ],
-        )
-        for flag_set in curve.flag_sets
-    ]
+    """The figure and its table's rows, whose cells are the figure's own row labels (need_rows)."""
     svg = render_curve_svg(curve, title=f"{host.name}: minimum VRAM (GiB) per reference count")
-    return CurveFigure(
-        (CAPACITY_DIR / f"{curve.host}.svg").as_posix(), svg, [gib(c) for c in curve.caps_mib], rows
-    )
+    return CurveFigure((CAPACITY_DIR / f"{curve.host}.svg").as_posix(), svg,
+                       [f"{c / 1024:g}" for c in curve.caps_mib], need_rows(curve))
 
 
 @dataclass(frozen=True)

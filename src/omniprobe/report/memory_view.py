@@ -22,11 +22,13 @@ class Detail:
 
 def estimate_note(c: EstimateCheck) -> str:
     if c.kind == "kv_per_reference":
+        deltas = (f"the server-peak deltas from one reference to two ({', '.join(c.flag_sets)}) "
+                  f"give {span(c.derived)} {c.unit} per reference (converted from the server's MB)")
+        if c.below_spread:
+            return (f"below the cells' own spread: {deltas}, and the same cells' own peaks spread "
+                    f"{num(c.spread)} {c.unit}")
         spread = f", the same cells' own peaks spread {num(c.spread)} {c.unit}" if c.spread else ""
-        return (
-            f"the server-peak deltas from one reference to two ({', '.join(c.flag_sets)}) give "
-            f"{span(c.derived)} {c.unit} per reference (converted from the server's MB){spread}"
-        )
+        return deltas + spread
     if c.kind == "fp8_frees":
         return (
             f"the server peaks under {' and '.join(c.flag_sets)} at {', '.join(c.fixtures)} differ by "

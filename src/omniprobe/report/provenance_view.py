@@ -65,3 +65,50 @@ def provenance_text(p) -> str:
             f"{p.tool_version}, started {p.started_at}"
         )
     return f"{p.model}, omniprobe {p.tool_version}, started {p.started_at}"
+
+
+@dataclass(frozen=True)
+class ProvenanceRow:
+    """One host's attempts of one stack, machine and kind, for a measured part's table."""
+
+    host: str
+    kind: str
+    attempts: list[str]
+    dates: str
+    machine: str
+    stack: str
+
+
+STACK_PACKAGES = ("torch", "transformers", "diffusers", "torchao", "vllm", "vllm-omni")
+
+
+def _stack(a: LoadedAttempt, hosts: HostsConfig) -> str:
+    """What the attempt ran on: its recorded packages, else (a transcription) hosts.toml's pins."""
+    packages = a.meta.environment.packages if a.meta.environment is not None else {}
+    if packages:
+        return ", ".join(f"{name} {packages[name]}" for name in STACK_PACKAGES
+                         if packages.get(name))
+    s = hosts.stack
+    return (f"torch {s.torch}, transformers {s.transformers}, diffusers git {s.diffusers_commit}, "
+            f"vLLM-Omni {s.upstream_commit} (pinned in hosts.toml)")
+
+
+def _machine(a: LoadedAttempt, hosts: HostsConfig) -> str:
+    p = a.meta.provenance
+    if p.kind == "emulated":
+        return f"{p.physical_gpu} (`{p.hostname}`)"
+    if p.kind == "measured":
+        return f"`{p.hostname}`"
+    host = hosts.hosts.get(a.host)
+    return f"`{host.hostname}` ({host.name})" if host is not None else a.host
+
+
+def provenance_rows(attempts: list[LoadedAttempt], hosts: HostsConfig) -> list[ProvenanceRow]:
+    """The attempts grouped by host, kind, machine and stack, in the order they come."""
+    groups: dict[tuple[str, str, str, str], list[LoadedAttempt]] = {}
+    for a in attempts:
+        key = (a.host, a.meta.provenance.kind, _machine(a, hosts), _stack(a, hosts))
+        groups.setdefault(key, []).append(a)
+    return [ProvenanceRow(host, kind, [a.id for a in group],
+                          ", ".join(dict.fromkeys(a.meta.date for a in group)), machine, stack)
+            for (host, kind, machine, stack), group in groups.items()]

@@ -1,4 +1,4 @@
-"""Render REPORT.md, report/HARNESS.md and their figures; check that the committed ones are fresh."""
+"""Render REPORT.md, report/HARNESS.md, report/DETAILS.md and their figures; check that the committed ones are fresh."""
 
 from __future__ import annotations
 
@@ -13,16 +13,23 @@ from omniprobe.config.project import Project
 from omniprobe.config.report_settings import load_report_settings
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.validate import load_valid_project
-from omniprobe.report.paths import CAPACITY_DIR, HARNESS_FILE, REPORT_FILE, TIMELINES_DIR
+from omniprobe.report.paths import (
+    CAPACITY_DIR,
+    DETAILS_FILE,
+    HARNESS_FILE,
+    REPORT_FILE,
+    TIMELINES_DIR,
+)
 from omniprobe.report.templating import environment
 from omniprobe.report.views import build_context
 
-TEMPLATES = {REPORT_FILE: "report.md.j2", HARNESS_FILE: "harness.md.j2"}
+TEMPLATES = {REPORT_FILE: "report.md.j2", HARNESS_FILE: "harness.md.j2",
+             DETAILS_FILE: "details.md.j2"}
 
 
 def render_outputs(project: Project) -> dict[Path, str]:
-    """Every file the report consists of, relative to the project root: REPORT.md, HARNESS.md and
-    their figures."""
+    """Every file the report consists of, relative to the project root: REPORT.md, HARNESS.md,
+    DETAILS.md and their figures."""
     loaded = load_valid_project(project)
     settings = load_report_settings(project.report_settings_file)
     env = environment(project, loaded.hosts)
@@ -58,6 +65,10 @@ def render_report(project: Project) -> str:
 
 def render_harness(project: Project) -> str:
     return render_outputs(project)[HARNESS_FILE]
+
+
+def render_details(project: Project) -> str:
+    return render_outputs(project)[DETAILS_FILE]
 
 
 def _committed_figures(project: Project) -> set[Path]:

@@ -180,7 +180,11 @@ def binding_line(s) -> Line | None:
         f"{where(signature.location, s.collect('code_read'))}"
     )
     per_ref = kv_per_reference_gib(s.kv)
-    growth = f"{span(per_ref)} GiB per reference" if per_ref else ""
+    check = s.estimates.get("kv_per_reference")
+    noise = (f", within the same cells' {num(check.spread)} GiB spread"
+             if check is not None and check.below_spread else "")
+    growth = (f"its size here only estimated, from server-peak growth of {span(per_ref)} GiB "
+              f"per reference{noise}" if per_ref else "")
     shrunk = shrunk_cache_ooms(s, signature.requested)
     if shrunk:
         text += (
@@ -285,25 +289,31 @@ def unlock_lines(s) -> list[Line]:
     return lines
 
 
-def spill_line(s) -> Line | None:
+def change_line(s) -> Line | None:
+    """What would change a not-built verdict, and whether a spill path for the conditioning KV
+    would: the binding constraint decides both."""
     v = s.verdict
     if v.verdict != "not-built":
         return None
-    label = "Would a spill path for the conditioning KV change the verdict"
+    label = "What would change it"
     if v.blocker == "init":
-        return Line(
-            label,
-            "no, not as the next step: the server fails before the cache exists; "
-            "the load/init path comes first",
-        )
+        return Line(label, "a load/init path that fits the card, which no flag set gives; not a "
+                           "spill path for the conditioning KV: the server fails before the "
+                           "cache exists")
     _, signature = _capacity_signature(v)
     if signature is not None and kv_excluded(s, signature.requested):
-        return Line(label, "no, not as the next step: the conditioning KV is not what binds")
-    return Line(label, "not shown: no measurement excludes the conditioning KV")
+        broken = [f for b in v.blockers if b.kind == "structure" for f in b.flag_sets]
+        also = (f" ({names(broken)} fit{'s' if len(broken) == 1 else ''} it, with broken output)"
+                if broken else "")
+        return Line(label, f"a resident working set leaner by the {signature.requested} ask at "
+                           f"{refs(v.target_refs)}, with sound output{also}; not a spill path "
+                           "for the conditioning KV: it is not what binds")
+    return Line(label, "not shown: no measurement excludes the conditioning KV, so a spill path "
+                       "for it might")
 
 
 def opening_lines(s) -> list[Line]:
-    lines = [binding_line(s), ceiling_line(s), *unlock_lines(s), spill_line(s)]
+    lines = [binding_line(s), ceiling_line(s), *unlock_lines(s), change_line(s)]
     return [line for line in lines if line is not None][:5]
 
 

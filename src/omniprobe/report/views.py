@@ -46,8 +46,14 @@ from omniprobe.report.filters import flags_text, names, num, refs, span
 from omniprobe.report.follow_through import follow_through
 from omniprobe.report.memory_view import MemoryParts
 from omniprobe.report.outputs_view import OutputParts
-from omniprobe.report.paths import HARNESS_FILE, REPORT_DIR, TIMELINES_DIR
-from omniprobe.report.provenance_view import contract, is_harness_attempt, newest_upstream, provenance_text
+from omniprobe.report.paths import DETAILS_FILE, HARNESS_FILE, REPORT_DIR, TIMELINES_DIR
+from omniprobe.report.provenance_view import (
+    contract,
+    is_harness_attempt,
+    newest_upstream,
+    provenance_rows,
+    provenance_text,
+)
 from omniprobe.report.safe_text import safe_evidence
 from omniprobe.report.timeline_svg import render_svg
 
@@ -447,11 +453,19 @@ def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
         "dates": ", ".join(dict.fromkeys(a.meta.date for s in real for a in s.attempts if a.runs)),
         "attempts": [a for a in attempts if not is_harness_attempt(a, hosts) and a.host not in diffusers],
         "harness_attempts": [a for a in attempts if is_harness_attempt(a, hosts)],
+        "study_provenance": provenance_rows(
+            [a for a in attempts if not is_harness_attempt(a, hosts) and a.host not in diffusers],
+            hosts),
+        "diffusers_provenance": provenance_rows(
+            [a for a in attempts if a.host in diffusers and not is_harness_attempt(a, hosts)
+             and (hosts.host(a.host).emulation is not None or a.capacity)],
+            hosts),
         "diffusers": diffusers_section(loaded, root),
         "follow": follow_through([s for s in real if s.has_evidence], hosts, settings),
         "upstream": newest_upstream(attempts),
         "contract": contract(newest_upstream(attempts)),
         "harness_file": HARNESS_FILE.as_posix(),
+        "details_file": DETAILS_FILE.as_posix(),
         "provenance": {a.id: provenance_text(a.meta.provenance) for a in attempts},
         "seed_cite": next(
             (a.meta.provenance.source.cite() for a in attempts if a.meta.provenance.kind == "transcribed"),

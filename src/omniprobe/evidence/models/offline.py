@@ -106,6 +106,10 @@ class OfflineRequest(Measurement, Configured):
     kv_cache_layers_total: int | None = Field(default=None, ge=0)
     prefix_tokens: int | None = Field(
         default=None, ge=0, description="Tokens in the cache: text plus condition-image tokens.")
+    prompt_text_tokens: int | None = Field(
+        default=None, ge=0, description="Of prefix_tokens, the prompt's own text tokens as the "
+        "pipeline encoded it (its template's included, image pads not); the rest are the "
+        "references'. null: not recorded (evidence before 2026-12-02).")
     process_mib: float | None = Field(
         default=None, ge=0, description="NVML's figure for the runner at the request's end.")
     outside_pool_mib: float | None = Field(
