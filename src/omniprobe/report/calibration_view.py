@@ -62,6 +62,13 @@ class CalibrationView:
     agree: list[str]  # the profiles that agree at the real run's count
     disagree: list[str]
     closest_reading: str = ""  # the closest profile at the real run's count, in words
+    real_references: int = 0  # the count the real run ran: the counts above it are shown only
+
+    @property
+    def compared(self) -> list[int]:
+        """The columns the report shows: the counts compared with the real run (DETAILS.md
+        shows the rest)."""
+        return [i for i, n in enumerate(self.counts) if n <= self.real_references]
 
     @property
     def not_run(self) -> list[str]:
@@ -72,7 +79,7 @@ class CalibrationView:
     @property
     def agreement(self) -> str:
         """The opening's line where the closest profile does not disagree."""
-        return f"{self.closest_reading}; the seed: {self.real}"
+        return f"{self.closest_reading}, against {self.description}"
 
 
 def _gib(mib: float) -> str:
@@ -85,8 +92,8 @@ def outcome_text(seen: Observed, host_ram_mib: int | None) -> str:
     return {
         "fits": f"fits: GPU {seen.peak_mib or 0:,.0f} MiB{held}{pinned}",
         "gpu-oom": f"GPU OOM at {seen.peak_mib or 0:,.0f} MiB",
-        "host-killed": "killed at the host RAM cap while building",
-        "over-cap": f"ran at {seen.peak_mib or 0:,.0f} MiB, the process tree over the GPU cap",
+        "host-killed": "killed at the host RAM cap, building",
+        "over-cap": f"{seen.peak_mib or 0:,.0f} MiB, process tree over the GPU cap",
         "host-over": f"fits the GPU, not the host's {_gib(host_ram_mib or 0)} GiB{held}{pinned}",
         "failed": "failed (not for memory)",
         "not-run": "not run",
@@ -129,12 +136,11 @@ def _wall_text(run_wall: float | None, ref_wall: float | None, ref_name: str | N
         return "—"
     text = f"{run_wall:.1f} s"
     if own:
-        return text + " (the reference)"
+        return text + " (reference)"
     factor = slowdown(run_wall, ref_wall)
     if factor is None:
         return text
-    return text + f", {factor:g}× `{ref_name}`" + (" (its run without the host cap)" if borrowed
-                                                    else "")
+    return text + f", {factor:.1f}× `{ref_name}`" + (" uncapped" if borrowed else "")
 
 
 def _reference_wall(ref_name: str | None, refs: int, chosen: dict[str, ProfileRun],
@@ -195,7 +201,7 @@ def calibration_views(loaded: Loaded, runs_by_host: dict[str, list[ProfileRun]],
                                        "int8" if profile.quantize_text_encoder else "bf16",
                                        profile_name == cal.closest, cells))
         finding = None if closest_seen is None else _finding(
-            cal, real, *closest_seen, every_run, ram_mib, hosts.diffusers_profiles, agree)
+            cal, real, *closest_seen, every_run, ram_mib, hosts.diffusers_profiles)
         conditions = f"capped at {cap / 1024:g} GiB" + (
             f", host RAM capped at {emulation.host_ram_gib:g} GiB" if ram_cap else
             ", host RAM not capped")
@@ -203,18 +209,15 @@ def calibration_views(loaded: Loaded, runs_by_host: dict[str, list[ProfileRun]],
             name, cal.description, card.name, host.name, cal.emulated_host, conditions,
             real.statement + (f", {real.wall_s:g} s a request on the real card"
                               if real.wall_s else ""), counts, rows, cal.unknown, finding,
-            agree, disagree, closest_reading))
+            agree, disagree, closest_reading, real.references))
     return out
 
 
 def _finding(cal: Calibration, real: RealRun, seen: Observed, profile: DiffusersProfile,
-             runs: list[ProfileRun], ram_mib: int | None, profiles: dict,
-             agree: list[str]) -> str:
-    """The closest profile's disagreement, first in its card's section, with its likely cause
-    where the evidence shows one, and the grid's profiles that agree."""
-    agreeing = (" Of the grid, " + ", ".join(f"`{p}`" for p in agree) + " agree." if agree
-                else " No profile of the grid agrees.")
-    return _lead_and_cause(cal, real, seen, profile, runs, ram_mib, profiles) + agreeing
+             runs: list[ProfileRun], ram_mib: int | None, profiles: dict) -> str:
+    """The closest profile's disagreement, first in its card's opening, with its likely cause
+    where the evidence shows one (the grid's own readings are the table's)."""
+    return _lead_and_cause(cal, real, seen, profile, runs, ram_mib, profiles)
 
 
 def _lead_and_cause(cal: Calibration, real: RealRun, seen: Observed, profile: DiffusersProfile,
@@ -225,11 +228,11 @@ def _lead_and_cause(cal: Calibration, real: RealRun, seen: Observed, profile: Di
     if seen.outcome == "host-killed" and profile.use_stream and not profile.low_cpu_mem_usage:
         pinned = pinned_elsewhere(profile, profiles, runs)
         if pinned is not None and ram_mib is not None and pinned.pinned_mib > ram_mib:
-            return (f"{lead} Likely cause: its streams keep a page-locked copy of every "
-                    f"offloaded tensor, {pinned.pinned_mib:,.0f} MiB where `{pinned.profile}` "
-                    f"(the same placement) lived to record it on {pinned.host}, more than the "
-                    f"host's {ram_mib / 1024:g} GiB alone, which no swap or zram can take; the "
-                    "seed does not state the real run's streams.")
+            return (f"{lead} Likely cause: with streams every offloaded tensor keeps a "
+                    f"page-locked copy, {pinned.pinned_mib:,.0f} MiB under `{pinned.profile}` "
+                    f"(the same placement, on {pinned.host}), more than the host's "
+                    f"{ram_mib / 1024:g} GiB, which no swap or zram can take; the seed does not "
+                    "state the real run's streams.")
         return (f"{lead} Likely cause: its streams' page-locked copies of the offloaded weights; "
                 "the seed does not state the real run's streams.")
     return f"{lead} The evidence shows no cause."

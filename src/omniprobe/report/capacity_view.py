@@ -83,11 +83,11 @@ class CapacitySearchView:
 
 def verdict_words(n: int, v: BandVerdict) -> str:
     if v.verdict == "fits":
-        return f"{n}: fits, {v.margin_mib:,} to spare"
+        return f"{n}: fits, {v.margin_mib:,} spare"
     if v.verdict == "at the margin":
-        return f"{n}: at the margin, {v.shortfall_mib:,} under A"
+        return f"{n}: margin, {v.shortfall_mib:,} under A"
     if v.verdict == "does not fit":
-        return f"{n}: does not fit, {v.shortfall_mib:,} short of A"
+        return f"{n}: no, {v.shortfall_mib:,} short"
     return f"{n}: {v.verdict}"
 
 
@@ -97,8 +97,7 @@ def host_ram_words(found: list[CardProfile], host_ram_gib: str | None) -> str:
         return "not stated"
     readings = {c.host_ram for c in found}
     if readings == {"over"}:
-        return (f"{host_ram_gib} GiB: every searched profile's run held more or was killed at "
-                "it, so none fits card and host together")
+        return (f"{host_ram_gib} GiB: every searched profile was killed at it or held more")
     within = [c.profile for c in found if c.host_ram == "within"]
     if within:
         return f"{host_ram_gib} GiB: within it under " + ", ".join(f"`{p}`" for p in within)
@@ -110,19 +109,20 @@ def card_cell(found: CardProfile) -> str:
     if not found.verdicts:
         return "—"
     fitting = found.fitting
-    head = (f"0–{fitting[-1]} fit" if fitting and list(fitting) == list(range(fitting[-1] + 1))
-            else f"{', '.join(map(str, fitting))} fit" if fitting else "none fits")
+    head = (f"0–{fitting[-1]}" if fitting and list(fitting) == list(range(fitting[-1] + 1))
+            else ", ".join(map(str, fitting)) if fitting else "none fits")
     largest = found.verdicts[fitting[-1]] if fitting else None
-    parts = [head + (f" ({largest.margin_mib:,} MiB to spare at {fitting[-1]})"
-                     if largest is not None else "")]
+    parts = [head + (f", {largest.margin_mib:,} spare" if largest is not None else "")]
     parts += [verdict_words(n, v) for n, v in found.verdicts.items() if v.verdict != "fits"]
     return "; ".join(parts)
 
 
 def opening_words(usable_mib: int, searches: dict[str, Searched],
-                  found: dict[str, CardProfile], order: list[str], target: int) -> str:
-    """The least and most A at the target count, and how many searched profiles this card's
-    usable pool fits there; a count whose search stopped has no A and is left out."""
+                  found: dict[str, CardProfile], order: list[str], target: int,
+                  first: bool = True) -> str:
+    """How many searched profiles this card's usable pool fits at the target count, after (for
+    the `first` card, so it is said once) the least and most A there; a count whose search
+    stopped has no A and is left out."""
     pools = {p: searches[p].band(target).fits_at_mib for p in order
              if searches[p].band(target) is not None and searches[p].band(target).fits_at_mib}
     if not pools:
@@ -135,10 +135,11 @@ def opening_words(usable_mib: int, searches: dict[str, Searched],
     fitting = [p for p in order if p in found and target in found[p].fitting]
     short = [f"`{p}` {', '.join(map(str, found[p].fitting)) or 'none'}" for p in order
              if p in found and p not in fitting]
-    return (f"{target} references need {low:,} MiB of torch's pool ({named(low)}) to "
-            f"{high:,} ({named(high)}); this card's usable {usable_mib:,} MiB fits "
-            f"{len(fitting)} of {len(pools)} profiles there"
-            + (f" (the rest fit: {'; '.join(short)})" if short else ""))
+    need = (f"{target} references need {low:,} MiB of torch's pool ({named(low)}) to "
+            f"{high:,} ({named(high)}); " if first else "")
+    return (f"{need}this card's usable {usable_mib:,} MiB fits {len(fitting)} of {len(pools)} "
+            f"searched profiles at {target}" + (f" (the rest fit: {'; '.join(short)})"
+                                                if short else ""))
 
 
 def _source(mib: int, card: Card, field: str) -> str:
@@ -172,7 +173,11 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
             card.usable_pool_mib,
             host_ram_words(list(found.values()), None if ram is None else f"{ram / 1024:g}"),
             [card_cell(found[p]) for p in order],
-            opening_words(card.usable_pool_mib, searches, found, order, counts[-1])))
+            opening_words(card.usable_pool_mib, searches, found, order, counts[-1],
+                          first=not cards)
+            + ("" if ram is None or any(c.host_ram == "within" for c in found.values())
+               else f", the GPU alone: with its host's {ram / 1024:g} GiB of RAM none of them "
+                    "fits")))
     checks = sweep_checks(runs, searches)
     readings = {r: sum(c.reading == r for c in checks)
                 for r in ("agrees", "uncertain", "contradicts")}

@@ -178,6 +178,16 @@ def verdict_text(capacity: CardCapacity) -> str:
     return f"{target} references not measured yet"
 
 
+def opening_verdict(capacity: CardCapacity) -> str:
+    """The capacity verdict in a few words: the profiles, their peaks left to the tables."""
+    if capacity.verdict == "fits":
+        fits = [f"`{f.profile}`" for f in capacity.fits]
+        return (f"{capacity.target} references **fit** under {len(fits)} profile(s): "
+                + ", ".join(fits) + (", with the card's host RAM" if capacity.host_ram_mib
+                                     else ""))
+    return verdict_text(capacity)
+
+
 def host_ram_text(runs: list[ProfileRun], host_ram_gib: float | None, note: str | None) -> str:
     """What the runs held in host memory beside the emulated card's host: the runs under a
     cgroup cap and the kills at it, and what the runs without one held (the H200's host held what
@@ -418,7 +428,7 @@ def openings(hosts: HostsConfig, full: list[DiffusersHostView],
     out: dict[str, list[tuple[str, str]]] = {}
     for v in full:
         card_key = hosts.host(v.key).emulation.emulates
-        lines = [("In Diffusers, capped at " + v.cap_text, v.verdict_text)]
+        lines = [("In Diffusers, capped at " + v.cap_text, opening_verdict(v.capacity))]
         row = next((c for c in capacity.cards if c.key == card_key), None) if capacity else None
         if row is not None:
             lines.append(("Smallest pool, found by search", row.opening))

@@ -25,8 +25,8 @@ def estimate_note(c: EstimateCheck) -> str:
         deltas = (f"the server-peak deltas from one reference to two ({', '.join(c.flag_sets)}) "
                   f"give {span(c.derived)} {c.unit} per reference (converted from the server's MB)")
         if c.below_spread:
-            return (f"below the cells' own spread: {deltas}, and the same cells' own peaks spread "
-                    f"{num(c.spread)} {c.unit}")
+            return (f"below the cells' own spread: those deltas are within the {num(c.spread)} "
+                    f"{c.unit} the same cells' peaks spread")
         spread = f", the same cells' own peaks spread {num(c.spread)} {c.unit}" if c.spread else ""
         return deltas + spread
     if c.kind == "fp8_frees":

@@ -83,14 +83,22 @@ STACK_PACKAGES = ("torch", "transformers", "diffusers", "torchao", "vllm", "vllm
 
 
 def _stack(a: LoadedAttempt, hosts: HostsConfig) -> str:
-    """What the attempt ran on: its recorded packages, else (a transcription) hosts.toml's pins."""
+    """What the attempt ran on: its recorded packages, else the pins it states, else, for the
+    seed's own probe runs, the seed's pins (hosts.toml [stack]); another engine's run the seed
+    transcribes (its Diffusers baseline) has no stack the seed states."""
     packages = a.meta.environment.packages if a.meta.environment is not None else {}
     if packages:
         return ", ".join(f"{name} {packages[name]}" for name in STACK_PACKAGES
                          if packages.get(name))
+    pins = a.meta.pins
+    if pins is not None and (pins.torch or pins.upstream_commit):
+        return ", ".join(f"{what} {value}" for what, value in (
+            ("torch", pins.torch), ("upstream main", pins.upstream_commit)) if value)
+    if not (a.runs or a.offline):
+        return "not stated"
     s = hosts.stack
-    return (f"torch {s.torch}, transformers {s.transformers}, diffusers git {s.diffusers_commit}, "
-            f"vLLM-Omni {s.upstream_commit} (pinned in hosts.toml)")
+    return (f"torch {s.torch}, transformers {s.transformers}, diffusers `{s.diffusers_commit}`, "
+            f"vLLM-Omni {s.recipe_version} at `{s.upstream_commit}` (hosts.toml [stack])")
 
 
 def _machine(a: LoadedAttempt, hosts: HostsConfig) -> str:
@@ -100,7 +108,8 @@ def _machine(a: LoadedAttempt, hosts: HostsConfig) -> str:
     if p.kind == "measured":
         return f"`{p.hostname}`"
     host = hosts.hosts.get(a.host)
-    return f"`{host.hostname}` ({host.name})" if host is not None else a.host
+    return (f"`{host.hostname}` ({host.name}, compute capability {host.compute_capability}; "
+            f"{host.python_provider})" if host is not None else a.host)
 
 
 def provenance_rows(attempts: list[LoadedAttempt], hosts: HostsConfig) -> list[ProvenanceRow]:

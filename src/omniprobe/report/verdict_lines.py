@@ -181,10 +181,10 @@ def binding_line(s) -> Line | None:
     )
     per_ref = kv_per_reference_gib(s.kv)
     check = s.estimates.get("kv_per_reference")
-    noise = (f", within the same cells' {num(check.spread)} GiB spread"
+    noise = (f", within the cells' own {num(check.spread)} GiB spread"
              if check is not None and check.below_spread else "")
-    growth = (f"its size here only estimated, from server-peak growth of {span(per_ref)} GiB "
-              f"per reference{noise}" if per_ref else "")
+    growth = (f"its size only estimated, from server-peak growth of {span(per_ref)} GiB per "
+              f"reference{noise}" if per_ref else "")
     shrunk = shrunk_cache_ooms(s, signature.requested)
     if shrunk:
         text += (

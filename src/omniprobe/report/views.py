@@ -443,7 +443,7 @@ def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
         "target": hosts.probe.target_reference_count,
         "sections": sections,
         "real": [s for s in real if s.has_evidence],
-        "unprobed": [s.host.name for s in study if not s.has_evidence and not s.host.simulated],
+        "unprobed": [s for s in study if not s.has_evidence and not s.host.simulated],
         # An emulated simulated host is simulated: it goes to HARNESS.md with the others.
         "simulated": [s for s in sections if s.host.simulated and s.has_evidence],
         "emulated": [s for s in emulated if not s.host.simulated and s.has_evidence],
