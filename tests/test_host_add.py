@@ -76,7 +76,7 @@ def test_validate_accepts_the_new_host_and_the_report_has_it_not_probed_yet(mach
     assert add() == 0
     assert cli.main(["validate"]) == 0
     unprobed = [line for line in render_report(machine).splitlines()
-                if line.startswith("Not probed yet:")]
+                if line.startswith("Never probed, so no verdict:")]
     assert len(unprobed) == 1 and "NVIDIA GeForce RTX 3090 Ti" in unprobed[0]
 
 

@@ -378,7 +378,7 @@ def test_a_host_whose_inits_all_failed_outside_the_card_is_not_measured(repo_cop
         ("cpuoff", "init", "server: traceback in server code: vllm_omni/engine/x.py:7"),
         ("int8", "init", "timed out: not the card's answer")]
     report = render_report(repo_copy)
-    verdict = report[report.index("**RTX 5080 (16 GB)"):report.index("## Verdict history")]
+    verdict = report[report.index("**RTX 5080 (16 GB)"):report.index("## What failed outside")]
     assert verdict.startswith("**RTX 5080 (16 GB): not-measured.**")
     assert "blocked at init" not in verdict and "cannot initialize" not in verdict
     section = report[report.index("## What failed outside the card — RTX 5080"):]

@@ -24,7 +24,7 @@ def estimate_note(c: EstimateCheck) -> str:
     if c.kind == "kv_per_reference":
         deltas = (f"the server-peak deltas from one reference to two ({', '.join(c.flag_sets)}) "
                   f"give {span(c.derived)} {c.unit} per reference (converted from the server's MB)")
-        if c.below_spread:
+        if c.below_spread and c.judgement != "disagrees":
             return (f"below the cells' own spread: those deltas are within the {num(c.spread)} "
                     f"{c.unit} the same cells' peaks spread")
         spread = f", the same cells' own peaks spread {num(c.spread)} {c.unit}" if c.spread else ""
