@@ -745,3 +745,48 @@ def test_check_names_only_the_stale_files_and_diffs_no_figure(repo_copy, monkeyp
     assert all(": differs from a fresh render: " in line for line in err[:-1])
     assert not any("<svg" in line or "REPORT.md:" in line for line in err)
     assert err[-1] == "2 report file(s) stale; run `nox -s report` to render them"
+
+
+KV_ATTEMPT = ("evidence/rtx3090-on-h200-diffusers/"
+              "2026-12-02T043940Z-rtx3090-on-h200-diffusers-24576mib-offline")
+
+
+def test_the_opening_says_what_is_new_after_the_seeds_answer(repo_copy):
+    import shutil
+
+    text = render_report(repo_copy)
+    rtx3090, rtx5080 = measured_since(text, "RTX 3090"), measured_since(text, "RTX 5080")
+    labels = [line.split("**")[1] for line in rtx3090]
+    assert labels == ["In Diffusers, capped at 24 GiB", "Smallest pool, found by search",
+                      "The conditioning KV, counted", "Against the seed's real Diffusers run"]
+    # Each reference against its own prompt: 4,144 tokens, 2.02 GiB at 1024², beside the seed's
+    # indirect vLLM-Omni estimate, the ratio saying what it is.
+    assert rtx3090[2] == (
+        "- **The conditioning KV, counted**: 2.02 GiB per 1024² reference in Diffusers' own cache "
+        "against vLLM-Omni's 0.25–0.3 GiB estimated from peak deltas: 6.7–8.1× the seed's figure "
+        "(different engine and method).")
+    assert rtx3090[3].startswith("- **Against the seed's real Diffusers run**: agrees under its "
+                                 "closest profile `seed-baseline`")
+    # The 5080's emulation contradicts its real run: said first thing, in its opening.
+    assert rtx5080[-1].startswith("- **Against the seed's real Diffusers run**: **The emulation "
+                                  "disagrees with the seed's real run**")
+    assert "the GPU alone: with its host's 30 GiB of RAM none of them fits" in rtx5080[1]
+    assert text.index("Measured since, by omniprobe") < text.index("**The seed's study ends here.")
+    # Without the records that count the prompt's tokens, no share per reference is claimed.
+    shutil.rmtree(repo_copy.root / KV_ATTEMPT)
+    text = render_report(repo_copy)
+    assert "The conditioning KV, counted" not in text
+    assert "| 1024² | 22 | 512 | not recorded | not recorded |" in text
+
+
+def test_each_measured_part_names_its_stack_attempts_dates_and_machine(repo):
+    text = render_report(repo)
+    study, new = seed_study(text), text[text.index(REAL_MODEL_HEADING):]
+    assert ("| rtx3090 | transcribed | 2026-10-07/08 | `cachyos-alexander` (RTX 3090, compute "
+            "capability 8.6; Python 3.13 venv) | torch 2.13.0+cu130, transformers 5.14.1, diffusers "
+            "`122b1e11`, vLLM-Omni 0.31.0 at `8484d85d1` (hosts.toml [stack]) |") in study
+    row = next(line for line in new.splitlines() if line.startswith("| rtx3090-on-h200-diffusers |"))
+    assert "| NVIDIA H200 (`vm`) | torch 2.11.0, transformers 5.17.0, diffusers 0.42.1" in row
+    assert f"`{KV_ATTEMPT.rsplit('/', 1)[1]}`" in row and "2026-12-02" in row
+    # The sealed Diffusers baseline the seed transcribes ran on a stack the seed does not state.
+    assert "| not stated | `2026-10-07T170729Z-q3-4r` |" in study

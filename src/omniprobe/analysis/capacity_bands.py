@@ -186,3 +186,27 @@ def sweep_checks(runs: list[ProfileRun], searches: dict[str, Searched]) -> list[
             out.append(SweepCheck(run.profile, cell.reference_count, run.cap_mib, run.pool_mib,
                                   fits, band, sweep_reading(fits, run.pool_mib, band)))
     return out
+
+
+@dataclass(frozen=True)
+class PoolExtremes:
+    """The least and the most pool (A) any searched profile needs at one count, with the
+    profiles that need exactly that."""
+
+    least_mib: int
+    least: tuple[str, ...]
+    most_mib: int
+    most: tuple[str, ...]
+
+
+def pool_extremes(searches: dict[str, Searched], refs: int) -> PoolExtremes | None:
+    """Over the profiles whose search found an A at `refs`: a band whose search stopped, or
+    that never fit within the grid, has no A and is no smallest pool."""
+    pools = {p: s.band(refs).fits_at_mib for p, s in searches.items()
+             if s.band(refs) is not None and s.band(refs).stopped is None
+             and s.band(refs).fits_at_mib is not None}
+    if not pools:
+        return None
+    low, high = min(pools.values()), max(pools.values())
+    return PoolExtremes(low, tuple(p for p, a in pools.items() if a == low),
+                        high, tuple(p for p, a in pools.items() if a == high))

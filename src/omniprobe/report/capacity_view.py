@@ -13,6 +13,7 @@ from omniprobe.analysis.capacity_bands import (
     Searched,
     card_profiles,
     newest_searches,
+    pool_extremes,
     reference_contradictions,
     sweep_checks,
 )
@@ -123,21 +124,21 @@ def opening_words(usable_mib: int, searches: dict[str, Searched],
     """How many searched profiles this card's usable pool fits at the target count, after (for
     the `first` card, so it is said once) the least and most A there; a count whose search
     stopped has no A and is left out."""
-    pools = {p: searches[p].band(target).fits_at_mib for p in order
-             if searches[p].band(target) is not None and searches[p].band(target).fits_at_mib}
-    if not pools:
+    extremes = pool_extremes({p: searches[p] for p in order}, target)
+    if extremes is None:
         return f"no band at {target} references"
-    low, high = min(pools.values()), max(pools.values())
 
-    def named(mib: int) -> str:
-        return ", ".join(f"`{p}`" for p, a in pools.items() if a == mib)
+    def named(profiles: tuple[str, ...]) -> str:
+        return ", ".join(f"`{p}`" for p in profiles)
 
     fitting = [p for p in order if p in found and target in found[p].fitting]
     short = [f"`{p}` {', '.join(map(str, found[p].fitting)) or 'none'}" for p in order
              if p in found and p not in fitting]
-    need = (f"{target} references need {low:,} MiB of torch's pool ({named(low)}) to "
-            f"{high:,} ({named(high)}); " if first else "")
-    return (f"{need}this card's usable {usable_mib:,} MiB fits {len(fitting)} of {len(pools)} "
+    need = (f"{target} references need {extremes.least_mib:,} MiB of torch's pool "
+            f"({named(extremes.least)}) to {extremes.most_mib:,} ({named(extremes.most)}); "
+            if first else "")
+    searched = sum(1 for p in order if searches[p].band(target) is not None)
+    return (f"{need}this card's usable {usable_mib:,} MiB fits {len(fitting)} of {searched} "
             f"searched profiles at {target}" + (f" (the rest fit: {'; '.join(short)})"
                                                 if short else ""))
 

@@ -243,7 +243,7 @@ def ratio_reading(ratio: CrossRatio, basis: str) -> str:
 
 
 OTHER_ENGINE = "different engine and method"
-SAME_ENGINE = "same engine, different method: what was retained, not the cache counted"
+SAME_ENGINE = "same engine, different method: retention, not the cache counted"
 
 
 def _gib_text(r: Range) -> str:
@@ -264,7 +264,7 @@ def comparisons(evidence: Evidence, sizes: list[KvBySize]) -> list[Comparison]:
         out.append(Comparison(
             "per prefix token", f"{kib.min:g} KiB" if kib.min == kib.max
             else f"{kib.min:g}–{kib.max:g} KiB", _stated(per_token),
-            "vLLM-Omni's, estimated from server-peak deltas",
+            "vLLM-Omni's, from server-peak deltas",
             ratio_reading(cross_ratio(kib, _stated_range(per_token)), OTHER_ENGINE)))
     default = next((s for s in sizes if s.output_resolution == 1024 and s.bytes_per_reference),
                    None)
@@ -272,10 +272,9 @@ def comparisons(evidence: Evidence, sizes: list[KvBySize]) -> list[Comparison]:
         gib = Range(min=default.bytes_per_reference.min / GIB,
                     max=default.bytes_per_reference.max / GIB)
         for key, about, basis in (
-                ("kv_per_reference", "vLLM-Omni's, estimated from server-peak deltas",
-                 OTHER_ENGINE),
-                ("diffusers_retention_per_reference", "what the helper system measured "
-                 "Diffusers retaining (multi-model-helper-server #160)", SAME_ENGINE)):
+                ("kv_per_reference", "vLLM-Omni's, from server-peak deltas", OTHER_ENGINE),
+                ("diffusers_retention_per_reference", "Diffusers' retention, measured by the "
+                 "helper system (#160)", SAME_ENGINE)):
             fig = _figure(evidence, key)
             if fig is not None:
                 out.append(Comparison("per 1024² reference", _gib_text(default.bytes_per_reference),

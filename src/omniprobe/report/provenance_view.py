@@ -90,13 +90,16 @@ def _stack(a: LoadedAttempt, hosts: HostsConfig) -> str:
     if packages:
         return ", ".join(f"{name} {packages[name]}" for name in STACK_PACKAGES
                          if packages.get(name))
-    pins = a.meta.pins
-    if pins is not None and (pins.torch or pins.upstream_commit):
-        return ", ".join(f"{what} {value}" for what, value in (
-            ("torch", pins.torch), ("upstream main", pins.upstream_commit)) if value)
+    pins, s = a.meta.pins, hosts.stack
+    stated = None if pins is None or not (pins.torch or pins.upstream_commit) else ", ".join(
+        f"{what} {value}" for what, value in (("torch", pins.torch),
+                                              ("upstream main", pins.upstream_commit)) if value)
+    differs = stated is not None and (pins.torch not in (None, s.torch)
+                                      or pins.upstream_commit not in (None, s.upstream_commit))
+    if differs or (stated is not None and not (a.runs or a.offline)):
+        return stated
     if not (a.runs or a.offline):
         return "not stated"
-    s = hosts.stack
     return (f"torch {s.torch}, transformers {s.transformers}, diffusers `{s.diffusers_commit}`, "
             f"vLLM-Omni {s.recipe_version} at `{s.upstream_commit}` (hosts.toml [stack])")
 
