@@ -9,9 +9,9 @@ import random
 import pytest
 
 from omniprobe.analysis.capacity_bands import (
-    pool_extremes,
     Searched,
     band_verdict,
+    pool_extremes,
     reference_contradictions,
     sweep_reading,
 )

@@ -1,4 +1,5 @@
-"""Render REPORT.md, report/HARNESS.md, report/DETAILS.md and their figures; check that the committed ones are fresh."""
+"""Render REPORT.md, report/HARNESS.md, report/DETAILS.md and their figures; check that the
+committed ones are fresh."""
 
 from __future__ import annotations
 
