@@ -12,7 +12,7 @@ import pytest
 
 from omniprobe.config.project import Project
 from omniprobe.evidence.validate import load_project
-from omniprobe.report.paths import HARNESS_FILE, REPORT_FILE
+from omniprobe.report.paths import DETAILS_FILE, HARNESS_FILE, REPORT_FILE
 from omniprobe.report.render import render_outputs
 from omniprobe.report.safe_text import md_text
 
@@ -62,7 +62,7 @@ def _structure(text: str) -> tuple:
 def clean():
     """The committed project's reports, as their structure."""
     outputs = render_outputs(Project(REPO))
-    return {rel: _structure(outputs[rel]) for rel in (REPORT_FILE, HARNESS_FILE)}
+    return {rel: _structure(outputs[rel]) for rel in (REPORT_FILE, HARNESS_FILE, DETAILS_FILE)}
 
 
 @pytest.mark.parametrize(("payload", "mode"), [
@@ -86,7 +86,7 @@ def test_hostile_free_text_renders_as_text_not_structure(repo_copy, clean, paylo
     _, problems = load_project(repo_copy)
     assert problems == [], problems[:3]  # the payload passes validate: the render must cope
     outputs = render_outputs(repo_copy)
-    for rel in (REPORT_FILE, HARNESS_FILE):
+    for rel in (REPORT_FILE, HARNESS_FILE, DETAILS_FILE):
         text = outputs[rel]
         check_markdown(text)
         assert _structure(text) == clean[rel], rel

@@ -5,7 +5,7 @@ import re
 
 from markdown_it import MarkdownIt
 
-from omniprobe.report.render import render_harness, render_report
+from omniprobe.report.render import render_details, render_harness, render_report
 
 from .evidence_scaffold import add_attempt
 
@@ -74,6 +74,7 @@ def check_markdown(text: str) -> None:
 def test_committed_report_parses_as_markdown(repo):
     check_markdown(render_report(repo))
     check_markdown(render_harness(repo))
+    check_markdown(render_details(repo))
 
 
 def test_report_with_new_evidence_still_parses(repo_copy):
@@ -85,6 +86,7 @@ def test_report_with_new_evidence_still_parses(repo_copy):
     data["propagation"][0]["bytes_identical"] = False
     prop.write_text(json.dumps(data))
     check_markdown(render_report(repo_copy))
+    check_markdown(render_details(repo_copy))
 
 
 def test_the_checker_catches_run_together_bullets_and_ragged_tables():
