@@ -104,8 +104,8 @@ def test_the_opening_lines_hold_the_seeds_answer(repo):
         "- **What fp8 does**: `--quantization fp8` fits every count it ran (1, 2, 3 and 4 references), and "
         "its output is broken.",
         "- **What would change it**: a resident working set leaner by the 490.00 MiB ask at 4 "
-        "references, with sound output (fp8 fits it, with broken output); not a spill path for the "
-        "conditioning KV: it is not what binds.",
+        "references, with sound output; not a spill path for the conditioning KV: it is not what "
+        "binds.",
     ]
     assert opening(text, "RTX 5080") == [
         "- **What binds**: init fails before any flag acts: all 6 flag sets run out of memory while the "

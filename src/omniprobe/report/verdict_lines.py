@@ -302,12 +302,9 @@ def change_line(s) -> Line | None:
                            "cache exists")
     _, signature = _capacity_signature(v)
     if signature is not None and kv_excluded(s, signature.requested):
-        broken = [f for b in v.blockers if b.kind == "structure" for f in b.flag_sets]
-        also = (f" ({names(broken)} fit{'s' if len(broken) == 1 else ''} it, with broken output)"
-                if broken else "")
         return Line(label, f"a resident working set leaner by the {signature.requested} ask at "
-                           f"{refs(v.target_refs)}, with sound output{also}; not a spill path "
-                           "for the conditioning KV: it is not what binds")
+                           f"{refs(v.target_refs)}, with sound output; not a spill path for the "
+                           "conditioning KV: it is not what binds")
     return Line(label, "not shown: no measurement excludes the conditioning KV, so a spill path "
                        "for it might")
 
