@@ -767,10 +767,10 @@ def test_the_opening_says_what_is_new_after_the_seeds_answer(repo_copy):
         "(different engine and method).")
     assert rtx3090[3].startswith("- **Against the seed's real Diffusers run**: agrees under its "
                                  "closest profile `seed-baseline`")
-    # The 5080's emulation contradicts its real run: said first thing, in its opening.
-    assert rtx5080[-1].startswith("- **Against the seed's real Diffusers run**: **The emulation "
+    # The 5080's emulation contradicts its real run: the first thing said of it.
+    assert rtx5080[0].startswith("- **Against the seed's real Diffusers run**: **The emulation "
                                   "disagrees with the seed's real run**")
-    assert "the GPU alone: with its host's 30 GiB of RAM none of them fits" in rtx5080[1]
+    assert "the GPU alone: with its host's 30 GiB of RAM none of them fits" in rtx5080[2]
     assert text.index("Measured since, by omniprobe") < text.index("**The seed's study ends here.")
     # Without the records that count the prompt's tokens, no share per reference is claimed.
     shutil.rmtree(repo_copy.root / KV_ATTEMPT)

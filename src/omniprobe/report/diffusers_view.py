@@ -439,8 +439,9 @@ def openings(hosts: HostsConfig, full: list[DiffusersHostView],
                 f"vLLM-Omni's {estimate.seed} estimated from peak deltas: {estimate.reading}")))
         for c in calibrations:
             if c.host_key == v.key:
-                lines.append(("Against the seed's real Diffusers run",
-                              c.finding or c.agreement))
+                line = ("Against the seed's real Diffusers run", c.finding or c.agreement)
+                # An emulation that contradicts a real run is the first thing said of it.
+                lines.insert(0, line) if c.finding else lines.append(line)
         out.setdefault(card_key, []).extend(lines)
     return out
 
