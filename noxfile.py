@@ -94,7 +94,7 @@ def validate(session: nox.Session) -> None:
 
 @nox.session
 def report(session: nox.Session) -> None:
-    """Render REPORT.md, report/HARNESS.md and their figures from the evidence (-- --check).
+    """Render REPORT.md, report/DETAILS.md, report/HARNESS.md and their figures (-- --check).
 
     `-- --check` writes nothing and fails, naming each stale file, if a committed one differs."""
     _install(session)

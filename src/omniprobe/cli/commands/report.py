@@ -1,5 +1,5 @@
-"""`omniprobe report`: render REPORT.md, report/HARNESS.md and their figures from the evidence
-(--check: only compare, naming each stale file)."""
+"""`omniprobe report`: render REPORT.md, report/DETAILS.md, report/HARNESS.md and their figures
+from the evidence (--check: only compare, naming each stale file)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"{len(stale)} report file(s) stale; run `nox -s report` to render them",
                   file=sys.stderr)
             return 1
-        print("the report is fresh: REPORT.md, report/HARNESS.md and their figures")
+        print("the report is fresh: REPORT.md, report/DETAILS.md, report/HARNESS.md and their figures")
         return 0
     written = write_report(project)
     for path in written.wrote:
@@ -34,8 +34,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("report", help="render REPORT.md, report/HARNESS.md and their figures "
-                                      "from the evidence")
+    p = sub.add_parser("report", help="render REPORT.md, report/DETAILS.md, report/HARNESS.md "
+                                      "and their figures from the evidence")
     p.add_argument("--check", action="store_true",
                    help="exit 1 if a committed report file differs from a fresh render, naming each")
     p.set_defaults(func=run)
