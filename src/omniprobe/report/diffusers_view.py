@@ -3,7 +3,7 @@ every figure from evidence and the committed configs, every comparison made here
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from omniprobe.analysis.diffusers_capacity import (
@@ -121,11 +121,9 @@ class DiffusersHostView:
     attempts: list[str]
     emulated: bool
     fitting: list[ProfileFit]
-    verdict_text: str  # the capacity verdict, in words
     cap_text: str  # e.g. "24 GiB"
     host_ram_text: str
     settings_text: str  # which runs recorded their profile's settings, and what the rest show
-    findings: tuple[str, ...] = ()  # the calibrations' disagreements on this host, for its opening
 
 
 @dataclass(frozen=True)
@@ -356,7 +354,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
             key, host, card.name if card else None, capacity, tables,
             built.parameters_b if built else {}, [a.id for a in mine], emulation is not None,
             [ProfileFit(r.profile, r.fitting, tuple(c.reference_count for c in r.cells))
-             for r in runs], verdict_text(capacity), f"{_gib(cap)} GiB" if cap else "",
+             for r in runs], f"{_gib(cap)} GiB" if cap else "",
             host_ram_text(runs, card.host_ram_gib if card else None,
                           card.host_ram_note if card else None),
             settings_text(mine)))
@@ -387,9 +385,6 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
             sweep.append(SweepRow(profile, ", ".join(_gib(c) for c in caps),
                                   [needs[n].text() if n in needs else "—" for n in columns]))
     calibrations = calibration_views(loaded, runs_by_host, target)
-    views = [replace(v, findings=tuple(c.finding for c in calibrations
-                                       if c.host_key == v.key and c.finding)) for v in views]
-    full = [v for v in views if v.emulated]
     host_ram_of = {key: card_host_ram_mib(card, None) for key, card in
                    ((h.card, h) for h in hosts.hosts.values() if h.card is not None)}
     capacity = capacity_search_view(loaded, all_runs, host_ram_of)
