@@ -367,6 +367,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
                 m.prompt_text_tokens, m.bytes,
                 round(m.bytes_per_token / 1024, 1)) for m in measured]
     sizes = kv_by_size(measured, kv_per_reference(measured))
+    compared = comparisons(loaded.evidence, sizes)
     arch = None
     configs_folder = next((hosts.host(v.key).diffusers.configs for v in full), None)
     unconfirmed: list[str] = []
@@ -394,8 +395,8 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         [v.cap_text for v in full if v.emulates], sorted({v.host.gpu for v in full}),
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
         DTYPE_BYTES["bfloat16"], arch, kv, [_size_row(z) for z in sizes],
-        comparisons(loaded.evidence, sizes), unconfirmed, steps, sweep, calibrations,
-        capacity, openings(hosts, full, capacity, calibrations, comparisons(loaded.evidence, sizes),
+        compared, unconfirmed, steps, sweep, calibrations,
+        capacity, openings(hosts, full, capacity, calibrations, compared,
                            next((a.host for a in loaded.evidence.attempts for f in a.figures
                                  if f.key == "kv_per_reference"), None)))
 
