@@ -22,6 +22,7 @@ from omniprobe.analysis.diffusers_capacity import (
     card_capacity,
     kv_per_reference,
     min_cap,
+    min_caps,
 )
 from omniprobe.config.project import Project
 from omniprobe.env.wheels import download_command, read_pins, wheel_folder_problems
@@ -428,3 +429,15 @@ def test_a_cgroup_a_killed_run_left_is_removed_or_named(tmp_path, left, words):
     else:
         with pytest.raises(HostRamUnavailable, match=re.escape(words.format(me=os.getpid()))):
             HostRamCap.create("omniprobe-x", 1024, root)
+
+
+def test_a_count_not_run_at_a_cap_is_read_only_at_the_caps_it_ran():
+    # Run at 16 GiB for every count, at 24 GiB for four references only: three references failed
+    # at 16 and were never asked at 24, so "> 16", never "> 24"; two were never run at all.
+    runs = [run("p", 16, {0: ("ok", 9000, False), 3: ("oom", 15000, False),
+                          4: ("oom", 15500, False)}),
+            run("p", 24, {4: ("ok", 22000, False)}),
+            run("q", 24, {2: ("ok", 12000, False)})]
+    needs = {n: c.text() for n, c in min_caps(runs, "p").items()}
+    assert needs == {0: "≤ 16", 3: "> 16", 4: "16–24"}
+    assert 2 not in needs  # read as "—" in the table, not as a failure
