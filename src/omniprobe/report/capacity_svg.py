@@ -14,25 +14,26 @@ import math
 
 from omniprobe.analysis.capacity_curve import CapacityCurve, served_at
 from omniprobe.analysis.diffusers_capacity import min_cap
+from omniprobe.report.count_chart import (
+    ROW_PX,
+    count_axis,
+    count_frame,
+    finish,
+    gib_grid,
+    table_row,
+)
 from omniprobe.report.timeline_svg import (
-    FONT_PX,
-    SWATCH_PX,
     _label,
-    _ticks,
     dot_sample,
-    legend_flow,
     series_group,
     series_style,
     straddle,
     swatch,
-    text_px,
     title_lines,
-    wrap,
 )
 
 _EDGE = 8  # the margin at the figure's left and right edges
 _PLOT_H, _MIN_PLOT_W, _MIN_COLUMN_W = 200, 480, 90
-_ROW = 15
 _CAPS, _CAPS_DASH = "#bbbbbb", "2 3"
 _NOTATION = ("Needs (GiB): ≤ M, served at M, the smallest cap tried; N–M, not served at N, served "
              "at M; > N, served at no cap tried, N the largest; not run, asked at no cap.")
@@ -67,11 +68,9 @@ def render_curve_svg(curve: CapacityCurve, *, title: str, verb: str = "served") 
     counts, rows = curve.reference_counts, need_rows(curve)
     drawn = [f for f in curve.flag_sets if any(curve.min_cap(f, n) is not None for n in counts)]
     names = [f if f in drawn else f"{f}: no count {verb}" for f in curve.flag_sets]
-    left = max(70.0, _EDGE + SWATCH_PX + 6 + max(map(text_px, names), default=0) + 12)
-    column_w = max(_MIN_COLUMN_W, max((text_px(c) for _, cells in rows for c in cells),
-                                      default=0) + 16)
-    plot_w = max(_MIN_PLOT_W, column_w * len(counts))
-    column_w = plot_w / max(len(counts), 1)
+    frame = count_frame(counts, names, [c for _, cells in rows for c in cells], edge=_EDGE,
+                        min_plot_w=_MIN_PLOT_W, min_column_w=_MIN_COLUMN_W)
+    left, plot_w, column_w, x = frame.left, frame.plot_w, frame.column_w, frame.x
     width = math.ceil(left + plot_w + 16)
     heading, title_y = title_lines(title, _EDGE, width - 2 * _EDGE)
     top = title_y + 16
@@ -80,26 +79,18 @@ def render_curve_svg(curve: CapacityCurve, *, title: str, verb: str = "served") 
     y_top = max(curve.caps_mib) / 1024 * 1.15
     needs = {n: [curve.min_cap(f, n) for f in drawn] for n in counts}  # for straddle
 
-    def x(count: int) -> float:
-        return left + column_w * (counts.index(count) + 0.5)
-
     def y(gib: float) -> float:
         return top + _PLOT_H * (1 - gib / y_top)
 
-    parts = [heading]
-    for tick in _ticks(y_top, 5):
-        parts.append(f'<line class="grid" x1="{left:.1f}" x2="{left + plot_w:.1f}" '
-                     f'y1="{y(tick):.1f}" y2="{y(tick):.1f}"/>')
-        parts.append(_label(left - 6, y(tick) + 4, f"{tick:g} GiB", "end"))
+    parts = [heading, *gib_grid(frame, y, y_top, 5)]
     parts.append(series_group("caps tried", "".join(
         f'<line x1="{left:.1f}" x2="{left + plot_w:.1f}" y1="{y(cap / 1024):.1f}" '
         f'y2="{y(cap / 1024):.1f}"/>' for cap in curve.caps_mib), stroke=_CAPS, dash=_CAPS_DASH))
-    for count in counts:
-        parts.append(_label(x(count), bottom + 16, str(count), "middle"))
-    parts.append(_label(left + plot_w / 2, bottom + 31, "reference images", "middle"))
+    parts += count_axis(frame, bottom, 31)
     parts.append(_label(_EDGE, table, "needs (GiB)", weight="bold"))
     for i, (flag_set, cells) in enumerate(rows):
-        row_y = table + _ROW * (i + 1)
+        row_y = table + ROW_PX * (i + 1)
+        sample = None
         if flag_set in drawn:
             j = drawn.index(flag_set)
             stroke, dash = series_style(j)
@@ -113,19 +104,10 @@ def render_curve_svg(curve: CapacityCurve, *, title: str, verb: str = "served") 
             dots = "".join(f'<circle cx="{p[0]:.1f}" cy="{p[1]:.1f}" r="3" fill="{stroke}" '
                            'stroke="none"/>' for p in points if p)
             parts.append(series_group(flag_set, steps + dots, stroke=stroke, dash=dash, width=2))
-            parts.append(swatch(_EDGE, row_y, flag_set, stroke, dash))
-        parts.append(_label(_EDGE + SWATCH_PX + 6, row_y, names[i]))
-        parts += [_label(x(n), row_y, cell, "middle") for n, cell in zip(counts, cells,
-                                                                         strict=True)]
-    key_top = table + _ROW * (len(rows) + 1) + 6
-    key, key_y = legend_flow(
-        [("caps tried", lambda kx, ky: swatch(kx, ky, "caps tried", _CAPS, _CAPS_DASH, 1)),
-         ("a dot: the smallest cap tried that served the count",
-          lambda kx, ky: dot_sample(kx, ky, "#555"))], _EDGE, width - _EDGE, key_top)
-    notation = wrap(_NOTATION, width - 2 * _EDGE)
-    parts += key
-    parts += [_label(_EDGE, key_y + _ROW * (i + 1), line) for i, line in enumerate(notation)]
-    height = math.ceil(key_y + _ROW * len(notation) + 8)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="{FONT_PX}">'
-            "<style>.grid{stroke:#e5e5e5}</style>" + "".join(parts) + "</svg>\n")
+            sample = swatch(_EDGE, row_y, flag_set, stroke, dash)
+        parts += table_row(frame, row_y, names[i], cells, edge=_EDGE, sample=sample)
+    return finish(
+        parts, [("caps tried", lambda kx, ky: swatch(kx, ky, "caps tried", _CAPS, _CAPS_DASH, 1)),
+                ("a dot: the smallest cap tried that served the count",
+                 lambda kx, ky: dot_sample(kx, ky, "#555"))], _NOTATION, width=width, edge=_EDGE,
+        key_top=table + ROW_PX * (len(rows) + 1) + 6)

@@ -13,25 +13,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from omniprobe.report.count_chart import ROW_PX, count_axis, count_frame, finish, gib_grid, table_row
 from omniprobe.report.timeline_svg import (
-    FONT_PX,
     SWATCH_PX,
     _label,
-    _ticks,
     dot_sample,
-    legend_flow,
     series_group,
     series_style,
     straddle,
     swatch,
     text_px,
     title_lines,
-    wrap,
 )
 
 CARD_COLOUR, CARD_DASH = "#777777", "5 3"
 CARDS = "a card's usable pool"  # the card lines' series, each line named at its right end
-_EDGE, _TOP_GAP, _PLOT_H, _ROW = 8, 18, 260, 15
+_EDGE, _TOP_GAP, _PLOT_H = 8, 18, 260
 _MIN_PLOT_W, _MIN_COLUMN_W = 480, 90
 _NOTATION = ("B–A (MiB): the count failed at every trial at or below B and fit at every trial at "
              "or above A; a B in parentheses was not tried at that count, it is the previous "
@@ -73,11 +70,9 @@ def render_pool_svg(lines: list[PoolLine], cards: list[CardLine], counts: list[i
                     title: str) -> str:
     """Each profile's line has a colour of its own; where two have the same A at a count they lie
     side by side there (straddle), and their B–A bars stand side by side at every count."""
-    left = max(70.0, _EDGE + SWATCH_PX + 6 + max((text_px(p.profile) for p in lines), default=0)
-               + 12)
-    column_w = max(_MIN_COLUMN_W, max((text_px(c) for p in lines for c in p.cells), default=0) + 16)
-    plot_w = max(_MIN_PLOT_W, column_w * len(counts))
-    column_w = plot_w / max(len(counts), 1)
+    frame = count_frame(counts, [p.profile for p in lines], [c for p in lines for c in p.cells],
+                        edge=_EDGE, min_plot_w=_MIN_PLOT_W, min_column_w=_MIN_COLUMN_W)
+    left, plot_w, x = frame.left, frame.plot_w, frame.x
     right = max((text_px(c.label) for c in cards), default=0) + 10 + _EDGE
     width = math.ceil(left + plot_w + right)
     heading, title_y = title_lines(title, _EDGE, width - 2 * _EDGE)
@@ -88,20 +83,11 @@ def render_pool_svg(lines: list[PoolLine], cards: list[CardLine], counts: list[i
                   + [c.usable_mib for c in cards] + [1024])
     y_top = top_mib / 1024 * 1.08
 
-    def x(count: int) -> float:
-        return left + column_w * (counts.index(count) + 0.5)
-
     def y(mib: float) -> float:
         return top + _PLOT_H * (1 - mib / 1024 / y_top)
 
-    parts = [heading]
-    for tick in _ticks(y_top, 6):
-        parts.append(f'<line class="grid" x1="{left:.1f}" x2="{left + plot_w:.1f}" '
-                     f'y1="{y(tick * 1024):.1f}" y2="{y(tick * 1024):.1f}"/>')
-        parts.append(_label(left - 6, y(tick * 1024) + 4, f"{tick:g} GiB", "end"))
-    for count in counts:
-        parts.append(_label(x(count), bottom + 16, str(count), "middle"))
-    parts.append(_label(left + plot_w / 2, bottom + 32, "reference images", "middle"))
+    parts = [heading, *gib_grid(frame, lambda gib: y(gib * 1024), y_top, 6),
+             *count_axis(frame, bottom, 32)]
     ordered = sorted(cards, key=lambda c: -c.usable_mib)  # top to bottom
     parts.append(series_group(CARDS, "".join(
         f'<line x1="{left:.1f}" x2="{left + plot_w + 6:.1f}" y1="{y(c.usable_mib):.1f}" '
@@ -130,20 +116,11 @@ def render_pool_svg(lines: list[PoolLine], cards: list[CardLine], counts: list[i
             marks.insert(0, '<polyline fill="none" points="'
                          + " ".join(f"{px:.1f},{py:.1f}" for px, py in points) + '"/>')
         parts.append(series_group(line.profile, "".join(marks), stroke=stroke, dash=dash, width=2))
-        row_y = table + _ROW * (i + 1)
-        parts.append(swatch(_EDGE, row_y, line.profile, stroke, dash))
-        parts.append(_label(_EDGE + SWATCH_PX + 6, row_y, line.profile))
-        parts += [_label(x(n), row_y, cell, "middle") for n, cell in zip(counts, line.cells,
-                                                                         strict=True)]
-    key, key_y = legend_flow(
-        [(CARDS, lambda kx, ky: swatch(kx, ky, CARDS, CARD_COLOUR, CARD_DASH, 1.2)),
-         ("a point: A", lambda kx, ky: dot_sample(kx, ky, "#555")),
-         ("a pale bar: B up to A, uncertain", _bar_sample)],
-        _EDGE, width - _EDGE, table + _ROW * (len(lines) + 1) + 6)
-    notation = wrap(_NOTATION, width - 2 * _EDGE)
-    parts += key
-    parts += [_label(_EDGE, key_y + _ROW * (i + 1), text) for i, text in enumerate(notation)]
-    height = math.ceil(key_y + _ROW * len(notation) + 8)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="{FONT_PX}">'
-            "<style>.grid{stroke:#e5e5e5}</style>" + "".join(parts) + "</svg>\n")
+        row_y = table + ROW_PX * (i + 1)
+        parts += table_row(frame, row_y, line.profile, line.cells, edge=_EDGE,
+                           sample=swatch(_EDGE, row_y, line.profile, stroke, dash))
+    return finish(parts, [(CARDS, lambda kx, ky: swatch(kx, ky, CARDS, CARD_COLOUR, CARD_DASH, 1.2)),
+                          ("a point: A", lambda kx, ky: dot_sample(kx, ky, "#555")),
+                          ("a pale bar: B up to A, uncertain", _bar_sample)],
+                  _NOTATION, width=width, edge=_EDGE,
+                  key_top=table + ROW_PX * (len(lines) + 1) + 6)

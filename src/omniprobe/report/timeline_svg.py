@@ -178,7 +178,7 @@ def render_svg(points: Sequence[TimelinePoint], *, title: str,
     if not points:
         lines = wrap(note or "no memory samples", plot_w)
         height = math.ceil(title_y + 18 + _ROW * len(lines))
-        return (_head(width, height) + heading
+        return (svg_head(width, height) + heading
                 + "".join(f'<text x="{_LEFT}" y="{title_y + 18 + _ROW * i}">{escape(line)}</text>'
                           for i, line in enumerate(lines)) + "</svg>\n")
     t_max = max(p.t_s for p in points) or 1.0
@@ -221,7 +221,7 @@ def render_svg(points: Sequence[TimelinePoint], *, title: str,
     legend_top = key_y + _ROW * len(note_lines)
     height = math.ceil(legend_top + -(-len(legend) // columns) * _ROW + 8)
 
-    parts = [_head(width, height), heading]
+    parts = [svg_head(width, height), heading]
     for gib in _ticks(y_max / 1024, 5):
         parts.append(f'<line class="grid" x1="{_LEFT}" x2="{width - _RIGHT}" y1="{y(gib * 1024):.1f}"'
                      f' y2="{y(gib * 1024):.1f}"/><text x="{_LEFT - 6}" y="{y(gib * 1024) + 4:.1f}"'
@@ -261,7 +261,8 @@ def render_svg(points: Sequence[TimelinePoint], *, title: str,
     return "".join(parts) + "</svg>\n"
 
 
-def _head(width: float, height: float) -> str:
+def svg_head(width: float, height: float) -> str:
+    """Every figure's opening tag: its size, view box, font and grid style."""
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width:.0f}" height="{height:.0f}" '
             f'viewBox="0 0 {width:.0f} {height:.0f}" font-family="sans-serif" '
             f'font-size="{FONT_PX}"><style>.grid{{stroke:#e5e5e5}}</style>')
