@@ -56,7 +56,8 @@ class EstimateCheck:
         return self.judgement == "consistent"
 
 
-def _stated_range(f: StatedFigure) -> Range | None:
+def stated_range(f: StatedFigure) -> Range | None:
+    """A stated figure as a range (a single value as both ends); None: it states neither."""
     if f.range is not None:
         return f.range
     return Range(min=f.value, max=f.value) if f.value is not None else None
@@ -100,7 +101,7 @@ def peak_spread_mb(views: list[ServeRunView], cells: set[tuple[str, str]]) -> fl
 def kv_check(figure: StatedFigure, deltas: list[KvDelta],
              views: list[ServeRunView] = ()) -> EstimateCheck | None:
     """The per-reference KV estimate (GiB) against the 1→2 reference server-peak deltas (MB)."""
-    stated = _stated_range(figure)
+    stated = stated_range(figure)
     if stated is None or figure.unit != "GiB" or not deltas:
         return None
     derived = Range.of(round(d.delta_mb / MB_PER_GIB, 2) for d in deltas)
@@ -139,7 +140,7 @@ def fp8_frees_check(figure: StatedFigure, views: list[ServeRunView], hosts: Host
                     flag_sets: list[str]) -> EstimateCheck | None:
     """What fp8 is said to free (GiB) against how much lower its server peaks are than its base
     flag set's at the same fixtures."""
-    stated = _stated_range(figure)
+    stated = stated_range(figure)
     if stated is None or figure.unit != "GiB":
         return None
     freed, names, fixtures = [], [], []

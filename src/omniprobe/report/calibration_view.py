@@ -217,11 +217,6 @@ def _finding(cal: Calibration, real: RealRun, seen: Observed, profile: Diffusers
              runs: list[ProfileRun], ram_mib: int | None, profiles: dict) -> str:
     """The closest profile's disagreement, first in its card's opening, with its likely cause
     where the evidence shows one (the grid's own readings are the table's)."""
-    return _lead_and_cause(cal, real, seen, profile, runs, ram_mib, profiles)
-
-
-def _lead_and_cause(cal: Calibration, real: RealRun, seen: Observed, profile: DiffusersProfile,
-                    runs: list[ProfileRun], ram_mib: int | None, profiles: dict) -> str:
     lead = (f"**The emulation disagrees with the seed's real run** ({cal.description}) under its "
             f"closest profile `{cal.closest}`: {outcome_text(seen, ram_mib)}, where the real run "
             f"ran {real.references} reference(s).")

@@ -120,10 +120,11 @@ def card_cell(found: CardProfile) -> str:
 
 def opening_words(usable_mib: int, searches: dict[str, Searched],
                   found: dict[str, CardProfile], order: list[str], target: int,
-                  first: bool = True) -> str:
+                  host_ram_mib: int | None, first: bool = True) -> str:
     """How many searched profiles this card's usable pool fits at the target count, after (for
     the `first` card, so it is said once) the least and most A there; a count whose search
-    stopped has no A and is left out."""
+    stopped has no A and is left out. Where the card's host RAM is stated and no searched
+    profile stayed within it, the fit is the GPU's alone, and it says so."""
     extremes = pool_extremes({p: searches[p] for p in order}, target)
     if extremes is None:
         return f"no band at {target} references"
@@ -138,9 +139,13 @@ def opening_words(usable_mib: int, searches: dict[str, Searched],
             f"({named(extremes.least)}) to {extremes.most_mib:,} ({named(extremes.most)}); "
             if first else "")
     searched = sum(1 for p in order if searches[p].band(target) is not None)
+    gpu_only = (host_ram_mib is not None
+                and not any(c.host_ram == "within" for c in found.values()))
     return (f"{need}this card's usable {usable_mib:,} MiB fits {len(fitting)} of {searched} "
             f"searched profiles at {target}" + (f" (the rest fit: {'; '.join(short)})"
-                                                if short else ""))
+                                                if short else "")
+            + (f", the GPU alone: with its host's {host_ram_mib / 1024:g} GiB of RAM none of "
+               "them fits" if gpu_only else ""))
 
 
 def _source(mib: int, card: Card, field: str) -> str:
@@ -174,11 +179,8 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
             card.usable_pool_mib,
             host_ram_words(list(found.values()), None if ram is None else f"{ram / 1024:g}"),
             [card_cell(found[p]) for p in order],
-            opening_words(card.usable_pool_mib, searches, found, order, counts[-1],
-                          first=not cards)
-            + ("" if ram is None or any(c.host_ram == "within" for c in found.values())
-               else f", the GPU alone: with its host's {ram / 1024:g} GiB of RAM none of them "
-                    "fits")))
+            opening_words(card.usable_pool_mib, searches, found, order, counts[-1], ram,
+                          first=not cards)))
     checks = sweep_checks(runs, searches)
     readings = {r: sum(c.reading == r for c in checks)
                 for r in ("agrees", "uncertain", "contradicts")}

@@ -19,6 +19,7 @@ from omniprobe.analysis.diffusers_capacity import (
     kv_per_reference,
     min_caps,
 )
+from omniprobe.analysis.estimates import stated_range
 from omniprobe.analysis.kv_compare import CrossRatio, KvBySize, cross_ratio, kv_by_size
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.host_entry import Host
@@ -226,10 +227,6 @@ def _stated(fig: StatedFigure) -> str:
     return f"{fig.value:g} {fig.unit}"
 
 
-def _stated_range(fig: StatedFigure) -> Range:
-    return fig.range if fig.range is not None else Range(min=fig.value, max=fig.value)
-
-
 def ratio_reading(ratio: CrossRatio, basis: str) -> str:
     """A ratio between two methods, with what they are (`basis`) in the same words: never a
     check."""
@@ -255,7 +252,7 @@ def comparisons(evidence: Evidence, sizes: list[KvBySize]) -> list[Comparison]:
     measurement of what Diffusers retained."""
     out = []
     per_token = _figure(evidence, "kv_per_prefix_token")
-    if per_token is not None and sizes:
+    if per_token is not None and stated_range(per_token) is not None and sizes:
         measured = Range.of(v for s in sizes for v in (s.bytes_per_token.min,
                                                        s.bytes_per_token.max))
         kib = Range(min=measured.min / 1024, max=measured.max / 1024)
@@ -263,7 +260,7 @@ def comparisons(evidence: Evidence, sizes: list[KvBySize]) -> list[Comparison]:
             "per prefix token", f"{kib.min:g} KiB" if kib.min == kib.max
             else f"{kib.min:g}–{kib.max:g} KiB", _stated(per_token),
             "vLLM-Omni's, from server-peak deltas",
-            ratio_reading(cross_ratio(kib, _stated_range(per_token)), OTHER_ENGINE)))
+            ratio_reading(cross_ratio(kib, stated_range(per_token)), OTHER_ENGINE)))
     default = next((s for s in sizes if s.output_resolution == 1024 and s.bytes_per_reference),
                    None)
     if default is not None:
@@ -274,10 +271,10 @@ def comparisons(evidence: Evidence, sizes: list[KvBySize]) -> list[Comparison]:
                 ("diffusers_retention_per_reference", "Diffusers' retention, measured by the "
                  "helper system (#160)", SAME_ENGINE)):
             fig = _figure(evidence, key)
-            if fig is not None:
+            if fig is not None and stated_range(fig) is not None:
                 out.append(Comparison("per 1024² reference", _gib_text(default.bytes_per_reference),
                                       _stated(fig), about,
-                                      ratio_reading(cross_ratio(gib, _stated_range(fig)), basis)))
+                                      ratio_reading(cross_ratio(gib, stated_range(fig)), basis)))
     return out
 
 

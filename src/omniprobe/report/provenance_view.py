@@ -83,22 +83,22 @@ STACK_PACKAGES = ("torch", "transformers", "diffusers", "torchao", "vllm", "vllm
 
 
 def _stack(a: LoadedAttempt, hosts: HostsConfig) -> str:
-    """What the attempt ran on: its recorded packages, else the pins it states, else, for the
-    seed's own probe runs, the seed's pins (hosts.toml [stack]); another engine's run the seed
-    transcribes (its Diffusers baseline) has no stack the seed states."""
+    """What the attempt ran on: its recorded packages; else, for the seed's own probe runs, the
+    seed's pins (hosts.toml [stack]) unless the pins the attempt states differ from them; else
+    those stated pins; another engine's run the seed transcribes (its Diffusers baseline) states
+    none."""
     packages = a.meta.environment.packages if a.meta.environment is not None else {}
     if packages:
         return ", ".join(f"{name} {packages[name]}" for name in STACK_PACKAGES
                          if packages.get(name))
-    pins, s = a.meta.pins, hosts.stack
-    stated = None if pins is None or not (pins.torch or pins.upstream_commit) else ", ".join(
-        f"{what} {value}" for what, value in (("torch", pins.torch),
-                                              ("upstream main", pins.upstream_commit)) if value)
-    differs = stated is not None and (pins.torch not in (None, s.torch)
-                                      or pins.upstream_commit not in (None, s.upstream_commit))
-    if differs or (stated is not None and not (a.runs or a.offline)):
-        return stated
-    if not (a.runs or a.offline):
+    s, pins = hosts.stack, a.meta.pins
+    stated = [] if pins is None else [(what, value, pinned) for what, value, pinned in (
+        ("torch", pins.torch, s.torch), ("upstream main", pins.upstream_commit,
+                                         s.upstream_commit)) if value]
+    probe_run = bool(a.runs or a.offline)
+    if stated and not (probe_run and all(value == pinned for _, value, pinned in stated)):
+        return ", ".join(f"{what} {value}" for what, value, _ in stated)
+    if not probe_run:
         return "not stated"
     return (f"torch {s.torch}, transformers {s.transformers}, diffusers `{s.diffusers_commit}`, "
             f"vLLM-Omni {s.recipe_version} at `{s.upstream_commit}` (hosts.toml [stack])")

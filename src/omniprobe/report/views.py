@@ -431,6 +431,8 @@ def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
     diffusers = {s.key for s in sections if s.host.diffusers is not None}
     baselines = [a for a in loaded.evidence.attempts if a.baseline is not None]
     attempts = loaded.evidence.attempts
+    study_attempts = [a for a in attempts
+                      if not is_harness_attempt(a, hosts) and a.host not in diffusers]
     fixtures = loaded.fixtures
     return {
         "report": settings,
@@ -449,13 +451,9 @@ def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
         "emulated": [s for s in emulated if not s.host.simulated and s.has_evidence],
         "emulations": {s.key: emulation_section(s, by_key, loaded) for s in emulated if s.attempts},
         "baseline": baselines[0] if baselines else None,
-        "hosts_word": "both" if len(real) == 2 else "all",
-        "dates": ", ".join(dict.fromkeys(a.meta.date for s in real for a in s.attempts if a.runs)),
-        "attempts": [a for a in attempts if not is_harness_attempt(a, hosts) and a.host not in diffusers],
+        "attempts": study_attempts,
         "harness_attempts": [a for a in attempts if is_harness_attempt(a, hosts)],
-        "study_provenance": provenance_rows(
-            [a for a in attempts if not is_harness_attempt(a, hosts) and a.host not in diffusers],
-            hosts),
+        "study_provenance": provenance_rows(study_attempts, hosts),
         "diffusers_provenance": provenance_rows(
             [a for a in attempts if a.host in diffusers and not is_harness_attempt(a, hosts)
              and (hosts.host(a.host).emulation is not None or a.capacity)],
