@@ -19,7 +19,7 @@ import numpy as np
 from machine import describe
 from PIL import Image
 
-from omniprobe.analysis.imaging import load_pixels, measure, psnr, to_pixels
+from omniprobe.classify.imaging import load_pixels, measure, psnr, to_pixels
 from omniprobe.config.report_settings import StructureChecks
 
 WIDTH, HEIGHT = 1248, 832

@@ -30,11 +30,11 @@ from omniprobe.env.serve_command import server_command
 from omniprobe.env.simulated import sim_env_digest
 from omniprobe.evidence.attempts import open_probe_attempt
 from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
-from omniprobe.harness import probe as probe_module
-from omniprobe.harness.probe import ServeProbe
-from omniprobe.harness.progress import Progress
-from omniprobe.harness.serve_plan import ServeSettings
-from omniprobe.harness.server import free_port
+from omniprobe.harness.common.process import free_port
+from omniprobe.harness.common.progress import Progress
+from omniprobe.harness.serve import probe as probe_module
+from omniprobe.harness.serve.plan import ServeSettings
+from omniprobe.harness.serve.probe import ServeProbe
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURE = "sim-pair"  # two references, 1248x832 output

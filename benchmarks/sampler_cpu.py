@@ -18,7 +18,7 @@ from pathlib import Path
 
 from tests.fakenvml import FakeNvml, Frame
 
-from omniprobe.harness.sampler import MIB, NvmlReader, NvmlUnavailable, Sampler
+from omniprobe.harness.common.sampler import MIB, NvmlReader, NvmlUnavailable, Sampler
 
 
 def reader_and_label(child: int) -> tuple[NvmlReader, str]:

@@ -23,7 +23,7 @@ from omniprobe.config.project import Project
 from omniprobe.env.simulated import sim_env_digest
 from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
 from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
-from omniprobe.harness.server import free_port
+from omniprobe.harness.common.process import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "src"
@@ -68,10 +68,10 @@ def in_process(project: Project, argv: list[str], **doubles) -> tuple[int, str]:
     """An evidence-making command run in process as `omniprobe ARGV` runs it: its options from
     the CLI's parser, its command line recorded, its errors through the CLI's one handler; with
     test doubles (readers, nvml). Returns (exit code, output)."""
-    from omniprobe.harness.capacity_session import run_capacity
-    from omniprobe.harness.offline_session import run_offline
-    from omniprobe.harness.probe_session import run_probe
-    from omniprobe.harness.propagation import run_propagation
+    from omniprobe.harness.offline.capacity_session import run_capacity
+    from omniprobe.harness.offline.session import run_offline
+    from omniprobe.harness.serve.propagation import run_propagation
+    from omniprobe.harness.serve.session import run_probe
 
     args = build_parser().parse_args(argv)
     out, command, name = io.StringIO(), ["omniprobe", *argv], argv[0]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grimp
 import pytest
 from importlinter.cli import lint_imports
 
@@ -25,21 +26,23 @@ def test_the_import_contracts_are_kept():
 
 # One forbidden import per contract (two for the runner): each must show as a broken edge.
 BREACHES = [
-    ("analysis/verdicts.py", "omniprobe.analysis.verdicts", "omniprobe.harness.sampler"),
+    ("analysis/verdicts.py", "omniprobe.analysis.verdicts", "omniprobe.harness.common.sampler"),
     ("report/render.py", "omniprobe.report.render", "pynvml"),
-    ("sim/model.py", "omniprobe.sim.model", "omniprobe.harness.client"),
+    ("sim/model.py", "omniprobe.sim.model", "omniprobe.harness.serve.client"),
     ("sim/capacity.py", "omniprobe.sim.capacity", "omniprobe.config.hosts"),
-    ("harness/sampler.py", "omniprobe.harness.sampler", "omniprobe.sim.memory"),
-    ("env/preflight.py", "omniprobe.env.preflight", "omniprobe.harness.server"),
-    ("upstream/checks.py", "omniprobe.upstream.checks", "omniprobe.harness.client"),
+    ("harness/common/sampler.py", "omniprobe.harness.common.sampler", "omniprobe.sim.memory"),
+    ("env/preflight.py", "omniprobe.env.preflight", "omniprobe.harness.common.process"),
+    ("upstream/checks.py", "omniprobe.upstream.checks", "omniprobe.harness.serve.client"),
     ("protocol.py", "omniprobe.protocol", "omniprobe.errors"),
     ("config/hosts.py", "omniprobe.config.hosts", "omniprobe.evidence.models"),
-    ("harness/offline_runner.py", "omniprobe.harness.offline_runner", "omniprobe.errors"),
-    ("harness/probe.py", "omniprobe.harness.probe", "omniprobe.cli.tables"),
-    ("harness/offline_runner.py", "omniprobe.harness.offline_runner", "omniprobe.harness.server"),
-    ("harness/emulation_site/sitecustomize.py", "omniprobe.harness.emulation_site.sitecustomize",
-     "omniprobe.errors"),
-    ("harness/diffusers_engine.py", "omniprobe.harness.diffusers_engine", "omniprobe.errors"),
+    ("harness/offline/runner.py", "omniprobe.harness.offline.runner", "omniprobe.errors"),
+    ("harness/serve/probe.py", "omniprobe.harness.serve.probe", "omniprobe.cli.tables"),
+    ("harness/offline/runner.py", "omniprobe.harness.offline.runner", "omniprobe.harness.common.process"),
+    ("harness/common/emulation_site/sitecustomize.py",
+     "omniprobe.harness.common.emulation_site.sitecustomize", "omniprobe.errors"),
+    ("harness/offline/diffusers_engine.py", "omniprobe.harness.offline.diffusers_engine", "omniprobe.errors"),
+    ("classify/oom.py", "omniprobe.classify.oom", "omniprobe.harness.common.logs"),
+    ("harness/common/sampler.py", "omniprobe.harness.common.sampler", "omniprobe.harness.serve.client"),
 ]
 
 
@@ -53,12 +56,59 @@ def test_a_forbidden_import_breaks_its_contract(tmp_path):
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports; "
          "sys.exit(lint_imports(config_filename='pyproject.toml', no_cache=True, no_logo=True))"],
-        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path / "src")},
+        cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path / "src"), "COLUMNS": "300"},
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "Contracts: 0 kept, 12 broken." in done.stdout, done.stdout
+    assert "Contracts: 0 kept, 14 broken." in done.stdout, done.stdout
     for _, importer, imported in BREACHES:
-        assert f"-   {importer} -> {imported} (l." in done.stdout, (importer, imported)
+        assert re.search(rf"-\s+{re.escape(importer)} -> {re.escape(imported)} \(l\.", done.stdout), (
+            importer, imported)
+
+
+def import_circles(package: str) -> list[list[str]]:
+    """Every circle of imports between the package's modules, an import made only for type
+    checking included (Tarjan's strongly connected components of grimp's graph)."""
+    graph = grimp.build_graph(package, exclude_type_checking_imports=False)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in graph.find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            circle = stack[stack.index(module):]
+            del stack[stack.index(module):]
+            if len(circle) > 1:
+                circles.append(sorted(circle))
+
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_no_import_runs_in_a_circle_not_even_for_type_checking():
+    assert import_circles("omniprobe") == []
+
+
+def test_a_type_only_circle_is_seen(tmp_path, monkeypatch):
+    package = tmp_path / "circled"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "views.py").write_text("from circled.part import Part\n")
+    (package / "part.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                     "    from circled.views import Part\n")
+    (package / "alone.py").write_text("import circled.part\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_circles("circled") == [["circled.part", "circled.views"]]
 
 
 def _loaded_by(module: str) -> list[str]:
@@ -83,7 +133,7 @@ def test_rendering_and_verdicts_load_no_gpu_harness_env_or_sim_code(module):
 
 
 def test_the_check_sees_harness_modules_where_they_are_loaded():
-    assert "omniprobe.harness.server" in _foreign(_loaded_by("omniprobe.harness.server"))
+    assert "omniprobe.harness.common.process" in _foreign(_loaded_by("omniprobe.harness.common.process"))
 
 
 MODULE_LINES_MAX = 500

@@ -17,9 +17,9 @@ from omniprobe.config.project import Project
 from omniprobe.env.manifest import latest_manifest, record_manifest
 from omniprobe.env.state import EnvNotReady, env_paths, install_steps, pins_hash, uv_command
 from omniprobe.errors import InputError
-from omniprobe.harness.baseline import run_baseline
-from omniprobe.harness.offline_env import runner_env_name
-from omniprobe.harness.options import BaselineOptions
+from omniprobe.harness.common.options import BaselineOptions
+from omniprobe.harness.offline.baseline import run_baseline
+from omniprobe.harness.offline.env import runner_env_name
 
 from .conftest import make_project
 from .env_scaffold import REPO_ROOT, sample_manifest

@@ -1,5 +1,5 @@
 """Every command's flags, as its argparse parser holds them, pinned: a refactor of how options are
-defined (harness/options.py) keeps each flag, its help, type, default and order exactly."""
+defined (harness/common/options.py) keeps each flag, its help, type, default and order exactly."""
 
 from __future__ import annotations
 

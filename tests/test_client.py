@@ -11,9 +11,9 @@ from PIL import Image
 
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
-from omniprobe.harness.client import form_fields, parse_failure, parse_success
-from omniprobe.harness.probe import ServeProbe
-from omniprobe.harness.serve_plan import ServeSettings
+from omniprobe.harness.serve.client import form_fields, parse_failure, parse_success
+from omniprobe.harness.serve.plan import ServeSettings
+from omniprobe.harness.serve.probe import ServeProbe
 from omniprobe.protocol import FORM_FIELDS
 
 from .conftest import open_sim_attempt

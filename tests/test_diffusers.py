@@ -27,7 +27,7 @@ from omniprobe.cli import build_parser
 from omniprobe.cli.options import options_from
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.baseline import run_baseline
+from omniprobe.harness.offline.baseline import run_baseline
 
 from .conftest import REPO, in_process, make_project
 
@@ -255,7 +255,7 @@ def test_a_cap_reaches_the_runner_through_the_hook_and_is_recorded(project, tmp_
     """An emulated tiny host: its runner starts with the emulation hook and the cap, and the
     attempt, the guard and the capacity verdict record the cap (the CPU allocates no CUDA memory,
     so nothing is capped here; a real capped OOM is the GPU test's)."""
-    from omniprobe.harness.sampler import MIB, NvmlReader
+    from omniprobe.harness.common.sampler import MIB, NvmlReader
     from tests.fakenvml import FakeNvml, Frame
 
     add_tiny_host(project, "tiny-emulated", gpu="Fake GPU", cc="8.6", vram_gb=24, tables='''
@@ -339,12 +339,12 @@ def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_
     loaded offline by the runner; its records are real weights', so the structure gate applies."""
     import sys
 
-    from omniprobe.harness.offline_env import RUNNER
+    from omniprobe.harness.offline.env import RUNNER
 
     from .env_scaffold import make_hf_cache
 
     sys.path.insert(0, str(RUNNER.parent))
-    import offline_runner
+    import runner as offline_runner
     from diffusers_engine import DiffusersEngine
 
     configs = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_configs()
@@ -411,7 +411,7 @@ def test_a_runner_the_kernel_killed_at_the_host_ram_cap_is_a_host_ram_failure(pr
     pipeline_double(tmp_path, monkeypatch, KILLED_AT_FOUR)
     add_tiny_host(project, "tiny-30gib-host")
     # Not an emulated card (no GPU to cap here): host RAM alone, through the settings' hook.
-    from omniprobe.harness import offline_plan
+    from omniprobe.harness.offline import plan as offline_plan
 
     monkeypatch.setattr(offline_plan, "host_ram_mib", lambda host: 30 * 1024)
     code, out = in_process(project, ["probe-offline", "--host", "tiny-30gib-host",
@@ -440,7 +440,7 @@ def test_a_runner_killed_at_the_host_ram_cap_while_building_says_so_not_its_last
     stand_in_cgroups(tmp_path, monkeypatch)
     pipeline_double(tmp_path, monkeypatch, KILLED_AT_BUILD)
     add_tiny_host(project, "tiny-30gib-host")
-    from omniprobe.harness import offline_plan
+    from omniprobe.harness.offline import plan as offline_plan
 
     monkeypatch.setattr(offline_plan, "host_ram_mib", lambda host: 30 * 1024)
     code, out = in_process(project, ["probe-offline", "--host", "tiny-30gib-host",
@@ -651,7 +651,7 @@ def test_a_build_that_fails_upstream_is_recorded_as_upstreams_and_asks_nothing_o
 ])
 def test_a_random_build_larger_than_the_machine_is_refused_before_it_starts(parameters,
                                                                              ram_gib, refused):
-    from omniprobe.harness.build_size import build_size_refusal
+    from omniprobe.harness.offline.build_size import build_size_refusal
 
     why = build_size_refusal(parameters, ram_gib and ram_gib * 2**30, "models/x")
     assert (why is not None) is refused
@@ -661,7 +661,7 @@ def test_a_random_build_larger_than_the_machine_is_refused_before_it_starts(para
 
 def test_the_tiny_build_is_sized_by_the_runner_and_refused_on_a_machine_too_small(
         project, monkeypatch):
-    from omniprobe.harness import offline_session
+    from omniprobe.harness.offline import session as offline_session
 
     monkeypatch.setattr(offline_session, "machine_ram_bytes", lambda: 1024)
     code, out = offline(project, "--profile", "tiny-cpu")

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from omniprobe.config.diffusers import load_model_configs
-from omniprobe.harness.offline_env import RUNNER
+from omniprobe.harness.offline.env import RUNNER
 
 from .conftest import REPO
 
@@ -120,7 +120,7 @@ def test_a_quantised_linear_holds_its_int8_bytes():
 
 
 def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
-    import offline_runner
+    import runner as offline_runner
     from diffusers_engine import DiffusersEngine
     from PIL import Image
 

@@ -300,7 +300,7 @@ def test_a_runner_joins_its_cgroup_before_it_runs(tmp_path):
     import subprocess
     import sys
 
-    from omniprobe.harness.host_ram_cap import HostRamCap
+    from omniprobe.harness.offline.host_ram_cap import HostRamCap
 
     root = tmp_path / "cgroup"
     root.mkdir()
@@ -325,7 +325,7 @@ def test_a_runner_joins_its_cgroup_before_it_runs(tmp_path):
 ])
 def test_no_cgroup_to_cap_host_ram_is_the_machines_failure_named(tmp_path, controllers, words):
     from omniprobe.errors import EnvironmentFailure
-    from omniprobe.harness.host_ram_cap import require_host_ram_cap
+    from omniprobe.harness.offline.host_ram_cap import require_host_ram_cap
 
     if controllers is not None:
         (tmp_path / "cgroup.controllers").write_text(controllers)
@@ -415,7 +415,7 @@ def test_a_cgroup_a_killed_run_left_is_removed_or_named(tmp_path, left, words):
     import os
     import re
 
-    from omniprobe.harness.host_ram_cap import HostRamCap, HostRamUnavailable
+    from omniprobe.harness.offline.host_ram_cap import HostRamCap, HostRamUnavailable
 
     root = tmp_path / "cgroup"
     root.mkdir()

@@ -153,7 +153,7 @@ def test_the_report_names_the_offload_with_its_stream_settings(settings, label):
 def test_the_runner_is_given_the_profiles_stream_settings(repo):
     """What a run hands its runner (and the settings a run stores) is the migrated profile, its
     stream settings included."""
-    from omniprobe.harness.offline_matrix import offline_matrix
+    from omniprobe.harness.offline.matrix import offline_matrix
 
     cfg = load_hosts(repo.hosts_file)
     host = "rtx5080-on-h200-diffusers"

@@ -12,8 +12,8 @@ import textwrap
 import pytest
 
 from omniprobe.analysis.capacity_curve import capacity_curve
-from omniprobe.analysis.series import Sample
 from omniprobe.analysis.verdicts import host_verdict
+from omniprobe.classify.series import Sample
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.simulated import check_sim_env
@@ -21,14 +21,14 @@ from omniprobe.errors import InputError, Refusal
 from omniprobe.evidence.load import load_evidence
 from omniprobe.evidence.migrations import content_key
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.emulation import (
+from omniprobe.harness.common.emulation import (
     HOOK_DIR,
     EmulationGuard,
     capped_processes,
     emulation_env,
     parse_caps_gib,
 )
-from omniprobe.harness.emulation_site.sitecustomize import (
+from omniprobe.harness.common.emulation_site.sitecustomize import (
     CAP_ENV,
     EmulationError,
     allocator_fraction,
@@ -36,7 +36,7 @@ from omniprobe.harness.emulation_site.sitecustomize import (
     capped_mem_info,
     process_bytes,
 )
-from omniprobe.harness.sampler import MIB, NvmlReader, Sampler
+from omniprobe.harness.common.sampler import MIB, NvmlReader, Sampler
 
 from .conftest import in_process, probe_argv
 from .env_scaffold import FakeNvml as GpuOnly

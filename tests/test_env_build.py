@@ -24,7 +24,7 @@ from omniprobe.env.state import EnvBuildError, EnvNotReady, Runner, uv_command
 from omniprobe.evidence.load import load_attempt, load_evidence
 from omniprobe.evidence.models.attempt import ServedModel
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.server import free_port
+from omniprobe.harness.common.process import free_port
 
 from .conftest import in_process
 from .env_scaffold import RTX5080, FakeNvml, World, git, make_world

@@ -26,7 +26,7 @@ from omniprobe.errors import (
     Refusal,
 )
 from omniprobe.evidence.load import load_attempt
-from omniprobe.harness.session import Session, run_session
+from omniprobe.harness.common.session import Session, run_session
 
 from .conftest import REPO, SRC, in_process, probe_argv
 
@@ -57,7 +57,7 @@ def test_each_category_has_its_own_exit_code():
 
 def test_every_command_error_is_in_the_family():
     """The package's own error classes all join a category (the sim's are the server's own)."""
-    from omniprobe.analysis.imaging import ImageMismatch, UnreadableImage
+    from omniprobe.classify.imaging import ImageMismatch, UnreadableImage
     from omniprobe.config.fixtures import FixtureNotRunnable
     from omniprobe.config.hosts import UnknownHost
     from omniprobe.config.project import NoProject
@@ -65,12 +65,12 @@ def test_every_command_error_is_in_the_family():
     from omniprobe.env.serve_command import FlagSetNotRunnable, NotInEnv
     from omniprobe.env.state import EnvBuildError, EnvError, EnvNotReady
     from omniprobe.evidence.attempts import AttemptBusy
-    from omniprobe.harness.client import ReferenceMismatch
-    from omniprobe.harness.offline_plan import KwargSetNotRunnable
-    from omniprobe.harness.runner_events import RunnerProtocolError
-    from omniprobe.harness.sampler import GpuBusy, NvmlUnavailable
-    from omniprobe.harness.serve_plan import PlanError
-    from omniprobe.harness.server import PortInUse
+    from omniprobe.harness.common.process import PortInUse
+    from omniprobe.harness.common.references import ReferenceMismatch
+    from omniprobe.harness.common.sampler import GpuBusy, NvmlUnavailable
+    from omniprobe.harness.common.selection import PlanError
+    from omniprobe.harness.offline.plan import KwargSetNotRunnable
+    from omniprobe.harness.offline.runner_events import RunnerProtocolError
 
     expected = {
         InputError: [ImageMismatch, UnreadableImage, NoProject, ReferenceMismatch],
@@ -282,8 +282,8 @@ def test_ctrl_c_is_exit_130_with_the_sessions_word(project, capsys):
 # --- the command line recorded as provenance -----------------------------------------------
 
 def test_an_attempt_records_the_command_it_is_given(project, port, monkeypatch):
-    from omniprobe.harness.options import ProbeOptions
-    from omniprobe.harness.probe_session import run_probe
+    from omniprobe.harness.common.options import ProbeOptions
+    from omniprobe.harness.serve.session import run_probe
 
     monkeypatch.setattr(sys, "argv", ["pytest", "-q", "somewhere"])
     options = ProbeOptions(host="sim", port=port, grace_s=2, flag_sets=("fp8",))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from omniprobe.analysis.failure_cause import (
+from omniprobe.classify.failure_cause import (
     classify_failure,
     effective_cause,
     is_card_evidence,
@@ -31,7 +31,7 @@ INVALID_CHOICE = """usage: python -m omniprobe.sim serve [-h] model --omni
 python -m omniprobe.sim serve: error: argument --quantization: invalid choice: 'int4'
 """
 
-EXEC_FAILED = ("omniprobe.harness.supervise: cannot start /opt/venv/bin/vllm: [Errno 2] No such "
+EXEC_FAILED = ("omniprobe.harness.common.supervise: cannot start /opt/venv/bin/vllm: [Errno 2] No such "
                "file or directory: '/opt/venv/bin/vllm'\n")
 
 PORT_IN_USE = f"""Traceback (most recent call last):
@@ -155,6 +155,6 @@ def test_effective_cause(outcome, cause, kind, evidence):
     ("error", "not classified (error)"),
 ])
 def test_a_failure_with_no_cause_is_named_for_what_it_is(outcome, text):
-    from omniprobe.analysis.failure_cause import cause_text
+    from omniprobe.classify.failure_cause import cause_text
 
     assert cause_text(outcome, None) == text

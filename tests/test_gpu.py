@@ -19,16 +19,16 @@ import time
 import pytest
 
 from omniprobe.analysis.capacity_curve import capacity_curve
-from omniprobe.analysis.oom import parse_oom
 from omniprobe.analysis.verdicts import host_verdict
+from omniprobe.classify.oom import parse_oom
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.serve_command import server_command, server_env
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness import client
-from omniprobe.harness.emulation import EmulationGuard, capped_processes, emulation_env
-from omniprobe.harness.sampler import MIB, NvmlReader, Sampler
-from omniprobe.harness.server import Endpoints, SupervisedProcess
+from omniprobe.harness.common.emulation import EmulationGuard, capped_processes, emulation_env
+from omniprobe.harness.common.process import Endpoints, SupervisedProcess
+from omniprobe.harness.common.sampler import MIB, NvmlReader, Sampler
+from omniprobe.harness.serve import client
 from omniprobe.sim.model import Flags, request_peak_mib, resident_mib
 
 from .conftest import in_process, probe_argv

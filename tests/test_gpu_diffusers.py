@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.offline_env import RUNNER
+from omniprobe.harness.offline.env import RUNNER
 
 from .conftest import in_process, make_project
 
@@ -124,7 +124,7 @@ def test_the_streamed_int8_build_stays_under_the_5080_hosts_30_gib_cap(tmp_path,
 
 def _engine(profile: dict):
     sys.path.insert(0, str(RUNNER.parent))
-    import offline_runner
+    import runner as offline_runner
     from diffusers_engine import DiffusersEngine
 
     from omniprobe.config.diffusers import load_model_configs

@@ -134,8 +134,8 @@ def _lifetime_of(group: int | None, started: str | None, ended: str | None = Non
 
 def test_a_resume_stops_a_server_its_killed_probe_left(children):
     """Known by its recorded process group and start time: stopped, and the user is told."""
-    from omniprobe.harness.leftover import started, stop_leftovers
-    from omniprobe.harness.processes import alive
+    from omniprobe.harness.common.leftover import started, stop_leftovers
+    from omniprobe.harness.common.processes import alive
 
     proc = _group_of_one(children)
     group = proc.pid
@@ -150,8 +150,8 @@ def test_a_resume_stops_a_server_its_killed_probe_left(children):
 def test_a_resume_leaves_alone_what_is_not_its_own(children, mismatch):
     """A reused pid (a later start time), another boot, a lifetime that ended, or one that
     recorded no group: nothing is stopped."""
-    from omniprobe.harness.leftover import started, stop_leftovers
-    from omniprobe.harness.processes import alive
+    from omniprobe.harness.common.leftover import started, stop_leftovers
+    from omniprobe.harness.common.processes import alive
 
     group = _group_of_one(children).pid
     boot, _, ticks = started(group).partition("/")
@@ -173,7 +173,7 @@ def _signal_self(sig=signal.SIGINT) -> None:
 
 
 def _during_server_start(monkeypatch):
-    from omniprobe.harness.server import SupervisedProcess
+    from omniprobe.harness.common.process import SupervisedProcess
 
     real = SupervisedProcess.start
 
@@ -187,7 +187,7 @@ def _while_a_request_is_in_flight(monkeypatch):
     """The hang fault holds the request; the signal comes while the client waits for it."""
     import threading
 
-    from omniprobe.harness import client
+    from omniprobe.harness.serve import client
 
     real = client.send
 

@@ -11,8 +11,8 @@ import pytest
 from omniprobe.config.hosts import load_hosts
 from omniprobe.digests import sha256_bytes, sha256_file, sha256_json
 from omniprobe.evidence.attempts import free_attempt_id, new_attempt_id, probe_attempts, provenance
-from omniprobe.harness.logs import log_tail, read_from
-from omniprobe.harness.processes import alive
+from omniprobe.harness.common.logs import log_tail, read_from
+from omniprobe.harness.common.processes import alive
 
 NOW = datetime(2026, 11, 30, 9, 54, 16, tzinfo=UTC)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from omniprobe.analysis.host_ram import GPU_ROOM_MIB, LOW_AVAILABLE_MIB, host_ram_fit, memory_failure
+from omniprobe.classify.host_ram import GPU_ROOM_MIB, LOW_AVAILABLE_MIB, host_ram_fit, memory_failure
 
 TORCH_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.50 GiB. GPU 0 has a "
              "total capacity of 23.56 GiB of which 812.00 MiB is free.")
@@ -57,7 +57,7 @@ def test_low_is_below_the_threshold():
 
 
 def test_the_host_cause_counts_as_evidence_about_the_card_on_its_host():
-    from omniprobe.analysis.failure_cause import host_ram_cause, is_card_evidence
+    from omniprobe.classify.failure_cause import host_ram_cause, is_card_evidence
 
     cause = host_ram_cause((0, 1), -9, None, "", None)
     assert (cause.kind, cause.reason) == ("host", "host RAM exhausted: the kernel's OOM killer: "
@@ -68,7 +68,7 @@ def test_the_host_cause_counts_as_evidence_about_the_card_on_its_host():
 
 
 def test_the_kernels_readings_where_it_shows_them_and_none_where_not(tmp_path):
-    from omniprobe.harness.host_memory import available_mib, oom_kill_count
+    from omniprobe.harness.common.host_memory import available_mib, oom_kill_count
 
     proc, cgroups = tmp_path / "proc", tmp_path / "cgroup"
     (proc / "self").mkdir(parents=True)

@@ -927,7 +927,7 @@ def test_image_check_skips_a_fifo_when_searching_a_folder(tmp_path, capsys):
 
 
 def test_the_image_limit_is_the_largest_output_a_fixture_asks_for():
-    from omniprobe.analysis.imaging import MAX_IMAGE_PIXELS
+    from omniprobe.classify.imaging import MAX_IMAGE_PIXELS
     from omniprobe.config.fixtures import MAX_SIDE_PX
 
     assert MAX_IMAGE_PIXELS == MAX_SIDE_PX ** 2
@@ -996,7 +996,7 @@ def test_a_full_artifacts_disk_loses_no_record_shown_as_ok(project, port, monkey
 
     from omniprobe.evidence.load import load_attempt
     from omniprobe.evidence.validate import load_project
-    from omniprobe.harness import recorder  # the one recorder writes images
+    from omniprobe.harness.common import recorder  # the one recorder writes images
 
     from .conftest import in_process, probe_argv
 
@@ -1236,7 +1236,7 @@ def test_a_server_the_kernel_killed_for_host_ram_is_the_hosts_failure_not_resent
     in the sampler's last readings is low: the host ran out of RAM. The record says so, is not a
     transport failure, and a re-run has nothing left to send."""
     from omniprobe.evidence.load import load_attempt
-    from omniprobe.harness import sampler as sampler_module
+    from omniprobe.harness.common import sampler as sampler_module
 
     from .conftest import in_process, processes_with
 
@@ -1261,8 +1261,8 @@ def test_a_server_the_kernel_killed_for_host_ram_is_the_hosts_failure_not_resent
 def test_a_server_killed_at_init_with_the_host_short_of_ram_is_the_hosts_init_failure(
         tmp_path, port, monkeypatch):
     from omniprobe.evidence.load import load_attempt
-    from omniprobe.harness import probe_env
-    from omniprobe.harness import sampler as sampler_module
+    from omniprobe.harness.common import probe_env
+    from omniprobe.harness.common import sampler as sampler_module
 
     from .conftest import in_process, make_project, probe_argv
 
@@ -1320,7 +1320,7 @@ def test_an_attempt_that_failed_early_is_not_left_to_be_resumed(project, records
 
     from omniprobe.errors import EnvironmentFailure
     from omniprobe.evidence.models.requests import RequestRecord
-    from omniprobe.harness.session import Session, run_session
+    from omniprobe.harness.common.session import Session, run_session
 
     from .conftest import open_sim_attempt
 
@@ -1402,9 +1402,9 @@ def test_a_secret_in_the_command_is_recorded_nowhere(project, port):
 
 
 def test_a_source_name_cannot_take_a_baseline_out_of_its_folder(tmp_path):
-    from omniprobe.analysis.baseline_compare import baseline_path
     from omniprobe.config.fixtures import Fixture
     from omniprobe.errors import InputError
+    from omniprobe.harness.common.quality import baseline_path
 
     fixture = Fixture(id="f", kind="t2i", reference_count=0, source_name="../../etc/passwd")
     assert baseline_path(tmp_path, "{fixture}/{seed}.png", fixture, 1) == tmp_path / "f" / "1.png"
@@ -1488,8 +1488,8 @@ def test_a_dead_sampler_fails_the_run_and_leaves_no_zero_peak(project, port):
     quotes no peak, and the evidence still validates."""
     from omniprobe.evidence.load import load_attempt
     from omniprobe.evidence.validate import load_project
-    from omniprobe.harness.lifetime import MEMORY_FILE
-    from omniprobe.harness.sampler import PublishedMemoryReader
+    from omniprobe.harness.common.lifetime import MEMORY_FILE
+    from omniprobe.harness.common.sampler import PublishedMemoryReader
 
     from .conftest import in_process, probe_argv
 
@@ -1522,7 +1522,7 @@ ACCEPTED = [c for c in ALL_CASES if c.argv == ["validate"] and c.exit_code == 0 
 def test_the_probe_writes_only_evidence_that_validates(case, hostile, capsys, tmp_path_factory):
     """Every configuration the hostile table accepts, probed: what the probe writes validates.
     (The full table runs validate only; this serves one small fixture and seed per case.)"""
-    from omniprobe.harness.server import free_port
+    from omniprobe.harness.common.process import free_port
 
     case.breaks(hostile.root)
     suite = json.loads((hostile.root / FIXTURES).read_text())
@@ -1549,7 +1549,7 @@ def test_the_emulation_hook_stays_first_on_a_deliberate_pythonpath(repo):
     """A flag set may set PYTHONPATH where hosts.toml marks it deliberate; the emulation hook's
     folder still comes first, so the cap is imposed whatever that path holds."""
     from omniprobe.config.hosts import load_hosts
-    from omniprobe.harness.emulation import HOOK_DIR, emulation_env
+    from omniprobe.harness.common.emulation import HOOK_DIR, emulation_env
 
     cfg = load_hosts(repo.hosts_file)
     env = emulation_env(cfg.host("sim-on-h200"), 24576, {"PYTHONPATH": "/opt/deliberate"})
@@ -1576,7 +1576,7 @@ def test_which_argument_gives_a_harness_option(arg, option):
     ("00000000000000000000000000000000", "::"),
 ])
 def test_proc_net_tcp_addresses(hex_address, address):
-    from omniprobe.harness.listening import Listener, _address
+    from omniprobe.harness.common.listening import Listener, _address
 
     assert _address(hex_address) == address
     assert Listener(address, 1, 1).loopback == (address in ("127.0.0.1", "::1"))
@@ -1586,8 +1586,8 @@ def test_the_listeners_of_a_process_tree_are_read_from_proc(children):
     """A child that binds every interface is found under its group; loopback is told apart."""
     import sys
 
-    from omniprobe.harness.listening import listeners
-    from omniprobe.harness.server import free_port
+    from omniprobe.harness.common.listening import listeners
+    from omniprobe.harness.common.process import free_port
 
     from .conftest import wait_for
 
@@ -1607,7 +1607,7 @@ def test_a_peak_beyond_the_gpu_is_never_written(project, port, monkeypatch):
     from dataclasses import replace
 
     from omniprobe.evidence.validate import load_project
-    from omniprobe.harness import client
+    from omniprobe.harness.serve import client
 
     from .conftest import in_process, probe_argv
 

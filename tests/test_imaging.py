@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from omniprobe.analysis.imaging import (
+from omniprobe.classify.imaging import (
     ImageMismatch,
     UnreadableImage,
     decode_pixels,

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from omniprobe.analysis.failure_cause import classify_failure
-from omniprobe.analysis.log_text import plain_log
-from omniprobe.harness.logs import log_tail
+from omniprobe.classify.failure_cause import classify_failure
+from omniprobe.classify.log_text import plain_log
+from omniprobe.harness.common.logs import log_tail
 
 SITE = "/venv/lib/python3.13/site-packages"
 # vllm/utils _add_prefix, vllm/logging_utils/formatter.py ColoredFormatter (levelname coloured,
@@ -58,7 +58,7 @@ def test_a_server_that_dies_in_vllms_log_format_records_its_exception_plain(
     """End to end: a server writes VLLM_LOG and exits at init; the init's note and cause read
     the exception line, with no colour code or prefix left in them."""
     from omniprobe.evidence.load import load_attempt
-    from omniprobe.harness import probe_env
+    from omniprobe.harness.common import probe_env
 
     from .conftest import in_process, probe_argv
 

@@ -14,17 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe.analysis.imaging import load_pixels, pixels_sha256
-from omniprobe.analysis.oom import parse_oom
 from omniprobe.analysis.verdicts import all_verdicts
+from omniprobe.classify.imaging import load_pixels, pixels_sha256
+from omniprobe.classify.oom import parse_oom
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import EnvError
 from omniprobe.evidence.attempts import probe_attempts
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness import offline_runner
-from omniprobe.harness.offline_env import RUNNER, runner_command
-from omniprobe.harness.propagation import offline_pairs, unchecked_extras
+from omniprobe.harness.common.propagation_rules import offline_pairs, unchecked_extras
+from omniprobe.harness.offline import runner as offline_runner
+from omniprobe.harness.offline.env import RUNNER, runner_command
 from omniprobe.report.render import render_harness
 from omniprobe.sim.http import Faults
 from omniprobe.sim.knobs import EXTRAS_BRIDGE_ENV
@@ -592,7 +592,7 @@ def test_a_runner_the_kernel_killed_for_host_ram_is_the_hosts_failure(tmp_path, 
     import threading
     import time
 
-    from omniprobe.harness import sampler as sampler_module
+    from omniprobe.harness.common import sampler as sampler_module
 
     monkeypatch.setattr(sampler_module, "available_mib", lambda: 250.0)
     project = make_project(tmp_path, seeds=[2301, 2302, 2303])
@@ -622,7 +622,7 @@ def test_a_runner_the_kernel_killed_for_host_ram_is_the_hosts_failure(tmp_path, 
 
 def test_a_runner_killed_at_init_with_the_host_short_of_ram_is_the_hosts_init_failure(
         tmp_path, monkeypatch):
-    from omniprobe.harness import sampler as sampler_module
+    from omniprobe.harness.common import sampler as sampler_module
 
     monkeypatch.setattr(sampler_module, "available_mib", lambda: 180.0)
     project = make_project(tmp_path)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 from PIL import Image
 
-from omniprobe.harness.offline_runner import OmniEngine, first_image, output_peak_mib
+from omniprobe.harness.offline.runner import OmniEngine, first_image, output_peak_mib
 
 
 @dataclass

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe.analysis.oom import error_message, innermost_model_frame, is_oom, merge, parse_oom
+from omniprobe.classify.oom import error_message, innermost_model_frame, is_oom, merge, parse_oom
 from omniprobe.evidence.models.common import CodeRef, OomSignature
 from omniprobe.evidence.quantities import size_bytes
 from omniprobe.sim.memory import format_size, oom_message

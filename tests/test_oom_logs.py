@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe.analysis.failure_cause import classify_failure
-from omniprobe.analysis.log_text import plain_log
-from omniprobe.analysis.oom import parse_oom
+from omniprobe.classify.failure_cause import classify_failure
+from omniprobe.classify.log_text import plain_log
+from omniprobe.classify.oom import parse_oom
 from omniprobe.config.hosts import load_hosts
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +117,7 @@ def test_a_host_that_states_model_code_keeps_it():
 def test_where_no_model_code_is_given_a_crash_in_vllm_omni_is_the_servers():
     # The harness's own fallback (a server started without the host's model_code) once took all
     # of vllm_omni/ for the model's code.
-    from omniprobe.harness.server import classify_exit
+    from omniprobe.harness.common.process import classify_exit
     text = plain_log(crash("vllm_omni/entrypoints/openai/serving_image.py", "KeyError: 'image'"))
     result = classify_exit(1, text, 3.0)
     assert (result.outcome, result.cause.kind) == ("error", "server")

@@ -1,4 +1,4 @@
-"""Each probe option is defined once (harness/options.py): its flag, the options object, the
+"""Each probe option is defined once (harness/common/options.py): its flag, the options object, the
 settings hosts.toml's defaults merge into and the nox routing all come from that definition."""
 
 from __future__ import annotations
@@ -9,10 +9,8 @@ from omniprobe.cli import build_parser
 from omniprobe.cli.nox_args import ROUTES, option_actions, route_options, routing_table
 from omniprobe.cli.options import options_from
 from omniprobe.config.hosts import load_hosts
-from omniprobe.harness import options
-from omniprobe.harness.offline_plan import OfflineSettings
-from omniprobe.harness.offline_plan import settings_from as offline_settings
-from omniprobe.harness.options import (
+from omniprobe.harness.common import options
+from omniprobe.harness.common.options import (
     COMMANDS,
     SECONDS,
     Option,
@@ -21,7 +19,9 @@ from omniprobe.harness.options import (
     option,
     settings_of,
 )
-from omniprobe.harness.serve_plan import ServeSettings, settings_from
+from omniprobe.harness.offline.plan import OfflineSettings
+from omniprobe.harness.offline.plan import settings_from as offline_settings
+from omniprobe.harness.serve.plan import ServeSettings, settings_from
 
 from .conftest import REPO
 

@@ -13,7 +13,7 @@ from omniprobe.env.simulated import check_sim_env
 from omniprobe.env.state import Runner
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_valid_project
-from omniprobe.harness import probe_env
+from omniprobe.harness.common import probe_env
 from omniprobe.report.render import render_harness
 
 from .conftest import in_process, probe_argv

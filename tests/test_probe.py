@@ -7,16 +7,16 @@ import json
 
 import pytest
 
-from omniprobe.analysis.imaging import load_pixels, pixels_sha256
 from omniprobe.analysis.summaries import cells_from_requests
 from omniprobe.analysis.verdicts import host_verdict
+from omniprobe.classify.imaging import load_pixels, pixels_sha256
 from omniprobe.config.hosts import load_hosts
 from omniprobe.env.state import Stamp, env_paths, pins_hash, write_stamp
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness import probe as probe_module
-from omniprobe.harness import probe_env
-from omniprobe.harness.sampler import NvmlUnavailable
+from omniprobe.harness.common import probe_env
+from omniprobe.harness.common.sampler import NvmlUnavailable
+from omniprobe.harness.serve import probe as probe_module
 
 from .conftest import in_process, make_project, probe_argv, processes_with
 from .env_scaffold import RTX5080, FakeNvml
@@ -246,7 +246,7 @@ def test_an_init_that_timed_out_is_started_again_unless_timeouts_are_accepted(pr
 
 
 def test_a_server_that_logged_an_oom_then_hung_is_the_cards_oom():
-    from omniprobe.harness.server import classify_hang
+    from omniprobe.harness.common.process import classify_hang
 
     log = ("INFO loading\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 490.00 "
            "MiB. GPU 0 has a total capacity of 23.56 GiB of which 118.44 MiB is free.\n")
@@ -405,7 +405,7 @@ def test_port_in_use_is_refused_before_anything_runs(project, port, session):
 
 
 def test_a_busy_gpu_stops_the_probe_naming_the_holder(project, port):
-    from omniprobe.harness.sampler import MIB, NvmlReader
+    from omniprobe.harness.common.sampler import MIB, NvmlReader
     from tests.fakenvml import FakeNvml, Frame
 
     fake = FakeNvml([Frame(0.0, 9000 * MIB, compute=((4242, 8000 * MIB),))],
@@ -497,7 +497,7 @@ def test_gpu_index_moves_the_server_and_the_sampler_and_both_are_recorded(projec
                                                                          monkeypatch):
     """Issue 23 item 8: --gpu-index 1 gives the server CUDA_VISIBLE_DEVICES=1 (its own words
     say so) and the lifetime records it; NVML's reader of that index names its device."""
-    from omniprobe.harness.sampler import NvmlReader
+    from omniprobe.harness.common.sampler import NvmlReader
 
     from .fakenvml import FakeNvml, Frame
 

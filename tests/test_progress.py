@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from omniprobe.harness.progress import Progress, clock, eta_s
+from omniprobe.harness.common.progress import Progress, clock, eta_s
 
 
 def test_clock_and_eta():

@@ -10,16 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from omniprobe.analysis.baseline_compare import (
-    Output,
-    baseline_path,
-    determinism_groups,
-    latest_attempt_with_outputs,
-    pixel_hashes,
-)
-from omniprobe.analysis.imaging import load_pixels, measure, pixels_sha256, to_pixels
-from omniprobe.analysis.structure_gate import gate_record, structure_of
 from omniprobe.analysis.verdicts import host_verdict
+from omniprobe.classify.imaging import load_pixels, measure, pixels_sha256, to_pixels
+from omniprobe.classify.structure_gate import gate_record, structure_of
 from omniprobe.cli import main
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.project import Project
@@ -31,6 +24,13 @@ from omniprobe.evidence.load import LoadedAttempt, load_attempt
 from omniprobe.evidence.models.attempt import Attempt
 from omniprobe.evidence.models.requests import ImageMetrics, RequestRecord
 from omniprobe.evidence.validate import load_project, load_valid_project
+from omniprobe.harness.common.quality import (
+    Output,
+    baseline_path,
+    determinism_groups,
+    latest_attempt_with_outputs,
+    pixel_hashes,
+)
 
 from .conftest import agreeing
 from .evidence_scaffold import add_attempt
@@ -335,7 +335,7 @@ def test_an_image_laid_over_its_records_path_is_refused_and_nothing_is_written(p
     planted = project.artifacts_dir / "run-1" / "cpuoff-2301.png"
     save(planted, natural(seed=99))
     with pytest.raises(InputError, match="not the image the probe wrote") as err:
-        from omniprobe.analysis.baseline_compare import run_quality
+        from omniprobe.harness.common.quality import run_quality
 
         run_quality(project, project.root / "baseline", attempt_id="run-1")
     assert str(planted) in str(err.value.problems[0])

@@ -248,7 +248,7 @@ def test_the_uv_tool_route_installs_the_same_commands(quick_started, tmp_path):
 def test_one_nox_run_of_env_sim_probe_init_probe_serve_shares_one_attempt(quick_started):
     """Issue 34, item 9, as the user meets it: each nox session has its own venv, and the sim's
     environment is what it runs, so probe-serve resumes the attempt probe-init made."""
-    from omniprobe.harness.server import free_port
+    from omniprobe.harness.common.process import free_port
 
     clone, env, _, _ = quick_started
     done = run(["nox", "-s", "env-sim", "probe-init", "probe-serve", "--", "--flag-set", "fp8",

@@ -7,7 +7,7 @@ import pytest
 from omniprobe import __version__
 from omniprobe.evidence.attempts import resume_decision
 from omniprobe.evidence.models.attempt import Attempt, AttemptEnvironment, ServedModel
-from omniprobe.harness.plan import Pace, estimate, plan_line
+from omniprobe.harness.common.plan import Pace, estimate, plan_line
 
 SIM = ServedModel(model="Qwen/Qwen-Image-2.1", source="simulated")
 HERE = AttemptEnvironment(digest="a" * 64, served=SIM)

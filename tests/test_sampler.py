@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe.analysis.series import Sample, decimate, summarise
-from omniprobe.harness.sampler import (
+from omniprobe.classify.series import Sample, decimate, summarise
+from omniprobe.harness.common.sampler import (
     MIB,
     GpuBusy,
     NvmlReader,
@@ -179,7 +179,7 @@ def test_a_series_file_that_cannot_be_written_leaves_the_series_whole(tmp_path):
 def test_a_published_reader_shows_a_peak_reached_between_two_samples(tmp_path):
     import os
 
-    from omniprobe.harness.sampler import PUBLISHED_MEMORY, PublishedMemoryReader
+    from omniprobe.harness.common.sampler import PUBLISHED_MEMORY, PublishedMemoryReader
 
     path = tmp_path / "memory"
     reader = PublishedMemoryReader(path)

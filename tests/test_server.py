@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe.analysis.imaging import decode_pixels, pixels_sha256
+from omniprobe.classify.imaging import decode_pixels, pixels_sha256
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
 from omniprobe.digests import sha256_bytes
@@ -21,8 +21,8 @@ from omniprobe.env.serve_command import (
     server_command,
     server_env,
 )
-from omniprobe.harness import client
-from omniprobe.harness.server import QUICK_POLL_S, Endpoints, PortInUse, SupervisedProcess
+from omniprobe.harness.common.process import QUICK_POLL_S, Endpoints, PortInUse, SupervisedProcess
+from omniprobe.harness.serve import client
 
 from .conftest import processes_with, wait_for
 

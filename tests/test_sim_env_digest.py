@@ -15,7 +15,7 @@ import pytest
 
 from omniprobe.env import simulated
 from omniprobe.env.simulated import sim_env_digest
-from omniprobe.harness.server import free_port
+from omniprobe.harness.common.process import free_port
 
 from .conftest import REPO
 

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from omniprobe.analysis.baseline_compare import run_quality
-from omniprobe.analysis.imaging import decode_pixels, load_pixels, measure, pixels_sha256, to_pixels
 from omniprobe.analysis.verdicts import host_verdict
+from omniprobe.classify.imaging import decode_pixels, load_pixels, measure, pixels_sha256, to_pixels
 from omniprobe.cli import main
 from omniprobe.config.fixtures import load_fixtures
 from omniprobe.config.hosts import load_hosts
@@ -21,6 +20,7 @@ from omniprobe.config.standins import STANDIN_REFERENCES, encode_png, hash_bytes
 from omniprobe.errors import InputError
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
+from omniprobe.harness.common.quality import run_quality
 from omniprobe.report.render import render_harness
 
 from .conftest import REPO, fixtures_problems, in_process, probe_argv
@@ -314,7 +314,7 @@ def test_offline_records_say_whose_inputs_they_ran_on(project):
 
 def test_a_real_host_serves_the_stand_ins_by_default(project, port, tmp_path_factory,
                                                      monkeypatch):
-    from omniprobe.harness.serve_plan import serve_fixtures
+    from omniprobe.harness.common.selection import serve_fixtures
 
     from .env_scaffold import FakeNvml
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from omniprobe.analysis.series import read_series
+from omniprobe.classify.series import read_series
 from omniprobe.evidence.models.runs import TimelinePoint
 from omniprobe.report.timeline_svg import marker_rows, render_svg
 

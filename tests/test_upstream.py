@@ -20,7 +20,7 @@ from omniprobe.errors import InputError
 from omniprobe.evidence.models.common import CodeRef
 from omniprobe.evidence.upstream import Anchor
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness import offline_runner
+from omniprobe.harness.offline import runner as offline_runner
 from omniprobe.upstream.anchors import Citation, lines_digest, locate
 from omniprobe.upstream.checks import run_checks
 from omniprobe.upstream.contract import check_source, differences, record

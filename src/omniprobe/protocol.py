@@ -10,7 +10,7 @@ side shows. Standard library only, and nothing of omniprobe: every floor may rea
 
 from __future__ import annotations
 
-# --- the HTTP client (harness/client.py) ----------------------------------------------------
+# --- the HTTP client (harness/serve/client.py) ----------------------------------------------------
 
 EDITS_PATH = "/v1/images/edits"
 GENERATIONS_PATH = "/v1/images/generations"
@@ -19,13 +19,13 @@ IMAGE_PART = "image"  # one multipart part of this name per reference image
 FORM_FIELDS = ("prompt", "size", "seed", "num_inference_steps", "true_cfg_scale",
                "response_format", "return_stage_metrics")
 
-# --- the server's log (harness/logs.py) -----------------------------------------------------
+# --- the server's log (harness/common/logs.py) -----------------------------------------------------
 
 # Upstream's warning when --deploy-config is accepted and then ignored: a single-stage diffusion
 # model without a registered pipeline config gets the default stage, built from CLI arguments.
 DEPLOY_IGNORED_WARNING = "No registered PipelineConfig resolved for model"
 
-# --- the offline runner's Omni engine (harness/offline_runner.py) ---------------------------
+# --- the offline runner's Omni engine (harness/offline/runner.py) ---------------------------
 
 # The keywords it passes OmniDiffusionSamplingParams, each the request's field of that name.
 SAMPLING_PARAMS = ("height", "width", "seed", "num_inference_steps", "true_cfg_scale")

@@ -46,7 +46,7 @@ class Observed:
 
 def observed(run: ProfileRun | None, refs: int, host_ram_mib: int | None) -> Observed:
     """The outcome of `run` at `refs`: a fit needs the GPU pool and, where the card's host RAM
-    is stated, the host footprint (analysis/host_ram.py's rule)."""
+    is stated, the host footprint (classify/host_ram.py's rule)."""
     if run is None:
         return Observed("not-run")
     ram = run.host_ram

@@ -5,7 +5,7 @@ each count; and the conditioning KV cache, measured in bytes, beside what the ar
 Random-weight evidence counts for capacity only: a cell fits when every request of it is ok and
 no emulation breach was recorded; no output structure, PSNR or speed is read from it. A card whose
 host's RAM is stated fits only where both fit: the GPU pool, and the run's host footprint against
-that RAM (analysis/host_ram.py's host_ram_fit: pinned memory must fit in RAM, and swap or zram is
+that RAM (classify/host_ram.py's host_ram_fit: pinned memory must fit in RAM, and swap or zram is
 never counted). A failure in upstream code that is no lack of memory (a cause of kind server or
 environment) is never the card's answer: its cell is not measured.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omniprobe.analysis.failure_cause import effective_cause
-from omniprobe.analysis.host_ram import HostRamFit, host_ram_fit
+from omniprobe.classify.failure_cause import effective_cause
+from omniprobe.classify.host_ram import HostRamFit, host_ram_fit
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.evidence.load import Evidence, LoadedAttempt
 from omniprobe.evidence.models.offline import OfflineRequest

@@ -5,31 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from omniprobe.analysis.failure_cause import is_card_evidence
+from omniprobe.classify.failure_cause import is_card_evidence
+from omniprobe.classify.outcome import cell_outcome, cell_structure
 from omniprobe.evidence.load import LoadedAttempt
-from omniprobe.evidence.models.common import Outcome, StructureVerdict
 from omniprobe.evidence.models.environment import EnvManifest
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.models.runs import Cell, ServeRun
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.repeats import standing
-
-# The cell takes its worst request: one OOM among ok seeds still means the count does not fit.
-_OUTCOME_ORDER: tuple[Outcome, ...] = ("oom", "error", "timeout", "ok")
-
-
-def cell_outcome(outcomes: list[Outcome]) -> Outcome:
-    return next(o for o in _OUTCOME_ORDER if o in outcomes)
-
-
-def cell_structure(records: list[RequestRecord]) -> StructureVerdict:
-    """Sound only when every request returned a sound image; broken when any image was broken."""
-    structures = {r.structure for r in records}
-    if "broken" in structures:
-        return "broken"
-    if structures == {"sound"} and all(r.outcome == "ok" for r in records):
-        return "sound"
-    return "unchecked"
 
 
 def _range(values: list[float | None]) -> Range | None:

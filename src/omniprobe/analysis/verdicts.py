@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from omniprobe.analysis.failure_cause import cause_text, is_card_evidence
 from omniprobe.analysis.summaries import ServeRunView, run_views
+from omniprobe.classify.failure_cause import cause_text, is_card_evidence
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig

@@ -51,8 +51,10 @@ def run_command(command: Callable[[], int], out: TextIO | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     args.argv = ["omniprobe", *argv]  # the command line an attempt records as its provenance
+    args.parser = parser  # for a command that reads every command's options (nox-args)
     return run_command(lambda: args.func(args))
 
 

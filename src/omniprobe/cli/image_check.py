@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from omniprobe.analysis.imaging import IMAGE_SUFFIXES, UnreadableImage, image_metrics
+from omniprobe.classify.imaging import IMAGE_SUFFIXES, UnreadableImage, image_metrics
 from omniprobe.cli.tables import text_table
 from omniprobe.config.report_settings import StructureChecks
 from omniprobe.errors import Problem

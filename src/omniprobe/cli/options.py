@@ -1,5 +1,5 @@
 """The evidence-making commands' argparse flags and options objects, generated from the one
-definition of each option (harness/options.py)."""
+definition of each option (harness/common/options.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-from omniprobe.harness.options import (
+from omniprobe.harness.common.options import (
     COMMANDS,
     Bounds,
     Option,
@@ -51,7 +51,7 @@ def add_flag(p: argparse.ArgumentParser, opt: Option, words) -> None:
 
 
 def add_options(p: argparse.ArgumentParser, command: str) -> None:
-    """Every flag `command` takes (harness/options.py COMMANDS), in its help's order."""
+    """Every flag `command` takes (harness/common/options.py COMMANDS), in its help's order."""
     takes = COMMANDS[command]
     for opt in command_options(takes):
         add_flag(p, opt, takes.words)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from omniprobe.analysis.imaging import UnreadableImage, load_pixels, pixels_sha256, to_pixels
 from omniprobe.atomic import write_bytes_atomic
+from omniprobe.classify.imaging import UnreadableImage, load_pixels, pixels_sha256, to_pixels
 from omniprobe.config.fixtures import FixtureSuite, ReferenceImage
 from omniprobe.config.standins import (
     STANDIN_REFERENCES,

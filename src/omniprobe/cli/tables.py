@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # image-check uses these tables without loading the PSNR command
-    from omniprobe.analysis.baseline_compare import QualityResult
+    from omniprobe.harness.common.quality import QualityResult
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

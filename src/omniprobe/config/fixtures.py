@@ -51,7 +51,7 @@ class ReferenceImage(_Input):
                         description="sha256 of the file's bytes: what the server is sent.")
     pixels_sha256: str | None = Field(
         default=None, pattern=r"^[0-9a-f]{64}$",
-        description="sha256 of the decoded pixels (omniprobe.analysis.imaging.pixels_sha256), for "
+        description="sha256 of the decoded pixels (omniprobe.classify.imaging.pixels_sha256), for "
                     "generated images whose PNG bytes may differ between encoder versions.")
 
 

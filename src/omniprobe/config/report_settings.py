@@ -44,7 +44,7 @@ def load_report_settings(path: str | Path) -> ReportSettings:
             path, exc, lambda loc: f"key '{'.'.join(str(p) for p in loc)}'")) from None
 
 class ProbeSettings(HostsTable):
-    """hosts.toml [probe] (the serve probe itself is harness/probe.py's ServeProbe)."""
+    """hosts.toml [probe] (the serve probe itself is harness/serve/probe.py's ServeProbe)."""
 
     target_reference_count: int = Field(ge=1)
     max_reference_pixels: int = Field(
@@ -57,7 +57,7 @@ LAYOUT_PLACEHOLDERS = frozenset({"fixture", "source_name", "seed"})
 
 
 class StructureChecks(HostsTable):
-    """hosts.toml [structure]: the thresholds of the output-structure check (analysis/imaging.py).
+    """hosts.toml [structure]: the thresholds of the output-structure check (classify/imaging.py).
 
     Figures are on the 0-255 scale whatever the image's bit depth. The defaults are the values
     hosts.toml states; they apply where a table omits a key or no hosts.toml is found.
@@ -88,7 +88,7 @@ class StructureChecks(HostsTable):
 
 class QualitySettings(HostsTable):
     """hosts.toml [quality]: how `omniprobe quality` compares an attempt's images with a
-    baseline's by PSNR (analysis/baseline_compare.py). The defaults are the values hosts.toml
+    baseline's by PSNR (harness/common/quality.py). The defaults are the values hosts.toml
     states."""
 
     comparator: Literal["rgba", "rgb"] = Field(

@@ -19,8 +19,8 @@ import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from omniprobe.analysis.failure_cause import classify_failure
-from omniprobe.analysis.log_text import plain_log
+from omniprobe.classify.failure_cause import classify_failure
+from omniprobe.classify.log_text import plain_log
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.env.check_record import env_check
 from omniprobe.env.serve_command import (

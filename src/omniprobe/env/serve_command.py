@@ -1,6 +1,6 @@
 """The serve command as configuration gives it: the argument list and the environment a flag
 set's server is started with. Pure functions of hosts.toml, below the process lifecycle
-(harness/server.py starts what they build; env/preflight.py checks it parses in the env)."""
+(harness/common/process.py starts what they build; env/preflight.py checks it parses in the env)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from omniprobe.report.filters import num, span
 from omniprobe.report.paths import CAPACITY_DIR, REPORT_DIR
 
 if TYPE_CHECKING:
-    from omniprobe.report.views import HostSection
+    from omniprobe.report.host_section import HostSection
 
 
 @dataclass

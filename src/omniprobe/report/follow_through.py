@@ -12,7 +12,7 @@ from omniprobe.report import verdict_lines as vl
 from omniprobe.report.filters import figure_text, names, refs, span
 
 if TYPE_CHECKING:
-    from omniprobe.report.views import HostSection
+    from omniprobe.report.host_section import HostSection
 
 
 @dataclass

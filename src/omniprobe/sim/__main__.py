@@ -16,7 +16,7 @@ import sys
 import traceback
 
 from omniprobe.errors import InputError
-from omniprobe.harness.emulation_site.sitecustomize import EmulationError, cap_from_env
+from omniprobe.harness.common.emulation_site.sitecustomize import EmulationError, cap_from_env
 from omniprobe.sim.capacity import CapacityError, load_sim_host
 from omniprobe.sim.knobs import (
     BRIDGE_ENV,

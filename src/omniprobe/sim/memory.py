@@ -13,7 +13,7 @@ from dataclasses import dataclass
 MIB = 1024**2
 # pid, used bytes, total bytes, peak bytes (the most used since the server started): the file the
 # harness's sampler reads where a real host has NVML (the harness names the file in the variable of
-# hosts.toml memory_file_env). Keep in step with harness/sampler.py PUBLISHED_MEMORY.
+# hosts.toml memory_file_env). Keep in step with harness/common/sampler.py PUBLISHED_MEMORY.
 _STATE = struct.Struct("<qqqq")
 
 

@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 
 from omniprobe.atomic import write_bytes_atomic
-from omniprobe.harness import offline_runner
+from omniprobe.harness.offline import runner as offline_runner
 from omniprobe.sim.capacity import Capacity
 from omniprobe.sim.http import Faults
 from omniprobe.sim.knobs import flags_from_kwargs

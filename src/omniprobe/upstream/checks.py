@@ -32,7 +32,7 @@ REGISTRY = "vllm_omni/config/pipeline_registry.py"
 # The harness adds the first three to every serve command (env/serve_command.py server_command),
 # --enforce-eager where [serve] asks and --deploy-config where a flag set names one.
 *HARNESS_SERVE_FLAGS, ENFORCE_EAGER, DEPLOY_CONFIG = HARNESS_OPTIONS
-# Response fields the client reads (harness/client.py, parse_success and _metric).
+# Response fields the client reads (harness/serve/client.py, parse_success and _metric).
 STAGE_METRIC = "denoise_step_latency_ms"
 # The request output's field of the diffusion worker's peak, at the pinned commit.
 WORKER_PEAK = "peak_memory_mb"

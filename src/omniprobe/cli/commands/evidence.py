@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omniprobe.cli.options import parser_of
 from omniprobe.config.project import find_project
-from omniprobe.harness.options import Bounds
+from omniprobe.harness.common.options import Bounds
 from omniprobe.limits import ARCHIVE_LIMITS as LIMITS
 
 # Logs and timelines travel up to this size each: an archive member's limit.

@@ -8,11 +8,10 @@ import argparse
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from omniprobe.cli import build_parser
     from omniprobe.cli.nox_args import route_options
 
     posargs = args.posargs[1:] if args.posargs[:1] == ["--"] else args.posargs
-    print(json.dumps(route_options(build_parser(), args.session, args.run.split(","), posargs)))
+    print(json.dumps(route_options(args.parser, args.session, args.run.split(","), posargs)))
     return 0
 
 

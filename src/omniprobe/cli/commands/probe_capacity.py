@@ -10,13 +10,13 @@ from omniprobe.config.project import find_project
 
 
 def run(args: argparse.Namespace) -> int:
-    from omniprobe.harness.capacity_session import run_capacity
+    from omniprobe.harness.offline.capacity_session import run_capacity
 
     return run_capacity(find_project(), options_from(args), command=args.argv)
 
 
 def add_parser(sub) -> None:
-    # Its flags are generated from harness/options.py.
+    # Its flags are generated from harness/common/options.py.
     add_command(sub, "probe-capacity", "on a Diffusers host, bisect the smallest memory pool per "
                 "profile and reference count in one runner per profile, as a band (fits at or "
                 "above A, fails at or below B); resumes the newest capacity attempt", run)

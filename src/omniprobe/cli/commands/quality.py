@@ -9,8 +9,8 @@ from omniprobe.config.project import find_project
 
 
 def run(args: argparse.Namespace) -> int:
-    from omniprobe.analysis.baseline_compare import run_quality
     from omniprobe.cli.tables import psnr_summary
+    from omniprobe.harness.common.quality import run_quality
 
     project = find_project()
     result = run_quality(project, args.baseline, attempt_id=args.attempt, layout=args.layout,

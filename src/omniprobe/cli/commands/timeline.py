@@ -7,8 +7,8 @@ from pathlib import Path
 
 
 def run(args: argparse.Namespace) -> int:
-    from omniprobe.analysis.series import decimate, read_series
     from omniprobe.atomic import write_text_atomic
+    from omniprobe.classify.series import decimate, read_series
     from omniprobe.report.timeline_svg import render_svg
 
     svg = render_svg(decimate(read_series(args.series)), title=args.title or args.series.name)

@@ -77,7 +77,7 @@ class FailureCause(EvidenceModel):
     kind: Literal["card", "host", "server", "environment"] = Field(
         description="card: the model or the card (CUDA OOM, a crash in model code); host: the "
                     "card's host ran out of RAM (the kernel killed the process for memory: "
-                    "analysis/host_ram.py), evidence about the host as the card's is; server: "
+                    "classify/host_ram.py), evidence about the host as the card's is; server: "
                     "the server software (a traceback in upstream code that is not an OOM); "
                     "environment: the harness or the environment (command not found, import "
                     "error, argument error, a port or permission problem, a dead connection).")

@@ -1,0 +1,206 @@
+"""probe-capacity's runner supervision and records: per Diffusers profile one runner, which builds
+the pipeline once and bisects each reference count's pool limit (the runner's `--search`, the
+rule in harness/offline/capacity_search.py); every trial a CapacityTrial in capacity-trials.json as it
+arrives, every profile a ProfileSearch in capacity.json with its bands.
+
+The runner is supervised, sampled and recorded as probe-offline's (harness/offline/probe.py's
+`_running`); a resumed attempt hands the runner the bands it holds and the trials of the count
+in progress, which the search replays before it runs anything new.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from omniprobe.classify.failure_cause import classify_failure
+from omniprobe.classify.oom import parse_oom
+from omniprobe.config.fixtures import Fixture
+from omniprobe.evidence.models.capacity import (
+    CapacityBand,
+    CapacityTrial,
+    ProfileSearch,
+    SearchSettings,
+)
+from omniprobe.harness.common.progress import Progress
+from omniprobe.harness.offline.matrix import OfflineEntry
+from omniprobe.harness.offline.plan import PlannedRequest
+from omniprobe.harness.offline.probe import OfflineProbe
+from omniprobe.harness.offline.runner_events import RunnerProtocolError, protocol_broken
+from omniprobe.harness.offline.state import EntryState
+from omniprobe.redaction import redact_text
+
+ATTEMPT_SUFFIX = "-capacity"
+TRIAL_MEASURES = ("peak_allocated_mib", "process_mib", "outside_pool_mib", "kv_cache_bytes")
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    settings: SearchSettings
+    fixtures: dict[int, Fixture]  # reference count -> the fixture its trials run
+
+
+class CapacityProbe(OfflineProbe):
+    """Runs the search of each profile; what it records lives in the attempt store."""
+
+    def search(self, entries: list[OfflineEntry], plan: SearchPlan) -> None:
+        counts = sorted(plan.fixtures)
+        progress = Progress(len(entries) * len(counts), self.out)
+        progress.say(f"probe-capacity on {self.host_name}: {len(entries)} profile(s) x "
+                     f"{len(counts)} reference count(s), pool limits "
+                     f"{plan.settings.floor_mib:,}-{plan.settings.ceiling_mib:,} MiB every "
+                     f"{plan.settings.resolution_mib} MiB, {plan.settings.repeats} repeat(s) at "
+                     f"each side; attempt {self.store.meta.id}")
+        for number, entry in enumerate(entries, 1):
+            done = self._search_of(entry.name)
+            if done is not None and (done.init_outcome != "ready" or
+                                     {b.reference_count for b in done.bands} >= set(counts)):
+                progress.say(f"[{entry.name}] searched already: "
+                             + (done.init_outcome if done.init_outcome != "ready"
+                                else f"{len(done.bands)} band(s)"))
+                continue
+            self._profile(f"{entry.name} {number}/{len(entries)}", entry, plan, progress)
+
+    def _search_of(self, profile: str) -> ProfileSearch | None:
+        return next((s for s in self.store.capacity if s.profile == profile), None)
+
+    def _profile(self, label: str, entry: OfflineEntry, plan: SearchPlan,
+                 progress: Progress) -> None:
+        steps, guidance, _ = entry.sampling(self.suite.sampling)
+        seed = (entry.seeds or tuple(self.suite.sampling.seeds))[0]
+        earlier = self._search_of(entry.name)
+        search = earlier or ProfileSearch(
+            profile=entry.name, settings=entry.kwargs["profile"], search=plan.settings,
+            num_inference_steps=steps, true_cfg_scale=guidance, seed=seed,
+            sizes={f.id: f"{f.width}×{f.height}" for f in plan.fixtures.values()})
+        state = EntryState(logs=list(search.logs), timelines=list(search.timelines),
+                           build=search.build, host_ram=list(search.host_ram))
+        index = len(state.logs)
+        # A runner interrupted before its logs were kept left its folder: never write into it.
+        while (self.store.artifacts / entry.name / f"capacity-runner-{index + 1}").exists():
+            index += 1
+        folder = self.store.artifacts / entry.name / f"capacity-runner-{index + 1}"
+        folder.mkdir(parents=True)
+        spec = self._search_spec(entry, plan, seed, search, folder)
+        args = self.runner_args(entry, folder, "search", spec)
+        gpu_s = search.gpu_s or 0.0
+        try:
+            with self._running(label, entry, index, folder, args, state, progress) as running:
+                if running is not None:
+                    search = self._events(entry.name, plan, running, index, label, progress,
+                                          search, gpu_s)
+        finally:  # an interrupt too keeps what the runner built and left
+            search = self._search_of(entry.name) or search
+            failure = state.failure
+            self.store.put_search(search.model_copy(update={
+                "build": state.build, "logs": state.logs, "timelines": state.timelines,
+                "host_ram": state.host_ram,
+                "init_outcome": failure.outcome if failure is not None else "ready",
+                "note": failure.note if failure is not None else search.note}))
+
+    def _events(self, profile: str, plan: SearchPlan, running, index: int, label: str,
+                progress: Progress, search: ProfileSearch, gpu_s: float) -> ProfileSearch:
+        """The runner's events until it is done, each recorded as it arrives."""
+        runner, events = running[0], running[1]
+        while True:
+            event, why = self._next(runner, events, self.settings.request_timeout_s)
+            if event is None and why == "exited 0":
+                raise RunnerProtocolError(f"{events.path}: the runner exited 0 before its 'done' "
+                                          "event: expected a band for every count it was given; "
+                                          "the runner broke the protocol")
+            if event is None:
+                self.unfinished.append(f"{profile}: the runner {why} during the search; "
+                                       "re-run to resume it")
+                return search
+            if event["event"] == "done":
+                runner.wait_exit(self.settings.grace_s)
+                return search
+            if event["event"] == "trial":
+                self._trial(profile, plan, event, index, label, progress)
+            elif event["event"] == "band":
+                band = self._band(plan, event, events.path)
+                search = search.model_copy(update={
+                    "bands": [*[b for b in search.bands
+                                if b.reference_count != band.reference_count], band],
+                    "gpu_s": round(gpu_s + time.monotonic() - runner.started, 1)})
+                self.store.put_search(search)
+                progress.step(f"[{label}] {band.reference_count} reference(s): "
+                              + band_text(band) + f" after {band.trials} trial(s)")
+            else:
+                raise RunnerProtocolError(f"{events.path}: expected a trial, a band or done, "
+                                          f"got {event}")
+
+    @staticmethod
+    def _band(plan: SearchPlan, event: dict, path) -> CapacityBand:
+        """A band event (its fields validated on arrival) as the band of a count searched."""
+        refs = event["references"]
+        fixture = plan.fixtures.get(refs)
+        if fixture is None or event["fixture"] != fixture.id:
+            raise RunnerProtocolError(f"{path}: a band for {refs!r} reference(s), fixture "
+                                      f"{event['fixture']!r}: not one this search asked for")
+        try:
+            return CapacityBand.model_validate(
+                {k: v for k, v in event.items() if k not in ("event", "references")}
+                | {"reference_count": refs})
+        except ValidationError as exc:
+            raise protocol_broken(path, "band", exc) from None
+
+    def _search_spec(self, entry: OfflineEntry, plan: SearchPlan, seed: int,
+                     search: ProfileSearch, folder) -> dict:
+        counts = []
+        bands = {b.reference_count: b for b in search.bands}
+        for refs, fixture in sorted(plan.fixtures.items()):
+            count: dict = {"references": refs, "request": self.request_spec(
+                entry, PlannedRequest(fixture, seed), folder / "trial.png")}
+            if refs in bands:
+                count["band"] = {"fits_at_mib": bands[refs].fits_at_mib,
+                                 "fails_at_mib": bands[refs].fails_at_mib}
+            else:
+                count["recorded"] = [{"limit_mib": t.limit_mib, "outcome": t.outcome}
+                                     for t in self.store.capacity_trials
+                                     if t.profile == entry.name and t.reference_count == refs]
+            counts.append(count)
+        settings = plan.settings
+        return {"floor_mib": settings.floor_mib, "ceiling_mib": settings.ceiling_mib,
+                "resolution_mib": settings.resolution_mib, "repeats": settings.repeats,
+                "counts": counts}
+
+    def _trial(self, profile: str, plan: SearchPlan, event: dict, index: int, label: str,
+               progress: Progress) -> None:
+        refs = event.get("references")
+        fixture = plan.fixtures.get(refs) if isinstance(refs, int) else None
+        if fixture is None or event.get("fixture") != fixture.id:
+            raise RunnerProtocolError(f"a trial for {refs!r} reference(s), fixture "
+                                      f"{event.get('fixture')!r}: not one this search asked for")
+        measured = event.get("measured") or {}
+        fields = {"profile": profile, "reference_count": refs, "fixture": fixture.id,
+                  "inputs": fixture.inputs, "lifetime": index,
+                  "outcome": {"ok": "fit"}.get(event.get("outcome"), event.get("outcome")),
+                  **{k: event.get(k) for k in ("limit_mib", "phase", "repeat", "wall_s",
+                                                "started_s", "peak_mib", "peak_source")},
+                  **{k: measured.get(k) for k in TRIAL_MEASURES},
+                  "mem_get_info_total_mib": (event.get("limit_mib")
+                                             if event.get("peak_mib") is not None else None)}
+        if fields["outcome"] != "fit":
+            text = event.get("traceback") or event.get("error") or ""
+            fields["error"] = redact_text((event.get("error") or "no message")[:500])
+            if fields["outcome"] == "oom":
+                fields["oom"] = parse_oom(text, "request", self.model_code)
+            fields["cause"] = classify_failure(text, self.model_code)
+        trial = CapacityTrial.model_validate(fields)
+        self.store.add_trial(trial)
+        peak = f", peak {trial.peak_mib:,.0f} MiB" if trial.peak_mib is not None else ""
+        progress.say(f"[{label}] {refs} ref(s) at {trial.limit_mib:,} MiB"
+                     f"{' (repeat)' if trial.repeat else ''}: {trial.outcome} "
+                     f"{trial.wall_s:.1f} s{peak}")
+
+
+def band_text(band: CapacityBand) -> str:
+    if band.stopped:
+        return f"no band ({band.stopped})"
+    fits = f"fits at {band.fits_at_mib:,} MiB and above" if band.fits_at_mib else "no fit"
+    fails = (f"fails at {band.fails_at_mib:,} and below" if band.fails_at_mib
+             else "nothing failed down to the floor")
+    return f"{fits}, {fails}"

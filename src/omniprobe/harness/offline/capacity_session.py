@@ -1,0 +1,114 @@
+"""The probe-capacity session: on a Diffusers host without an emulation cap (the search sets its
+own pool limit per trial), which attempt it writes and the search it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TextIO
+
+from omniprobe.config.hosts import load_hosts
+from omniprobe.config.project import Project
+from omniprobe.config.selection import resolve_host
+from omniprobe.errors import InputError, Problem
+from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
+from omniprobe.evidence.models.capacity import SearchSettings
+from omniprobe.harness.common.lifetime import ReaderFactory
+from omniprobe.harness.common.options import CapacityOptions, settings_of
+from omniprobe.harness.common.plan import settled_line
+from omniprobe.harness.common.selection import PlanError
+from omniprobe.harness.common.session import Context, close_attempt, run_session
+from omniprobe.harness.offline.capacity import ATTEMPT_SUFFIX, CapacityProbe, SearchPlan
+from omniprobe.harness.offline.capacity_search import Grid, SearchError
+from omniprobe.harness.offline.plan import OfflineSettings
+from omniprobe.harness.offline.session import OfflineSession
+
+
+class NotASearchHost(PlanError):
+    """A host the capacity search cannot run on."""
+
+
+@dataclass(frozen=True)
+class CapacitySettings(OfflineSettings):
+    floor_mib: int = 1024
+    ceiling_mib: int = 32768
+    resolution_mib: int = 256
+    repeats: int = 2
+
+
+def search_settings(options: CapacityOptions) -> SearchSettings:
+    """The grid, refused before any work where it cannot be one (exit 2, naming the flag)."""
+    try:
+        Grid(options.floor_mib, options.ceiling_mib, options.resolution_mib)
+    except SearchError as exc:
+        flag = ("--resolution-mib" if "resolution" in str(exc) else "--floor-mib")
+        raise InputError([Problem("the command line", flag, f"{exc}")]) from None
+    defaults = CapacityOptions()
+    chosen = all(getattr(options, k) == getattr(defaults, k)
+                 for k in ("floor_mib", "ceiling_mib", "resolution_mib", "repeats"))
+    return SearchSettings(floor_mib=options.floor_mib, ceiling_mib=options.ceiling_mib,
+                          resolution_mib=options.resolution_mib, repeats=options.repeats,
+                          chosen_by="omniprobe" if chosen else "command line")
+
+
+class CapacitySession(OfflineSession):
+    """probe-capacity: resumes the host's newest capacity attempt made in this environment, or
+    with --fresh starts one."""
+
+    def __init__(self, options: CapacityOptions, command: list[str], *,
+                 readers: ReaderFactory | None = None, nvml=None):
+        super().__init__(options, command, readers=readers, nvml=nvml)
+
+    def prepare(self, ctx: Context) -> None:
+        if ctx.host.diffusers is None:
+            raise NotASearchHost(f"host {ctx.host_name!r} has no [hosts.{ctx.host_name}.diffusers]"
+                                 ": the capacity search runs the Diffusers engine, whose pipeline "
+                                 "survives an OOM")
+        if ctx.host.emulation is not None:
+            raise NotASearchHost(f"host {ctx.host_name!r} is emulated: the search sets torch's "
+                                 "pool limit itself, trial by trial, so it runs on a host "
+                                 "without [emulation] (the band holds for any card)")
+        self.search_plan_settings = search_settings(self.options)
+        super().prepare(ctx)
+        self.settings = settings_of(CapacitySettings, self.options, ctx.cfg,
+                                    model=self.settings.model)
+        by_count = {}
+        for plans in self.plans.values():
+            for planned in plans:
+                by_count.setdefault(planned.fixture.reference_count, planned.fixture)
+        self.search_plan = SearchPlan(self.search_plan_settings, dict(sorted(by_count.items())))
+
+    def open_attempt(self, ctx: Context) -> AttemptStore:
+        counts = set(self.search_plan.fixtures)
+
+        def complete(found: AttemptStore) -> bool:
+            searched = {s.profile: s for s in found.capacity}
+            return all(e.name in searched and (
+                searched[e.name].init_outcome != "ready"
+                or {b.reference_count for b in searched[e.name].bands} >= counts)
+                for e in self.entries)
+
+        store, self.attempt_reason = open_probe_attempt(
+            ctx.project, ctx.host_name, ctx.host, self.command, environment=self.environment,
+            fresh=self.options.fresh, fresh_id=None, complete=complete, kind=ATTEMPT_SUFFIX,
+            what="probe-capacity", weights=ctx.host.diffusers.weights)
+        return store
+
+    def run(self, ctx: Context, store: AttemptStore) -> int:
+        out = ctx.out
+        print(f"attempt {store.meta.id} ({self.attempt_reason})", file=out)
+        probe = self.probe(ctx, store, CapacityProbe)
+        probe.search(self.entries, self.search_plan)
+        close_attempt(ctx, store, probe.unfinished, probe.environment_failures, "profiles", out)
+        print(settled_line(probe.unfinished), file=out)
+        return 1 if probe.unfinished else 0
+
+
+def run_capacity(project: Project, options: CapacityOptions, *, command: list[str],
+                 readers: ReaderFactory | None = None, nvml=None,
+                 out: TextIO | None = None) -> int:
+    """The probe-capacity command: 0 when every profile's search ended with its bands."""
+    cfg = load_hosts(project.hosts_file)
+    resolve_host(project, cfg, options.host)
+    return run_session(project, CapacitySession(options, command, readers=readers, nvml=nvml),
+                       options.host, out)
+
