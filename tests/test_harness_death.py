@@ -103,7 +103,7 @@ def test_killing_the_probe_and_its_supervisor_together_leaves_no_orphan(tmp_path
     project = make_project(tmp_path, faults=["hang@1"])
     run = harness(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture", "sim-single")
     assert wait_for(lambda: _serving(project), 20)
-    keepers = [pid for pid, cmd in processes_with(f"--port {port}") if "harness.supervise" in cmd]
+    keepers = [pid for pid, cmd in processes_with(f"--port {port}") if "harness.common.supervise" in cmd]
     assert len(keepers) == 1
     kill_together(keepers[0], run.pid)
     run.wait()
@@ -288,7 +288,7 @@ def test_a_resume_stops_the_worker_a_double_kill_left_and_says_so(tmp_path, port
     run = harness(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture", "sim-t2i")
     assert wait_for(lambda: _serving(project), 60)
     assert wait_for(lambda: len(processes_with(str(server))) >= 3, 60)  # keeper, server, worker
-    keeper = next(pid for pid, cmd in processes_with(str(server)) if "harness.supervise" in cmd)
+    keeper = next(pid for pid, cmd in processes_with(str(server)) if "harness.common.supervise" in cmd)
     kill_together(keeper, run.pid)
     run.wait()
     assert wait_for(lambda: [cmd for _, cmd in processes_with(str(server))] == [
