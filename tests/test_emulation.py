@@ -340,9 +340,8 @@ def test_cells_agree_until_the_emulated_capacity_differs(project, port):
 def test_the_report_shows_the_emulated_verdict_beside_the_real_one(project, port):
     import shutil
 
-    from omniprobe.report.render import render_outputs
-
     from .conftest import REPO
+    from .rendered import render_outputs
 
     _emulated_and_real(project, port, "sim-three", "sim-four")
     shutil.copytree(REPO / "templates", project.root / "templates")
@@ -459,9 +458,8 @@ def test_the_guard_sees_the_requests_memory_as_the_server_reports_it(project, po
     server's: the guard's tree peak is at least the server's own request peak."""
     import shutil
 
-    from omniprobe.report.render import render_harness
-
     from .conftest import REPO
+    from .rendered import render_harness
 
     args = probe_argv("probe-serve", port, "--host", "sim-emulated", "--flag-set", "cpuoff",
                       "--fixture", "sim-three")

@@ -15,9 +15,10 @@ from omniprobe.report.capacity_svg import need_rows, render_curve_svg
 from omniprobe.report.capacity_view import capacity_search_view
 from omniprobe.report.emulation_view import curve_figure
 from omniprobe.report.pool_svg import CardLine, PoolLine, render_pool_svg
-from omniprobe.report.render import render_outputs
 from omniprobe.report.timeline_svg import CHAR_EM, SERIES_COLOURS, render_svg, series_style
 from tests.test_timeline import POINTS
+
+from .rendered import render_outputs
 
 SVG = "{http://www.w3.org/2000/svg}"
 LINES = (f"{SVG}polyline", f"{SVG}line")

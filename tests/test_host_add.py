@@ -16,9 +16,9 @@ from omniprobe.config.hosts import load_hosts
 from omniprobe.env.check_record import env_check
 from omniprobe.env.checks import hostname_check, remedy_line
 from omniprobe.errors import Refusal
-from omniprobe.report.render import render_report
 
 from .fakenvml import FakeNvml, Frame
+from .rendered import render_report
 
 GIB = 1024**3
 

@@ -13,10 +13,10 @@ import pytest
 from omniprobe.config.project import Project
 from omniprobe.evidence.validate import load_project
 from omniprobe.report.paths import DETAILS_FILE, HARNESS_FILE, REPORT_FILE
-from omniprobe.report.render import render_outputs
 from omniprobe.report.safe_text import md_text
 
 from .conftest import REPO
+from .rendered import render_outputs
 from .test_report_markdown import check_markdown, parse
 
 # Every key whose string values validate accepts whatever they hold (found by trying each key

@@ -25,13 +25,13 @@ from omniprobe.evidence.validate import load_project
 from omniprobe.harness.common.propagation_rules import offline_pairs, unchecked_extras
 from omniprobe.harness.offline import runner as offline_runner
 from omniprobe.harness.offline.env import RUNNER, runner_command
-from omniprobe.report.render import render_harness
 from omniprobe.sim.http import Faults
 from omniprobe.sim.knobs import EXTRAS_BRIDGE_ENV
 from omniprobe.sim.memory import MIB, Accounted
 from omniprobe.sim.offline import EngineClosed, SimEngine
 
 from .conftest import REPO, in_process, make_project, processes_with, wait_for
+from .rendered import render_harness
 
 REPO_HOSTS = REPO / "hosts.toml"
 

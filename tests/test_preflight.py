@@ -14,9 +14,9 @@ from omniprobe.env.state import Runner
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe.harness.common import probe_env
-from omniprobe.report.render import render_harness
 
 from .conftest import in_process, probe_argv
+from .rendered import render_harness
 
 SIM_COMMAND = ('serve_command = ["{python}", "-m", "omniprobe.sim", "serve", "{model}", "--omni", '
                '"--hosts-file", "{hosts_file}", "--sim-host", "{host}"]')

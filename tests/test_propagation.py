@@ -11,11 +11,11 @@ import pytest
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.common import logs
-from omniprobe.report.render import render_harness
 from omniprobe.sim import knobs as sim_knobs
 from omniprobe.sim.knobs import BRIDGE_ENV
 
 from .conftest import REPO, in_process, processes_with
+from .rendered import render_harness
 
 
 def check(project, port, *extra, host="sim"):

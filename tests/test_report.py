@@ -9,18 +9,17 @@ from omniprobe.errors import InputError
 from omniprobe.evidence.models.runs import Cell
 from omniprobe.evidence.quantities import Range
 from omniprobe.report.filters import cell_text, num, span
-from omniprobe.report.render import (
+from omniprobe.report.render import stale_files, stale_summary, write_report
+
+from .conftest import REPO, agreeing
+from .evidence_scaffold import add_attempt
+from .rendered import (
     render_details,
     render_harness,
     render_outputs,
     render_report,
-    stale_files,
-    stale_summary,
-    write_report,
+    render_report_and_details,
 )
-
-from .conftest import REPO, agreeing
-from .evidence_scaffold import add_attempt
 
 MATRIX = "evidence/rtx3090/seed-3090-1-serve-matrix"
 # The seed report is not in the repository: its word count (by `words` below) is pinned here with
@@ -70,7 +69,7 @@ def seed_study(text):
 
 def both(project):
     """REPORT.md and report/DETAILS.md together: what the report says, wherever it says it."""
-    return render_report(project) + render_details(project)
+    return render_report_and_details(project)
 
 
 def words(text):

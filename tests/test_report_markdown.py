@@ -5,9 +5,8 @@ import re
 
 from markdown_it import MarkdownIt
 
-from omniprobe.report.render import render_details, render_harness, render_report
-
 from .evidence_scaffold import add_attempt
+from .rendered import render_details, render_harness, render_report
 
 SNAKE = re.compile(r"\b[a-z0-9]+(?:_[a-z0-9]+)+\b")
 

@@ -21,9 +21,9 @@ from omniprobe.errors import InputError
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.common.quality import run_quality
-from omniprobe.report.render import render_harness
 
 from .conftest import REPO, fixtures_problems, in_process, probe_argv
+from .rendered import render_harness
 
 SEED_FIXTURES = ("single-reference", "edit-compose-pair", "edit-compose-three",
                  "edit-compose-four", "t2i")

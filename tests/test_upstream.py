@@ -284,7 +284,7 @@ def test_an_upstream_attempt_holds_only_its_result(tmp_path):
 
 
 def test_the_report_shows_the_newest_upstream_result(tmp_path):
-    from omniprobe.report.render import render_harness
+    from .rendered import render_harness
 
     project = _project(tmp_path)
     shutil.copytree(REPO / "templates", project.templates_dir)

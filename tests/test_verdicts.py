@@ -340,7 +340,7 @@ def test_a_probe_attempts_pins_come_from_the_environment_filed_before_it(repo_co
 
 
 def test_a_model_given_by_hand_is_named_beside_the_verdict(repo_copy):
-    from omniprobe.report.render import render_report
+    from .rendered import render_report
 
     reqs = [request(s, wall=40, peak=15000) for s in (2301, 2302, 2303, 2304)]
     folder = add_attempt(repo_copy, "rtx5080", "measured", requests=reqs,
@@ -362,7 +362,7 @@ ENV_CAUSE = {"kind": "environment", "reason": "import error: No module named 'vl
 def test_a_host_whose_inits_all_failed_outside_the_card_is_not_measured(repo_copy):
     import shutil
 
-    from omniprobe.report.render import render_report
+    from .rendered import render_report
 
     shutil.rmtree(repo_copy.evidence_dir / "rtx5080")
     add_attempt(repo_copy, "rtx5080", "broken-env", runs=[
