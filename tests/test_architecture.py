@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -161,12 +162,25 @@ def test_an_oversized_module_is_seen_unless_it_says_it_is_a_catalogue(tmp_path):
     assert oversized_modules(tmp_path) == [f"big.py: {MODULE_LINES_MAX + 1} lines"]
 
 
+def _files_marked(marker: str) -> list[str]:
+    return sorted(path.name for path in (ROOT / "tests").glob("test_*.py")
+                  if re.search(rf"(?m)^(?:@pytest\.mark\.{marker}\b|pytestmark = .*pytest\.mark\.{marker}\b)",
+                               path.read_text(encoding="utf-8")))
+
+
 def test_ci_runs_every_slow_test_the_default_run_deselects():
     """A test marked slow is deselected by pyproject.toml's addopts, so .ci/run must name it."""
     ci = (ROOT / ".ci" / "run").read_text()
-    slow = sorted(path.name for path in (ROOT / "tests").glob("test_*.py")
-                  if re.search(r"(?m)^(?:@pytest\.mark\.slow|pytestmark = .*pytest\.mark\.slow)",
-                               path.read_text(encoding="utf-8")))
+    slow = _files_marked("slow")
     assert slow, "no slow test: the marker and this check would be dead"
     for name in slow:
         assert f"-m slow tests/{name}" in ci, name
+
+
+def test_ci_runs_the_end_to_end_tier_the_default_run_deselects():
+    """The e2e tier is deselected by addopts too: .ci/run runs all of it, and the README names it."""
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "not e2e" in addopts
+    assert _files_marked("e2e"), "no e2e test: the marker and this check would be dead"
+    assert "nox -s tests -- -m e2e\n" in (ROOT / ".ci" / "run").read_text()
+    assert "-- -m e2e" in (ROOT / "README.md").read_text()

@@ -242,6 +242,7 @@ def test_caps_on_a_host_that_is_not_emulated_are_refused(project, port, capsys):
     assert not (project.evidence_dir / "sim").exists()
 
 
+@pytest.mark.e2e
 def test_a_sweep_gives_the_capacity_models_curve_and_validates(project, port):
     # The simulated fixtures: one to four small references (the stand-ins' are 1248x832).
     fixtures = [a for f in ("sim-single", "sim-pair", "sim-three", "sim-four") for a in ("--fixture", f)]

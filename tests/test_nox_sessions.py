@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO
 
 
@@ -46,6 +48,7 @@ def test_an_option_no_session_of_the_run_takes_is_an_error_naming_those_that_wou
     assert "file(s) written" not in out
 
 
+@pytest.mark.e2e
 def test_probe_options_reach_the_probes_and_the_report_renders(repo_copy, tmp_path):
     from omniprobe.harness.common.process import free_port
 
@@ -75,6 +78,7 @@ def test_a_failed_env_session_makes_the_probe_of_its_run_refuse(repo_copy, tmp_p
     assert probe_attempts(repo_copy, "sim") == before
 
 
+@pytest.mark.e2e
 def test_a_capacity_sweep_whose_flag_sets_oom_at_init_exits_0(repo_copy, tmp_path):
     """Issue 23: at 16 GiB every bf16 flag set of the sim OOMs at init, at 20 some do: these
     are the card's answers, so the sweep's session succeeds, and says so last."""

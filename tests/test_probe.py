@@ -39,6 +39,7 @@ def requests_of(project):
 SIM_FIXTURES = ("sim-t2i", "sim-single", "sim-pair", "sim-three", "sim-four")
 
 
+@pytest.mark.e2e
 def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
     code, out = probe(project, "probe-init", port)
     assert code == 0, out

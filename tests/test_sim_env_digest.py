@@ -43,6 +43,7 @@ def digest_in(python: Path | str, src: Path) -> str:
                           check=True, timeout=120).stdout.strip()
 
 
+@pytest.mark.e2e
 def test_two_venvs_of_one_checkout_are_one_environment(tmp_path):
     twin = twin_venv(tmp_path / "twin")
     assert digest_in(twin, REPO / "src") == digest_in(sys.executable, REPO / "src")
@@ -67,6 +68,7 @@ def test_another_version_of_a_package_the_sim_runs_is_another_environment(packag
     assert sim_env_digest() != before
 
 
+@pytest.mark.e2e
 def test_probe_init_then_probe_serve_from_two_venvs_share_one_attempt(repo_copy, tmp_path):
     twin = twin_venv(tmp_path / "twin")
     env = {**os.environ, "OMNIPROBE_ROOT": str(repo_copy.root), "PYTHONPATH": str(REPO / "src"),

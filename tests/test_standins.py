@@ -198,6 +198,7 @@ def the_attempt(project, host="sim"):
     return attempt
 
 
+@pytest.mark.e2e
 def test_the_stand_ins_run_through_the_sim_end_to_end(project, port, tmp_path):
     flag_sets = ("--flag-set", "cpuoff", "--flag-set", "fp8")
     code, out = probe(project, "probe-serve", port, *flag_sets)
