@@ -45,6 +45,7 @@ from omniprobe.harness.common.host_memory import oom_kill_count
 from omniprobe.harness.common.interrupt import pause
 from omniprobe.harness.common.lifetime import Ended, Lifetimes, ProcessSpec, ReaderFactory
 from omniprobe.harness.common.logs import log_tail, read_from
+from omniprobe.harness.common.plan import init_settled
 from omniprobe.harness.common.process import SupervisedProcess, classify_exit, no_space_cause
 from omniprobe.harness.common.progress import Progress
 from omniprobe.harness.common.recorder import record_request
@@ -64,7 +65,7 @@ from omniprobe.harness.offline.runner_events import (
     build_facts,
     check_result,
 )
-from omniprobe.harness.offline.state import EntryState, init_settled
+from omniprobe.harness.offline.state import EntryState, init_failure
 from omniprobe.redaction import redact_text
 
 ATTEMPT_SUFFIX = "-offline"
@@ -100,7 +101,7 @@ class OfflineProbe:
                         else ""))
         for number, entry in enumerate(entries, 1):
             rows = [r for r in self.runs if r.configuration == entry.name]
-            if init_settled(rows, self.store.accept_timeouts):
+            if init_settled(init_failure(rows), self.store.accept_timeouts):
                 progress.say(f"[{entry.name}] skipped: its init "
                              f"{next(r.outcome for r in rows if r.fixture is None)} is recorded")
                 continue
@@ -130,7 +131,7 @@ class OfflineProbe:
                     self.unfinished.append(f"{entry.name}: {len(pending)} request(s) not run, "
                                            f"the restarted runner's init ended "
                                            f"{state.failure.outcome}")
-                elif not init_settled([state.failure], self.store.accept_timeouts):
+                elif not init_settled(state.failure, self.store.accept_timeouts):
                     timed_out = state.failure.outcome == "timeout"  # not the card's answer
                     (self.unfinished if timed_out else self.environment_failures).append(
                         f"{entry.name}: init {state.failure.outcome}: " + (

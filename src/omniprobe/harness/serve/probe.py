@@ -197,7 +197,8 @@ class ServeProbe:
 
     def probe_init(self) -> None:
         flag_sets = self.flag_sets()
-        todo = [f for f in flag_sets if not init_settled(self.store.run(f), self.store.accept_timeouts)]
+        todo = [f for f in flag_sets if not init_settled(_init(self.store.run(f)),
+                                                         self.store.accept_timeouts)]
         progress = Progress(len(todo), self.out)
         progress.say(plan_line(
             "probe-init", self.host_name, self.store.meta.id, self.attempt_why,
@@ -225,7 +226,7 @@ class ServeProbe:
         served = []
         for flag_set in self.flag_sets():
             run = self.store.run(flag_set)
-            if init_settled(run, self.store.accept_timeouts) and run.init.outcome != "ready":
+            if init_settled(_init(run), self.store.accept_timeouts) and run.init.outcome != "ready":
                 print(f"[{flag_set}] skipped: init {run.init.outcome} is recorded in this attempt",
                       file=self.out)
                 continue
@@ -272,7 +273,7 @@ class ServeProbe:
                              + _oom_text(live.init.oom) + _failure_text(live.init))
                 if live.init.outcome != "ready":
                     self._init_failed_for_environment(flag_set, live.init)
-                    if init_settled(self.store.run(flag_set), self.store.accept_timeouts):
+                    if init_settled(_init(self.store.run(flag_set)), self.store.accept_timeouts):
                         progress.say(f"[{label}] {len(pending)} request(s) not sent: the init "
                                      f"{live.init.outcome} on record settles them")
                     else:
@@ -387,6 +388,11 @@ class ServeProbe:
             manifest, _ = load_attempt(self.store.project.evidence_dir / self.host_name
                                        / env.manifest)
         return memory_bound(self.checked, self.host, Evidence([manifest] if manifest else []))
+
+
+def _init(run: ServeRun | None) -> InitResult | None:
+    """A flag set's init on record (its latest lifetime's), if any."""
+    return run.init if run is not None else None
 
 
 def _oom_text(oom) -> str:
