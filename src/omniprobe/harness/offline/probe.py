@@ -4,9 +4,10 @@ profile). Its session is offline_session.py; its plan, offline_plan.py; the runn
 environment, offline_env.py; its results file, runner_events.py.
 
 Each entry runs the runner script (offline_runner.py) with the host's venv python (or its
-offline_command) in its own process group under supervise, sampled like the server (its process
-tree's GPU memory, a timeline per runner) and, emulated, capped like it (`--caps` sweeps). The
-runner writes one JSON line per request; the one recorder makes each an OfflineRequest in
+offline_command) through the lifetime the server runs through (harness/common/lifetime.py): its
+own process group under supervise, sampled like the server (its process tree's GPU memory, a
+timeline per runner) and, emulated, capped like it (`--caps` sweeps). The runner writes one JSON
+line per request; the one recorder makes each an OfflineRequest in
 offline-requests.json (OOM parsed from the exception's text, the image measured and gated as
 serve's are, random weights never gated), and each entry and fixture an OfflineCell in offline.json.
 A kwarg set that is another's plus one setting gets a propagation check against it, as serve's
