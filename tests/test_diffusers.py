@@ -411,9 +411,9 @@ def test_a_runner_the_kernel_killed_at_the_host_ram_cap_is_a_host_ram_failure(pr
     pipeline_double(tmp_path, monkeypatch, KILLED_AT_FOUR)
     add_tiny_host(project, "tiny-30gib-host")
     # Not an emulated card (no GPU to cap here): host RAM alone, through the settings' hook.
-    from omniprobe.harness.offline import plan as offline_plan
+    from omniprobe.harness.offline import session as offline_session
 
-    monkeypatch.setattr(offline_plan, "host_ram_mib", lambda host: 30 * 1024)
+    monkeypatch.setattr(offline_session, "host_ram_mib", lambda host: 30 * 1024)
     code, out = in_process(project, ["probe-offline", "--host", "tiny-30gib-host",
                                      "--fixture", "standin-t2i", "--fixture", "standin-four"])
     _, [attempt] = attempts(project, "tiny-30gib-host")
@@ -440,9 +440,9 @@ def test_a_runner_killed_at_the_host_ram_cap_while_building_says_so_not_its_last
     stand_in_cgroups(tmp_path, monkeypatch)
     pipeline_double(tmp_path, monkeypatch, KILLED_AT_BUILD)
     add_tiny_host(project, "tiny-30gib-host")
-    from omniprobe.harness.offline import plan as offline_plan
+    from omniprobe.harness.offline import session as offline_session
 
-    monkeypatch.setattr(offline_plan, "host_ram_mib", lambda host: 30 * 1024)
+    monkeypatch.setattr(offline_session, "host_ram_mib", lambda host: 30 * 1024)
     code, out = in_process(project, ["probe-offline", "--host", "tiny-30gib-host",
                                      "--fixture", "standin-t2i"])
     _, [attempt] = attempts(project, "tiny-30gib-host")

@@ -1494,7 +1494,7 @@ def test_a_dead_sampler_fails_the_run_and_leaves_no_zero_peak(project, port):
     from .conftest import in_process, probe_argv
 
     class DiesInTheSampler(PublishedMemoryReader):
-        """wait_idle reads the process list once; the sampler's first read of it raises."""
+        """The idle wait reads the process list once; the sampler's first read of it raises."""
         reads = 0
 
         def processes(self):

@@ -20,8 +20,7 @@ from omniprobe.harness.common.options import (
     settings_of,
 )
 from omniprobe.harness.offline.plan import OfflineSettings
-from omniprobe.harness.offline.plan import settings_from as offline_settings
-from omniprobe.harness.serve.plan import ServeSettings, settings_from
+from omniprobe.harness.serve.plan import ServeSettings
 
 from .conftest import REPO
 
@@ -59,17 +58,18 @@ def test_a_new_option_reaches_the_parser_the_settings_and_the_routing(monkeypatc
 def test_settings_take_the_command_line_over_hosts_toml():
     cfg = load_hosts(REPO / "hosts.toml")
     serve = cfg.serve
-    merged = settings_from(ProbeOptions(), cfg)
+    merged = settings_of(ServeSettings, ProbeOptions(), cfg)
     assert (merged.port, merged.model, merged.ready_timeout_s, merged.request_timeout_s,
             merged.grace_s) == (serve.port, cfg.stack.model_repo, serve.ready_timeout_s,
                                 serve.request_timeout_s, serve.stop_grace_s)
-    given = settings_from(ProbeOptions(port=9, model="m", ready_timeout_s=1, request_timeout_s=2,
-                                       grace_s=0, sample_hz=5, idle_timeout_s=3, gpu_index=1,
-                                       flag_sets=("f",)), cfg, fixtures=("x",))
+    given = settings_of(ServeSettings, ProbeOptions(
+        port=9, model="m", ready_timeout_s=1, request_timeout_s=2, grace_s=0, sample_hz=5,
+        idle_timeout_s=3, gpu_index=1, flag_sets=("f",)), cfg, flag_sets=(), fixtures=("x",))
     assert given == ServeSettings(port=9, model="m", ready_timeout_s=1, request_timeout_s=2,
                                   grace_s=0, sample_hz=5, idle_timeout_s=3, gpu_index=1,
                                   fixtures=("x",))  # flag sets: only those passed
-    offline = offline_settings(options.OfflineOptions(kwarg_sets=("k",), seeds=(3,)), cfg, 12)
+    offline = settings_of(OfflineSettings, options.OfflineOptions(kwarg_sets=("k",), seeds=(3,)),
+                          cfg, cap_mib=12)
     assert offline == OfflineSettings(model=cfg.stack.model_repo,
                                       ready_timeout_s=serve.ready_timeout_s,
                                       request_timeout_s=serve.request_timeout_s,

@@ -16,7 +16,6 @@ from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.common import probe_env
 from omniprobe.harness.common.sampler import NvmlUnavailable
-from omniprobe.harness.serve import probe as probe_module
 
 from .conftest import in_process, make_project, probe_argv, processes_with
 from .env_scaffold import RTX5080, FakeNvml
@@ -441,13 +440,23 @@ def test_a_fresh_clone_does_not_resume_the_committed_sim_attempt(repo_copy, port
     ("timeout", "environment", False),
 ])
 def test_an_init_the_environment_failed_is_run_again_on_resume(outcome, cause, settled):
+    """One rule for a server's init and an offline runner's failed one."""
     from omniprobe.evidence.models.common import FailureCause
-    from omniprobe.evidence.models.runs import InitResult, ServeRun
+    from omniprobe.evidence.models.offline import OfflineCell
+    from omniprobe.evidence.models.runs import InitResult
+    from omniprobe.harness.common.plan import init_settled
+    from omniprobe.harness.offline.state import init_failure
 
-    run = None if outcome is None else ServeRun(flag_set="cpuoff", init=InitResult(
-        outcome=outcome, time_s=0.1,
-        cause=None if cause is None else FailureCause(kind=cause, reason="why")))
-    assert probe_module.init_settled(run) is settled
+    why = None if cause is None else FailureCause(kind=cause, reason="why")
+    init = None if outcome is None else InitResult(outcome=outcome, time_s=0.1, cause=why)
+    assert init_settled(init) is settled
+    if outcome not in (None, "ready"):  # an offline entry records only a failed init
+        failed = OfflineCell(kwarg_set="k", outcome="timeout" if outcome == "timeout"
+                             else f"init-{outcome}", structure="unchecked", cause=why)
+        ok = failed.model_copy(update={"fixture": "f", "outcome": "ok", "cause": None})
+        assert init_failure([failed, ok]) is failed
+        assert init_settled(init_failure([failed, ok])) is settled
+    assert init_failure([]) is None and init_settled(None) is False
 
 
 class DesktopGpu:

@@ -20,9 +20,9 @@ from omniprobe.harness.common.sampler import (
     ProcessMemory,
     Sampler,
     descends_from,
+    idle_reading,
     tree_memory,
     unique_processes,
-    wait_idle,
 )
 from tests.fakenvml import FakeNvml, Frame
 
@@ -139,26 +139,27 @@ def test_summary_of_nothing_and_decimation_keeps_the_peak():
     assert any(p.t_s == 63.7 for p in points)
 
 
-def test_wait_idle_names_the_holder():
+def test_the_idle_wait_names_the_holder():
     fake = FakeNvml([Frame(0.0, 9000 * MIB, compute=((4242, 8000 * MIB),))],
                     names={4242: "python3"})
     with pytest.raises(GpuBusy, match=r"pid 4242 \(python3\) holds 8,000 MiB"):
-        wait_idle(NvmlReader(nvml=fake), None, timeout_s=0.3, poll_s=0.05)
+        idle_reading(NvmlReader(nvml=fake), None, timeout_s=0.3, poll_s=0.05)
 
 
-def test_wait_idle_waits_for_memory_to_return_to_baseline():
+def test_the_idle_wait_waits_for_memory_to_return_to_baseline():
     fake = FakeNvml([Frame(0.0, 5000 * MIB), Frame(0.3, 600 * MIB)])
     started = time.monotonic()
-    assert wait_idle(NvmlReader(nvml=fake), 500 * MIB, timeout_s=5, poll_s=0.05) == 500 * MIB
+    idle = idle_reading(NvmlReader(nvml=fake), 500 * MIB, timeout_s=5, poll_s=0.05)
+    assert (idle.baseline, idle.used) == (500 * MIB, 600 * MIB)
     assert time.monotonic() - started >= 0.25
     with pytest.raises(GpuBusy, match="5,000 MiB in use against a baseline of 500 MiB"):
-        wait_idle(NvmlReader(nvml=FakeNvml([Frame(0.0, 5000 * MIB)])), 500 * MIB,
-                  timeout_s=0.2, poll_s=0.05)
+        idle_reading(NvmlReader(nvml=FakeNvml([Frame(0.0, 5000 * MIB)])), 500 * MIB,
+                     timeout_s=0.2, poll_s=0.05)
 
 
-def test_wait_idle_takes_the_first_idle_reading_as_baseline():
+def test_the_idle_wait_takes_the_first_idle_reading_as_baseline():
     fake = FakeNvml([Frame(0.0, 700 * MIB, compute=((ME, 100 * MIB),))])
-    assert wait_idle(NvmlReader(nvml=fake), None, timeout_s=1) == 700 * MIB
+    assert idle_reading(NvmlReader(nvml=fake), None, timeout_s=1).baseline == 700 * MIB
 
 
 def test_a_series_file_that_cannot_be_written_leaves_the_series_whole(tmp_path):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from omniprobe.classify.failure_cause import effective_cause
 from omniprobe.classify.host_ram import HostRamFit, host_ram_fit
+from omniprobe.classify.outcome import cell_outcome
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.evidence.load import Evidence, LoadedAttempt
 from omniprobe.evidence.models.offline import OfflineRequest
@@ -91,11 +92,8 @@ class ProfileRun:
         return tuple(c.reference_count for c in self.cells if c.fits)
 
 
-_ORDER = ("oom", "error", "timeout", "ok")
-
-
 def _cell(refs: int, records: list[OfflineRequest]) -> CapacityCell:
-    outcome = next(o for o in _ORDER if any(r.outcome == o for r in records))
+    outcome = cell_outcome([r.outcome for r in records])  # the worst request decides
     breached = any(r.emulation_breach is not None for r in records)
     peaks = [r.peak_mib for r in records if r.peak_mib is not None]
     allocated = [r.peak_allocated_mib for r in records if r.peak_allocated_mib is not None]

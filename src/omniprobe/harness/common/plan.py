@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from omniprobe.evidence.attempts import AttemptStore, probe_attempts
 from omniprobe.evidence.load import LoadedAttempt, load_attempt
-from omniprobe.evidence.models.runs import ServeRun
+from omniprobe.evidence.models.common import FailureCause
 
 
 @dataclass(frozen=True)
@@ -23,15 +23,25 @@ class Pace:
     attempts: int
 
 
-def init_settled(run: ServeRun | None, accept_timeouts: bool = False) -> bool:
-    """Whether a flag set's init is on record for good: ready, or failed for the card or the
-    server software. One the environment failed (a full disk, a busy port) measured nothing
-    about the card: a re-run starts that server again, as it sends a lost request again; so
-    with a timeout, which is no answer of the card's, unless the run accepts timeouts."""
-    if run is None or (run.init.outcome == "timeout" and not accept_timeouts):
+class Init(Protocol):
+    """An init on record: a server lifetime's (InitResult) or an offline entry's failed one."""
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def cause(self) -> FailureCause | None: ...
+
+
+def init_settled(init: Init | None, accept_timeouts: bool = False) -> bool:
+    """Whether an init is on record for good: ready, or failed for the card or the server
+    software. One the environment failed (a full disk, a busy port) measured nothing about the
+    card: a re-run starts that server or runner again, as it sends a lost request again; so with
+    a timeout, which is no answer of the card's, unless the run accepts timeouts."""
+    if init is None or (init.outcome == "timeout" and not accept_timeouts):
         return False
-    cause = run.init.cause
-    return run.init.outcome == "ready" or cause is None or cause.kind != "environment"
+    cause = init.cause
+    return init.outcome == "ready" or cause is None or cause.kind != "environment"
 
 
 def unsettled(store: AttemptStore, flag_sets: list[str], cells: list[tuple[str, int]]) -> list[str]:
@@ -45,7 +55,7 @@ def unsettled(store: AttemptStore, flag_sets: list[str], cells: list[tuple[str, 
         run = store.run(flag_set)
         if run is None:
             left.append(f"{flag_set}: no init on record")
-        elif not init_settled(run, store.accept_timeouts):
+        elif not init_settled(run.init, store.accept_timeouts):
             why = (f"timed out ({run.init.note}): not the card's answer; re-run, or "
                    "--accept-timeouts" if run.init.outcome == "timeout"
                    else f"for an environment cause ({run.init.cause.reason})")

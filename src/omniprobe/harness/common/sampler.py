@@ -373,11 +373,6 @@ def idle_reading(reader: GpuReader, baseline: int | None, *, timeout_s: float = 
         pause(poll_s)
 
 
-def wait_idle(reader: GpuReader, baseline: int | None, **kwargs) -> int:
-    """idle_reading's baseline."""
-    return idle_reading(reader, baseline, **kwargs).baseline
-
-
 def _busy_message(reader: GpuReader, holders: dict[int, int | None], used: int,
                   baseline: int | None, timeout_s: float, tolerance_mib: float) -> str:
     parts = [f"pid {pid} ({reader.process_name(pid)}) holds "

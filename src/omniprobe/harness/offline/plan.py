@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from omniprobe.config.fixtures import Fixture
 from omniprobe.config.host_entry import Host
-from omniprobe.config.hosts import HostsConfig
-from omniprobe.harness.common.options import OfflineOptions, settings_of
 from omniprobe.harness.common.selection import PlanError
 
 
@@ -44,12 +42,6 @@ class PlannedRequest:
     @property
     def id(self) -> str:
         return f"{self.fixture.id}-{self.seed}"
-
-
-def settings_from(options: OfflineOptions, cfg: HostsConfig, cap_mib: int | None = None,
-                  host_name: str | None = None) -> OfflineSettings:
-    return settings_of(OfflineSettings, options, cfg, cap_mib=cap_mib,
-                       host_ram_mib=host_ram_mib(cfg.hosts.get(host_name)) if host_name else None)
 
 
 def host_ram_mib(host: Host | None) -> int | None:

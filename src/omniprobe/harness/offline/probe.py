@@ -4,9 +4,10 @@ profile). Its session is offline_session.py; its plan, offline_plan.py; the runn
 environment, offline_env.py; its results file, runner_events.py.
 
 Each entry runs the runner script (offline_runner.py) with the host's venv python (or its
-offline_command) in its own process group under supervise, sampled like the server (its process
-tree's GPU memory, a timeline per runner) and, emulated, capped like it (`--caps` sweeps). The
-runner writes one JSON line per request; the one recorder makes each an OfflineRequest in
+offline_command) through the lifetime the server runs through (harness/common/lifetime.py): its
+own process group under supervise, sampled like the server (its process tree's GPU memory, a
+timeline per runner) and, emulated, capped like it (`--caps` sweeps). The runner writes one JSON
+line per request; the one recorder makes each an OfflineRequest in
 offline-requests.json (OOM parsed from the exception's text, the image measured and gated as
 serve's are, random weights never gated), and each entry and fixture an OfflineCell in offline.json.
 A kwarg set that is another's plus one setting gets a propagation check against it, as serve's
@@ -34,33 +35,22 @@ from omniprobe.classify.oom import is_oom, parse_oom
 from omniprobe.classify.outcome import cell_outcome, cell_structure
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.attempts import AttemptStore, file_ref
+from omniprobe.evidence.attempts import AttemptStore
 from omniprobe.evidence.files import write_section
 from omniprobe.evidence.models.common import FailureCause
 from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.repeats import standing
-from omniprobe.harness.common.emulation import (
-    EmulationGuard,
-    EmulationUnguarded,
-    capped_processes,
-    emulation_env,
-)
+from omniprobe.harness.common.emulation import EmulationGuard
 from omniprobe.harness.common.host_memory import oom_kill_count
 from omniprobe.harness.common.interrupt import pause
-from omniprobe.harness.common.lifetime import (
-    MEMORY_FILE,
-    ReaderFactory,
-    SamplerDied,
-    host_ram_failure,
-    timeline_summary,
-)
+from omniprobe.harness.common.lifetime import Ended, Lifetimes, ProcessSpec, ReaderFactory
 from omniprobe.harness.common.logs import log_tail, read_from
+from omniprobe.harness.common.plan import init_settled
 from omniprobe.harness.common.process import SupervisedProcess, classify_exit, no_space_cause
 from omniprobe.harness.common.progress import Progress
 from omniprobe.harness.common.recorder import record_request
 from omniprobe.harness.common.references import reference_path
-from omniprobe.harness.common.sampler import MIB, GpuReader, NvmlUnavailable, Sampler, wait_idle
 from omniprobe.harness.offline.env import runner_env
 from omniprobe.harness.offline.host_ram_cap import HostRamCap
 from omniprobe.harness.offline.matrix import OfflineEntry
@@ -76,8 +66,8 @@ from omniprobe.harness.offline.runner_events import (
     build_facts,
     check_result,
 )
-from omniprobe.harness.offline.state import EntryState, init_settled
-from omniprobe.redaction import redact_file, redact_text
+from omniprobe.harness.offline.state import EntryState, init_failure
+from omniprobe.redaction import redact_text
 
 ATTEMPT_SUFFIX = "-offline"
 
@@ -90,10 +80,11 @@ class OfflineProbe:
         self.cfg, self.suite, self.fixtures_dir = cfg, suite, fixtures_dir
         self.host_name, self.host = host_name, cfg.host(host_name)
         self.store, self.settings, self.command = store, settings, command
-        self.readers, self.out = readers, out
+        self.out = out
+        self.lifetimes = Lifetimes(host_name, self.host, settings, readers,
+                                   store.project.artifacts_dir)
         self.model_code = tuple(self.host.model_code)
         self.base_env = dict(os.environ if base_env is None else base_env)
-        self.baseline: int | None = None
         self.records: list[OfflineRequest] = list(store.offline_requests)
         self.runs: list[OfflineCell] = list(store.offline)
         self.unfinished: list[str] = []
@@ -111,7 +102,7 @@ class OfflineProbe:
                         else ""))
         for number, entry in enumerate(entries, 1):
             rows = [r for r in self.runs if r.configuration == entry.name]
-            if init_settled(rows, self.store.accept_timeouts):
+            if init_settled(init_failure(rows), self.store.accept_timeouts):
                 progress.say(f"[{entry.name}] skipped: its init "
                              f"{next(r.outcome for r in rows if r.fixture is None)} is recorded")
                 continue
@@ -141,7 +132,7 @@ class OfflineProbe:
                     self.unfinished.append(f"{entry.name}: {len(pending)} request(s) not run, "
                                            f"the restarted runner's init ended "
                                            f"{state.failure.outcome}")
-                elif not init_settled([state.failure], self.store.accept_timeouts):
+                elif not init_settled(state.failure, self.store.accept_timeouts):
                     timed_out = state.failure.outcome == "timeout"  # not the card's answer
                     (self.unfinished if timed_out else self.environment_failures).append(
                         f"{entry.name}: init {state.failure.outcome}: " + (
@@ -203,12 +194,6 @@ class OfflineProbe:
         requests = [self.request_spec(entry, p, images / f"{p.id}.png") for p in pending]
         return self.runner_args(entry, folder, "requests", {"requests": requests})
 
-    def _reader(self, folder: Path) -> tuple[GpuReader | None, str | None]:
-        try:
-            return self.readers(folder), None
-        except NvmlUnavailable as exc:
-            return None, str(exc)
-
     def _lifetime(self, label: str, entry: OfflineEntry, index: int, pending: list[PlannedRequest],
                   state: EntryState, progress: Progress) -> tuple[list[PlannedRequest], bool]:
         """One runner process over the pending requests; returns those it did not get to, and
@@ -263,20 +248,10 @@ class OfflineProbe:
                  args: list[str], state: EntryState, progress: Progress
                  ) -> Iterator[tuple[SupervisedProcess, RunnerEvents, EmulationGuard | None,
                                      Callable[[int | None, str], FailureCause | None]] | None]:
-        """One runner process, started with `args`, sampled, capped and guarded like the server,
-        waited for until its engine is built: yields (the runner, its events, the guard, the
-        host-RAM cause of a death), or None when the build failed (state.failure says how).
-        On leaving, the runner is stopped and its timeline, host RAM and log are kept."""
-        name = entry.name
-        reader, reason = self._reader(folder)
-        cap = self.settings.cap_mib
-        if cap is not None and reader is None:
-            raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its runner's "
-                                     f"memory cannot be sampled to check the cap: {reason}")
-        if reader is not None:
-            self.baseline = wait_idle(reader, self.baseline,
-                                      timeout_s=self.settings.idle_timeout_s,
-                                      tolerance_mib=self.host.idle_tolerance_mib, poll_s=0.25)
+        """One runner lifetime (harness/common/lifetime.py), started with `args` and waited for
+        until its engine is built: yields (the runner, its events, the guard, the host-RAM cause
+        of a death), or None when the build failed (state.failure says how). On leaving, its
+        timeline, host RAM and log are kept in `state`."""
         env = runner_env(self.cfg, entry, self.base_env,
                          self.store.meta.environment.allocator_variable
                          if self.store.meta.environment else None)
@@ -284,59 +259,45 @@ class OfflineProbe:
             # The pinned venv sees its own packages only, not whatever our environment adds.
             env.pop("PYTHONPATH", None)
             env.pop("PYTHONHOME", None)
-        if self.host.memory_file_env:
-            env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
-        env["CUDA_VISIBLE_DEVICES"] = str(self.settings.gpu_index)  # the sampled device
-        guard = None
-        if cap is not None:
-            env.update(emulation_env(self.host, cap, env))
-            guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
-        command = [*self.command, *args]
-        ram = None
-        if self.settings.host_ram_mib is not None:
-            ram = HostRamCap.create(f"omniprobe-{self.store.meta.id}-{name}-{index + 1}",
-                                    self.settings.host_ram_mib)
-            command = ram.wrap(command, sys.executable)
-        runner = SupervisedProcess(command, env, folder / "runner.log", None,
-                                   grace_s=self.settings.grace_s, model_code=self.model_code)
         # A discarded attempt's runner of the same name left its results: never read as ours.
         (folder / "results.jsonl").unlink(missing_ok=True)
         events = RunnerEvents(folder / "results.jsonl")
-        progress.say(f"[{label}] starting the runner")
-        # An emulated host RAM cap's cgroup is no descendant of ours: its own count tells, and a
-        # cgroup made a moment ago has killed nothing yet.
-        count = ram.oom_kills if ram is not None else oom_kill_count
-        oom_kills = 0 if ram is not None else count()
-        runner.start()
-        sampler = None
+        with self._host_ram_cap(entry.name, index) as ram:
+            command = [*self.command, *args]
+            # An emulated host RAM cap's cgroup is no descendant of ours: its own count tells,
+            # and a cgroup made a moment ago has killed nothing yet.
+            spec = ProcessSpec(command if ram is None else ram.wrap(command, sys.executable),
+                               env, folder / "runner.log", "runner", entry.name,
+                               f"runner {index}", redact=(events.path,),
+                               oom_kills=oom_kill_count if ram is None else ram.oom_kills,
+                               fresh_cgroup=ram is not None)
+
+            def keep(end: Ended) -> None:
+                state.timelines.append(end.timeline)
+                if ram is not None:
+                    state.host_ram.append(ram.check())
+                state.logs.append(end.log)
+
+            progress.say(f"[{label}] starting the runner")
+            with self.lifetimes.run(spec, keep) as running:
+                if not self._init(label, entry, running.process, events, state, progress,
+                                  running.host_ram):
+                    yield None
+                else:
+                    yield running.process, events, running.guard, running.host_ram
+
+    @contextmanager
+    def _host_ram_cap(self, name: str, index: int) -> Iterator[HostRamCap | None]:
+        """The cgroup that caps an emulated host's RAM for one runner, removed however it ends."""
+        if self.settings.host_ram_mib is None:
+            yield None
+            return
+        ram = HostRamCap.create(f"omniprobe-{self.store.meta.id}-{name}-{index + 1}",
+                                self.settings.host_ram_mib)
         try:
-            if reader is not None:
-                sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.settings.sample_hz,
-                                  root_pid=lambda: runner.pid, t0=runner.started, guard=guard)
-                sampler.start()
-            host_ram = functools.partial(host_ram_failure, sampler, oom_kills, count=count)
-            if not self._init(label, entry, runner, events, state, progress, host_ram):
-                yield None
-            else:
-                yield runner, events, guard, host_ram
+            yield ram
         finally:
-            runner.stop()
-            timeline = timeline_summary(sampler, reason, self.settings.sample_hz,
-                                        self.store.project.artifacts_dir)
-            if guard is not None:
-                capped = capped_processes(read_from(runner.log_path))
-                timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
-            state.timelines.append(timeline)
-            if ram is not None:
-                state.host_ram.append(ram.check())
-                ram.remove()
-            redact_file(runner.log_path, runner.log_path.with_name("results.jsonl"))
-            state.logs.append(file_ref(runner.log_path, self.store.project.artifacts_dir))
-            if timeline.state == "incomplete" and sys.exc_info()[0] is None:
-                # Recorded first; only a lifetime that ended on its own fails for it (another
-                # exception in flight says more).
-                raise SamplerDied(f"[{entry.name}] {timeline.reason}; the timeline of runner "
-                                  f"{index} is recorded as incomplete (re-run to resume)")
+            ram.remove()
 
     def _next(self, runner: SupervisedProcess, events: RunnerEvents,
               timeout_s: float) -> tuple[dict | None, str | None]:

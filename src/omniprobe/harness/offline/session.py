@@ -16,8 +16,8 @@ from omniprobe.harness.common.lifetime import (
     ReaderFactory,
     default_readers,
 )
-from omniprobe.harness.common.options import OfflineOptions
-from omniprobe.harness.common.plan import settled_line
+from omniprobe.harness.common.options import OfflineOptions, settings_of
+from omniprobe.harness.common.plan import init_settled, settled_line
 from omniprobe.harness.common.propagation_rules import describe, offline_checks, unchecked_extras
 from omniprobe.harness.common.references import require_references
 from omniprobe.harness.common.selection import probe_caps, serve_fixtures
@@ -28,11 +28,12 @@ from omniprobe.harness.offline.host_ram_cap import require_host_ram_cap
 from omniprobe.harness.offline.matrix import offline_matrix
 from omniprobe.harness.offline.plan import (
     KwargSetNotRunnable,
+    OfflineSettings,
     PlannedRequest,
-    settings_from,
+    host_ram_mib,
 )
 from omniprobe.harness.offline.probe import ATTEMPT_SUFFIX, OfflineProbe
-from omniprobe.harness.offline.state import init_settled
+from omniprobe.harness.offline.state import init_failure
 
 
 class OfflineSession(Session):
@@ -45,8 +46,9 @@ class OfflineSession(Session):
         self.cap_mib = cap_mib
 
     def prepare(self, ctx: Context) -> None:
-        self.settings = settings = settings_from(self.options, ctx.cfg, self.cap_mib,
-                                                 ctx.host_name)
+        self.settings = settings = settings_of(OfflineSettings, self.options, ctx.cfg,
+                                               cap_mib=self.cap_mib,
+                                               host_ram_mib=host_ram_mib(ctx.host))
         if settings.host_ram_mib is not None:
             require_host_ram_cap()  # before any attempt exists
         try:
@@ -87,7 +89,7 @@ class OfflineSession(Session):
             done = {(r.configuration, r.fixture, r.seed) for r in found.offline_requests
                     if r.settles(self.options.accept_timeouts)}
             settled = {e.name for e in self.entries if init_settled(
-                [r for r in found.offline if r.configuration == e.name],
+                init_failure([r for r in found.offline if r.configuration == e.name]),
                 self.options.accept_timeouts)}
             return all(e.name in settled or all((e.name, p.fixture.id, p.seed) in done
                                                 for p in self.plans[e.name])

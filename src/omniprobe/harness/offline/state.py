@@ -1,5 +1,5 @@
 """What one offline entry's runner processes produced (its logs, timelines, build, host RAM and
-any init failure), and whether a failed init is on record for good."""
+any init failure), and its last failed init on record."""
 
 from __future__ import annotations
 
@@ -34,14 +34,7 @@ class EntryState:
                    build=row.build, host_ram=list(row.host_ram))
 
 
-def init_settled(rows: list[OfflineCell], accept_timeouts: bool = False) -> bool:
-    """Whether an entry's failed init is on record for good: one the environment failed
-    measured nothing about the card, so a re-run builds that engine again; so with a timeout,
-    no answer of the card's, unless the run accepts timeouts."""
-    failed = [r for r in rows if r.outcome in ("init-oom", "init-error", "timeout")
-              and r.fixture is None]
-    if not failed:
-        return False
-    if failed[-1].outcome == "timeout":
-        return accept_timeouts
-    return failed[-1].cause is None or failed[-1].cause.kind != "environment"
+def init_failure(rows: list[OfflineCell]) -> OfflineCell | None:
+    """An entry's last failed init on record, if any (plan.init_settled says whether it stands)."""
+    return next((r for r in reversed(rows) if r.outcome in ("init-oom", "init-error", "timeout")
+                 and r.fixture is None), None)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omniprobe.config.host_entry import Host
-from omniprobe.config.hosts import HostsConfig
-from omniprobe.harness.common.options import ServerOptions, settings_of
 from omniprobe.harness.common.selection import PlanError
 
 
@@ -27,11 +25,6 @@ class ServeSettings:
     max_restarts: int = 2
     cap_mib: int | None = None  # an emulated host's cap for this attempt
     gpu_index: int = 0  # NVML's index (PCI bus order): the sampler's device and the server's
-
-
-def settings_from(options: ServerOptions, cfg: HostsConfig, *, flag_sets: tuple[str, ...] = (),
-                  fixtures: tuple[str, ...] = ()) -> ServeSettings:
-    return settings_of(ServeSettings, options, cfg, flag_sets=flag_sets, fixtures=fixtures)
 
 
 def select_flag_sets(host_name: str, host: Host, wanted: tuple[str, ...]) -> list[str]:

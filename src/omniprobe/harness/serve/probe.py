@@ -12,8 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TextIO
@@ -30,28 +29,20 @@ from omniprobe.env.serve_command import (
     server_env,
 )
 from omniprobe.errors import HarnessError
-from omniprobe.evidence.attempts import AttemptStore, file_ref
+from omniprobe.evidence.attempts import AttemptStore
 from omniprobe.evidence.consistency import Bounds, memory_bound, peaks_within_memory
 from omniprobe.evidence.load import Evidence, LoadedAttempt, load_attempt
 from omniprobe.evidence.models.common import FailureCause
 from omniprobe.evidence.models.requests import RequestRecord
-from omniprobe.evidence.models.runs import InitResult, ServerLifetime, ServeRun, TimelineSummary
+from omniprobe.evidence.models.runs import InitResult, ServerLifetime, ServeRun
 from omniprobe.harness.common import interrupt
-from omniprobe.harness.common.emulation import (
-    EmulationGuard,
-    EmulationUnguarded,
-    capped_processes,
-    emulation_env,
-)
-from omniprobe.harness.common.host_memory import oom_kill_count
 from omniprobe.harness.common.lifetime import (
-    MEMORY_FILE,
+    Ended,
+    Lifetimes,
+    ProcessSpec,
     ReaderFactory,
-    RunningLifetime,
-    SamplerDied,
+    Running,
     default_readers,
-    host_ram_failure,
-    timeline_summary,
 )
 from omniprobe.harness.common.logs import (
     DEPLOY_IGNORED_WARNING,
@@ -65,27 +56,30 @@ from omniprobe.harness.common.plan import (
     init_settled,
     plan_line,
 )
-from omniprobe.harness.common.process import Endpoints, SupervisedProcess
+from omniprobe.harness.common.process import Endpoints
 from omniprobe.harness.common.progress import Progress
 from omniprobe.harness.common.recorder import record_request
-from omniprobe.harness.common.sampler import (
-    MIB,
-    GpuReader,
-    IdleReading,
-    NvmlUnavailable,
-    Sampler,
-    idle_reading,
-)
+from omniprobe.harness.common.sampler import MIB
 from omniprobe.harness.common.selection import serve_fixtures
 from omniprobe.harness.common.urls import base_url, url
 from omniprobe.harness.serve import client
 from omniprobe.harness.serve.plan import ServeSettings, select_flag_sets
 from omniprobe.harness.serve.record_writer import RecordWriter, run_from_lifetimes
-from omniprobe.redaction import redact_args, redact_file, redact_text
+from omniprobe.redaction import redact_args, redact_text
 
 
 class ImpossibleFigure(HarnessError):
     """The server reported a figure no record may hold (a peak above the GPU's memory)."""
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    """A server lifetime that came up (or failed to), as the request loop sees it."""
+
+    running: Running
+    init: InitResult
+    index: int
+    folder: Path
 
 
 class ServeProbe:
@@ -102,9 +96,10 @@ class ServeProbe:
         self.fixtures_dir, self.hosts_file = fixtures_dir, hosts_file
         self.host_name, self.host = host_name, cfg.host(host_name)
         self.store, self.settings, self.out = store, settings, out
-        self.readers = readers or default_readers(self.host)
+        self.lifetimes = Lifetimes(host_name, self.host, settings,
+                                   readers or default_readers(self.host),
+                                   store.project.artifacts_dir)
         self.base_env = dict(os.environ if base_env is None else base_env)
-        self.baseline: int | None = None
         self.base_url = base_url(cfg.serve.bind_host, settings.port)
         self.http = requests.Session()
         self.recorder = RecordWriter()
@@ -138,21 +133,6 @@ class ServeProbe:
 
     # --- one server lifetime --------------------------------------------------------------
 
-    def _reader(self, folder: Path) -> tuple[GpuReader | None, str | None]:
-        try:
-            return self.readers(folder), None
-        except NvmlUnavailable as exc:
-            return None, str(exc)
-
-    def _wait_idle(self, reader: GpuReader | None) -> IdleReading | None:
-        if reader is None:
-            return None
-        idle = idle_reading(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
-                            tolerance_mib=self.host.idle_tolerance_mib,
-                            poll_s=min(self.settings.poll_s, 0.5))
-        self.baseline = idle.baseline
-        return idle
-
     def _deploy_ignored(self, flag_set: str, log_path: Path) -> bool | None:
         """Whether upstream's log says it ignored the flag set's deploy config (None: it passes
         none); a warning when it did, since the flag set then measures its base."""
@@ -171,93 +151,54 @@ class ServeProbe:
         lifetimes[index:index + 1] = [lifetime]
         self.store.put_run(run_from_lifetimes(flag_set, lifetimes))
 
-    def _timeline(self, sampler: Sampler | None, reason: str | None) -> TimelineSummary:
-        return timeline_summary(sampler, reason, self.settings.sample_hz,
-                                self.store.project.artifacts_dir)
-
     @contextmanager
-    def lifetime(self, flag_set: str, session: str, command: list[str]) -> Iterator[RunningLifetime]:
+    def lifetime(self, flag_set: str, session: str, command: list[str]) -> Iterator[LiveServer]:
         run = self.store.run(flag_set)
         index = len(run.lifetimes) if run else 0
         folder = self.store.artifacts / flag_set / f"{session}-{index + 1}"
-        folder.mkdir(parents=True, exist_ok=True)
-        reader, reason = self._reader(folder)
-        cap = self.settings.cap_mib
-        if cap is not None and reader is None:
-            raise EmulationUnguarded(f"host {self.host_name!r} is emulated, but its server's "
-                                     f"memory cannot be sampled to check the cap: {reason}")
-        idle = self._wait_idle(reader)
         env = server_env(self.cfg, flag_set, self.base_env, self.env_bin,
                          alloc_var=self.alloc_var)
-        if self.host.memory_file_env:
-            env[self.host.memory_file_env] = str(folder / MEMORY_FILE)
-        # The server runs on the device the sampler watches (--gpu-index; CUDA numbers the GPUs
-        # in PCI bus order, as NVML does: server_env).
-        env["CUDA_VISIBLE_DEVICES"] = str(self.settings.gpu_index)
-        guard = None
-        if cap is not None:
-            env.update(emulation_env(self.host, cap, env))
-            guard = EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
         serve = self.cfg.serve
-        server = SupervisedProcess(command, env, folder / "server.log",
-                               Endpoints(self.base_url, serve.health_path, serve.ready_path),
-                               grace_s=self.settings.grace_s,
-                               model_code=tuple(self.host.model_code))
-        started_at = datetime.now(UTC)
-        record = sampler = None
-        oom_kills = oom_kill_count()
-        finished = False
-        server.start()
-        t0 = server.started  # one origin for the init time, the series and the requests
-        try:
-            if reader is not None:
-                sampler = Sampler(reader, folder / "timeline.jsonl", hz=self.settings.sample_hz,
-                                  root_pid=lambda: server.pid, t0=t0, guard=guard)
-                sampler.start()
+        spec = ProcessSpec(command, env, folder / "server.log", "server", flag_set,
+                           f"server lifetime {index}",
+                           Endpoints(self.base_url, serve.health_path, serve.ready_path),
+                           last_sample=True)
+        record = None
+
+        def keep(end: Ended) -> None:
+            self.http.close()  # its pooled connections were to the server just stopped
+            self.recorder.drain()
+            if record is None:
+                return
+            timeline = end.timeline
+            if end.idle is not None:
+                timeline = timeline.model_copy(update={
+                    "idle_baseline_mib": round(end.idle.baseline / MIB, 1),
+                    "idle_mib": round(end.idle.used / MIB, 1)})
+            self._put_lifetime(flag_set, index, record.model_copy(update={
+                "ended": end.ended, "log": end.log, "timeline": timeline,
+                "deploy_config_ignored": self._deploy_ignored(flag_set, spec.log_path)}))
+
+        with self.lifetimes.run(spec, keep) as running:
+            server = running.process
             init = server.wait_ready(self.settings.ready_timeout_s, self.settings.poll_s)
             if init.outcome == "error":  # exited: the kernel may have killed it for host RAM
-                host = host_ram_failure(sampler, oom_kills, server.returncode(),
-                                        read_from(server.log_path))
+                host = running.host_ram(server.returncode(), read_from(server.log_path))
                 init = init if host is None else init.model_copy(update={"cause": host})
-            record = ServerLifetime(session=session, started_at=started_at,
+            record = ServerLifetime(session=session, started_at=running.started_at,
                                     command=redact_args(command), init=init,
-                                    cuda_visible_devices=env["CUDA_VISIBLE_DEVICES"],
+                                    cuda_visible_devices=str(self.settings.gpu_index),
                                     request_timeout_s=self.settings.request_timeout_s,
                                     server_group=server.pid, server_started=server.started_at)
             self._put_lifetime(flag_set, index, record)
-            yield RunningLifetime(server, init, index, t0, folder, guard, sampler, oom_kills)
-            finished = True
-        finally:
-            if sampler is not None:
-                sampler.sample_now()
-            ended = server.stop()
-            self.http.close()  # its pooled connections were to the server just stopped
-            self.recorder.drain()
-            timeline = self._timeline(sampler, reason)
-            if idle is not None:
-                timeline = timeline.model_copy(update={
-                    "idle_baseline_mib": round(idle.baseline / MIB, 1),
-                    "idle_mib": round(idle.used / MIB, 1)})
-            if guard is not None:
-                capped = capped_processes(read_from(server.log_path))
-                timeline = timeline.model_copy(update={"emulation": guard.check(capped)})
-            if record is not None:
-                redact_file(server.log_path)
-                log = file_ref(server.log_path, self.store.project.artifacts_dir)
-                self._put_lifetime(flag_set, index, record.model_copy(
-                    update={"ended": ended, "log": log, "timeline": timeline,
-                            "deploy_config_ignored": self._deploy_ignored(flag_set,
-                                                                          server.log_path)}))
-            if finished and timeline.state == "incomplete":
-                # Recorded as incomplete first; a peak read off a cut series would be a wrong one.
-                raise SamplerDied(f"[{flag_set}] {timeline.reason}; the timeline of server "
-                                  f"lifetime {index} is recorded as incomplete (re-run to resume)")
+            yield LiveServer(running, init, index, folder)
 
     # --- probe-init -----------------------------------------------------------------------
 
     def probe_init(self) -> None:
         flag_sets = self.flag_sets()
-        todo = [f for f in flag_sets if not init_settled(self.store.run(f), self.store.accept_timeouts)]
+        todo = [f for f in flag_sets if not init_settled(_init(self.store.run(f)),
+                                                         self.store.accept_timeouts)]
         progress = Progress(len(todo), self.out)
         progress.say(plan_line(
             "probe-init", self.host_name, self.store.meta.id, self.attempt_why,
@@ -285,7 +226,7 @@ class ServeProbe:
         served = []
         for flag_set in self.flag_sets():
             run = self.store.run(flag_set)
-            if init_settled(run, self.store.accept_timeouts) and run.init.outcome != "ready":
+            if init_settled(_init(run), self.store.accept_timeouts) and run.init.outcome != "ready":
                 print(f"[{flag_set}] skipped: init {run.init.outcome} is recorded in this attempt",
                       file=self.out)
                 continue
@@ -332,7 +273,7 @@ class ServeProbe:
                              + _oom_text(live.init.oom) + _failure_text(live.init))
                 if live.init.outcome != "ready":
                     self._init_failed_for_environment(flag_set, live.init)
-                    if init_settled(self.store.run(flag_set), self.store.accept_timeouts):
+                    if init_settled(_init(self.store.run(flag_set)), self.store.accept_timeouts):
                         progress.say(f"[{label}] {len(pending)} request(s) not sent: the init "
                                      f"{live.init.outcome} on record settles them")
                     else:
@@ -352,8 +293,8 @@ class ServeProbe:
                                            f"after {restarts - 1} restart(s); re-run to resume")
                     return
 
-    def _healthy(self, live: RunningLifetime) -> bool:
-        if live.server.returncode() is not None:
+    def _healthy(self, live: LiveServer) -> bool:
+        if live.running.process.returncode() is not None:
             return False
         try:
             status = self.http.get(url(self.base_url, self.cfg.serve.health_path), timeout=5)
@@ -361,12 +302,12 @@ class ServeProbe:
             return False
         return status.status_code == 200
 
-    def _request(self, live: RunningLifetime, flag_set: str, fixture: Fixture, seed: int,
+    def _request(self, live: LiveServer, flag_set: str, fixture: Fixture, seed: int,
                  progress: Progress, label: str) -> bool:
         """Send one request and hand it to the recorder, which shows it once it is on disk;
         returns whether the server can go on."""
-        log_start = live.server.log_path.stat().st_size
-        started_s = time.monotonic() - live.t0
+        log_start = live.running.process.log_path.stat().st_size
+        started_s = time.monotonic() - live.running.t0
         # In a worker thread: an interrupt ends the wait at once, and the lifetime's exit stops
         # the server the abandoned request waits on.
         reply = interrupt.call(client.send, self.base_url, fixture, seed, self.suite.sampling,
@@ -374,7 +315,7 @@ class ServeProbe:
                                session=self.http)
         # After a timeout the server may still be busy with the request: start afresh.
         alive = reply.outcome == "ok" or (reply.outcome != "timeout" and self._healthy(live))
-        log = read_from(live.server.log_path, log_start)
+        log = read_from(live.running.process.log_path, log_start)
         oom = (merge(reply.oom, parse_oom(log, "request", tuple(self.host.model_code)))
                if reply.outcome == "oom" else None)
         error = reply.error
@@ -383,9 +324,9 @@ class ServeProbe:
         transport = reply.transport_failure
         host = None
         if not alive and reply.outcome != "timeout":
-            code = live.server.wait_exit(2)  # a crashed server may take a moment to be reaped
+            code = live.running.process.wait_exit(2)  # a crashed server may take a moment to be reaped
             # The kernel killed it for host RAM: the host's answer, never sent again.
-            host = host_ram_failure(live.sampler, live.oom_kills, code, log)
+            host = live.running.host_ram(code, log)
             # Killed by a signal: -N from Popen, 128 + N from the keeper.
             transport = (transport and host is None
                          and (code is None or code < 0 or code > 128))
@@ -406,8 +347,8 @@ class ServeProbe:
                   "error": error and redact_text(error), "cause": cause,
                   "started_s": round(started_s, 3), "lifetime": live.index,
                   "transport_failure": transport}
-        if live.guard is not None:
-            fields["emulation_breach"] = live.guard.breach_by(time.monotonic() - live.t0)
+        if live.running.guard is not None:
+            fields["emulation_breach"] = live.running.guard.breach_by(time.monotonic() - live.running.t0)
         path = live.folder / "images" / f"{fixture.id}-{seed}.png"
         restart = "" if alive else " (server down: restarting)"
 
@@ -447,6 +388,11 @@ class ServeProbe:
             manifest, _ = load_attempt(self.store.project.evidence_dir / self.host_name
                                        / env.manifest)
         return memory_bound(self.checked, self.host, Evidence([manifest] if manifest else []))
+
+
+def _init(run: ServeRun | None) -> InitResult | None:
+    """A flag set's init on record (its latest lifetime's), if any."""
+    return run.init if run is not None else None
 
 
 def _oom_text(oom) -> str:

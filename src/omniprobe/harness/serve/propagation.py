@@ -27,7 +27,7 @@ from omniprobe.evidence.files import write_section
 from omniprobe.evidence.models.outputs import PropagationCheck
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.harness.common.lifetime import ReaderFactory, default_readers
-from omniprobe.harness.common.options import PropagationOptions
+from omniprobe.harness.common.options import PropagationOptions, settings_of
 from omniprobe.harness.common.plan import settled_exit, unsettled
 from omniprobe.harness.common.probe_env import prepare_env
 from omniprobe.harness.common.process import require_port_free
@@ -36,7 +36,7 @@ from omniprobe.harness.common.quality import resolve_artifact
 from omniprobe.harness.common.references import require_references
 from omniprobe.harness.common.selection import PlanError, serve_fixtures
 from omniprobe.harness.common.session import Context, Session, run_session
-from omniprobe.harness.serve.plan import settings_from
+from omniprobe.harness.serve.plan import ServeSettings
 from omniprobe.harness.serve.probe import ServeProbe
 
 ATTEMPT_SUFFIX = "-propagation"
@@ -159,7 +159,7 @@ class PropagationSession(Session):
         cfg, options = ctx.cfg, self.options
         with_, without = choose_flag_sets(cfg, ctx.host_name, ctx.host, options.flag_set_with,
                                           options.flag_set_without)
-        settings = settings_from(options, cfg, flag_sets=(with_, without))
+        settings = settings_of(ServeSettings, options, cfg, flag_sets=(with_, without))
         for flag_set in (with_, without):
             server_command(cfg, ctx.host_name, flag_set, port=settings.port,
                            model=settings.model, hosts_file=ctx.project.hosts_file)

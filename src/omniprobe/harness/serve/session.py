@@ -22,7 +22,7 @@ from omniprobe.harness.common.lifetime import (
     ReaderFactory,
     default_readers,
 )
-from omniprobe.harness.common.options import ProbeOptions
+from omniprobe.harness.common.options import ProbeOptions, settings_of
 from omniprobe.harness.common.plan import (
     attempt_complete,
     earlier_attempts,
@@ -35,7 +35,7 @@ from omniprobe.harness.common.process import require_port_free
 from omniprobe.harness.common.references import require_references
 from omniprobe.harness.common.selection import probe_caps, serve_fixtures
 from omniprobe.harness.common.session import Context, Session, close_attempt, open_run_attempt, run_session
-from omniprobe.harness.serve.plan import select_flag_sets, settings_from
+from omniprobe.harness.serve.plan import ServeSettings, select_flag_sets
 from omniprobe.harness.serve.probe import ServeProbe
 
 
@@ -57,10 +57,7 @@ class ProbeSession(Session):
         self.probe: ServeProbe | None = None
 
     def prepare(self, ctx: Context) -> None:
-        self.settings = replace(settings_from(self.options, ctx.cfg,
-                                              flag_sets=self.options.flag_sets,
-                                              fixtures=self.options.fixtures),
-                                cap_mib=self.cap_mib)
+        self.settings = settings_of(ServeSettings, self.options, ctx.cfg, cap_mib=self.cap_mib)
         select_flag_sets(ctx.host_name, ctx.host, self.settings.flag_sets)
         if self.name == "probe-serve":
             fixtures = serve_fixtures(ctx.suite, ctx.host, self.settings.fixtures)
