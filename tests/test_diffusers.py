@@ -159,8 +159,11 @@ def test_the_tiny_pipeline_runs_end_to_end_and_records_capacity_only(project):
     loaded, [attempt] = attempts(project)
     assert attempt.meta.weights == "random"
     # The profile's settings in full, once, beside its records; the records name the profile.
-    [settings] = attempt.profile_settings
-    assert (settings.profile, settings.settings["offload"]) == ("tiny-cpu", "none")
+    [run] = attempt.offline
+    assert (run.engine, run.profile, run.kwarg_set) == ("diffusers", "tiny-cpu", None)
+    assert run.settings["offload"] == "none" and run.init.outcome == "ready"
+    assert [c.fixture for c in run.cells] == [r.fixture for r in attempt.offline_requests]
+    assert len(run.lifetimes) == 1 and run.build is not None
     assert {(r.profile, r.kwarg_set) for r in attempt.offline_requests} == {("tiny-cpu", None)}
     served = attempt.meta.environment.served
     assert served.source == "random" and set(served.config_digests) == {

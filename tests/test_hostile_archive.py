@@ -515,11 +515,15 @@ RUN = {"flag_set": "fp8", "gpu_peak_mib": 10240, "lifetimes": [{"n": 0}, {"n": 1
      {"runs": [dict(RUN, lifetimes=[{"n": 0}, {"n": 9}])]}, False),
     ("a run gone", "runs.json", {"runs": [RUN, dict(RUN, flag_set="x")]}, {"runs": [RUN]},
      False),
-    # An offline entry re-run: its rows moved to the end, a runner's log more.
+    # An offline run resumed: a runner lifetime more, its cells re-summarised; a run more.
     ("an entry re-summarised", "offline.json",
-     {"offline": [{"profile": "p", "fixture": "f", "logs": ["a"], "wall_s": 1}]},
-     {"offline": [{"profile": "q", "fixture": "f", "logs": []},
-                  {"profile": "p", "fixture": "f", "logs": ["a", "b"], "wall_s": 2}]}, True),
+     {"offline": [{"profile": "p", "cells": [{"wall_s": 1}], "lifetimes": [{"n": 0}]}]},
+     {"offline": [{"profile": "q", "lifetimes": []},
+                  {"profile": "p", "cells": [{"wall_s": 2}],
+                   "lifetimes": [{"n": 0}, {"n": 1}]}]}, True),
+    ("an offline lifetime gone", "offline.json",
+     {"offline": [{"profile": "p", "lifetimes": [{"n": 0}, {"n": 1}]}]},
+     {"offline": [{"profile": "p", "lifetimes": [{"n": 1}]}]}, False),
     ("a format bump", "runs.json", {"format_version": 4, "runs": []},
      {"format_version": 5, "runs": []}, False),
 ])

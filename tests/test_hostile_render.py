@@ -31,7 +31,7 @@ FREE_TEXT_KEYS = frozenset({
 })
 # Where `profile` names a Diffusers profile of hosts.toml (validate checks it): no free text there.
 NAMED_PROFILE = frozenset({"offline.json", "offline-requests.json", "capacity.json",
-                           "capacity-trials.json", "profile-settings.json"})
+                           "capacity-trials.json"})
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 
 

@@ -12,6 +12,7 @@ from omniprobe.evidence.migrations import (
     UnknownFormatVersion,
     content_key,
     content_path,
+    offline_runs,
     update_to_2,
     update_to_3,
     update_to_4,
@@ -39,7 +40,7 @@ def test_version_of(data, version):
     assert version_of(data) == version
 
 
-UNKNOWN = [6, 0, -1, "2", 2.0, True, None]
+UNKNOWN = [7, 0, -1, "2", 2.0, True, None]
 
 
 @pytest.mark.parametrize("found", UNKNOWN, ids=repr)
@@ -47,7 +48,7 @@ def test_an_unknown_version_is_refused_by_name(found):
     with pytest.raises(UnknownFormatVersion) as err:
         version_of({"format_version": found, "requests": []})
     assert f"format version {found!r} is not one" in str(err.value)
-    assert "it knows 1, 2, 3, 4, 5;" in str(err.value)
+    assert "it knows 1, 2, 3, 4, 5, 6;" in str(err.value)
 
 
 KEYS = [
@@ -194,14 +195,14 @@ def test_a_real_version_4_diffusers_file_names_every_profile_after_migrating(nam
     data = json.loads((OLD / "v4" / name).read_text())
     loaded = parse_file(OLD / "v4" / name)
     assert loaded and all(r.profile is not None and r.kwarg_set is None for r in loaded)
-    upgraded, found = upgrade(name, data)
-    assert found == 4
+    assert version_of(data) == 4
+    upgraded = update_to_5(name, data)
     assert json.dumps(upgraded[content_key(name)]) == json.dumps(data[content_key(name)]).replace(
         '"kwarg_set"', '"profile"')
 
 
 def test_upgrade_runs_the_migrations_from_the_version_found():
-    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 5, "psnr": [{"a": 1}]}, 1)
+    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 6, "psnr": [{"a": 1}]}, 1)
     current = {"format_version": FORMAT_VERSION, "psnr": []}
     assert upgrade("psnr.json", current) == (current, FORMAT_VERSION)
 
@@ -310,6 +311,8 @@ def test_a_real_file_of_each_older_version_migrates(version, name):
     if name == "offline-requests.json":  # update_to_5: the tiny Diffusers host's, by profile
         assert {r["engine"] for r in content} == {"diffusers"}
         renamed = renamed.replace('"kwarg_set"', '"profile"')
+    if name == "offline.json":  # update_to_6: its rows are runs, one per kwarg set
+        renamed = json.dumps(offline_runs(json.loads(renamed)))
     assert json.dumps(upgraded[content_key(name)]) == renamed
     assert ('"structure"' in renamed) == (name != "figures.json")
 

@@ -81,12 +81,16 @@ def test_the_sim_matrix_follows_the_capacity_model_and_validates(project, tmp_pa
     assert oom.oom.location.function == "image_mlp" and "CUDA out of memory" in oom.error
     broken = next(r for r in attempt.offline_requests if r.structure == "broken")
     assert any("opaque fraction" in reason for reason in broken.image.reasons)
-    rows = {(r.kwarg_set, r.fixture): r for r in attempt.offline}
+    rows = {(r.kwarg_set, c.fixture): c for r in attempt.offline for c in r.cells}
     assert rows[("sim-offline-fp8", "sim-four")].structure == "broken"
     assert rows[("sim-offline-bf16", "sim-four")].oom.requested == "1.50 GiB"
     assert rows[("sim-offline-bf16", "sim-three")].wall_s is not None
-    for row in attempt.offline:
-        [log] = row.logs
+    assert [r.kwarg_set for r in attempt.offline] == ["sim-offline-bf16", "sim-offline-fp8v",
+                                                      "sim-offline-fp8"]
+    for row in attempt.offline:  # one run per kwarg set, its one runner's log held once
+        assert (row.engine, row.init.outcome, row.settings) == ("omni", "ready", None)
+        [lifetime] = row.lifetimes
+        log = lifetime.log
         data = (project.artifacts_dir / log.path).read_bytes()
         assert hashlib.sha256(data).hexdigest() == log.sha256
     _, problems = load_project(project)
@@ -143,7 +147,7 @@ def test_an_offline_knob_gets_a_propagation_check_and_one_never_reached_is_repor
                 "never reached the model offline") in report
         assert ("The `Omni(...)` kwarg `extras.prefix_kv_cache_dtype` **does not reach the model "
                 "offline**") in report
-        log = (project.artifacts_dir / attempt.offline[1].logs[0].path).read_text()
+        log = (project.artifacts_dir / attempt.offline[1].lifetimes[0].log.path).read_text()
         assert "the simulated default diffusion stage config builds its own extras" in log
     else:
         assert "extras.prefix_kv_cache_dtype reached the model" in out
@@ -187,13 +191,15 @@ kwargs = { enable_cpu_offload = true, vae_use_tiling = true }
     assert code == 0, out
     attempt = the_attempt(project)
     assert attempt.offline_requests == []
-    resident, tiling = attempt.offline
-    assert (resident.outcome, resident.fixture, resident.oom.phase) == ("init-oom", None, "init")
+    resident_run, tiling_run = attempt.offline
+    assert resident_run.cells == tiling_run.cells == []  # an init failure is the run's init
+    resident, tiling = resident_run.init, tiling_run.init
+    assert (resident_run.init_failed, resident.oom.phase) == ("init-oom", "init")
     assert resident.oom.requested == "96.00 MiB"
     assert resident.oom.location.function == "init_parameters"
     # The runner saw only the orchestrator's failure; the OOM came from the worker's log.
     assert resident.note.startswith("RuntimeError: Orchestrator initialization failed")
-    assert tiling.outcome == "init-error" and "vae_use_tiling" in tiling.note
+    assert tiling.outcome == "error" and "vae_use_tiling" in tiling.note
     assert "[sim-offline-resident 1/2] the engine was not built: init-oom" in out
     assert out.rstrip().splitlines()[-1].startswith("done: every init and cell")  # issue 23
 
@@ -270,7 +276,7 @@ def test_a_hung_request_times_out_and_the_runner_restarts(tmp_path, monkeypatch)
     records = the_attempt(project).offline_requests
     assert [(r.outcome, r.lifetime) for r in records] == [("ok", 0), ("timeout", 0), ("ok", 1)]
     assert records[1].error == "no result within 1 s" and 1 <= records[1].wall_s < 3
-    assert len(the_attempt(project).offline[0].logs) == 2
+    assert len(the_attempt(project).offline[0].lifetimes) == 2
     assert not processes_with(str(tmp_path))
     # The resume runs it again in a fresh runner (whose first request does not hang); the later
     # record supersedes the timeout, in the summary row and for validate.
@@ -279,7 +285,7 @@ def test_a_hung_request_times_out_and_the_runner_restarts(tmp_path, monkeypatch)
     attempt = the_attempt(project)
     assert [(r.outcome, r.seed) for r in attempt.offline_requests] == [
         ("ok", 2301), ("timeout", 2302), ("ok", 2303), ("ok", 2302)]
-    [row] = [r for r in attempt.offline if r.fixture == "sim-t2i"]
+    [row] = [c for r in attempt.offline for c in r.cells if c.fixture == "sim-t2i"]
     assert row.outcome == "ok" and row.seeds == [2301, 2302, 2303]
     from omniprobe.evidence.validate import load_project
 
@@ -315,7 +321,7 @@ def test_a_failed_request_ends_its_runner_and_the_rest_get_a_fresh_one(tmp_path,
     # Each failure is the request's own, never the closed engine's refusal of a later one.
     assert all(r.error.startswith("RuntimeError: simulated failure during generation")
                for r in records if r.outcome == "error")
-    assert len(attempt.offline[0].logs) == outcomes[-1][1] + 1
+    assert len(attempt.offline[0].lifetimes) == outcomes[-1][1] + 1
     assert "the engine closed on the failed request: a fresh runner" in out
     assert "not done" not in out
     assert not processes_with(str(tmp_path))
@@ -635,6 +641,6 @@ def test_a_runner_killed_at_init_with_the_host_short_of_ram_is_the_hosts_init_fa
         'os.kill(os.getpid(), signal.SIGKILL)", '), 1))
     code, out = offline(project, "--kwarg-set", "sim-offline-bf16", "--fixture", "sim-t2i")
     [run] = the_attempt(project).offline
-    assert (run.outcome, run.cause.kind) == ("init-error", "host"), out
-    assert "with the host's available memory at 180 MiB" in run.cause.reason
+    assert (run.init_failed, run.init.cause.kind) == ("init-error", "host"), out
+    assert "with the host's available memory at 180 MiB" in run.init.cause.reason
     assert code == 0, out  # the host's answer settles the kwarg set

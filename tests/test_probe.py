@@ -442,7 +442,7 @@ def test_a_fresh_clone_does_not_resume_the_committed_sim_attempt(repo_copy, port
 def test_an_init_the_environment_failed_is_run_again_on_resume(outcome, cause, settled):
     """One rule for a server's init and an offline runner's failed one."""
     from omniprobe.evidence.models.common import FailureCause
-    from omniprobe.evidence.models.offline import OfflineCell
+    from omniprobe.evidence.models.offline import OfflineCell, OfflineRun
     from omniprobe.evidence.models.runs import InitResult
     from omniprobe.harness.common.plan import init_settled
     from omniprobe.harness.offline.state import init_failure
@@ -450,13 +450,14 @@ def test_an_init_the_environment_failed_is_run_again_on_resume(outcome, cause, s
     why = None if cause is None else FailureCause(kind=cause, reason="why")
     init = None if outcome is None else InitResult(outcome=outcome, time_s=0.1, cause=why)
     assert init_settled(init) is settled
-    if outcome not in (None, "ready"):  # an offline entry records only a failed init
-        failed = OfflineCell(kwarg_set="k", outcome="timeout" if outcome == "timeout"
-                             else f"init-{outcome}", structure="unchecked", cause=why)
-        ok = failed.model_copy(update={"fixture": "f", "outcome": "ok", "cause": None})
-        assert init_failure([failed, ok]) is failed
-        assert init_settled(init_failure([failed, ok])) is settled
-    assert init_failure([]) is None and init_settled(None) is False
+    cell = OfflineCell(fixture="f", outcome="ok", structure="sound")
+    run = OfflineRun(kwarg_set="k", engine="omni", init=init, cells=[cell])
+    if outcome not in (None, "ready"):  # the run's init failed: its failure is on record
+        assert init_failure(run) is init
+        assert init_settled(init_failure(run)) is settled
+    else:  # ready, or no init recorded: no failure
+        assert init_failure(run) is None
+    assert init_failure(None) is None and init_settled(None) is False
 
 
 class DesktopGpu:

@@ -19,7 +19,7 @@ from omniprobe.classify.host_ram import HostRamFit, host_ram_fit
 from omniprobe.classify.outcome import cell_outcome
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.evidence.load import Evidence, LoadedAttempt
-from omniprobe.evidence.models.offline import OfflineRequest
+from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
 from omniprobe.evidence.repeats import standing
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
@@ -120,7 +120,7 @@ def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[Profile
     cap = prov.cap_mib if prov.kind == "emulated" else None
     runs = []
     paths = {row.build.build_path for row in attempt.offline if row.build is not None} - {None}
-    names = dict.fromkeys([r.configuration for r in attempt.offline]
+    names = dict.fromkeys([r.configuration for r in attempt.offline if r.ran]
                           + [r.configuration for r in attempt.offline_requests])
     for name in names:
         mine = [r for r in standing(attempt.offline_requests) if r.configuration == name]
@@ -128,15 +128,15 @@ def profile_runs(attempt: LoadedAttempt, fixtures: FixtureSuite) -> list[Profile
         for record in mine:
             by_refs.setdefault(fixtures.get(record.fixture).reference_count, []).append(record)
         rows = [r for r in attempt.offline if r.configuration == name]
-        failed = [r for r in rows if r.fixture is None]
+        failed = next((r.init_failed for r in rows if r.init_failed), None)
         allowed = [p.allowed_mib for row in rows for t in row.timelines if t.emulation
                    for p in t.emulation.capped]
-        init_upstream = upstream_cause(failed[-1].outcome, failed[-1].cause) if failed else None
+        init_upstream = upstream_cause(failed, rows[0].init.cause) if failed else None  # one run
         known = {r.build.build_path for r in rows if r.build is not None} - {None} or paths
         path = next(iter(known)) if len(known) == 1 else None
         runs.append(ProfileRun(attempt.host, cap, name, attempt.id,
                                tuple(_cell(n, by_refs[n]) for n in sorted(by_refs)),
-                               failed[-1].outcome if failed else "ready",
+                               failed or "ready",
                                _host_ram(rows, mine), min(allowed, default=None),
                                init_upstream.reason if init_upstream else None, path))
     return runs
@@ -156,12 +156,13 @@ def held_mib(cgroup_peaks: list[float | None], resident_mib: list[float | None]
     return charged if charged is not None else _most(resident_mib)
 
 
-def _host_ram(rows: list, records: list[OfflineRequest]) -> HostRam:
+def _host_ram(rows: list[OfflineRun], records: list[OfflineRequest]) -> HostRam:
     checks = [h for row in rows for h in row.host_ram]
     builds = [row.build for row in rows if row.build is not None]
     resident = [r.max_rss_mib for r in records] + [r.host_peak_mib for r in records]
     resident += [b.build_host_peak_mib for b in builds]
-    causes = [x.cause for x in [*rows, *records] if x.cause is not None]
+    causes = [x.cause for x in [*(r.init for r in rows if r.init), *records]
+              if x.cause is not None]
     return HostRam(
         max((h.cap_mib for h in checks), default=None),
         held_mib([h.peak_mib for h in checks], resident),

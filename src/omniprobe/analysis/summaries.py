@@ -8,11 +8,38 @@ from dataclasses import dataclass
 from omniprobe.classify.failure_cause import is_card_evidence
 from omniprobe.classify.outcome import cell_outcome, cell_structure
 from omniprobe.evidence.load import LoadedAttempt
+from omniprobe.evidence.models.common import OomSignature
 from omniprobe.evidence.models.environment import EnvManifest
+from omniprobe.evidence.models.offline import OfflineRun
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.models.runs import Cell, ServeRun
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.repeats import standing
+
+
+@dataclass(frozen=True)
+class OfflineResult:
+    """One line of an offline run as the report lists it: its failed init, or a fixture's cell."""
+
+    configuration: str
+    fixture: str | None
+    seeds: list[int] | None
+    outcome: str
+    structure: str
+    oom: OomSignature | None
+    note: str | None
+
+
+def offline_results(runs: list[OfflineRun]) -> list[OfflineResult]:
+    """Each run's failed init, if any, then its cells, run by run."""
+    found = []
+    for run in runs:
+        if run.init_failed is not None:
+            found.append(OfflineResult(run.configuration, None, None, run.init_failed,
+                                       "unchecked", run.init.oom, run.init.note))
+        found += [OfflineResult(run.configuration, c.fixture, c.seeds, c.outcome, c.structure,
+                                c.oom, c.note) for c in run.cells]
+    return found
 
 
 def _range(values: list[float | None]) -> Range | None:

@@ -282,7 +282,7 @@ def only_adds(here, carried) -> bool:
 # known by its identity, and what it summarises may only grow (its lifetimes, its logs and
 # timelines); its other fields follow from them, and validate holds them to the records.
 SUMMARIES = {"runs.json": (("flag_set",), ("lifetimes",)),
-             "offline.json": (("kwarg_set", "profile", "fixture"), ("logs", "timelines")),
+             "offline.json": (("kwarg_set", "profile"), ("lifetimes",)),
              "capacity.json": (("profile",), ())}
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from omniprobe import __version__
 from omniprobe.atomic import is_temp_file
@@ -34,13 +35,15 @@ from omniprobe.evidence.models.attempt import (
     Simulated,
 )
 from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
-from omniprobe.evidence.models.common import ArtifactRef, Weights
-from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest, ProfileSettings
+from omniprobe.evidence.models.common import ArtifactRef, Weights, replaced
+from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
+from omniprobe.evidence.models.outputs import PropagationCheck
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.models.runs import ServeRun
 from omniprobe.evidence.repeats import repeat_problems
 from omniprobe.redaction import redact_args
 
+R = TypeVar("R")
 SUFFIX = "-probe"  # marks attempts this module made, apart from transcribed or other evidence
 
 
@@ -124,9 +127,8 @@ class AttemptStore:
     meta: Attempt
     runs: list[ServeRun] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
-    offline: list[OfflineCell] = field(default_factory=list)
+    offline: list[OfflineRun] = field(default_factory=list)
     offline_requests: list[OfflineRequest] = field(default_factory=list)
-    profile_settings: list[ProfileSettings] = field(default_factory=list)
     capacity: list[ProfileSearch] = field(default_factory=list)
     capacity_trials: list[CapacityTrial] = field(default_factory=list)
     created: bool = False  # a probe attempt this process made, not one it resumes
@@ -143,36 +145,45 @@ class AttemptStore:
         return next((r for r in self.runs if r.flag_set == flag_set), None)
 
     def put_run(self, run: ServeRun) -> None:
-        others = [r for r in self.runs if r.flag_set != run.flag_set]
-        position = next((i for i, r in enumerate(self.runs) if r.flag_set == run.flag_set),
-                        len(others))
-        self.runs = others[:position] + [run] + others[position:]
-        write_section(self.folder, "runs.json", self.runs)
+        self.runs = _put(self.folder, "runs.json", self.runs, run, lambda r: r.flag_set)
 
-    def put_profile_settings(self, profile: str, settings: dict) -> None:
-        """A Diffusers profile's settings, once per attempt: a resumed run under settings that
-        differ from those recorded is refused (its records would mean two things)."""
-        found = next((p for p in self.profile_settings if p.profile == profile), None)
-        if found is not None:
-            if found.settings != settings:
-                raise SettingsChanged(
-                    f"attempt {self.meta.id} ran Diffusers profile {profile!r} under other "
-                    f"settings than hosts.toml holds now; start a new attempt (--fresh)")
-            return
-        rows = [*self.profile_settings, ProfileSettings(profile=profile, settings=settings)]
-        write_section(self.folder, "profile-settings.json", rows)
-        self.profile_settings = rows
+    def offline_run(self, name: str) -> OfflineRun | None:
+        """The offline run of a kwarg set or profile on record."""
+        return next((r for r in self.offline if r.configuration == name), None)
+
+    def begin_offline_run(self, run: OfflineRun) -> OfflineRun:
+        """An entry's run as it begins: the one on record, or `run` (an engine, its name and for
+        a Diffusers profile its settings) written now. A profile's settings are recorded once:
+        a resumed run under settings that differ from those recorded is refused (its records
+        would mean two things)."""
+        found = self.offline_run(run.configuration)
+        if found is None or (found.settings is None and run.settings is not None):
+            self.put_offline_run(run if found is None else replaced(found, settings=run.settings))
+        elif run.settings is not None and found.settings != run.settings:
+            raise SettingsChanged(
+                f"attempt {self.meta.id} ran Diffusers profile {run.configuration!r} under other "
+                f"settings than hosts.toml holds now; start a new attempt (--fresh)")
+        return self.offline_run(run.configuration)
+
+    def put_offline_run(self, run: OfflineRun) -> None:
+        """An offline run, replacing its earlier state in place."""
+        self.offline = _put(self.folder, "offline.json", self.offline, run,
+                            lambda r: r.configuration)
+
+    def add_offline_request(self, record: OfflineRequest) -> OfflineRequest:
+        """Held as recorded only once on disk, as add_request."""
+        write_section(self.folder, "offline-requests.json", [*self.offline_requests, record])
+        self.offline_requests.append(record)
+        return record
+
+    def put_propagation(self, checks: list[PropagationCheck]) -> None:
+        """The attempt's propagation checks, all of them (each run finds them anew)."""
+        write_section(self.folder, "propagation.json", checks)
 
     def put_search(self, search: ProfileSearch) -> None:
         """A profile's capacity search, replacing its earlier state in place."""
-        at = next((i for i, s in enumerate(self.capacity) if s.profile == search.profile), None)
-        rows = list(self.capacity)
-        if at is None:
-            rows.append(search)
-        else:
-            rows[at] = search
-        write_section(self.folder, "capacity.json", rows)
-        self.capacity = rows
+        self.capacity = _put(self.folder, "capacity.json", self.capacity, search,
+                             lambda s: s.profile)
 
     def add_trial(self, trial: CapacityTrial) -> None:
         """Write the trial, and only then hold it as recorded."""
@@ -235,6 +246,16 @@ class AttemptStore:
             stale.unlink(missing_ok=True)
 
 
+def _put(folder: Path, file_name: str, rows: list[R], row: R, key: Callable[[R], str]
+         ) -> list[R]:
+    """`rows` with `row` in the place of the one of the same key (else last), written to the
+    file first: a failed write leaves the store's rows as they were."""
+    at = next((i for i, r in enumerate(rows) if key(r) == key(row)), None)
+    new = [*rows, row] if at is None else [*rows[:at], row, *rows[at + 1:]]
+    write_section(folder, file_name, new)
+    return new
+
+
 def orphaned_records(host_dir: Path) -> list[tuple[Path, list[str]]]:
     """The host's attempt folders that hold records but no attempt.json, with their files."""
     found = []
@@ -268,8 +289,7 @@ def _load(project: Project, folder: Path) -> AttemptStore:
     if problems or loaded is None:
         raise InputError(problems)
     return AttemptStore(project, folder, loaded.meta, list(loaded.runs), list(loaded.requests),
-                        list(loaded.offline), list(loaded.offline_requests),
-                        list(loaded.profile_settings), list(loaded.capacity),
+                        list(loaded.offline), list(loaded.offline_requests), list(loaded.capacity),
                         list(loaded.capacity_trials))
 
 

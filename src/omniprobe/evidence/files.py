@@ -14,16 +14,19 @@ from omniprobe.atomic import write_text_atomic
 from omniprobe.config.strict import STRICT
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.evidence.migrations import (
+    FOLDED_IN_6,
     FORMAT_VERSION,
     VERSION_KEY,
     UnknownFormatVersion,
     content_key,
+    fold_settings,
     upgrade,
+    version_of,
 )
 from omniprobe.evidence.models.attempt import Attempt
 from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
 from omniprobe.evidence.models.environment import EnvManifest
-from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest, ProfileSettings
+from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
 from omniprobe.evidence.models.outputs import (
     Baseline,
     DeterminismGroup,
@@ -42,9 +45,8 @@ FILE_CONTENT: dict[str, type] = {
     "attempt.json": Attempt,
     "runs.json": list[ServeRun],
     "requests.json": list[RequestRecord],
-    "offline.json": list[OfflineCell],
+    "offline.json": list[OfflineRun],
     "offline-requests.json": list[OfflineRequest],
-    "profile-settings.json": list[ProfileSettings],
     "capacity.json": list[ProfileSearch],
     "capacity-trials.json": list[CapacityTrial],
     "structure.json": list[StructureObservation],
@@ -104,11 +106,7 @@ def parse_file(path: Path, text: str | None = None):
 
 def _parse(path: Path, text: str):
     model = FILE_MODELS[path.name]
-    data = parse_json(path, text)
-    try:
-        data, found = upgrade(path.name, data)
-    except UnknownFormatVersion as exc:
-        raise InputError([Problem(str(path), f"$.{VERSION_KEY}", str(exc))]) from None
+    data, found = _upgraded(path, parse_json(path, text))
     try:
         # Validated as JSON, strictly: timestamps are ISO text there, and nothing is coerced.
         value = model.model_validate_json(text if found == FORMAT_VERSION else json.dumps(data),
@@ -121,6 +119,41 @@ def _parse(path: Path, text: str):
                         for p in problems]
         raise InputError(problems) from None
     return getattr(value, content_key(path.name))
+
+
+def _upgraded(path: Path, data: object) -> tuple[object, int]:
+    try:
+        return upgrade(path.name, data)
+    except UnknownFormatVersion as exc:
+        raise InputError([Problem(str(path), f"$.{VERSION_KEY}", str(exc))]) from None
+
+
+def folded_files(folder: Path) -> list[Path]:
+    """The attempt's files of a format before 6 that version 6 folds into another of its files."""
+    return [folder / name for name in FOLDED_IN_6 if (folder / name).is_file()]
+
+
+def folded_text(folder: Path) -> tuple[Path, str] | None:
+    """The file a pre-6 file of the attempt folds into (offline.json, profile-settings.json
+    folded in), and its text in the current format; None: the attempt has no such file."""
+    found = folded_files(folder)
+    if not found:
+        return None
+    legacy = found[0]
+    settings = parse_json(legacy, read_text(legacy))
+    try:
+        version = version_of(settings)
+    except UnknownFormatVersion as exc:
+        raise InputError([Problem(str(legacy), f"$.{VERSION_KEY}", str(exc))]) from None
+    if version >= 6:
+        raise InputError([Problem(str(legacy), f"$.{VERSION_KEY}", (
+            f"format version {version}: from version 6 on, {legacy.name} lives in "
+            f"{FOLDED_IN_6[legacy.name]} (each run's settings), and no attempt has this file"))])
+    target = folder / FOLDED_IN_6[legacy.name]
+    offline = (parse_json(target, read_text(target)) if target.is_file()
+               else {VERSION_KEY: FORMAT_VERSION, content_key(target.name): []})
+    data = fold_settings(_upgraded(target, offline)[0], _upgraded(legacy, settings)[0])
+    return target, json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
 def dump_json(file_name: str, content) -> str:

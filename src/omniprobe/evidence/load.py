@@ -13,12 +13,12 @@ from pathlib import Path
 
 from omniprobe.atomic import is_temp_file
 from omniprobe.errors import InputError, Problem
-from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES, parse_file
+from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES, folded_files, folded_text, parse_file
 from omniprobe.evidence.migrations import content_key, content_path
 from omniprobe.evidence.models.attempt import Attempt
 from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
 from omniprobe.evidence.models.environment import EnvManifest
-from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest, ProfileSettings
+from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
 from omniprobe.evidence.models.outputs import (
     Baseline,
     DeterminismGroup,
@@ -39,9 +39,8 @@ class LoadedAttempt:
     meta: Attempt
     runs: list[ServeRun] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
-    offline: list[OfflineCell] = field(default_factory=list)
+    offline: list[OfflineRun] = field(default_factory=list)
     offline_requests: list[OfflineRequest] = field(default_factory=list)
-    profile_settings: list[ProfileSettings] = field(default_factory=list)
     capacity: list[ProfileSearch] = field(default_factory=list)
     capacity_trials: list[CapacityTrial] = field(default_factory=list)
     structure: list[StructureObservation] = field(default_factory=list)
@@ -100,15 +99,23 @@ def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
     if meta.host != folder.parent.name:
         problems.append(Problem(str(folder / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.host"),
                                 f"expected the host folder {folder.parent.name!r}, got {meta.host!r}"))
-    for child in sorted(folder.iterdir()):
-        if child.name == ATTEMPT_FILE or is_temp_file(child):  # a write in flight is no evidence
-            continue
+    # A file of a format before 6 that version 6 folds into another is read into it.
+    legacy = folded_files(folder)
+    try:
+        folded = folded_text(folder)
+    except InputError as exc:
+        folded = None
+        problems.extend(exc.problems)
+    for child in sorted({*folder.iterdir(), *([folded[0]] if folded else [])}):
+        if child.name == ATTEMPT_FILE or is_temp_file(child) or child in legacy:
+            continue  # a write in flight is no evidence
         if child.name not in SECTION_FILES:
             problems.append(Problem(str(child), "", "unknown evidence file; expected one of "
                                     + ", ".join(SECTION_FILES)))
             continue
+        text = folded[1] if folded and child == folded[0] else None
         try:
-            setattr(attempt, content_key(child.name), parse_file(child))
+            setattr(attempt, content_key(child.name), parse_file(child, text))
         except InputError as exc:
             problems.extend(exc.problems)
     return attempt, problems

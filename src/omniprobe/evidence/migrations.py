@@ -12,6 +12,11 @@ Version 5 names a Diffusers engine's configuration `profile`, no longer `kwarg_s
 engine's keeps `kwarg_set`): in offline-requests.json by the record's own `engine`, in offline.json
 by what only a Diffusers run records (its `build`, its emulated `host_ram`). Runs from before 5
 did not record their profile's settings (profile-settings.json, new in 5): their attempts say so.
+Version 6 makes offline.json one run per kwarg set or profile (its engine, init, cells, runner
+lifetimes, build and settings), where 1-5 had a row per fixture with the runner's logs and
+timelines copied into each and an init failure as a row without a fixture; profile-settings.json
+is folded into the runs (`fold_settings`) and goes. The Diffusers profiles `cpuoff` and
+`cpuoff-expandable` are `model-cpu` and `model-cpu-expandable` (flag sets keep those names).
 `update_to_N` turns a file of version N-1 into version N; the loader runs them in order, in
 memory (the file on disk is left as it is until the package rewrites it). A version newer than
 this package knows is refused by name rather than guessed at.
@@ -22,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 VERSION_KEY = "format_version"
 
 
@@ -126,8 +131,113 @@ def update_to_5(file_name: str, data: object) -> object:
     return data
 
 
+# Version 6's renamed Diffusers profiles: a flag set of the same name is another thing.
+RENAMED_PROFILES_IN_6 = {"cpuoff": "model-cpu", "cpuoff-expandable": "model-cpu-expandable"}
+# The files whose rows name a Diffusers profile as `profile` (version 5 on: only a Diffusers
+# record has the key).
+PROFILE_FILES_IN_6 = ("offline.json", "offline-requests.json", "profile-settings.json",
+                      "capacity.json", "capacity-trials.json")
+# A file version 6 folds into another of the same attempt: its content lives there from then on.
+FOLDED_IN_6 = {"profile-settings.json": "offline.json"}
+# A version 5 row without a fixture and with one of these outcomes is its entry's init failure;
+# the InitResult outcome each becomes.
+INIT_ROW_OUTCOMES = {"init-oom": "oom", "init-error": "error", "timeout": "timeout"}
+# What a version 5 row held of its entry, not its fixture: logs, timelines and host RAM are one
+# per runner lifetime, and every row held the same copies.
+RUN_KEYS_IN_5 = ("kwarg_set", "profile", "logs", "timelines", "host_ram", "build", "init_s")
+
+
+def _renamed_profile(row: object) -> object:
+    if not isinstance(row, dict) or row.get("profile") not in RENAMED_PROFILES_IN_6:
+        return row
+    return {**row, "profile": RENAMED_PROFILES_IN_6[row["profile"]]}
+
+
+def _init_of(rows: list[dict]) -> dict | None:
+    """An entry's init as version 6 has it: its last failed init, else ready when a cell says
+    how long the build took, else not recorded."""
+    failed = [r for r in rows if r.get("fixture") is None and r.get("outcome") in INIT_ROW_OUTCOMES]
+    if failed:
+        row = failed[-1]
+        init = {"outcome": INIT_ROW_OUTCOMES[row["outcome"]], "time_s": row.get("init_s"),
+                "oom": row.get("oom"), "note": row.get("note"), "cause": row.get("cause")}
+        return {k: v for k, v in init.items() if v is not None}
+    timed = [r["init_s"] for r in rows if r.get("init_s") is not None]
+    return {"outcome": "ready", "time_s": timed[0]} if timed else None
+
+
+def _lifetimes_of(row: dict) -> list[dict]:
+    logs, timelines, host_ram = (row.get(k) or [] for k in ("logs", "timelines", "host_ram"))
+    if not all(isinstance(v, list) for v in (logs, timelines, host_ram)):
+        return []
+    count = max(len(logs), len(timelines), len(host_ram))
+    found = [{"log": logs[i] if i < len(logs) else None,
+              "timeline": timelines[i] if i < len(timelines) else None,
+              "host_ram": host_ram[i] if i < len(host_ram) else None} for i in range(count)]
+    return [{k: v for k, v in lifetime.items() if v is not None} for lifetime in found]
+
+
+def offline_runs(rows: list) -> list:
+    """Version 5's offline.json rows as version 6's runs, one per kwarg set or profile in the
+    order each first ran. A row that is no object is kept, for validation to name."""
+    groups: dict[tuple[str, object], list[dict]] = {}
+    odd = []
+    for row in rows:
+        if not isinstance(row, dict):
+            odd.append(row)
+            continue
+        key = ("profile", row["profile"]) if "profile" in row else ("kwarg_set", row.get("kwarg_set"))
+        groups.setdefault(key, []).append(row)
+    runs = []
+    for (field, name), mine in groups.items():
+        cells = [{k: v for k, v in r.items() if k not in RUN_KEYS_IN_5} for r in mine
+                 if not (r.get("fixture") is None and r.get("outcome") in INIT_ROW_OUTCOMES)]
+        run = {field: name, "engine": "diffusers" if field == "profile" else "omni",
+               "init": _init_of(mine), "cells": cells, "lifetimes": _lifetimes_of(mine[-1]),
+               "build": next((r["build"] for r in mine if r.get("build") is not None), None)}
+        runs.append({k: v for k, v in run.items() if v is not None})
+    return runs + odd
+
+
+def update_to_6(file_name: str, data: object) -> object:
+    """Version 5 -> 6: offline.json holds one run per kwarg set or profile; the Diffusers profiles
+    cpuoff and cpuoff-expandable are model-cpu and model-cpu-expandable."""
+    if not isinstance(data, dict):
+        return data
+    data = {**data, VERSION_KEY: 6}
+    key = content_key(file_name)
+    rows = data.get(key)
+    if file_name not in PROFILE_FILES_IN_6 or not isinstance(rows, list):
+        return data
+    rows = [_renamed_profile(row) for row in rows]
+    data[key] = offline_runs(rows) if file_name == "offline.json" else rows
+    return data
+
+
+def fold_settings(offline: object, settings: object) -> object:
+    """offline.json's version 6 data with a version 6 profile-settings.json's rows folded into
+    its runs: each profile's settings on its run, a profile whose run recorded nothing else a run
+    of its own (its settings were written as it began). Data of another shape is left as it is,
+    for validation to name."""
+    rows = settings.get(content_key("profile-settings.json")) if isinstance(settings, dict) else None
+    if not isinstance(offline, dict) or not isinstance(rows, list):
+        return offline
+    runs = list(offline.get("offline") or [])
+    for row in rows:
+        if not isinstance(row, dict):
+            continue
+        at = next((i for i, run in enumerate(runs) if isinstance(run, dict)
+                   and run.get("profile") == row.get("profile")), None)
+        if at is None:
+            runs.append({"profile": row.get("profile"), "engine": "diffusers",
+                         "settings": row.get("settings")})
+        else:
+            runs[at] = {**runs[at], "settings": row.get("settings")}
+    return {**offline, "offline": runs}
+
+
 MIGRATIONS: dict[int, Callable[[str, object], object]] = {
-    2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5}
+    2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5, 6: update_to_6}
 KNOWN_VERSIONS = range(1, FORMAT_VERSION + 1)
 
 

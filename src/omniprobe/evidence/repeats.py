@@ -49,8 +49,12 @@ def repeat_problems(attempt: LoadedAttempt) -> list[Problem]:
     kept = {id(r) for r in standing(attempt.requests)}
     once("requests.json", [(f"$[{i}]", cell_of(r)) for i, r in enumerate(attempt.requests)
                            if id(r) in kept], "(flag set, fixture, seed)")
-    once("offline.json", [(f"$[{i}]", (r.configuration, r.fixture))
-                          for i, r in enumerate(attempt.offline)], "(kwarg set, fixture)")
+    once("offline.json", [(f"$[{i}].{'profile' if r.profile else 'kwarg_set'}", (r.configuration,))
+                          for i, r in enumerate(attempt.offline)], "kwarg set or profile")
+    for i, run in enumerate(attempt.offline):
+        once("offline.json", [(f"$[{i}].cells[{j}].fixture", (c.fixture,))
+                              for j, c in enumerate(run.cells)],
+             f"run {run.configuration!r}'s fixture")
     kept = {id(r) for r in standing(attempt.offline_requests)}
     once("offline-requests.json", [(f"$[{i}]", cell_of(r))
                                    for i, r in enumerate(attempt.offline_requests)

@@ -145,7 +145,8 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
             problems.append(Problem(str(folder / "offline.json"), content_path(
                 "offline.json", f"$[{i}].{_field(run)}"), "a Diffusers host's cells name their "
                 "profile, any other host's their offline kwarg set"))
-        fixture("offline.json", f"$[{i}].fixture", run.fixture)
+        for j, cell in enumerate(run.cells):
+            fixture("offline.json", f"$[{i}].cells[{j}].fixture", cell.fixture)
     for i, search in enumerate(attempt.capacity):
         kwarg_set("capacity.json", f"$[{i}].profile", search.profile)
         for j, band in enumerate(search.bands):
@@ -154,8 +155,6 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
         kwarg_set("capacity-trials.json", f"$[{i}].profile", trial.profile)
         fixture("capacity-trials.json", f"$[{i}].fixture", trial.fixture)
         inputs("capacity-trials.json", f"$[{i}]", trial)
-    for i, settings in enumerate(attempt.profile_settings):
-        kwarg_set("profile-settings.json", f"$[{i}].profile", settings.profile)
     for i, req in enumerate(attempt.offline_requests):
         kwarg_set("offline-requests.json", f"$[{i}].{_field(req)}", req.configuration)
         fixture("offline-requests.json", f"$[{i}].fixture", req.fixture)

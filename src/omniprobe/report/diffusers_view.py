@@ -281,8 +281,8 @@ def comparisons(evidence: Evidence, sizes: list[KvBySize]) -> list[Comparison]:
 def settings_text(attempts) -> str:
     """Which profiles' settings their attempts recorded (format 5 on), and for the others what
     the attempt shows of them: the allocator setting read back after the build."""
-    recorded = sorted({p.profile for a in attempts for p in a.profile_settings})
-    ran = {r.configuration for a in attempts for r in a.offline}
+    recorded = sorted({r.profile for a in attempts for r in a.offline if r.settings is not None})
+    ran = {r.configuration for a in attempts for r in a.offline if r.ran}
     bare = sorted(ran - set(recorded))
     parts = []
     if recorded:

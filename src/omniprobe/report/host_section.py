@@ -14,7 +14,12 @@ from omniprobe.analysis.derived import (
     StatedDisagreement,
 )
 from omniprobe.analysis.estimates import EstimateCheck
-from omniprobe.analysis.summaries import ServeRunView, manifest_summary
+from omniprobe.analysis.summaries import (
+    OfflineResult,
+    ServeRunView,
+    manifest_summary,
+    offline_results,
+)
 from omniprobe.analysis.verdicts import (
     HistoryEntry,
     HostVerdict,
@@ -92,6 +97,9 @@ class HostSection(OutputParts, MemoryParts):
 
     def collect(self, section: str) -> list:
         return [item for a in self.attempts for item in getattr(a, section)]
+
+    def offline_results(self) -> list[OfflineResult]:
+        return offline_results(self.collect("offline"))
 
     def findings(self, placement: str) -> list:
         return [f for f in self.collect("findings") if f.placement == placement]

@@ -176,7 +176,7 @@ class OutputParts:
     @property
     def offline_rows(self) -> list[tuple[str, ...]]:
         rows = []
-        for o in self.collect("offline"):
+        for o in self.offline_results():
             ks = self.hosts.offline_kwarg_sets.get(o.configuration)
             kwargs = (
                 kwargs_text(ks.kwargs) + "".join(f" `{k}={v}`" for k, v in ks.env.items())
@@ -200,7 +200,7 @@ class OutputParts:
         ]
         still = [
             o
-            for o in self.collect("offline")
+            for o in self.offline_results()
             if o.outcome == "oom"
             and o.fixture
             and self.fixtures.get(o.fixture).reference_count == self.verdict.target_refs

@@ -92,7 +92,7 @@ def shrunk_cache_ooms(s, ask: str | None) -> list[str]:
     knobs = {d.knob for d in s.hosts.deploy_configs.values() if d.knob}
     unreached = {u.flag_set for u in s.verdict.unreached_offline}
     found = []
-    for o in s.collect("offline"):
+    for o in s.offline_results():
         ks = s.hosts.offline_kwarg_sets.get(o.configuration)
         kwargs = (ks.kwargs if ks is not None else None) or {}
         if (

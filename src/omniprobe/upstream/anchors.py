@@ -45,7 +45,13 @@ def citations(attempts: list[LoadedAttempt]) -> list[Citation]:
             for j, cell in enumerate(run.cells):
                 add(f"{base}/runs.json $[{i}].cells[{j}].oom.location",
                     cell.oom and cell.oom.location)
-        for name, records in (("requests.json", a.requests), ("offline.json", a.offline),
+        for i, run in enumerate(a.offline):
+            init_oom = run.init.oom if run.init is not None else None
+            add(f"{base}/offline.json $[{i}].init.oom.location", init_oom and init_oom.location)
+            for j, cell in enumerate(run.cells):
+                add(f"{base}/offline.json $[{i}].cells[{j}].oom.location",
+                    cell.oom and cell.oom.location)
+        for name, records in (("requests.json", a.requests),
                               ("offline-requests.json", a.offline_requests)):
             for i, record in enumerate(records):
                 add(f"{base}/{name} $[{i}].oom.location", record.oom and record.oom.location)

@@ -4,7 +4,7 @@ references, OOM signatures and failure causes, artifact references."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, Field
 
@@ -27,9 +27,18 @@ Wall = Annotated[float, Field(ge=0, le=MAX_WAIT_S, description="Seconds, at most
                                                                "(the longest timeout).")]
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
 class EvidenceModel(BaseModel):
     # Strict when loaded (parse_file): no coercion of "2301" or true to an int; finite floats.
     model_config = STRICT
+
+
+def replaced(model: M, **changes) -> M:
+    """A copy of `model` with `changes`, validated as a new one (pydantic's model_copy checks
+    nothing: a copy could hold what no file may)."""
+    return type(model).model_validate({**dict(model), **changes})
 
 
 

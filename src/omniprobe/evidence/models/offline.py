@@ -1,4 +1,5 @@
-"""offline.json's and offline-requests.json's formats: an offline engine's cell and its requests."""
+"""offline.json's and offline-requests.json's formats: an offline engine's run (its init, cells,
+runner lifetimes, build and settings) and its requests."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ from pydantic import Field, JsonValue, model_validator
 from omniprobe.evidence.models.common import (
     ArtifactRef,
     EvidenceModel,
-    FailureCause,
     OomSignature,
+    Outcome,
     PeakSource,
     StructureVerdict,
 )
 from omniprobe.evidence.models.requests import Measurement
-from omniprobe.evidence.models.runs import TimelineSummary
+from omniprobe.evidence.models.runs import InitResult, TimelineSummary
 from omniprobe.evidence.quantities import Range
 
 
@@ -39,25 +40,78 @@ class Configured(EvidenceModel):
         return self.profile if self.profile is not None else self.kwarg_set
 
 
-class OfflineCell(Configured):
-    fixture: str | None = None
+class OfflineCell(EvidenceModel):
+    """One fixture of an offline run: the summary of its requests."""
+
+    fixture: str | None = Field(default=None, description="null: a transcribed run whose source "
+                                                          "names no fixture.")
     seeds: list[int] | None = None
-    outcome: Literal["ok", "oom", "error", "timeout", "init-oom", "init-error"]
+    outcome: Outcome
     structure: StructureVerdict
     oom: OomSignature | None = None
     note: str | None = None
     wall_s: Range | None = Field(default=None, description="Probed runs: walls of the ok requests.")
-    init_s: float | None = Field(default=None, ge=0,
-                                 description="Probed runs: seconds until the engine was built.")
-    logs: list[ArtifactRef] = Field(default=[], description="Probed runs: the runner's logs.")
-    cause: FailureCause | None = Field(
-        default=None, description="Why init failed; null: it did not, or not classified.")
-    timelines: list[TimelineSummary] = Field(
-        default=[], description="Probed runs: one GPU memory series per runner process.")
+
+
+class RunnerLifetime(EvidenceModel):
+    """One runner process of an offline run, as the probe ran it: its log, its GPU memory series
+    and, emulated, the host RAM it was held to."""
+
+    log: ArtifactRef | None = None
+    timeline: TimelineSummary | None = None
+    host_ram: HostRamCheck | None = Field(
+        default=None, description="Emulated host RAM; null: host RAM was not emulated (the "
+                                  "machine's own held what offload moved).")
+
+
+# An init that failed, as a capacity search and the report name it (the serve run's InitResult
+# outcome with its phase).
+INIT_FAILED = {"oom": "init-oom", "error": "init-error", "timeout": "timeout"}
+
+
+class OfflineRun(Configured):
+    """One entry of the offline matrix as an attempt ran it: an Omni kwarg set's or a Diffusers
+    profile's engine, its init (the latest runner's), its cells, its runner lifetimes, and for a
+    Diffusers profile its build and the settings it ran under."""
+
+    engine: Literal["omni", "diffusers"]
+    init: InitResult | None = Field(
+        default=None, description="The latest runner's init; null: none recorded (no runner got "
+                                  "that far, or the source does not say).")
+    cells: list[OfflineCell] = Field(default=[], description="One per fixture, in the order they ran.")
+    lifetimes: list[RunnerLifetime] = Field(default=[], description="Probed runs: each runner "
+                                                                    "process, the latest last.")
     build: DiffusersBuild | None = Field(default=None, description="Diffusers engines only.")
-    host_ram: list[HostRamCheck] = Field(
-        default=[], description="Emulated host RAM, one per runner process; empty: host RAM was "
-                                "not emulated (the machine's own held what offload moved).")
+    settings: dict[str, JsonValue] | None = Field(
+        default=None, description="A Diffusers profile's settings in full, as hosts.toml held "
+        "them when its run began: what the attempt's records under that name ran, whatever "
+        "hosts.toml says later; null: an Omni run, or one made before runs recorded them.")
+
+    @model_validator(mode="after")
+    def _named_by_engine(self):
+        if (self.engine == "diffusers") != (self.profile is not None):
+            raise ValueError("a Diffusers run names its profile, an Omni run its kwarg set")
+        if self.engine != "diffusers" and (self.build is not None or self.settings is not None):
+            raise ValueError("only a Diffusers run records a build and a profile's settings")
+        return self
+
+    @property
+    def init_failed(self) -> str | None:
+        """How its init failed (init-oom, init-error, timeout); None: ready or not recorded."""
+        return INIT_FAILED.get(self.init.outcome) if self.init is not None else None
+
+    @property
+    def ran(self) -> bool:
+        """It recorded an init or a cell (a run begun and never built records only settings)."""
+        return self.init is not None or bool(self.cells)
+
+    @property
+    def timelines(self) -> list[TimelineSummary]:
+        return [lt.timeline for lt in self.lifetimes if lt.timeline is not None]
+
+    @property
+    def host_ram(self) -> list[HostRamCheck]:
+        return [lt.host_ram for lt in self.lifetimes if lt.host_ram is not None]
 
 
 class OfflineRequest(Measurement, Configured):
@@ -142,14 +196,6 @@ class OfflineRequest(Measurement, Configured):
             raise ValueError(f"host_end_mib {self.host_end_mib} is above host_peak_mib "
                              f"{self.host_peak_mib}: the sampled peak holds its last reading")
         return self
-
-
-class ProfileSettings(EvidenceModel):
-    """A Diffusers profile's settings in full, as hosts.toml held them when its run began: what
-    the attempt's records under that name ran, whatever hosts.toml says later."""
-
-    profile: str
-    settings: dict[str, JsonValue]
 
 
 class HostRamCheck(EvidenceModel):

@@ -24,6 +24,8 @@ from omniprobe.evidence.models.capacity import (
     ProfileSearch,
     SearchSettings,
 )
+from omniprobe.evidence.models.common import replaced
+from omniprobe.evidence.models.offline import INIT_FAILED
 from omniprobe.harness.common.progress import Progress
 from omniprobe.harness.offline.matrix import OfflineEntry
 from omniprobe.harness.offline.plan import PlannedRequest
@@ -75,9 +77,8 @@ class CapacityProbe(OfflineProbe):
             profile=entry.name, settings=entry.kwargs["profile"], search=plan.settings,
             num_inference_steps=steps, true_cfg_scale=guidance, seed=seed,
             sizes={f.id: f"{f.width}×{f.height}" for f in plan.fixtures.values()})
-        state = EntryState(logs=list(search.logs), timelines=list(search.timelines),
-                           build=search.build, host_ram=list(search.host_ram))
-        index = len(state.logs)
+        state = EntryState(build=search.build)  # the lifetimes of this search's runner only
+        index = len(search.logs)
         # A runner interrupted before its logs were kept left its folder: never write into it.
         while (self.store.artifacts / entry.name / f"capacity-runner-{index + 1}").exists():
             index += 1
@@ -94,11 +95,14 @@ class CapacityProbe(OfflineProbe):
         finally:  # an interrupt too keeps what the runner built and left
             search = self._search_of(entry.name) or search
             failure = state.failure
-            self.store.put_search(search.model_copy(update={
-                "build": state.build, "logs": state.logs, "timelines": state.timelines,
-                "host_ram": state.host_ram,
-                "init_outcome": failure.outcome if failure is not None else "ready",
-                "note": failure.note if failure is not None else search.note}))
+            lifetimes = state.lifetimes
+            self.store.put_search(replaced(
+                search, build=state.build,
+                logs=[*search.logs, *(lt.log for lt in lifetimes if lt.log)],
+                timelines=[*search.timelines, *(lt.timeline for lt in lifetimes if lt.timeline)],
+                host_ram=[*search.host_ram, *(lt.host_ram for lt in lifetimes if lt.host_ram)],
+                init_outcome=INIT_FAILED[failure.outcome] if failure is not None else "ready",
+                note=failure.note if failure is not None else search.note))
 
     def _events(self, profile: str, plan: SearchPlan, running, index: int, label: str,
                 progress: Progress, search: ProfileSearch, gpu_s: float) -> ProfileSearch:

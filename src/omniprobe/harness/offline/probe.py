@@ -9,7 +9,8 @@ own process group under supervise, sampled like the server (its process tree's G
 timeline per runner) and, emulated, capped like it (`--caps` sweeps). The runner writes one JSON
 line per request; the one recorder makes each an OfflineRequest in
 offline-requests.json (OOM parsed from the exception's text, the image measured and gated as
-serve's are, random weights never gated), and each entry and fixture an OfflineCell in offline.json.
+serve's are, random weights never gated), and each entry an OfflineRun in offline.json (its
+init, a cell per fixture, its runner lifetimes), all written through the attempt store.
 A kwarg set that is another's plus one setting gets a propagation check against it, as serve's
 deploy configs do. A failed request ends an Omni runner (upstream's engine closes on one) and the
 rest get a fresh runner; a Diffusers pipeline survives it. Only a lost runner counts as a restart.
@@ -36,9 +37,15 @@ from omniprobe.classify.outcome import cell_outcome, cell_structure
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.attempts import AttemptStore
-from omniprobe.evidence.files import write_section
-from omniprobe.evidence.models.common import FailureCause
-from omniprobe.evidence.models.offline import OfflineCell, OfflineRequest
+from omniprobe.evidence.models.common import FailureCause, replaced
+from omniprobe.evidence.models.offline import (
+    INIT_FAILED,
+    OfflineCell,
+    OfflineRequest,
+    OfflineRun,
+    RunnerLifetime,
+)
+from omniprobe.evidence.models.runs import InitResult
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.repeats import standing
 from omniprobe.harness.common.emulation import EmulationGuard
@@ -85,10 +92,12 @@ class OfflineProbe:
                                    store.project.artifacts_dir)
         self.model_code = tuple(self.host.model_code)
         self.base_env = dict(os.environ if base_env is None else base_env)
-        self.records: list[OfflineRequest] = list(store.offline_requests)
-        self.runs: list[OfflineCell] = list(store.offline)
         self.unfinished: list[str] = []
         self.environment_failures: list[str] = []
+
+    @property
+    def records(self) -> list[OfflineRequest]:
+        return self.store.offline_requests
 
     def run(self, entries: list[OfflineEntry], plans: dict[str, list[PlannedRequest]]) -> None:
         todo = {e.name: self._pending(e.name, plans[e.name]) for e in entries}
@@ -101,14 +110,13 @@ class OfflineProbe:
                      + (f", capped at {self.settings.cap_mib:,} MiB" if self.settings.cap_mib
                         else ""))
         for number, entry in enumerate(entries, 1):
-            rows = [r for r in self.runs if r.configuration == entry.name]
-            if init_settled(init_failure(rows), self.store.accept_timeouts):
-                progress.say(f"[{entry.name}] skipped: its init "
-                             f"{next(r.outcome for r in rows if r.fixture is None)} is recorded")
+            run = self.store.offline_run(entry.name)
+            if init_settled(init_failure(run), self.store.accept_timeouts):
+                progress.say(f"[{entry.name}] skipped: its init {run.init_failed} is recorded")
                 continue
             if todo[entry.name]:
                 self._entry(f"{entry.name} {number}/{len(entries)}", entry, todo[entry.name],
-                            progress, rows)
+                            progress)
 
     def _pending(self, name: str, plan: list[PlannedRequest]) -> list[PlannedRequest]:
         done = {(r.fixture, r.seed) for r in self.records
@@ -118,11 +126,12 @@ class OfflineProbe:
     # --- one entry --------------------------------------------------------------------------
 
     def _entry(self, label: str, entry: OfflineEntry, pending: list[PlannedRequest],
-               progress: Progress, rows: list[OfflineCell]) -> None:
-        if entry.engine == "diffusers":
-            self.store.put_profile_settings(entry.name, entry.kwargs["profile"])
-        state = EntryState.resumed(rows)
-        restarts, first = 0, len(state.logs)  # a resume numbers its runners after the earlier ones
+               progress: Progress) -> None:
+        run = self.store.begin_offline_run(OfflineRun(
+            **entry.named, engine=entry.engine,
+            settings=entry.kwargs["profile"] if entry.engine == "diffusers" else None))
+        state = EntryState.resumed(run)
+        restarts, first = 0, len(state.lifetimes)  # a resume numbers its runners after the earlier ones
         for index in itertools.count(first):
             pending, closed = self._lifetime(label, entry, index, pending, state, progress)
             if not pending:
@@ -131,11 +140,11 @@ class OfflineProbe:
                 if index > first:  # a restart failed to build: the rest never ran
                     self.unfinished.append(f"{entry.name}: {len(pending)} request(s) not run, "
                                            f"the restarted runner's init ended "
-                                           f"{state.failure.outcome}")
+                                           f"{INIT_FAILED[state.failure.outcome]}")
                 elif not init_settled(state.failure, self.store.accept_timeouts):
                     timed_out = state.failure.outcome == "timeout"  # not the card's answer
                     (self.unfinished if timed_out else self.environment_failures).append(
-                        f"{entry.name}: init {state.failure.outcome}: " + (
+                        f"{entry.name}: init {INIT_FAILED[state.failure.outcome]}: " + (
                             state.failure.note if timed_out else state.failure.cause.reason))
                 break
             if closed:
@@ -145,26 +154,25 @@ class OfflineProbe:
                                        f"{restarts} restart(s); re-run to try them again")
                 break
             restarts += 1
-        self.runs = [r for r in self.runs if r.configuration != entry.name] + self._summary(entry,
-                                                                                            state)
-        write_section(self.store.folder, "offline.json", self.runs)
+        self.store.put_offline_run(self._summary(run, state))
 
-    def _summary(self, entry: OfflineEntry, state: EntryState) -> list[OfflineCell]:
-        """The init failure, if any, then one row per fixture in the order they ran."""
-        shared = {"logs": list(state.logs), "timelines": list(state.timelines),
-                  "build": state.build, "host_ram": list(state.host_ram)}
-        rows = [state.failure.model_copy(update=shared)] if state.failure else []
-        name = entry.name
-        records = [r for r in standing(self.records) if r.configuration == name]
+    def _summary(self, run: OfflineRun, state: EntryState) -> OfflineRun:
+        """The run with its latest init, one cell per fixture in the order they ran, and its
+        runner lifetimes."""
+        records = [r for r in standing(self.records) if r.configuration == run.configuration]
+        cells = []
         for fixture in dict.fromkeys(r.fixture for r in records):
             mine = [r for r in records if r.fixture == fixture]
             walls = [r.wall_s for r in mine if r.outcome == "ok"]
-            rows.append(OfflineCell(
-                **entry.named, fixture=fixture, seeds=sorted({r.seed for r in mine}),
+            cells.append(OfflineCell(
+                fixture=fixture, seeds=sorted({r.seed for r in mine}),
                 outcome=cell_outcome([r.outcome for r in mine]), structure=cell_structure(mine),
                 oom=next((r.oom for r in mine if r.oom is not None), None),
-                wall_s=Range.of(walls) if walls else None, init_s=state.init_s, **shared))
-        return rows
+                wall_s=Range.of(walls) if walls else None))
+        ready = (InitResult(outcome="ready", time_s=state.init_s)
+                 if state.init_s is not None else run.init)
+        return replaced(run, init=state.failure or ready, cells=cells,
+                        lifetimes=list(state.lifetimes), build=state.build)
 
     # --- one runner process -----------------------------------------------------------------
 
@@ -273,10 +281,9 @@ class OfflineProbe:
                                fresh_cgroup=ram is not None)
 
             def keep(end: Ended) -> None:
-                state.timelines.append(end.timeline)
-                if ram is not None:
-                    state.host_ram.append(ram.check())
-                state.logs.append(end.log)
+                state.lifetimes.append(RunnerLifetime(
+                    log=end.log, timeline=end.timeline,
+                    host_ram=ram.check() if ram is not None else None))
 
             progress.say(f"[{label}] starting the runner")
             with self.lifetimes.run(spec, keep) as running:
@@ -340,8 +347,8 @@ class OfflineProbe:
                     state.build = build
                 progress.say(f"[{label}] engine built after {event.get('wall_s')} s")
                 return True
-            failure = OfflineCell(**entry.named, outcome="init-error", structure="unchecked",
-                                 init_s=event.get("wall_s"), note=refused.reason, cause=refused)
+            failure = InitResult(outcome="error", time_s=event.get("wall_s"),
+                                 note=refused.reason, cause=refused)
         elif event is not None:
             text = reported = event.get("traceback") or event.get("error") or ""
             if not is_oom(text):
@@ -350,14 +357,14 @@ class OfflineProbe:
                 text = read_from(runner.log_path)
             oom = (parse_oom(text, "init", self.model_code)
                    if event.get("outcome") == "oom" or is_oom(text) else None)
-            failure = OfflineCell(**entry.named, outcome="init-oom" if oom else "init-error",
-                                 structure="unchecked", oom=oom, init_s=event.get("wall_s"),
+            failure = InitResult(outcome="oom" if oom else "error",
+                                 oom=oom, time_s=event.get("wall_s"),
                                  note=redact_text(event.get("error") or "")[:500] or None,
                                  # Else the engine's own traceback (a Diffusers build's).
                                  cause=(classify_failure(text, self.model_code)
                                         or classify_failure(reported, self.model_code)))
         elif why == "timeout":
-            failure = OfflineCell(**entry.named, outcome="timeout", structure="unchecked",
+            failure = InitResult(outcome="timeout",
                                  note=f"the engine was not built within "
                                       f"{self.settings.ready_timeout_s:g} s")
         else:
@@ -367,12 +374,12 @@ class OfflineProbe:
             # The kernel may have killed it for host RAM: the host's answer.
             cause = host_ram(code, log) or init.cause or no_space_cause(runner.log_path.parent)
             killed = cause is not None and cause.kind == "host"  # its reason, not the last line
-            failure = OfflineCell(**entry.named, structure="unchecked", oom=init.oom,
-                                 outcome="init-oom" if init.outcome == "oom" else "init-error",
+            failure = InitResult(oom=init.oom,
+                                 outcome="oom" if init.outcome == "oom" else "error",
                                  note=f"exited {code}: {cause.reason}" if killed else init.note,
                                  cause=cause)
         state.failure = failure
-        progress.say(f"[{label}] the engine was not built: {failure.outcome}"
+        progress.say(f"[{label}] the engine was not built: {INIT_FAILED[failure.outcome]}"
                      + (f" ({failure.note})" if failure.note else ""))
         return False
 
@@ -401,10 +408,7 @@ class OfflineProbe:
     # --- records ----------------------------------------------------------------------------
 
     def _add(self, record: OfflineRequest) -> OfflineRequest:
-        """Write the record, and only then hold it as recorded."""
-        write_section(self.store.folder, "offline-requests.json", [*self.records, record])
-        self.records.append(record)
-        return record
+        return self.store.add_offline_request(record)
 
     def _fields(self, entry: OfflineEntry, planned: PlannedRequest, index: int, breach) -> dict:
         steps, guidance, whose = entry.sampling(self.suite.sampling)

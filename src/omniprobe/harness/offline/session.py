@@ -10,7 +10,6 @@ from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host
 from omniprobe.errors import Refusal
 from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
-from omniprobe.evidence.files import write_section
 from omniprobe.evidence.repeats import standing
 from omniprobe.harness.common.lifetime import (
     ReaderFactory,
@@ -89,8 +88,7 @@ class OfflineSession(Session):
             done = {(r.configuration, r.fixture, r.seed) for r in found.offline_requests
                     if r.settles(self.options.accept_timeouts)}
             settled = {e.name for e in self.entries if init_settled(
-                init_failure([r for r in found.offline if r.configuration == e.name]),
-                self.options.accept_timeouts)}
+                init_failure(found.offline_run(e.name)), self.options.accept_timeouts)}
             return all(e.name in settled or all((e.name, p.fixture.id, p.seed) in done
                                                 for p in self.plans[e.name])
                        for e in self.entries)
@@ -117,7 +115,7 @@ class OfflineSession(Session):
         kwarg_sets = [e.name for e in self.entries if e.engine == "omni"]
         checks = offline_checks(ctx.cfg, kwarg_sets, probe.records)
         if checks:
-            write_section(store.folder, "propagation.json", checks)
+            store.put_propagation(checks)
         for check in checks:
             print(describe(check), file=out)
         for name in unchecked_extras(ctx.cfg, kwarg_sets):

@@ -1,40 +1,36 @@
-"""What one offline entry's runner processes produced (its logs, timelines, build, host RAM and
-any init failure), and its last failed init on record."""
+"""What one offline entry's runner processes produced (their lifetimes, the build and any init
+failure), and its failed init on record."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from omniprobe.evidence.models.common import ArtifactRef
-from omniprobe.evidence.models.offline import DiffusersBuild, HostRamCheck, OfflineCell
-from omniprobe.evidence.models.runs import TimelineSummary
+from omniprobe.evidence.models.offline import DiffusersBuild, OfflineRun, RunnerLifetime
+from omniprobe.evidence.models.runs import InitResult
 
 
 @dataclass
 class EntryState:
-    """What one entry's runner processes produced, for its offline.json rows (a resumed attempt's
-    earlier rows included)."""
+    """What one entry's runner processes produced, for its offline run (a resumed attempt's
+    earlier lifetimes included)."""
 
     init_s: float | None = None
-    failure: OfflineCell | None = None
-    logs: list[ArtifactRef] = field(default_factory=list)
-    timelines: list[TimelineSummary] = field(default_factory=list)
+    failure: InitResult | None = None
+    lifetimes: list[RunnerLifetime] = field(default_factory=list)
     build: DiffusersBuild | None = None
     survives_failure: bool = False
-    host_ram: list[HostRamCheck] = field(default_factory=list)
 
     @classmethod
-    def resumed(cls, rows: list[OfflineCell]) -> EntryState:
-        """What a resumed attempt's rows of the entry hold (a fixture's row, where there is one:
-        an init failure's row is superseded by a fresh build)."""
-        row = next((r for r in rows if r.fixture is not None), rows[0] if rows else None)
-        if row is None:
+    def resumed(cls, run: OfflineRun | None) -> EntryState:
+        """What a resumed attempt's run of the entry holds (a failed init is superseded by a
+        fresh build)."""
+        if run is None:
             return cls()
-        return cls(init_s=row.init_s, logs=list(row.logs), timelines=list(row.timelines),
-                   build=row.build, host_ram=list(row.host_ram))
+        ready = run.init is not None and run.init.outcome == "ready"
+        return cls(init_s=run.init.time_s if ready else None, lifetimes=list(run.lifetimes),
+                   build=run.build)
 
 
-def init_failure(rows: list[OfflineCell]) -> OfflineCell | None:
-    """An entry's last failed init on record, if any (plan.init_settled says whether it stands)."""
-    return next((r for r in reversed(rows) if r.outcome in ("init-oom", "init-error", "timeout")
-                 and r.fixture is None), None)
+def init_failure(run: OfflineRun | None) -> InitResult | None:
+    """An entry's failed init on record, if any (plan.init_settled says whether it stands)."""
+    return run.init if run is not None and run.init_failed is not None else None

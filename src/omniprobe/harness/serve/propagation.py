@@ -23,7 +23,6 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.env.serve_command import server_command
 from omniprobe.evidence.attempts import AttemptStore, new_attempt
-from omniprobe.evidence.files import write_section
 from omniprobe.evidence.models.outputs import PropagationCheck
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.harness.common.lifetime import ReaderFactory, default_readers
@@ -196,7 +195,7 @@ class PropagationSession(Session):
         probe.recorder.drain()
         deploy = cfg.deploy_configs[cfg.flag_sets[plan.flag_set_with].deploy_config]
         check = compare(store, plan, deploy.path)
-        write_section(store.folder, "propagation.json", [check])
+        store.put_propagation([check])
         print(describe(check), file=ctx.out)
         print(f"attempt {store.meta.id}: evidence in {store.folder.relative_to(ctx.project.root)}",
               file=ctx.out)
