@@ -12,11 +12,13 @@ from omniprobe.evidence.migrations import (
     UnknownFormatVersion,
     content_key,
     content_path,
+    fold_settings,
     offline_runs,
     update_to_2,
     update_to_3,
     update_to_4,
     update_to_5,
+    update_to_6,
     upgrade,
     version_of,
 )
@@ -352,3 +354,135 @@ def test_evidence_upgrade_refuses_before_writing_when_any_file_is_bad(
     err = capsys.readouterr().err
     assert f"{bad}: $.runs[0].flag_set" in err and "Traceback" not in err
     assert path.read_text() == old
+
+
+LOG = {"path": "a/runner.log", "sha256": "0" * 64, "bytes": 1}
+LINE = {"sampler": "NVML", "state": "sampled", "target_hz": 10, "samples": 1}
+UPDATES_TO_6 = [
+    # One run per profile: the init failure row is its init, the copies of the logs and
+    # timelines one lifetime each, the profile renamed.
+    ("offline.json",
+     {"format_version": 5, "offline": [
+         {"profile": "cpuoff", "outcome": "init-error", "structure": "unchecked", "init_s": 3.0,
+          "note": "n", "cause": {"kind": "host", "reason": "r"}, "logs": [LOG],
+          "timelines": [LINE], "host_ram": [{"cap_mib": 1}], "build": {"build_s": 1}}]},
+     {"format_version": 6, "offline": [
+         {"profile": "model-cpu", "engine": "diffusers",
+          "init": {"outcome": "error", "time_s": 3.0, "note": "n",
+                   "cause": {"kind": "host", "reason": "r"}},
+          "cells": [], "lifetimes": [{"log": LOG, "timeline": LINE, "host_ram": {"cap_mib": 1}}],
+          "build": {"build_s": 1}}]}),
+    # Cells keep their own fields, in the order they ran; a kwarg set's run is Omni's, ready by
+    # its cells' init_s; a runner without a timeline is a lifetime with only its log.
+    ("offline.json",
+     {"format_version": 5, "offline": [
+         {"kwarg_set": "k", "fixture": "f", "outcome": "ok", "structure": "sound",
+          "init_s": 1.5, "logs": [LOG], "timelines": []},
+         {"kwarg_set": "cpuoff-expandable", "fixture": "f", "outcome": "oom",
+          "structure": "unchecked"},
+         {"kwarg_set": "k", "fixture": "g", "outcome": "oom", "structure": "unchecked",
+          "init_s": 1.5, "logs": [LOG], "timelines": []}]},
+     {"format_version": 6, "offline": [
+         {"kwarg_set": "k", "engine": "omni", "init": {"outcome": "ready", "time_s": 1.5},
+          "cells": [{"fixture": "f", "outcome": "ok", "structure": "sound"},
+                    {"fixture": "g", "outcome": "oom", "structure": "unchecked"}],
+          "lifetimes": [{"log": LOG}]},
+         {"kwarg_set": "cpuoff-expandable", "engine": "omni",
+          "cells": [{"fixture": "f", "outcome": "oom", "structure": "unchecked"}],
+          "lifetimes": []}]}),
+    # A transcribed row without a fixture that is no init failure is a cell of its own.
+    ("offline.json",
+     {"format_version": 5, "offline": [{"kwarg_set": "k", "outcome": "ok", "structure": "broken"}]},
+     {"format_version": 6, "offline": [
+         {"kwarg_set": "k", "engine": "omni",
+          "cells": [{"outcome": "ok", "structure": "broken"}], "lifetimes": []}]}),
+    # Every file that names a Diffusers profile renames it; a flag set keeps its name.
+    ("offline-requests.json",
+     {"format_version": 5, "offline_requests": [{"profile": "cpuoff-expandable"},
+                                                {"kwarg_set": "cpuoff"}]},
+     {"format_version": 6, "offline_requests": [{"profile": "model-cpu-expandable"},
+                                                {"kwarg_set": "cpuoff"}]}),
+    ("capacity.json", {"format_version": 5, "capacity": [{"profile": "cpuoff"}]},
+     {"format_version": 6, "capacity": [{"profile": "model-cpu"}]}),
+    ("runs.json", {"format_version": 5, "runs": [{"flag_set": "cpuoff", "profile": "cpuoff"}]},
+     {"format_version": 6, "runs": [{"flag_set": "cpuoff", "profile": "cpuoff"}]}),
+    # Malformed content is left for validation to name.
+    ("offline.json", {"format_version": 5, "offline": [7]},
+     {"format_version": 6, "offline": [7]}),
+    ("offline.json", {"format_version": 5, "offline": {}},
+     {"format_version": 6, "offline": {}}),
+]
+
+
+@pytest.mark.parametrize(("file_name", "old", "new"), UPDATES_TO_6)
+def test_update_to_6(file_name, old, new):
+    assert update_to_6(file_name, old) == new
+
+
+FOLDS = [
+    # A profile's settings go on its run; one whose run recorded nothing else is a run of its own.
+    ({"format_version": 6, "offline": [{"profile": "a", "engine": "diffusers", "cells": []}]},
+     {"format_version": 6, "profile_settings": [{"profile": "a", "settings": {"x": 1}},
+                                                {"profile": "b", "settings": {"y": 2}}]},
+     {"format_version": 6, "offline": [
+         {"profile": "a", "engine": "diffusers", "cells": [], "settings": {"x": 1}},
+         {"profile": "b", "engine": "diffusers", "settings": {"y": 2}}]}),
+    # Malformed settings are left as they are, for validation to name.
+    ({"format_version": 6, "offline": []}, {"format_version": 6, "profile_settings": {}},
+     {"format_version": 6, "offline": []}),
+]
+
+
+@pytest.mark.parametrize(("offline", "settings", "folded"), FOLDS)
+def test_fold_settings(offline, settings, folded):
+    assert fold_settings(offline, settings) == folded
+
+
+V5_ATTEMPT = ("rtx3090-on-h200-diffusers",
+              "2026-12-02T005736Z-rtx3090-on-h200-diffusers-24576mib-offline")
+
+
+def _v5_attempt(root: Path) -> Path:
+    """The real version 5 attempt (tests/data/migrations/v5: this attempt before the bump), with
+    its profile-settings.json, in place of the committed one."""
+    folder = root / "evidence" / V5_ATTEMPT[0] / V5_ATTEMPT[1]
+    for path in (OLD / "v5").iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+    return folder
+
+
+def test_a_real_version_5_attempt_loads_with_its_settings_folded_into_its_runs(repo, repo_copy):
+    folder = _v5_attempt(repo_copy.root)
+    assert (folder / "profile-settings.json").is_file()
+    old, problems = load_attempt(folder)
+    committed, _ = load_attempt(repo.root / "evidence" / V5_ATTEMPT[0] / V5_ATTEMPT[1])
+    assert problems == [] and old.offline == committed.offline
+    seed, int8 = old.offline
+    assert (seed.profile, seed.init.outcome, len(seed.cells), len(seed.lifetimes)) == (
+        "seed-baseline", "ready", 1, 1)
+    assert seed.settings is not None and seed.build is not None
+    # Its settings were recorded as it began; it never reached offline.json: settings only.
+    assert (int8.profile, int8.ran, int8.cells, int8.settings is not None) == (
+        "int8-leaf-nostream", False, [], True)
+
+
+def test_evidence_upgrade_folds_a_version_5_attempts_settings_and_removes_the_file(
+        repo, repo_copy, monkeypatch, capsys):
+    folder = _v5_attempt(repo_copy.root)
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    assert cli.main(["evidence", "upgrade"]) == 0
+    assert f"{folder / 'profile-settings.json'}: format version 5 -> 6" in capsys.readouterr().out
+    assert not (folder / "profile-settings.json").exists()
+    committed = repo.root / "evidence" / V5_ATTEMPT[0] / V5_ATTEMPT[1]
+    for name in ("offline.json", "offline-requests.json", "attempt.json"):
+        assert (folder / name).read_text() == (committed / name).read_text(), name
+
+
+def test_a_current_profile_settings_file_is_refused_by_name(repo_copy):
+    folder = repo_copy.root / "evidence" / V5_ATTEMPT[0] / V5_ATTEMPT[1]
+    path = folder / "profile-settings.json"
+    path.write_text(json.dumps({"format_version": 6, "profile_settings": []}))
+    _, problems = load_attempt(folder)
+    [problem] = problems
+    assert (problem.file, problem.path) == (str(path), "$.format_version")
+    assert "lives in offline.json" in problem.message
