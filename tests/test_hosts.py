@@ -80,6 +80,10 @@ def _errors(path) -> list[str]:
          "host 'rtx5080-on-h200-diffusers'"),
         ('grid = ["seed-baseline", ', 'grid = ["cpuoff-fp8", ',
          "[calibrations.q3-4r] key 'grid': Diffusers profile 'cpuoff-fp8' is not run"),
+        # A flag set and a Diffusers profile are two things: never one name for both.
+        ("[diffusers_profiles.group-leaf]", "[diffusers_profiles.fp8]",
+         "[diffusers_profiles.fp8]: 'fp8' is also a flag set ([flag_sets.fp8]): a flag set and a "
+         "Diffusers profile cannot share a name"),
         ('emulated_host = "rtx3090-on-h200-diffusers"\nbaseline_attempt',
          'emulated_host = "rtx3090-on-h200-diffusers"\nceiling = true\nbaseline_attempt',
          "[calibrations.q3-4r]: ceiling = true reads a figure"),

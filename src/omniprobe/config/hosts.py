@@ -159,10 +159,20 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
             problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",
                                     f"deploy config {flag_set.deploy_config!r} is not defined "
                                     "under [deploy_configs]"))
+    problems.extend(_name_clashes(cfg, file))
     problems.extend(_calibration_references(cfg, file))
     problems.extend(_env_against_stack(cfg, file))
     problems.extend(_baseline_choices(cfg, file))
     return problems
+
+
+def _name_clashes(cfg: HostsConfig, file: str) -> list[Problem]:
+    """A name is one thing: a flag set and a Diffusers profile of the same name would leave a
+    record's name, a report row and a `--profile`/`--flag-set` reading two ways."""
+    return [Problem(file, f"[diffusers_profiles.{name}]",
+                    f"{name!r} is also a flag set ([flag_sets.{name}]): a flag set and a Diffusers "
+                    "profile cannot share a name; rename one of them")
+            for name in cfg.diffusers_profiles if name in cfg.flag_sets]
 
 
 def _calibration_references(cfg: HostsConfig, file: str) -> list[Problem]:
