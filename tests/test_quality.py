@@ -340,3 +340,20 @@ def test_an_image_laid_over_its_records_path_is_refused_and_nothing_is_written(p
         run_quality(project, project.root / "baseline", attempt_id="run-1")
     assert str(planted) in str(err.value.problems[0])
     assert not (project.evidence_dir / "rtx3090" / "run-1" / "psnr.json").exists()
+
+
+def test_quality_writes_through_the_store_and_waits_for_no_probe_holding_the_attempt(
+        project, capsys):
+    """A probe resuming the attempt holds its lock: quality is refused by name, nothing written."""
+    from omniprobe.evidence.attempts import open_attempt
+
+    folder = project.evidence_dir / "rtx3090" / "run-1"
+    probe = open_attempt(project, folder)
+    try:
+        args = ["quality", "--attempt", "run-1", "--baseline", str(project.root / "baseline")]
+        assert main(args) != 0
+        assert "another probe is writing attempt run-1" in capsys.readouterr().err
+        assert not (folder / "psnr.json").exists() and not (folder / "determinism.json").exists()
+    finally:
+        probe.close()
+    assert main(args) == 0 and (folder / "psnr.json").is_file()

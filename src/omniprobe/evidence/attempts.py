@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import TypeVar
 
 from omniprobe import __version__
-from omniprobe.atomic import is_temp_file
+from omniprobe.atomic import is_temp_file, write_text_atomic
 from omniprobe.config.host_entry import Host
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_file
 from omniprobe.errors import InputError, Problem, Refusal
-from omniprobe.evidence.files import ATTEMPT_FILE, write_section
+from omniprobe.evidence.files import ATTEMPT_FILE, dump_json, write_section
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.models.attempt import (
     Attempt,
@@ -37,7 +37,7 @@ from omniprobe.evidence.models.attempt import (
 from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
 from omniprobe.evidence.models.common import ArtifactRef, Weights, replaced
 from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
-from omniprobe.evidence.models.outputs import PropagationCheck
+from omniprobe.evidence.models.outputs import DeterminismGroup, PropagationCheck, PsnrRow
 from omniprobe.evidence.models.requests import RequestRecord
 from omniprobe.evidence.models.runs import ServeRun
 from omniprobe.evidence.repeats import repeat_problems
@@ -180,6 +180,13 @@ class AttemptStore:
         """The attempt's propagation checks, all of them (each run finds them anew)."""
         write_section(self.folder, "propagation.json", checks)
 
+    def put_quality(self, psnr: list[PsnrRow], determinism: list[DeterminismGroup]) -> list[Path]:
+        """The attempt's PSNR rows and determinism groups (omniprobe quality), both validated
+        before either is written."""
+        texts = {"psnr.json": dump_json("psnr.json", psnr),
+                 "determinism.json": dump_json("determinism.json", determinism)}
+        return [write_text_atomic(self.folder / name, text) for name, text in texts.items()]
+
     def put_search(self, search: ProfileSearch) -> None:
         """A profile's capacity search, replacing its earlier state in place."""
         self.capacity = _put(self.folder, "capacity.json", self.capacity, search,
@@ -291,6 +298,14 @@ def _load(project: Project, folder: Path) -> AttemptStore:
     return AttemptStore(project, folder, loaded.meta, list(loaded.runs), list(loaded.requests),
                         list(loaded.offline), list(loaded.offline_requests), list(loaded.capacity),
                         list(loaded.capacity_trials))
+
+
+def open_attempt(project: Project, folder: Path) -> AttemptStore:
+    """An attempt on disk, to add a section to (omniprobe quality): loaded, refused where it is
+    damaged, and locked against a probe writing it; close() lets it go."""
+    store = _load(project, folder)
+    store._take_lock()
+    return store
 
 
 def _create(project: Project, host_name: str, host: Host, command: list[str],

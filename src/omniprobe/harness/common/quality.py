@@ -5,7 +5,8 @@ opens each output image (RequestRecord.artifact: an absolute path, or one relati
 artifacts folder) and compares it with the baseline image of the same fixture and seed, found
 under DIR by the hosts.toml [quality] baseline_layout pattern. One PsnrRow per request goes to
 the attempt's psnr.json. The outputs of one fixture and seed under different flag sets are
-grouped by pixel hash into determinism.json. Every input is checked before anything is written.
+grouped by pixel hash into determinism.json. Every input is checked before anything is written,
+and both files go through the attempt store, which holds the attempt's lock while it writes.
 
 Outputs made from stand-in inputs (fixtures.json `stands_in_for`) get no PSNR row: the baseline
 ran the original inputs, so a comparison would set two different pictures side by side. Each is
@@ -28,7 +29,8 @@ from omniprobe.config.project import Project
 from omniprobe.config.report_settings import QualitySettings, StructureChecks
 from omniprobe.digests import sha256_file
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
-from omniprobe.evidence.files import ATTEMPT_FILE, write_section
+from omniprobe.evidence.attempts import open_attempt
+from omniprobe.evidence.files import ATTEMPT_FILE
 from omniprobe.evidence.load import LoadedAttempt
 from omniprobe.evidence.migrations import content_path
 from omniprobe.evidence.models.outputs import DeterminismGroup, PsnrRow
@@ -293,7 +295,10 @@ def run_quality(project: Project, baseline_dir: Path, *, attempt_id: str | None 
             rows.append(psnr_row(out.record, pixels, baseline, loaded.hosts.structure, comparator,
                                  cfg.convert_modes, baseline_attempt))
     groups = determinism_groups(pixel_hashes(outputs, computed))
-    written = [write_section(attempt.path, "psnr.json", rows),
-               write_section(attempt.path, "determinism.json", groups)]
+    store = open_attempt(project, attempt.path)
+    try:
+        written = store.put_quality(rows, groups)
+    finally:
+        store.close()
     return QualityResult(attempt, rows, groups, written, refused)
 
