@@ -71,3 +71,10 @@ def test_a_record_is_held_only_once_written(store, monkeypatch):
     with pytest.raises(OSError):
         store.add_offline_request(record)
     assert len(store.offline_requests) == count + 1
+
+
+def test_an_omni_run_begun_is_written_only_once_it_records_something(store):
+    before = (store.folder / "offline.json").read_bytes()
+    begun = store.begin_offline_run(OfflineRun(kwarg_set="k", engine="omni"))
+    assert begun.kwarg_set == "k" and store.offline_run("k") is None
+    assert (store.folder / "offline.json").read_bytes() == before
