@@ -153,9 +153,9 @@ class AttemptStore:
 
     def begin_offline_run(self, run: OfflineRun) -> OfflineRun:
         """An entry's run as it begins: the one on record, or `run` (an engine, its name and for
-        a Diffusers profile its settings), written now where it holds settings. A profile's settings are recorded once:
-        a resumed run under settings that differ from those recorded is refused (its records
-        would mean two things)."""
+        a Diffusers profile its settings), written now where it holds settings. A profile's
+        settings are recorded once: a resumed run under settings that differ from those
+        recorded is refused (its records would mean two things)."""
         found = self.offline_run(run.configuration)
         if found is None and run.settings is None:
             return run  # nothing to record yet: an attempt that runs nothing stays empty
