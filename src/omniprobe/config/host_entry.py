@@ -86,7 +86,14 @@ class Emulation(HostsTable):
         return self
 
 
+HostKind = Literal["omni", "sim", "diffusers"]  # host_kinds.KIND_KEYS's keys (a test holds it)
+
+
 class Host(HostsTable):
+    kind: HostKind = Field(description="What the host is: omni, vLLM-Omni's server and offline "
+                                       "engine; sim, omniprobe's simulated server; diffusers, "
+                                       "the Diffusers engine over its profiles. Each kind takes "
+                                       "its own keys (config/host_kinds.py).")
     name: str = Field(description="Human name of the host, e.g. 'RTX 3090'.")
     hostname: str
     gpu: str
@@ -105,7 +112,7 @@ class Host(HostsTable):
                     "within it (a desktop's compositor, a browser) is recorded on the timeline "
                     "(idle_mib), not fatal. Chosen by omniprobe, not the seed.")
     simulated: bool = False
-    serve_flag_sets: list[str]
+    serve_flag_sets: list[str] = []
     offline_kwarg_sets: list[str] = []
     serve_command: list[str] | None = Field(
         default=None, min_length=1,
@@ -167,8 +174,6 @@ class Host(HostsTable):
                 raise ValueError("a [diffusers] host needs diffusers_profiles")
             if self.diffusers_profiles:
                 raise ValueError("diffusers_profiles need a [hosts.<name>.diffusers] table")
-        if self.diffusers is not None and self.offline_kwarg_sets:
-            raise ValueError("a Diffusers host runs diffusers_profiles, not offline_kwarg_sets")
         if self.emulation and self.emulation.mechanism == "sim-account" and not self.simulated:
             raise ValueError("the 'sim-account' mechanism needs a simulated server "
                              "(emulate a simulated host)")

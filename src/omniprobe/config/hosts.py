@@ -12,6 +12,7 @@ from omniprobe.config.cards import Card
 from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.config.flag_sets import DeployConfig, FlagSet, OfflineKwargSet, Serve
 from omniprobe.config.host_entry import Host, model_folders
+from omniprobe.config.host_kinds import KIND_KEYS, kind_problems
 from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.names import Name
 from omniprobe.config.report_settings import ProbeSettings, QualitySettings, StructureChecks
@@ -55,8 +56,9 @@ class HostsConfig(HostsTable):
     @model_validator(mode="before")
     @classmethod
     def _inherit_emulated(cls, data):
-        """An emulated host takes the matrix of the host it emulates: its flag sets, offline
-        kwarg sets and, for a simulated one, the capacity model its server runs."""
+        """An emulated host takes the matrix of the host it emulates, as far as its own kind has
+        one (KIND_KEYS' inherited): its flag sets, offline kwarg sets and, for a simulated one,
+        the capacity model its server runs."""
         hosts = data.get("hosts") if isinstance(data, dict) else None
         if not isinstance(hosts, dict):
             return data
@@ -73,7 +75,9 @@ class HostsConfig(HostsTable):
             if target.get("emulation") is not None:
                 raise ValueError(f"[hosts.{name}.emulation] key 'emulates': host {emulates!r} "
                                  "is itself emulated; name a real or simulated host")
-            inherited = {key: target[key] for key in _INHERITED if key in target}
+            rules = KIND_KEYS.get(host.get("kind"))
+            inherited = {key: target[key] for key in (rules.inherited if rules else ())
+                         if key in target}
             filled[name] = {**inherited, **host}
         serve = data.get("serve")
         model = serve.get("served_model_name") if isinstance(serve, dict) else None
@@ -105,10 +109,6 @@ class HostsConfig(HostsTable):
             return emulation.capacity_mib
         target = self.host(emulation.emulates)
         return target.capacity.vram_mib if target.capacity else target.vram_gb * 1024
-
-
-# What an emulated host takes from the host it emulates, unless it sets them itself.
-_INHERITED = ("serve_flag_sets", "offline_kwarg_sets", "simulated", "capacity")
 
 
 def _toml_loc(loc) -> str:
@@ -234,14 +234,30 @@ def parse_hosts(path: Path, text: str) -> HostsConfig:
     return _checked(path, toml_text(path, text))
 
 
+def _kind_problems(path: Path, data: dict) -> list[Problem]:
+    """Each host's keys against its kind, as the file states them (before inheritance)."""
+    hosts = data.get("hosts")
+    if not isinstance(hosts, dict):
+        return []
+    return [Problem(str(path), f"[hosts.{name}] key '{key}'", expected)
+            for name, host in hosts.items() if isinstance(host, dict)
+            for key, expected in kind_problems(host)]
+
+
 def _checked(path: Path, data: dict) -> HostsConfig:
     if "report" in data:  # hosts.toml held it until the report's words moved to its templates
         raise InputError([Problem(str(path), "[report]", "the report's title and issues live in "
                                   "templates/report.toml, as top-level keys; move them there")])
+    kinds = _kind_problems(path, data)
     try:
         cfg = HostsConfig.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise InputError(problems_from_validation(path, exc, _toml_loc)) from None
+        # A key its kind refuses is said once, in the kind's words.
+        said = {p.path for p in kinds}
+        raise InputError(kinds + [p for p in problems_from_validation(path, exc, _toml_loc)
+                                  if p.path not in said]) from None
+    if kinds:
+        raise InputError(kinds)
     problems = _cross_references(cfg, str(path))
     if problems:
         raise InputError(problems)
