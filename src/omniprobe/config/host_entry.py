@@ -19,6 +19,7 @@ from omniprobe.config.command_rules import (
 from omniprobe.config.diffusers import DiffusersHost
 from omniprobe.config.flag_sets import ArgsCheck
 from omniprobe.config.hosts_common import HostsTable, Mib, PositiveMib
+from omniprobe.config.names import Name
 from omniprobe.limits import MAX_MIB, MAX_VRAM_GB
 
 
@@ -145,6 +146,9 @@ class Host(HostsTable):
     diffusers_profiles: list[str] = Field(
         default=[], description="The [diffusers_profiles] its offline runs build (Diffusers "
                                 "hosts only).")
+    diffusers_profile_list: Name | None = Field(
+        default=None, description="A [diffusers_profile_lists] entry: its profiles are this "
+                                  "host's diffusers_profiles (stated in place of them).")
     memory_file_env: str | None = Field(
         default=None, pattern=rf"^{OWN_ENV_PREFIX}[A-Z0-9_]+$",
         description="The environment variable that tells the host's server (or offline runner) "

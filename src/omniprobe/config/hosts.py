@@ -9,7 +9,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from omniprobe.config.calibration import Calibration
 from omniprobe.config.cards import Card
-from omniprobe.config.diffusers import DiffusersProfile
+from omniprobe.config.diffusers import DiffusersProfile, DiffusersProfileDefaults, with_defaults
 from omniprobe.config.flag_sets import DeployConfig, FlagSet, OfflineKwargSet, Serve
 from omniprobe.config.host_entry import Host, model_folders
 from omniprobe.config.host_kinds import KIND_KEYS, kind_problems
@@ -33,7 +33,13 @@ class HostsConfig(HostsTable):
     flag_sets: dict[Name, FlagSet]
     deploy_configs: dict[Name, DeployConfig] = {}
     offline_kwarg_sets: dict[Name, OfflineKwargSet] = {}
+    diffusers_profile_defaults: DiffusersProfileDefaults | None = Field(
+        default=None, description="What a profile that does not state it takes; needed where "
+                                  "there are profiles.")
     diffusers_profiles: dict[Name, DiffusersProfile] = {}
+    diffusers_profile_lists: dict[Name, list[Name]] = Field(
+        default={}, description="Named lists of profiles, for the hosts that run the same ones "
+                                "(a host's diffusers_profile_list).")
     cards: dict[Name, Card] = Field(
         default={}, description="GPUs a user may own, each by its usable memory pool's figures "
                                 "and their sources; a capacity search's bands are judged against "
@@ -52,6 +58,36 @@ class HostsConfig(HostsTable):
                                   "'baseline'); null: not configured.")
     upstream: UpstreamPin | None = Field(
         default=None, description="The registry's upstream the contract checks run against.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _profile_defaults(cls, data):
+        """Each profile takes the sampling keys it does not state from the defaults table."""
+        profiles = data.get("diffusers_profiles") if isinstance(data, dict) else None
+        defaults = data.get("diffusers_profile_defaults") if isinstance(data, dict) else None
+        if not isinstance(profiles, dict) or not isinstance(defaults, dict):
+            return data
+        return {**data, "diffusers_profiles": {name: with_defaults(profile, defaults)
+                                               for name, profile in profiles.items()}}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_profile_lists(cls, data):
+        """A host naming a profile list runs that list's profiles."""
+        hosts = data.get("hosts") if isinstance(data, dict) else None
+        if not isinstance(hosts, dict):
+            return data
+        lists = data.get("diffusers_profile_lists", {})
+        filled = dict(hosts)
+        for name, host in hosts.items():
+            named = host.get("diffusers_profile_list") if isinstance(host, dict) else None
+            if named is None:
+                continue
+            if not isinstance(lists, dict) or named not in lists:
+                raise ValueError(f"[hosts.{name}] key 'diffusers_profile_list': list {named!r} "
+                                 "is not defined under [diffusers_profile_lists]")
+            filled[name] = {**host, "diffusers_profiles": lists[named]}
+        return {**data, "hosts": filled}
 
     @model_validator(mode="before")
     @classmethod
@@ -86,6 +122,13 @@ class HostsConfig(HostsTable):
                       if isinstance(host, dict) else host for name, host in filled.items()}
         return {**data, "hosts": filled}
 
+    @model_validator(mode="after")
+    def _defaults_for_profiles(self) -> HostsConfig:
+        if self.diffusers_profiles and self.diffusers_profile_defaults is None:
+            raise ValueError("[diffusers_profiles] need a [diffusers_profile_defaults] table "
+                             "(output_resolution and the sampling a profile does not state)")
+        return self
+
     def host(self, name: str, where: str = "the command") -> Host:
         """The host called `name`; UnknownHost, saying who named it and listing the hosts."""
         if name not in self.hosts:
@@ -99,6 +142,12 @@ class HostsConfig(HostsTable):
 
     def real_hosts(self) -> dict[str, Host]:
         return {k: h for k, h in self.hosts.items() if not h.simulated}
+
+    def output_resolution(self, profile: str) -> int:
+        """The side a profile's condition images are resized to: its own, else the defaults'
+        (which _defaults_for_profiles holds present wherever there are profiles)."""
+        own = self.diffusers_profiles[profile].output_resolution
+        return own if own is not None else self.diffusers_profile_defaults.output_resolution
 
     def emulated_cap_mib(self, name: str) -> int | None:
         """The capacity an emulated host imposes (MiB); None for a host that is not emulated."""
@@ -120,7 +169,7 @@ def _toml_loc(loc) -> str:
         item = f"[[{parts[0]}.install]] item {parts[2]}"
         return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
     if len(parts) >= 2 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets",
-                                        "diffusers_profiles", "cards",
+                                        "diffusers_profiles", "diffusers_profile_lists", "cards",
                                         "calibrations"}:
         table = f"[{parts[0]}.{parts[1]}]"  # one named table; a rule across its keys names it alone
         return f"{table} key '{'.'.join(parts[2:])}'" if len(parts) > 2 else table
@@ -136,7 +185,7 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
             if flag_set not in cfg.flag_sets:
                 problems.append(Problem(file, f"[hosts.{name}] key 'serve_flag_sets'",
                                         f"flag set {flag_set!r} is not defined under [flag_sets]"))
-        for profile in host.diffusers_profiles:
+        for profile in host.diffusers_profiles if host.diffusers_profile_list is None else ():
             if profile not in cfg.diffusers_profiles:
                 problems.append(Problem(
                     file, f"[hosts.{name}] key 'diffusers_profiles'",
@@ -154,6 +203,11 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
                 host.emulation is not None):
             problems.append(Problem(file, f"[hosts.{name}] key 'card'",
                                     "an emulated host names no card: the host it emulates does"))
+    for name, profiles in cfg.diffusers_profile_lists.items():
+        problems.extend(Problem(file, f"[diffusers_profile_lists] key '{name}'",
+                                f"Diffusers profile {profile!r} is not defined under "
+                                "[diffusers_profiles]")
+                        for profile in profiles if profile not in cfg.diffusers_profiles)
     for name, flag_set in cfg.flag_sets.items():
         if flag_set.deploy_config and flag_set.deploy_config not in cfg.deploy_configs:
             problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",
