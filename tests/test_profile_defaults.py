@@ -71,3 +71,16 @@ def test_bad_defaults_and_lists_are_refused_naming_them(repo_copy, old, new, exp
     with pytest.raises(InputError) as caught:
         load_hosts(repo_copy.hosts_file)
     assert any(expected in str(p) for p in caught.value.problems), caught.value.problems
+
+
+def test_the_runner_is_given_the_condition_size_its_profile_records_none_of(repo):
+    """The recorded profile keeps output_resolution null; the runner's kwargs carry the size
+    resolved from [diffusers_profile_defaults] (or the profile's own)."""
+    from omniprobe.harness.offline.matrix import offline_matrix
+
+    cfg = load_hosts(repo.hosts_file)
+    host = "h200-diffusers"
+    entries, _, _ = offline_matrix(cfg, repo, host, cfg.hosts[host],
+                                   ("group-leaf", "group-leaf-res512"))
+    assert {e.name: (e.kwargs["profile"]["output_resolution"], e.kwargs["output_resolution"])
+            for e in entries} == {"group-leaf": (None, 1024), "group-leaf-res512": (512, 512)}
