@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from omniprobe import project_files
 from omniprobe.cli import build_parser, run_command
 from omniprobe.cli.options import options_from
 from omniprobe.config.hosts import load_hosts
@@ -26,6 +27,14 @@ from omniprobe.evidence.models.attempt import AttemptEnvironment, ServedModel
 from omniprobe.harness.common.process import free_port
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def hosts_copy(root: Path) -> Path:
+    """The committed hosts.toml copied into a tmp project at `root`: the one place tests copy it,
+    so a change of its format (a file split off, a name moved) is one edit here."""
+    target = root / project_files.HOSTS_FILE
+    shutil.copy(REPO / project_files.HOSTS_FILE, target)
+    return target
 SRC = REPO / "src"
 
 
@@ -46,7 +55,7 @@ def make_project(root: Path, *, faults: list[str] = (), seeds: list[int] = (2301
     """A copy of hosts.toml and fixtures/ with small images and the given sim faults: every
     fixture that states a size (simulated, stand-in, or the original a stand-in copies it from)
     asks for `size`, so a request costs the harness milliseconds, not a 1248x832 decode."""
-    shutil.copy(REPO / "hosts.toml", root / "hosts.toml")
+    hosts_copy(root)
     shutil.copytree(REPO / "fixtures", root / "fixtures")
     shutil.copytree(REPO / "deploy", root / "deploy")  # the sim host's deploy config
     shutil.copytree(REPO / "models", root / "models")  # the Diffusers hosts' model configs

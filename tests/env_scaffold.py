@@ -204,6 +204,7 @@ served_model_name = "{MODEL_REPO}"
 target_reference_count = 1
 
 [hosts.testhost]
+kind = "omni"
 name = "Test host"
 hostname = "{socket.gethostname()}"
 gpu = "NVIDIA GeForce RTX 3090"
@@ -213,6 +214,7 @@ python_provider = "whatever uv finds"
 serve_flag_sets = ["default"]
 
 [hosts.simhost]
+kind = "sim"
 name = "Simulated host"
 hostname = "anywhere"
 gpu = "NVIDIA GeForce RTX 3090"

@@ -31,13 +31,13 @@ BASELINE_PINS = [("torch", "2.13.0+cu130"), ("torchvision", "0.28.0+cu130"),
 # A real host with the snapshot whose Diffusers runner runs in the baseline env.
 SNAPSHOT_HOST = """
 [hosts.rtx5080-diffusers]
+kind = "diffusers"
 name = "RTX 5080: Qwen-Image-2.1 in Diffusers"
 hostname = "cachyos-9900x-o11d"
 gpu = "NVIDIA GeForce RTX 5080"
 compute_capability = "12.0"
 vram_gb = 16
 python_provider = "the baseline env"
-serve_flag_sets = []
 diffusers_profiles = ["seed-baseline"]
 offline_command = ["{python}", "{runner}"]
 model_code = ["diffusers/models/"]
@@ -165,7 +165,8 @@ def test_probe_baseline_refuses_a_real_host_without_its_baseline_env(tmp_path, m
 def test_a_baseline_manifest_never_stands_for_the_probe_envs(tmp_path):
     project = Project(tmp_path)
     (tmp_path / "hosts.toml").write_text(REAL.hosts_file.read_text().replace(
-        "[hosts.rtx3090]", "[hosts.testhost]\nname = \"t\"\nhostname = \"box\"\ngpu = \"g\"\n"
+        "[hosts.rtx3090]", "[hosts.testhost]\nkind = \"omni\"\nname = \"t\"\nhostname = \"box\"\n"
+        "gpu = \"g\"\n"
         "compute_capability = \"8.6\"\nvram_gb = 24\npython_provider = \"p\"\n"
         "serve_flag_sets = []\n\n[hosts.rtx3090]"))
     cfg = load_hosts(project.hosts_file)

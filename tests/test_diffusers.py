@@ -106,13 +106,13 @@ def add_tiny_host(project, name: str, *, weights: str = "random", tables: str = 
     with open(project.hosts_file, "a") as handle:
         handle.write(f'''
 [hosts.{name}]
+kind = "diffusers"
 name = "the tiny model ({name})"
 hostname = "(any)"
 gpu = "{gpu}"
 compute_capability = "{cc}"
 vram_gb = {vram_gb}
 python_provider = "the probe's own Python"
-serve_flag_sets = []
 diffusers_profiles = ["tiny-cpu"]
 offline_command = ["{{python}}", "{{runner}}"]
 [hosts.{name}.diffusers]

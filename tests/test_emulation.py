@@ -226,7 +226,7 @@ def test_an_emulated_host_takes_the_matrix_of_the_host_it_emulates(repo):
 ])
 def test_a_bad_emulation_table_is_refused_naming_it(tmp_path, repo, table, message):
     text = repo.hosts_file.read_text()
-    text += ('\n[hosts.bad]\nname = "b"\nhostname = "h"\ngpu = "NVIDIA H200"\n'
+    text += ('\n[hosts.bad]\nkind = "omni"\nname = "b"\nhostname = "h"\ngpu = "NVIDIA H200"\n'
              'compute_capability = "9.0"\nvram_gb = 141\npython_provider = "p"\n'
              f'\n[hosts.bad.emulation]\n{table}\n')
     (tmp_path / "hosts.toml").write_text(text)

@@ -51,6 +51,7 @@ def test_host_add_appends_this_machine_and_keeps_the_rest_byte_for_byte(machine,
     host, like = cfg.hosts["desk3090"], cfg.hosts["rtx3090"]
     assert (host.hostname, host.gpu, host.compute_capability, host.vram_gb, host.card) == (
         "desk", "NVIDIA GeForce RTX 3090 Ti", "8.6", 24, "desk3090")
+    assert host.kind == like.kind == "omni"
     assert host.serve_flag_sets == like.serve_flag_sets
     assert host.offline_kwarg_sets == like.offline_kwarg_sets
     assert platform.python_version() in host.python_provider

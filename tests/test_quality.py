@@ -32,7 +32,7 @@ from omniprobe.harness.common.quality import (
     pixel_hashes,
 )
 
-from .conftest import agreeing
+from .conftest import agreeing, hosts_copy
 from .evidence_scaffold import add_attempt
 from .synthetic import broken_signature, natural, perturbed, save, textbook_psnr
 
@@ -204,7 +204,7 @@ def test_the_default_attempt_is_the_latest_with_images(attempts, expected):
 def project(tmp_path, monkeypatch):
     """hosts.toml and fixtures from the repository, a transcribed Diffusers baseline attempt, a
     measured attempt with five requests (one OOM) and their images, and the baseline images."""
-    shutil.copy(ROOT / "hosts.toml", tmp_path / "hosts.toml")
+    hosts_copy(tmp_path)
     shutil.copytree(ROOT / "fixtures", tmp_path / "fixtures")
     artifacts = tmp_path / "artifacts"
     monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))

@@ -269,7 +269,7 @@ def kv_measures(runs_attempts: list[LoadedAttempt], fixtures: FixtureSuite,
                 continue
             found.setdefault((r.configuration, r.fixture), KvMeasure(
                 r.configuration, r.fixture, fixtures.get(r.fixture).reference_count,
-                resolutions.get(r.configuration, 1024), r.kv_cache_bytes, r.prefix_tokens,
+                resolutions[r.configuration], r.kv_cache_bytes, r.prefix_tokens,
                 r.prompt_text_tokens))
     return sorted(found.values(), key=lambda m: (m.output_resolution, m.profile,
                                                  m.reference_count))

@@ -70,7 +70,7 @@ class DiffusersProfile(_Input):
     output_resolution: int | None = Field(
         default=None, gt=0, le=4096,
         description="The side the pipeline resizes condition images to (area output_resolution²); "
-                    "null: the pipeline's default (1024).")
+                    "null: [diffusers_profile_defaults] output_resolution.")
     steps: int | None = Field(default=None, ge=1, le=1000,
                               description="Denoising steps, in place of the fixtures' sampling.")
     true_cfg_scale: float | None = Field(default=None, ge=0, le=100)
@@ -141,6 +141,46 @@ def offload_setting_problems(offload: str, use_stream: bool, low_cpu_mem_usage: 
         problems.append("low_cpu_mem_usage = true needs use_stream = true: without streams "
                         "group offload pins nothing, so the setting is ignored")
     return problems
+
+
+class DiffusersProfileDefaults(_Input):
+    """[diffusers_profile_defaults]: what a profile that does not state it takes. Its sampling
+    keys are merged into each profile as it is loaded (a profile records them as before); the
+    condition size is read from here where it is used, so a profile records only its own."""
+
+    output_resolution: int = Field(
+        gt=0, le=4096, description="The side condition images are resized to (area "
+                                   "output_resolution²) for a profile that states none.")
+    steps: int | None = Field(default=None, ge=1, le=1000)
+    true_cfg_scale: float | None = Field(default=None, ge=0, le=100)
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] | None = Field(default=None,
+                                                                          min_length=1)
+    chosen_by_omniprobe: list[str] = Field(
+        default=[], description="The keys here the seed report does not state; a profile that "
+                                "takes one records it in its own chosen_by_omniprobe.")
+
+    @model_validator(mode="after")
+    def _chosen_known(self) -> DiffusersProfileDefaults:
+        unknown = set(self.chosen_by_omniprobe) - set(type(self).model_fields)
+        if unknown:
+            raise ValueError(f"chosen_by_omniprobe names unknown keys {sorted(unknown)}")
+        return self
+
+
+def with_defaults(profile: dict, defaults: dict) -> dict:
+    """A profile's table with the sampling keys it does not state taken from the defaults table,
+    each marked chosen by omniprobe where the defaults mark it so."""
+    if not isinstance(profile, dict):  # the model says what is wrong with it
+        return profile
+    taken = [key for key in SAMPLING_KEYS if key not in profile and key in defaults]
+    own = profile.get("chosen_by_omniprobe", [])
+    if not taken or not isinstance(own, list):
+        return profile
+    chosen = [key for key in defaults.get("chosen_by_omniprobe", []) if key in taken]
+    merged = {**profile, **{key: defaults[key] for key in taken}}
+    if chosen:
+        merged["chosen_by_omniprobe"] = [*own, *chosen]
+    return merged
 
 
 class DiffusersHost(_Input):

@@ -19,6 +19,7 @@ from omniprobe.config.command_rules import (
 from omniprobe.config.diffusers import DiffusersHost
 from omniprobe.config.flag_sets import ArgsCheck
 from omniprobe.config.hosts_common import HostsTable, Mib, PositiveMib
+from omniprobe.config.names import Name
 from omniprobe.limits import MAX_MIB, MAX_VRAM_GB
 
 
@@ -86,7 +87,14 @@ class Emulation(HostsTable):
         return self
 
 
+HostKind = Literal["omni", "sim", "diffusers"]  # host_kinds.KIND_KEYS's keys (a test holds it)
+
+
 class Host(HostsTable):
+    kind: HostKind = Field(description="What the host is: omni, vLLM-Omni's server and offline "
+                                       "engine; sim, omniprobe's simulated server; diffusers, "
+                                       "the Diffusers engine over its profiles. Each kind takes "
+                                       "its own keys (config/host_kinds.py).")
     name: str = Field(description="Human name of the host, e.g. 'RTX 3090'.")
     hostname: str
     gpu: str
@@ -105,7 +113,7 @@ class Host(HostsTable):
                     "within it (a desktop's compositor, a browser) is recorded on the timeline "
                     "(idle_mib), not fatal. Chosen by omniprobe, not the seed.")
     simulated: bool = False
-    serve_flag_sets: list[str]
+    serve_flag_sets: list[str] = []
     offline_kwarg_sets: list[str] = []
     serve_command: list[str] | None = Field(
         default=None, min_length=1,
@@ -138,6 +146,9 @@ class Host(HostsTable):
     diffusers_profiles: list[str] = Field(
         default=[], description="The [diffusers_profiles] its offline runs build (Diffusers "
                                 "hosts only).")
+    diffusers_profile_list: Name | None = Field(
+        default=None, description="A [diffusers_profile_lists] entry: its profiles are this "
+                                  "host's diffusers_profiles (stated in place of them).")
     memory_file_env: str | None = Field(
         default=None, pattern=rf"^{OWN_ENV_PREFIX}[A-Z0-9_]+$",
         description="The environment variable that tells the host's server (or offline runner) "
@@ -167,8 +178,6 @@ class Host(HostsTable):
                 raise ValueError("a [diffusers] host needs diffusers_profiles")
             if self.diffusers_profiles:
                 raise ValueError("diffusers_profiles need a [hosts.<name>.diffusers] table")
-        if self.diffusers is not None and self.offline_kwarg_sets:
-            raise ValueError("a Diffusers host runs diffusers_profiles, not offline_kwarg_sets")
         if self.emulation and self.emulation.mechanism == "sim-account" and not self.simulated:
             raise ValueError("the 'sim-account' mechanism needs a simulated server "
                              "(emulate a simulated host)")

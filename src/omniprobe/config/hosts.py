@@ -9,9 +9,10 @@ from pydantic import Field, ValidationError, model_validator
 
 from omniprobe.config.calibration import Calibration
 from omniprobe.config.cards import Card
-from omniprobe.config.diffusers import DiffusersProfile
+from omniprobe.config.diffusers import DiffusersProfile, DiffusersProfileDefaults, with_defaults
 from omniprobe.config.flag_sets import DeployConfig, FlagSet, OfflineKwargSet, Serve
 from omniprobe.config.host_entry import Host, model_folders
+from omniprobe.config.host_kinds import KIND_KEYS, kind_problems
 from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.names import Name
 from omniprobe.config.report_settings import ProbeSettings, QualitySettings, StructureChecks
@@ -32,7 +33,13 @@ class HostsConfig(HostsTable):
     flag_sets: dict[Name, FlagSet]
     deploy_configs: dict[Name, DeployConfig] = {}
     offline_kwarg_sets: dict[Name, OfflineKwargSet] = {}
+    diffusers_profile_defaults: DiffusersProfileDefaults | None = Field(
+        default=None, description="What a profile that does not state it takes; needed where "
+                                  "there are profiles.")
     diffusers_profiles: dict[Name, DiffusersProfile] = {}
+    diffusers_profile_lists: dict[Name, list[Name]] = Field(
+        default={}, description="Named lists of profiles, for the hosts that run the same ones "
+                                "(a host's diffusers_profile_list).")
     cards: dict[Name, Card] = Field(
         default={}, description="GPUs a user may own, each by its usable memory pool's figures "
                                 "and their sources; a capacity search's bands are judged against "
@@ -54,9 +61,40 @@ class HostsConfig(HostsTable):
 
     @model_validator(mode="before")
     @classmethod
+    def _profile_defaults(cls, data):
+        """Each profile takes the sampling keys it does not state from the defaults table."""
+        profiles = data.get("diffusers_profiles") if isinstance(data, dict) else None
+        defaults = data.get("diffusers_profile_defaults") if isinstance(data, dict) else None
+        if not isinstance(profiles, dict) or not isinstance(defaults, dict):
+            return data
+        return {**data, "diffusers_profiles": {name: with_defaults(profile, defaults)
+                                               for name, profile in profiles.items()}}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named_profile_lists(cls, data):
+        """A host naming a profile list runs that list's profiles."""
+        hosts = data.get("hosts") if isinstance(data, dict) else None
+        if not isinstance(hosts, dict):
+            return data
+        lists = data.get("diffusers_profile_lists", {})
+        filled = dict(hosts)
+        for name, host in hosts.items():
+            named = host.get("diffusers_profile_list") if isinstance(host, dict) else None
+            if named is None:
+                continue
+            if not isinstance(lists, dict) or named not in lists:
+                raise ValueError(f"[hosts.{name}] key 'diffusers_profile_list': list {named!r} "
+                                 "is not defined under [diffusers_profile_lists]")
+            filled[name] = {**host, "diffusers_profiles": lists[named]}
+        return {**data, "hosts": filled}
+
+    @model_validator(mode="before")
+    @classmethod
     def _inherit_emulated(cls, data):
-        """An emulated host takes the matrix of the host it emulates: its flag sets, offline
-        kwarg sets and, for a simulated one, the capacity model its server runs."""
+        """An emulated host takes the matrix of the host it emulates, as far as its own kind has
+        one (KIND_KEYS' inherited): its flag sets, offline kwarg sets and, for a simulated one,
+        the capacity model its server runs."""
         hosts = data.get("hosts") if isinstance(data, dict) else None
         if not isinstance(hosts, dict):
             return data
@@ -73,7 +111,9 @@ class HostsConfig(HostsTable):
             if target.get("emulation") is not None:
                 raise ValueError(f"[hosts.{name}.emulation] key 'emulates': host {emulates!r} "
                                  "is itself emulated; name a real or simulated host")
-            inherited = {key: target[key] for key in _INHERITED if key in target}
+            rules = KIND_KEYS.get(host.get("kind"))
+            inherited = {key: target[key] for key in (rules.inherited if rules else ())
+                         if key in target}
             filled[name] = {**inherited, **host}
         serve = data.get("serve")
         model = serve.get("served_model_name") if isinstance(serve, dict) else None
@@ -81,6 +121,13 @@ class HostsConfig(HostsTable):
             filled = {name: {"model_code": model_folders(model), **host}
                       if isinstance(host, dict) else host for name, host in filled.items()}
         return {**data, "hosts": filled}
+
+    @model_validator(mode="after")
+    def _defaults_for_profiles(self) -> HostsConfig:
+        if self.diffusers_profiles and self.diffusers_profile_defaults is None:
+            raise ValueError("[diffusers_profiles] need a [diffusers_profile_defaults] table "
+                             "(output_resolution and the sampling a profile does not state)")
+        return self
 
     def host(self, name: str, where: str = "the command") -> Host:
         """The host called `name`; UnknownHost, saying who named it and listing the hosts."""
@@ -96,6 +143,12 @@ class HostsConfig(HostsTable):
     def real_hosts(self) -> dict[str, Host]:
         return {k: h for k, h in self.hosts.items() if not h.simulated}
 
+    def output_resolution(self, profile: str) -> int:
+        """The side a profile's condition images are resized to: its own, else the defaults'
+        (which _defaults_for_profiles holds present wherever there are profiles)."""
+        own = self.diffusers_profiles[profile].output_resolution
+        return own if own is not None else self.diffusers_profile_defaults.output_resolution
+
     def emulated_cap_mib(self, name: str) -> int | None:
         """The capacity an emulated host imposes (MiB); None for a host that is not emulated."""
         emulation = self.host(name).emulation
@@ -107,10 +160,6 @@ class HostsConfig(HostsTable):
         return target.capacity.vram_mib if target.capacity else target.vram_gb * 1024
 
 
-# What an emulated host takes from the host it emulates, unless it sets them itself.
-_INHERITED = ("serve_flag_sets", "offline_kwarg_sets", "simulated", "capacity")
-
-
 def _toml_loc(loc) -> str:
     """A pydantic location as the TOML table and key a user would look for."""
     parts = [str(p) for p in loc]
@@ -120,7 +169,7 @@ def _toml_loc(loc) -> str:
         item = f"[[{parts[0]}.install]] item {parts[2]}"
         return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
     if len(parts) >= 2 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets",
-                                        "diffusers_profiles", "cards",
+                                        "diffusers_profiles", "diffusers_profile_lists", "cards",
                                         "calibrations"}:
         table = f"[{parts[0]}.{parts[1]}]"  # one named table; a rule across its keys names it alone
         return f"{table} key '{'.'.join(parts[2:])}'" if len(parts) > 2 else table
@@ -136,7 +185,7 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
             if flag_set not in cfg.flag_sets:
                 problems.append(Problem(file, f"[hosts.{name}] key 'serve_flag_sets'",
                                         f"flag set {flag_set!r} is not defined under [flag_sets]"))
-        for profile in host.diffusers_profiles:
+        for profile in host.diffusers_profiles if host.diffusers_profile_list is None else ():
             if profile not in cfg.diffusers_profiles:
                 problems.append(Problem(
                     file, f"[hosts.{name}] key 'diffusers_profiles'",
@@ -154,6 +203,11 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
                 host.emulation is not None):
             problems.append(Problem(file, f"[hosts.{name}] key 'card'",
                                     "an emulated host names no card: the host it emulates does"))
+    for name, profiles in cfg.diffusers_profile_lists.items():
+        problems.extend(Problem(file, f"[diffusers_profile_lists] key '{name}'",
+                                f"Diffusers profile {profile!r} is not defined under "
+                                "[diffusers_profiles]")
+                        for profile in profiles if profile not in cfg.diffusers_profiles)
     for name, flag_set in cfg.flag_sets.items():
         if flag_set.deploy_config and flag_set.deploy_config not in cfg.deploy_configs:
             problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",
@@ -244,14 +298,30 @@ def parse_hosts(path: Path, text: str) -> HostsConfig:
     return _checked(path, toml_text(path, text))
 
 
+def _kind_problems(path: Path, data: dict) -> list[Problem]:
+    """Each host's keys against its kind, as the file states them (before inheritance)."""
+    hosts = data.get("hosts")
+    if not isinstance(hosts, dict):
+        return []
+    return [Problem(str(path), f"[hosts.{name}] key '{key}'", expected)
+            for name, host in hosts.items() if isinstance(host, dict)
+            for key, expected in kind_problems(host)]
+
+
 def _checked(path: Path, data: dict) -> HostsConfig:
     if "report" in data:  # hosts.toml held it until the report's words moved to its templates
         raise InputError([Problem(str(path), "[report]", "the report's title and issues live in "
                                   "templates/report.toml, as top-level keys; move them there")])
+    kinds = _kind_problems(path, data)
     try:
         cfg = HostsConfig.model_validate(data, strict=True)
     except ValidationError as exc:
-        raise InputError(problems_from_validation(path, exc, _toml_loc)) from None
+        # A key its kind refuses is said once, in the kind's words.
+        said = {p.path for p in kinds}
+        raise InputError(kinds + [p for p in problems_from_validation(path, exc, _toml_loc)
+                                  if p.path not in said]) from None
+    if kinds:
+        raise InputError(kinds)
     problems = _cross_references(cfg, str(path))
     if problems:
         raise InputError(problems)

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from omniprobe import project_files as files
 from omniprobe.errors import InputError, Problem
 
 
@@ -19,37 +20,37 @@ class Project:
 
     @property
     def hosts_file(self) -> Path:
-        return self.root / "hosts.toml"
+        return self.root / files.HOSTS_FILE
 
     @property
     def fixtures_file(self) -> Path:
-        return self.root / "fixtures" / "fixtures.json"
+        return self.root / files.FIXTURES_DIR / files.FIXTURES_FILE
 
     @property
     def evidence_dir(self) -> Path:
-        return self.root / "evidence"
+        return self.root / files.EVIDENCE_DIR
 
     @property
     def templates_dir(self) -> Path:
-        return self.root / "templates"
+        return self.root / files.TEMPLATES_DIR
 
     @property
     def report_settings_file(self) -> Path:
         """The report's title and the issues it cites, kept with the templates."""
-        return self.templates_dir / "report.toml"
+        return self.templates_dir / files.REPORT_SETTINGS_FILE
 
     @property
     def report_file(self) -> Path:
-        return self.root / "REPORT.md"
+        return self.root / files.REPORT_FILE
 
     @property
     def schema_dir(self) -> Path:
-        return self.root / "schemas"
+        return self.root / files.SCHEMA_DIR
 
     @property
     def artifacts_dir(self) -> Path:
         """Large outputs (logs, images, timelines) live outside git."""
-        return Path(os.environ.get("OMNIPROBE_ARTIFACTS", self.root / "artifacts"))
+        return Path(os.environ.get("OMNIPROBE_ARTIFACTS", self.root / files.ARTIFACTS_DIR))
 
 
 def find_project(start: str | Path | None = None) -> Project:
@@ -59,7 +60,7 @@ def find_project(start: str | Path | None = None) -> Project:
         return Project(Path(env).resolve())
     here = Path(start or Path.cwd()).resolve()
     for folder in (here, *here.parents):
-        if (folder / "hosts.toml").is_file():
+        if (folder / files.HOSTS_FILE).is_file():
             return Project(folder)
     raise NoProject([Problem(str(here), "", "no hosts.toml here or in any folder above it; "
                                           "run inside an omniprobe project or set OMNIPROBE_ROOT")])

@@ -111,6 +111,7 @@ def host_block(cfg: HostsConfig, name: str, like: str, facts: MachineFacts) -> H
     lines = [
         f"# Written by `omniprobe host add {name} --like {like}` from this machine's facts.",
         f"[hosts.{name}]",
+        _line("kind", model.kind),
         _line("name", gpu.name),
         _line("card", name),
         _line("hostname", facts.hostname),

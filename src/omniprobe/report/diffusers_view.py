@@ -246,7 +246,12 @@ def _gib_text(r: Range) -> str:
     return f"{low} GiB" if low == high else f"{low}–{high} GiB"
 
 
-def comparisons(evidence: Evidence, sizes: list[KvBySize]) -> list[Comparison]:
+def per_reference(size: int) -> str:
+    """A cache figure's label at a condition size (the seed's are at the default size)."""
+    return f"per {size}² reference"
+
+
+def comparisons(evidence: Evidence, sizes: list[KvBySize], size: int) -> list[Comparison]:
     """Diffusers' own byte count beside each figure the seed states of the cache, both sides
     named: the seed's are vLLM-Omni's estimates from server-peak deltas, or the helper system's
     measurement of what Diffusers retained."""
@@ -261,7 +266,7 @@ def comparisons(evidence: Evidence, sizes: list[KvBySize]) -> list[Comparison]:
             else f"{kib.min:g}–{kib.max:g} KiB", _stated(per_token),
             "vLLM-Omni's, from server-peak deltas",
             ratio_reading(cross_ratio(kib, stated_range(per_token)), OTHER_ENGINE)))
-    default = next((s for s in sizes if s.output_resolution == 1024 and s.bytes_per_reference),
+    default = next((s for s in sizes if s.output_resolution == size and s.bytes_per_reference),
                    None)
     if default is not None:
         gib = Range(min=default.bytes_per_reference.min / GIB,
@@ -272,7 +277,7 @@ def comparisons(evidence: Evidence, sizes: list[KvBySize]) -> list[Comparison]:
                  "helper system (#160)", SAME_ENGINE)):
             fig = _figure(evidence, key)
             if fig is not None and stated_range(fig) is not None:
-                out.append(Comparison("per 1024² reference", _gib_text(default.bytes_per_reference),
+                out.append(Comparison(per_reference(size), _gib_text(default.bytes_per_reference),
                                       _stated(fig), about,
                                       ratio_reading(cross_ratio(gib, stated_range(fig)), basis)))
     return out
@@ -356,15 +361,15 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
                           card.host_ram_note if card else None),
             settings_text(mine)))
     full = [v for v in views if v.emulated]
-    resolutions = {name: p.output_resolution or 1024
-                   for name, p in hosts.diffusers_profiles.items()}
+    resolutions = {name: hosts.output_resolution(name) for name in hosts.diffusers_profiles}
     measured = kv_measures([a for a in attempts if hosts.host(a.host).emulation is not None],
                            loaded.fixtures, resolutions)
     kv = [KvRow(m.profile, m.output_resolution, m.reference_count, m.prefix_tokens,
                 m.prompt_text_tokens, m.bytes,
                 round(m.bytes_per_token / 1024, 1)) for m in measured]
     sizes = kv_by_size(measured, kv_per_reference(measured))
-    compared = comparisons(loaded.evidence, sizes)
+    default_size = hosts.diffusers_profile_defaults.output_resolution
+    compared = comparisons(loaded.evidence, sizes, default_size)
     arch = None
     configs_folder = next((hosts.host(v.key).diffusers.configs for v in full), None)
     unconfirmed: list[str] = []
@@ -418,17 +423,18 @@ def openings(hosts: HostsConfig, full: list[DiffusersHostView],
     smallest pool the search found against the card's own, the cache against the seed's estimate
     (on the card whose evidence states it), and how the emulation stands against a real run."""
     out: dict[str, list[tuple[str, str]]] = {}
+    default_label = per_reference(hosts.diffusers_profile_defaults.output_resolution)
     for v in full:
         card_key = hosts.host(v.key).emulation.emulates
         lines = [("In Diffusers, capped at " + v.cap_text, opening_verdict(v.capacity))]
         row = next((c for c in capacity.cards if c.key == card_key), None) if capacity else None
         if row is not None:
             lines.append(("Smallest pool, found by search", row.opening))
-        estimate = next((c for c in compared if c.what == "per 1024² reference"
+        estimate = next((c for c in compared if c.what == default_label
                          and c.seed_about.startswith("vLLM-Omni")), None)
         if estimate is not None and card_key == estimate_host:
             lines.append(("The conditioning KV, counted", (
-                f"{estimate.measured} per 1024² reference in Diffusers' own cache against "
+                f"{estimate.measured} {estimate.what} in Diffusers' own cache against "
                 f"vLLM-Omni's {estimate.seed} estimated from peak deltas: {estimate.reading}")))
         for c in calibrations:
             if c.host_key == v.key:

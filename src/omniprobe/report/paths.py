@@ -2,7 +2,9 @@
 
 from pathlib import Path
 
-REPORT_FILE = Path("REPORT.md")
+from omniprobe import project_files
+
+REPORT_FILE = Path(project_files.REPORT_FILE)
 REPORT_DIR = Path("report")
 HARNESS_FILE = REPORT_DIR / "HARNESS.md"
 # What a reader of REPORT.md rarely needs: the full provenance, the verdict history, the audit of

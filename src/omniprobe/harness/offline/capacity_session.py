@@ -13,7 +13,14 @@ from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
 from omniprobe.evidence.models.capacity import SearchSettings
 from omniprobe.harness.common.lifetime import ReaderFactory
-from omniprobe.harness.common.options import CapacityOptions, settings_of
+from omniprobe.harness.common.options import (
+    CEILING,
+    FLOOR,
+    REPEATS,
+    RESOLUTION,
+    CapacityOptions,
+    settings_of,
+)
 from omniprobe.harness.common.plan import settled_line
 from omniprobe.harness.common.selection import PlanError
 from omniprobe.harness.common.session import Context, close_attempt, run_session
@@ -29,10 +36,11 @@ class NotASearchHost(PlanError):
 
 @dataclass(frozen=True)
 class CapacitySettings(OfflineSettings):
-    floor_mib: int = 1024
-    ceiling_mib: int = 32768
-    resolution_mib: int = 256
-    repeats: int = 2
+    # The flags' own defaults (settings_of fills these from the options).
+    floor_mib: int = FLOOR.default
+    ceiling_mib: int = CEILING.default
+    resolution_mib: int = RESOLUTION.default
+    repeats: int = REPEATS.default
 
 
 def search_settings(options: CapacityOptions) -> SearchSettings:

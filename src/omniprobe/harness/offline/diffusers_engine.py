@@ -156,6 +156,10 @@ class DiffusersEngine:
         self.torch, self.open_image, self.save_png = torch, open_image, save_png
         profile, weights = kwargs["profile"], kwargs["weights"]
         self.profile = profile
+        # The condition size, resolved by hosts.toml (the profile's, else its defaults'); none
+        # given: the pipeline's own default.
+        resolution = kwargs.get("output_resolution")
+        self.sizing = {} if resolution is None else {"output_resolution": int(resolution)}
         offload = profile.get("offload", "none")
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         refusal = profile_refusal(profile, self.device == "cuda")
@@ -267,7 +271,7 @@ class DiffusersEngine:
                     true_cfg_scale=request["true_cfg_scale"],
                     generator=torch.Generator("cpu").manual_seed(request["seed"]),
                     output_type="pil", use_kv_cache=bool(self.profile.get("use_kv_cache", True)),
-                    output_resolution=int(self.profile.get("output_resolution") or 1024))
+                    **self.sizing)
         finally:
             allocated, reserved = self._peaks()
             self.last = {"peak_mib": reserved, "peak_allocated_mib": allocated,

@@ -124,7 +124,8 @@ def _diffusers_entries(cfg: HostsConfig, project: Project, host_name: str, host:
     for name in chosen:
         profile = cfg.diffusers_profiles[name]
         entries.append(OfflineEntry(
-            name, "diffusers", {"profile": profile.model_dump(mode="json"), "weights": weights},
+            name, "diffusers", {"profile": profile.model_dump(mode="json"), "weights": weights,
+                                "output_resolution": cfg.output_resolution(name)},
             {}, profile.steps, profile.true_cfg_scale,
             tuple(profile.seeds) if profile.seeds is not None else None, spec.weights, expected,
             profile.allocator))
