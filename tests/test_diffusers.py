@@ -132,7 +132,8 @@ def test_the_full_configs_build_qwen_image_21_at_its_public_parameter_counts():
     from diffusers import AutoencoderKLQwenImage21, QwenImage21Transformer2DModel
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-    configs = load_model_configs(REPO, "models/qwen-image-2.1/full").engine_configs()
+    configs = {name: spec["config"] for name, spec in
+               load_model_configs(REPO, "models/qwen-image-2.1/full").engine_components().items()}
     with init_empty_weights():
         built = {"text_encoder": Qwen3VLForConditionalGeneration(
                      Qwen3VLConfig(**configs["text_encoder"])),
@@ -146,8 +147,8 @@ def test_the_full_configs_build_qwen_image_21_at_its_public_parameter_counts():
 
 
 def test_the_architecture_implies_512_kib_of_cache_per_prefix_token():
-    configs = load_model_configs(REPO, "models/qwen-image-2.1/full").engine_configs()
-    assert architecture_bytes_per_token(configs["transformer"]) == 32 * 2 * 32 * 128 * 2 == 2**19
+    configs = load_model_configs(REPO, "models/qwen-image-2.1/full").components
+    assert architecture_bytes_per_token(configs["transformer"].config) == 32 * 2 * 32 * 128 * 2 == 2**19
 
 
 # --- the whole offline path ------------------------------------------------------------------
@@ -347,9 +348,10 @@ def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_
     import runner as offline_runner
     from diffusers_engine import DiffusersEngine
 
-    configs = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_configs()
-    engine = DiffusersEngine("random", {"profile": {"offload": "none"}, "weights": {
-        "kind": "random", "seed": 0, "configs": configs}},
+    components = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_components()
+    engine = DiffusersEngine("random", {
+        "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none"},
+        "weights": {"kind": "random", "seed": 0, "components": components}},
         open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
     saved = tmp_path / "saved"
     engine.pipe.save_pretrained(saved)

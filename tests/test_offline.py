@@ -518,14 +518,22 @@ def test_the_runner_imports_only_the_standard_library_and_the_pinned_env():
     assert "vllm_omni" in imported
 
 
-@pytest.mark.parametrize("module", ["diffusers_engine.py", "diffusers_build.py"])
+ENGINE_MODULES = ["diffusers_engine.py", "diffusers_build.py",
+                  *sorted(p.relative_to(RUNNER.parent).as_posix()
+                          for p in RUNNER.parent.glob("diffusers_adapters/*.py"))]
+
+
+@pytest.mark.parametrize("module", ENGINE_MODULES)
 def test_the_diffusers_engine_imports_only_the_standard_library_and_its_packages(module):
-    imported = _top_level_imports(RUNNER.with_name(module))
-    # Its one sibling is its build, itself standalone.
+    imported = _top_level_imports(RUNNER.parent / module)
+    # Its siblings are its build and its adapters, themselves standalone, and an adapter's the
+    # helpers beside it.
+    helpers = {p.stem for p in RUNNER.parent.glob("diffusers_adapters/*.py")}
     engine_env = {"torch", "transformers", "diffusers", "accelerate", "tokenizers", "torchao",
-                  "diffusers_build", "pynvml"}
+                  "diffusers_build", "diffusers_adapters", "pynvml", *helpers}
     assert imported - set(sys.stdlib_module_names) <= engine_env, imported
-    assert {"diffusers", "torch"} <= imported
+    if module == "diffusers_engine.py":
+        assert {"diffusers", "torch"} <= imported
 
 
 def test_the_capacity_search_imports_only_the_standard_library():
