@@ -646,3 +646,14 @@ def test_a_runner_killed_at_init_with_the_host_short_of_ram_is_the_hosts_init_fa
     assert (run.outcome, run.cause.kind) == ("init-error", "host"), out
     assert "with the host's available memory at 180 MiB" in run.cause.reason
     assert code == 0, out  # the host's answer settles the kwarg set
+
+
+def test_a_runner_that_does_not_answer_versions_in_time_is_named_with_the_limit(tmp_path):
+    """--versions imports torch and diffusers: slow on a loaded machine, so the limit is generous
+    (VERSIONS_TIMEOUT_S) and a runner past it is a broken environment naming the limit."""
+    from omniprobe.harness.offline.matrix import VERSIONS_TIMEOUT_S, RunnerEnvBroken, runner_facts
+
+    assert VERSIONS_TIMEOUT_S >= 600  # 120 s timed out under a loaded test run
+    slow = [sys.executable, "-c", "import time; time.sleep(30)"]
+    with pytest.raises(RunnerEnvBroken, match=r"did not answer --versions within 0.2 s"):
+        runner_facts(slow, {}, timeout_s=0.2)

@@ -22,6 +22,11 @@ from omniprobe.config.project import Project
 from omniprobe.errors import EnvironmentFailure, InputError, Refusal
 from omniprobe.harness.offline.diffusers_adapters import known_pipelines
 
+# How long the runner's Python may take to answer --versions: it imports torch, transformers and
+# diffusers and counts a build's parameters on the meta device, seconds alone but minutes on a
+# loaded machine (two cores shared by a test run took over 120 s).
+VERSIONS_TIMEOUT_S = 600.0
+
 
 class PlanRefused(Refusal):
     """An offline entry asked for that the host does not run, or whose kwargs are not stated."""
@@ -150,7 +155,8 @@ def unknown_pipelines(pipelines: dict[str, str]) -> str | None:
 
 
 def runner_facts(command: list[str], env: dict[str, str],
-                 profiles: dict[str, dict] | None = None, components: dict | None = None) -> dict:
+                 profiles: dict[str, dict] | None = None, components: dict | None = None,
+                 timeout_s: float = VERSIONS_TIMEOUT_S) -> dict:
     """`offline_runner.py --versions` in the runner's Python (`command` runs the runner): the
     packages it runs on; given Diffusers profiles by name, those its engine would refuse
     (`refusals`, in the engine's words); given a random build's components, each weighted
@@ -161,14 +167,17 @@ def runner_facts(command: list[str], env: dict[str, str],
             extra = [str(Path(folder) / "asked.json")]
             Path(extra[0]).write_text(json.dumps({"profiles": profiles or {},
                                                   "components": components}), encoding="utf-8")
-        return _facts(command, env, extra)
+        return _facts(command, env, extra, timeout_s)
 
 
-def _facts(command: list[str], env: dict[str, str], extra: list[str]) -> dict:
+def _facts(command: list[str], env: dict[str, str], extra: list[str], timeout_s: float) -> dict:
     try:
         done = subprocess.run([*command, "--versions", *extra], capture_output=True, text=True,
-                              timeout=120, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+                              timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        raise RunnerEnvBroken(f"the runner's Python did not answer --versions within "
+                              f"{timeout_s:g} s") from None
+    except OSError as exc:
         raise RunnerEnvBroken(f"the runner's Python did not answer --versions: {exc}") from None
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
