@@ -147,7 +147,8 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(name="tests-diffusers")
 def tests_diffusers(session: nox.Session) -> None:
-    """Run the Diffusers engine's tests on the CPU, a tiny Qwen-Image-2.1 through the offline path.
+    """Run the Diffusers engine's tests on the CPU: a tiny Qwen-Image-2.1 and a tiny FLUX.2 [klein]
+    through the offline path.
 
     It runs the streamed build too, and installs torch, transformers, diffusers and torchao,
     pinned to the GPU machine's."""

@@ -35,6 +35,7 @@ torch = pytest.importorskip("torch", reason="needs torch: run `nox -s tests-diff
 pytest.importorskip("diffusers", reason="needs diffusers: run `nox -s tests-diffusers`")
 
 HOST = "diffusers-tiny-cpu"
+KLEIN_HOST = "diffusers-klein-tiny-cpu"  # a second family: FLUX.2 [klein]'s classes, tiny
 TINY_KV_BYTES_PER_TOKEN = 2 * 2 * 2 * 32 * 2  # layers x (K, V) x heads x head_dim x bf16
 
 
@@ -132,7 +133,8 @@ def test_the_full_configs_build_qwen_image_21_at_its_public_parameter_counts():
     from diffusers import AutoencoderKLQwenImage21, QwenImage21Transformer2DModel
     from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-    configs = load_model_configs(REPO, "models/qwen-image-2.1/full").engine_configs()
+    configs = {name: spec["config"] for name, spec in
+               load_model_configs(REPO, "models/qwen-image-2.1/full").engine_components().items()}
     with init_empty_weights():
         built = {"text_encoder": Qwen3VLForConditionalGeneration(
                      Qwen3VLConfig(**configs["text_encoder"])),
@@ -146,8 +148,8 @@ def test_the_full_configs_build_qwen_image_21_at_its_public_parameter_counts():
 
 
 def test_the_architecture_implies_512_kib_of_cache_per_prefix_token():
-    configs = load_model_configs(REPO, "models/qwen-image-2.1/full").engine_configs()
-    assert architecture_bytes_per_token(configs["transformer"]) == 32 * 2 * 32 * 128 * 2 == 2**19
+    configs = load_model_configs(REPO, "models/qwen-image-2.1/full").components
+    assert architecture_bytes_per_token(configs["transformer"].config) == 32 * 2 * 32 * 128 * 2 == 2**19
 
 
 # --- the whole offline path ------------------------------------------------------------------
@@ -205,6 +207,59 @@ def test_the_tiny_pipeline_runs_end_to_end_and_records_capacity_only(project):
     assert records[0].prompt_text_tokens == records[0].prefix_tokens  # no reference: all text
     assert all(p.bytes_per_reference == p.tokens_per_reference * TINY_KV_BYTES_PER_TOKEN
                for p in per_ref)
+
+
+def test_a_second_family_runs_through_the_same_engine_from_its_configs_and_adapter(project):
+    """FLUX.2 [klein] at a tiny size (models/flux2-klein/tiny, diffusers_adapters/flux2klein.py,
+    its hosts.toml entries): the same offline path builds Flux2KleinPipeline from its configs'
+    classes and runs every fixture, its references handed over as a list."""
+    code, out = in_process(project, ["probe-offline", "--host", KLEIN_HOST])
+    assert code == 0, out
+    loaded, [attempt] = attempts(project, KLEIN_HOST)
+    [settings] = attempt.profile_settings
+    assert (settings.profile, settings.settings["pipeline"], settings.settings["dtype"]) == (
+        "klein-tiny-cpu", "Flux2KleinPipeline", "float32")
+    served = attempt.meta.environment.served
+    assert (served.source, served.configs) == ("random", "models/flux2-klein/tiny")
+    assert set(served.config_digests) == {"text_encoder", "tokenizer", "transformer", "vae"}
+    [row, *_] = attempt.offline
+    # Its own classes' weights: a Qwen3 text encoder, FLUX.2's DiT and VAE (no processor).
+    assert set(row.build.parameters_b) == {"text_encoder", "transformer", "vae"}
+    assert row.build.build_path == "random-streamed"
+    records = attempt.offline_requests
+    assert [loaded.fixtures.get(r.fixture).reference_count for r in records] == [0, 1, 2, 3, 4]
+    for r in records:
+        assert (r.outcome, r.weights, r.engine, r.profile) == ("ok", "random", "diffusers",
+                                                               "klein-tiny-cpu")
+        assert r.output_sha256 is not None and r.artifact is not None
+        assert r.kv_cache_bytes is None and r.prefix_tokens is None  # no cache to record
+    # (Random weights at a tiny spread decode every request to the same flat picture, so the
+    # outputs' hashes cannot tell the references apart; each count went through the pipeline's
+    # own reference path, its VAE encoding them, and came back ok.)
+
+
+def test_a_profile_naming_a_pipeline_no_adapter_serves_is_refused_before_any_attempt(project):
+    hosts = project.hosts_file.read_text()
+    project.hosts_file.write_text(hosts.replace('pipeline = "Flux2KleinPipeline"',
+                                                'pipeline = "NoSuchPipeline"'))
+    code, out = in_process(project, ["probe-offline", "--host", KLEIN_HOST])
+    assert code == 3, out
+    assert ("Diffusers profile 'klein-tiny-cpu': pipeline 'NoSuchPipeline' has no adapter in "
+            "harness/offline/diffusers_adapters/") in out
+    assert "Flux2KleinPipeline, QwenImage21Pipeline" in out
+    assert not (project.evidence_dir / KLEIN_HOST).exists()
+
+
+def test_a_profile_setting_the_pipeline_lacks_is_refused_in_the_adapters_words(project):
+    hosts = project.hosts_file.read_text()
+    block = hosts[hosts.index("[diffusers_profiles.klein-tiny-cpu]"):]
+    project.hosts_file.write_text(hosts.replace(block, block.replace(
+        "use_kv_cache = false", "use_kv_cache = true", 1)))
+    code, out = in_process(project, ["probe-offline", "--host", KLEIN_HOST])
+    assert code == 3, out
+    assert ("Diffusers profile 'klein-tiny-cpu': use_kv_cache = true: Flux2KleinPipeline has no "
+            "conditioning KV cache") in out
+    assert not (project.evidence_dir / KLEIN_HOST).exists()
 
 
 # A test double of the pipeline's call, loaded in the runner's process at startup: the request
@@ -350,9 +405,10 @@ def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_
     import runner as offline_runner
     from diffusers_engine import DiffusersEngine
 
-    configs = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_configs()
-    engine = DiffusersEngine("random", {"profile": {"offload": "none"}, "weights": {
-        "kind": "random", "seed": 0, "configs": configs}},
+    components = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_components()
+    engine = DiffusersEngine("random", {
+        "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none"},
+        "weights": {"kind": "random", "seed": 0, "components": components}},
         open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
     saved = tmp_path / "saved"
     engine.pipe.save_pretrained(saved)

@@ -25,7 +25,10 @@ pytest.importorskip("torchao", reason="needs torchao: run `nox -s tests-diffuser
 sys.path.insert(0, str(RUNNER.parent))
 import diffusers_build  # noqa: E402  (beside the runner, as the runner imports it)
 
-TINY = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_configs()
+TINY = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_components()
+# The components with weights, in the order from_pretrained loads them: model_index.json's keys,
+# which save_pretrained writes sorted (the processor has none; the adapter makes it).
+LOAD_ORDER = ("text_encoder", "transformer", "vae")
 
 
 def weight_bytes(module, *, recurse: bool = True) -> int:
@@ -75,11 +78,9 @@ def build(quantised: set[str]):
 
 def test_the_components_are_built_in_from_pretrained_order_each_placed_before_the_next():
     parts, observer, placed = build(set())
-    # from_pretrained loads model_index.json's components in its (sorted) key order.
-    assert tuple(sorted(diffusers_build.LOAD_ORDER)) == diffusers_build.LOAD_ORDER
-    assert placed == list(diffusers_build.LOAD_ORDER) == list(parts)
+    assert placed == list(LOAD_ORDER) == list(parts)
     collapsed = [e for i, e in enumerate(observer.events) if i == 0 or observer.events[i - 1] != e]
-    assert collapsed == [event for name in diffusers_build.LOAD_ORDER
+    assert collapsed == [event for name in LOAD_ORDER
                          for event in (("filled", name), ("placed", name))]
     assert all(p.device.type == "cpu" for m in parts.values() for p in m.parameters())
 
@@ -96,7 +97,7 @@ def test_no_point_of_the_build_holds_more_than_the_finished_placement_plus_one_u
         assert live <= placed_before + unit_build_bytes, (component, name)
         placed_before += final[component, name]
     # Beside it, each component's pool of random values, at most 64 Mi values (128 MiB in bf16).
-    assert set(observer.pools) == set(diffusers_build.LOAD_ORDER)
+    assert set(observer.pools) == set(LOAD_ORDER)
     assert max(observer.pools.values()) <= diffusers_build.POOL_ELEMENTS * 2
     for component in quantised:
         linears = [m for m in parts[component].modules() if isinstance(m, torch.nn.Linear)]
@@ -125,9 +126,10 @@ def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
     from PIL import Image
 
     engine = DiffusersEngine("random", {
-        "profile": {"offload": "none", "quantize_dit": "int8-weight-only",
+        "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none",
+                    "quantize_dit": "int8-weight-only",
                     "quantize_text_encoder": "int8-weight-only", "output_resolution": 64},
-        "weights": {"kind": "random", "seed": 0, "configs": TINY}},
+        "weights": {"kind": "random", "seed": 0, "components": TINY}},
         open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
     facts = engine.facts()
     assert facts["build_path"] == "random-streamed"
@@ -135,7 +137,7 @@ def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
     # No CUDA: nothing can be pinned, and torch reports nothing to split pinned from pageable.
     assert facts["pinned_host_mib"] is None and facts["pageable_host_mib"] is None
     pipe = engine.pipe
-    held = sum(weight_bytes(getattr(pipe, n)) for n in diffusers_build.LOAD_ORDER)
+    held = sum(weight_bytes(getattr(pipe, n)) for n in LOAD_ORDER)
     assert facts["host_weights_mib"] == round(held / 2**20, 1)
     for component in ("transformer", "text_encoder"):
         linears = [m for m in getattr(pipe, component).modules() if isinstance(m, torch.nn.Linear)]

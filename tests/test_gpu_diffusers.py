@@ -131,8 +131,8 @@ def _engine(profile: dict):
     from omniprobe.config.project import find_project
 
     configs = load_model_configs(find_project().root, "models/qwen-image-2.1/full")
-    return DiffusersEngine("random", {"profile": profile, "weights": {
-        "kind": "random", "seed": 0, "configs": configs.engine_configs()}},
+    return DiffusersEngine("random", {"profile": {"pipeline": "QwenImage21Pipeline", **profile},
+        "weights": {"kind": "random", "seed": 0, "components": configs.engine_components()}},
         open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
 
 

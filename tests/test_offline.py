@@ -524,14 +524,22 @@ def test_the_runner_imports_only_the_standard_library_and_the_pinned_env():
     assert "vllm_omni" in imported
 
 
-@pytest.mark.parametrize("module", ["diffusers_engine.py", "diffusers_build.py"])
+ENGINE_MODULES = ["diffusers_engine.py", "diffusers_build.py",
+                  *sorted(p.relative_to(RUNNER.parent).as_posix()
+                          for p in RUNNER.parent.glob("diffusers_adapters/*.py"))]
+
+
+@pytest.mark.parametrize("module", ENGINE_MODULES)
 def test_the_diffusers_engine_imports_only_the_standard_library_and_its_packages(module):
-    imported = _top_level_imports(RUNNER.with_name(module))
-    # Its one sibling is its build, itself standalone.
+    imported = _top_level_imports(RUNNER.parent / module)
+    # Its siblings are its build and its adapters, themselves standalone, and an adapter's the
+    # helpers beside it.
+    helpers = {p.stem for p in RUNNER.parent.glob("diffusers_adapters/*.py")}
     engine_env = {"torch", "transformers", "diffusers", "accelerate", "tokenizers", "torchao",
-                  "diffusers_build", "pynvml"}
+                  "diffusers_build", "diffusers_adapters", "pynvml", *helpers}
     assert imported - set(sys.stdlib_module_names) <= engine_env, imported
-    assert {"diffusers", "torch"} <= imported
+    if module == "diffusers_engine.py":
+        assert {"diffusers", "torch"} <= imported
 
 
 def test_the_capacity_search_imports_only_the_standard_library():
@@ -644,3 +652,14 @@ def test_a_runner_killed_at_init_with_the_host_short_of_ram_is_the_hosts_init_fa
     assert (run.init_failed, run.init.cause.kind) == ("init-error", "host"), out
     assert "with the host's available memory at 180 MiB" in run.init.cause.reason
     assert code == 0, out  # the host's answer settles the kwarg set
+
+
+def test_a_runner_that_does_not_answer_versions_in_time_is_named_with_the_limit(tmp_path):
+    """--versions imports torch and diffusers: slow on a loaded machine, so the limit is generous
+    (VERSIONS_TIMEOUT_S) and a runner past it is a broken environment naming the limit."""
+    from omniprobe.harness.offline.matrix import VERSIONS_TIMEOUT_S, RunnerEnvBroken, runner_facts
+
+    assert VERSIONS_TIMEOUT_S >= 600  # 120 s timed out under a loaded test run
+    slow = [sys.executable, "-c", "import time; time.sleep(30)"]
+    with pytest.raises(RunnerEnvBroken, match=r"did not answer --versions within 0.2 s"):
+        runner_facts(slow, {}, timeout_s=0.2)

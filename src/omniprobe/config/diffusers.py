@@ -24,7 +24,8 @@ MIGRATED_OFFLOADS = {"group-leaf-stream": {"offload": "group-leaf", "use_stream"
 # Text encoder classes (a committed config's "class") whose linear layers torchao's int8
 # weight-only quantize_ replaces, as the engine quantises them.
 INT8_TEXT_ENCODERS = ("transformers.Qwen3VLForConditionalGeneration",)
-COMPONENTS = ("transformer", "vae", "text_encoder", "processor")
+# A component's name, as a pipeline's __init__ takes it and its config file is named.
+COMPONENT_NAME = r"^[a-z][a-z0-9_]*$"
 # Keys a profile may set for capacity runs in place of fixtures.json's [sampling].
 SAMPLING_KEYS = ("steps", "true_cfg_scale", "seeds")
 
@@ -37,7 +38,11 @@ class DiffusersProfile(_Input):
     """How the Diffusers engine builds and runs the pipeline: one row of a Diffusers host's matrix."""
 
     description: str
-    pipeline: Literal["QwenImage21Pipeline"] = "QwenImage21Pipeline"
+    pipeline: str = Field(
+        default="QwenImage21Pipeline", pattern=r"^[A-Z][A-Za-z0-9]*Pipeline$",
+        description="The diffusers pipeline class, by name; the engine builds it from the host's "
+                    "component configs, and a pipeline no adapter serves "
+                    "(harness/offline/diffusers_adapters/) is refused before any attempt.")
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     offload: Offload = Field(
         description="none: every component on the GPU; model-cpu: enable_model_cpu_offload() "
@@ -218,8 +223,13 @@ class ExpectedParameters(_Input):
 class ComponentConfig(_Input):
     """One committed component config of a model folder (models/<model>/<size>/<component>.json)."""
 
-    component: Literal["transformer", "vae", "text_encoder", "processor"]
-    class_: str = Field(alias="class", description="The class the config builds.")
+    component: str = Field(pattern=COMPONENT_NAME,
+                           description="The pipeline's keyword for it (the file's name).")
+    class_: str = Field(alias="class", description="The class the config builds, "
+                                                   "'diffusers.<Class>' or "
+                                                   "'transformers.<Class>', a note after a "
+                                                   "space; classes without weights (a tokenizer, "
+                                                   "a processor) the model's adapter makes.")
     confirmed: bool = Field(
         description="Whether something public confirms these values are the released "
                     "checkpoint's; false: the report says so.")
@@ -249,8 +259,11 @@ class ModelConfigs(_Input):
     components: dict[str, ComponentConfig]
     digests: dict[str, str]
 
-    def engine_configs(self) -> dict[str, dict]:
-        return {name: c.config for name, c in self.components.items()}
+    def engine_components(self) -> dict[str, dict]:
+        """What the engine builds from: each component's class and config, by name, sorted (the
+        runner's weights.components)."""
+        return {name: {"class": c.class_, "config": c.config}
+                for name, c in sorted(self.components.items())}
 
     @property
     def unconfirmed(self) -> tuple[str, ...]:
@@ -258,17 +271,18 @@ class ModelConfigs(_Input):
 
 
 def load_model_configs(root: Path, folder: str) -> ModelConfigs:
-    """The committed configs of `folder` (relative to the project root); InputError naming each
-    file and field that is wrong, or a component that is missing."""
+    """The committed configs of `folder` (relative to the project root), one per component file;
+    InputError naming each file and field that is wrong, or a folder without any."""
     problems: list[Problem] = []
     components: dict[str, ComponentConfig] = {}
     digests: dict[str, str] = {}
-    for name in COMPONENTS:
-        path = root / folder / f"{name}.json"
-        if not path.is_file():
-            problems.append(Problem(str(path), "", f"missing: a random-weight model needs its "
-                                                   f"{name} config"))
-            continue
+    paths = sorted((root / folder).glob("*.json")) if (root / folder).is_dir() else []
+    if not paths:
+        raise InputError([Problem(str(root / folder), "", "missing: a random-weight model needs "
+                                                           "its component configs "
+                                                           "(<component>.json) there")])
+    for path in paths:
+        name = path.stem
         text = read_text(path)
         data = parse_json(path, text)
         try:

@@ -6,7 +6,9 @@ validate names it, unless the attempt's own configs were kept beside it:
 
 from __future__ import annotations
 
-from omniprobe.config.diffusers import COMPONENTS
+import re
+
+from omniprobe.config.diffusers import COMPONENT_NAME
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem
@@ -47,9 +49,9 @@ def config_problems(attempt: LoadedAttempt, project: Project) -> list[Problem]:
     problems = []
     for name, recorded in served.config_digests.items():
         field = f"{where}.config_digests.{name}"
-        if name not in COMPONENTS:
-            problems.append(Problem(file, field, f"unknown component {name!r} (expected one of "
-                                                 f"{', '.join(COMPONENTS)})"))
+        if not re.match(COMPONENT_NAME, name):
+            problems.append(Problem(file, field, f"unknown component {name!r} (expected a "
+                                                 f"component's name, {COMPONENT_NAME})"))
             continue
         committed = folder / f"{name}.json"
         if _digest(committed) == recorded:

@@ -3,7 +3,8 @@ imports it from beside itself; like it, it imports the standard library, torch, 
 transformers, diffusers and torchao only, never omniprobe).
 
 The build streams as a checkpoint's load does: the components one at a time in the order
-`from_pretrained` loads them, each made on the meta device, then filled unit by unit (a module's
+`from_pretrained` loads them (sorted by name), each made from its committed class and config on
+the meta device, then filled unit by unit (a module's
 own tensors) from a pool of values drawn on the init device from one recorded seed; a unit the
 profile quantises is quantised as soon as it is filled, a unit kept on the GPU moves there, and
 each component is placed (offloaded, moved) before the next is made. So no point of the build
@@ -22,9 +23,6 @@ import resource
 from typing import Any
 
 MIB = 1024**2
-# from_pretrained loads model_index.json's components in its key order, which save_pretrained
-# writes sorted: processor, scheduler (no weights), then these.
-LOAD_ORDER = ("text_encoder", "transformer", "vae")
 POOL_ELEMENTS = 1 << 26  # random values drawn per component: 128 MiB in bf16, under one block
 RSS_SAMPLE_S = 0.02  # the request-time host sampler's period: a request runs for seconds
 _INIT_STD = 0.02  # any finite spread does: the values never matter, only the shapes
@@ -80,25 +78,54 @@ class BuildObserver:
         """`component` is complete and placed; the next is not made yet."""
 
 
-def empty_components(configs: dict) -> dict:
-    """The pipeline's weighted components on the meta device, by name, in LOAD_ORDER."""
+def resolve_class(class_name: str):
+    """A component's class from its committed name, "diffusers.X" or "transformers.X" (anything
+    after the first space is a note), as diffusers' from_pretrained resolves model_index.json's
+    (library, class) pairs; ValueError naming what it cannot find."""
+    import importlib
+
+    library, _, name = class_name.split(" ")[0].partition(".")
+    if library not in ("diffusers", "transformers") or not name:
+        raise ValueError(f"class {class_name!r}: expected 'diffusers.<Class>' or "
+                         "'transformers.<Class>'")
+    found = getattr(importlib.import_module(library), name, None)
+    if found is None:
+        raise ValueError(f"class {class_name!r}: the installed {library} has no {name}")
+    return found
+
+
+def weighted_components(components: dict) -> dict:
+    """The components with weights (torch modules) of a {name: {"class", "config"}} map, by name
+    in sorted order: from_pretrained loads model_index.json's components in its key order, which
+    save_pretrained writes sorted. The rest (a tokenizer, a processor) the adapter makes."""
+    import torch
+
+    return {name: components[name] for name in sorted(components)
+            if issubclass(resolve_class(components[name]["class"]), torch.nn.Module)}
+
+
+def _made(class_name: str, config: dict):
+    """One component from its config: a transformers model from its config class, a diffusers
+    model from its keyword arguments (as from_config passes them)."""
+    cls = resolve_class(class_name)
+    config_class = getattr(cls, "config_class", None)
+    return cls(config_class(**config)) if config_class is not None else cls(**config)
+
+
+def empty_components(components: dict) -> dict:
+    """The pipeline's weighted components on the meta device, by name, in load order."""
     from accelerate import init_empty_weights
-    from diffusers import AutoencoderKLQwenImage21, QwenImage21Transformer2DModel
-    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration
 
-    makers = {"text_encoder": lambda: Qwen3VLForConditionalGeneration(
-                  Qwen3VLConfig(**configs["text_encoder"])),
-              "transformer": lambda: QwenImage21Transformer2DModel(**configs["transformer"]),
-              "vae": lambda: AutoencoderKLQwenImage21(**configs["vae"])}
     with init_empty_weights(include_buffers=False):
-        return {name: makers[name]() for name in LOAD_ORDER}
+        return {name: _made(spec["class"], spec["config"])
+                for name, spec in weighted_components(components).items()}
 
 
-def parameter_counts(configs: dict) -> dict[str, int]:
-    """Each component's parameters, counted on the meta device (nothing is allocated): what a
-    random build would fill, asked before it starts."""
+def parameter_counts(components: dict) -> dict[str, int]:
+    """Each weighted component's parameters, counted on the meta device (nothing is allocated):
+    what a random build would fill, asked before it starts."""
     return {name: sum(p.numel() for p in module.parameters())
-            for name, module in empty_components(configs).items()}
+            for name, module in empty_components(components).items()}
 
 
 def fill_streamed(name: str, module, dtype, seed: int, *, init_device: str, quantise: bool,
@@ -166,17 +193,16 @@ def _move_own(unit, device: str) -> None:
             unit._buffers[key] = buffer.to(device)
 
 
-def build_streamed(configs: dict, dtype, seed: int, *, init_device: str, quantised: set[str],
+def build_streamed(components: dict, dtype, seed: int, *, init_device: str, quantised: set[str],
                    keep_on: str, place, observer: BuildObserver | None = None) -> dict:
-    """The pipeline's weighted components, in LOAD_ORDER, each filled (`fill_streamed`) and then
-    placed by `place(name, module)` before the next is made; one seed, one stream per component
-    in that order, so the build is reproducible."""
+    """The pipeline's weighted components of `components` ({name: {"class", "config"}}), in load
+    order, each filled (`fill_streamed`) and then placed by `place(name, module)` before the next
+    is made; one seed, one stream per component in that order, so the build is reproducible."""
     import torch
 
     observer = observer or BuildObserver()
-    components = empty_components(configs)
-    for offset, name in enumerate(LOAD_ORDER):
-        module = components[name]
+    built = empty_components(components)
+    for offset, (name, module) in enumerate(built.items()):
         fill_streamed(name, module, dtype, seed + offset, init_device=init_device,
                       quantise=name in quantised, keep_on=keep_on, observer=observer)
         place(name, module)
@@ -184,7 +210,7 @@ def build_streamed(configs: dict, dtype, seed: int, *, init_device: str, quantis
         observer.placed(name, module)
     if init_device != "cpu":
         torch.cuda.synchronize()
-    return components
+    return built
 
 
 def rss_mib() -> float | None:

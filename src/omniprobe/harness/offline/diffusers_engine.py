@@ -1,5 +1,10 @@
-"""The offline runner's Diffusers engine: Qwen-Image-2.1's `QwenImage21Pipeline` built from a
-profile, with the pinned snapshot's weights or with random weights from committed configuration.
+"""The offline runner's Diffusers engine: any diffusers pipeline a profile names, built the way
+`DiffusionPipeline.from_pretrained` reads model_index.json (the pipeline class by name, each
+component's class by name, the pipeline made from its components by keyword), with the pinned
+snapshot's weights or with random weights from the committed configs (models/<model>/<variant>/
+<component>.json: each a "class" and its "config"). What one model family needs beyond that (a
+synthetic tokenizer's special tokens, the call's own arguments, the recorder of its KV cache) is
+its adapter's, in diffusers_adapters/ beside this file.
 
 Like the runner it runs inside the probe's Python, importing the standard library, torch,
 transformers and diffusers (torchao for an int8 DiT, accelerate for offload) only; never omniprobe.
@@ -9,8 +14,8 @@ so what fits, what OOMs, the peaks and the KV cache's size are the real model's,
 mean nothing. The build streams as a checkpoint's load does, each component placed before the next
 is made (diffusers_build.py, beside this file, which also takes the host-memory figures).
 
-The processor has no downloadable files here: its tokenizer is synthetic, a word-level vocabulary
-with Qwen's special tokens at their real ids, so token counts are those of a synthetic tokenizer.
+Tokenizers and processors have no downloadable files here: the adapter makes them synthetic, so
+token counts are those of a synthetic tokenizer.
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ import os
 import sys
 import time
 
+from diffusers_adapters import adapter_for
 from diffusers_build import (
-    LOAD_ORDER,
     MIB,
     HostSampler,
     build_streamed,
@@ -37,48 +42,10 @@ from diffusers_build import (
 POOL_LIMIT_ENV = "OMNIPROBE_POOL_LIMIT_MIB"
 OFFLOADS = ("none", "model-cpu", "group-leaf", "group-block")
 QUANTISED_BY = {"text_encoder": "quantize_text_encoder", "transformer": "quantize_dit"}
-# Qwen2/Qwen3 tokenizer's special tokens at their real ids (shared/diffusers-facts.md).
-QWEN_SPECIAL_TOKENS = {
-    "<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
-    "<|vision_start|>": 151652, "<|vision_end|>": 151653, "<|image_pad|>": 151655,
-    "<|video_pad|>": 151656,
-}
-_UNKNOWN_ID = 151700
-_CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}"
-                  "{{ c['text'] }}{% endfor %}<|im_end|>\n{% endfor %}")
 
 
 class ProfileError(ValueError):
     """A profile or weights spec the engine cannot honour (raised before anything is built)."""
-
-
-def synthetic_tokenizer():
-    """A word-level tokenizer over ids 0..151642 plus Qwen's special tokens at their ids."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {f"w{i}": i for i in range(min(QWEN_SPECIAL_TOKENS.values()))}
-    vocab.update(QWEN_SPECIAL_TOKENS)
-    vocab["<unk>"] = _UNKNOWN_ID
-    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, unk_token="<unk>",
-                                        pad_token="<|endoftext|>", eos_token="<|im_end|>")
-    tokenizer.add_special_tokens({"additional_special_tokens": list(QWEN_SPECIAL_TOKENS)})
-    return tokenizer
-
-
-def synthetic_processor(spec: dict):
-    """Qwen3-VL's processor from transformers' classes: `spec` holds the image processor's
-    settings (its size limits must admit the pipeline's condition images)."""
-    from transformers import Qwen3VLProcessor
-    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
-    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
-
-    image = Qwen2VLImageProcessor(**spec["image_processor"])
-    video = Qwen3VLVideoProcessor(**spec["video_processor"])
-    return Qwen3VLProcessor(image_processor=image, tokenizer=synthetic_tokenizer(),
-                            video_processor=video, chat_template=_CHAT_TEMPLATE)
 
 
 def expandable_segments_active(torch) -> bool | None:
@@ -93,59 +60,8 @@ def expandable_segments_active(torch) -> bool | None:
     return bool(flags and all(flags)) if flags else None
 
 
-class KvCacheRecorder:
-    """Counts the pipeline's conditioning KV caches: the pipeline makes them per call, so the
-    module's class is replaced by a subclass that keeps each one it makes until `take`."""
-
-    def __init__(self, pipe):
-        import diffusers.pipelines.qwenimage21.pipeline_qwenimage21 as pipeline_module
-
-        base = pipeline_module.QwenImage21KVCache
-        made: list = []
-
-        class Recorded(base):
-            def __init__(self, num_layers: int):
-                super().__init__(num_layers)
-                made.append(self)
-
-        pipeline_module.QwenImage21KVCache = Recorded
-        self.made = made
-        # The prompt's own text tokens, counted as the pipeline encodes it: each fixture has its
-        # own prompt, so the references' share of the prefix is the prefix less these.
-        self.text_tokens: list[int] = []
-        encode = pipe.encode_prompt
-
-        def counted(*args, **kwargs):
-            embeds, mask, image_pads = encode(*args, **kwargs)
-            tokens = int(mask[0].sum()) if mask is not None else embeds.shape[1]
-            self.text_tokens.append(tokens - (int(image_pads[0].sum()) if image_pads is not None
-                                              else 0))
-            return embeds, mask, image_pads
-
-        pipe.encode_prompt = counted
-
-    def take(self) -> dict:
-        """The call's conditional cache: bytes of its K and V tensors over the layers it filled,
-        those layers of how many, the prefix tokens and the prompt's text tokens among them; empty
-        when it made none (the cache off).
-        A request that failed during prefill filled only some layers. The caches are released."""
-        caches, self.made[:] = list(self.made), []
-        # The first encoding is the prompt's; a negative prompt's would follow it.
-        text, self.text_tokens[:] = self.text_tokens[:1], []
-        if not caches:
-            return {}
-        layers = caches[0].layer_caches
-        filled = [layer for layer in layers if layer.k is not None and layer.v is not None]
-        if not filled:
-            return {"kv_cache_layers": 0, "kv_cache_layers_total": len(layers)}
-        total = sum(t.numel() * t.element_size() for layer in filled for t in (layer.k, layer.v))
-        return {"kv_cache_bytes": total, "kv_cache_layers": len(filled),
-                "kv_cache_layers_total": len(layers), "prefix_tokens": int(filled[0].k.shape[1]),
-                "prompt_text_tokens": text[0] if text else None}
-
-
 class DiffusersEngine:
-    """QwenImage21Pipeline under one profile; a failed request (an OOM) leaves it usable."""
+    """The profile's pipeline under the profile; a failed request (an OOM) leaves it usable."""
 
     peak_source = "torch-reserved"  # max_memory_reserved over the request
     survives_failure = True  # unlike Omni.generate, a Diffusers pipeline is not closed by an OOM
@@ -169,26 +85,18 @@ class DiffusersEngine:
         quantised = {name for name, key in QUANTISED_BY.items()
                      if profile.get(key) == "int8-weight-only"}
         started = time.monotonic()
-        from diffusers import QwenImage21Pipeline
+        import diffusers
 
+        self.adapter = adapter_for(profile["pipeline"])
+        pipeline = getattr(diffusers, profile["pipeline"])
         if weights["kind"] == "random":
             self.build_path = "random-streamed"
-            configs = weights["configs"]
-            parts = build_streamed(configs, dtype, int(weights["seed"]),
-                                   init_device=self.device, quantised=quantised,
-                                   keep_on=self.device if offload == "none" else "cpu",
-                                   place=self._place_component)
-            from diffusers import FlowMatchEulerDiscreteScheduler
-
-            self.pipe = QwenImage21Pipeline(
-                scheduler=FlowMatchEulerDiscreteScheduler(**configs.get("scheduler", {})),
-                processor=synthetic_processor(configs["processor"]), **parts)
+            self.pipe = self._built_random(pipeline, weights, dtype, quantised, offload)
         elif weights["kind"] == "snapshot":
             # from_pretrained's own load path: the whole pipeline, then quantised and placed.
             self.build_path = "from-pretrained"
-            self.pipe = QwenImage21Pipeline.from_pretrained(model, torch_dtype=dtype,
-                                                            local_files_only=True)
-            for name in LOAD_ORDER:
+            self.pipe = pipeline.from_pretrained(model, torch_dtype=dtype, local_files_only=True)
+            for name in self._weighted():
                 module = getattr(self.pipe, name)
                 if name in quantised:
                     from torchao.quantization import Int8WeightOnlyConfig, quantize_
@@ -199,16 +107,39 @@ class DiffusersEngine:
                 self._place_component(name, module)
         else:
             raise ProfileError(f"weights {weights['kind']!r}: expected 'random' or 'snapshot'")
-        self.parameters_b = {name: parameters_b(getattr(self.pipe, name)) for name in LOAD_ORDER}
+        self.parameters_b = {name: parameters_b(getattr(self.pipe, name))
+                             for name in self._weighted()}
         self._place_pipeline(offload)
         gc.collect()
         self.build_s = round(time.monotonic() - started, 3)
         self.build_peak_mib = self._peaks()[1]
         self.resident_mib = (round(torch.cuda.memory_allocated() / MIB, 1)
                              if self.device == "cuda" else None)
-        self.host = placed_host_figures(torch, [getattr(self.pipe, n) for n in LOAD_ORDER])
+        self.host = placed_host_figures(torch, [getattr(self.pipe, n) for n in self._weighted()])
         self.expandable_segments = expandable_segments_active(torch)
-        self.kv = KvCacheRecorder(self.pipe)
+        self.kv = self.adapter.recorder(self.pipe)
+
+    def _built_random(self, pipeline, weights: dict, dtype, quantised: set[str], offload: str):
+        """The pipeline from its committed components: the weighted ones streamed in load order
+        (diffusers_build.py), then those without weights from the adapter, and the scheduler by
+        the adapter's class name with its defaults; all handed to the pipeline by keyword."""
+        import diffusers
+
+        components = weights["components"]
+        parts = build_streamed(components, dtype, int(weights["seed"]), init_device=self.device,
+                               quantised=quantised,
+                               keep_on=self.device if offload == "none" else "cpu",
+                               place=self._place_component)
+        for name in sorted(set(components) - set(parts)):
+            parts[name] = self.adapter.unweighted(name, components[name]["class"],
+                                                  components[name]["config"])
+        scheduler = getattr(diffusers, self.adapter.SCHEDULER)()
+        return pipeline(scheduler=scheduler, **parts)
+
+    def _weighted(self) -> list[str]:
+        """The pipeline's components with weights, in load order (sorted by name)."""
+        return sorted(name for name, part in self.pipe.components.items()
+                      if isinstance(part, self.torch.nn.Module))
 
     def _place_component(self, name: str, module) -> None:
         """Group offload: the component's hooks, applied as soon as it is complete (the
@@ -268,10 +199,9 @@ class DiffusersEngine:
                 out = self.pipe(
                     prompt=request["prompt"], image=images or None, height=request["height"],
                     width=request["width"], num_inference_steps=request["num_inference_steps"],
-                    true_cfg_scale=request["true_cfg_scale"],
                     generator=torch.Generator("cpu").manual_seed(request["seed"]),
-                    output_type="pil", use_kv_cache=bool(self.profile.get("use_kv_cache", True)),
-                    **self.sizing)
+                    output_type="pil",
+                    **self.adapter.call_arguments(self.pipe, self.profile, request, self.sizing))
         finally:
             allocated, reserved = self._peaks()
             self.last = {"peak_mib": reserved, "peak_allocated_mib": allocated,
@@ -346,25 +276,29 @@ def process_gpu_mib() -> float | None:
 def profile_refusal(profile: dict, cuda: bool) -> str | None:
     """Why the engine cannot build `profile` on this machine, in the words it refuses it with
     (the harness asks before any runner starts, through `--versions PROFILES`); None: it can."""
+    try:
+        adapter = adapter_for(profile["pipeline"])
+    except KeyError as exc:
+        return str(exc.args[0])
     offload = profile.get("offload", "none")
     if offload not in OFFLOADS:
         return f"offload {offload!r}: expected one of {', '.join(OFFLOADS)}"
     if not cuda and offload != "none":
         return f"offload {offload!r} needs a CUDA device; this machine has none"
-    return None
+    return adapter.refusal(profile)
 
 
-def asked_facts(profiles: dict[str, dict], configs: dict | None) -> dict:
+def asked_facts(profiles: dict[str, dict], components: dict | None) -> dict:
     """What the engine would do, asked before anything is built: each profile it would refuse
-    here, with its words (torch is imported for it), and, for a random build's configs, each
-    component's parameters, counted on the meta device."""
+    here, with its words (torch is imported for it), and, for a random build's components, each
+    weighted component's parameters, counted on the meta device."""
     import torch
 
     cuda = torch.cuda.is_available()
     found = {name: profile_refusal(p, cuda) for name, p in profiles.items()}
     facts: dict = {"refusals": {name: why for name, why in found.items() if why is not None}}
-    if configs:
-        facts["parameters"] = parameter_counts(configs)
+    if components:
+        facts["parameters"] = parameter_counts(components)
     return facts
 
 

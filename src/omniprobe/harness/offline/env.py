@@ -106,7 +106,7 @@ def offline_environment(ctx: Context, options: OfflineOptions, runner: RunnerCom
     if runner.verification is None:  # the machine's own Python: what it runs on, as it says
         facts = runner_facts(command, dict(os.environ), {
             e.name: e.kwargs["profile"] for e in entries if e.engine == "diffusers"},
-            configs.engine_configs() if configs is not None else None)
+            configs.engine_components() if configs is not None else None)
         packages, manifest = facts["packages"], None
         digest = sha256_json({"python": facts.get("python"), "packages": packages,
                               "runner": command})

@@ -20,6 +20,12 @@ from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.errors import EnvironmentFailure, InputError, Refusal
+from omniprobe.harness.offline.diffusers_adapters import known_pipelines
+
+# How long the runner's Python may take to answer --versions: it imports torch, transformers and
+# diffusers and counts a build's parameters on the meta device, seconds alone but minutes on a
+# loaded machine (two cores shared by a test run took over 120 s).
+VERSIONS_TIMEOUT_S = 600.0
 
 
 class PlanRefused(Refusal):
@@ -107,6 +113,9 @@ def _diffusers_entries(cfg: HostsConfig, project: Project, host_name: str, host:
                        ) -> tuple[list[OfflineEntry], list[str], ModelConfigs | None]:
     spec = host.diffusers
     chosen = _chosen(host.diffusers_profiles, wanted, host_name, "Diffusers profile")
+    unserved = unknown_pipelines({name: cfg.diffusers_profiles[name].pipeline for name in chosen})
+    if unserved:
+        raise PlanRefused(unserved)
     configs = (load_model_configs(project.root, spec.configs) if spec.weights == "random"
                else None)
     if configs is not None:
@@ -115,7 +124,8 @@ def _diffusers_entries(cfg: HostsConfig, project: Project, host_name: str, host:
             str(project.hosts_file))
         if problems:
             raise InputError(problems)
-    weights = ({"kind": "random", "seed": spec.init_seed, "configs": configs.engine_configs()}
+    weights = ({"kind": "random", "seed": spec.init_seed,
+                "components": configs.engine_components()}
                if configs is not None else {"kind": "snapshot"})
     expected = {} if configs is None else {
         name: (c.expected_parameters_b.value, c.expected_parameters_b.tolerance)
@@ -132,26 +142,43 @@ def _diffusers_entries(cfg: HostsConfig, project: Project, host_name: str, host:
     return entries, [], configs
 
 
+def unknown_pipelines(pipelines: dict[str, str]) -> str | None:
+    """Why profiles naming a pipeline no Diffusers adapter serves cannot run, each by name; None
+    when every pipeline has one."""
+    known = known_pipelines()
+    unknown = {name: p for name, p in pipelines.items() if p not in known}
+    if not unknown:
+        return None
+    return "\n".join(f"Diffusers profile {name!r}: pipeline {p!r} has no adapter in "
+                      f"harness/offline/diffusers_adapters/ (adapters serve "
+                      f"{', '.join(known)}); add one, or name one of those"
+                      for name, p in unknown.items())
+
+
 def runner_facts(command: list[str], env: dict[str, str],
-                 profiles: dict[str, dict] | None = None, configs: dict | None = None) -> dict:
+                 profiles: dict[str, dict] | None = None, components: dict | None = None,
+                 timeout_s: float = VERSIONS_TIMEOUT_S) -> dict:
     """`offline_runner.py --versions` in the runner's Python (`command` runs the runner): the
     packages it runs on; given Diffusers profiles by name, those its engine would refuse
-    (`refusals`, in the engine's words); given a random build's configs, each component's
-    parameters (`parameters`), counted before anything is built."""
+    (`refusals`, in the engine's words); given a random build's components, each weighted
+    component's parameters (`parameters`), counted before anything is built."""
     with tempfile.TemporaryDirectory(prefix="omniprobe-asked-") as folder:
         extra = []
-        if profiles or configs:
+        if profiles or components:
             extra = [str(Path(folder) / "asked.json")]
             Path(extra[0]).write_text(json.dumps({"profiles": profiles or {},
-                                                  "configs": configs}), encoding="utf-8")
-        return _facts(command, env, extra)
+                                                  "components": components}), encoding="utf-8")
+        return _facts(command, env, extra, timeout_s)
 
 
-def _facts(command: list[str], env: dict[str, str], extra: list[str]) -> dict:
+def _facts(command: list[str], env: dict[str, str], extra: list[str], timeout_s: float) -> dict:
     try:
         done = subprocess.run([*command, "--versions", *extra], capture_output=True, text=True,
-                              timeout=120, env=env)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+                              timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        raise RunnerEnvBroken(f"the runner's Python did not answer --versions within "
+                              f"{timeout_s:g} s") from None
+    except OSError as exc:
         raise RunnerEnvBroken(f"the runner's Python did not answer --versions: {exc}") from None
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]

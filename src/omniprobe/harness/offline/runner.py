@@ -337,8 +337,9 @@ ENGINES: dict[str, Callable[[str, dict], Engine]] = {
 
 def print_versions(asked_file: str | None = None) -> int:
     """The engine's facts; with a JSON file of Diffusers profiles by name (`profiles`) and a
-    random build's configs (`configs`), also the profiles it would refuse here, in its own
-    words, and each component's parameters, counted on the meta device."""
+    random build's components (`components`: each one's class and config), also the profiles it
+    would refuse here, in its own words, and each weighted component's parameters, counted on
+    the meta device."""
     _beside_this_file()
     from diffusers_engine import asked_facts, environment_facts
 
@@ -346,7 +347,7 @@ def print_versions(asked_file: str | None = None) -> int:
     if asked_file is not None:
         with open(asked_file, encoding="utf-8") as handle:
             asked = json.load(handle)
-        facts.update(asked_facts(asked.get("profiles") or {}, asked.get("configs")))
+        facts.update(asked_facts(asked.get("profiles") or {}, asked.get("components")))
     print(json.dumps(facts))
     return 0
 

@@ -1,0 +1,102 @@
+"""Qwen-Image-2.1 (`QwenImage21Pipeline`): Qwen3-VL's processor over a synthetic tokenizer with
+Qwen's special tokens at their real ids, the call's `use_kv_cache` and `output_resolution`, and
+the recorder of the conditioning KV caches the pipeline makes per call."""
+
+from __future__ import annotations
+
+from .synthetic_tokenizer import synthetic_tokenizer
+
+PIPELINES = ("QwenImage21Pipeline",)
+SCHEDULER = "FlowMatchEulerDiscreteScheduler"
+# Qwen2/Qwen3 tokenizer's special tokens at their real ids (shared/diffusers-facts.md).
+SPECIAL_TOKENS = {
+    "<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
+    "<|vision_start|>": 151652, "<|vision_end|>": 151653, "<|image_pad|>": 151655,
+    "<|video_pad|>": 151656,
+}
+_UNKNOWN_ID = 151700
+# The pipeline calls processor.apply_chat_template on a system message.
+_CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c in m['content'] %}"
+                  "{{ c['text'] }}{% endfor %}<|im_end|>\n{% endfor %}")
+
+
+def unweighted(name: str, class_name: str, config: dict):
+    """Qwen3-VL's processor from transformers' classes: `config` holds the image processor's
+    settings (its size limits must admit the pipeline's condition images)."""
+    if name != "processor":
+        raise ValueError(f"component {name!r} ({class_name}): QwenImage21Pipeline's adapter "
+                         "makes only its processor")
+    from transformers import Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    image = Qwen2VLImageProcessor(**config["image_processor"])
+    video = Qwen3VLVideoProcessor(**config["video_processor"])
+    tokenizer = synthetic_tokenizer(SPECIAL_TOKENS, pad="<|endoftext|>", eos="<|im_end|>",
+                                    unknown_id=_UNKNOWN_ID)
+    return Qwen3VLProcessor(image_processor=image, tokenizer=tokenizer, video_processor=video,
+                            chat_template=_CHAT_TEMPLATE)
+
+
+def refusal(profile: dict) -> str | None:
+    return None  # every profile setting is this pipeline's
+
+
+def call_arguments(pipe, profile: dict, request: dict, sizing: dict) -> dict:
+    # sizing: the condition size hosts.toml resolved ({} leaves the pipeline's own default)
+    return {"true_cfg_scale": request["true_cfg_scale"],
+            "use_kv_cache": bool(profile.get("use_kv_cache", True)), **sizing}
+
+
+class KvCacheRecorder:
+    """Counts the pipeline's conditioning KV caches: the pipeline makes them per call, so the
+    module's class is replaced by a subclass that keeps each one it makes until `take`."""
+
+    def __init__(self, pipe):
+        import diffusers.pipelines.qwenimage21.pipeline_qwenimage21 as pipeline_module
+
+        base = pipeline_module.QwenImage21KVCache
+        made: list = []
+
+        class Recorded(base):
+            def __init__(self, num_layers: int):
+                super().__init__(num_layers)
+                made.append(self)
+
+        pipeline_module.QwenImage21KVCache = Recorded
+        self.made = made
+        # The prompt's own text tokens, counted as the pipeline encodes it: each fixture has its
+        # own prompt, so the references' share of the prefix is the prefix less these.
+        self.text_tokens: list[int] = []
+        encode = pipe.encode_prompt
+
+        def counted(*args, **kwargs):
+            embeds, mask, image_pads = encode(*args, **kwargs)
+            tokens = int(mask[0].sum()) if mask is not None else embeds.shape[1]
+            self.text_tokens.append(tokens - (int(image_pads[0].sum()) if image_pads is not None
+                                              else 0))
+            return embeds, mask, image_pads
+
+        pipe.encode_prompt = counted
+
+    def take(self) -> dict:
+        """The call's conditional cache: bytes of its K and V tensors over the layers it filled,
+        those layers of how many, the prefix tokens and the prompt's text tokens among them; empty
+        when it made none (the cache off).
+        A request that failed during prefill filled only some layers. The caches are released."""
+        caches, self.made[:] = list(self.made), []
+        # The first encoding is the prompt's; a negative prompt's would follow it.
+        text, self.text_tokens[:] = self.text_tokens[:1], []
+        if not caches:
+            return {}
+        layers = caches[0].layer_caches
+        filled = [layer for layer in layers if layer.k is not None and layer.v is not None]
+        if not filled:
+            return {"kv_cache_layers": 0, "kv_cache_layers_total": len(layers)}
+        total = sum(t.numel() * t.element_size() for layer in filled for t in (layer.k, layer.v))
+        return {"kv_cache_bytes": total, "kv_cache_layers": len(filled),
+                "kv_cache_layers_total": len(layers), "prefix_tokens": int(filled[0].k.shape[1]),
+                "prompt_text_tokens": text[0] if text else None}
+
+
+recorder = KvCacheRecorder
