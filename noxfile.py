@@ -147,11 +147,10 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(name="tests-diffusers")
 def tests_diffusers(session: nox.Session) -> None:
-    """Run the Diffusers engine's tests on the CPU: a tiny Qwen-Image-2.1 and a tiny FLUX.2 [klein]
-    through the offline path.
+    """Run the Diffusers engine's tests on the CPU: two tiny models through the offline path.
 
-    It runs the streamed build too, and installs torch, transformers, diffusers and torchao,
-    pinned to the GPU machine's."""
+    The models are a tiny Qwen-Image-2.1 and a tiny FLUX.2 [klein]. It runs the streamed build
+    too, and installs torch, transformers, diffusers and torchao, pinned to the GPU machine's."""
     _install(session, "test", "diffusers")
     session.run("pytest", "-n", "2", "tests/test_diffusers.py", "tests/test_diffusers_build.py",
                 *session.posargs,
