@@ -216,16 +216,15 @@ def test_a_second_family_runs_through_the_same_engine_from_its_configs_and_adapt
     code, out = in_process(project, ["probe-offline", "--host", KLEIN_HOST])
     assert code == 0, out
     loaded, [attempt] = attempts(project, KLEIN_HOST)
-    [settings] = attempt.profile_settings
-    assert (settings.profile, settings.settings["pipeline"], settings.settings["dtype"]) == (
+    [run] = attempt.offline
+    assert (run.profile, run.settings["pipeline"], run.settings["dtype"]) == (
         "klein-tiny-cpu", "Flux2KleinPipeline", "float32")
     served = attempt.meta.environment.served
     assert (served.source, served.configs) == ("random", "models/flux2-klein/tiny")
     assert set(served.config_digests) == {"text_encoder", "tokenizer", "transformer", "vae"}
-    [row, *_] = attempt.offline
     # Its own classes' weights: a Qwen3 text encoder, FLUX.2's DiT and VAE (no processor).
-    assert set(row.build.parameters_b) == {"text_encoder", "transformer", "vae"}
-    assert row.build.build_path == "random-streamed"
+    assert set(run.build.parameters_b) == {"text_encoder", "transformer", "vae"}
+    assert run.build.build_path == "random-streamed"
     records = attempt.offline_requests
     assert [loaded.fixtures.get(r.fixture).reference_count for r in records] == [0, 1, 2, 3, 4]
     for r in records:
@@ -290,7 +289,7 @@ def test_an_oom_is_recorded_with_its_signature_and_the_pipeline_goes_on(project,
     assert four[0].oom.requested == "490.00 MiB" and four[0].cause.kind == "card"
     # One runner for all ten: the OOM cost no rebuild, and the next request after it ran.
     assert {r.lifetime for r in attempt.offline_requests} == {0}
-    assert four[1].outcome == "oom" and len(attempt.offline[0].logs) == 1
+    assert four[1].outcome == "oom" and len(attempt.offline[0].lifetimes) == 1
     assert "a fresh runner" not in out
 
 
