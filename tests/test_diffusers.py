@@ -504,9 +504,10 @@ def test_a_runner_killed_at_the_host_ram_cap_while_building_says_so_not_its_last
     code, out = in_process(project, ["probe-offline", "--host", "tiny-30gib-host",
                                      "--fixture", "standin-t2i"])
     _, [attempt] = attempts(project, "tiny-30gib-host")
-    [row] = attempt.offline
-    assert row.outcome == "init-error" and row.cause.kind == "host", row
-    assert "oom_kill went from 0 to 1" in row.note and "torchao" not in row.note
+    [run] = attempt.offline
+    init = run.init
+    assert run.init_failed == "init-error" and init.cause.kind == "host", run
+    assert "oom_kill went from 0 to 1" in init.note and "torchao" not in init.note
     assert "oom_kill went from 0 to 1" in out and "Unable to import" not in out
 
 
@@ -688,13 +689,13 @@ def test_a_build_that_fails_upstream_is_recorded_as_upstreams_and_asks_nothing_o
     pipeline_double(tmp_path, monkeypatch, CANNOT_PIN_AT_BUILD)
     code, out = offline(project, "--profile", "tiny-cpu", "--fixture", "standin-t2i")
     loaded, [attempt] = attempts(project)
-    [row] = attempt.offline
-    assert row.outcome == "init-error" and row.oom is None, out
-    assert row.cause.kind == "server"
-    assert "diffusers/hooks/group_offloading.py:2 in _init_cpu_param_dict" in row.cause.reason
-    assert "cannot pin" in row.cause.reason
+    [init] = [r.init for r in attempt.offline]
+    assert (init.outcome, init.oom) == ("error", None), out
+    assert init.cause.kind == "server"
+    assert "diffusers/hooks/group_offloading.py:2 in _init_cpu_param_dict" in init.cause.reason
+    assert "cannot pin" in init.cause.reason
     [run] = host_runs(HOST, loaded.evidence, loaded.fixtures)
-    assert run.init_upstream_failure == row.cause.reason
+    assert run.init_upstream_failure == init.cause.reason
     assert card_capacity(HOST, [run], None, 0).verdict == "not measured"
 
 
