@@ -181,14 +181,14 @@ def test_the_guard_records_the_first_sample_over_the_cap(tmp_path):
     assert guard.breach_by(check.breach.t_s) == check.breach
 
 
-@pytest.mark.parametrize(("baseline", "device", "breached", "unchecked"), [
-    (1024.0, 25 * 1024.0 + 1, True, 0),   # the device over its idle baseline stands in
+@pytest.mark.parametrize(("idle", "device", "breached", "unchecked"), [
+    (1024.0, 25 * 1024.0 + 1, True, 0),   # the device over its first idle reading stands in
     (1024.0, 25 * 1024.0, False, 0),
     (None, 99 * 1024.0, False, 1),        # no figure at all: counted, never guessed
 ])
-def test_without_per_process_figures_the_device_over_baseline_stands_in(baseline, device,
-                                                                        breached, unchecked):
-    guard = EmulationGuard(24 * 1024, baseline)
+def test_without_per_process_figures_the_device_over_its_idle_reading_stands_in(idle, device,
+                                                                                breached, unchecked):
+    guard = EmulationGuard(24 * 1024, idle)
     guard.observe(Sample(t_s=1.0, device_mib=device, process_mib=None))
     assert (guard.breach is not None) == breached
     assert guard.check().unchecked_samples == unchecked

@@ -99,5 +99,5 @@ def test_a_cut_series_is_recorded_as_incomplete_before_the_lifetime_fails_for_it
         while running.sampler.died is None:
             time.sleep(0.02)
     [end] = kept
-    assert end.timeline.state == "incomplete" and end.idle.baseline == 0
+    assert end.timeline.state == "incomplete" and end.idle.first_idle == 0
     assert end.ended == "stopped"

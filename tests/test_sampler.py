@@ -146,20 +146,20 @@ def test_the_idle_wait_names_the_holder():
         idle_reading(NvmlReader(nvml=fake), None, timeout_s=0.3, poll_s=0.05)
 
 
-def test_the_idle_wait_waits_for_memory_to_return_to_baseline():
+def test_the_idle_wait_waits_for_memory_to_return_to_the_first_idle_reading():
     fake = FakeNvml([Frame(0.0, 5000 * MIB), Frame(0.3, 600 * MIB)])
     started = time.monotonic()
     idle = idle_reading(NvmlReader(nvml=fake), 500 * MIB, timeout_s=5, poll_s=0.05)
-    assert (idle.baseline, idle.used) == (500 * MIB, 600 * MIB)
+    assert (idle.first_idle, idle.used) == (500 * MIB, 600 * MIB)
     assert time.monotonic() - started >= 0.25
-    with pytest.raises(GpuBusy, match="5,000 MiB in use against a baseline of 500 MiB"):
+    with pytest.raises(GpuBusy, match="5,000 MiB in use against the first idle reading of 500 MiB"):
         idle_reading(NvmlReader(nvml=FakeNvml([Frame(0.0, 5000 * MIB)])), 500 * MIB,
                      timeout_s=0.2, poll_s=0.05)
 
 
-def test_the_idle_wait_takes_the_first_idle_reading_as_baseline():
+def test_the_idle_wait_takes_its_first_reading_as_the_first_idle_reading():
     fake = FakeNvml([Frame(0.0, 700 * MIB, compute=((ME, 100 * MIB),))])
-    assert idle_reading(NvmlReader(nvml=fake), None, timeout_s=1).baseline == 700 * MIB
+    assert idle_reading(NvmlReader(nvml=fake), None, timeout_s=1).first_idle == 700 * MIB
 
 
 def test_a_series_file_that_cannot_be_written_leaves_the_series_whole(tmp_path):

@@ -112,13 +112,13 @@ class TimelineSummary(EvidenceModel):
     points: list[TimelinePoint] = Field(
         default=[], description="Peak-preserving reduction of the series, for the report's figure.")
     emulation: EmulationCheck | None = Field(default=None, description="Emulated hosts only.")
-    idle_baseline_mib: float | None = Field(
+    first_idle_mib: float | None = Field(
         default=None, ge=0, description="The device's used memory at the run's first idle "
                                         "reading; null: not read.")
     idle_mib: float | None = Field(
         default=None, ge=0, description="The device's used memory, idle, just before this server "
                                         "started: another program's VRAM moved by the difference "
-                                        "from idle_baseline_mib, within the host's "
+                                        "from first_idle_mib, within the host's "
                                         "idle_tolerance_mib.")
 
 

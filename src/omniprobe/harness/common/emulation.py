@@ -68,12 +68,12 @@ class EmulationGuard:
     """Fed every sample of one server lifetime: the tree's memory against the cap.
 
     The tree's figure is NVML's per-process memory of the server and its descendants; where NVML
-    lists none of them (another PID namespace), the device's use over the idle baseline stands in,
+    lists none of them (another PID namespace), the device's use over its first idle reading stands in,
     which can only overstate the tree. A sample with neither is counted as unchecked.
     """
 
-    def __init__(self, cap_mib: int, baseline_mib: float | None = None):
-        self.cap_mib, self.baseline_mib = cap_mib, baseline_mib
+    def __init__(self, cap_mib: int, idle_mib: float | None = None):
+        self.cap_mib, self.idle_mib = cap_mib, idle_mib
         self.checked = self.unchecked = 0
         self.peak_mib: float | None = None
         self.breach: EmulationBreach | None = None
@@ -81,8 +81,8 @@ class EmulationGuard:
     def held_mib(self, sample: Sample) -> float | None:
         if sample.process_mib is not None:
             return sample.process_mib
-        if self.baseline_mib is not None:
-            return max(0.0, sample.device_mib - self.baseline_mib)
+        if self.idle_mib is not None:
+            return max(0.0, sample.device_mib - self.idle_mib)
         return None
 
     def observe(self, sample: Sample) -> None:

@@ -169,7 +169,7 @@ class Lifetimes:
                  readers: ReaderFactory, artifacts_dir: Path):
         self.host_name, self.host, self.settings = host_name, host, settings
         self.readers, self.artifacts_dir = readers, artifacts_dir
-        self.baseline: int | None = None  # the first idle reading: later ones are held to it
+        self.first_idle: int | None = None  # the first idle reading: later ones are held to it
 
     def _reader(self, folder: Path) -> tuple[GpuReader | None, str | None]:
         try:
@@ -180,9 +180,9 @@ class Lifetimes:
     def _idle(self, reader: GpuReader | None) -> IdleReading | None:
         if reader is None:
             return None
-        idle = idle_reading(reader, self.baseline, timeout_s=self.settings.idle_timeout_s,
+        idle = idle_reading(reader, self.first_idle, timeout_s=self.settings.idle_timeout_s,
                             tolerance_mib=self.host.idle_tolerance_mib, poll_s=IDLE_POLL_S)
-        self.baseline = idle.baseline
+        self.first_idle = idle.first_idle
         return idle
 
     def _env(self, spec: ProcessSpec) -> tuple[dict[str, str], EmulationGuard | None]:
@@ -196,7 +196,7 @@ class Lifetimes:
         if cap is None:
             return env, None
         env.update(emulation_env(self.host, cap, env))
-        return env, EmulationGuard(cap, None if self.baseline is None else self.baseline / MIB)
+        return env, EmulationGuard(cap, None if self.first_idle is None else self.first_idle / MIB)
 
     @contextmanager
     def run(self, spec: ProcessSpec, record: Callable[[Ended], None]) -> Iterator[Running]:

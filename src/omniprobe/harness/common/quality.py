@@ -39,7 +39,7 @@ from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe.safe_io import confine
 
-CellKey = tuple[str, int]  # (fixture, seed)
+RequestKey = tuple[str, int]  # (fixture, seed): one request
 
 
 class RandomWeights(Refusal):
@@ -125,10 +125,10 @@ def baseline_path(baseline_dir: Path, layout: str, fixture: Fixture, seed: int) 
 
 
 def baseline_paths(outputs: list[Output], baseline_dir: Path, layout: str,
-                   fixtures: FixtureSuite) -> dict[CellKey, Path]:
+                   fixtures: FixtureSuite) -> dict[RequestKey, Path]:
     """The baseline image of every fixture and seed the outputs need; InputError names each
     expected path that is missing."""
-    paths: dict[CellKey, Path] = {}
+    paths: dict[RequestKey, Path] = {}
     problems: list[Problem] = []
     for out in outputs:
         key = (out.record.fixture, out.record.seed)
@@ -170,16 +170,16 @@ def psnr_row(record: RequestRecord, output: Pixels, baseline: Pixels, checks: St
 
 
 def pixel_hashes(outputs: list[Output],
-                 computed: Mapping[int, str]) -> dict[CellKey, dict[str, str]]:
+                 computed: Mapping[int, str]) -> dict[RequestKey, dict[str, str]]:
     """Flag set -> pixel hash for each fixture and seed.
 
     A cell uses the hashes recorded in requests.json when every one of its requests has one;
     otherwise it uses hashes computed here for all of them, so one cell never mixes the two.
     """
-    cells: dict[CellKey, list[Output]] = defaultdict(list)
+    cells: dict[RequestKey, list[Output]] = defaultdict(list)
     for out in outputs:
         cells[(out.record.fixture, out.record.seed)].append(out)
-    hashes: dict[CellKey, dict[str, str]] = {}
+    hashes: dict[RequestKey, dict[str, str]] = {}
     for key, outs in cells.items():
         recorded = all(o.record.pixels_sha256 for o in outs)
         hashes[key] = {o.record.flag_set: o.record.pixels_sha256 if recorded else computed[o.index]
@@ -187,7 +187,7 @@ def pixel_hashes(outputs: list[Output],
     return hashes
 
 
-def determinism_groups(hashes: Mapping[CellKey, Mapping[str, str]]) -> list[DeterminismGroup]:
+def determinism_groups(hashes: Mapping[RequestKey, Mapping[str, str]]) -> list[DeterminismGroup]:
     """Groups of flag sets whose outputs for one fixture and seed are pixel-identical.
 
     Per fixture and seed compared under two or more flag sets: when all agree, one identical

@@ -347,15 +347,15 @@ class GpuBusy(EnvironmentFailure):
 
 @dataclass(frozen=True)
 class IdleReading:
-    baseline: int  # bytes: the run's first idle reading
-    used: int  # bytes in use now, idle: another program's VRAM moved by used - baseline
+    first_idle: int  # bytes: the run's first idle reading
+    used: int  # bytes in use now, idle: another program's VRAM moved by used - first_idle
 
 
-def idle_reading(reader: GpuReader, baseline: int | None, *, timeout_s: float = 60,
+def idle_reading(reader: GpuReader, first_idle: int | None, *, timeout_s: float = 60,
                  tolerance_mib: float = 256, poll_s: float = 0.5,
                  ignore: Iterable[int] = ()) -> IdleReading:
     """Wait until no process computes on the GPU and its used memory is within `tolerance_mib`
-    (hosts.toml idle_tolerance_mib) of the baseline (the first idle reading when none is given).
+    (hosts.toml idle_tolerance_mib) of the first idle reading (this one when none is given).
     Raises GpuBusy naming what holds the GPU when it does not go idle in time.
     """
     ignore = set(ignore) | {os.getpid()}
@@ -364,22 +364,23 @@ def idle_reading(reader: GpuReader, baseline: int | None, *, timeout_s: float = 
         used, _ = reader.memory()
         compute, _graphics = reader.processes()
         holders = {pid: mem for pid, mem in unique_processes(compute).items() if pid not in ignore}
-        limit = None if baseline is None else baseline + tolerance_mib * MIB
+        limit = None if first_idle is None else first_idle + tolerance_mib * MIB
         if not holders and (limit is None or used <= limit):
-            return IdleReading(used if baseline is None else baseline, used)
+            return IdleReading(used if first_idle is None else first_idle, used)
         if time.monotonic() >= deadline:
-            raise GpuBusy(_busy_message(reader, holders, used, baseline, timeout_s,
+            raise GpuBusy(_busy_message(reader, holders, used, first_idle, timeout_s,
                                         tolerance_mib))
         pause(poll_s)
 
 
 def _busy_message(reader: GpuReader, holders: dict[int, int | None], used: int,
-                  baseline: int | None, timeout_s: float, tolerance_mib: float) -> str:
+                  first_idle: int | None, timeout_s: float, tolerance_mib: float) -> str:
     parts = [f"pid {pid} ({reader.process_name(pid)}) holds "
              + (f"{mem / MIB:,.0f} MiB" if mem is not None else "an unknown amount")
              for pid, mem in sorted(holders.items())]
     if not parts:
-        parts = [f"{used / MIB:,.0f} MiB in use against a baseline of {baseline / MIB:,.0f} MiB, "
-                 f"more than its tolerance of {tolerance_mib:,.0f} MiB (hosts.toml "
-                 "idle_tolerance_mib), held by no listed process (another container?)"]
+        parts = [f"{used / MIB:,.0f} MiB in use against the first idle reading of "
+                 f"{first_idle / MIB:,.0f} MiB, more than its tolerance of "
+                 f"{tolerance_mib:,.0f} MiB (hosts.toml idle_tolerance_mib), held by no listed "
+                 "process (another container?)"]
     return f"the GPU is not idle after {timeout_s:g} s: " + "; ".join(parts)

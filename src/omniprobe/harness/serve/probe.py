@@ -173,7 +173,7 @@ class ServeProbe:
             timeline = end.timeline
             if end.idle is not None:
                 timeline = timeline.model_copy(update={
-                    "idle_baseline_mib": round(end.idle.baseline / MIB, 1),
+                    "first_idle_mib": round(end.idle.first_idle / MIB, 1),
                     "idle_mib": round(end.idle.used / MIB, 1)})
             self._put_lifetime(flag_set, index, record.model_copy(update={
                 "ended": end.ended, "log": end.log, "timeline": timeline,
