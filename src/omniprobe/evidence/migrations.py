@@ -84,24 +84,31 @@ def _renamed(row: object) -> object:
             for k, v in row.items()}
 
 
+def _rows_updated(file_name: str, data: object, version: int,
+                  change: Callable[[list], list] | None) -> object:
+    """The data stamped with `version`, its content rows passed through `change` where the
+    content is a list (`change` None: the file's rows stay as they are). Data of another shape
+    is left for validation to name."""
+    if not isinstance(data, dict):
+        return data
+    data = {**data, VERSION_KEY: version}
+    key = content_key(file_name)
+    if change is not None and isinstance(data.get(key), list):
+        data[key] = change(data[key])
+    return data
+
+
 def update_to_4(file_name: str, data: object) -> object:
     """Version 3 -> 4: an output's structure verdict is `structure` (and `structure_note`), no
     longer `quality`, in every row that carries one."""
-    if not isinstance(data, dict):
-        return data
-    data = {**data, VERSION_KEY: 4}
-    key = content_key(file_name)
-    rows = data.get(key)
-    if file_name not in ROWS_RENAMED_IN_4 or not isinstance(rows, list):
-        return data
+    if file_name not in ROWS_RENAMED_IN_4:
+        return _rows_updated(file_name, data, 4, None)
     inner = ROWS_RENAMED_IN_4[file_name]
     if inner is None:
-        data[key] = [_renamed(row) for row in rows]
-    else:
-        data[key] = [{**row, inner: [_renamed(r) for r in row[inner]]}
-                     if isinstance(row, dict) and isinstance(row.get(inner), list) else row
-                     for row in rows]
-    return data
+        return _rows_updated(file_name, data, 4, lambda rows: [_renamed(row) for row in rows])
+    return _rows_updated(file_name, data, 4, lambda rows: [
+        {**row, inner: [_renamed(r) for r in row[inner]]}
+        if isinstance(row, dict) and isinstance(row.get(inner), list) else row for row in rows])
 
 
 def _profile_named(row: object, diffusers: bool) -> object:
@@ -113,22 +120,16 @@ def _profile_named(row: object, diffusers: bool) -> object:
 def update_to_5(file_name: str, data: object) -> object:
     """Version 4 -> 5: a Diffusers record names its profile as `profile`. A request says its
     engine; a cell is the Diffusers engine's where it holds what only that engine records."""
-    if not isinstance(data, dict):
-        return data
-    data = {**data, VERSION_KEY: 5}
-    rows = data.get(content_key(file_name))
-    if not isinstance(rows, list):
-        return data
     if file_name == "offline-requests.json":
-        data["offline_requests"] = [
+        return _rows_updated(file_name, data, 5, lambda rows: [
             _profile_named(r, isinstance(r, dict) and r.get("engine") == "diffusers")
-            for r in rows]
-    elif file_name == "offline.json":
-        data["offline"] = [
+            for r in rows])
+    if file_name == "offline.json":
+        return _rows_updated(file_name, data, 5, lambda rows: [
             _profile_named(r, isinstance(r, dict) and (r.get("build") is not None
                                                        or bool(r.get("host_ram"))))
-            for r in rows]
-    return data
+            for r in rows])
+    return _rows_updated(file_name, data, 5, None)
 
 
 # Version 6's renamed Diffusers profiles: a flag set of the same name is another thing.
@@ -202,16 +203,14 @@ def offline_runs(rows: list) -> list:
 def update_to_6(file_name: str, data: object) -> object:
     """Version 5 -> 6: offline.json holds one run per kwarg set or profile; the Diffusers profiles
     cpuoff and cpuoff-expandable are model-cpu and model-cpu-expandable."""
-    if not isinstance(data, dict):
-        return data
-    data = {**data, VERSION_KEY: 6}
-    key = content_key(file_name)
-    rows = data.get(key)
-    if file_name not in PROFILE_FILES_IN_6 or not isinstance(rows, list):
-        return data
-    rows = [_renamed_profile(row) for row in rows]
-    data[key] = offline_runs(rows) if file_name == "offline.json" else rows
-    return data
+    if file_name not in PROFILE_FILES_IN_6:
+        return _rows_updated(file_name, data, 6, None)
+
+    def changed(rows: list) -> list:
+        rows = [_renamed_profile(row) for row in rows]
+        return offline_runs(rows) if file_name == "offline.json" else rows
+
+    return _rows_updated(file_name, data, 6, changed)
 
 
 def fold_settings(offline: object, settings: object) -> object:
