@@ -174,8 +174,7 @@ class AttemptStore:
 
     def add_offline_request(self, record: OfflineRequest) -> OfflineRequest:
         """Held as recorded only once on disk, as add_request."""
-        write_section(self.folder, "offline-requests.json", [*self.offline_requests, record])
-        self.offline_requests.append(record)
+        _append(self.folder, "offline-requests.json", self.offline_requests, record)
         return record
 
     def put_propagation(self, checks: list[PropagationCheck]) -> None:
@@ -196,13 +195,11 @@ class AttemptStore:
 
     def add_trial(self, trial: CapacityTrial) -> None:
         """Write the trial, and only then hold it as recorded."""
-        write_section(self.folder, "capacity-trials.json", [*self.capacity_trials, trial])
-        self.capacity_trials.append(trial)
+        _append(self.folder, "capacity-trials.json", self.capacity_trials, trial)
 
     def add_request(self, record: RequestRecord) -> None:
         """Held as recorded only once on disk: a failed write leaves it to be sent again."""
-        write_section(self.folder, "requests.json", [*self.requests, record])
-        self.requests.append(record)
+        _append(self.folder, "requests.json", self.requests, record)
 
     def recorded(self, flag_set: str, fixture: str, seed: int) -> bool:
         """A record of the cell that measured something: a transport failure is sent again, and
@@ -263,6 +260,13 @@ def _put(folder: Path, file_name: str, rows: list[R], row: R, key: Callable[[R],
     new = [*rows, row] if at is None else [*rows[:at], row, *rows[at + 1:]]
     write_section(folder, file_name, new)
     return new
+
+
+def _append(folder: Path, file_name: str, rows: list[R], row: R) -> None:
+    """`row` written after `rows` to the file first, and only then added to them: a failed write
+    leaves it unrecorded (to be run again)."""
+    write_section(folder, file_name, [*rows, row])
+    rows.append(row)
 
 
 def orphaned_records(host_dir: Path) -> list[tuple[Path, list[str]]]:
