@@ -220,9 +220,9 @@ def probe_capacity(session: nox.Session) -> None:
 
 @nox.session(name="probe-baseline")
 def probe_baseline(session: nox.Session) -> None:
-    """Re-seal the seed's Diffusers baseline on a Diffusers host, in its own baseline env.
+    """Re-seal the seed's Diffusers baseline on a Diffusers host, in its own Diffusers env.
 
-    The env (hosts.toml [baseline_env]) is built, or only verified, first; the images land
+    The env (hosts.toml [diffusers_env]) is built, or only verified, first; the images land
     where `nox -s quality` reads them."""
     _install(session)
     _omniprobe(session, "probe-baseline", "--build-env", *_args(session), env=INVOCATION,

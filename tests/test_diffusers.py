@@ -370,7 +370,7 @@ def test_probe_baseline_lays_out_its_images_and_quality_refuses_random_weights_b
                                       "--build-env"])
     said = io.StringIO()
     assert run_baseline(project, options_from(args), command=["omniprobe"], out=said) == 0
-    assert "baseline env" not in said.getvalue()
+    assert "Diffusers env" not in said.getvalue()
     _, [attempt] = attempts(project)
     # The record says no built env ran (the machine's own Python) and what that Python holds.
     assert attempt.meta.environment.env is None

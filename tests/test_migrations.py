@@ -19,6 +19,7 @@ from omniprobe.evidence.migrations import (
     update_to_4,
     update_to_5,
     update_to_6,
+    update_to_7,
     upgrade,
     version_of,
 )
@@ -42,7 +43,7 @@ def test_version_of(data, version):
     assert version_of(data) == version
 
 
-UNKNOWN = [7, 0, -1, "2", 2.0, True, None]
+UNKNOWN = [8, 0, -1, "2", 2.0, True, None]
 
 
 @pytest.mark.parametrize("found", UNKNOWN, ids=repr)
@@ -50,7 +51,7 @@ def test_an_unknown_version_is_refused_by_name(found):
     with pytest.raises(UnknownFormatVersion) as err:
         version_of({"format_version": found, "requests": []})
     assert f"format version {found!r} is not one" in str(err.value)
-    assert "it knows 1, 2, 3, 4, 5, 6;" in str(err.value)
+    assert "it knows 1, 2, 3, 4, 5, 6, 7;" in str(err.value)
 
 
 KEYS = [
@@ -204,7 +205,7 @@ def test_a_real_version_4_diffusers_file_names_every_profile_after_migrating(nam
 
 
 def test_upgrade_runs_the_migrations_from_the_version_found():
-    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 6, "psnr": [{"a": 1}]}, 1)
+    assert upgrade("psnr.json", [{"a": 1}]) == ({"format_version": 7, "psnr": [{"a": 1}]}, 1)
     current = {"format_version": FORMAT_VERSION, "psnr": []}
     assert upgrade("psnr.json", current) == (current, FORMAT_VERSION)
 
@@ -419,6 +420,36 @@ def test_update_to_6(file_name, old, new):
     assert update_to_6(file_name, old) == new
 
 
+UPDATES_TO_7 = [
+    # The Diffusers env's old name, where each file holds it.
+    ("environment.json", {"format_version": 6, "environment": {"env": "baseline", "venv": "v"}},
+     {"format_version": 7, "environment": {"env": "diffusers", "venv": "v"}}),
+    ("attempt.json", {"format_version": 6, "attempt": {"id": "a", "environment": {
+        "env": "baseline", "digest": "d"}}},
+     {"format_version": 7, "attempt": {"id": "a", "environment": {
+         "env": "diffusers", "digest": "d"}}}),
+    # The probe env, no env, no environment, or another file: only the version changes.
+    ("environment.json", {"format_version": 6, "environment": {"env": "probe"}},
+     {"format_version": 7, "environment": {"env": "probe"}}),
+    ("attempt.json", {"format_version": 6, "attempt": {"id": "a", "environment": {"env": None}}},
+     {"format_version": 7, "attempt": {"id": "a", "environment": {"env": None}}}),
+    ("attempt.json", {"format_version": 6, "attempt": {"id": "a"}},
+     {"format_version": 7, "attempt": {"id": "a"}}),
+    ("requests.json", {"format_version": 6, "requests": [{"env": "baseline"}]},
+     {"format_version": 7, "requests": [{"env": "baseline"}]}),
+    # Malformed content is left for validation to name.
+    ("attempt.json", {"format_version": 6, "attempt": ["baseline"]},
+     {"format_version": 7, "attempt": ["baseline"]}),
+    ("environment.json", {"format_version": 6, "environment": "baseline"},
+     {"format_version": 7, "environment": "baseline"}),
+]
+
+
+@pytest.mark.parametrize(("file_name", "old", "new"), UPDATES_TO_7)
+def test_update_to_7(file_name, old, new):
+    assert update_to_7(file_name, old) == new
+
+
 FOLDS = [
     # A profile's settings go on its run; one whose run recorded nothing else is a run of its own.
     ({"format_version": 6, "offline": [{"profile": "a", "engine": "diffusers", "cells": []}]},
@@ -471,7 +502,7 @@ def test_evidence_upgrade_folds_a_version_5_attempts_settings_and_removes_the_fi
     folder = _v5_attempt(repo_copy.root)
     monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
     assert cli.main(["evidence", "upgrade"]) == 0
-    assert f"{folder / 'profile-settings.json'}: format version 5 -> 6" in capsys.readouterr().out
+    assert f"{folder / 'profile-settings.json'}: format version 5 -> 7" in capsys.readouterr().out
     assert not (folder / "profile-settings.json").exists()
     committed = repo.root / "evidence" / V5_ATTEMPT[0] / V5_ATTEMPT[1]
     for name in ("offline.json", "offline-requests.json", "attempt.json"):

@@ -27,7 +27,8 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 @dataclass(frozen=True)
 class CapacityCell:
-    """One profile at one cap and reference count, over its requests."""
+    """A cell as the glossary has it: one fixture of a profile's run (so one reference count,
+    at the run's cap), over its requests."""
 
     reference_count: int
     fixture: str

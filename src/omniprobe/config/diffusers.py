@@ -200,10 +200,10 @@ class DiffusersHost(_Input):
         description="Random weights: the folder under models/ holding the component configs.")
     init_seed: int = Field(default=0, ge=0, lt=2**32,
                            description="Random weights: the seed of the random init.")
-    runner_env: Literal["baseline", "own"] = Field(
-        default="baseline",
-        description="The Python the Diffusers runner runs on: baseline, the baseline env's "
-                    "([baseline_env], built by `omniprobe env build --host NAME --env baseline`; "
+    runner_env: Literal["diffusers", "own"] = Field(
+        default="diffusers",
+        description="The Python the Diffusers runner runs on: diffusers, the Diffusers env's "
+                    "([diffusers_env], built by `omniprobe env build --host NAME --env diffusers`; "
                     "{python} of offline_command); own: the Python running omniprobe, as the "
                     "host's python_provider says.")
 

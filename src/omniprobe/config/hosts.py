@@ -16,7 +16,7 @@ from omniprobe.config.host_kinds import KIND_KEYS, kind_problems
 from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.names import Name
 from omniprobe.config.report_settings import ProbeSettings, QualitySettings, StructureChecks
-from omniprobe.config.stack import BaselineEnv, EnvConfig, Stack, UpstreamPin
+from omniprobe.config.stack import DiffusersEnv, EnvConfig, Stack, UpstreamPin
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.safe_io import load_toml, toml_text
 
@@ -52,10 +52,10 @@ class HostsConfig(HostsTable):
     env: EnvConfig | None = Field(
         default=None, description="The probe environment build; null: not configured."
     )
-    baseline_env: BaselineEnv | None = Field(
+    diffusers_env: DiffusersEnv | None = Field(
         default=None, description="The Diffusers engine's environment (probe-baseline's, and "
                                   "probe-offline's on a Diffusers host whose runner_env is "
-                                  "'baseline'); null: not configured.")
+                                  "'diffusers'); null: not configured.")
     upstream: UpstreamPin | None = Field(
         default=None, description="The registry's upstream the contract checks run against.")
 
@@ -165,7 +165,7 @@ def _toml_loc(loc) -> str:
     parts = [str(p) for p in loc]
     if len(parts) == 3 and parts[2] == "[key]":  # the table's name itself
         return f"[{parts[0]}] name {parts[1]!r}"
-    if len(parts) >= 3 and parts[0] in {"env", "baseline_env"} and parts[1] == "install":
+    if len(parts) >= 3 and parts[0] in {"env", "diffusers_env"} and parts[1] == "install":
         item = f"[[{parts[0]}.install]] item {parts[2]}"
         return f"{item} key '{'.'.join(parts[3:])}'" if len(parts) > 3 else item
     if len(parts) >= 2 and parts[0] in {"hosts", "flag_sets", "deploy_configs", "offline_kwarg_sets",
@@ -216,7 +216,7 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
     problems.extend(_name_clashes(cfg, file))
     problems.extend(_calibration_references(cfg, file))
     problems.extend(_env_against_stack(cfg, file))
-    problems.extend(_baseline_choices(cfg, file))
+    problems.extend(_diffusers_env_choices(cfg, file))
     return problems
 
 
@@ -250,11 +250,11 @@ def _calibration_references(cfg: HostsConfig, file: str) -> list[Problem]:
     return problems
 
 
-def _baseline_choices(cfg: HostsConfig, file: str) -> list[Problem]:
-    """The seed states no pin of the baseline env, so each one says who chose it and why."""
-    steps = cfg.baseline_env.install if cfg.baseline_env else []
-    return [Problem(file, f"[[baseline_env.install]] item {i} ({step.name}) key 'chosen'",
-                    "the seed states no pin of the baseline env: record who chose it and why, "
+def _diffusers_env_choices(cfg: HostsConfig, file: str) -> list[Problem]:
+    """The seed states no pin of the Diffusers env, so each one says who chose it and why."""
+    steps = cfg.diffusers_env.install if cfg.diffusers_env else []
+    return [Problem(file, f"[[diffusers_env.install]] item {i} ({step.name}) key 'chosen'",
+                    "the seed states no pin of the Diffusers env: record who chose it and why, "
                     'chosen = { chosen_by = "omniprobe", reason = "..." }')
             for i, step in enumerate(steps) if step.chosen is None]
 

@@ -1,5 +1,5 @@
 """hosts.toml's pins: [stack] (the model snapshot and upstream), the probe env's [env] and the
-baseline env's [baseline_env] install plans, their steps and checks, and [upstream]."""
+Diffusers env's [diffusers_env] install plans, their steps and checks, and [upstream]."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ class InstallStep(HostsTable):
                                   "(uv --override); null: a clash stops the build.")
     chosen: PinChoice | None = Field(
         default=None, description="Who chose this pin, and why, where the seed states none "
-                                  "(every [[baseline_env.install]] step); shown in the dry run "
+                                  "(every [[diffusers_env.install]] step); shown in the dry run "
                                   "and filed in the env manifest.")
 
     @model_validator(mode="after")
@@ -156,15 +156,15 @@ class EnvConfig(_InstallPlan):
 
     root: str = Field(
         default="~/.cache/omniprobe", pattern=r"^[~/]",
-        description="Outside git: venvs go to <root>/envs/<host> (the baseline env to "
-                    "<root>/envs/<host>-baseline), clones to <root>/git. OMNIPROBE_ENV_ROOT "
+        description="Outside git: venvs go to <root>/envs/<host> (the Diffusers env to "
+                    "<root>/envs/<host>-diffusers), clones to <root>/git. OMNIPROBE_ENV_ROOT "
                     "overrides it.",
     )
     checks: EnvChecks = EnvChecks()
 
 
-class BaselineEnv(_InstallPlan):
-    """The Diffusers engine's own environment (`omniprobe env build --host NAME --env baseline`),
+class DiffusersEnv(_InstallPlan):
+    """The Diffusers engine's own environment (`omniprobe env build --host NAME --env diffusers`),
     apart from the probe env: vLLM-Omni 0.30.0 requires diffusers==0.40.0, which lacks
     QwenImage21Pipeline. The seed states none of its pins: each step records who chose it."""
 

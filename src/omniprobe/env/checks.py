@@ -19,6 +19,7 @@ from omniprobe.env.preflight import preflight_plan, serve_preflight
 from omniprobe.env.references import references_check
 from omniprobe.env.snapshot import pinned_snapshot, snapshot_checks, snapshot_folder
 from omniprobe.env.state import (
+    ENV_WORDS,
     EnvName,
     EnvNotReady,
     EnvPaths,
@@ -61,7 +62,7 @@ class Verification:
 def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPaths, *,
                runner: Runner, nvml: Any = None, which: EnvName = "probe") -> Verification:
     """Run every check of `host_name`'s environment `which` at `paths`; never changes anything.
-    The baseline env runs no server: no serve preflight or upstream contract, but the pipeline."""
+    The Diffusers env runs no server: no serve preflight or upstream contract, but the pipeline."""
     host = cfg.host(host_name)
     env = env_config(cfg, project.hosts_file)
     steps = install_steps(cfg, project.hosts_file, which)
@@ -228,7 +229,7 @@ def require_env_ok(host: str, *, project: Project | None = None, venv: str | Pat
                               which=which)
     if not verification.ok:
         raise EnvNotReady(
-            f"the {which} environment of host {host!r} at {paths.venv} is not usable:\n"
+            f"the {ENV_WORDS[which]} environment of host {host!r} at {paths.venv} is not usable:\n"
             f"{describe_failures(verification)}\n"
             f"{remedy_line(verification.failed, host, which)}")
     for line in contract_warnings(verification.manifest):

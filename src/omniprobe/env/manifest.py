@@ -68,7 +68,7 @@ def manifest_of(evidence_dir: Path, host: str, digest: str, env: str = "probe") 
 def latest_manifest(evidence_dir: Path, host: str, env: str = "probe"
                     ) -> tuple[Path, EnvManifest] | None:
     """The newest readable manifest filed for `host`'s env `env` (validate reports unreadable
-    ones): the probe and baseline envs' manifests never stand for each other."""
+    ones): the probe and Diffusers envs' manifests never stand for each other."""
     found = []
     for path in (evidence_dir / host).glob(f"*/{MANIFEST_FILE}"):
         try:

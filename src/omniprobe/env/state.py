@@ -47,8 +47,10 @@ class EnvNotReady(EnvError):
 
 
 # Which of a host's two environments: the probe's ([env]) or the Diffusers engine's
-# ([baseline_env]); each has its own venv, stamp and manifest.
-EnvName = Literal["probe", "baseline"]
+# ([diffusers_env]); each has its own venv, stamp and manifest.
+EnvName = Literal["probe", "diffusers"]
+# How a sentence names each: "the Diffusers environment of host ...".
+ENV_WORDS: dict[EnvName, str] = {"probe": "probe", "diffusers": "Diffusers"}
 
 
 def env_config(cfg: HostsConfig, hosts_file: Path) -> EnvConfig:
@@ -58,22 +60,22 @@ def env_config(cfg: HostsConfig, hosts_file: Path) -> EnvConfig:
 
 
 def install_steps(cfg: HostsConfig, hosts_file: Path, which: EnvName) -> list[InstallStep]:
-    """The install steps of the probe env ([env]) or the baseline env ([baseline_env])."""
+    """The install steps of the probe env ([env]) or the Diffusers env ([diffusers_env])."""
     if which == "probe":
         return env_config(cfg, hosts_file).install
-    if cfg.baseline_env is None:
-        raise EnvError(f"{hosts_file}: no [baseline_env] table; it says how to build the "
-                       "baseline environment (the Diffusers engine's)")
-    return cfg.baseline_env.install
+    if cfg.diffusers_env is None:
+        raise EnvError(f"{hosts_file}: no [diffusers_env] table; it says how to build the "
+                       "Diffusers environment (the Diffusers engine's)")
+    return cfg.diffusers_env.install
 
 
 def env_label(which: EnvName) -> str:
-    return "env" if which == "probe" else "baseline env"
+    return "env" if which == "probe" else "Diffusers env"
 
 
 def build_command(host: str, which: EnvName, action: Literal["build", "check"] = "build") -> str:
     """The command that builds (or repairs) the env, or with `action` "check" only checks it."""
-    return f"omniprobe env {action} --host {host}" + (" --env baseline" if which == "baseline"
+    return f"omniprobe env {action} --host {host}" + (" --env diffusers" if which == "diffusers"
                                                       else "")
 
 
@@ -109,7 +111,7 @@ class EnvPaths:
 
 def env_paths(cfg: HostsConfig, project: Project, host: str, venv: str | Path | None = None,
               which: EnvName = "probe") -> EnvPaths:
-    """The venv (--venv, else <root>/envs/<host>, the baseline env's <root>/envs/<host>-baseline)
+    """The venv (--venv, else <root>/envs/<host>, the Diffusers env's <root>/envs/<host>-diffusers)
     and git cache; both must lie outside git."""
     if cfg.host(host).simulated:
         # [env] pins the real stack; a simulated host's server is omniprobe.sim (see envsim).
@@ -119,7 +121,7 @@ def env_paths(cfg: HostsConfig, project: Project, host: str, venv: str | Path | 
     root = Path(os.environ.get(ENV_ROOT_VAR) or env.root).expanduser().resolve()
     paths = EnvPaths(
         venv=Path(venv).expanduser().resolve() if venv else root / "envs" / (
-            host if which == "probe" else f"{host}-baseline"),
+            host if which == "probe" else f"{host}-diffusers"),
         git_cache=root / "git",
     )
     repo = project.root.resolve()
@@ -141,7 +143,7 @@ def pins_hash(cfg: HostsConfig, project: Project, which: EnvName = "probe") -> s
             key for key in ("override", "chosen") if getattr(step, key) is None})
             for step in steps],
     }
-    if which == "baseline":  # the probe env's hash stays as it was
+    if which == "diffusers":  # the probe env's hash stays as it was
         pins["env"] = which
     return sha256_json(pins)
 

@@ -1,5 +1,5 @@
 """What a venv holds, read inside its own interpreter: the Python, each pin (a git pin at its
-commit, clean), and the Diffusers pipelines the baseline env needs."""
+commit, clean), and the Diffusers pipelines the Diffusers env needs."""
 
 from __future__ import annotations
 
@@ -123,7 +123,7 @@ def pipelines(cfg: HostsConfig, host: Host) -> list[str]:
 
 
 def pipeline_check(cfg: HostsConfig, host: Host, paths: EnvPaths, runner: Runner) -> EnvCheck:
-    """The baseline env exists for the Diffusers engine: its diffusers must hold the pipeline of
+    """The Diffusers env exists for the Diffusers engine: its diffusers must hold the pipeline of
     every profile the host runs (diffusers 0.40.0, vLLM-Omni 0.30.0's, has none)."""
     names = pipelines(cfg, host)
     if not names:

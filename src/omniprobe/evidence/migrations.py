@@ -17,6 +17,9 @@ lifetimes, build and settings), where 1-5 had a row per fixture with the runner'
 timelines copied into each and an init failure as a row without a fixture; profile-settings.json
 is folded into the runs (`fold_settings`) and goes. The Diffusers profiles `cpuoff` and
 `cpuoff-expandable` are `model-cpu` and `model-cpu-expandable` (flag sets keep those names).
+Version 7 names the Diffusers engine's built env `diffusers`, where 1-6 said `baseline` (a word
+that now means only the seed's PSNR baseline): environment.json's `env`, and attempt.json's
+`environment.env`.
 `update_to_N` turns a file of version N-1 into version N; the loader runs them in order, in
 memory (the file on disk is left as it is until the package rewrites it). A version newer than
 this package knows is refused by name rather than guessed at.
@@ -27,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 VERSION_KEY = "format_version"
 
 
@@ -235,8 +238,32 @@ def fold_settings(offline: object, settings: object) -> object:
     return {**offline, "offline": runs}
 
 
+# Version 7's renamed env name.
+RENAMED_ENVS_IN_7 = {"baseline": "diffusers"}
+
+
+def _env_renamed(holder: object, key: str) -> object:
+    """`holder` with the env that `holder[key]` names renamed; anything else as it is."""
+    found = holder.get(key) if isinstance(holder, dict) else None
+    if not isinstance(found, dict) or found.get("env") not in RENAMED_ENVS_IN_7:
+        return holder
+    return {**holder, key: {**found, "env": RENAMED_ENVS_IN_7[found["env"]]}}
+
+
+def update_to_7(file_name: str, data: object) -> object:
+    """Version 6 -> 7: the Diffusers engine's env is `diffusers`, no longer `baseline`, in
+    environment.json and in attempt.json's environment."""
+    data = _rows_updated(file_name, data, 7, None)
+    if file_name == "environment.json":
+        return _env_renamed(data, "environment")
+    if file_name == "attempt.json" and isinstance(data, dict) and "attempt" in data:
+        return {**data, "attempt": _env_renamed(data["attempt"], "environment")}
+    return data
+
+
 MIGRATIONS: dict[int, Callable[[str, object], object]] = {
-    2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5, 6: update_to_6}
+    2: update_to_2, 3: update_to_3, 4: update_to_4, 5: update_to_5, 6: update_to_6,
+    7: update_to_7}
 KNOWN_VERSIONS = range(1, FORMAT_VERSION + 1)
 
 

@@ -43,7 +43,7 @@ def _pinned_env(args: argparse.Namespace, project) -> tuple[int, list[str], str 
                  which=args.env)
     print(format_result(result, project), end="")
     problems = failure_lines(result.verification.checks)
-    # The probe sessions run on the probe env's venv; the baseline env is found at its own folder.
+    # The probe sessions run on the probe env's venv; the Diffusers env is found at its own folder.
     venv = str(result.paths.venv) if args.env == "probe" else None
     return (1 if problems else 0), problems, venv
 
@@ -98,10 +98,10 @@ def add_parser(sub) -> None:
         q = env_sub.add_parser(name, help=text)
         q.add_argument("--host", required=True, help="a hosts.toml host")
         q.add_argument("--venv", help="venv path (default: <[env] root>/envs/<host>, the "
-                                      "baseline env's <[env] root>/envs/<host>-baseline)")
-        q.add_argument("--env", choices=("probe", "baseline"), default="probe",
-                       help="which env: the probe's ([env], default) or the Diffusers engine's "
-                            "baseline env ([baseline_env]), each with its own venv and manifest")
+                                      "Diffusers env's <[env] root>/envs/<host>-diffusers)")
+        q.add_argument("--env", choices=("probe", "diffusers"), default="probe",
+                       help="which env: the probe's ([env], default) or the Diffusers engine's own "
+                            "([diffusers_env]), each with its own venv and manifest")
         if name == "build":
             q.add_argument("--dry-run", action="store_true",
                            help="print the commands a build runs; run nothing")

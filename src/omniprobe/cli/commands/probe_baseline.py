@@ -1,4 +1,4 @@
-"""`omniprobe probe-baseline`: re-seal the seed's Diffusers baseline in its own baseline env."""
+"""`omniprobe probe-baseline`: re-seal the seed's Diffusers baseline in its own Diffusers env."""
 
 from __future__ import annotations
 

@@ -106,9 +106,9 @@ class AttemptEnvironment(EvidenceModel):
     host_ram_cap_mib: int | None = Field(
         default=None, gt=0, description="The emulated host RAM its runners ran under (a cgroup's "
                                         "memory.max); null: host RAM was not emulated.")
-    env: Literal["probe", "baseline"] | None = Field(
+    env: Literal["probe", "diffusers"] | None = Field(
         default=None, description="The built env that ran: the probe env ([env]) or the "
-                                  "baseline env ([baseline_env]); null: the machine's own "
+                                  "Diffusers env ([diffusers_env]); null: the machine's own "
                                   "Python, a simulated host, or recorded before this field.")
 
 

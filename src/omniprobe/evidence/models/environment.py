@@ -57,7 +57,7 @@ class EnvPin(EvidenceModel):
                                   "package's requirement on it (uv --override); null: none.")
     chosen: str | None = Field(
         default=None, description="Who chose this pin, and why, where the seed states none "
-                                  "(the baseline env's); null: not recorded as chosen.")
+                                  "(the Diffusers env's); null: not recorded as chosen.")
 
 
 class EnvCheck(EvidenceModel):
@@ -83,13 +83,13 @@ class EnvTimings(EvidenceModel):
 
 
 class EnvManifest(EvidenceModel):
-    """environment.json: a host's probe (or baseline) environment as built and checked by
+    """environment.json: a host's probe (or Diffusers) environment as built and checked by
     `omniprobe env`."""
 
     host: str
-    env: Literal["probe", "baseline"] = Field(
+    env: Literal["probe", "diffusers"] = Field(
         default="probe", description="Which of the host's envs: the probe's ([env]) or the "
-                                     "Diffusers engine's baseline env ([baseline_env]).")
+                                     "Diffusers engine's Diffusers env ([diffusers_env]).")
     action: Literal["built", "verified"] = Field(
         description="'built': this run installed; 'verified': a no-op re-run that only checked."
     )

@@ -129,8 +129,8 @@ RESOLUTION = Option("--resolution-mib", "the search's step between two pool limi
 REPEATS = Option("--repeats", "trials beyond the first at each side of a band, which widens "
                  "until they hold", default=2, bounds=REPEAT_COUNT)
 BUILD_ENV = Option("--build-env", "first build (or, when nothing changed, only verify) the host's "
-                   "baseline env, where its runner runs in one (`env build --env baseline`); "
-                   "without it, a baseline env not built is refused", switch=True)
+                   "Diffusers env, where its runner runs in one (`env build --env diffusers`); "
+                   "without it, a Diffusers env not built is refused", switch=True)
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ class OfflineOptions(SessionOptions):
 class BaselineOptions(OfflineOptions):
     """probe-baseline's command line: probe-offline's, under one profile."""
 
-    build_env: bool = option(BUILD_ENV)  # first build (or verify) the host's baseline env
+    build_env: bool = option(BUILD_ENV)  # first build (or verify) the host's Diffusers env
 
 
 @dataclass(frozen=True)

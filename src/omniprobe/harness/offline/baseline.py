@@ -62,7 +62,7 @@ def lay_out(project: Project, attempt_id: str, profile: str, folder: Path) -> li
 def run_baseline(project: Project, options: BaselineOptions, *, command: list[str],
                  out: TextIO, readers=None) -> int:
     """probe-offline under the baseline profile, then the layout `quality` reads. Where the
-    host's runner runs in the baseline env, `options.build_env` builds (or only verifies) it first;
+    host's runner runs in the Diffusers env, `options.build_env` builds (or only verifies) it first;
     otherwise one not built is refused before any attempt exists (runner_command)."""
     cfg = load_hosts(project.hosts_file)
     host_name, _ = resolve_host(project, cfg, options.host)
@@ -75,8 +75,8 @@ def run_baseline(project: Project, options: BaselineOptions, *, command: list[st
             "name one with --profile")
     if len(profiles) != 1:
         raise NoBaselineProfile("probe-baseline re-seals one profile: name one --profile")
-    if options.build_env and runner_env_name(host) == "baseline":
-        built = build(host_name, project=project, which="baseline",
+    if options.build_env and runner_env_name(host) == "diffusers":
+        built = build(host_name, project=project, which="diffusers",
                       echo=lambda line: print(line, file=out))
         print(format_result(built, project), end="", file=out)
     code = run_offline(project, replace(options, kwarg_sets=profiles, host=host_name),

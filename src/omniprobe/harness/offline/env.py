@@ -46,10 +46,10 @@ class RunnerCommand:
 
 
 def runner_env_name(host: Host) -> EnvName | None:
-    """The built env a host's offline runner runs in: the baseline env for a Diffusers host whose
+    """The built env a host's offline runner runs in: the Diffusers env for a Diffusers host whose
     runner_env says so, the probe env where no offline_command is given, else None."""
-    if host.diffusers is not None and host.diffusers.runner_env == "baseline":
-        return "baseline"
+    if host.diffusers is not None and host.diffusers.runner_env == "diffusers":
+        return "diffusers"
     return None if host.offline_command else "probe"
 
 
@@ -63,7 +63,7 @@ def runner_command(cfg: HostsConfig, project: Project, host_name: str,
     host = cfg.host(host_name)
     which, verification, python = runner_env_name(host), None, sys.executable
     if which is not None:
-        # The env session's venv is the probe env's; the baseline env lies at its own folder.
+        # The env session's venv is the probe env's; the Diffusers env lies at its own folder.
         venv = (session_venv(project, host_name) or venv) if which == "probe" else None
         verification = require_env_ok(host_name, project=project, venv=venv, nvml=nvml, out=out,
                                       which=which)
@@ -110,7 +110,7 @@ def offline_environment(ctx: Context, options: OfflineOptions, runner: RunnerCom
         packages, manifest = facts["packages"], None
         digest = sha256_json({"python": facts.get("python"), "packages": packages,
                               "runner": command})
-    else:  # the baseline env: its verified pins and checks, as the probe env's record has them
+    else:  # the Diffusers env: its verified pins and checks, as the probe env's record has them
         v, facts, packages = runner.verification, {}, {}
         digest = env_digest(v.pins, v.checks, str(v.paths.venv))
         manifest = manifest_of(ctx.project.evidence_dir, ctx.host_name, digest, runner.env)

@@ -1,6 +1,6 @@
-"""The baseline env (issue 22 item 4): hosts.toml [baseline_env], a plan of its own beside the
+"""The Diffusers env (issue 22 item 4): hosts.toml [diffusers_env], a plan of its own beside the
 probe env's, every pin chosen by omniprobe, and probe-baseline refusing a real host whose
-baseline env is not built. No GPU, no network."""
+Diffusers env is not built. No GPU, no network."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ from .conftest import make_project
 from .env_scaffold import REPO_ROOT, sample_manifest
 
 REAL = Project(REPO_ROOT)
-BASELINE_PINS = [("torch", "2.13.0+cu130"), ("torchvision", "0.28.0+cu130"),
+DIFFUSERS_PINS = [("torch", "2.13.0+cu130"), ("torchvision", "0.28.0+cu130"),
                  ("transformers", "5.17.0"), ("diffusers", "0.42.1"), ("accelerate", "1.15.0"),
                  ("torchao", "0.18.0")]
-# A real host with the snapshot whose Diffusers runner runs in the baseline env.
+# A real host with the snapshot whose Diffusers runner runs in the Diffusers env.
 SNAPSHOT_HOST = """
 [hosts.rtx5080-diffusers]
 kind = "diffusers"
@@ -37,7 +37,7 @@ hostname = "cachyos-9900x-o11d"
 gpu = "NVIDIA GeForce RTX 5080"
 compute_capability = "12.0"
 vram_gb = 16
-python_provider = "the baseline env"
+python_provider = "the Diffusers env"
 diffusers_profiles = ["seed-baseline"]
 offline_command = ["{python}", "{runner}"]
 model_code = ["diffusers/models/"]
@@ -47,10 +47,10 @@ weights = "snapshot"
 """
 
 
-def test_the_baseline_env_pins_what_the_diffusers_engine_needs_each_chosen_by_omniprobe():
+def test_the_diffusers_env_pins_what_the_diffusers_engine_needs_each_chosen_by_omniprobe():
     cfg = load_hosts(REAL.hosts_file)
-    steps = cfg.baseline_env.install
-    assert [(s.name, s.pin) for s in steps] == BASELINE_PINS
+    steps = cfg.diffusers_env.install
+    assert [(s.name, s.pin) for s in steps] == DIFFUSERS_PINS
     assert all(s.chosen is not None and s.chosen.reason for s in steps)
     # [stack]'s torch from its index, as the probe env's torch step.
     torch = steps[0]
@@ -60,16 +60,16 @@ def test_the_baseline_env_pins_what_the_diffusers_engine_needs_each_chosen_by_om
 @pytest.mark.parametrize("edit, replacement, where, words", [
     # A step without its chosen-by record: the seed states none of these pins.
     ('\nchosen = { chosen_by = "omniprobe", reason = "QwenImage21Pipeline arrived', '\n#',
-     "[[baseline_env.install]] item 3 (diffusers) key 'chosen'",
-     'the seed states no pin of the baseline env: record who chose it and why'),
+     "[[diffusers_env.install]] item 3 (diffusers) key 'chosen'",
+     'the seed states no pin of the Diffusers env: record who chose it and why'),
     ('name = "accelerate"\nversion = "1.15.0"\nchosen = { chosen_by = "omniprobe"',
      'name = "accelerate"\nversion = "1.15.0"\nchosen = { chosen_by = "the seed"',
-     "[[baseline_env.install]] item 4 key 'chosen.chosen_by'", "'omniprobe'"),
+     "[[diffusers_env.install]] item 4 key 'chosen.chosen_by'", "'omniprobe'"),
     ('name = "torchao"\nversion = "0.18.0"\nchosen = { chosen_by = "omniprobe", reason = "',
      'name = "torchao"\nversion = "0.18.0"\nchosen = { chosen_by = "omniprobe", reason = "", x = "',
-     "[[baseline_env.install]] item 5 key 'chosen.reason'", "at least 1 character"),
+     "[[diffusers_env.install]] item 5 key 'chosen.reason'", "at least 1 character"),
 ])
-def test_load_hosts_refuses_a_baseline_pin_without_its_choice(tmp_path, edit, replacement, where,
+def test_load_hosts_refuses_a_diffusers_env_pin_without_its_choice(tmp_path, edit, replacement, where,
                                                               words):
     text = REAL.hosts_file.read_text()
     assert text.count(edit) == 1
@@ -83,18 +83,18 @@ def test_load_hosts_refuses_a_baseline_pin_without_its_choice(tmp_path, edit, re
 
 @pytest.mark.parametrize("which, folder, names", [
     ("probe", "rtx3090", ["torch", "transformers", "diffusers", "vllm", "vllm-omni"]),
-    ("baseline", "rtx3090-baseline", [name for name, _ in BASELINE_PINS]),
+    ("diffusers", "rtx3090-diffusers", [name for name, _ in DIFFUSERS_PINS]),
 ])
 def test_each_env_has_its_own_steps_and_venv(tmp_path, monkeypatch, which, folder, names):
     monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(tmp_path))
     cfg = load_hosts(REAL.hosts_file)
     assert [s.name for s in install_steps(cfg, REAL.hosts_file, which)] == names
     assert env_paths(cfg, REAL, "rtx3090", which=which).venv == tmp_path / "envs" / folder
-    other = "probe" if which == "baseline" else "baseline"
+    other = "probe" if which == "diffusers" else "diffusers"
     assert pins_hash(cfg, REAL, which) != pins_hash(cfg, REAL, other)
 
 
-def test_the_baseline_dry_run_is_its_own_plan_and_shows_every_chosen_pin(tmp_path, monkeypatch,
+def test_the_diffusers_env_dry_run_is_its_own_plan_and_shows_every_chosen_pin(tmp_path, monkeypatch,
                                                                          capsys):
     def refuse(*args, **kwargs):
         raise AssertionError(f"dry run ran {args}")
@@ -104,10 +104,10 @@ def test_the_baseline_dry_run_is_its_own_plan_and_shows_every_chosen_pin(tmp_pat
     monkeypatch.setenv("OMNIPROBE_ROOT", str(REPO_ROOT))
     monkeypatch.setenv("OMNIPROBE_ENV_ROOT", str(tmp_path))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    assert cli.main(["env", "build", "--host", "rtx3090", "--env", "baseline", "--dry-run"]) == 0
+    assert cli.main(["env", "build", "--host", "rtx3090", "--env", "diffusers", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    venv = tmp_path / "envs" / "rtx3090-baseline"
-    assert out.startswith("# omniprobe env build --host rtx3090 --env baseline:")
+    venv = tmp_path / "envs" / "rtx3090-diffusers"
+    assert out.startswith("# omniprobe env build --host rtx3090 --env diffusers:")
     assert f"# venv: {venv}\n" in out
     assert f"{tmp_path / 'envs' / 'rtx3090'}/" not in out  # never the probe env's folder
     commands = [shlex.split(line, comments=True) for line in out.splitlines()
@@ -121,7 +121,7 @@ def test_the_baseline_dry_run_is_its_own_plan_and_shows_every_chosen_pin(tmp_pat
     assert all(c[4] == str(venv / "bin" / "python") for c in installs)
     assert len([c for c in commands if c[:3] == [uv, "pip", "compile"]]) == 1  # plan first
     cfg = load_hosts(REAL.hosts_file)
-    for step in cfg.baseline_env.install:
+    for step in cfg.diffusers_env.install:
         assert (f"# pin: {step.name} {step.pin}, chosen by omniprobe: {step.chosen.reason}\n"
                 in out), step.name
     # It runs no server: the pipeline is checked, not the serve preflight or the clone.
@@ -135,7 +135,7 @@ def test_the_baseline_dry_run_is_its_own_plan_and_shows_every_chosen_pin(tmp_pat
     ("sim", None),                              # omniprobe's own sim
     ("diffusers-tiny-cpu", None),               # the machine's own Python, as today
     ("rtx5080-on-h200-diffusers", None),
-    ("rtx5080-diffusers", "baseline"),          # a real host with the snapshot
+    ("rtx5080-diffusers", "diffusers"),          # a real host with the snapshot
 ])
 def test_the_runner_python_comes_from_its_env(tmp_path, host, expected):
     project = make_project(tmp_path)
@@ -143,7 +143,7 @@ def test_the_runner_python_comes_from_its_env(tmp_path, host, expected):
     assert runner_env_name(load_hosts(project.hosts_file).host(host)) == expected
 
 
-def test_probe_baseline_refuses_a_real_host_without_its_baseline_env(tmp_path, monkeypatch):
+def test_probe_baseline_refuses_a_real_host_without_its_diffusers_env(tmp_path, monkeypatch):
     (tmp_path / "project").mkdir()
     project = make_project(tmp_path / "project")
     project.hosts_file.write_text(project.hosts_file.read_text() + SNAPSHOT_HOST)
@@ -153,17 +153,17 @@ def test_probe_baseline_refuses_a_real_host_without_its_baseline_env(tmp_path, m
     with pytest.raises(EnvNotReady) as info:
         run_baseline(project, options, command=["omniprobe"], out=io.StringIO())
     message = str(info.value)
-    assert f"the baseline environment of host 'rtx5080-diffusers' at {tmp_path}/envroot/envs/" \
-           "rtx5080-diffusers-baseline is not usable" in message
+    assert f"the Diffusers environment of host 'rtx5080-diffusers' at {tmp_path}/envroot/envs/" \
+           "rtx5080-diffusers-diffusers is not usable" in message
     assert "env.stamp failed" in message
-    assert "run `omniprobe env build --host rtx5080-diffusers --env baseline`" in message
+    assert "run `omniprobe env build --host rtx5080-diffusers --env diffusers`" in message
     assert not project.evidence_dir.exists() or not any(project.evidence_dir.rglob("*.json"))
     # The command says so as an error, exit 4 (the machine cannot run it), no traceback.
     code = cli.main(["probe-baseline", "--host", "rtx5080-diffusers"])
     assert code == 4
 
 
-def test_a_baseline_manifest_never_stands_for_the_probe_envs(tmp_path):
+def test_a_diffusers_env_manifest_never_stands_for_the_probe_envs(tmp_path):
     project = Project(tmp_path)
     (tmp_path / "hosts.toml").write_text(REAL.hosts_file.read_text().replace(
         "[hosts.rtx3090]", "[hosts.testhost]\nkind = \"omni\"\nname = \"t\"\nhostname = \"box\"\n"
@@ -172,11 +172,11 @@ def test_a_baseline_manifest_never_stands_for_the_probe_envs(tmp_path):
         "serve_flag_sets = []\n\n[hosts.rtx3090]"))
     cfg = load_hosts(project.hosts_file)
     at = datetime(2026, 12, 1, 10, tzinfo=UTC)
-    folder, written = record_manifest(project, cfg, sample_manifest(env="baseline"),
+    folder, written = record_manifest(project, cfg, sample_manifest(env="diffusers"),
                                       command=["x"], started_at=at)
     assert written
     assert latest_manifest(project.evidence_dir, "testhost") is None
-    assert latest_manifest(project.evidence_dir, "testhost", "baseline")[0] == folder
+    assert latest_manifest(project.evidence_dir, "testhost", "diffusers")[0] == folder
     # The probe env's manifest of the same state is filed beside it, not taken for it.
     probe, written = record_manifest(project, cfg, sample_manifest(), command=["x"],
                                      started_at=at)
