@@ -30,11 +30,23 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def hosts_copy(root: Path) -> Path:
-    """The committed hosts.toml copied into a tmp project at `root`: the one place tests copy it,
-    so a change of its format (a file split off, a name moved) is one edit here."""
+    """The committed hosts.toml, with the sim.toml beside it, copied into a tmp project at
+    `root`: the one place tests copy them, so a change of their format is one edit here."""
     target = root / project_files.HOSTS_FILE
     shutil.copy(REPO / project_files.HOSTS_FILE, target)
+    shutil.copy(REPO / project_files.SIM_FILE, root / project_files.SIM_FILE)
     return target
+
+
+def hosts_written(root: Path, text: str) -> Path:
+    """`text` (an edited copy of the committed hosts.toml) as root's hosts.toml, with the
+    committed sim.toml beside it."""
+    target = root / project_files.HOSTS_FILE
+    target.write_text(text)
+    shutil.copy(REPO / project_files.SIM_FILE, root / project_files.SIM_FILE)
+    return target
+
+
 SRC = REPO / "src"
 
 
@@ -223,8 +235,8 @@ def project(tmp_path, monkeypatch) -> Project:
     return proj
 
 
-PROJECT_PARTS = ("hosts.toml", "fixtures", "evidence", "templates", "schemas", "deploy", "models",
-                 "REPORT.md", "report")
+PROJECT_PARTS = ("hosts.toml", "sim.toml", "fixtures", "evidence", "templates", "schemas",
+                 "deploy", "models", "REPORT.md", "report")
 
 
 @pytest.fixture

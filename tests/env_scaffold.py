@@ -227,20 +227,6 @@ serve_command = ["{{python}}", "-m", "omniprobe.sim", "serve", "{{model}}", "--o
                  "--hosts-file", "{{hosts_file}}", "--sim-host", "{{host}}"]
 args_check = {{ mode = "parse", args = ["--check-args"] }}
 
-[hosts.simhost.capacity]
-vram_mib = 24576
-context_mib = 512
-init_chunk_mib = 96
-dit_mib = {{ bf16 = 14336 }}
-encoder_mib = {{ bf16 = 12288 }}
-activation_mib = 1024
-reference_mib = 2048
-spike_mib = 1536
-layerwise_mib = 6144
-init_s = 0
-reference_s = 0
-step_s = 0
-
 [flag_sets.default]
 description = "(none)"
 
@@ -284,6 +270,23 @@ def fixtures_json(reference_sha256: str) -> str:
     }, indent=2)
 
 
+# The simulated host's capacity model, in the sim.toml beside the world's hosts.toml.
+SIM_TOML = """[capacity.simhost]
+vram_mib = 24576
+context_mib = 512
+init_chunk_mib = 96
+dit_mib = { bf16 = 14336 }
+encoder_mib = { bf16 = 12288 }
+activation_mib = 1024
+reference_mib = 2048
+spike_mib = 1536
+layerwise_mib = 6144
+init_s = 0
+reference_s = 0
+step_s = 0
+"""
+
+
 def make_world(root: Path) -> World:
     project = Project(root / "project")
     (project.root / "fixtures" / "refs").mkdir(parents=True)
@@ -304,6 +307,7 @@ def make_world(root: Path) -> World:
         "files": {rel: hashlib.sha256(data).hexdigest() for rel, data in SNAPSHOT_FILES.items()},
     }))
     world.write_hosts()
+    project.sim_file.write_text(SIM_TOML)
     return world
 
 

@@ -54,7 +54,7 @@ def empty_project(source, root):
     from omniprobe.config.project import Project
 
     root.mkdir(parents=True, exist_ok=True)
-    for part in ("hosts.toml", "fixtures", "deploy", "models", "templates", "schemas"):
+    for part in ("hosts.toml", "sim.toml", "fixtures", "deploy", "models", "templates", "schemas"):
         src = source.root / part
         if src.is_dir():
             shutil.copytree(src, root / part)

@@ -21,7 +21,7 @@ from omniprobe.harness.common.options import BaselineOptions
 from omniprobe.harness.offline.baseline import run_baseline
 from omniprobe.harness.offline.env import runner_env_name
 
-from .conftest import make_project
+from .conftest import hosts_written, make_project
 from .env_scaffold import REPO_ROOT, sample_manifest
 
 REAL = Project(REPO_ROOT)
@@ -69,12 +69,11 @@ def test_the_diffusers_env_pins_what_the_diffusers_engine_needs_each_chosen_by_o
      'name = "torchao"\nversion = "0.18.0"\nchosen = { chosen_by = "omniprobe", reason = "", x = "',
      "[[diffusers_env.install]] item 5 key 'chosen.reason'", "at least 1 character"),
 ])
-def test_load_hosts_refuses_a_diffusers_env_pin_without_its_choice(tmp_path, edit, replacement, where,
-                                                              words):
+def test_load_hosts_refuses_a_diffusers_env_pin_without_its_choice(tmp_path, edit, replacement,
+                                                                   where, words):
     text = REAL.hosts_file.read_text()
     assert text.count(edit) == 1
-    bad = tmp_path / "hosts.toml"
-    bad.write_text(text.replace(edit, replacement))
+    bad = hosts_written(tmp_path, text.replace(edit, replacement))
     with pytest.raises(InputError) as info:
         load_hosts(bad)
     message = str(info.value)
@@ -165,7 +164,7 @@ def test_probe_baseline_refuses_a_real_host_without_its_diffusers_env(tmp_path, 
 
 def test_a_diffusers_env_manifest_never_stands_for_the_probe_envs(tmp_path):
     project = Project(tmp_path)
-    (tmp_path / "hosts.toml").write_text(REAL.hosts_file.read_text().replace(
+    hosts_written(tmp_path, REAL.hosts_file.read_text().replace(
         "[hosts.rtx3090]", "[hosts.testhost]\nkind = \"omni\"\nname = \"t\"\nhostname = \"box\"\n"
         "gpu = \"g\"\n"
         "compute_capability = \"8.6\"\nvram_gb = 24\npython_provider = \"p\"\n"

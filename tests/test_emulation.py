@@ -38,7 +38,7 @@ from omniprobe.harness.common.emulation_site.sitecustomize import (
 )
 from omniprobe.harness.common.sampler import MIB, NvmlReader, Sampler
 
-from .conftest import in_process, probe_argv
+from .conftest import hosts_written, in_process, probe_argv
 from .env_scaffold import FakeNvml as GpuOnly
 from .fakenvml import FakeNvml, Frame
 
@@ -229,9 +229,8 @@ def test_a_bad_emulation_table_is_refused_naming_it(tmp_path, repo, table, messa
     text += ('\n[hosts.bad]\nkind = "omni"\nname = "b"\nhostname = "h"\ngpu = "NVIDIA H200"\n'
              'compute_capability = "9.0"\nvram_gb = 141\npython_provider = "p"\n'
              f'\n[hosts.bad.emulation]\n{table}\n')
-    (tmp_path / "hosts.toml").write_text(text)
     with pytest.raises(InputError) as caught:
-        load_hosts(tmp_path / "hosts.toml")
+        load_hosts(hosts_written(tmp_path, text))
     assert any("bad" in p.path + p.message and message in str(p) for p in caught.value.problems), \
         caught.value.problems
 
@@ -383,8 +382,7 @@ def test_the_caveat_follows_the_compute_capabilities(repo, tmp_path, card_cc, ph
         'compute_capability = "8.6"', f'compute_capability = "{card_cc}"', 1)
     text = text.replace('gpu = "NVIDIA H200"\ncompute_capability = "9.0"',
                         f'gpu = "NVIDIA H200"\ncompute_capability = "{physical_cc}"', 1)
-    (tmp_path / "hosts.toml").write_text(text)
-    cfg = load_hosts(tmp_path / "hosts.toml")
+    cfg = load_hosts(hosts_written(tmp_path, text))
     caveat = transfer_caveat(cfg, "rtx3090-on-h200")
     assert (caveat.kernels_match, caveat.fp8_path_differs) == (kernels_match, fp8_differs)
     assert ("Marlin" in caveat.text) == fp8_differs

@@ -38,10 +38,12 @@ from omniprobe.env.upstream_clone import clone_contract, contract_warnings
 from omniprobe.errors import InputError
 from omniprobe.evidence.load import load_attempt
 
+from .conftest import hosts_written
 from .env_scaffold import (
     MODEL_REPO,
     REPO_ROOT,
     RTX5080,
+    SIM_TOML,
     SNAPSHOT_FILES,
     FakeNvml,
     World,
@@ -70,6 +72,7 @@ def _world(tmp_path: Path, *, manifest: bool = True) -> World:
             "model_snapshot": f"{MODEL_REPO}@{world.revision[:8]}",
             "files": {r: hashlib.sha256(d).hexdigest() for r, d in SNAPSHOT_FILES.items()}}))
     project.hosts_file.write_text(hosts_toml(world, manifest=manifest))
+    project.sim_file.write_text(SIM_TOML)
     return world
 
 
@@ -113,8 +116,7 @@ def test_env_config_errors_name_file_table_and_key(tmp_path, edit, where, words)
     }[edit]
     text = REAL.hosts_file.read_text()
     assert edit in text
-    bad = tmp_path / "hosts.toml"
-    bad.write_text(text.replace(edit, replacement, 1))
+    bad = hosts_written(tmp_path, text.replace(edit, replacement, 1))
     with pytest.raises(InputError) as info:
         load_hosts(bad)
     message = str(info.value)

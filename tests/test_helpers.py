@@ -67,7 +67,7 @@ def test_provenance_of_a_real_and_a_simulated_host(repo):
     assert (real.kind, real.host, real.command, real.started_at) == (
         "measured", "rtx3090", ["omniprobe", "x"], NOW)
     sim = provenance("sim", hosts.host("sim"), ["omniprobe"], NOW)
-    assert (sim.kind, sim.model) == ("simulated", "omniprobe.sim capacity model ([hosts.sim.capacity])")
+    assert (sim.kind, sim.model) == ("simulated", "omniprobe.sim capacity model (sim.toml [capacity.sim])")
     assert provenance("sim", hosts.host("sim"), [], NOW, simulated_model="env").model == "env"
 
 

@@ -58,6 +58,10 @@ def hosts(old: str, new: str) -> Callable[[Path], None]:
     return text_edit("hosts.toml", old, new)
 
 
+def sim(old: str, new: str) -> Callable[[Path], None]:
+    return text_edit("sim.toml", old, new)
+
+
 def report_settings(old: str, new: str) -> Callable[[Path], None]:
     return text_edit(REPORT_SETTINGS, old, new)
 
@@ -145,6 +149,8 @@ CASES = [
     # 1. the loaders: bytes, nesting, folders and FIFOs where a file belongs, malformed text
     Case("hosts-not-utf8", "loader", ["validate"], 1, ("hosts.toml", "line 1", "not UTF-8"),
          write("hosts.toml", b"\xff\xfe[stack]\n")),
+    Case("sim-not-utf8", "loader", ["validate"], 1, ("sim.toml", "line 1", "not UTF-8"),
+         write("sim.toml", b"\xff\xfe[capacity.sim]\n")),
     Case("fixtures-not-utf8", "loader", ["validate"], 1, (FIXTURES, "not UTF-8"),
          write(FIXTURES, b'{"source": "\xc3\x28"}')),
     Case("evidence-not-utf8", "loader", ["validate"], 1, (f"{PROBE}/runs.json", "not UTF-8"),
@@ -615,7 +621,7 @@ CASES_2 = [
     # 5. names are names
     Case("host-name-climbs-out", "name", VALIDATE, 1,
          (HOSTS, "[hosts] name '../../../x'", NAME_RULE),
-         hosts("[hosts.sim]\n", '[hosts."../../../x"]\n')),
+         hosts("[hosts.rtx3090-on-h200]\n", '[hosts."../../../x"]\n')),
     Case("host-name-with-a-space", "name", VALIDATE, 1, (HOSTS, "[hosts] name 'my sim'", NAME_RULE),
          hosts("[hosts.sim-emulated]\n", '[hosts."my sim"]\n')),
     Case("host-name-capitalised", "name", VALIDATE, 1, (HOSTS, "[hosts] name 'Sim'"),
@@ -670,11 +676,11 @@ CASES_2 = [
          (REQ, f"$.requests[{SOUND}].seed", "4294967295"),
          requests(set_in([SOUND, "seed"], 2**40))),
     Case("sim-capacity-over-2-40-bytes", "numbers", VALIDATE, 1,
-         (HOSTS, "[hosts.sim] key 'capacity.vram_mib'", "less than or equal to 1048576"),
-         hosts("vram_mib = 24576", f"vram_mib = {2**21}")),
+         ("sim.toml", "[capacity.sim] key 'vram_mib'", "less than or equal to 1048576"),
+         sim("vram_mib = 24576", f"vram_mib = {2**21}")),
     Case("sim-weights-over-2-40-bytes", "numbers", VALIDATE, 1,
-         (HOSTS, "[hosts.sim] key 'capacity.dit_mib.bf16'", "1048576"),
-         hosts("dit_mib = { bf16 = 14336", f"dit_mib = {{ bf16 = {2**30}")),
+         ("sim.toml", "[capacity.sim] key 'dit_mib.bf16'", "1048576"),
+         sim("dit_mib = { bf16 = 14336", f"dit_mib = {{ bf16 = {2**30}")),
     Case("emulation-cap-over-2-40-bytes", "numbers", VALIDATE, 1,
          (HOSTS, "[hosts.sim-emulated] key 'emulation.capacity_mib'", "1048576"),
          hosts('[hosts.sim-emulated.emulation]\nemulates = "sim"\n',

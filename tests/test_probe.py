@@ -88,7 +88,7 @@ def test_the_sim_matrix_follows_its_capacity_model_and_validates(project, port):
     assert {r.structure for r in ok if r.flag_set != "fp8"} == {"sound"}
     assert all(r.structure == "unchecked" and r.image is None
                for r in attempt.requests if r.outcome != "ok")
-    # hosts.toml [hosts.sim.capacity]: cpuoff holds bf16 weights (14336 MiB) plus three
+    # sim.toml [capacity.sim]: cpuoff holds bf16 weights (14336 MiB) plus three
     # references but not four; layerwise staging leaves room for none; fp8 halves the weights
     # and fits four, but its outputs collapse. So three references are served, by cpuoff, and
     # fp8 is the capacity unlock that structure blocks.

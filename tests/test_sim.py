@@ -12,8 +12,8 @@ import pytest
 import requests
 from PIL import Image
 
-from omniprobe.config.host_entry import SimCapacity
 from omniprobe.config.hosts import load_hosts
+from omniprobe.config.sim_config import SimCapacity
 from omniprobe.sim import images
 from omniprobe.sim.capacity import Capacity, CapacityError, load_sim_host
 from omniprobe.sim.http import BadRequest, build_request, parse_multipart
@@ -103,20 +103,51 @@ def test_images_are_deterministic_and_fp8_collapses():
     assert 100 < broken[..., 3].mean() < 130 and 115 < broken[..., :3].mean() < 135
 
 
-def test_hosts_toml_errors_name_the_capacity_table_and_key(project):
+def test_sim_toml_errors_name_the_file_the_capacity_table_and_key(project):
     from omniprobe.errors import InputError
 
-    text = project.hosts_file.read_text()
-    project.hosts_file.write_text(text.replace("spike_mib = 1536", "spike_mb = 1536"))
+    text = project.sim_file.read_text()
+    project.sim_file.write_text(text.replace("spike_mib = 1536", "spike_mb = 1536"))
     with pytest.raises(InputError) as info:
         load_hosts(project.hosts_file)
     messages = [str(p) for p in info.value.problems]
-    assert any("[hosts.sim] key 'capacity.spike_mb': unknown key" in m for m in messages)
-    assert any("[hosts.sim] key 'capacity.spike_mib': required field is missing" in m
-               for m in messages)
-    project.hosts_file.write_text(text[:text.index("[hosts.sim.capacity]")])
-    with pytest.raises(InputError, match="a simulated host needs a \\[capacity\\] table"):
+    assert f"{project.sim_file}: [capacity.sim] key 'spike_mb': unknown key" in " ".join(messages)
+    assert any(f"{project.sim_file}: [capacity.sim] key 'spike_mib': required field is missing"
+               in m for m in messages)
+    project.sim_file.unlink()
+    with pytest.raises(InputError, match="a simulated host needs its capacity model: sim.toml"):
         load_hosts(project.hosts_file)
+
+
+@pytest.mark.parametrize(("table", "expected"), [
+    ("[capacity.nope]", "[capacity.nope]: host 'nope' is not defined in hosts.toml"),
+    ("[capacity.rtx3090]", "[capacity.rtx3090]: host 'rtx3090' is of kind 'omni'; only a 'sim' "
+                           "host has a model"),
+    ("[capacity.sim-emulated]", "[capacity.sim-emulated]: host 'sim-emulated' is emulated: it "
+                                "takes the model of the host it emulates"),
+])
+def test_a_capacity_model_names_a_sim_host_of_its_own(project, table, expected):
+    from omniprobe.errors import InputError
+
+    text = project.sim_file.read_text()
+    project.sim_file.write_text(text + "\n" + text[text.index("[capacity.sim]"):].replace(
+        "[capacity.sim]", table))
+    with pytest.raises(InputError) as info:
+        load_hosts(project.hosts_file)
+    assert [str(p) for p in info.value.problems] == [f"{project.sim_file}: {expected}"]
+
+
+def test_hosts_toml_refuses_a_capacity_model_of_its_own(project):
+    from omniprobe.errors import InputError
+
+    model = project.sim_file.read_text().split("[capacity.sim]\n", 1)[1]
+    project.hosts_file.write_text(project.hosts_file.read_text().replace(
+        "[hosts.sim]\n", f"[hosts.sim.capacity]\n{model}\n[hosts.sim]\n", 1))
+    with pytest.raises(InputError) as info:
+        load_hosts(project.hosts_file)
+    assert [str(p) for p in info.value.problems] == [
+        f"{project.hosts_file}: [hosts.sim.capacity]: a simulated host's capacity model lives in "
+        "sim.toml as [capacity.sim]; move it there"]
 
 
 def test_the_sims_reading_of_its_capacity_model_is_the_models_own(repo):
@@ -140,8 +171,8 @@ def test_the_sims_reading_of_its_capacity_model_is_the_models_own(repo):
 
 
 @pytest.mark.parametrize(("old", "new", "message"), [
-    ("spike_mib = 1536", "spike_mb = 1536", "hosts.sim.capacity: unknown key 'spike_mb'"),
-    ("spike_mib = 1536", "", "hosts.sim.capacity.spike_mib: required field is missing"),
+    ("spike_mib = 1536", "spike_mb = 1536", "sim.toml: capacity.sim: unknown key 'spike_mb'"),
+    ("spike_mib = 1536", "", "sim.toml: capacity.sim.spike_mib: required field is missing"),
     ("spike_mib = 1536", 'spike_mib = "1536"', "spike_mib: expected a whole number"),
     ("spike_mib = 1536", "spike_mib = true", "spike_mib: expected a whole number"),
     ("step_s = 0.02", "step_s = nan", "step_s: expected a finite number"),
@@ -149,9 +180,9 @@ def test_the_sims_reading_of_its_capacity_model_is_the_models_own(repo):
     ("dit_mib = { bf16", "dit_mib = { bf17", "must list the same precisions"),
 ])
 def test_a_bad_capacity_table_is_named_by_the_sim(project, old, new, message):
-    text = project.hosts_file.read_text()
+    text = project.sim_file.read_text()
     assert old in text
-    project.hosts_file.write_text(text.replace(old, new, 1))
+    project.sim_file.write_text(text.replace(old, new, 1))
     with pytest.raises(CapacityError, match=message.replace(".", "[.]")):
         load_sim_host(project.hosts_file, "sim")
 
@@ -159,7 +190,7 @@ def test_a_bad_capacity_table_is_named_by_the_sim(project, old, new, message):
 def test_the_sim_names_a_missing_host_or_model(project):
     with pytest.raises(CapacityError, match="no host 'nope'"):
         load_sim_host(project.hosts_file, "nope")
-    with pytest.raises(CapacityError, match="host 'rtx3090' has no capacity model"):
+    with pytest.raises(CapacityError, match="no \\[capacity.rtx3090\\] for host 'rtx3090'"):
         load_sim_host(project.hosts_file, "rtx3090")
 
 

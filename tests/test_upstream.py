@@ -233,7 +233,7 @@ def test_a_path_that_is_no_upstream_source_is_refused(tmp_path, make):
 def _project(tmp_path: Path) -> Project:
     root = tmp_path / "project"
     root.mkdir()
-    for name in ("hosts.toml",):
+    for name in ("hosts.toml", "sim.toml"):
         shutil.copy(REPO / name, root / name)
     for name in ("fixtures", "deploy", "evidence", "models"):  # models: the configs evidence holds
         shutil.copytree(REPO / name, root / name)

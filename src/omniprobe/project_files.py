@@ -4,6 +4,8 @@ to a root, and whatever else names one (the report's paths, the tests' copies) t
 from __future__ import annotations
 
 HOSTS_FILE = "hosts.toml"
+# The simulator's own configuration; it lies beside hosts.toml, which its hosts are in.
+SIM_FILE = "sim.toml"
 FIXTURES_DIR = "fixtures"
 FIXTURES_FILE = "fixtures.json"
 EVIDENCE_DIR = "evidence"

@@ -1,5 +1,5 @@
-"""hosts.toml's [hosts.<name>]: one host, its emulation of another card, and the simulated
-host's capacity model."""
+"""hosts.toml's [hosts.<name>]: one host, and its emulation of another card (a simulated host's
+capacity model is sim.toml's, config/sim_config.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import re
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
+from pydantic.json_schema import SkipJsonSchema
 
 from omniprobe.config.command_rules import (
     OFFLINE_PLACEHOLDERS,
@@ -18,42 +19,10 @@ from omniprobe.config.command_rules import (
 )
 from omniprobe.config.diffusers import DiffusersHost
 from omniprobe.config.flag_sets import ArgsCheck
-from omniprobe.config.hosts_common import HostsTable, Mib, PositiveMib
+from omniprobe.config.hosts_common import HostsTable, PositiveMib
 from omniprobe.config.names import Name
+from omniprobe.config.sim_config import SimCapacity
 from omniprobe.limits import MAX_MIB, MAX_VRAM_GB
-
-
-class SimCapacity(HostsTable):
-    """The simulated server's capacity model (MiB and seconds); only a simulated host has one."""
-
-    vram_mib: PositiveMib = Field(description="Memory of the modelled card.")
-    context_mib: Mib = Field(description="CUDA context and other non-PyTorch memory.")
-    init_chunk_mib: PositiveMib = Field(description="Size of each parameter allocation at init.")
-    dit_mib: dict[str, Mib] = Field(description="Resident DiT weights by precision (bf16, ...).")
-    encoder_mib: dict[str, Mib] = Field(
-        description="Text-encoder weights by precision; off the GPU under --enable-cpu-offload."
-    )
-    activation_mib: Mib = Field(description="Working memory of every request.")
-    reference_mib: Mib = Field(description="Conditioning cache per reference image.")
-    spike_mib: PositiveMib = Field(description="The per-step activation spike (image MLP).")
-    kv_reference_mib: Mib = Field(
-        default=0, description="Of reference_mib, the conditioning KV cache that "
-                               "prefix_kv_cache_dtype quantizes (fp8_v: its V half).")
-    layerwise_mib: Mib = Field(description="Extra staging under --enable-layerwise-offload.")
-    collapsed: list[str] = Field(default=[], description="Precisions whose outputs collapse.")
-    init_s: float = Field(ge=0, description="Modelled init time.")
-    reference_s: float = Field(ge=0, description="Modelled prefill time per reference.")
-    step_s: float = Field(ge=0, description="Modelled time per denoise step.")
-
-    @model_validator(mode="after")
-    def _precisions_match(self) -> SimCapacity:
-        if set(self.dit_mib) != set(self.encoder_mib):
-            raise ValueError("dit_mib and encoder_mib must list the same precisions")
-        if "bf16" not in self.dit_mib:
-            raise ValueError("dit_mib needs a 'bf16' entry (the precision without --quantization)")
-        if self.kv_reference_mib > self.reference_mib:
-            raise ValueError("kv_reference_mib is part of reference_mib and cannot exceed it")
-        return self
 
 
 class Emulation(HostsTable):
@@ -127,7 +96,9 @@ class Host(HostsTable):
     )
     args_check: ArgsCheck | None = Field(
         default=None, description="Replaces [serve] args_check on this host (with serve_command).")
-    capacity: SimCapacity | None = Field(default=None, description="Simulated hosts only.")
+    # sim.toml's [capacity.<name>], set by load_hosts (hosts.toml refuses the key): not part of
+    # hosts.toml's schema.
+    capacity: SkipJsonSchema[SimCapacity | None] = Field(default=None)
     emulation: Emulation | None = Field(
         default=None, description="An emulated host: the card it emulates on this physical GPU.")
     model_code: list[str] = Field(
@@ -170,9 +141,9 @@ class Host(HostsTable):
     @model_validator(mode="after")
     def _capacity_iff_simulated(self) -> Host:
         if self.simulated and self.capacity is None:
-            raise ValueError("a simulated host needs a [capacity] table")
+            raise ValueError("a simulated host needs its capacity model: sim.toml [capacity.<name>]")
         if not self.simulated and self.capacity is not None:
-            raise ValueError("only a simulated host has a [capacity] table")
+            raise ValueError("only a simulated host has a capacity model (sim.toml [capacity])")
         if (self.diffusers is None) == bool(self.diffusers_profiles):
             if self.diffusers is not None:
                 raise ValueError("a [diffusers] host needs diffusers_profiles")

@@ -16,8 +16,10 @@ from omniprobe.config.host_kinds import KIND_KEYS, kind_problems
 from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.names import Name
 from omniprobe.config.report_settings import ProbeSettings, QualitySettings, StructureChecks
+from omniprobe.config.sim_config import capacity_problems, load_sim_config, model_owners
 from omniprobe.config.stack import DiffusersEnv, EnvConfig, Stack, UpstreamPin
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
+from omniprobe.project_files import SIM_FILE
 from omniprobe.safe_io import load_toml, toml_text
 
 
@@ -288,7 +290,8 @@ def _env_against_stack(cfg: HostsConfig, file: str) -> list[Problem]:
 
 
 def load_hosts(path: str | Path) -> HostsConfig:
-    """Load and check hosts.toml; raise InputError listing every problem."""
+    """Load and check hosts.toml, with the sim.toml beside it; raise InputError listing every
+    problem."""
     path = Path(path)
     return _checked(path, load_toml(path))
 
@@ -308,10 +311,33 @@ def _kind_problems(path: Path, data: dict) -> list[Problem]:
             for key, expected in kind_problems(host)]
 
 
+def _with_sim_models(path: Path, data: dict) -> tuple[dict, list[Problem]]:
+    """hosts.toml's data with each simulated host's capacity model from the sim.toml beside it,
+    and the problems of those models (said with hosts.toml's own). A model stated in hosts.toml
+    is refused: it moved to sim.toml."""
+    sim_file = path.parent / SIM_FILE
+    hosts = data.get("hosts") if isinstance(data.get("hosts"), dict) else {}
+    stated = [Problem(str(path), f"[hosts.{name}.capacity]", f"a simulated host's capacity model "
+                      f"lives in {SIM_FILE} as [capacity.{name}]; move it there")
+              for name, host in hosts.items() if isinstance(host, dict) and "capacity" in host]
+    if stated:
+        return data, stated
+    try:
+        sim = load_sim_config(sim_file)
+    except InputError as exc:
+        return data, exc.problems
+    # Validated once, as sim.toml: each host takes its model as a plain table.
+    models = {name: sim.capacity[name].model_dump() for name in model_owners(sim, hosts)}
+    filled = {name: {**host, "capacity": models[name]} if name in models else host
+              for name, host in hosts.items()}
+    return ({**data, "hosts": filled} if models else data), capacity_problems(sim, sim_file, hosts)
+
+
 def _checked(path: Path, data: dict) -> HostsConfig:
     if "report" in data:  # hosts.toml held it until the report's words moved to its templates
         raise InputError([Problem(str(path), "[report]", "the report's title and issues live in "
                                   "templates/report.toml, as top-level keys; move them there")])
+    data, sim_problems = _with_sim_models(path, data)
     kinds = _kind_problems(path, data)
     try:
         cfg = HostsConfig.model_validate(data, strict=True)
@@ -319,9 +345,9 @@ def _checked(path: Path, data: dict) -> HostsConfig:
         # A key its kind refuses is said once, in the kind's words.
         said = {p.path for p in kinds}
         raise InputError(kinds + [p for p in problems_from_validation(path, exc, _toml_loc)
-                                  if p.path not in said]) from None
-    if kinds:
-        raise InputError(kinds)
+                                  if p.path not in said] + sim_problems) from None
+    if kinds or sim_problems:
+        raise InputError(kinds + sim_problems)
     problems = _cross_references(cfg, str(path))
     if problems:
         raise InputError(problems)

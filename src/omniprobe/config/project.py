@@ -23,6 +23,10 @@ class Project:
         return self.root / files.HOSTS_FILE
 
     @property
+    def sim_file(self) -> Path:
+        return self.root / files.SIM_FILE
+
+    @property
     def fixtures_file(self) -> Path:
         return self.root / files.FIXTURES_DIR / files.FIXTURES_FILE
 

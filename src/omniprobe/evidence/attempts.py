@@ -98,7 +98,7 @@ def provenance(host_name: str, host: Host, command: list[str], started_at: datet
                         physical_gpu=host.gpu, physical_compute_capability=host.compute_capability,
                         mechanism=host.emulation.mechanism, simulated_server=host.simulated)
     if host.simulated:
-        model = simulated_model or f"omniprobe.sim capacity model ([hosts.{host_name}.capacity])"
+        model = simulated_model or f"omniprobe.sim capacity model (sim.toml [capacity.{host_name}])"
         return Simulated(kind="simulated", tool_version=__version__, command=command,
                          started_at=started_at, model=model)
     return Measured(kind="measured", host=host_name, hostname=socket.gethostname(),

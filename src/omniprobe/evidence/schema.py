@@ -12,6 +12,7 @@ from omniprobe.atomic import write_text_atomic
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.report_settings import ReportSettings
+from omniprobe.config.sim_config import SimConfig
 from omniprobe.evidence.files import FILE_MODELS
 from omniprobe.evidence.models.archive import ArchiveManifest, UnpackJournal
 
@@ -27,6 +28,7 @@ def all_schemas() -> dict[str, dict]:
     schemas["fixtures.schema.json"] = FixtureSuite.model_json_schema()
     schemas["hosts.schema.json"] = HostsConfig.model_json_schema()
     schemas["report.schema.json"] = ReportSettings.model_json_schema()
+    schemas["sim.schema.json"] = SimConfig.model_json_schema()
     return schemas
 
 

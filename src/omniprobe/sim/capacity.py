@@ -1,7 +1,8 @@
-"""The simulated server's reading of its capacity model: `[hosts.<name>.capacity]` of hosts.toml.
+"""The simulated server's reading of its capacity model: `[capacity.<name>]` of the sim.toml
+beside hosts.toml (its host, and the host it emulates, are hosts.toml's).
 
-The file's format is defined once, by `omniprobe.config.host_entry.SimCapacity`, and the harness
-validates the whole file with it before it starts a server. The sim reads its own table with the
+The file's format is defined once, by `omniprobe.config.sim_config.SimCapacity`, and the harness
+validates both files with it before it starts a server. The sim reads its own table with the
 standard library, as the program it stands in for reads its own config: no pydantic, so the
 preflight's parse of each flag set and every server start cost an interpreter start and little
 more. A test holds the two readings together (fields, defaults, values).
@@ -13,16 +14,17 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from omniprobe.project_files import SIM_FILE
 from omniprobe.safe_io import load_toml
 
 
 class CapacityError(ValueError):
-    """hosts.toml has no usable capacity model for the named host; the message says where."""
+    """No usable capacity model for the named host; the message says which file and where."""
 
 
 @dataclass(frozen=True)
 class Capacity:
-    """MiB and seconds; `omniprobe.config.host_entry.SimCapacity` says what each field means."""
+    """MiB and seconds; `omniprobe.config.sim_config.SimCapacity` says what each field means."""
 
     vram_mib: int
     context_mib: int
@@ -90,22 +92,24 @@ def capacity_from_table(table: dict, where: str) -> Capacity:
 
 
 def load_sim_host(hosts_file: str | Path, name: str) -> SimHost:
-    """The named simulated host's capacity model and memory-file variable from hosts.toml.
-    InputError when the file cannot be read; CapacityError when the host has no usable model."""
+    """The named simulated host's memory-file variable from hosts.toml, and its capacity model
+    from the sim.toml beside it. InputError when a file cannot be read; CapacityError when the
+    host has no usable model."""
     data = load_toml(hosts_file)
     hosts = data.get("hosts")
     host = hosts.get(name) if isinstance(hosts, dict) else None
     if not isinstance(host, dict):
         raise CapacityError(f"{hosts_file}: no host {name!r}")
-    table, owner = host.get("capacity"), name
     emulation = host.get("emulation")
     emulates = emulation.get("emulates") if isinstance(emulation, dict) else None
-    if table is None and isinstance(hosts.get(emulates), dict):
-        # an emulated host takes the capacity model of the host it emulates, as in hosts.toml
-        owner, table = emulates, hosts[emulates].get("capacity")
+    # an emulated host takes the capacity model of the host it emulates, as load_hosts does
+    owner = emulates if isinstance(emulates, str) else name
+    sim_file = Path(hosts_file).parent / SIM_FILE
+    models = load_toml(sim_file).get("capacity") if sim_file.exists() else None
+    table = models.get(owner) if isinstance(models, dict) else None
     if not isinstance(table, dict):
-        raise CapacityError(f"{hosts_file}: host {name!r} has no capacity model")
+        raise CapacityError(f"{sim_file}: no [capacity.{owner}] for host {name!r}")
     env = host.get("memory_file_env")
     if env is not None and not isinstance(env, str):
         raise CapacityError(f"{hosts_file}: hosts.{name}.memory_file_env: expected a string")
-    return SimHost(capacity_from_table(table, f"{hosts_file}: hosts.{owner}.capacity"), env)
+    return SimHost(capacity_from_table(table, f"{sim_file}: capacity.{owner}"), env)

@@ -30,12 +30,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(problems) + len(stale)} problem(s) found", file=sys.stderr)
         return 1
     assert loaded is not None
-    print(f"valid: hosts.toml ({len(loaded.hosts.hosts)} hosts), templates/report.toml, "
+    models = sum(1 for h in loaded.hosts.hosts.values() if h.capacity and h.emulation is None)
+    print(f"valid: hosts.toml ({len(loaded.hosts.hosts)} hosts), sim.toml ({models} capacity "
+          f"model{'s' * (models != 1)}), templates/report.toml, "
           f"{len(loaded.fixtures.fixtures)} fixtures, {len(loaded.evidence.attempts)} attempts")
     return 0
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("validate", help="check hosts.toml, templates/report.toml, fixtures/, "
+    p = sub.add_parser("validate", help="check hosts.toml, sim.toml, templates/report.toml, fixtures/, "
                        "evidence/ and schemas/")
     p.set_defaults(func=run)
