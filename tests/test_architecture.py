@@ -162,6 +162,29 @@ def test_an_oversized_module_is_seen_unless_it_says_it_is_a_catalogue(tmp_path):
     assert oversized_modules(tmp_path) == [f"big.py: {MODULE_LINES_MAX + 1} lines"]
 
 
+# Evidence files are written by the attempt store alone; write_section is defined in files.py.
+EVIDENCE_WRITERS = {"evidence/attempts.py", "evidence/files.py"}
+
+
+def evidence_writers(package: Path) -> list[str]:
+    """Each module of `package` outside EVIDENCE_WRITERS that names write_section."""
+    return sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                  if str(path.relative_to(package)) not in EVIDENCE_WRITERS
+                  and re.search(r"\bwrite_section\b", path.read_text(encoding="utf-8")))
+
+
+def test_the_attempt_store_writes_every_evidence_file():
+    assert evidence_writers(Path(omniprobe.__file__).parent) == []
+
+
+def test_a_module_writing_evidence_itself_is_seen(tmp_path):
+    (tmp_path / "evidence").mkdir()
+    (tmp_path / "evidence" / "attempts.py").write_text("write_section(folder, 'a.json', x)\n")
+    (tmp_path / "env.py").write_text("from omniprobe.evidence.files import write_section\n")
+    (tmp_path / "other.py").write_text("rewrite_sections = 1\n")
+    assert evidence_writers(tmp_path) == ["env.py"]
+
+
 def _files_marked(marker: str) -> list[str]:
     return sorted(path.name for path in (ROOT / "tests").glob("test_*.py")
                   if re.search(rf"(?m)^(?:@pytest\.mark\.{marker}\b|pytestmark = .*pytest\.mark\.{marker}\b)",

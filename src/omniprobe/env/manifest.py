@@ -3,8 +3,6 @@ evidence/<host>/<attempt-id>/ (attempt.json + environment.json), and summarised 
 
 from __future__ import annotations
 
-import os
-import shutil
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -15,8 +13,8 @@ from omniprobe.digests import sha256_json
 from omniprobe.env.checks import Verification
 from omniprobe.env.state import CommandRun
 from omniprobe.errors import InputError
-from omniprobe.evidence.attempts import free_attempt_id, provenance
-from omniprobe.evidence.files import ATTEMPT_FILE, parse_file, write_section
+from omniprobe.evidence.attempts import file_attempt, free_attempt_id, provenance
+from omniprobe.evidence.files import ATTEMPT_FILE, parse_file
 from omniprobe.evidence.models.attempt import Attempt
 from omniprobe.evidence.models.environment import CommandTiming, EnvCheck, EnvManifest, EnvPin, EnvTimings
 
@@ -103,13 +101,5 @@ def record_manifest(project: Project, cfg: HostsConfig, manifest: EnvManifest, *
                           manifest.host, cfg.host(manifest.host), command, started_at,
                           simulated_model="environment of a simulated host; GPU checks skipped",
                           cap_mib=cfg.emulated_cap_mib(manifest.host)))
-    # Both files land in a scratch folder renamed into place, so no reader sees half an attempt.
-    scratch = host_dir / f".{attempt_id}.tmp"
-    try:
-        write_section(scratch, ATTEMPT_FILE, attempt)
-        write_section(scratch, MANIFEST_FILE, manifest)
-        os.rename(scratch, host_dir / attempt_id)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return host_dir / attempt_id, True
+    return file_attempt(host_dir / attempt_id, attempt, {MANIFEST_FILE: manifest}), True
 

@@ -314,6 +314,23 @@ def open_attempt(project: Project, folder: Path) -> AttemptStore:
     return store
 
 
+def file_attempt(folder: Path, meta: Attempt, sections: dict[str, object]) -> Path:
+    """A whole attempt made at once (an env manifest, an upstream contract): attempt.json and its
+    sections written in a scratch folder and renamed into place, so no reader sees half an
+    attempt and a failed write leaves nothing. A folder that exists is never replaced."""
+    if folder.exists():
+        raise FileExistsError(folder)
+    scratch = folder.parent / f".{folder.name}.tmp"
+    try:
+        write_section(scratch, ATTEMPT_FILE, meta)
+        for file_name, content in sections.items():
+            write_section(scratch, file_name, content)
+        os.rename(scratch, folder)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return folder
+
+
 def _create(project: Project, host_name: str, host: Host, command: list[str],
             suffix: str = SUFFIX, what: str = "probe-init / probe-serve",
             cap_mib: int | None = None,

@@ -11,7 +11,7 @@ from omniprobe import __version__
 from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
-from omniprobe.evidence.files import ATTEMPT_FILE, write_section
+from omniprobe.evidence.attempts import file_attempt
 from omniprobe.evidence.load import LoadedAttempt, load_evidence
 from omniprobe.evidence.models.attempt import Attempt, Measured
 from omniprobe.evidence.upstream import UPSTREAM_HOST, UpstreamContract, UpstreamSource
@@ -95,10 +95,7 @@ def record(project: Project, contract: UpstreamContract, command: list[str]) -> 
                    provenance=Measured(kind="measured", host=UPSTREAM_HOST,
                                        hostname=socket.gethostname(), tool_version=__version__,
                                        command=command, started_at=now))
-    folder.mkdir(parents=True)
-    write_section(folder, "upstream.json", contract)
-    write_section(folder, ATTEMPT_FILE, meta)
-    return folder
+    return file_attempt(folder, meta, {"upstream.json": contract})
 
 
 def recorded(project: Project, contract: UpstreamContract) -> LoadedAttempt | None:
