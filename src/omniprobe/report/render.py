@@ -60,18 +60,6 @@ def _render(project: Project, env: jinja2.Environment, name: str, context: dict)
                          ) from None
 
 
-def render_report(project: Project) -> str:
-    return render_outputs(project)[REPORT_FILE]
-
-
-def render_harness(project: Project) -> str:
-    return render_outputs(project)[HARNESS_FILE]
-
-
-def render_details(project: Project) -> str:
-    return render_outputs(project)[DETAILS_FILE]
-
-
 def _committed_figures(project: Project) -> set[Path]:
     folders = [project.root / TIMELINES_DIR, project.root / CAPACITY_DIR]
     return {p.relative_to(project.root) for folder in folders if folder.is_dir()

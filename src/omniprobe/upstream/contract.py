@@ -110,24 +110,27 @@ def recorded(project: Project, contract: UpstreamContract) -> LoadedAttempt | No
 
 def differences(committed: UpstreamContract, fresh: UpstreamContract) -> list[str]:
     """Each check or citation whose result differs (status or upstream location)."""
+    checks = _changes({c.name: c for c in committed.checks}, {c.name: c for c in fresh.checks},
+                      "{}", ("only in the fresh run", "no longer checked"),
+                      lambda c: (c.status, c.where), lambda c: f"{c.status} at {c.where}")
+    cited = _changes({c.cited_in: c for c in committed.citations},
+                     {c.cited_in: c for c in fresh.citations},
+                     "citation {}", ("new", "no longer in the evidence"),
+                     lambda c: (c.status, c.found_file, c.found_lines),
+                     lambda c: f"{c.status} {c.found_lines or ''}".rstrip())
+    return checks + cited
+
+
+def _changes(old: dict, new: dict, label: str, absent: tuple[str, str], result, said) -> list[str]:
+    """A line for each key in one of `old` and `new` only (`absent`: its words when only the new
+    one has it, and when only the old one does), or whose `result` differs."""
     out = []
-    old = {c.name: c for c in committed.checks}
-    new = {c.name: c for c in fresh.checks}
-    for name in sorted(old.keys() | new.keys()):
-        a, b = old.get(name), new.get(name)
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
         if a is None or b is None:
-            out.append(f"{name}: {'only in the fresh run' if a is None else 'no longer checked'}")
-        elif (a.status, a.where) != (b.status, b.where):
-            out.append(f"{name}: committed {a.status} at {a.where}, now {b.status} at {b.where}")
-    old_c = {c.cited_in: c for c in committed.citations}
-    new_c = {c.cited_in: c for c in fresh.citations}
-    for key in sorted(old_c.keys() | new_c.keys()):
-        a, b = old_c.get(key), new_c.get(key)
-        if a is None or b is None:
-            out.append(f"citation {key}: {'new' if a is None else 'no longer in the evidence'}")
-        elif (a.status, a.found_file, a.found_lines) != (b.status, b.found_file, b.found_lines):
-            out.append(f"citation {key}: committed {a.status} {a.found_lines or ''}, "
-                       f"now {b.status} {b.found_lines or ''}".replace("  ", " "))
+            out.append(f"{label.format(key)}: {absent[0] if a is None else absent[1]}")
+        elif result(a) != result(b):
+            out.append(f"{label.format(key)}: committed {said(a)}, now {said(b)}")
     return out
 
 
