@@ -87,7 +87,7 @@ def _install(session: nox.Session, *extras: str, env: dict[str, str] | None = No
 
 @nox.session
 def validate(session: nox.Session) -> None:
-    """Validate hosts.toml, fixtures/, every evidence file and the committed schemas."""
+    """Validate hosts.toml, sim.toml, fixtures/, every evidence file and the committed schemas."""
     _install(session)
     _omniprobe(session, "validate", *_args(session))
 
