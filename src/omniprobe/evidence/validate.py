@@ -128,16 +128,22 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
                                     f"fixture {name!r} is a stand-in for {known.stands_in_for!r}: "
                                     f"{what} needs the baseline's own inputs"))
 
+    def requests_of(file: str, rows, names, field) -> None:
+        """Rows of one request each: the configuration its `field` names is one `names` knows,
+        its fixture is known, and its inputs are the fixture's."""
+        for i, row in enumerate(rows):
+            key = field(row)
+            names(file, f"$[{i}].{key}", getattr(row, key))
+            fixture(file, f"$[{i}].fixture", row.fixture)
+            inputs(file, f"$[{i}]", row)
+
     baseline("attempt.json", "$.baseline", attempt.meta.baseline)
     for i, run in enumerate(attempt.runs):
         flag_set("runs.json", f"$[{i}].flag_set", run.flag_set)
         for j, cell in enumerate(run.cells):
             fixture("runs.json", f"$[{i}].cells[{j}].fixture", cell.fixture)
             inputs("runs.json", f"$[{i}].cells[{j}]", cell)
-    for i, req in enumerate(attempt.requests):
-        flag_set("requests.json", f"$[{i}].flag_set", req.flag_set)
-        fixture("requests.json", f"$[{i}].fixture", req.fixture)
-        inputs("requests.json", f"$[{i}]", req)
+    requests_of("requests.json", attempt.requests, flag_set, lambda _: "flag_set")
     diffusers = host.diffusers is not None
     for i, run in enumerate(attempt.offline):
         kwarg_set("offline.json", f"$[{i}].{_field(run)}", run.configuration)
@@ -151,14 +157,8 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
         kwarg_set("capacity.json", f"$[{i}].profile", search.profile)
         for j, band in enumerate(search.bands):
             fixture("capacity.json", f"$[{i}].bands[{j}].fixture", band.fixture)
-    for i, trial in enumerate(attempt.capacity_trials):
-        kwarg_set("capacity-trials.json", f"$[{i}].profile", trial.profile)
-        fixture("capacity-trials.json", f"$[{i}].fixture", trial.fixture)
-        inputs("capacity-trials.json", f"$[{i}]", trial)
-    for i, req in enumerate(attempt.offline_requests):
-        kwarg_set("offline-requests.json", f"$[{i}].{_field(req)}", req.configuration)
-        fixture("offline-requests.json", f"$[{i}].fixture", req.fixture)
-        inputs("offline-requests.json", f"$[{i}]", req)
+    requests_of("capacity-trials.json", attempt.capacity_trials, kwarg_set, lambda _: "profile")
+    requests_of("offline-requests.json", attempt.offline_requests, kwarg_set, _field)
     for i, obs in enumerate(attempt.structure):
         flag_set("structure.json", f"$[{i}].flag_set", obs.flag_set)
         kwarg_set("structure.json", f"$[{i}].kwarg_set", obs.kwarg_set)
