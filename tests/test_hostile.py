@@ -801,11 +801,16 @@ CASES_2 = [
 
 
 def _run(argv: list[str], root: Path, capsys) -> tuple[int, str]:
+    """`omniprobe ARGV` run in `root`; the working folder is put back after (a passed test's
+    tmp_path is removed: a later test must not start in it)."""
+    before = os.getcwd()
     os.chdir(root)
     try:
         code = cli.main(argv)
     except SystemExit as exc:  # argparse refuses an option
         code = exc.code
+    finally:
+        os.chdir(before)
     captured = capsys.readouterr()
     return code, captured.out + captured.err
 
