@@ -245,16 +245,21 @@ def repo() -> Project:
     return Project(REPO)
 
 
-@pytest.fixture
-def repo_copy(tmp_path: Path) -> Project:
-    """A private copy of the committed project with its evidence and report, safe to break."""
+def copy_repo(root: Path) -> Project:
+    """A private copy at `root` of the committed project with its evidence and report."""
     for part in PROJECT_PARTS:
         src = REPO / part
         if src.is_dir():
-            shutil.copytree(src, tmp_path / part)
+            shutil.copytree(src, root / part)
         elif src.exists():
-            shutil.copy2(src, tmp_path / part)
-    return Project(tmp_path)
+            shutil.copy2(src, root / part)
+    return Project(root)
+
+
+@pytest.fixture
+def repo_copy(tmp_path: Path) -> Project:
+    """A private copy of the committed project with its evidence and report, safe to break."""
+    return copy_repo(tmp_path)
 
 
 def agreeing(outcome: str, structure: str, **given) -> dict:

@@ -428,6 +428,7 @@ def test_server_starts_are_compared_flag_set_by_flag_set(project, port):
     assert (pair.emulated.outcome, pair.real.outcome, pair.agrees) == ("ready", "oom", False)
 
 
+@pytest.mark.e2e
 def test_fresh_starts_one_attempt_per_cap_shared_by_the_sessions_of_a_run(project, port,
                                                                           monkeypatch):
     args = ("--host", "sim-emulated", "--caps", "24,32", "--flag-set", "cpuoff", "--fixture",

@@ -29,8 +29,10 @@ from omniprobe.harness.common.process import free_port
 from .conftest import in_process
 from .env_scaffold import RTX5080, FakeNvml, World, git, make_world
 
-# One worker runs the module in order: its tests share one build.
-pytestmark = [pytest.mark.network, pytest.mark.xdist_group("env-build")]
+# One worker runs the module in order: its tests share one build. Real uv builds from PyPI, end to
+# end, are the e2e tier; the default run checks the plan, the stamp, the checks and the manifest
+# without the network (test_env_unit.py, test_env_resolve.py).
+pytestmark = [pytest.mark.network, pytest.mark.e2e, pytest.mark.xdist_group("env-build")]
 HOST = "testhost"
 
 

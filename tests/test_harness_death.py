@@ -57,6 +57,7 @@ def test_sigkill_of_the_harness_leaves_no_orphan_within_10_s(tmp_path, port, har
         f"--port {port}")
 
 
+@pytest.mark.e2e
 def test_resume_after_a_crash_mid_matrix_runs_only_the_rest(tmp_path, port, harness):
     project = make_project(tmp_path, seeds=[2301, 2302, 2303, 2304])
     args = ("--flag-set", "cpuoff", "--fixture", "sim-single", "--fixture", "sim-pair")
@@ -272,6 +273,7 @@ http.server.HTTPServer(("127.0.0.1", port), Server).serve_forever()
 '''
 
 
+@pytest.mark.e2e
 def test_a_resume_stops_the_worker_a_double_kill_left_and_says_so(tmp_path, port, harness):
     """Probe and supervisor SIGKILLed together: the server dies with its keeper, but a worker of
     its group lives on. The resume knows it by the group and start time its lifetime recorded,

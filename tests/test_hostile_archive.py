@@ -18,12 +18,13 @@ from pathlib import Path
 import pytest
 
 from omniprobe.cli import main
+from omniprobe.config.project import Project
 from omniprobe.errors import EnvironmentFailure, InputError, OmniprobeError, Refusal
 from omniprobe.evidence import archive, unpack_journal
 from omniprobe.evidence.validate import load_project
 from omniprobe.limits import ArchiveLimits
 
-from .conftest import REPO
+from .conftest import REPO, copy_repo
 from .evidence_scaffold import empty_project
 
 TINY = "2026-12-01T094615Z-diffusers-tiny-cpu-offline"
@@ -62,14 +63,22 @@ def _special(name: str, kind: bytes, link: str = "") -> tarfile.TarInfo:
     return info
 
 
-@pytest.fixture
-def packed(repo_copy, tmp_path):
-    """The tiny CPU attempt packed with a runner log, and a machine without it to unpack onto."""
-    log = repo_copy.artifacts_dir / TINY_HOST / TINY / "tiny-cpu" / "runner-1" / "runner.log"
+@pytest.fixture(scope="module")
+def packed_once(tmp_path_factory) -> dict[str, bytes]:
+    """The tiny CPU attempt packed with a runner log, from a copy of the committed project: packed
+    once a module, as its members (each test gets its own dict of them)."""
+    source = copy_repo(tmp_path_factory.mktemp("packed-source"))
+    log = source.artifacts_dir / TINY_HOST / TINY / "tiny-cpu" / "runner-1" / "runner.log"
     log.parent.mkdir(parents=True)
     log.write_text("a runner log\n")
-    out = archive.pack(repo_copy, [TINY], tmp_path / "e.tar.gz", artifact_max_bytes=1 << 20)
-    return _members(out.path), empty_project(repo_copy, tmp_path / "here")
+    out = archive.pack(source, [TINY], source.root / "e.tar.gz", artifact_max_bytes=1 << 20)
+    return _members(out.path)
+
+
+@pytest.fixture
+def packed(packed_once, tmp_path):
+    """The packed members, this test's to edit, and a machine without them to unpack onto."""
+    return dict(packed_once), empty_project(Project(REPO), tmp_path / "here")
 
 
 def _tree(project) -> list[str]:

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from omniprobe.config.project import Project
-from omniprobe.evidence.validate import load_project
+from omniprobe.errors import InputError
 from omniprobe.report.paths import DETAILS_FILE, HARNESS_FILE, REPORT_FILE
 from omniprobe.report.safe_text import md_text
 
@@ -45,10 +45,10 @@ def _inject(value, payload: str, mode: str, key=None, keys=FREE_TEXT_KEYS):
     return value
 
 
-def _structure(text: str) -> tuple:
+def _structure(text: str, tokens=None) -> tuple:
     """What a payload may not change: the headings (level, count), the tables and their widths,
-    and that no HTML is there."""
-    tokens = parse(text)
+    and that no HTML is there. `tokens`: parse(text), where the caller has it already."""
+    tokens = parse(text) if tokens is None else tokens
     headings = [t.tag for t in tokens if t.type == "heading_open"]
     tables = sum(t.type == "table_open" for t in tokens)
     rows = sum(t.type == "tr_open" for t in tokens)
@@ -56,6 +56,14 @@ def _structure(text: str) -> tuple:
         c.content for t in tokens if t.type == "inline" for c in t.children or []
         if c.type == "html_inline"]
     return headings, tables, rows, html
+
+
+@pytest.fixture(scope="module")
+def committed_evidence() -> dict[str, object]:
+    """Each evidence file of the committed project, parsed once: a case injects into these."""
+    folder = Project(REPO).evidence_dir
+    return {str(path.relative_to(folder)): json.loads(path.read_text())
+            for path in folder.rglob("*.json")}
 
 
 @pytest.fixture(scope="module")
@@ -79,17 +87,25 @@ def clean():
     ("- ", "prefix"),  # a bullet where the text starts a line
     ("\u2028# after a line separator", "append"),
 ])
-def test_hostile_free_text_renders_as_text_not_structure(repo_copy, clean, payload, mode):
-    for path in repo_copy.evidence_dir.rglob("*.json"):
+def test_hostile_free_text_renders_as_text_not_structure(repo_copy, committed_evidence, clean,
+                                                          payload, mode):
+    files = sorted(str(p.relative_to(repo_copy.evidence_dir))
+                   for p in repo_copy.evidence_dir.rglob("*.json"))
+    assert files == sorted(committed_evidence)  # every evidence file of the copy gets the payload
+    for rel, data in committed_evidence.items():
+        path = repo_copy.evidence_dir / rel
         keys = FREE_TEXT_KEYS - {"profile"} if path.name in NAMED_PROFILE else FREE_TEXT_KEYS
-        path.write_text(json.dumps(_inject(json.loads(path.read_text()), payload, mode, keys=keys)))
-    _, problems = load_project(repo_copy)
-    assert problems == [], problems[:3]  # the payload passes validate: the render must cope
-    outputs = render_outputs(repo_copy)
+        path.write_text(json.dumps(_inject(data, payload, mode, keys=keys)))
+    try:  # the render loads the project as validate does, and refuses it on any problem
+        outputs = render_outputs(repo_copy)
+    except InputError as refused:
+        pytest.fail(f"the payload must pass validate (the render must cope): "
+                    f"{[str(p) for p in refused.problems[:3]]}")
     for rel in (REPORT_FILE, HARNESS_FILE, DETAILS_FILE):
         text = outputs[rel]
-        check_markdown(text)
-        assert _structure(text) == clean[rel], rel
+        tokens = parse(text)
+        check_markdown(text, tokens)
+        assert _structure(text, tokens) == clean[rel], rel
         assert not CONTROL.search(text), CONTROL.search(text)
 
 

@@ -30,6 +30,7 @@ def probe_attempts(project, host: str) -> list[str]:
     return sorted(p.name for p in (project.evidence_dir / host).glob("*-probe"))
 
 
+@pytest.mark.e2e
 def test_env_session_takes_dry_run(repo_copy, tmp_path):
     before = sorted(p.name for p in (repo_copy.evidence_dir / "rtx3090").iterdir())
     code, out = nox(repo_copy, tmp_path, "-s", "env-rtx3090", "--", "--dry-run")
@@ -65,6 +66,7 @@ def test_probe_options_reach_the_probes_and_the_report_renders(repo_copy, tmp_pa
     assert attempt["attempt"]["environment"]["served"]["source"] == "simulated"
 
 
+@pytest.mark.e2e
 def test_a_failed_env_session_makes_the_probe_of_its_run_refuse(repo_copy, tmp_path):
     suite = json.loads(repo_copy.fixtures_file.read_text())
     reference = next(f for f in suite["fixtures"] if f["id"] == "sim-single")["references"][0]
@@ -93,6 +95,7 @@ def test_a_capacity_sweep_whose_flag_sets_oom_at_init_exits_0(repo_copy, tmp_pat
     assert out.count("done: every init and cell this run asks for is settled") == 2
 
 
+@pytest.mark.e2e
 def test_a_failed_sessions_last_line_says_what_omniprobes_exit_code_meant(repo_copy, tmp_path):
     """Issue 34: through nox every failure is exit 1, so the session says omniprobe's own code
     and its meaning last (errors.EXIT_MEANINGS)."""

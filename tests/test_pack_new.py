@@ -70,6 +70,7 @@ def test_pack_new_outside_a_clone_is_refused(repo_copy, monkeypatch, tmp_path, c
     assert "is not a git clone" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_the_readmes_round_trip_as_written(repo_copy, tmp_path, monkeypatch, capsys, port):
     """Issue 34 item 7, the README's words in order: the GPU machine works from a clone with
     committed attempts; it probes, packs --new, and home unpacks; it resumes the same attempt,

@@ -125,8 +125,8 @@ def the_shrunk_cache_fits(repo_copy) -> None:
                     o.pop("oom", None)
     edit(repo_copy, "evidence/rtx3090/seed-3090-3-offline/offline.json", cache_fits)
 
-def test_the_opening_lines_are_computed_from_the_evidence(repo_copy):
-    before = render_report(repo_copy)
+def test_the_opening_lines_are_computed_from_the_evidence(repo, repo_copy):
+    before = render_report(repo)  # the copy as yet unedited: the committed render, rendered once
 
     # A cell's outcome: cpuoff serves three references, so the ceiling rises and the gap goes.
     def three_refs(data):
@@ -262,8 +262,8 @@ def test_the_seeds_qualifications_are_kept(repo):
     assert "| 1 | 0 | — | — | 26–29 |" in structure  # the BF16 row: no "~" the seed does not write
 
 
-def test_estimates_are_judged_fairly(repo_copy):
-    text = both(repo_copy)
+def test_estimates_are_judged_fairly(repo, repo_copy):
+    text = both(repo)  # the copy as yet unedited: the committed render, rendered once
     rows = {line.split(" | ")[1]: line for line in text.splitlines() if line.startswith("| RTX 3090 |")}
     kv = rows["Conditioning KV per reference"]
     # The deltas bracket the estimate but lie within the same cells' own spread: no check.
@@ -526,8 +526,8 @@ def structure_bullet(text):
     return next(line for line in text.splitlines() if line.startswith("- **fp8**: starts"))
 
 
-def test_the_verdict_quotes_the_four_reference_cell_not_the_flag_sets_maximum(repo_copy):
-    line = structure_bullet(render_details(repo_copy))
+def test_the_verdict_quotes_the_four_reference_cell_not_the_flag_sets_maximum(repo, repo_copy):
+    line = structure_bullet(render_details(repo))  # the copy unedited: the committed render
     assert "edit-compose-four: 44.06–44.35 s" in line and "server peak 22,918 MB" in line
     assert "23,532" not in line  # the three-reference cell's peak
     assert "the run's GPU series maximum 23,983 MiB" in line
@@ -579,8 +579,8 @@ def test_a_stated_figure_agrees_at_its_own_precision(stated, detail, agrees):
                                       Range(min=detail[0], max=detail[1])) is agrees
 
 
-def test_a_knob_that_never_reached_the_model_is_named_with_its_base_once(repo_copy):
-    text = render_report(repo_copy)
+def test_a_knob_that_never_reached_the_model_is_named_with_its_base_once(repo, repo_copy):
+    text = render_report(repo)  # the copy as yet unedited: the committed render, rendered once
     assert text.count("cpuoff-fp8v ran as cpuoff") == 1
     assert "cpuoff/cpuoff-fp8v" in text
 

@@ -30,9 +30,10 @@ def cells_of(line: str) -> list[str]:
     return [*cells, current]
 
 
-def check_markdown(text: str) -> None:
+def check_markdown(text: str, tokens=None) -> None:
+    """`tokens`: parse(text), where the caller has it already."""
     lines = text.splitlines()
-    tokens = parse(text)
+    tokens = parse(text) if tokens is None else tokens
     items, in_tables = 0, set()
     for i, tok in enumerate(tokens):
         if tok.type == "list_item_open":
