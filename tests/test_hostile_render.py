@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Annotated, Literal
 
 import pytest
+from pydantic import BaseModel
 
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError
 from omniprobe.report.paths import DETAILS_FILE, HARNESS_FILE, REPORT_FILE
-from omniprobe.report.safe_text import md_text
+from omniprobe.report.safe_text import may_hold_text, made_safe, text_fields, md_text
 
 from .conftest import REPO
 from .rendered import render_outputs
@@ -132,3 +134,38 @@ def test_hostile_free_text_renders_as_text_not_structure(repo_copy, committed_ev
 ])
 def test_md_text_keeps_one_line_of_text(text, safe):
     assert md_text(text) == safe
+
+
+class _Numbers(BaseModel):
+    t_s: float
+    mib: int | None = None
+
+
+class _Words(BaseModel):
+    outcome: Literal["ok", "oom"]
+    points: list[_Numbers] = []
+    note: str | None = None
+
+
+class _Nested(BaseModel):
+    inner: _Words | None = None
+    again: list[_Nested] = []
+
+
+@pytest.mark.parametrize(("annotation", "holds_text"), [
+    (str, True), (int, False), (float | None, False), (Literal["ok", "oom"], False),
+    (list[float], False), (dict[str, float], True),  # a key is text
+    (Annotated[str, "a pattern"], True), (tuple[int, ...], False),
+    (_Numbers, False), (list[_Numbers] | None, False), (_Words, True), (_Nested, True),
+    (object, True),  # what it cannot tell is walked
+])
+def test_the_walk_skips_only_what_can_hold_no_text(annotation, holds_text):
+    assert may_hold_text(annotation) is holds_text
+
+
+def test_a_model_is_walked_through_its_text_fields_alone():
+    assert text_fields(_Words) == ("note",)
+    assert text_fields(_Nested) == ("inner", "again")
+    hostile = _Words(outcome="ok", points=[_Numbers(t_s=1.0)], note="<b>|</b>")
+    safe = made_safe(hostile)
+    assert safe.note == "&lt;b&gt;\\|&lt;/b&gt;" and safe.points is hostile.points

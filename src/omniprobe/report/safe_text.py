@@ -7,7 +7,10 @@ none of this (all the committed evidence but a few `<`) comes back unchanged."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
+import types
+from typing import Annotated, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
 
@@ -53,20 +56,48 @@ def md_text(text: str) -> str:
     return text
 
 
-def _safe(value):
+# Types that hold no text: a field of one is never walked (the timelines' tens of thousands of
+# samples are numbers).
+_NO_TEXT = (int, float, bool, type(None))
+
+
+def may_hold_text(annotation, seen: frozenset = frozenset()) -> bool:
+    """Whether a value of this annotation can hold a string; a type it cannot tell is taken to."""
+    if annotation in _NO_TEXT:
+        return False
+    origin = get_origin(annotation)
+    if origin is Literal:  # the model's own fixed words, validated against the literal
+        return False
+    if origin is Annotated:
+        return may_hold_text(get_args(annotation)[0], seen)
+    if origin in (Union, types.UnionType, list, tuple, dict, set, frozenset):
+        return any(may_hold_text(arg, seen) for arg in get_args(annotation) if arg is not ...)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation in seen or bool(text_fields(annotation, seen | {annotation}))
+    return True
+
+
+@functools.cache
+def text_fields(model: type[BaseModel], seen: frozenset = frozenset()) -> tuple[str, ...]:
+    """The fields of `model` that can hold a string, the only ones made_safe walks."""
+    return tuple(name for name, field in model.model_fields.items()
+                 if may_hold_text(field.annotation, seen | {model}))
+
+
+def made_safe(value):
     """`value` with every string inside it made safe: models, dataclasses, lists, dicts."""
     if isinstance(value, str):
         return md_text(value)
     if isinstance(value, BaseModel):
-        fields = {name: getattr(value, name) for name in type(value).model_fields}
-        changed = {name: new for name, old in fields.items() if (new := _safe(old)) is not old}
+        fields = {name: getattr(value, name) for name in text_fields(type(value))}
+        changed = {name: new for name, old in fields.items() if (new := made_safe(old)) is not old}
         return value.model_copy(update=changed) if changed else value
     if isinstance(value, list | tuple):
-        items = [_safe(v) for v in value]
+        items = [made_safe(v) for v in value]
         changed = any(a is not b for a, b in zip(items, value, strict=True))
         return type(value)(items) if changed else value
     if isinstance(value, dict):
-        pairs = [(_safe(k), _safe(v)) for k, v in value.items()]
+        pairs = [(made_safe(k), made_safe(v)) for k, v in value.items()]
         if all(nk is k and nv is v for (nk, nv), (k, v) in zip(pairs, value.items(), strict=True)):
             return value
         return dict(pairs)
@@ -80,6 +111,6 @@ def safe_evidence(evidence: Evidence) -> Evidence:
     for attempt in evidence.attempts:
         fields = {f.name: getattr(attempt, f.name) for f in dataclasses.fields(attempt)
                   if f.name != "path"}
-        attempts.append(dataclasses.replace(attempt, **{k: _safe(v) for k, v in fields.items()}))
+        attempts.append(dataclasses.replace(attempt, **{k: made_safe(v) for k, v in fields.items()}))
     return Evidence(attempts)
 
