@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError
 from omniprobe.report.paths import DETAILS_FILE, HARNESS_FILE, REPORT_FILE
-from omniprobe.report.safe_text import may_hold_text, made_safe, text_fields, md_text
+from omniprobe.report.safe_text import made_safe, may_hold_text, md_text, text_fields
 
 from .conftest import REPO
 from .rendered import render_outputs
