@@ -41,7 +41,7 @@ class NewSettings:
 
 def test_a_new_option_reaches_the_parser_the_settings_and_the_routing(monkeypatch):
     monkeypatch.setitem(COMMANDS, "probe-serve", Takes(NewOptions, COMMANDS["probe-serve"].words))
-    parser = build_parser()
+    parser = build_parser.__wrapped__()  # built anew from the patched table, not the cached one
     serve = parser.parse_args(["probe-serve", "--new-wait", "7", "--fresh"])
     assert options_from(serve) == NewOptions(new_wait=7.0, fresh=True)
     help_ = option_actions(parser, ROUTES["probe-serve"])["--new-wait"].help

@@ -11,6 +11,8 @@ InputError naming the file and the field. No pydantic here: the sim reads with t
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import re
 import stat
@@ -156,10 +158,18 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     return toml_text(path, read_text(path))
 
 
+@functools.lru_cache(maxsize=32)
+def _parsed_toml(text: str) -> dict[str, Any]:
+    # A parse is a pure function of the text: a process that loads hosts.toml again (every
+    # command the tests run in process, a copy of the project) parses each text once.
+    return tomllib.loads(text)
+
+
 def toml_text(path: Path, text: str) -> dict[str, Any]:
-    """`text` parsed as TOML; an InputError naming `path` where it is not."""
+    """`text` parsed as TOML; an InputError naming `path` where it is not. The caller gets its
+    own copy, free to change."""
     try:
-        return _parse_nested(path, text, _TOML_TEXT, tomllib.loads)
+        return copy.deepcopy(_parse_nested(path, text, _TOML_TEXT, _parsed_toml))
     except tomllib.TOMLDecodeError as exc:
         raise _problem(path, f"not valid TOML: {exc}") from None
 
@@ -196,8 +206,9 @@ def confine(base: Path, relative: str | Path, *, file: str | Path, field: str) -
     return target
 
 
-def outside(path: Path, root: Path) -> Path | None:
-    """Where `path` really is, if a symlink takes it out of `root`; None when it stays inside."""
+def outside(path: Path, real_root: Path) -> Path | None:
+    """Where `path` really is, if a symlink takes it out of `real_root` (a resolved folder); None
+    when it stays inside."""
     real = path.resolve()
-    return None if real.is_relative_to(root.resolve()) else real
+    return None if real.is_relative_to(real_root) else real
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Callable
 from typing import TextIO
@@ -13,8 +14,11 @@ from omniprobe.errors import EnvironmentFailure, InputError, Interrupted, Omnipr
 Command = Callable[[argparse.Namespace], int]
 
 
+@functools.cache
 def build_parser() -> argparse.ArgumentParser:
-    """Every command's parser (cli/commands/, one module each), assembled."""
+    """Every command's parser (cli/commands/, one module each), assembled once a process: a
+    parse reads it and changes nothing (a process that runs many commands, the tests, builds it
+    once)."""
     parser = argparse.ArgumentParser(prog="omniprobe", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:

@@ -79,8 +79,11 @@ def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
     A file symlinked from outside evidence/ is refused, not read."""
     problems: list[Problem] = []
     evidence_root = folder.parent.parent
+    real_root = evidence_root.resolve()
+    # A file that is no symlink lies where its folder really is: only the folder and the links
+    # in it need resolving.
     for child in (folder, *sorted(folder.iterdir())):
-        real = outside(child, evidence_root)
+        real = outside(child, real_root) if child is folder or child.is_symlink() else None
         if real is not None:
             problems.append(Problem(str(child), "", f"a symlink to {real}, outside "
                                                     f"{evidence_root}; evidence lives in evidence/"))
