@@ -315,6 +315,7 @@ def _emulated_and_real(project, port, *fixtures: str) -> None:
         assert _run(project, args) == 0
 
 
+@pytest.mark.e2e
 def test_cells_agree_until_the_emulated_capacity_differs(project, port):
     from omniprobe.analysis.emulation_compare import compare_cells
 
@@ -337,6 +338,7 @@ def test_cells_agree_until_the_emulated_capacity_differs(project, port):
                                                                ("sim-four", False)]
 
 
+@pytest.mark.e2e
 def test_the_report_shows_the_emulated_verdict_beside_the_real_one(project, port):
     import shutil
 
@@ -407,6 +409,7 @@ def test_the_curve_svg_is_deterministic_and_follows_the_curve():
     assert ">20–24</text>" in served and ">&gt; 24</text>" in unserved
 
 
+@pytest.mark.e2e
 def test_server_starts_are_compared_flag_set_by_flag_set(project, port):
     from omniprobe.analysis.emulation_compare import compare_inits
 

@@ -1210,6 +1210,7 @@ def _serve_with_the_server_killed_at_request_2(tmp_path, port, monkeypatch):
     killer.join()
     return project, argv, code, out
 
+@pytest.mark.e2e
 def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, port, monkeypatch):
     """The server is SIGKILLed while it holds request 2: that record says the transport failed,
     a resume sends it again and records it after, and the cell's summary takes the resend."""
@@ -1242,6 +1243,7 @@ def test_a_request_lost_with_a_killed_server_is_sent_again_on_resume(tmp_path, p
     assert not processes_with(str(tmp_path))
 
 
+@pytest.mark.e2e
 def test_a_server_the_kernel_killed_for_host_ram_is_the_hosts_failure_not_resent(
         tmp_path, port, monkeypatch):
     """Issue 23: the server is SIGKILLed while it holds request 2 and the host's available memory
@@ -1530,6 +1532,7 @@ def test_a_dead_sampler_fails_the_run_and_leaves_no_zero_peak(project, port):
 ACCEPTED = [c for c in ALL_CASES if c.argv == ["validate"] and c.exit_code == 0 and c.breaks]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", ACCEPTED, ids=[c.id for c in ACCEPTED])
 def test_the_probe_writes_only_evidence_that_validates(case, hostile, capsys, tmp_path_factory):
     """Every configuration the hostile table accepts, probed: what the probe writes validates.

@@ -75,6 +75,7 @@ def clean():
     return {rel: _structure(outputs[rel]) for rel in (REPORT_FILE, HARNESS_FILE, DETAILS_FILE)}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("payload", "mode"), [
     (" | a | b | c |", "append"),  # splits a table cell
     ("\n\n# INJECTED HEADING\n\n", "append"),  # a blank line and a top-level heading

@@ -265,6 +265,7 @@ def test_a_lost_request_is_recorded_and_the_rest_runs(tmp_path, monkeypatch, fau
     assert not processes_with(str(tmp_path))
 
 
+@pytest.mark.e2e
 def test_a_hung_request_times_out_and_the_runner_restarts(tmp_path, monkeypatch):
     project = make_project(tmp_path, seeds=[2301, 2302, 2303])
     monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
@@ -600,6 +601,7 @@ def test_a_runner_breaking_the_protocol_stops_the_run_naming_the_file(project, t
     assert not list((project.evidence_dir / "sim").glob("*/offline-requests.json"))
 
 
+@pytest.mark.e2e
 def test_a_runner_the_kernel_killed_for_host_ram_is_the_hosts_failure(tmp_path, monkeypatch):
     """Issue 23 item 5: the runner is SIGKILLed in request 2 with the host's available memory
     low in the sampler's last readings: the record's cause is the host's RAM."""

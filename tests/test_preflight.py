@@ -98,6 +98,7 @@ def sim_only(repo_copy, monkeypatch):
     return repo_copy
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("key", "cause"), [
     ("missing module", "import error: No module named"),
     ("missing executable", "command not found: /nonexistent/bin/vllm"),

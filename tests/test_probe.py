@@ -188,6 +188,7 @@ def test_fresh_is_shared_by_the_sessions_of_one_invocation(project, port, monkey
     assert [lt.session for lt in attempt.runs[0].lifetimes] == ["probe-init", "probe-serve"]
 
 
+@pytest.mark.e2e
 def test_server_crash_mid_request_is_recorded_and_the_rest_runs(tmp_path, port, monkeypatch):
     project = make_project(tmp_path, faults=["crash@2"], seeds=[2301, 2302, 2303])
     monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
@@ -206,6 +207,7 @@ def test_server_crash_mid_request_is_recorded_and_the_rest_runs(tmp_path, port, 
     assert not processes_with(str(tmp_path))
 
 
+@pytest.mark.e2e
 def test_request_timeout_restarts_the_server(tmp_path, port, monkeypatch):
     project = make_project(tmp_path, faults=["hang@2"], seeds=[2301, 2302, 2303])
     monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
@@ -370,6 +372,7 @@ def test_without_nvml_the_run_records_why(project, port):
     assert run.gpu_peak_mib is None and run.init.outcome == "ready"
 
 
+@pytest.mark.e2e
 def test_the_sampler_sees_the_modelled_peak(project, port, monkeypatch):
     monkeypatch.setenv("OMNIPROBE_SIM_TIME_SCALE", "1")
     assert probe(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture", "sim-three",

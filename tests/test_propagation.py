@@ -53,6 +53,7 @@ def test_a_knob_the_bridge_honours_reaches_the_model(project, port, tmp_path):
     assert not processes_with(str(tmp_path))
 
 
+@pytest.mark.e2e
 def test_a_knob_the_bridge_drops_leaves_identical_outputs(project, port, monkeypatch):
     monkeypatch.setenv(BRIDGE_ENV, "drop")
     code, out = check(project, port, "--seed", "7")
@@ -67,6 +68,7 @@ def test_a_knob_the_bridge_drops_leaves_identical_outputs(project, port, monkeyp
     assert "the simulated config bridge drops them" in log
 
 
+@pytest.mark.e2e
 def test_a_deploy_config_upstream_ignores_is_recorded_from_its_warning_line(project, port,
                                                                           monkeypatch):
     monkeypatch.setenv(BRIDGE_ENV, "ignore")
@@ -98,6 +100,7 @@ def test_the_sim_warns_in_upstreams_words():
     assert not logs.deploy_config_ignored("INFO: stage extras parsed")
 
 
+@pytest.mark.e2e
 def test_outputs_that_never_came_are_not_measured(project, port):
     code, out = check(project, port, "--fixture", "sim-four")
     assert code == 0, out  # both cells are measured: an OOM is a result (issue 23)
@@ -144,6 +147,7 @@ def test_the_knob_comes_from_hosts_toml_or_the_command_line(project, port):
     assert the_attempt(project).propagation[0].knob == "the kv dtype"
 
 
+@pytest.mark.e2e
 def test_a_fixture_that_cannot_run_is_refused_and_passed_over_by_default(project, port):
     suite = json.loads(project.fixtures_file.read_text())
     next(f for f in suite["fixtures"] if f["id"] == "standin-single")["prompt"] = None

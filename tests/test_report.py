@@ -475,6 +475,7 @@ def test_a_filed_environment_manifest_is_shown(repo_copy):
     assert "transformers `5.14.1` → `5.14.1`" in text
 
 
+@pytest.mark.e2e
 def test_timeline_figures_are_rendered_and_checked(repo_copy):
     folder = add_attempt(repo_copy, "rtx3090", "probed")
     points = [{"t_s": t / 10, "device_mib": 1000 + 100 * t, "process_mib": 900 + 100 * t}

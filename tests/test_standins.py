@@ -48,6 +48,7 @@ def test_the_hash_is_splitmix64():
 DRAWS = pytest.mark.xdist_group("standins-draw")
 
 
+@pytest.mark.e2e
 @DRAWS
 def test_regenerating_the_references_gives_the_committed_digests(repo):
     pinned = pins(load_fixtures(repo.fixtures_file))
@@ -100,6 +101,7 @@ def test_standins_check_passes_on_the_repo_and_names_a_tampered_file(repo_copy, 
     assert any("standins/ref-b.png: sha256 differs from the pinned" in str(p) for p in problems)
 
 
+@pytest.mark.e2e
 @DRAWS
 def test_drawing_keeps_right_files_and_redraws_wrong_ones(repo_copy, monkeypatch):
     monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
@@ -256,6 +258,7 @@ def test_the_stand_ins_run_through_the_sim_end_to_end(project, port, tmp_path):
     assert not (attempt.path / "psnr.json").exists()
 
 
+@pytest.mark.e2e
 def test_a_filled_in_original_runs_beside_the_stand_ins_and_only_it_gets_psnr(project, port,
                                                                               tmp_path):
     fill_in_the_pair(project)
