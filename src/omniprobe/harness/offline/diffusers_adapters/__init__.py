@@ -19,6 +19,7 @@ pipelines exist before anything runs.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 from types import ModuleType
@@ -26,9 +27,10 @@ from types import ModuleType
 _SHARED = {"synthetic_tokenizer"}  # helpers of the adapters, no adapter themselves
 
 
+@functools.cache
 def _adapters() -> dict[str, ModuleType]:
-    """Every adapter of this package by the pipeline names it serves (scanned, so a new family
-    is one new module)."""
+    """Every adapter of this package by the pipeline names it serves (scanned once a process, so
+    a new family is one new module). Callers read it and change nothing."""
     found: dict[str, ModuleType] = {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
         if info.name in _SHARED or info.name.startswith("_"):
