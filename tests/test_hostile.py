@@ -955,6 +955,21 @@ def test_the_text_loader_refuses_an_oversized_file(tmp_path):
     assert read_text(path, max_bytes=11) == "x" * 11
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux's /proc")
+def test_a_file_longer_than_its_stated_size_is_read_whole_and_still_bounded():
+    """The read is sized by the file's stat: a file that holds more (it grew, or /proc's, which
+    say 0 bytes) is read on to its end, and the bound still holds."""
+    from omniprobe.errors import InputError
+    from omniprobe.safe_io import read_bytes
+
+    path = Path("/proc/self/status")
+    assert path.stat().st_size == 0
+    data = read_bytes(path)
+    assert data.startswith(b"Name:") and data.endswith(b"\n") and len(data) > 100
+    with pytest.raises(InputError, match="larger than the limit of 10 bytes"):
+        read_bytes(path, max_bytes=10)
+
+
 @pytest.mark.parametrize("relative, ok", [
     ("sim/ref-a.png", True), ("a/./b.png", True), ("/etc/passwd", False), ("../x", False),
     ("a/../../x", False), ("~root/x", False), ("a\\..\\x", False), ("", False), (" a", False),

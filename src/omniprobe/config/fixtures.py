@@ -233,15 +233,16 @@ def require_stand_in_matches(standin: Fixture, original: Fixture | None) -> None
                              f"{original.id!r} does not state it")
 
 
-def reference_file_problem(path: Path, data: bytes, max_pixels: int) -> str | None:
+def reference_file_problem(path: Path, data: bytes, sha256: str, max_pixels: int) -> str | None:
     """What makes a reference file unfit to send, or None: it must be a file of its own (one
     link: a hard link may be a file outside fixtures/), decode completely with Pillow, and hold
-    at most `max_pixels` pixels (hosts.toml [probe] max_reference_pixels)."""
+    at most `max_pixels` pixels (hosts.toml [probe] max_reference_pixels). `sha256`: the digest
+    of `data`, as the caller checked it against the pin (hashing it again would only repeat it)."""
     links = path.stat().st_nlink
     if links != 1:
         return (f"{path.name}: has {links} hard links; a reference is a file of its own in "
                 "fixtures/ (copy it there)")
-    key = (sha256_bytes(data), max_pixels)
+    key = (sha256, max_pixels)
     if key not in _DECODED:
         _DECODED[key] = _image_problem(data, max_pixels)
     unfit = _DECODED[key]
@@ -297,7 +298,7 @@ def reference_problems(suite: FixtureSuite, fixtures_file: Path, max_pixels: int
                                         f"{ref.file}: sha256 differs from the pinned "
                                         f"{ref.sha256[:12]}… (the file's: {digest[:12]}…)"))
                 continue
-            unfit = reference_file_problem(path, data, max_pixels)
+            unfit = reference_file_problem(path, data, digest, max_pixels)
             if unfit is not None:
                 problems.append(Problem(str(fixtures_file), f"{where}.file", unfit))
     return problems

@@ -64,9 +64,10 @@ def require_references(fixtures: list[Fixture], fixtures_dir: Path, *, max_pixel
         except ReferenceMismatch as exc:
             problems += exc.problems
             continue
+        # Each file's bytes matched its pin in load_references: ref.sha256 is their digest.
         for ref, (_, data) in zip(fixture.references or [], loaded, strict=True):
             path = reference_path(fixture, ref, fixtures_dir)
-            unfit = reference_file_problem(path, data, max_pixels)
+            unfit = reference_file_problem(path, data, ref.sha256, max_pixels)
             if unfit is not None:
                 problems.append(Problem(str(path), "", f"reference {ref.name!r} of fixture "
                                                        f"{fixture.id!r}: {unfit}"))
