@@ -111,3 +111,28 @@ def test_a_grouped_test_runs_in_its_group(request):
     if not getattr(request.config.option, "loadgroup", False):
         pytest.skip("not run by a pytest-xdist worker under --dist loadgroup")
     assert request.node.nodeid.endswith("@group-check")
+
+
+def test_a_project_copy_edited_in_place_leaves_the_next_copy_as_committed(tmp_path):
+    """copy_repo hard-links one pristine copy: a test's in-place write or chmod reaches it, and
+    the next copy must still be the committed project, byte for byte and mode for mode."""
+    from conftest import REPO, copy_repo
+
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    first = copy_repo(tmp_path / "first").root
+    hosts, template = first / "hosts.toml", first / "templates" / "report.md.j2"
+    with open(hosts, "r+b") as handle:  # in place: the same inode as the pristine copy's
+        handle.write(b"broken")
+    template.chmod(0o000)
+    (first / "evidence" / "added.json").write_text("{}")  # a folder of its own: not shared
+
+    second = copy_repo(tmp_path / "second").root
+    assert (second / "hosts.toml").read_bytes() == (REPO / "hosts.toml").read_bytes()
+    assert (second / "templates" / "report.md.j2").stat().st_mode == \
+        (REPO / "templates" / "report.md.j2").stat().st_mode
+    assert not (second / "evidence" / "added.json").exists()
+    assert (first / "hosts.toml").read_bytes().startswith(b"broken")  # the edit stays its own
+    assert (second / "fixtures").is_dir() and all(
+        p.stat().st_nlink == 1 for p in (second / "fixtures").rglob("*") if p.is_file())
+    template.chmod(0o644)
