@@ -14,6 +14,8 @@ from omniprobe.evidence.attempts import free_attempt_id, new_attempt_id, probe_a
 from omniprobe.harness.common.logs import log_tail, read_from
 from omniprobe.harness.common.processes import alive
 
+from .conftest import REPO, copy_repo
+
 NOW = datetime(2026, 11, 30, 9, 54, 16, tzinfo=UTC)
 
 
@@ -116,8 +118,6 @@ def test_a_grouped_test_runs_in_its_group(request):
 def test_a_project_copy_edited_in_place_leaves_the_next_copy_as_committed(tmp_path):
     """copy_repo hard-links one pristine copy: a test's in-place write or chmod reaches it, and
     the next copy must still be the committed project, byte for byte and mode for mode."""
-    from conftest import REPO, copy_repo
-
     (tmp_path / "first").mkdir()
     (tmp_path / "second").mkdir()
     first = copy_repo(tmp_path / "first").root
