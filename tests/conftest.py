@@ -289,16 +289,11 @@ class _Pristine:
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="omniprobe-pristine-"))
             atexit.register(shutil.rmtree, self.root, ignore_errors=True)
-            for part in PROJECT_PARTS:
-                src = REPO / part
-                if src.is_dir():
-                    shutil.copytree(src, self.root / part)
-                elif src.exists():
-                    shutil.copy2(src, self.root / part)
+            _copy_parts(REPO, self.root, lambda part: shutil.copy2)
             self.made = {path: self._state(path) for part in PROJECT_PARTS
                          if part not in _COPIED_PARTS
                          for path in [self.root / part, *(self.root / part).rglob("*")]
-                         if path.is_file() and not path.is_symlink()}
+                         if path.is_file()}
         for path, state in self.made.items():
             if self._state(path) != state:
                 fresh = path.with_name(f".{path.name}.pristine")
@@ -306,6 +301,17 @@ class _Pristine:
                 os.replace(fresh, path)
                 self.made[path] = self._state(path)
         return self.root
+
+
+def _copy_parts(source: Path, target: Path, place_of) -> None:
+    """Each of PROJECT_PARTS from `source` into `target`, every file placed by `place_of(part)`
+    (a copy or a link)."""
+    for part in PROJECT_PARTS:
+        src = source / part
+        if src.is_dir():
+            shutil.copytree(src, target / part, copy_function=place_of(part))
+        elif src.exists():
+            place_of(part)(src, target / part)
 
 
 def _link_or_copy(src: str, dst: str) -> None:
@@ -320,14 +326,8 @@ _PRISTINE = _Pristine()
 
 def copy_repo(root: Path) -> Project:
     """A private copy at `root` of the committed project with its evidence and report."""
-    pristine = _PRISTINE.tree()
-    for part in PROJECT_PARTS:
-        src = pristine / part
-        place = shutil.copy2 if part in _COPIED_PARTS else _link_or_copy
-        if src.is_dir():
-            shutil.copytree(src, root / part, copy_function=place)
-        elif src.exists():
-            place(src, root / part)
+    _copy_parts(_PRISTINE.tree(), root,
+                lambda part: shutil.copy2 if part in _COPIED_PARTS else _link_or_copy)
     return Project(root)
 
 
