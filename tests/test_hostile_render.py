@@ -170,3 +170,14 @@ def test_a_model_is_walked_through_its_text_fields_alone():
     hostile = _Words(outcome="ok", points=[_Numbers(t_s=1.0)], note="<b>|</b>")
     safe = made_safe(hostile)
     assert safe.note == "&lt;b&gt;\\|&lt;/b&gt;" and safe.points is hostile.points
+
+
+def test_a_model_made_safe_again_is_the_same_safe_model_and_another_is_its_own():
+    """A loaded section is walked once a process: the second walk of the same model gives the
+    first one's result, and another model is walked for itself."""
+    hostile = _Nested(inner=_Words(outcome="ok", points=[], note="<i>"))
+    safe = made_safe(hostile)
+    assert safe.inner.note == "&lt;i&gt;" and made_safe(hostile) is safe
+    twin = hostile.model_copy(update={"inner": _Words(outcome="ok", points=[], note="| x")})
+    assert made_safe(twin).inner.note == "\\| x"
+    assert made_safe(hostile) is safe

@@ -101,3 +101,27 @@ def test_invalid_toml_is_named(repo_copy):
     repo_copy.hosts_file.write_text("[stack\n")
     errors = _errors(repo_copy.hosts_file)
     assert "not valid TOML" in errors[0] and str(repo_copy.hosts_file) in errors[0]
+
+
+def test_a_config_loaded_again_answers_to_what_changed_since(repo_copy):
+    """A load remembers its checked config by hosts.toml's and sim.toml's text: an unchanged
+    project gives the same config; a changed sim.toml, or a snapshot manifest gone since, is
+    still found."""
+    first = load_hosts(repo_copy.hosts_file)
+    assert load_hosts(repo_copy.hosts_file) is first
+    sim = repo_copy.root / "sim.toml"
+    text = sim.read_text()
+    assert "vram_mib = 24576" in text
+    sim.write_text(text.replace("vram_mib = 24576", "vram_mib = -1", 1))
+    assert any("sim.toml" in e and "vram_mib" in e for e in _errors(repo_copy.hosts_file))
+    sim.write_text(text)
+    hosts = repo_copy.hosts_file.read_text()
+    named = hosts.replace("vram_tolerance = ", 'snapshot_manifest = "m.json"\nvram_tolerance = ', 1)
+    assert named != hosts
+    repo_copy.hosts_file.write_text(named)
+    (repo_copy.root / "m.json").write_text("{}")
+    assert load_hosts(repo_copy.hosts_file).env.checks.snapshot_manifest == "m.json"
+    (repo_copy.root / "m.json").unlink()
+    assert _errors(repo_copy.hosts_file) == [
+        f"{repo_copy.hosts_file}: [env.checks] key 'snapshot_manifest': file 'm.json' not found "
+        "next to hosts.toml"]

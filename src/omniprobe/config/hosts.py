@@ -16,11 +16,11 @@ from omniprobe.config.host_kinds import KIND_KEYS, kind_problems
 from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.names import Name
 from omniprobe.config.report_settings import ProbeSettings, QualitySettings, StructureChecks
-from omniprobe.config.sim_config import capacity_problems, load_sim_config, model_owners
+from omniprobe.config.sim_config import capacity_problems, model_owners, parse_sim_config
 from omniprobe.config.stack import DiffusersEnv, EnvConfig, Stack, UpstreamPin
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.project_files import SIM_FILE
-from omniprobe.safe_io import load_toml, toml_text
+from omniprobe.safe_io import read_text, toml_text
 
 
 class UnknownHost(Refusal):
@@ -282,23 +282,61 @@ def _env_against_stack(cfg: HostsConfig, file: str) -> list[Problem]:
                 problems.append(Problem(file, f"[[env.install]] item {i} key '{field}'",
                                         f"{step.name}: expected [stack] {stack_key} {want!r}, "
                                         f"got {got!r}"))
-    manifest = cfg.env.checks.snapshot_manifest
+    return problems + _manifest_problems(cfg, file)
+
+
+def _manifest_problems(cfg: HostsConfig, file: str) -> list[Problem]:
+    """The snapshot manifest [env.checks] names is a file next to hosts.toml."""
+    manifest = cfg.env.checks.snapshot_manifest if cfg.env else None
     if manifest is not None and not (Path(file).parent / manifest).is_file():
-        problems.append(Problem(file, "[env.checks] key 'snapshot_manifest'",
-                                f"file {manifest!r} not found next to {Path(file).name}"))
-    return problems
+        return [Problem(file, "[env.checks] key 'snapshot_manifest'",
+                        f"file {manifest!r} not found next to {Path(file).name}")]
+    return []
+
+
+# Checked configs by the texts they are a function of, hosts.toml's and sim.toml's (the path
+# only names the file in a problem): a process that loads the project again (every command the
+# tests run in process, on copies of the project) checks each pair once. Only successes are
+# kept, and the one check that looks beyond the two texts, the snapshot manifest beside
+# hosts.toml, runs on every load.
+_CHECKED: dict[tuple[str, str | None], HostsConfig] = {}
+_CHECKED_MAX = 32
 
 
 def load_hosts(path: str | Path) -> HostsConfig:
     """Load and check hosts.toml, with the sim.toml beside it; raise InputError listing every
     problem."""
     path = Path(path)
-    return _checked(path, load_toml(path))
+    text = read_text(path)
+    sim = _sim_text(path)
+    key = (text, sim) if isinstance(sim, str | None) else None
+    cfg = _CHECKED.get(key) if key else None
+    if cfg is None:
+        cfg = _checked(path, toml_text(path, text), sim)
+        if key:
+            if len(_CHECKED) >= _CHECKED_MAX:
+                del _CHECKED[next(iter(_CHECKED))]
+            _CHECKED[key] = cfg
+    elif problems := _manifest_problems(cfg, str(path)):
+        raise InputError(problems)
+    return cfg
 
 
 def parse_hosts(path: Path, text: str) -> HostsConfig:
     """`text` checked as `path`'s contents would be (a change is checked before it is written)."""
-    return _checked(path, toml_text(path, text))
+    return _checked(path, toml_text(path, text), _sim_text(path))
+
+
+def _sim_text(path: Path) -> str | None | InputError:
+    """The text of the sim.toml beside hosts.toml: None where there is none, the error where it
+    cannot be read (said with hosts.toml's own problems)."""
+    sim_file = path.parent / SIM_FILE
+    if not sim_file.exists():
+        return None
+    try:
+        return read_text(sim_file)
+    except InputError as exc:
+        return exc
 
 
 def _kind_problems(path: Path, data: dict) -> list[Problem]:
@@ -311,10 +349,11 @@ def _kind_problems(path: Path, data: dict) -> list[Problem]:
             for key, expected in kind_problems(host)]
 
 
-def _with_sim_models(path: Path, data: dict) -> tuple[dict, list[Problem]]:
-    """hosts.toml's data with each simulated host's capacity model from the sim.toml beside it,
-    and the problems of those models (said with hosts.toml's own). A model stated in hosts.toml
-    is refused: it moved to sim.toml."""
+def _with_sim_models(path: Path, data: dict, sim_text: str | None | InputError
+                     ) -> tuple[dict, list[Problem]]:
+    """hosts.toml's data with each simulated host's capacity model from the sim.toml beside it
+    (`sim_text`: its text, see _sim_text), and the problems of those models (said with
+    hosts.toml's own). A model stated in hosts.toml is refused: it moved to sim.toml."""
     sim_file = path.parent / SIM_FILE
     hosts = data.get("hosts") if isinstance(data.get("hosts"), dict) else {}
     stated = [Problem(str(path), f"[hosts.{name}.capacity]", f"a simulated host's capacity model "
@@ -323,7 +362,9 @@ def _with_sim_models(path: Path, data: dict) -> tuple[dict, list[Problem]]:
     if stated:
         return data, stated
     try:
-        sim = load_sim_config(sim_file)
+        if isinstance(sim_text, InputError):
+            raise sim_text
+        sim = parse_sim_config(sim_file, sim_text)
     except InputError as exc:
         return data, exc.problems
     # Validated once, as sim.toml: each host takes its model as a plain table.
@@ -333,11 +374,11 @@ def _with_sim_models(path: Path, data: dict) -> tuple[dict, list[Problem]]:
     return ({**data, "hosts": filled} if models else data), capacity_problems(sim, sim_file, hosts)
 
 
-def _checked(path: Path, data: dict) -> HostsConfig:
+def _checked(path: Path, data: dict, sim_text: str | None | InputError) -> HostsConfig:
     if "report" in data:  # hosts.toml held it until the report's words moved to its templates
         raise InputError([Problem(str(path), "[report]", "the report's title and issues live in "
                                   "templates/report.toml, as top-level keys; move them there")])
-    data, sim_problems = _with_sim_models(path, data)
+    data, sim_problems = _with_sim_models(path, data, sim_text)
     kinds = _kind_problems(path, data)
     try:
         cfg = HostsConfig.model_validate(data, strict=True)

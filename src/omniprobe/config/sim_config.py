@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, model_validator
 from omniprobe.config.hosts_common import HostsTable, Mib, PositiveMib
 from omniprobe.config.names import Name
 from omniprobe.errors import InputError, Problem, problems_from_validation
-from omniprobe.safe_io import load_toml
+from omniprobe.safe_io import toml_text
 
 
 class SimCapacity(HostsTable):
@@ -66,12 +66,13 @@ def _toml_loc(loc) -> str:
     return f"key '{'.'.join(parts)}'" if parts else ""
 
 
-def load_sim_config(path: Path) -> SimConfig:
-    """sim.toml checked; no file: no capacity models. InputError names every problem."""
-    if not path.exists():
+def parse_sim_config(path: Path, text: str | None) -> SimConfig:
+    """sim.toml's text checked (None: no file, so no capacity models). InputError names every
+    problem."""
+    if text is None:
         return SimConfig()
     try:
-        return SimConfig.model_validate(load_toml(path), strict=True)
+        return SimConfig.model_validate(toml_text(path, text), strict=True)
     except ValidationError as exc:
         raise InputError(problems_from_validation(path, exc, _toml_loc)) from None
 

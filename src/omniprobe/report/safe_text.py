@@ -84,14 +84,28 @@ def text_fields(model: type[BaseModel], seen: frozenset = frozenset()) -> tuple[
                  if may_hold_text(field.annotation, seen | {model}))
 
 
+# Models already made safe, by identity: a loaded section is frozen and shared (evidence/files.py
+# keeps each file's parse), so a process that renders again (the tests, a report after a
+# validate) walks each model once. Each entry holds its model, so the id is not reused meanwhile.
+_SAFE_MODELS: dict[int, tuple[BaseModel, BaseModel]] = {}
+_SAFE_MODELS_MAX = 1 << 16
+
+
 def made_safe(value):
     """`value` with every string inside it made safe: models, dataclasses, lists, dicts."""
     if isinstance(value, str):
         return md_text(value)
     if isinstance(value, BaseModel):
+        known = _SAFE_MODELS.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
         fields = {name: getattr(value, name) for name in text_fields(type(value))}
         changed = {name: new for name, old in fields.items() if (new := made_safe(old)) is not old}
-        return value.model_copy(update=changed) if changed else value
+        safe = value.model_copy(update=changed) if changed else value
+        if len(_SAFE_MODELS) >= _SAFE_MODELS_MAX:
+            _SAFE_MODELS.clear()
+        _SAFE_MODELS[id(value)] = (value, safe)
+        return safe
     if isinstance(value, list | tuple):
         items = [made_safe(v) for v in value]
         changed = any(a is not b for a, b in zip(items, value, strict=True))
