@@ -32,6 +32,7 @@ def _serving(project) -> bool:
     return folder is not None and (folder / "runs.json").is_file()
 
 
+@pytest.mark.e2e
 def test_ctrl_c_stops_the_server_before_the_harness_exits(tmp_path, port, harness):
     project = make_project(tmp_path, faults=["hang@1"])
     run = harness(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture", "sim-single")
@@ -46,6 +47,7 @@ def test_ctrl_c_stops_the_server_before_the_harness_exits(tmp_path, port, harnes
     assert run_record.lifetimes[0].ended == "stopped"
 
 
+@pytest.mark.e2e
 def test_sigkill_of_the_harness_leaves_no_orphan_within_10_s(tmp_path, port, harness):
     project = make_project(tmp_path, faults=["hang@1"])
     run = harness(project, "probe-serve", port, "--flag-set", "cpuoff", "--fixture", "sim-single")
@@ -97,6 +99,7 @@ def kill_together(*pids: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.e2e
 def test_killing_the_probe_and_its_supervisor_together_leaves_no_orphan(tmp_path, port, harness):
     """A double SIGKILL takes the lifeline and its keeper at once: the server dies with its
     supervisor (PR_SET_PDEATHSIG), and a resume then starts its own server on the same port."""

@@ -1076,12 +1076,14 @@ def small_disk(tmp_path):
 
 
 @pytest.mark.parametrize(("fills_when", "exit_code", "stops_on"), [
-    # mid-run: the image writes fail; what the console showed is on disk. The e2e tier: the
-    # default run holds the same where the write itself stands in for the disk (the test above).
-    pytest.param("*.png", 4, "No space left on device", marks=pytest.mark.e2e),
+    # mid-run: the image writes fail; what the console showed is on disk
+    ("*.png", 4, "No space left on device"),
     # at the server's start: it dies writing its log; its init is the environment's, not the card's
     ("server.log", 4, "no space left on the disk of"),
 ])
+# The e2e tier, as a real disk: the default run holds the same where the write itself stands in
+# for the disk (the test above).
+@pytest.mark.e2e
 def test_an_artifacts_disk_that_fills_mid_run_loses_no_record_shown_as_ok(
         project, port, small_disk, monkeypatch, fills_when, exit_code, stops_on):
     """A real full disk: artifacts on a small tmpfs that a filler takes up once the first file

@@ -293,6 +293,7 @@ def test_a_hung_request_times_out_and_the_runner_restarts(tmp_path, monkeypatch)
     assert load_project(project)[1] == []
 
 
+@pytest.mark.e2e
 def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, monkeypatch):
     project = make_project(tmp_path, seeds=[2301, 2302, 2303, 2304])
     monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
@@ -565,6 +566,7 @@ def _hanging_run(tmp_path, children):
     return run, runner
 
 
+@pytest.mark.e2e
 def test_ctrl_c_stops_the_runner_before_the_harness_exits(tmp_path, children):
     run, runner = _hanging_run(tmp_path, children)
     run.send_signal(signal.SIGINT)
@@ -574,6 +576,7 @@ def test_ctrl_c_stops_the_runner_before_the_harness_exits(tmp_path, children):
     assert processes_with(runner) == []
 
 
+@pytest.mark.e2e
 def test_sigkill_of_the_harness_leaves_no_orphan_runner(tmp_path, children):
     run, runner = _hanging_run(tmp_path, children)
     run.kill()

@@ -232,6 +232,7 @@ def test_request_timeout_restarts_the_server(tmp_path, port, monkeypatch):
     assert validated(project)[1] == []
 
 
+@pytest.mark.e2e
 def test_an_init_that_timed_out_is_started_again_unless_timeouts_are_accepted(project, port):
     code, out = probe(project, "probe-init", port, "--flag-set", "fp8", "--ready-timeout",
                       "0.001")
@@ -270,6 +271,7 @@ def test_malformed_response_is_an_error_and_serving_goes_on(tmp_path, port, monk
     assert records[0].output_sha256 is None
 
 
+@pytest.mark.e2e
 def test_repeated_crashes_stop_after_the_restart_limit(tmp_path, port, monkeypatch):
     project = make_project(tmp_path, faults=["crash@1"], seeds=[2301, 2302, 2303, 2304])
     monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))

@@ -79,6 +79,7 @@ def test_the_suite_stays_small_on_disk(repo):
     assert total < 3 * 2**20
 
 
+@pytest.mark.e2e
 @DRAWS
 def test_standins_check_passes_on_the_repo_and_names_a_tampered_file(repo_copy, monkeypatch,
                                                                        capsys):
