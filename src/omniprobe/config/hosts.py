@@ -361,9 +361,9 @@ def _with_sim_models(path: Path, data: dict, sim_text: str | None | InputError
               for name, host in hosts.items() if isinstance(host, dict) and "capacity" in host]
     if stated:
         return data, stated
+    if isinstance(sim_text, InputError):
+        return data, sim_text.problems
     try:
-        if isinstance(sim_text, InputError):
-            raise sim_text
         sim = parse_sim_config(sim_file, sim_text)
     except InputError as exc:
         return data, exc.problems
