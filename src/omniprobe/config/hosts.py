@@ -309,16 +309,17 @@ def load_hosts(path: str | Path) -> HostsConfig:
     path = Path(path)
     text = read_text(path)
     sim = _sim_text(path)
-    key = (text, sim) if isinstance(sim, str | None) else None
-    cfg = _CHECKED.get(key) if key else None
-    if cfg is None:
-        cfg = _checked(path, toml_text(path, text), sim)
-        if key:
-            if len(_CHECKED) >= _CHECKED_MAX:
-                del _CHECKED[next(iter(_CHECKED))]
-            _CHECKED[key] = cfg
-    elif problems := _manifest_problems(cfg, str(path)):
-        raise InputError(problems)
+    if isinstance(sim, InputError):  # raises, with hosts.toml's own problems: nothing to keep
+        return _checked(path, toml_text(path, text), sim)
+    cfg = _CHECKED.get((text, sim))
+    if cfg is not None:
+        if problems := _manifest_problems(cfg, str(path)):
+            raise InputError(problems)
+        return cfg
+    cfg = _checked(path, toml_text(path, text), sim)
+    if len(_CHECKED) >= _CHECKED_MAX:
+        del _CHECKED[next(iter(_CHECKED))]
+    _CHECKED[(text, sim)] = cfg
     return cfg
 
 
