@@ -21,7 +21,7 @@ from pathlib import Path
 from omniprobe.analysis.capacity_bands import newest_searches
 from omniprobe.config.project import Project
 from omniprobe.evidence.validate import load_valid_project
-from omniprobe.harness.offline.capacity_search import FIT, OOM, Grid, next_guess_mib, search
+from omniprobe_engine.search import FIT, OOM, Grid, next_guess_mib, search
 
 TARGET_S = 240
 

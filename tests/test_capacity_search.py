@@ -1,4 +1,4 @@
-"""The capacity search's rule (harness/offline/capacity_search.py) and what its bands say of a card
+"""The capacity search's rule (omniprobe_engine/search.py) and what its bands say of a card
 (analysis/capacity_bands.py), table by table, with no GPU: a trial runner that fits whenever the
 pool limit reaches a need, noisy at the boundary as the allocator's history is."""
 
@@ -21,7 +21,7 @@ from omniprobe.evidence.models.capacity import (
     ProfileSearch,
     SearchSettings,
 )
-from omniprobe.harness.offline.capacity_search import (
+from omniprobe_engine.search import (
     Grid,
     SearchError,
     next_guess_mib,

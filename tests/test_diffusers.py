@@ -244,7 +244,7 @@ def test_a_profile_naming_a_pipeline_no_adapter_serves_is_refused_before_any_att
     code, out = in_process(project, ["probe-offline", "--host", KLEIN_HOST])
     assert code == 3, out
     assert ("Diffusers profile 'klein-tiny-cpu': pipeline 'NoSuchPipeline' has no adapter in "
-            "harness/offline/diffusers_adapters/") in out
+            "omniprobe_engine/adapters/") in out
     assert "Flux2KleinPipeline, QwenImage21Pipeline" in out
     assert not (project.evidence_dir / KLEIN_HOST).exists()
 
@@ -394,21 +394,14 @@ def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_
         project, tmp_path, monkeypatch):
     """Snapshot weights: the pipeline saved, laid out as the hub cache keeps the pinned revision,
     loaded offline by the runner; its records are real weights', so the structure gate applies."""
-    import sys
-
-    from omniprobe.harness.offline.env import RUNNER
+    from omniprobe_engine.diffusers_engine import DiffusersEngine
 
     from .env_scaffold import make_hf_cache
-
-    sys.path.insert(0, str(RUNNER.parent))
-    import runner as offline_runner
-    from diffusers_engine import DiffusersEngine
 
     components = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_components()
     engine = DiffusersEngine("random", {
         "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none"},
-        "weights": {"kind": "random", "seed": 0, "components": components}},
-        open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
+        "weights": {"kind": "random", "seed": 0, "components": components}})
     saved = tmp_path / "saved"
     engine.pipe.save_pretrained(saved)
     files = {p.relative_to(saved).as_posix(): p.read_bytes() for p in saved.rglob("*")

@@ -9,12 +9,9 @@ where they are absent.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 from omniprobe.config.diffusers import load_model_configs
-from omniprobe.harness.offline.env import RUNNER
 
 from .conftest import REPO
 
@@ -22,8 +19,7 @@ torch = pytest.importorskip("torch", reason="needs torch: run `nox -s tests-diff
 pytest.importorskip("diffusers", reason="needs diffusers: run `nox -s tests-diffusers`")
 pytest.importorskip("torchao", reason="needs torchao: run `nox -s tests-diffusers`")
 
-sys.path.insert(0, str(RUNNER.parent))
-import diffusers_build  # noqa: E402  (beside the runner, as the runner imports it)
+from omniprobe_engine import diffusers_build  # noqa: E402  (after the skips: it needs torch)
 
 TINY = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_components()
 # The components with weights, in the order from_pretrained loads them: model_index.json's keys,
@@ -121,16 +117,15 @@ def test_a_quantised_linear_holds_its_int8_bytes():
 
 
 def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
-    import runner as offline_runner
-    from diffusers_engine import DiffusersEngine
     from PIL import Image
+
+    from omniprobe_engine.diffusers_engine import DiffusersEngine
 
     engine = DiffusersEngine("random", {
         "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none",
                     "quantize_dit": "int8-weight-only",
                     "quantize_text_encoder": "int8-weight-only", "output_resolution": 64},
-        "weights": {"kind": "random", "seed": 0, "components": TINY}},
-        open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
+        "weights": {"kind": "random", "seed": 0, "components": TINY}})
     facts = engine.facts()
     assert facts["build_path"] == "random-streamed"
     assert facts["build_host_peak_mib"] >= facts["steady_host_mib"] > 0
@@ -145,7 +140,7 @@ def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
     assert not any(is_quantised(p) for p in pipe.vae.parameters())
     reference = tmp_path / "ref.png"
     Image.new("RGB", (64, 96), (120, 30, 200)).save(reference)
-    measured = engine.generate({"prompt": "a red shop", "references": [str(reference)],
+    measured = engine.generate({"prompt": "a red shop", "reference_paths": [str(reference)],
                                 "height": 96, "width": 64, "num_inference_steps": 1,
                                 "true_cfg_scale": 1.0, "seed": 1,
                                 "output": str(tmp_path / "out.png")})
@@ -197,7 +192,8 @@ def test_group_offload_is_applied_per_component_with_the_profiles_stream_setting
     """The engine's placement of one component (the GPU's part, with apply_group_offloading
     recorded instead of run: the CPU has no device to onload to)."""
     import diffusers.hooks
-    from diffusers_engine import DiffusersEngine
+
+    from omniprobe_engine.diffusers_engine import DiffusersEngine
 
     calls = []
     monkeypatch.setattr(diffusers.hooks, "apply_group_offloading",

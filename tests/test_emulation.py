@@ -28,7 +28,8 @@ from omniprobe.harness.common.emulation import (
     emulation_env,
     parse_caps_gib,
 )
-from omniprobe.harness.common.emulation_site.sitecustomize import (
+from omniprobe.harness.common.sampler import MIB, NvmlReader, Sampler
+from omniprobe_engine.emulation_site.sitecustomize import (
     CAP_ENV,
     EmulationError,
     allocator_fraction,
@@ -36,7 +37,6 @@ from omniprobe.harness.common.emulation_site.sitecustomize import (
     capped_mem_info,
     process_bytes,
 )
-from omniprobe.harness.common.sampler import MIB, NvmlReader, Sampler
 
 from .conftest import hosts_written, in_process, probe_argv
 from .env_scaffold import FakeNvml as GpuOnly

@@ -12,12 +12,10 @@ Each test prints what it measured, for the closing note of the run.
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.offline.env import RUNNER
 
 from .conftest import in_process, make_project
 
@@ -123,17 +121,13 @@ def test_the_streamed_int8_build_stays_under_the_5080_hosts_30_gib_cap(tmp_path,
 
 
 def _engine(profile: dict):
-    sys.path.insert(0, str(RUNNER.parent))
-    import runner as offline_runner
-    from diffusers_engine import DiffusersEngine
-
     from omniprobe.config.diffusers import load_model_configs
     from omniprobe.config.project import find_project
+    from omniprobe_engine.diffusers_engine import DiffusersEngine
 
     configs = load_model_configs(find_project().root, "models/qwen-image-2.1/full")
     return DiffusersEngine("random", {"profile": {"pipeline": "QwenImage21Pipeline", **profile},
-        "weights": {"kind": "random", "seed": 0, "components": configs.engine_components()}},
-        open_image=offline_runner.open_reference, save_png=offline_runner.save_png)
+        "weights": {"kind": "random", "seed": 0, "components": configs.engine_components()}})
 
 
 def test_two_steps_reach_the_20_step_peak_with_the_cache_on_and_off(tmp_path):
@@ -153,7 +147,7 @@ def test_two_steps_reach_the_20_step_peak_with_the_cache_on_and_off(tmp_path):
         engine.profile["use_kv_cache"] = kv
         for steps in (2, 20):
             measured = engine.generate({
-                "prompt": "compose the four subjects in one scene", "references": refs,
+                "prompt": "compose the four subjects in one scene", "reference_paths": refs,
                 "height": 832, "width": 1248, "num_inference_steps": steps,
                 "true_cfg_scale": 1.0, "seed": 2301, "output": str(tmp_path / "out.png")})
             peaks[kv, steps] = measured

@@ -30,7 +30,11 @@ REQUEST = {"event": "request", "id": "sim-t2i-2301", "fixture": "sim-t2i", "seed
     ([READY, {**REQUEST, "outcome": "maybe"}], "'request' event, field 'outcome'"),
     ([READY, {**REQUEST, "wall_s": -1}], "'request' event, field 'wall_s'"),
     ([READY, {**REQUEST, "seed": True}], "'request' event, field 'seed'"),
-    ([READY, {**REQUEST, "measured": {"process_mib": "x"}}], "'request' event, field 'measured'"),
+    ([READY, {**REQUEST, "measured": {"process_mib": "x"}}],
+     "'request' event, field 'measured.process_mib'"),
+    # A figure protocol.Measures does not declare: neither carried nor named as a drop.
+    ([READY, {**REQUEST, "measured": {"new_figure_mib": 1}}],
+     "'request' event, field 'measured.new_figure_mib': extra inputs are not permitted"),
     ([READY, {**REQUEST, "measured": []}], "'request' event, field 'measured'"),
     ([READY, {"event": "done"}], "expected the result of 'sim-t2i-2301'"),
 ])

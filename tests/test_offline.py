@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import omniprobe_engine
 from omniprobe.analysis.verdicts import all_verdicts
 from omniprobe.classify.imaging import load_pixels, pixels_sha256
 from omniprobe.classify.oom import parse_oom
@@ -23,12 +24,14 @@ from omniprobe.evidence.attempts import probe_attempts
 from omniprobe.evidence.load import load_attempt
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.common.propagation_rules import offline_pairs, unchecked_extras
-from omniprobe.harness.offline import runner as offline_runner
-from omniprobe.harness.offline.env import RUNNER, runner_command
+from omniprobe.harness.offline.env import runner_command
 from omniprobe.sim.http import Faults
 from omniprobe.sim.knobs import EXTRAS_BRIDGE_ENV
 from omniprobe.sim.memory import MIB, Accounted
 from omniprobe.sim.offline import EngineClosed, SimEngine
+from omniprobe_engine import runner as offline_runner
+from omniprobe_engine.launch import runner_folder
+from omniprobe_engine.protocol import RequestSpec
 
 from .conftest import REPO, in_process, make_project, processes_with, wait_for
 from .rendered import render_harness
@@ -335,8 +338,8 @@ def test_the_sim_engine_closes_on_a_failed_request_as_upstreams_does(project, tm
     engine = SimEngine(cap, cfg.offline_kwarg_sets["sim-offline-bf16"].kwargs,
                        Accounted(cap.vram_mib * MIB, cap.context_mib * MIB, None), 0,
                        Faults(fail={1}))
-    request = {"prompt": "p", "references": [], "width": 64, "height": 48, "seed": 1,
-               "num_inference_steps": 2, "output": str(tmp_path / "out.png")}
+    request = {"prompt": "p", "reference_paths": [], "width": 64, "height": 48, "seed": 1,
+               "num_inference_steps": 2, "true_cfg_scale": 1.0, "output": str(tmp_path / "out.png")}
     with pytest.raises(RuntimeError, match="simulated failure"):
         engine.generate(request)
     with pytest.raises(EngineClosed):
@@ -344,7 +347,7 @@ def test_the_sim_engine_closes_on_a_failed_request_as_upstreams_does(project, tm
     # The runner stops at the failure: the closed engine is never asked again.
     out = tmp_path / "r.jsonl"
     engine.closed, engine.count = False, 0
-    requests = [{**request, "id": f"r{i}", "fixture": "f"} for i in range(3)]
+    requests = [RequestSpec.of({**request, "id": f"r{i}", "fixture": "f"}) for i in range(3)]
     assert offline_runner.run(lambda: engine, requests, offline_runner.Results(str(out))) == 0
     assert [(e["event"], e.get("outcome")) for e in results(out)] == [
         ("init", "ready"), ("request", "error"), ("closed", None)]
@@ -409,7 +412,7 @@ def fake_omni(tmp_path):
 def requests_file(tmp_path, repo_fixtures: Path) -> Path:
     refs = [str(repo_fixtures / "sim" / f"ref-{c}.png") for c in "ab"]
     requests = [{"id": f"r{i}", "fixture": f"f{i}", "seed": 2301 + i, "prompt": "p",
-                 "width": 40, "height": 30, "references": refs[:i + 1],
+                 "width": 40, "height": 30, "reference_paths": refs[:i + 1],
                  "num_inference_steps": 20, "true_cfg_scale": 1.0,
                  "output": str(tmp_path / f"out-{i}.png")} for i in range(2)]
     path = tmp_path / "requests.json"
@@ -420,7 +423,7 @@ def requests_file(tmp_path, repo_fixtures: Path) -> Path:
 def run_runner(tmp_path, fake_omni, *args):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(PYTHONPATH=str(fake_omni), FAKE_OMNI_CALLS=str(tmp_path / "calls.jsonl"))
-    return subprocess.run([sys.executable, str(RUNNER), *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, str(runner_folder()), *args], env=env, capture_output=True,
                           text=True, timeout=60, cwd=tmp_path)
 
 
@@ -513,40 +516,53 @@ def _top_level_imports(path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             imported |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom):
+        elif isinstance(node, ast.ImportFrom) and not node.level:  # relative: its own package's
             imported.add((node.module or "").split(".")[0])
     return imported
 
 
-def test_the_runner_imports_only_the_standard_library_and_the_pinned_env():
-    imported = _top_level_imports(RUNNER)
-    # Its siblings are the Diffusers engine and the capacity search, each standalone (below).
-    pinned_env = {"vllm_omni", "PIL", "torch", "diffusers_engine", "capacity_search"}
-    assert imported - set(sys.stdlib_module_names) <= pinned_env, imported
-    assert "vllm_omni" in imported
+ENGINE = Path(omniprobe_engine.__file__).parent
+# What the engines import when they are built: the probe env's and the Diffusers env's packages.
+ENGINE_ENV = {"vllm_omni", "PIL", "torch", "transformers", "diffusers", "accelerate", "tokenizers",
+              "torchao", "pynvml"}
 
 
-ENGINE_MODULES = ["diffusers_engine.py", "diffusers_build.py",
-                  *sorted(p.relative_to(RUNNER.parent).as_posix()
-                          for p in RUNNER.parent.glob("diffusers_adapters/*.py"))]
+@pytest.mark.parametrize("module", sorted(p.relative_to(ENGINE).as_posix()
+                                          for p in ENGINE.rglob("*.py")))
+def test_the_engine_package_imports_only_the_standard_library_itself_and_the_engines_packages(
+        module):
+    imported = _top_level_imports(ENGINE / module)
+    assert imported - set(sys.stdlib_module_names) - {"omniprobe_engine"} <= ENGINE_ENV, imported
 
 
-@pytest.mark.parametrize("module", ENGINE_MODULES)
-def test_the_diffusers_engine_imports_only_the_standard_library_and_its_packages(module):
-    imported = _top_level_imports(RUNNER.parent / module)
-    # Its siblings are its build and its adapters, themselves standalone, and an adapter's the
-    # helpers beside it.
-    helpers = {p.stem for p in RUNNER.parent.glob("diffusers_adapters/*.py")}
-    engine_env = {"torch", "transformers", "diffusers", "accelerate", "tokenizers", "torchao",
-                  "diffusers_build", "diffusers_adapters", "pynvml", *helpers}
-    assert imported - set(sys.stdlib_module_names) <= engine_env, imported
-    if module == "diffusers_engine.py":
-        assert {"diffusers", "torch"} <= imported
+def test_the_engine_package_loads_with_the_standard_library_alone_and_finds_no_omniprobe():
+    """Every module imported by a Python with no site-packages and only the runner's folder on
+    its path (as the runner's own Python has it): nothing else loads, and omniprobe is not there."""
+    modules = sorted(".".join(("omniprobe_engine", *p.relative_to(ENGINE).with_suffix("").parts))
+                     .removesuffix(".__init__") for p in ENGINE.rglob("*.py")
+                     if p.name not in ("__main__.py", "sitecustomize.py"))
+    code = ("import importlib, json, sys; sys.path.insert(0, sys.argv[1]); "
+            "[importlib.import_module(m) for m in sys.argv[2:]]; "
+            "print(json.dumps([sorted(sys.modules), importlib.util.find_spec('omniprobe') is None]))")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(runner_folder()), *modules],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded, no_omniprobe = json.loads(done.stdout)
+    foreign = [m for m in loaded if m.split(".")[0] not in sys.stdlib_module_names
+               and m.split(".")[0] not in ("omniprobe_engine", "__main__")]
+    assert foreign == [] and no_omniprobe
+    assert "omniprobe_engine.diffusers_engine" in loaded and "omniprobe_engine.omni" in loaded
 
 
-def test_the_capacity_search_imports_only_the_standard_library():
-    imported = _top_level_imports(RUNNER.with_name("capacity_search.py"))
-    assert imported - set(sys.stdlib_module_names) == set(), imported
+def test_the_runner_folder_runs_the_runner_with_the_engine_package_alone(tmp_path):
+    """`python FOLDER`, as a host's {runner} is filled in: the runner answers --versions with
+    no site-packages at all (every package unknown to it), so it needed none."""
+    done = subprocess.run([sys.executable, "-I", "-S", str(runner_folder()), "--versions"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    facts = json.loads(done.stdout)
+    assert set(facts) == {"packages", "python", "cuda_visible_devices", "refusals", "parameters"}
+    assert facts["packages"]["torch"] is None
 
 
 # --- the harness interrupted or killed mid-request ---------------------------------------

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 from PIL import Image
 
-from omniprobe.harness.offline.runner import OmniEngine, first_image, output_peak_mib
+from omniprobe_engine.omni import OmniEngine, first_image, output_peak_mib
 
 
 @dataclass
@@ -56,7 +56,7 @@ def _request(tmp_path, modes):
         Image.new(mode, (4, 4)).save(path)
         references.append(str(path))
     return {"prompt": "p", "width": 8, "height": 8, "seed": 1, "num_inference_steps": 2,
-            "true_cfg_scale": 1.0, "references": references, "output": str(tmp_path / "out.png")}
+            "true_cfg_scale": 1.0, "reference_paths": references, "output": str(tmp_path / "out.png")}
 
 
 def test_references_reach_the_engine_in_their_files_mode(tmp_path, omni):

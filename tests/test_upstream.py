@@ -3,7 +3,6 @@ doctoring changes exactly the checks or citation states that depend on what it c
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import inspect
 import shutil
@@ -20,11 +19,14 @@ from omniprobe.errors import InputError
 from omniprobe.evidence.models.common import CodeRef
 from omniprobe.evidence.upstream import Anchor
 from omniprobe.evidence.validate import load_project
-from omniprobe.harness.offline import runner as offline_runner
 from omniprobe.upstream.anchors import Citation, lines_digest, locate
 from omniprobe.upstream.checks import run_checks
 from omniprobe.upstream.contract import check_source, differences, record
 from omniprobe.upstream.source import open_source
+from omniprobe_engine import runner as offline_runner
+from omniprobe_engine.images import open_reference
+from omniprobe_engine.omni import OmniEngine
+from omniprobe_engine.protocol import RequestSpec
 
 from .conftest import REPO
 from .upstream_tree import EMPTY_LIKE_LINE, FILES, INIT_PARAMETERS_LINES, write_tree
@@ -123,32 +125,42 @@ def _runner_that_goes_on(make_engine, requests, results):
         try:
             engine.generate(request)
         except Exception:
-            results.emit("request", outcome="error")
+            continue
 
 
-def _ends_at_a_failed_request(run) -> bool:
-    """Whether every handler of a failed `engine.generate(...)` in `run` ends the loop (return or
-    break), so no request reaches an engine that closed."""
-    tree = ast.parse(inspect.getsource(run))
-    guarded = [node for node in ast.walk(tree) if isinstance(node, ast.Try) and any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "generate"
-        for stmt in node.body for n in ast.walk(stmt))]
-    handlers = [handler for node in guarded for handler in node.handlers]
-    return bool(handlers) and all(
-        any(isinstance(n, ast.Return | ast.Break) for n in ast.walk(handler))
-        for handler in handlers)
+class _ClosesOnFailure:
+    """An engine as upstream's Omni is: a failed request closes it."""
+
+    peak_source, survives_failure = "worker-reserved", False
+
+    def __init__(self):
+        self.asked = 0
+
+    def generate(self, request):
+        self.asked += 1
+        raise RuntimeError("the request failed; the engine is closed")
 
 
-def test_the_protocol_says_what_the_offline_runner_does():
+def _ends_at_a_failed_request(run, tmp_path: Path) -> bool:
+    """Whether `run` asks an engine that closes on a failure nothing after its first failed
+    request, so no request reaches an engine that closed."""
+    engine = _ClosesOnFailure()
+    requests = [RequestSpec(id=f"r{i}", fixture="f", seed=i, prompt="p", width=8, height=8,
+                            reference_paths=[], num_inference_steps=1, true_cfg_scale=1.0,
+                            output=str(tmp_path / f"{i}.png")) for i in range(3)]
+    run(lambda: engine, requests, offline_runner.Results(str(tmp_path / "results.jsonl")))
+    return engine.asked == 1
+
+
+def test_the_protocol_says_what_the_offline_runner_does(tmp_path):
     """The runner cannot import omniprobe: what the upstream checks read of it (protocol.py) is
     held to its code here."""
-    assert offline_runner.SAMPLING_PARAMS == protocol.SAMPLING_PARAMS
-    assert offline_runner.OUTPUT_PEAK == protocol.OUTPUT_PEAK
-    assert not getattr(offline_runner.OmniEngine, "survives_failure", False)
-    assert _ends_at_a_failed_request(offline_runner.run) is protocol.ENDS_AT_A_FAILED_REQUEST
-    assert not _ends_at_a_failed_request(_runner_that_goes_on)  # the reading sees one going on
-    opens = inspect.getsource(offline_runner.OmniEngine) + inspect.getsource(
-        offline_runner.open_reference)
+    assert not OmniEngine.survives_failure
+    assert (_ends_at_a_failed_request(offline_runner.run, tmp_path)
+            is protocol.ENDS_AT_A_FAILED_REQUEST)
+    # the reading sees one going on
+    assert not _ends_at_a_failed_request(_runner_that_goes_on, tmp_path)
+    opens = inspect.getsource(OmniEngine) + inspect.getsource(open_reference)
     assert ('convert("RGB")' in opens) is protocol.REFERENCES_TO_RGB
 
 

@@ -2,13 +2,16 @@
 fields of its requests, the log line that says a deploy config was ignored, and the offline
 runner's calls into `Omni`.
 
-The harness's client and log reader take theirs from here; the offline runner, which stands alone
-in the probe venv, keeps its own and a test holds them equal (tests/test_upstream.py). The
-upstream checks (upstream/checks.py) hold this against upstream's code, so a change on either
-side shows. Standard library only, and nothing of omniprobe: every floor may read it.
+The harness's client and log reader take theirs from here; the offline runner's Omni engine,
+which stands alone in the probe venv, declares its calls in omniprobe_engine/protocol.py, named
+here too. The upstream checks (upstream/checks.py) hold this against upstream's code, so a
+change on either side shows. Standard library only, and nothing of omniprobe: every floor may
+read it.
 """
 
 from __future__ import annotations
+
+from omniprobe_engine import protocol as engine_protocol
 
 # --- the HTTP client (harness/serve/client.py) ----------------------------------------------------
 
@@ -25,12 +28,12 @@ FORM_FIELDS = ("prompt", "size", "seed", "num_inference_steps", "true_cfg_scale"
 # model without a registered pipeline config gets the default stage, built from CLI arguments.
 DEPLOY_IGNORED_WARNING = "No registered PipelineConfig resolved for model"
 
-# --- the offline runner's Omni engine (harness/offline/runner.py) ---------------------------
+# --- the offline runner's Omni engine (omniprobe_engine/omni.py) ---------------------------
 
-# The keywords it passes OmniDiffusionSamplingParams, each the request's field of that name.
-SAMPLING_PARAMS = ("height", "width", "seed", "num_inference_steps", "true_cfg_scale")
-# The request output's field it reads the diffusion worker's peak from.
-OUTPUT_PEAK = "peak_memory_mb"
+# The keywords it passes OmniDiffusionSamplingParams, and the request output's field it reads the
+# diffusion worker's peak from: the engine's protocol declares both.
+SAMPLING_PARAMS = engine_protocol.SAMPLING_PARAMS
+OUTPUT_PEAK = engine_protocol.OUTPUT_PEAK
 # A failed `Omni.generate` ends the runner (run: an engine that does not survive failures).
 ENDS_AT_A_FAILED_REQUEST = True
 # References go to the pipeline in their files' modes, never converted to RGB (open_reference).

@@ -42,7 +42,7 @@ class DiffusersProfile(_Input):
         default="QwenImage21Pipeline", pattern=r"^[A-Z][A-Za-z0-9]*Pipeline$",
         description="The diffusers pipeline class, by name; the engine builds it from the host's "
                     "component configs, and a pipeline no adapter serves "
-                    "(harness/offline/diffusers_adapters/) is refused before any attempt.")
+                    "(omniprobe_engine/adapters/) is refused before any attempt.")
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
     offload: Offload = Field(
         description="none: every component on the GPU; model-cpu: enable_model_cpu_offload() "

@@ -92,7 +92,9 @@ class Host(HostsTable):
     offline_command: list[str] | None = Field(
         default=None, min_length=1,
         description="Runs the offline runner on this host; {python}, {runner}, {hosts_file} and "
-                    "{host} are filled in. Default: the host's pinned venv python and {runner}.",
+                    "{host} are filled in ({runner}: the folder a Python runs as the engine "
+                    "package's runner, omniprobe_engine/launch.py). Default: the host's pinned "
+                    "venv python and {runner}.",
     )
     args_check: ArgsCheck | None = Field(
         default=None, description="Replaces [serve] args_check on this host (with serve_command).")

@@ -16,7 +16,6 @@ import sys
 import traceback
 
 from omniprobe.errors import InputError
-from omniprobe.harness.common.emulation_site.sitecustomize import EmulationError, cap_from_env
 from omniprobe.sim.capacity import CapacityError, load_sim_host
 from omniprobe.sim.knobs import (
     BRIDGE_ENV,
@@ -30,6 +29,7 @@ from omniprobe.sim.knobs import (
 )
 from omniprobe.sim.memory import MIB, Accounted, StateFile, Torch
 from omniprobe.sim.model import Flags, Pipeline, UnsupportedFlags, reference_cost_mib, resident_mib
+from omniprobe_engine.emulation_site.sitecustomize import EmulationError, cap_from_env
 
 # The serving and offline modules are imported where they run: the env preflight starts this
 # module once per flag set for `--check-args`, which needs neither.

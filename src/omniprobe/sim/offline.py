@@ -1,5 +1,6 @@
 """`python -m omniprobe.sim offline --hosts-file F --sim-host H <runner arguments>`: the offline
-runner's protocol (omniprobe.offline_runner) over the capacity model instead of vLLM-Omni.
+runner's protocol (omniprobe_engine.runner, called in this process) over the capacity model
+instead of vLLM-Omni.
 
 The kwargs map onto the same flags the simulated server takes, so offline and serve runs of one
 configuration allocate alike and render the same pictures. Everything it writes is simulated.
@@ -13,11 +14,11 @@ import traceback
 from pathlib import Path
 
 from omniprobe.atomic import write_bytes_atomic
-from omniprobe.harness.offline import runner as offline_runner
 from omniprobe.sim.capacity import Capacity
 from omniprobe.sim.http import Faults
 from omniprobe.sim.knobs import flags_from_kwargs
 from omniprobe.sim.model import Pipeline, Request
+from omniprobe_engine import runner as offline_runner
 
 
 class EngineClosed(RuntimeError):
@@ -64,7 +65,7 @@ class SimEngine:
         if self.count in self.faults.malformed:
             write_bytes_atomic(request["output"], b"\x89PNG not really")
             return 0.0
-        references = [Path(p).read_bytes() for p in request["references"]]
+        references = [Path(p).read_bytes() for p in request["reference_paths"]]
         output = self.pipeline.generate(Request(
             prompt=request["prompt"], references=references, width=request["width"],
             height=request["height"], seed=request["seed"], steps=request["num_inference_steps"]))

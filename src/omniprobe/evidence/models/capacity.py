@@ -16,7 +16,12 @@ from omniprobe.evidence.models.common import (
     OomSignature,
     PeakSource,
 )
-from omniprobe.evidence.models.offline import DiffusersBuild, HostRamCheck
+from omniprobe.evidence.models.offline import (
+    DiffusersBuild,
+    HostRamCheck,
+    host_end_within_peak,
+    measure,
+)
 from omniprobe.evidence.models.runs import TimelineSummary
 from omniprobe.limits import MAX_MIB
 
@@ -49,10 +54,19 @@ class CapacityTrial(EvidenceModel):
         default=None, gt=0, description="What torch.cuda.mem_get_info reported as the total "
                                         "during the trial (the limit); null: not patched (no CUDA).")
     kv_cache_bytes: int | None = Field(default=None, ge=0)
+    # The runner's start and host figures (omniprobe_engine/protocol.py TRIAL_CARRIES); null in
+    # trials recorded before they were carried.
+    start_allocated_mib: float | None = measure("start_allocated_mib")
+    max_rss_mib: float | None = measure("max_rss_mib")
+    host_peak_mib: float | None = measure("host_peak_mib")
+    host_end_mib: float | None = measure("host_end_mib")
+    pinned_host_peak_mib: float | None = measure("pinned_host_peak_mib")
     oom: OomSignature | None = None
     error: str | None = None
     cause: FailureCause | None = None
     lifetime: int = Field(ge=0, description="Which runner process ran it (0-based).")
+
+    _host_peak_holds_its_end = model_validator(mode="after")(host_end_within_peak)
 
     @model_validator(mode="after")
     def _oom_has_its_signature(self):

@@ -1,7 +1,7 @@
 """Capacity emulation: a smaller card's memory imposed on a bigger GPU, and the guard that checks it.
 
 The cap reaches the server through its environment (`emulation_env`): under the memory-fraction
-mechanism, the startup hook in `emulation_site/` caps PyTorch in every server process; under
+mechanism, the startup hook in `omniprobe_engine/emulation_site/` caps PyTorch in every server process; under
 sim-account, the simulated server's accounted memory takes the cap as its total. The hook cannot
 see memory allocated outside PyTorch, so `EmulationGuard` compares the whole process tree's NVML
 memory against the cap at every sample, and the first sample over it is the breach a run records.
@@ -19,9 +19,9 @@ from omniprobe.config.host_entry import Host
 from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models.common import EmulationBreach
 from omniprobe.evidence.models.runs import CappedProcess, EmulationCheck
-from omniprobe.harness.common import emulation_site
-from omniprobe.harness.common.emulation_site.sitecustomize import CAP_ENV, LOG_PREFIX
 from omniprobe.limits import MAX_MIB
+from omniprobe_engine import emulation_site
+from omniprobe_engine.emulation_site.sitecustomize import CAP_ENV, LOG_PREFIX
 
 HOOK_DIR = Path(emulation_site.__file__).parent
 

@@ -1,6 +1,6 @@
 """probe-capacity's runner supervision and records: per Diffusers profile one runner, which builds
 the pipeline once and bisects each reference count's pool limit (the runner's `--search`, the
-rule in harness/offline/capacity_search.py); every trial a CapacityTrial in capacity-trials.json as it
+rule in omniprobe_engine/search.py); every trial a CapacityTrial in capacity-trials.json as it
 arrives, every profile a ProfileSearch in capacity.json with its bands.
 
 The runner is supervised, sampled and recorded as probe-offline's (harness/offline/probe.py's
@@ -33,9 +33,16 @@ from omniprobe.harness.offline.probe import OfflineProbe
 from omniprobe.harness.offline.runner_events import RunnerProtocolError, protocol_broken
 from omniprobe.harness.offline.state import EntryState
 from omniprobe.redaction import redact_text
+from omniprobe_engine.protocol import (
+    TRIAL_CARRIES,
+    KnownBand,
+    RecordedTrial,
+    SearchCount,
+    SearchSpec,
+    as_json,
+)
 
 ATTEMPT_SUFFIX = "-capacity"
-TRIAL_MEASURES = ("peak_allocated_mib", "process_mib", "outside_pool_mib", "kv_cache_bytes")
 
 
 @dataclass(frozen=True)
@@ -139,15 +146,14 @@ class CapacityProbe(OfflineProbe):
     @staticmethod
     def _band(plan: SearchPlan, event: dict, path) -> CapacityBand:
         """A band event (its fields validated on arrival) as the band of a count searched."""
-        refs = event["references"]
+        refs = event["reference_count"]
         fixture = plan.fixtures.get(refs)
         if fixture is None or event["fixture"] != fixture.id:
             raise RunnerProtocolError(f"{path}: a band for {refs!r} reference(s), fixture "
                                       f"{event['fixture']!r}: not one this search asked for")
         try:
             return CapacityBand.model_validate(
-                {k: v for k, v in event.items() if k not in ("event", "references")}
-                | {"reference_count": refs})
+                {k: v for k, v in event.items() if k != "event"})
         except ValidationError as exc:
             raise protocol_broken(path, "band", exc) from None
 
@@ -156,49 +162,53 @@ class CapacityProbe(OfflineProbe):
         counts = []
         bands = {b.reference_count: b for b in search.bands}
         for refs, fixture in sorted(plan.fixtures.items()):
-            count: dict = {"references": refs, "request": self.request_spec(
-                entry, PlannedRequest(fixture, seed), folder / "trial.png")}
-            if refs in bands:
-                count["band"] = {"fits_at_mib": bands[refs].fits_at_mib,
-                                 "fails_at_mib": bands[refs].fails_at_mib}
-            else:
-                count["recorded"] = [{"limit_mib": t.limit_mib, "outcome": t.outcome}
-                                     for t in self.store.capacity_trials
-                                     if t.profile == entry.name and t.reference_count == refs]
-            counts.append(count)
+            request = self.request_spec(entry, PlannedRequest(fixture, seed), folder / "trial.png")
+            band = bands.get(refs)
+            counts.append(SearchCount(
+                reference_count=refs, request=request,
+                band=None if band is None else KnownBand(band.fits_at_mib, band.fails_at_mib),
+                recorded=[] if band is not None else [
+                    RecordedTrial(t.limit_mib, t.outcome) for t in self.store.capacity_trials
+                    if t.profile == entry.name and t.reference_count == refs]))
         settings = plan.settings
-        return {"floor_mib": settings.floor_mib, "ceiling_mib": settings.ceiling_mib,
-                "resolution_mib": settings.resolution_mib, "repeats": settings.repeats,
-                "counts": counts}
+        return as_json(SearchSpec(settings.floor_mib, settings.ceiling_mib,
+                                  settings.resolution_mib, settings.repeats, counts))
 
     def _trial(self, profile: str, plan: SearchPlan, event: dict, index: int, label: str,
                progress: Progress) -> None:
-        refs = event.get("references")
+        refs = event.get("reference_count")
         fixture = plan.fixtures.get(refs) if isinstance(refs, int) else None
         if fixture is None or event.get("fixture") != fixture.id:
             raise RunnerProtocolError(f"a trial for {refs!r} reference(s), fixture "
                                       f"{event.get('fixture')!r}: not one this search asked for")
-        measured = event.get("measured") or {}
-        fields = {"profile": profile, "reference_count": refs, "fixture": fixture.id,
-                  "inputs": fixture.inputs, "lifetime": index,
-                  "outcome": {"ok": "fit"}.get(event.get("outcome"), event.get("outcome")),
-                  **{k: event.get(k) for k in ("limit_mib", "phase", "repeat", "wall_s",
-                                                "started_s", "peak_mib", "peak_source")},
-                  **{k: measured.get(k) for k in TRIAL_MEASURES},
-                  "mem_get_info_total_mib": (event.get("limit_mib")
-                                             if event.get("peak_mib") is not None else None)}
-        if fields["outcome"] != "fit":
-            text = event.get("traceback") or event.get("error") or ""
-            fields["error"] = redact_text((event.get("error") or "no message")[:500])
-            if fields["outcome"] == "oom":
-                fields["oom"] = parse_oom(text, "request", self.model_code)
-            fields["cause"] = classify_failure(text, self.model_code)
-        trial = CapacityTrial.model_validate(fields)
+        trial = trial_record(profile, fixture, event, index, self.model_code)
         self.store.add_trial(trial)
         peak = f", peak {trial.peak_mib:,.0f} MiB" if trial.peak_mib is not None else ""
         progress.say(f"[{label}] {refs} ref(s) at {trial.limit_mib:,} MiB"
                      f"{' (repeat)' if trial.repeat else ''}: {trial.outcome} "
                      f"{trial.wall_s:.1f} s{peak}")
+
+
+def trial_record(profile: str, fixture: Fixture, event: dict, lifetime: int,
+                 model_code: tuple[str, ...]) -> CapacityTrial:
+    """A trial event (its fields validated on arrival) as the trial it records: the figures of
+    protocol.TRIAL_CARRIES kept, its failure's OOM and cause read off the runner's words."""
+    measured = event.get("measured") or {}
+    fields = {"profile": profile, "reference_count": event["reference_count"],
+              "fixture": fixture.id, "inputs": fixture.inputs, "lifetime": lifetime,
+              "outcome": {"ok": "fit"}.get(event["outcome"], event["outcome"]),
+              **{k: event.get(k) for k in ("limit_mib", "phase", "repeat", "wall_s",
+                                            "started_s", "peak_mib", "peak_source")},
+              **{k: measured.get(k) for k in TRIAL_CARRIES},
+              "mem_get_info_total_mib": (event.get("limit_mib")
+                                         if event.get("peak_mib") is not None else None)}
+    if fields["outcome"] != "fit":
+        text = event.get("traceback") or event.get("error") or ""
+        fields["error"] = redact_text((event.get("error") or "no message")[:500])
+        if fields["outcome"] == "oom":
+            fields["oom"] = parse_oom(text, "request", model_code)
+        fields["cause"] = classify_failure(text, model_code)
+    return CapacityTrial.model_validate(fields)
 
 
 def band_text(band: CapacityBand) -> str:

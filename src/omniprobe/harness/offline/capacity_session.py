@@ -25,9 +25,9 @@ from omniprobe.harness.common.plan import settled_line
 from omniprobe.harness.common.selection import PlanError
 from omniprobe.harness.common.session import Context, close_attempt, run_session
 from omniprobe.harness.offline.capacity import ATTEMPT_SUFFIX, CapacityProbe, SearchPlan
-from omniprobe.harness.offline.capacity_search import Grid, SearchError
 from omniprobe.harness.offline.plan import OfflineSettings
 from omniprobe.harness.offline.session import OfflineSession
+from omniprobe_engine.search import Grid, SearchError
 
 
 class NotASearchHost(PlanError):

@@ -6,7 +6,6 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 from omniprobe.config.host_entry import Host
@@ -28,9 +27,7 @@ from omniprobe.harness.common.probe_env import prepare_env
 from omniprobe.harness.common.session import Context
 from omniprobe.harness.offline.matrix import OfflineEntry, runner_facts
 from omniprobe.redaction import redact_text
-
-RUNNER = Path(__file__).with_name("runner.py")
-
+from omniprobe_engine.launch import runner_folder
 
 _PLACEHOLDER = re.compile(r"\{(python|runner|hosts_file|host)\}")
 
@@ -57,7 +54,8 @@ def runner_command(cfg: HostsConfig, project: Project, host_name: str,
                    venv: str | None = None, *, nvml=None, out: TextIO | None = None
                    ) -> RunnerCommand:
     """The host's offline_command (default: {python} {runner}), {python} being the Python of the
-    env the runner runs in (runner_env_name) or the one running omniprobe; refuses a built env
+    env the runner runs in (runner_env_name) or the one running omniprobe, {runner} the folder
+    that runs the engine package alone (omniprobe_engine/launch.py); refuses a built env
     that fails any check (EnvNotReady names each and the command that builds it), as the probe
     sessions do, and warns on `out` of each upstream contract check its clone fails."""
     host = cfg.host(host_name)
@@ -68,7 +66,7 @@ def runner_command(cfg: HostsConfig, project: Project, host_name: str,
         verification = require_env_ok(host_name, project=project, venv=venv, nvml=nvml, out=out,
                                       which=which)
         python = str(verification.paths.python)
-    fill = {"python": python, "runner": str(RUNNER), "hosts_file": str(project.hosts_file),
+    fill = {"python": python, "runner": str(runner_folder()), "hosts_file": str(project.hosts_file),
             "host": host_name}
     argv = [_PLACEHOLDER.sub(lambda m: fill[m[1]], part)
             for part in host.offline_command or ["{python}", "{runner}"]]

@@ -19,9 +19,10 @@ from pathlib import Path
 from omniprobe.errors import EnvironmentFailure
 from omniprobe.evidence.models.offline import HostRamCheck
 from omniprobe.harness.common.host_memory import oom_kills_in
+from omniprobe_engine import cgroup_exec
 
 CGROUP_ROOT_ENV = "OMNIPROBE_CGROUP_ROOT"  # default /sys/fs/cgroup; tests point it elsewhere
-EXEC = Path(__file__).with_name("cgroup_exec.py")
+EXEC = Path(cgroup_exec.__file__)  # run as a script by the runner's Python, standard library only
 MIB = 1024**2
 
 

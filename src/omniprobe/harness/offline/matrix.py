@@ -20,7 +20,7 @@ from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
 from omniprobe.errors import EnvironmentFailure, InputError, Refusal
-from omniprobe.harness.offline.diffusers_adapters import known_pipelines
+from omniprobe_engine.adapters import known_pipelines
 
 # How long the runner's Python may take to answer --versions: it imports torch, transformers and
 # diffusers and counts a build's parameters on the meta device, seconds alone but minutes on a
@@ -33,7 +33,7 @@ class PlanRefused(Refusal):
 
 
 class RunnerEnvBroken(EnvironmentFailure):
-    """The runner's Python cannot say what it runs on (`offline_runner.py --versions` failed)."""
+    """The runner's Python cannot say what it runs on (the runner's `--versions` failed)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def unknown_pipelines(pipelines: dict[str, str]) -> str | None:
     if not unknown:
         return None
     return "\n".join(f"Diffusers profile {name!r}: pipeline {p!r} has no adapter in "
-                      f"harness/offline/diffusers_adapters/ (adapters serve "
+                      f"omniprobe_engine/adapters/ (adapters serve "
                       f"{', '.join(known)}); add one, or name one of those"
                       for name, p in unknown.items())
 
@@ -158,7 +158,7 @@ def unknown_pipelines(pipelines: dict[str, str]) -> str | None:
 def runner_facts(command: list[str], env: dict[str, str],
                  profiles: dict[str, dict] | None = None, components: dict | None = None,
                  timeout_s: float = VERSIONS_TIMEOUT_S) -> dict:
-    """`offline_runner.py --versions` in the runner's Python (`command` runs the runner): the
+    """The runner's `--versions` in the runner's Python (`command` runs the runner): the
     packages it runs on; given Diffusers profiles by name, those its engine would refuse
     (`refusals`, in the engine's words); given a random build's components, each weighted
     component's parameters (`parameters`), counted before anything is built."""

@@ -1,22 +1,25 @@
 """The offline runner's results file, read as it grows (one JSON line per event), each event
-validated as it arrives by the strict model of its kind (the protocol of
-harness/offline/runner.py's docstring), and each request result checked against the request
-expected next."""
+validated as it arrives, and each request result checked against the request expected next.
+
+The events are omniprobe_engine/protocol.py's dataclasses; each model here is made from one of
+them, field for field, with the harness's bounds on the fields that take one (`_model`). A field
+the protocol lacks, an unknown event or a figure Measures does not declare is refused."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, create_model
 
 from omniprobe.errors import HarnessError
 from omniprobe.evidence.models.offline import DiffusersBuild
-from omniprobe.harness.offline.plan import (
-    PlannedRequest,
-)
+from omniprobe.harness.offline.plan import PlannedRequest
 from omniprobe.limits import MAX_BYTES, MAX_MIB, MAX_WAIT_S
 from omniprobe.safe_io import json_loads
+from omniprobe_engine import protocol
 
 
 class RunnerProtocolError(HarnessError):
@@ -28,7 +31,7 @@ Text = Annotated[str, Field(max_length=100_000)] | None
 Seconds = Annotated[float, Field(ge=0, le=MAX_WAIT_S)]
 Mib = Annotated[float, Field(ge=0, le=MAX_MIB)]
 PoolMib = Annotated[int, Field(gt=0, le=MAX_MIB)]
-Outcome = Literal["ok", "oom", "error"]
+Count = Annotated[int, Field(ge=0)]
 
 
 class _Event(BaseModel):
@@ -36,84 +39,45 @@ class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
-class _Result(_Event):
-    """What a request and a trial both report: the outcome, the wall, the peak, the runner's
-    own words of a failure, and what else it measured (figures only, each within a TiB)."""
-
-    outcome: Outcome
-    wall_s: Seconds
-    started_s: Seconds | None = None
-    peak_mib: Mib | None = None
-    peak_source: str | None = None
-    error: Text = None
-    traceback: Text = None
-    measured: dict[str, Any] = {}
-
-    @field_validator("measured")
-    @classmethod
-    def _figures(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key, figure in value.items():
-            if figure is not None and (isinstance(figure, bool)
-                                       or not isinstance(figure, int | float)
-                                       or not 0 <= figure <= MAX_BYTES):  # NaN fails this too
-                raise ValueError(f"measured[{key!r}]: expected a number from 0 to {MAX_BYTES} "
-                                 f"or null, got {figure!r}")
-        return value
+def _model(shape: type, bounds: dict[str, Any]) -> type[_Event]:
+    """The strict model of a protocol dataclass: its fields, types and defaults, each field
+    named in `bounds` taking that type instead; the event's kind is required."""
+    hints = typing.get_type_hints(shape)
+    unknown = set(bounds) - set(hints)
+    if unknown:
+        raise TypeError(f"bounds for {shape.__name__} name no field of it: {sorted(unknown)}")
+    fields = {}
+    for f in dataclasses.fields(shape):
+        default = (f.default if f.default is not dataclasses.MISSING
+                   else f.default_factory() if f.default_factory is not dataclasses.MISSING
+                   else ...)
+        fields[f.name] = (bounds.get(f.name, hints[f.name]), ... if f.name == "event" else default)
+    return create_model(shape.__name__, __base__=_Event, **fields)
 
 
-class InitEvent(_Event):
-    event: Literal["init"]
-    outcome: Literal["ready", "oom", "error"]
-    wall_s: Seconds
-    error: Text = None
-    traceback: Text = None
-    survives_failure: bool = False
-    facts: dict[str, Any] | None = None  # the build's figures: DiffusersBuild checks them
-    emulation: dict[str, Any] | None = None
+def _figure(hint: Any) -> Any:
+    """A Measures field's type, bounded: a count or a size from 0 to a TiB, or null."""
+    number = next(t for t in typing.get_args(hint) if t is not type(None))
+    return Annotated[number, Field(ge=0, le=MAX_BYTES)] | None
 
 
-class RequestEvent(_Result):
-    event: Literal["request"]
-    id: str
-    fixture: str
-    seed: Annotated[int, Field(ge=0, le=2**32 - 1)]
-    image: str | None = None
-
-
-class TrialEvent(_Result):
-    event: Literal["trial"]
-    references: Annotated[int, Field(ge=0)]
-    fixture: str
-    limit_mib: PoolMib
-    phase: str
-    repeat: bool
-
-
-class BandEvent(_Event):
-    event: Literal["band"]
-    references: Annotated[int, Field(ge=0)]
-    fixture: str
-    fits_at_mib: PoolMib | None
-    fails_at_mib: PoolMib | None
-    fails_at_inferred: bool = False
-    trials: Annotated[int, Field(ge=0)]
-    requests_saved: int
-    stopped: Literal["error"] | None = None
-
-
-class ClosedEvent(_Event):
-    event: Literal["closed"]
-    after: str
-
-
-class DoneEvent(_Event):
-    event: Literal["done"]
-
-
-RunnerEvent = Annotated[InitEvent | RequestEvent | TrialEvent | BandEvent | ClosedEvent
-                        | DoneEvent, Field(discriminator="event")]
-_EVENT = TypeAdapter(RunnerEvent)
-EVENT_KINDS = ("init", "request", "trial", "band", "closed", "done")
+Measured = _model(protocol.Measures, {name: _figure(hint) for name, hint
+                                      in typing.get_type_hints(protocol.Measures).items()})
+_RESULT = {"wall_s": Seconds, "started_s": Seconds | None, "peak_mib": Mib | None,
+           "error": Text, "traceback": Text, "measured": Measured}
+_BOUNDS: dict[str, dict[str, Any]] = {
+    "init": {"wall_s": Seconds, "error": Text, "traceback": Text},
+    "request": {**_RESULT, "seed": Annotated[int, Field(ge=0, le=2**32 - 1)]},
+    "trial": {**_RESULT, "reference_count": Count, "limit_mib": PoolMib},
+    "band": {"reference_count": Count, "fits_at_mib": PoolMib | None,
+             "fails_at_mib": PoolMib | None, "trials": Count},
+    "closed": {},
+    "done": {},
+}
+MODELS = {kind: _model(shape, _BOUNDS[kind]) for kind, shape in protocol.EVENTS.items()}
+_EVENT = TypeAdapter(Annotated[typing.Union[tuple(MODELS.values())],  # noqa: UP007
+                               Field(discriminator="event")])
+EVENT_KINDS = tuple(protocol.EVENTS)
 
 
 def validated_event(event: object, path: Path) -> dict:
@@ -170,13 +134,6 @@ class RunnerEvents:
             except ValueError:
                 raise RunnerProtocolError(f"{self.path}: not a JSON line: {line[:200]!r}") from None
             self._queue.append(event)
-
-
-# What a runner's request result may carry beyond the protocol's own fields.
-RESULT_MEASURES = ("peak_allocated_mib", "start_allocated_mib", "kv_cache_bytes", "kv_cache_layers",
-             "kv_cache_layers_total", "prefix_tokens", "prompt_text_tokens", "max_rss_mib",
-             "host_peak_mib", "host_end_mib", "pinned_host_peak_mib", "process_mib",
-             "outside_pool_mib")
 
 
 def check_result(event: dict, planned: PlannedRequest, path: Path) -> None:

@@ -1,5 +1,5 @@
 """The Diffusers engine's streamed random build and its host-memory figures (diffusers_engine.py
-imports it from beside itself; like it, it imports the standard library, torch, accelerate,
+imports it; like it, it imports the standard library, torch, accelerate,
 transformers, diffusers and torchao only, never omniprobe).
 
 The build streams as a checkpoint's load does: the components one at a time in the order

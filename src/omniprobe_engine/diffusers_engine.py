@@ -4,15 +4,15 @@ component's class by name, the pipeline made from its components by keyword), wi
 snapshot's weights or with random weights from the committed configs (models/<model>/<variant>/
 <component>.json: each a "class" and its "config"). What one model family needs beyond that (a
 synthetic tokenizer's special tokens, the call's own arguments, the recorder of its KV cache) is
-its adapter's, in diffusers_adapters/ beside this file.
+its adapter's, in adapters/.
 
-Like the runner it runs inside the probe's Python, importing the standard library, torch,
+Like the runner it runs in the runner's Python, importing the standard library, torch,
 transformers and diffusers (torchao for an int8 DiT, accelerate for offload) only; never omniprobe.
 
 Random weights are true to capacity and say nothing of the output: the same shapes allocate the same bytes,
 so what fits, what OOMs, the peaks and the KV cache's size are the real model's, and the pictures
 mean nothing. The build streams as a checkpoint's load does, each component placed before the next
-is made (diffusers_build.py, beside this file, which also takes the host-memory figures).
+is made (diffusers_build.py, which also takes the host-memory figures).
 
 Tokenizers and processors have no downloadable files here: the adapter makes them synthetic, so
 token counts are those of a synthetic tokenizer.
@@ -25,8 +25,8 @@ import os
 import sys
 import time
 
-from diffusers_adapters import adapter_for
-from diffusers_build import (
+from omniprobe_engine.adapters import adapter_for
+from omniprobe_engine.diffusers_build import (
     MIB,
     HostSampler,
     build_streamed,
@@ -36,10 +36,9 @@ from diffusers_build import (
     pinned_mib,
     placed_host_figures,
 )
+from omniprobe_engine.images import open_reference, save_png
+from omniprobe_engine.protocol import POOL_LIMIT_ENV
 
-# A capacity-search trial's pool limit, published in the runner's own environment: on the CPU
-# there is no pool to cap, and a test double of the pipeline reads it there.
-POOL_LIMIT_ENV = "OMNIPROBE_POOL_LIMIT_MIB"
 OFFLOADS = ("none", "model-cpu", "group-leaf", "group-block")
 QUANTISED_BY = {"text_encoder": "quantize_text_encoder", "transformer": "quantize_dit"}
 
@@ -66,10 +65,10 @@ class DiffusersEngine:
     peak_source = "torch-reserved"  # max_memory_reserved over the request
     survives_failure = True  # unlike Omni.generate, a Diffusers pipeline is not closed by an OOM
 
-    def __init__(self, model: str, kwargs: dict, *, open_image, save_png):
+    def __init__(self, model: str, kwargs: dict):
         import torch
 
-        self.torch, self.open_image, self.save_png = torch, open_image, save_png
+        self.torch = torch
         profile, weights = kwargs["profile"], kwargs["weights"]
         self.profile = profile
         # The condition size, resolved by hosts.toml (the profile's, else its defaults'); none
@@ -192,7 +191,7 @@ class DiffusersEngine:
             torch.cuda.reset_peak_memory_stats()
             torch.cuda.reset_peak_host_memory_stats()
             start = round(torch.cuda.memory_allocated() / MIB, 1)
-        images = [self.open_image(path) for path in request["references"]]
+        images = [open_reference(path) for path in request["reference_paths"]]
         host = HostSampler()
         try:
             with host:
@@ -210,7 +209,7 @@ class DiffusersEngine:
                          "host_end_mib": host.end_mib,
                          "pinned_host_peak_mib": pinned_mib(torch, "allocated_bytes.peak"),
                          **self._outside_pool()}
-        self.save_png(out.images[0], request["output"])
+        save_png(out.images[0], request["output"])
         return self.last
 
     def set_pool_limit(self, limit_mib: int) -> None:

@@ -1,0 +1,271 @@
+"""Everything that crosses the process boundary between the harness and the runner, declared once.
+
+The harness writes the runner's work (a RequestSpec list, or a SearchSpec) as JSON files and
+reads back one JSON line per event (the *Event classes); `--versions` prints a VersionsAnswer.
+Both sides import these plain dataclasses: the runner builds its events from them, and the
+harness (omniprobe/harness/offline/runner_events.py) validates each line against a model made
+from the same fields, adding its bounds. A line with a field these classes lack is refused there.
+
+What an engine measures of one request is `Measures`. A request result keeps every figure
+(offline-requests.json); a capacity trial keeps TRIAL_CARRIES and drops TRIAL_DROPS, each drop
+with its reason; a test holds the two to cover Measures exactly.
+
+Standard library only: the runner imports it in the probe env, the Diffusers env and a GPU
+machine's own Python, none of which need have omniprobe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any, Literal
+
+# The emulation hook's (it stands alone in a server's processes, so it keeps the definition).
+from omniprobe_engine.emulation_site.sitecustomize import CAP_ENV
+
+__all__ = ["CAP_ENV"]  # re-exported: the runner and the harness read the cap's variable here
+
+# A capacity trial's pool limit, published in the runner's environment: on the CPU there is no
+# pool to cap, and a test double of the pipeline reads it there.
+POOL_LIMIT_ENV = "OMNIPROBE_POOL_LIMIT_MIB"
+
+# --- vLLM-Omni's offline engine (omni.py); omniprobe/protocol.py hands these to the upstream checks
+
+# The keywords the Omni engine passes OmniDiffusionSamplingParams, each the request's field.
+SAMPLING_PARAMS = ("height", "width", "seed", "num_inference_steps", "true_cfg_scale")
+# The request output's field it reads the diffusion worker's peak from.
+OUTPUT_PEAK = "peak_memory_mb"
+
+TRACEBACK_CHARS = 20000  # the tail of a traceback the runner keeps: the OOM and frames near it
+ERROR_CHARS = 2000  # the head of an exception's message it keeps
+
+InitOutcome = Literal["ready", "oom", "error"]
+ResultOutcome = Literal["ok", "oom", "error"]
+TrialOutcome = Literal["fit", "oom", "error"]  # the search's word for a result
+Phase = Literal["bracket", "bisect", "confirm"]
+
+
+# --- what the harness hands the runner ------------------------------------------------------------
+
+
+class SpecError(ValueError):
+    """A spec file's object that is not the protocol's: the fields it lacks or has too many of."""
+
+
+def _checked(shape: type, data: Any) -> dict:
+    """`data` if it has every required field of `shape` and no other; else SpecError."""
+    if not isinstance(data, dict):
+        raise SpecError(f"expected a JSON object ({shape.__name__}), got {type(data).__name__}")
+    names = [f.name for f in fields(shape)]
+    missing = [f.name for f in fields(shape) if f.name not in data
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise SpecError(f"lacks {', '.join(missing)}")
+    unknown = [key for key in data if key not in names]
+    if unknown:
+        raise SpecError(f"has {', '.join(map(str, unknown))}, which {shape.__name__} lacks")
+    return data
+
+
+@dataclass(frozen=True)
+class RequestSpec:
+    """One request: `reference_paths` are the reference images' files, in order."""
+
+    id: str
+    fixture: str
+    seed: int
+    prompt: str
+    width: int
+    height: int
+    reference_paths: list[str]
+    num_inference_steps: int
+    true_cfg_scale: float
+    output: str  # the PNG path the image goes to
+
+    @classmethod
+    def of(cls, data: Any) -> RequestSpec:
+        return cls(**_checked(cls, data))
+
+
+@dataclass(frozen=True)
+class KnownBand:
+    """A count searched already: it only bounds the next count's search."""
+
+    fits_at_mib: int | None
+    fails_at_mib: int | None
+
+
+@dataclass(frozen=True)
+class RecordedTrial:
+    """A resumed count's trial, replayed while the search asks for the same limits."""
+
+    limit_mib: int
+    outcome: TrialOutcome
+
+
+@dataclass(frozen=True)
+class SearchCount:
+    reference_count: int
+    request: RequestSpec
+    band: KnownBand | None = None
+    recorded: list[RecordedTrial] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, data: Any) -> SearchCount:
+        band = _checked(cls, data).get("band")
+        return cls(data["reference_count"], RequestSpec.of(data["request"]),
+                   None if band is None else KnownBand(**_checked(KnownBand, band)),
+                   [RecordedTrial(**_checked(RecordedTrial, t)) for t in data.get("recorded", [])])
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """A capacity search: the grid, the repeats, and the counts in ascending order."""
+
+    floor_mib: int
+    ceiling_mib: int
+    resolution_mib: int
+    repeats: int
+    counts: list[SearchCount]
+
+    @classmethod
+    def of(cls, data: Any) -> SearchSpec:
+        return cls(**{**_checked(cls, data),
+                      "counts": [SearchCount.of(c) for c in data["counts"]]})
+
+
+def as_json(spec: Any) -> dict:
+    """A spec or an event as the JSON object that carries it (an event's kind first, where a
+    log reader looks for it)."""
+    data = asdict(spec)
+    return {"event": data.pop("event"), **data} if "event" in data else data
+
+
+# --- what the runner measures and emits -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Measures:
+    """What an engine measured of one request beyond its peak (None: not measured here)."""
+
+    peak_allocated_mib: float | None = None
+    start_allocated_mib: float | None = None  # allocated when the request began
+    kv_cache_bytes: int | None = None
+    kv_cache_layers: int | None = None
+    kv_cache_layers_total: int | None = None
+    prefix_tokens: int | None = None
+    prompt_text_tokens: int | None = None
+    max_rss_mib: float | None = None
+    host_peak_mib: float | None = None
+    host_end_mib: float | None = None
+    pinned_host_peak_mib: float | None = None
+    process_mib: float | None = None  # NVML's figure for the runner
+    outside_pool_mib: float | None = None  # process_mib less torch's reserved pool
+
+    def figures(self) -> dict[str, float | int]:
+        """The figures measured, by name."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+MEASURES = tuple(f.name for f in fields(Measures))
+# A capacity trial keeps these of its Measures (capacity-trials.json)...
+TRIAL_CARRIES = ("peak_allocated_mib", "start_allocated_mib", "kv_cache_bytes", "max_rss_mib",
+                 "host_peak_mib", "host_end_mib", "pinned_host_peak_mib", "process_mib",
+                 "outside_pool_mib")
+# ...and drops these, each for its reason.
+TRIAL_DROPS = {
+    "kv_cache_layers": "the cache's shape is the count's, the same at every limit: "
+                       "probe-offline records it per request; a trial keeps its bytes",
+    "kv_cache_layers_total": "the pipeline's layer count, the same in every trial",
+    "prefix_tokens": "the same request at every limit of a count: probe-offline records it",
+    "prompt_text_tokens": "the same prompt at every limit of a count: probe-offline records it",
+}
+
+
+@dataclass(frozen=True)
+class InitEvent:
+    outcome: InitOutcome
+    wall_s: float
+    error: str | None = None
+    traceback: str | None = None
+    survives_failure: bool = False  # a failed request leaves the engine usable
+    facts: dict[str, Any] | None = None  # the build's figures (the harness's DiffusersBuild)
+    emulation: dict[str, Any] | None = None  # the cap this process runs under, and its hook
+    event: Literal["init"] = "init"
+
+
+@dataclass(frozen=True)
+class RequestEvent:
+    id: str
+    fixture: str
+    seed: int
+    outcome: ResultOutcome
+    wall_s: float
+    started_s: float | None = None  # seconds from the runner's start
+    image: str | None = None
+    peak_mib: float | None = None
+    peak_source: str | None = None  # which figure the peak is (the engine's peak_source)
+    error: str | None = None
+    traceback: str | None = None
+    measured: dict[str, float | int] = field(default_factory=dict)  # Measures.figures()
+    event: Literal["request"] = "request"
+
+
+@dataclass(frozen=True)
+class TrialEvent:
+    reference_count: int
+    fixture: str
+    limit_mib: int
+    phase: Phase
+    repeat: bool  # a repeat at a limit this count already tried
+    outcome: ResultOutcome
+    wall_s: float
+    started_s: float | None = None
+    peak_mib: float | None = None
+    peak_source: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    measured: dict[str, float | int] = field(default_factory=dict)
+    event: Literal["trial"] = "trial"
+
+
+@dataclass(frozen=True)
+class BandEvent:
+    reference_count: int
+    fixture: str
+    fits_at_mib: int | None  # A: it fit at every trial at or above
+    fails_at_mib: int | None  # B: it failed at every trial at or below
+    trials: int
+    requests_saved: int
+    fails_at_inferred: bool = False  # B is the bound handed in, not a trial of this count
+    stopped: Literal["error"] | None = None  # why no band: a trial errored
+    event: Literal["band"] = "band"
+
+
+@dataclass(frozen=True)
+class ClosedEvent:
+    after: str  # the request whose failure closed the engine
+    event: Literal["closed"] = "closed"
+
+
+@dataclass(frozen=True)
+class DoneEvent:
+    event: Literal["done"] = "done"
+
+
+EVENTS = {"init": InitEvent, "request": RequestEvent, "trial": TrialEvent, "band": BandEvent,
+          "closed": ClosedEvent, "done": DoneEvent}
+
+
+# --- `--versions` -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VersionsAnswer:
+    """What the runner's Python runs on; asked about Diffusers profiles and a random build, the
+    profiles its engine would refuse (in its words) and each weighted component's parameters."""
+
+    packages: dict[str, str | None]
+    python: str
+    cuda_visible_devices: str | None
+    refusals: dict[str, str] | None = None
+    parameters: dict[str, int] | None = None

@@ -1,0 +1,335 @@
+"""The offline runner: builds one engine (vLLM-Omni's `Omni(...)` from a kwarg set, or a Diffusers
+pipeline from a profile) and runs the work it is given, writing one JSON event per step.
+
+It runs in its own interpreter (the probe env, the Diffusers env, or a GPU machine's own Python),
+started as `python -m omniprobe_engine` or through launch.py's folder, with the standard library
+only at import time: torch, diffusers and vllm_omni are imported when the engine is built, and
+omniprobe never. The simulated host runs the same protocol through `python -m omniprobe.sim
+offline`, which calls `main` with an engine of its own.
+
+    python -m omniprobe_engine [--engine omni|diffusers] --model PATH
+                               (--kwargs JSON | --kwargs-file FILE)
+                               (--requests FILE | --search FILE) --results FILE
+    python -m omniprobe_engine --versions [ASKED.json]
+
+The requests file is {"requests": [RequestSpec, ...]}, the search file a SearchSpec; the results
+file gets the events, JSON lines each flushed as it happens (and echoed to stdout): protocol.py
+declares them all. A request run writes init, then a request event per request, then done; a
+search writes init, then per count each trial it ran and its band, then done.
+
+After a failed init nothing else is written and the exit status is 1. Whether a failed request
+ends the runner is the engine's `survives_failure`: upstream's `Omni.generate` shuts its engine
+down on any exception and re-raises, so the runner writes "closed" after that request's result
+and exits 0 and the harness gives the requests left a fresh runner; a Diffusers pipeline survives
+an OOM, so the runner has the engine undo what the request left (`recover`) and goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from omniprobe_engine.protocol import (
+    CAP_ENV,
+    ERROR_CHARS,
+    TRACEBACK_CHARS,
+    BandEvent,
+    ClosedEvent,
+    DoneEvent,
+    InitEvent,
+    Measures,
+    RequestEvent,
+    RequestSpec,
+    SearchCount,
+    SearchSpec,
+    SpecError,
+    TrialEvent,
+    VersionsAnswer,
+    as_json,
+)
+from omniprobe_engine.search import FIT, Grid, next_guess_mib, requests_saved, search
+
+
+class Engine(Protocol):
+    peak_source: str  # which figure generate's peak is (OfflineRequest.peak_source)
+    survives_failure: bool  # a failed request leaves the engine usable (else it is closed)
+
+    def generate(self, request: dict) -> float | dict | None:
+        """Generate one request, write its image to request["output"], return the peak MiB the
+        engine reports for it (None: none reported), or a dict of what it measured with the peak
+        as "peak_mib". Raising closes the engine for good unless it survives failures."""
+
+
+def emulation_state() -> dict | None:
+    """The emulation cap this process runs under and whether the hook that imposes it loaded."""
+    cap = os.environ.get(CAP_ENV)
+    if cap is None:
+        return None
+    hook = sys.modules.get("sitecustomize")
+    where = getattr(hook, "__file__", "") or ""
+    return {"cap_mib": int(cap) if cap.isdigit() else None,
+            "hook_loaded": os.path.basename(os.path.dirname(where)) == "emulation_site"}
+
+
+def is_oom(exc: BaseException) -> bool:
+    return type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in str(exc)
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    message = f"{type(exc).__name__}: {exc}"
+    return {"outcome": "oom" if is_oom(exc) else "error", "error": message[:ERROR_CHARS],
+            "traceback": traceback.format_exc()[-TRACEBACK_CHARS:]}
+
+
+class Results:
+    """The results file, one JSON line per event, echoed to stdout for the log. Each line is
+    appended and closed at once, so the harness sees it while the next request runs."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def emit(self, event: Any) -> None:
+        line = json.dumps(as_json(event))
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(line + "\n")
+        print(line, flush=True)
+
+
+def _seconds(since: float, digits: int = 3) -> float:
+    return round(time.monotonic() - since, digits)
+
+
+def _built(make_engine: Callable[[], Engine], results: Results, t0: float) -> Engine | None:
+    """The engine, its init event written; None when the build failed (its event says how)."""
+    try:
+        engine = make_engine()
+    except Exception as exc:
+        results.emit(InitEvent(wall_s=_seconds(t0), **failure(exc)))
+        return None
+    results.emit(InitEvent(
+        outcome="ready", wall_s=_seconds(t0),
+        survives_failure=bool(getattr(engine, "survives_failure", False)),
+        facts=engine.facts() if hasattr(engine, "facts") else None, emulation=emulation_state()))
+    return engine
+
+
+def _measured(engine: Engine, result: float | dict | None) -> dict[str, Any]:
+    """An engine's result as the peak, its source and the other figures (Measures: a figure no
+    field declares is the engine's error, raised here rather than lost)."""
+    figures = dict(result) if isinstance(result, dict) else {"peak_mib": result}
+    peak = figures.pop("peak_mib", None)
+    return {"peak_mib": peak, "peak_source": None if peak is None else engine.peak_source,
+            "measured": Measures(**figures).figures()}
+
+
+def _attempt(engine: Engine, request: dict, survives: bool) -> dict[str, Any]:
+    """Generate one request: its outcome, error and figures (a failure's too, where the engine
+    survives it and kept what it measured up to it)."""
+    try:
+        result = engine.generate(request)
+    except Exception as exc:
+        kept = getattr(engine, "last", None) if survives else None
+        return {**failure(exc), **_measured(engine, kept)}
+    return {"outcome": "ok", **_measured(engine, result)}
+
+
+def run(make_engine: Callable[[], Engine], requests: list[RequestSpec], results: Results) -> int:
+    """Build the engine, then generate the requests in order, one event each, until one fails."""
+    t0 = time.monotonic()
+    engine = _built(make_engine, results, t0)
+    if engine is None:
+        return 1
+    survives = bool(getattr(engine, "survives_failure", False))
+    for request in requests:
+        started = time.monotonic()
+        done = _attempt(engine, as_json(request), survives)
+        ok = done["outcome"] == "ok"
+        results.emit(RequestEvent(id=request.id, fixture=request.fixture, seed=request.seed,
+                                  started_s=round(started - t0, 3), wall_s=_seconds(started, 4),
+                                  image=request.output if ok else None, **done))
+        if not ok:
+            if not survives:
+                results.emit(ClosedEvent(after=request.id))
+                return 0
+            # Out of the except block: the exception's frames no longer hold the request's tensors.
+            engine.recover()
+    results.emit(DoneEvent())
+    return 0
+
+
+def run_search(make_engine: Callable[[], Engine], spec: SearchSpec, results: Results) -> int:
+    """Build the engine once, then bisect each count's pool limit (`--search`), the band of one
+    count bounding the next's search."""
+    t0 = time.monotonic()
+    engine = _built(make_engine, results, t0)
+    if engine is None:
+        return 1
+    grid = Grid(spec.floor_mib, spec.ceiling_mib, spec.resolution_mib)
+    found: list[int] = []
+    known_fail = None
+    for count in spec.counts:
+        band = count.band
+        if band is None:
+            guess = next_guess_mib(found, grid.resolution_mib)
+            run_trial = _trial_runner(engine, count, results, t0)
+            band = search(run_trial, grid, spec.repeats, known_fail_mib=known_fail,
+                          first_guess_mib=guess)
+            results.emit(BandEvent(
+                reference_count=count.reference_count, fixture=count.request.fixture,
+                fits_at_mib=band.fits_at_mib, fails_at_mib=band.fails_at_mib,
+                fails_at_inferred=band.fails_at_inferred, trials=len(band.trials),
+                requests_saved=requests_saved(grid, spec.repeats, band, known_fail, guess),
+                stopped=band.stopped))
+        if band.fits_at_mib is not None:
+            found.append(band.fits_at_mib)
+        if band.fails_at_mib is not None:
+            known_fail = band.fails_at_mib
+    results.emit(DoneEvent())
+    return 0
+
+
+def _trial_runner(engine: Engine, count: SearchCount, results: Results,
+                  t0: float) -> Callable[[int, str, bool], str]:
+    """One count's trials: each sets the pool limit, generates the request and writes its event;
+    a resumed count's recorded trials answer first, while they match what the search asks."""
+    recorded = list(count.recorded)
+    request = as_json(count.request)
+
+    def trial(limit_mib: int, phase: str, repeat: bool) -> str:
+        if recorded:
+            if recorded[0].limit_mib == limit_mib:
+                return recorded.pop(0).outcome
+            recorded.clear()  # the search went elsewhere: run from here on
+        engine.set_pool_limit(limit_mib)
+        started = time.monotonic()
+        done = _attempt(engine, request, survives=True)
+        results.emit(TrialEvent(reference_count=count.reference_count,
+                                fixture=count.request.fixture, limit_mib=limit_mib, phase=phase,
+                                repeat=repeat, started_s=round(started - t0, 3),
+                                wall_s=_seconds(started, 4), **done))
+        if done["outcome"] != "ok":
+            engine.recover()  # out of the except block: its frames no longer hold the tensors
+        return FIT if done["outcome"] == "ok" else done["outcome"]
+
+    return trial
+
+
+def omni_engine(model: str, kwargs: dict) -> Engine:
+    from omniprobe_engine.omni import OmniEngine
+
+    return OmniEngine(model, kwargs)
+
+
+def diffusers_engine(model: str, kwargs: dict) -> Engine:
+    from omniprobe_engine.diffusers_engine import DiffusersEngine
+
+    return DiffusersEngine(model, kwargs)
+
+
+ENGINES: dict[str, Callable[[str, dict], Engine]] = {
+    "omni": omni_engine,
+    "diffusers": diffusers_engine,
+}
+
+
+def print_versions(asked_file: str | None = None) -> int:
+    """The engine's facts; with a JSON file of Diffusers profiles by name (`profiles`) and a
+    random build's components (`components`: each one's class and config), also the profiles it
+    would refuse here, in its own words, and each weighted component's parameters, counted on
+    the meta device."""
+    from omniprobe_engine.diffusers_engine import asked_facts, environment_facts
+
+    facts = environment_facts()
+    if asked_file is not None:
+        with open(asked_file, encoding="utf-8") as handle:
+            asked = json.load(handle)
+        facts.update(asked_facts(asked.get("profiles") or {}, asked.get("components")))
+    print(json.dumps(as_json(VersionsAnswer(**facts))))
+    return 0
+
+
+def build_parser(prog: str = "python -m omniprobe_engine") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--engine", choices=sorted(ENGINES), default="omni",
+                        help="the engine to build (default: vLLM-Omni's Omni)")
+    parser.add_argument("--model", required=True, help="model path or repo id")
+    kwargs = parser.add_mutually_exclusive_group(required=True)
+    kwargs.add_argument("--kwargs", help="Omni(...) keyword arguments as a JSON object")
+    kwargs.add_argument("--kwargs-file", help="file holding the JSON object")
+    work = parser.add_mutually_exclusive_group(required=True)
+    work.add_argument("--requests", help="JSON file of the requests")
+    work.add_argument("--search", help="JSON file of a capacity search (protocol.SearchSpec)")
+    parser.add_argument("--results", required=True, help="JSON-lines file the results go to")
+    return parser
+
+
+class UsageError(ValueError):
+    pass
+
+
+def _read_json(text: str, where: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{where}: not valid JSON: {exc}") from None
+
+
+def _read_file(path: str) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return _read_json(handle.read(), path)
+
+
+def _spec(make: Callable[[Any], Any], data: Any, where: str) -> Any:
+    """`data` as the protocol's spec, or UsageError naming what it lacks or has too many of."""
+    try:
+        return make(data)
+    except SpecError as exc:
+        raise UsageError(f"{where} {exc}") from None
+
+
+def load_inputs(args: argparse.Namespace) -> tuple[dict, list[RequestSpec] | SearchSpec]:
+    """The kwargs and the requests (or the search); UsageError naming the file or option that
+    is wrong."""
+    if args.kwargs_file:
+        kwargs, where = _read_file(args.kwargs_file), args.kwargs_file
+    else:
+        kwargs, where = _read_json(args.kwargs, "--kwargs"), "--kwargs"
+    if not isinstance(kwargs, dict):
+        raise UsageError(f"{where}: expected a JSON object of Omni(...) keyword arguments")
+    if "model" in kwargs:
+        raise UsageError(f"{where}: 'model' is given with --model, not in the kwargs")
+    if args.search:
+        spec = _read_file(args.search)
+        if not isinstance(spec, dict) or not isinstance(spec.get("counts"), list):
+            raise UsageError(f"{args.search}: expected {{\"counts\": [...], ...}}")
+        return kwargs, _spec(SearchSpec.of, spec, f"{args.search}:")
+    spec = _read_file(args.requests)
+    requests = spec.get("requests") if isinstance(spec, dict) else None
+    if not isinstance(requests, list):
+        raise UsageError(f"{args.requests}: expected {{\"requests\": [...]}}")
+    return kwargs, [_spec(RequestSpec.of, r, f"{args.requests}: requests[{i}]")
+                    for i, r in enumerate(requests)]
+
+
+def main(argv: list[str] | None = None, engine: Callable[[str, dict], Engine] | None = None,
+         prog: str = "python -m omniprobe_engine") -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--versions"] and len(argv) <= 2:
+        return print_versions(*argv[1:])
+    args = build_parser(prog).parse_args(argv)
+    engine = engine or ENGINES[args.engine]
+    try:
+        kwargs, work = load_inputs(args)
+    except (OSError, UsageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    make = lambda: engine(args.model, kwargs)  # noqa: E731
+    if args.search:
+        return run_search(make, work, Results(args.results))
+    return run(make, work, Results(args.results))
