@@ -607,6 +607,20 @@ def test_the_capacity_search_bands_every_count_in_one_runner_and_resumes_nothing
     assert code == 0 and "searched already" in out, out
     _, [again] = attempts(project)
     assert len(again.capacity_trials) == before
+    # Another profile setting or grid: the attempt's bands would mean two things, so the resume
+    # is refused, naming each difference, before any runner starts; the evidence stays as it was.
+    recorded = {p: p.read_bytes() for p in (project.evidence_dir / HOST).rglob("*") if p.is_file()}
+    hosts = project.hosts_file.read_text()
+    block = hosts[hosts.index("[diffusers_profiles.tiny-cpu]"):]
+    project.hosts_file.write_text(hosts.replace(block, block.replace(
+        "use_kv_cache = true", "use_kv_cache = false", 1)))
+    code, out = capacity(project, "--resolution-mib", "512")
+    assert code == 3, out
+    assert "tiny-cpu: use_kv_cache: True -> False" in out, out
+    assert "tiny-cpu: search resolution_mib: 256 -> 512" in out, out
+    assert "--fresh" in out and "starting the runner" not in out, out
+    assert {p: p.read_bytes() for p in (project.evidence_dir / HOST).rglob("*")
+            if p.is_file()} == recorded
 
 
 @pytest.mark.parametrize("flags, field", [

@@ -16,6 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 FIT, OOM, ERROR = "fit", "oom", "error"
+# The rule's version, recorded with every search: a change of the rule (how it brackets,
+# bisects or confirms) raises it, so a search it would not have run the same way is not resumed.
+RULE_VERSION = 1
 
 
 class SearchError(ValueError):

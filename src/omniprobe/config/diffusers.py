@@ -127,6 +127,28 @@ class DiffusersProfile(_Input):
         return any(getattr(self, key) is not None for key in SAMPLING_KEYS)
 
 
+# A profile's words about itself: they change nothing the engine builds or runs.
+PROSE_KEYS = ("description", "chosen_by_omniprobe", "seed_says")
+
+
+def _resolved(settings: dict) -> dict:
+    """A profile's settings as today's model reads them (an old offload value migrated, a
+    setting added since at its default); as recorded where they no longer validate."""
+    try:
+        return DiffusersProfile.model_validate(settings).model_dump(mode="json")
+    except ValidationError:
+        return dict(settings)
+
+
+def profile_differences(recorded: dict, current: dict) -> list[str]:
+    """Each setting of a profile that differs between an attempt's record of it and hosts.toml
+    now, as `key: recorded -> now`, both read as today's model reads them; its words aside."""
+    before, now = _resolved(recorded), _resolved(current)
+    return [f"{key}: {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
+            for key in sorted(set(before) | set(now))
+            if key not in PROSE_KEYS and before.get(key) != now.get(key)]
+
+
 def offload_setting_problems(offload: str, use_stream: bool, low_cpu_mem_usage: bool,
                              record_stream: bool) -> list[str]:
     """What is wrong with a profile's stream settings for its offload mode (apply_group_offloading

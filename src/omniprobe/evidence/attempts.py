@@ -20,6 +20,7 @@ from typing import TypeVar
 
 from omniprobe import __version__
 from omniprobe.atomic import is_temp_file, write_text_atomic
+from omniprobe.config.diffusers import profile_differences
 from omniprobe.config.host_entry import Host
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_file
@@ -53,6 +54,15 @@ class AttemptBusy(Refusal):
 
 class SettingsChanged(Refusal):
     """A profile resumed under settings other than those its attempt recorded."""
+
+    @classmethod
+    def of(cls, attempt: str, changes: dict[str, list[str]]) -> SettingsChanged:
+        """The refusal naming, per profile, each setting that differs."""
+        lines = [f"  {profile}: {change}" for profile, found in changes.items() for change in found]
+        return cls(f"attempt {attempt} ran Diffusers profile(s) {', '.join(map(repr, changes))} "
+                   "under other settings than it would run now:\n" + "\n".join(lines)
+                   + "\nits records would mean two things: start a new attempt (--fresh), or put "
+                     "the settings back")
 
 
 MAX_PER_SECOND = 999
@@ -161,10 +171,10 @@ class AttemptStore:
             return run  # nothing to record yet: an attempt that runs nothing stays empty
         if found is None or (found.settings is None and run.settings is not None):
             self.put_offline_run(run if found is None else replaced(found, settings=run.settings))
-        elif run.settings is not None and found.settings != run.settings:
-            raise SettingsChanged(
-                f"attempt {self.meta.id} ran Diffusers profile {run.configuration!r} under other "
-                f"settings than hosts.toml holds now; start a new attempt (--fresh)")
+        elif run.settings is not None and found.settings is not None:
+            changed = profile_differences(found.settings, run.settings)
+            if changed:
+                raise SettingsChanged.of(self.meta.id, {run.configuration: changed})
         return self.offline_run(run.configuration)
 
     def put_offline_run(self, run: OfflineRun) -> None:

@@ -109,7 +109,17 @@ class SearchSettings(EvidenceModel):
     ceiling_mib: int = Field(gt=0, le=MAX_MIB)
     resolution_mib: int = Field(gt=0, le=MAX_MIB)
     repeats: int = Field(ge=0, description="Trials beyond the first at each side of a band.")
+    rule: int = Field(default=1, ge=1, description="The version of the search's rule it ran "
+                                                   "(omniprobe_engine/search.py RULE_VERSION); "
+                                                   "a search recorded before it said ran 1.")
     chosen_by: Literal["omniprobe", "command line"] = "omniprobe"
+
+    def differences(self, now: SearchSettings) -> list[str]:
+        """Each setting that differs from `now`, as `key: recorded -> now` (who chose them
+        aside: the same grid is the same search)."""
+        return [f"search {key}: {getattr(self, key)!r} -> {getattr(now, key)!r}"
+                for key in type(self).model_fields
+                if key != "chosen_by" and getattr(self, key) != getattr(now, key)]
 
     @model_validator(mode="after")
     def _a_grid(self):

@@ -3,9 +3,9 @@ the pipeline once and bisects each reference count's pool limit (the runner's `-
 rule in omniprobe_engine/search.py); every trial a CapacityTrial in capacity-trials.json as it
 arrives, every profile a ProfileSearch in capacity.json with its bands.
 
-The runner is supervised, sampled and recorded as probe-offline's (harness/offline/probe.py's
-`_running`); a resumed attempt hands the runner the bands it holds and the trials of the count
-in progress, which the search replays before it runs anything new.
+The runner lives as probe-offline's does (runner_lifetime.py: started, capped, sampled,
+stopped); a resumed attempt hands it the bands it holds and the trials of the count in progress,
+which the search replays before it runs anything new.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from omniprobe.evidence.models.offline import INIT_FAILED
 from omniprobe.harness.common.progress import Progress
 from omniprobe.harness.offline.matrix import OfflineEntry
 from omniprobe.harness.offline.plan import PlannedRequest
-from omniprobe.harness.offline.probe import OfflineProbe
 from omniprobe.harness.offline.runner_events import RunnerProtocolError, protocol_broken
+from omniprobe.harness.offline.runner_lifetime import RunnerSupervisor
 from omniprobe.harness.offline.state import EntryState
 from omniprobe.redaction import redact_text
 from omniprobe_engine.protocol import (
@@ -51,13 +51,18 @@ class SearchPlan:
     fixtures: dict[int, Fixture]  # reference count -> the fixture its trials run
 
 
-class CapacityProbe(OfflineProbe):
+class CapacityProbe:
     """Runs the search of each profile; what it records lives in the attempt store."""
+
+    def __init__(self, runner: RunnerSupervisor):
+        self.runner, self.store, self.out = runner, runner.store, runner.out
+        self.unfinished: list[str] = []
+        self.environment_failures: list[str] = []  # the search records a failed build instead
 
     def search(self, entries: list[OfflineEntry], plan: SearchPlan) -> None:
         counts = sorted(plan.fixtures)
         progress = Progress(len(entries) * len(counts), self.out)
-        progress.say(f"probe-capacity on {self.host_name}: {len(entries)} profile(s) x "
+        progress.say(f"probe-capacity on {self.runner.host_name}: {len(entries)} profile(s) x "
                      f"{len(counts)} reference count(s), pool limits "
                      f"{plan.settings.floor_mib:,}-{plan.settings.ceiling_mib:,} MiB every "
                      f"{plan.settings.resolution_mib} MiB, {plan.settings.repeats} repeat(s) at "
@@ -77,8 +82,8 @@ class CapacityProbe(OfflineProbe):
 
     def _profile(self, label: str, entry: OfflineEntry, plan: SearchPlan,
                  progress: Progress) -> None:
-        steps, guidance, _ = entry.sampling(self.suite.sampling)
-        seed = (entry.seeds or tuple(self.suite.sampling.seeds))[0]
+        steps, guidance, _ = entry.sampling(self.runner.suite.sampling)
+        seed = (entry.seeds or tuple(self.runner.suite.sampling.seeds))[0]
         earlier = self._search_of(entry.name)
         search = earlier or ProfileSearch(
             profile=entry.name, settings=entry.kwargs["profile"], search=plan.settings,
@@ -92,10 +97,10 @@ class CapacityProbe(OfflineProbe):
         folder = self.store.artifacts / entry.name / f"capacity-runner-{index + 1}"
         folder.mkdir(parents=True)
         spec = self._search_spec(entry, plan, seed, search, folder)
-        args = self.runner_args(entry, folder, "search", spec)
+        args = self.runner.runner_args(entry, folder, "search", spec)
         gpu_s = search.gpu_s or 0.0
         try:
-            with self._running(label, entry, index, folder, args, state, progress) as running:
+            with self.runner.running(label, entry, index, folder, args, state, progress) as running:
                 if running is not None:
                     search = self._events(entry.name, plan, running, index, label, progress,
                                           search, gpu_s)
@@ -116,7 +121,7 @@ class CapacityProbe(OfflineProbe):
         """The runner's events until it is done, each recorded as it arrives."""
         runner, events = running[0], running[1]
         while True:
-            event, why = self._next(runner, events, self.settings.request_timeout_s)
+            event, why = self.runner.next_event(runner, events, self.runner.settings.request_timeout_s)
             if event is None and why == "exited 0":
                 raise RunnerProtocolError(f"{events.path}: the runner exited 0 before its 'done' "
                                           "event: expected a band for every count it was given; "
@@ -126,7 +131,7 @@ class CapacityProbe(OfflineProbe):
                                        "re-run to resume it")
                 return search
             if event["event"] == "done":
-                runner.wait_exit(self.settings.grace_s)
+                runner.wait_exit(self.runner.settings.grace_s)
                 return search
             if event["event"] == "trial":
                 self._trial(profile, plan, event, index, label, progress)
@@ -162,7 +167,7 @@ class CapacityProbe(OfflineProbe):
         counts = []
         bands = {b.reference_count: b for b in search.bands}
         for refs, fixture in sorted(plan.fixtures.items()):
-            request = self.request_spec(entry, PlannedRequest(fixture, seed), folder / "trial.png")
+            request = self.runner.request_spec(entry, PlannedRequest(fixture, seed), folder / "trial.png")
             band = bands.get(refs)
             counts.append(SearchCount(
                 reference_count=refs, request=request,
@@ -181,7 +186,7 @@ class CapacityProbe(OfflineProbe):
         if fixture is None or event.get("fixture") != fixture.id:
             raise RunnerProtocolError(f"a trial for {refs!r} reference(s), fixture "
                                       f"{event.get('fixture')!r}: not one this search asked for")
-        trial = trial_record(profile, fixture, event, index, self.model_code)
+        trial = trial_record(profile, fixture, event, index, self.runner.model_code)
         self.store.add_trial(trial)
         peak = f", peak {trial.peak_mib:,.0f} MiB" if trial.peak_mib is not None else ""
         progress.say(f"[{label}] {refs} ref(s) at {trial.limit_mib:,} MiB"

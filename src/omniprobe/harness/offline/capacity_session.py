@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TextIO
 
+from omniprobe.config.diffusers import profile_differences
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host
 from omniprobe.errors import InputError, Problem
-from omniprobe.evidence.attempts import AttemptStore, open_probe_attempt
+from omniprobe.evidence.attempts import AttemptStore, SettingsChanged, open_probe_attempt
 from omniprobe.evidence.models.capacity import SearchSettings
 from omniprobe.harness.common.lifetime import ReaderFactory
 from omniprobe.harness.common.options import (
@@ -25,9 +26,10 @@ from omniprobe.harness.common.plan import settled_line
 from omniprobe.harness.common.selection import PlanError
 from omniprobe.harness.common.session import Context, close_attempt, run_session
 from omniprobe.harness.offline.capacity import ATTEMPT_SUFFIX, CapacityProbe, SearchPlan
+from omniprobe.harness.offline.matrix import OfflineEntry
 from omniprobe.harness.offline.plan import OfflineSettings
 from omniprobe.harness.offline.session import OfflineSession
-from omniprobe_engine.search import Grid, SearchError
+from omniprobe_engine.search import RULE_VERSION, Grid, SearchError
 
 
 class NotASearchHost(PlanError):
@@ -55,7 +57,7 @@ def search_settings(options: CapacityOptions) -> SearchSettings:
                  for k in ("floor_mib", "ceiling_mib", "resolution_mib", "repeats"))
     return SearchSettings(floor_mib=options.floor_mib, ceiling_mib=options.ceiling_mib,
                           resolution_mib=options.resolution_mib, repeats=options.repeats,
-                          chosen_by="omniprobe" if chosen else "command line")
+                          rule=RULE_VERSION, chosen_by="omniprobe" if chosen else "command line")
 
 
 class CapacitySession(OfflineSession):
@@ -103,12 +105,29 @@ class CapacitySession(OfflineSession):
 
     def run(self, ctx: Context, store: AttemptStore) -> int:
         out = ctx.out
+        refuse_changed_settings(store, self.entries, self.search_plan.settings)
         print(f"attempt {store.meta.id} ({self.attempt_reason})", file=out)
-        probe = self.probe(ctx, store, CapacityProbe)
+        probe = CapacityProbe(self.supervisor(ctx, store))
         probe.search(self.entries, self.search_plan)
         close_attempt(ctx, store, probe.unfinished, probe.environment_failures, "profiles", out)
         print(settled_line(probe.unfinished), file=out)
         return 1 if probe.unfinished else 0
+
+
+def refuse_changed_settings(store: AttemptStore, entries: list[OfflineEntry],
+                            search: SearchSettings) -> None:
+    """The resume rule, before any runner starts: a profile searched under other profile or
+    search settings than it would run with now is refused, naming each difference."""
+    changes = {}
+    for entry in entries:
+        done = next((s for s in store.capacity if s.profile == entry.name), None)
+        if done is not None:
+            found = (profile_differences(done.settings, entry.kwargs["profile"])
+                     + done.search.differences(search))
+            if found:
+                changes[entry.name] = found
+    if changes:
+        raise SettingsChanged.of(store.meta.id, changes)
 
 
 def run_capacity(project: Project, options: CapacityOptions, *, command: list[str],

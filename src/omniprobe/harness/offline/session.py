@@ -32,6 +32,7 @@ from omniprobe.harness.offline.plan import (
     host_ram_mib,
 )
 from omniprobe.harness.offline.probe import ATTEMPT_SUFFIX, OfflineProbe
+from omniprobe.harness.offline.runner_lifetime import RunnerSupervisor
 from omniprobe.harness.offline.state import init_failure
 
 
@@ -106,7 +107,7 @@ class OfflineSession(Session):
         print(f"attempt {store.meta.id} ({self.attempt_reason})", file=out)
         for line in self.refused:
             print(f"refused: {line}", file=out)
-        probe = self.probe(ctx, store, OfflineProbe)
+        probe = OfflineProbe(self.supervisor(ctx, store))
         probe.run(self.entries, self.plans)
         if not self.options.accept_timeouts:  # no answer of the card's: a re-run sends it again
             probe.unfinished += [f"{r.configuration}: {r.fixture} seed {r.seed} timed out, not "
@@ -126,11 +127,12 @@ class OfflineSession(Session):
         print(settled_line(probe.unfinished), file=out)
         return 1 if probe.unfinished else 0
 
-    def probe(self, ctx: Context, store: AttemptStore, kind: type[OfflineProbe]) -> OfflineProbe:
-        """The runner supervision of this session's attempt, sampled on the chosen GPU."""
-        return kind(ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.host_name, store,
-                    self.settings, self.runner, out=ctx.out,
-                    readers=self.readers or default_readers(ctx.host, self.options.gpu_index))
+    def supervisor(self, ctx: Context, store: AttemptStore) -> RunnerSupervisor:
+        """The runner lifetimes of this session's attempt, sampled on the chosen GPU."""
+        return RunnerSupervisor(
+            ctx.cfg, ctx.suite, ctx.project.fixtures_file.parent, ctx.host_name, store,
+            self.settings, self.runner, out=ctx.out,
+            readers=self.readers or default_readers(ctx.host, self.options.gpu_index))
 
     def close(self) -> None:
         """Nothing beyond the attempt: each record is written as it is made."""
