@@ -210,7 +210,7 @@ def test_the_tiny_pipeline_runs_end_to_end_and_records_capacity_only(project):
 
 
 def test_a_second_family_runs_through_the_same_engine_from_its_configs_and_adapter(project):
-    """FLUX.2 [klein] at a tiny size (models/flux2-klein/tiny, diffusers_adapters/flux2klein.py,
+    """FLUX.2 [klein] at a tiny size (models/flux2-klein/tiny, omniprobe_engine/adapters/flux2klein.py,
     its hosts.toml entries): the same offline path builds Flux2KleinPipeline from its configs'
     classes and runs every fixture, its references handed over as a list."""
     code, out = in_process(project, ["probe-offline", "--host", KLEIN_HOST])

@@ -3,8 +3,9 @@
 component's class by name, the pipeline made from its components by keyword), with the pinned
 snapshot's weights or with random weights from the committed configs (models/<model>/<variant>/
 <component>.json: each a "class" and its "config"). What one model family needs beyond that (a
-synthetic tokenizer's special tokens, the call's own arguments, the recorder of its KV cache) is
-its adapter's, in adapters/.
+synthetic tokenizer's special tokens, the call's own arguments, the recorder of its KV cache, what
+its capabilities refuse, what a failed request leaves) is its adapter's: an instance of a
+`DiffusersAdapter` subclass in adapters/.
 
 Like the runner it runs in the runner's Python, importing the standard library, torch,
 transformers and diffusers (torchao for an int8 DiT, accelerate for offload) only; never omniprobe.
@@ -26,6 +27,7 @@ import sys
 import time
 
 from omniprobe_engine.adapters import adapter_for
+from omniprobe_engine.adapters.base import OFFLOADS
 from omniprobe_engine.diffusers_build import (
     MIB,
     HostSampler,
@@ -39,7 +41,6 @@ from omniprobe_engine.diffusers_build import (
 from omniprobe_engine.images import open_reference, save_png
 from omniprobe_engine.protocol import POOL_LIMIT_ENV
 
-OFFLOADS = ("none", "model-cpu", "group-leaf", "group-block")
 QUANTISED_BY = {"text_encoder": "quantize_text_encoder", "transformer": "quantize_dit"}
 
 
@@ -132,7 +133,7 @@ class DiffusersEngine:
         for name in sorted(set(components) - set(parts)):
             parts[name] = self.adapter.unweighted(name, components[name]["class"],
                                                   components[name]["config"])
-        scheduler = getattr(diffusers, self.adapter.SCHEDULER)()
+        scheduler = getattr(diffusers, self.adapter.scheduler)()
         return pipeline(scheduler=scheduler, **parts)
 
     def _weighted(self) -> list[str]:
@@ -246,12 +247,13 @@ class DiffusersEngine:
     def recover(self) -> None:
         """After a failed request (called once its exception and traceback are gone): put the
         offloaded models back where the profile keeps them, release what the request held,
-        keep the pipeline."""
+        keep the pipeline; then what the adapter knows its family's pipeline leaves."""
         if self.profile.get("offload") == "model-cpu":
             self.pipe.maybe_free_model_hooks()
         gc.collect()
         if self.device == "cuda":
             self.torch.cuda.empty_cache()
+        self.adapter.recover(self.pipe)
 
 
 def process_gpu_mib() -> float | None:

@@ -4,10 +4,9 @@ takes reference images as a list (`image=`) and keeps no cache between its steps
 
 from __future__ import annotations
 
+from .base import DiffusersAdapter
 from .synthetic_tokenizer import synthetic_tokenizer
 
-PIPELINES = ("Flux2KleinPipeline",)
-SCHEDULER = "FlowMatchEulerDiscreteScheduler"
 # Qwen3's special tokens at their real ids: the pipeline's chat template uses these.
 SPECIAL_TOKENS = {"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
                   "<think>": 151667, "</think>": 151668}
@@ -19,24 +18,6 @@ _CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['con
                   "\n\n{% endif %}{% endif %}")
 
 
-def unweighted(name: str, class_name: str, config: dict):
-    if name != "tokenizer":
-        raise ValueError(f"component {name!r} ({class_name}): Flux2KleinPipeline's adapter "
-                         "makes only its tokenizer")
-    return synthetic_tokenizer(SPECIAL_TOKENS, pad="<|endoftext|>", eos="<|im_end|>",
-                               chat_template=_CHAT_TEMPLATE)
-
-
-def refusal(profile: dict) -> str | None:
-    """The profile settings this pipeline has no counterpart of."""
-    if profile.get("use_kv_cache"):
-        return "use_kv_cache = true: Flux2KleinPipeline has no conditioning KV cache"
-    if profile.get("output_resolution") is not None:
-        return ("output_resolution: Flux2KleinPipeline sizes condition images itself (up to "
-                "1024² pixels), it takes no output_resolution")
-    return None
-
-
 def text_encoder_layers(layers: int) -> tuple[int, int, int]:
     """The hidden states the prompt embedding stacks: the pipeline's default (9, 18, 27) is a
     quarter, half and three quarters of its Qwen3 encoder's 36 layers; a smaller encoder takes
@@ -44,20 +25,23 @@ def text_encoder_layers(layers: int) -> tuple[int, int, int]:
     return layers // 4, layers // 2, 3 * layers // 4
 
 
-def call_arguments(pipe, profile: dict, request: dict, sizing: dict) -> dict:
-    # sizing goes unused: the pipeline sizes its condition images itself
-    # Its guidance_scale is classifier-free guidance against an empty prompt, as true_cfg_scale is.
-    return {"guidance_scale": request["true_cfg_scale"],
-            "text_encoder_out_layers": text_encoder_layers(
-                pipe.text_encoder.config.num_hidden_layers)}
+class Flux2KleinAdapter(DiffusersAdapter):
+    """No conditioning KV cache and no condition size to set (the base's defaults): a profile
+    asking for either is refused, and a request records nothing beyond the engine's figures."""
 
+    pipelines = ("Flux2KleinPipeline",)
+    own_condition_sizing = "itself (up to 1024² pixels)"
 
-class NothingRecorded:
-    """The pipeline keeps no cache between its steps: a request adds nothing to record."""
+    def unweighted(self, name: str, class_name: str, config: dict):
+        if name != "tokenizer":
+            raise ValueError(f"component {name!r} ({class_name}): Flux2KleinPipeline's adapter "
+                             "makes only its tokenizer")
+        return synthetic_tokenizer(SPECIAL_TOKENS, pad="<|endoftext|>", eos="<|im_end|>",
+                                   chat_template=_CHAT_TEMPLATE)
 
-    def take(self) -> dict:
-        return {}
-
-
-def recorder(pipe) -> NothingRecorded:
-    return NothingRecorded()
+    def call_arguments(self, pipe, profile: dict, request: dict, sizing: dict) -> dict:
+        # sizing goes unused: the pipeline sizes its condition images itself
+        # Its guidance_scale is classifier-free guidance against an empty prompt, as true_cfg_scale is.
+        return {"guidance_scale": request["true_cfg_scale"],
+                "text_encoder_out_layers": text_encoder_layers(
+                    pipe.text_encoder.config.num_hidden_layers)}

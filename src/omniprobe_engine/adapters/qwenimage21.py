@@ -4,10 +4,9 @@ the recorder of the conditioning KV caches the pipeline makes per call."""
 
 from __future__ import annotations
 
+from .base import DiffusersAdapter
 from .synthetic_tokenizer import synthetic_tokenizer
 
-PIPELINES = ("QwenImage21Pipeline",)
-SCHEDULER = "FlowMatchEulerDiscreteScheduler"
 # Qwen2/Qwen3 tokenizer's special tokens at their real ids (shared/diffusers-facts.md).
 SPECIAL_TOKENS = {
     "<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645,
@@ -20,32 +19,37 @@ _CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% for c 
                   "{{ c['text'] }}{% endfor %}<|im_end|>\n{% endfor %}")
 
 
-def unweighted(name: str, class_name: str, config: dict):
-    """Qwen3-VL's processor from transformers' classes: `config` holds the image processor's
-    settings (its size limits must admit the pipeline's condition images)."""
-    if name != "processor":
-        raise ValueError(f"component {name!r} ({class_name}): QwenImage21Pipeline's adapter "
-                         "makes only its processor")
-    from transformers import Qwen3VLProcessor
-    from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
-    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+class QwenImage21Adapter(DiffusersAdapter):
+    """Every profile setting is this pipeline's: it keeps a conditioning KV cache and takes a
+    condition size."""
 
-    image = Qwen2VLImageProcessor(**config["image_processor"])
-    video = Qwen3VLVideoProcessor(**config["video_processor"])
-    tokenizer = synthetic_tokenizer(SPECIAL_TOKENS, pad="<|endoftext|>", eos="<|im_end|>",
-                                    unknown_id=_UNKNOWN_ID)
-    return Qwen3VLProcessor(image_processor=image, tokenizer=tokenizer, video_processor=video,
-                            chat_template=_CHAT_TEMPLATE)
+    pipelines = ("QwenImage21Pipeline",)
+    keeps_conditioning_cache = True
+    takes_output_resolution = True
 
+    def unweighted(self, name: str, class_name: str, config: dict):
+        """Qwen3-VL's processor from transformers' classes: `config` holds the image processor's
+        settings (its size limits must admit the pipeline's condition images)."""
+        if name != "processor":
+            raise ValueError(f"component {name!r} ({class_name}): QwenImage21Pipeline's adapter "
+                             "makes only its processor")
+        from transformers import Qwen3VLProcessor
+        from transformers.models.qwen2_vl.image_processing_qwen2_vl import Qwen2VLImageProcessor
+        from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
 
-def refusal(profile: dict) -> str | None:
-    return None  # every profile setting is this pipeline's
+        image = Qwen2VLImageProcessor(**config["image_processor"])
+        video = Qwen3VLVideoProcessor(**config["video_processor"])
+        tokenizer = synthetic_tokenizer(SPECIAL_TOKENS, pad="<|endoftext|>", eos="<|im_end|>",
+                                        unknown_id=_UNKNOWN_ID)
+        return Qwen3VLProcessor(image_processor=image, tokenizer=tokenizer, video_processor=video,
+                                chat_template=_CHAT_TEMPLATE)
 
+    def call_arguments(self, pipe, profile: dict, request: dict, sizing: dict) -> dict:
+        return {"true_cfg_scale": request["true_cfg_scale"],
+                "use_kv_cache": bool(profile.get("use_kv_cache", True)), **sizing}
 
-def call_arguments(pipe, profile: dict, request: dict, sizing: dict) -> dict:
-    # sizing: the condition size hosts.toml resolved ({} leaves the pipeline's own default)
-    return {"true_cfg_scale": request["true_cfg_scale"],
-            "use_kv_cache": bool(profile.get("use_kv_cache", True)), **sizing}
+    def recorder(self, pipe) -> KvCacheRecorder:
+        return KvCacheRecorder(pipe)
 
 
 class KvCacheRecorder:
@@ -98,5 +102,3 @@ class KvCacheRecorder:
                 "kv_cache_layers_total": len(layers), "prefix_tokens": int(filled[0].k.shape[1]),
                 "prompt_text_tokens": text[0] if text else None}
 
-
-recorder = KvCacheRecorder

@@ -1,0 +1,60 @@
+"""What every Diffusers adapter holds: the pipelines it serves, the scheduler they are built with,
+what its pipeline can do (the capabilities the profile's settings ask), and each model-specific
+behaviour with a default that a family overrides only where its pipeline differs. A refusal falls
+out of the capabilities, so a family states what its pipeline has rather than how to refuse."""
+
+from __future__ import annotations
+
+# The placements the engine knows: the pipeline on the device, model CPU offload, group offload.
+OFFLOADS = ("none", "model-cpu", "group-leaf", "group-block")
+
+
+class NothingRecorded:
+    """The pipeline keeps no cache between its steps: a request adds nothing to record."""
+
+    def take(self) -> dict:
+        return {}
+
+
+class DiffusersAdapter:
+    """One model family's part of the Diffusers engine. The defaults are a pipeline that needs
+    nothing beyond its committed configs and keeps nothing between its steps."""
+
+    pipelines: tuple[str, ...] = ()  # the diffusers pipeline classes it serves, by name
+    scheduler = "FlowMatchEulerDiscreteScheduler"  # the diffusers scheduler class it is built with
+    keeps_conditioning_cache = False  # a conditioning KV cache that `use_kv_cache` turns on
+    takes_output_resolution = False  # a condition size that `output_resolution` sets
+    own_condition_sizing = "itself"  # how it sizes condition images when it takes no size
+    placements: tuple[str, ...] = OFFLOADS  # the offload placements the pipeline allows
+
+    def unweighted(self, name: str, class_name: str, config: dict):
+        """A component without weights (a tokenizer, a processor), made from its committed
+        `config`; a family without any has nothing to make."""
+        raise ValueError(f"component {name!r} ({class_name}): {type(self).__name__} makes no "
+                         "component without weights")
+
+    def refusal(self, profile: dict) -> str | None:
+        """Why the pipeline cannot run `profile`: a setting it has no counterpart of."""
+        pipeline = profile["pipeline"]
+        if profile.get("use_kv_cache") and not self.keeps_conditioning_cache:
+            return f"use_kv_cache = true: {pipeline} has no conditioning KV cache"
+        if profile.get("output_resolution") is not None and not self.takes_output_resolution:
+            return (f"output_resolution: {pipeline} sizes condition images "
+                    f"{self.own_condition_sizing}, it takes no output_resolution")
+        offload = profile.get("offload", "none")
+        if offload not in self.placements:
+            return f"offload {offload!r}: {pipeline} allows only {', '.join(self.placements)}"
+        return None
+
+    def call_arguments(self, pipe, profile: dict, request: dict, sizing: dict) -> dict:
+        """The call's model-specific arguments beside the engine's common ones; `sizing` holds the
+        condition size hosts.toml resolved ({} leaves the pipeline's own default)."""
+        return {}
+
+    def recorder(self, pipe):
+        """An object whose take() returns what a request measured beyond the engine's figures."""
+        return NothingRecorded()
+
+    def recover(self, pipe) -> None:
+        """What a failed request leaves in the pipeline that the engine's general recovery does not
+        undo (called after it)."""

@@ -1,0 +1,172 @@
+"""The Diffusers adapters as classes (issue 47): each family's capabilities, the refusals that fall
+out of them, the defaults a family inherits, and the registry that finds them; all without torch
+(the adapters import it only inside what builds or records)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from omniprobe_engine.adapters import adapter_for, known_pipelines, registry
+from omniprobe_engine.adapters.base import OFFLOADS, DiffusersAdapter
+from omniprobe_engine.adapters.flux2klein import Flux2KleinAdapter
+from omniprobe_engine.adapters.qwenimage21 import QwenImage21Adapter
+from omniprobe_engine.diffusers_engine import DiffusersEngine, profile_refusal
+
+QWEN, KLEIN = "QwenImage21Pipeline", "Flux2KleinPipeline"
+KLEIN_NO_CACHE = "use_kv_cache = true: Flux2KleinPipeline has no conditioning KV cache"
+KLEIN_NO_SIZE = ("output_resolution: Flux2KleinPipeline sizes condition images itself (up to "
+                 "1024² pixels), it takes no output_resolution")
+
+
+class Untouchable:
+    """A pipeline that fails any use: what is handed it must be left alone."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"pipe.{name} was used")
+
+    def __setattr__(self, name, value):
+        raise AssertionError(f"pipe.{name} was set")
+
+
+def test_every_family_is_found_once_by_its_pipelines():
+    assert known_pipelines() == (KLEIN, QWEN)
+    assert type(adapter_for(QWEN)) is QwenImage21Adapter
+    assert type(adapter_for(KLEIN)) is Flux2KleinAdapter
+    assert adapter_for(QWEN) is adapter_for(QWEN)  # one instance a process
+
+
+def test_a_pipeline_no_adapter_serves_is_a_key_error_naming_those_that_are_served():
+    with pytest.raises(KeyError) as caught:
+        adapter_for("NoSuchPipeline")
+    assert caught.value.args[0] == ("no Diffusers adapter serves pipeline 'NoSuchPipeline' "
+                                    f"(adapters exist for {KLEIN}, {QWEN})")
+
+
+@pytest.mark.parametrize(("pipeline", "cache", "resolution", "placements", "scheduler"), [
+    (QWEN, True, True, OFFLOADS, "FlowMatchEulerDiscreteScheduler"),
+    (KLEIN, False, False, OFFLOADS, "FlowMatchEulerDiscreteScheduler"),
+])
+def test_each_family_states_its_capabilities(pipeline, cache, resolution, placements, scheduler):
+    adapter = adapter_for(pipeline)
+    assert (adapter.keeps_conditioning_cache, adapter.takes_output_resolution, adapter.placements,
+            adapter.scheduler) == (cache, resolution, placements, scheduler)
+
+
+class OnDeviceOnly(DiffusersAdapter):
+    pipelines = ("OnDevicePipeline",)
+    placements = ("none",)
+
+
+@pytest.mark.parametrize(("adapter", "settings", "expected"), [
+    (adapter_for(KLEIN), {"use_kv_cache": True}, KLEIN_NO_CACHE),
+    (adapter_for(KLEIN), {"use_kv_cache": False}, None),
+    (adapter_for(QWEN), {"use_kv_cache": True}, None),
+    (adapter_for(KLEIN), {"output_resolution": 512}, KLEIN_NO_SIZE),
+    (adapter_for(KLEIN), {"output_resolution": None}, None),
+    (adapter_for(QWEN), {"output_resolution": 512}, None),
+    (adapter_for(KLEIN), {"use_kv_cache": True, "output_resolution": 512}, KLEIN_NO_CACHE),
+    (adapter_for(QWEN), {"offload": "group-block"}, None),
+    (OnDeviceOnly(), {"offload": "model-cpu"}, "offload 'model-cpu': OnDevicePipeline allows only none"),
+    (OnDeviceOnly(), {}, None),
+    # The base's defaults: neither a cache nor a condition size.
+    (DiffusersAdapter(), {"use_kv_cache": True},
+     "use_kv_cache = true: SomePipeline has no conditioning KV cache"),
+    (DiffusersAdapter(), {"output_resolution": 1024},
+     "output_resolution: SomePipeline sizes condition images itself, it takes no output_resolution"),
+])
+def test_a_refusal_falls_out_of_the_capabilities(adapter, settings, expected):
+    pipeline = adapter.pipelines[0] if adapter.pipelines else "SomePipeline"
+    assert adapter.refusal({"pipeline": pipeline, **settings}) == expected
+
+
+@pytest.mark.parametrize(("profile", "cuda", "expected"), [
+    ({"pipeline": KLEIN, "use_kv_cache": True}, False, KLEIN_NO_CACHE),
+    ({"pipeline": QWEN, "use_kv_cache": True, "output_resolution": 512}, False, None),
+    # The engine's own checks come first, in its words.
+    ({"pipeline": KLEIN, "use_kv_cache": True, "offload": "disk"}, True,
+     "offload 'disk': expected one of none, model-cpu, group-leaf, group-block"),
+    ({"pipeline": KLEIN, "use_kv_cache": True, "offload": "model-cpu"}, False,
+     "offload 'model-cpu' needs a CUDA device; this machine has none"),
+])
+def test_the_engine_refuses_in_its_words_then_the_adapters(profile, cuda, expected):
+    assert profile_refusal(profile, cuda) == expected
+
+
+@pytest.mark.parametrize(("pipeline", "profile", "expected"), [
+    (QWEN, {}, {"true_cfg_scale": 4.0, "use_kv_cache": True, "output_resolution": 512}),
+    (QWEN, {"use_kv_cache": False}, {"true_cfg_scale": 4.0, "use_kv_cache": False,
+                                     "output_resolution": 512}),
+    # klein sizes its condition images itself, and stacks a quarter, half and three quarters of
+    # its text encoder's layers.
+    (KLEIN, {}, {"guidance_scale": 4.0, "text_encoder_out_layers": (2, 4, 6)}),
+])
+def test_each_family_adds_its_call_arguments(pipeline, profile, expected):
+    pipe = SimpleNamespace(text_encoder=SimpleNamespace(config=SimpleNamespace(num_hidden_layers=8)))
+    assert adapter_for(pipeline).call_arguments(
+        pipe, {"pipeline": pipeline, **profile}, {"true_cfg_scale": 4.0},
+        {"output_resolution": 512}) == expected
+
+
+@pytest.mark.parametrize(("adapter", "words"), [
+    (DiffusersAdapter(), "component 'processor' (SomeProcessor): DiffusersAdapter makes no "
+                         "component without weights"),
+    (adapter_for(KLEIN), "component 'processor' (SomeProcessor): Flux2KleinPipeline's adapter "
+                         "makes only its tokenizer"),
+    (adapter_for(QWEN), "component 'tokenizer' (SomeProcessor): QwenImage21Pipeline's adapter "
+                        "makes only its processor"),
+])
+def test_a_component_the_adapter_does_not_make_is_refused_naming_it(adapter, words):
+    name = "tokenizer" if isinstance(adapter, QwenImage21Adapter) else "processor"
+    with pytest.raises(ValueError) as caught:
+        adapter.unweighted(name, "SomeProcessor", {})
+    assert str(caught.value) == words
+
+
+@pytest.mark.parametrize("adapter", [DiffusersAdapter(), adapter_for(KLEIN)])
+def test_by_default_a_request_records_nothing_and_a_failure_leaves_nothing_to_undo(adapter):
+    pipe = Untouchable()
+    recorder = adapter.recorder(pipe)
+    assert recorder.take() == {} and recorder.take() == {}
+    assert adapter.recover(pipe) is None  # and pipe untouched
+
+
+def test_the_engine_recovers_generally_then_as_the_adapter_does():
+    steps = []
+
+    class Pipe:
+        def maybe_free_model_hooks(self):
+            steps.append("hooks freed")
+
+    class Undoing(DiffusersAdapter):
+        def recover(self, pipe):
+            steps.append(("adapter", pipe))
+
+    engine = object.__new__(DiffusersEngine)  # no torch: a CPU engine's recovery needs none
+    pipe = Pipe()
+    engine.profile, engine.pipe, engine.device, engine.adapter = (
+        {"offload": "model-cpu"}, pipe, "cpu", Undoing())
+    engine.recover()
+    assert steps == ["hooks freed", ("adapter", pipe)]
+
+
+class Served(DiffusersAdapter):
+    pipelines = ("APipeline", "BPipeline")
+
+
+class AlsoServed(DiffusersAdapter):
+    pipelines = ("CPipeline", "BPipeline")
+
+
+def test_the_registry_maps_each_pipeline_to_one_instance_of_its_adapter():
+    found = registry([Served, OnDeviceOnly])
+    assert sorted(found) == ["APipeline", "BPipeline", "OnDevicePipeline"]
+    assert found["APipeline"] is found["BPipeline"] and isinstance(found["APipeline"], Served)
+
+
+def test_two_adapters_claiming_one_pipeline_is_an_import_error_naming_both():
+    with pytest.raises(ImportError) as caught:
+        registry([Served, AlsoServed])
+    assert str(caught.value) == ("pipeline 'BPipeline' is served by two adapters: "
+                                 f"{__name__}.Served and {__name__}.AlsoServed")
