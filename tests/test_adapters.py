@@ -54,6 +54,11 @@ def test_each_family_states_its_capabilities(pipeline, cache, resolution, placem
             adapter.scheduler) == (cache, resolution, placements, scheduler)
 
 
+def full(pipeline: str, **settings) -> dict:
+    """A profile as the engine gets it: every knob a profile must state, stated."""
+    return {"pipeline": pipeline, "offload": "none", "use_kv_cache": False, **settings}
+
+
 class OnDeviceOnly(DiffusersAdapter):
     pipelines = ("OnDevicePipeline",)
     placements = ("none",)
@@ -78,16 +83,16 @@ class OnDeviceOnly(DiffusersAdapter):
 ])
 def test_a_refusal_falls_out_of_the_capabilities(adapter, settings, expected):
     pipeline = adapter.pipelines[0] if adapter.pipelines else "SomePipeline"
-    assert adapter.refusal({"pipeline": pipeline, **settings}) == expected
+    assert adapter.refusal(full(pipeline, **settings)) == expected
 
 
 @pytest.mark.parametrize(("profile", "cuda", "expected"), [
-    ({"pipeline": KLEIN, "use_kv_cache": True}, False, KLEIN_NO_CACHE),
-    ({"pipeline": QWEN, "use_kv_cache": True, "output_resolution": 512}, False, None),
+    (full(KLEIN, use_kv_cache=True), False, KLEIN_NO_CACHE),
+    (full(QWEN, use_kv_cache=True, output_resolution=512), False, None),
     # The engine's own checks come first, in its words.
-    ({"pipeline": KLEIN, "use_kv_cache": True, "offload": "disk"}, True,
+    (full(KLEIN, use_kv_cache=True, offload="disk"), True,
      "offload 'disk': expected one of none, model-cpu, group-leaf, group-block"),
-    ({"pipeline": KLEIN, "use_kv_cache": True, "offload": "model-cpu"}, False,
+    (full(KLEIN, use_kv_cache=True, offload="model-cpu"), False,
      "offload 'model-cpu' needs a CUDA device; this machine has none"),
 ])
 def test_the_engine_refuses_in_its_words_then_the_adapters(profile, cuda, expected):
@@ -95,7 +100,8 @@ def test_the_engine_refuses_in_its_words_then_the_adapters(profile, cuda, expect
 
 
 @pytest.mark.parametrize(("pipeline", "profile", "expected"), [
-    (QWEN, {}, {"true_cfg_scale": 4.0, "use_kv_cache": True, "output_resolution": 512}),
+    (QWEN, {"use_kv_cache": True}, {"true_cfg_scale": 4.0, "use_kv_cache": True,
+                                    "output_resolution": 512}),
     (QWEN, {"use_kv_cache": False}, {"true_cfg_scale": 4.0, "use_kv_cache": False,
                                      "output_resolution": 512}),
     # klein sizes its condition images itself, and stacks a quarter, half and three quarters of
@@ -105,7 +111,7 @@ def test_the_engine_refuses_in_its_words_then_the_adapters(profile, cuda, expect
 def test_each_family_adds_its_call_arguments(pipeline, profile, expected):
     pipe = SimpleNamespace(text_encoder=SimpleNamespace(config=SimpleNamespace(num_hidden_layers=8)))
     assert adapter_for(pipeline).call_arguments(
-        pipe, {"pipeline": pipeline, **profile}, {"true_cfg_scale": 4.0},
+        pipe, full(pipeline, **profile), {"true_cfg_scale": 4.0},
         {"output_resolution": 512}) == expected
 
 

@@ -400,7 +400,7 @@ def test_a_snapshot_host_loads_the_pinned_snapshot_from_the_hub_cache_and_gates_
 
     components = load_model_configs(REPO, "models/qwen-image-2.1/tiny").engine_components()
     engine = DiffusersEngine("random", {
-        "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none"},
+        "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none", "use_kv_cache": True},
         "weights": {"kind": "random", "seed": 0, "components": components}})
     saved = tmp_path / "saved"
     engine.pipe.save_pretrained(saved)

@@ -122,7 +122,7 @@ def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
     from omniprobe_engine.diffusers_engine import DiffusersEngine
 
     engine = DiffusersEngine("random", {
-        "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none",
+        "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none", "use_kv_cache": True,
                     "quantize_dit": "int8-weight-only",
                     "quantize_text_encoder": "int8-weight-only", "output_resolution": 64},
         "weights": {"kind": "random", "seed": 0, "components": TINY}})

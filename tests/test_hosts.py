@@ -80,8 +80,16 @@ def _errors(path) -> list[str]:
          "host 'rtx5080-on-h200-diffusers'"),
         ('grid = ["seed-baseline", ', 'grid = ["cpuoff-fp8", ',
          "[calibrations.q3-4r] key 'grid': Diffusers profile 'cpuoff-fp8' is not run"),
+        # A profile's base must be a profile, and no circle.
+        ('base = "group-leaf"\ndescription = "leaf-level group offload with streams and expandable',
+         'base = "group-leafy"\ndescription = "leaf-level group offload with streams and expandable',
+         "[diffusers_profiles.group-leaf-expandable] key 'base': 'group-leafy' is not a profile of "
+         "[diffusers_profiles]"),
+        ('[diffusers_profiles.group-leaf]\n', '[diffusers_profiles.group-leaf]\nbase = "group-leaf-nokv"\n',
+         "[diffusers_profiles.group-leaf-nokv] key 'base': a circle of bases, group-leaf -> "
+         "group-leaf-nokv -> group-leaf"),
         # A flag set and a Diffusers profile are two things: never one name for both.
-        ("[diffusers_profiles.group-leaf]", "[diffusers_profiles.fp8]",
+        ("[diffusers_profiles.group-leaf-lowmem]", "[diffusers_profiles.fp8]",
          "[diffusers_profiles.fp8]: 'fp8' is also a flag set ([flag_sets.fp8]): a flag set and a "
          "Diffusers profile cannot share a name"),
         ('emulated_host = "rtx3090-on-h200-diffusers"\nbaseline_attempt',

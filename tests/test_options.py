@@ -68,19 +68,19 @@ def test_settings_take_the_command_line_over_hosts_toml():
     assert given == ServeSettings(port=9, model="m", ready_timeout_s=1, request_timeout_s=2,
                                   grace_s=0, sample_hz=5, idle_timeout_s=3, gpu_index=1,
                                   fixtures=("x",))  # flag sets: only those passed
-    offline = settings_of(OfflineSettings, options.OfflineOptions(kwarg_sets=("k",), seeds=(3,)),
+    offline = settings_of(OfflineSettings, options.OfflineOptions(configurations=("k",), seeds=(3,)),
                           cfg, cap_mib=12)
     assert offline == OfflineSettings(model=cfg.stack.model_repo,
                                       ready_timeout_s=serve.ready_timeout_s,
                                       request_timeout_s=serve.request_timeout_s,
-                                      grace_s=serve.stop_grace_s, kwarg_sets=("k",), seeds=(3,),
+                                      grace_s=serve.stop_grace_s, configurations=("k",), seeds=(3,),
                                       cap_mib=12)
 
 
 def test_kwarg_sets_gather_the_kwarg_sets_then_the_profiles():
     args = build_parser().parse_args(["probe-offline", "--profile", "p", "--kwarg-set", "k",
                                       "--seed", "4", "--caps", "16"])
-    assert options_from(args) == options.OfflineOptions(kwarg_sets=("k", "p"), seeds=(4,),
+    assert options_from(args) == options.OfflineOptions(configurations=("k", "p"), seeds=(4,),
                                                         caps_gib="16")
     baseline = build_parser().parse_args(["probe-baseline", "--profile", "p", "--build-env"])
-    assert options_from(baseline) == options.BaselineOptions(kwarg_sets=("p",), build_env=True)
+    assert options_from(baseline) == options.BaselineOptions(configurations=("p",), build_env=True)

@@ -27,7 +27,6 @@ import sys
 import time
 
 from omniprobe_engine.adapters import adapter_for
-from omniprobe_engine.adapters.base import OFFLOADS
 from omniprobe_engine.diffusers_build import (
     MIB,
     HostSampler,
@@ -39,6 +38,7 @@ from omniprobe_engine.diffusers_build import (
     placed_host_figures,
 )
 from omniprobe_engine.images import open_reference, save_png
+from omniprobe_engine.knobs import GROUP_OFFLOADS, INT8, OFFLOADS, setting
 from omniprobe_engine.protocol import POOL_LIMIT_ENV
 
 QUANTISED_BY = {"text_encoder": "quantize_text_encoder", "transformer": "quantize_dit"}
@@ -76,19 +76,18 @@ class DiffusersEngine:
         # given: the pipeline's own default.
         resolution = kwargs.get("output_resolution")
         self.sizing = {} if resolution is None else {"output_resolution": int(resolution)}
-        offload = profile.get("offload", "none")
+        offload = setting(profile, "offload")
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         refusal = profile_refusal(profile, self.device == "cuda")
         if refusal is not None:
             raise ProfileError(refusal)
-        dtype = getattr(torch, profile.get("dtype", "bfloat16"))
-        quantised = {name for name, key in QUANTISED_BY.items()
-                     if profile.get(key) == "int8-weight-only"}
+        dtype = getattr(torch, setting(profile, "dtype"))
+        quantised = {name for name, key in QUANTISED_BY.items() if setting(profile, key) == INT8}
         started = time.monotonic()
         import diffusers
 
-        self.adapter = adapter_for(profile["pipeline"])
-        pipeline = getattr(diffusers, profile["pipeline"])
+        self.adapter = adapter_for(setting(profile, "pipeline"))
+        pipeline = getattr(diffusers, setting(profile, "pipeline"))
         if weights["kind"] == "random":
             self.build_path = "random-streamed"
             self.pipe = self._built_random(pipeline, weights, dtype, quantised, offload)
@@ -144,20 +143,20 @@ class DiffusersEngine:
     def _place_component(self, name: str, module) -> None:
         """Group offload: the component's hooks, applied as soon as it is complete (the
         profile's stream settings as apply_group_offloading takes them)."""
-        offload = self.profile.get("offload", "none")
-        if offload not in ("group-leaf", "group-block"):
+        offload = setting(self.profile, "offload")
+        if offload not in GROUP_OFFLOADS:
             return
         from diffusers.hooks import apply_group_offloading
 
         torch = self.torch
         extra = ({} if offload == "group-leaf"
-                 else {"num_blocks_per_group": int(self.profile.get("blocks_per_group") or 1)})
+                 else {"num_blocks_per_group": 1})  # the knob table's group-block: one block
         apply_group_offloading(
             module, onload_device=torch.device("cuda"), offload_device=torch.device("cpu"),
             offload_type="leaf_level" if offload == "group-leaf" else "block_level",
-            use_stream=bool(self.profile.get("use_stream")),
-            record_stream=bool(self.profile.get("record_stream")),
-            low_cpu_mem_usage=bool(self.profile.get("low_cpu_mem_usage")), **extra)
+            use_stream=setting(self.profile, "use_stream"),
+            record_stream=setting(self.profile, "record_stream"),
+            low_cpu_mem_usage=setting(self.profile, "low_cpu_mem_usage"), **extra)
 
     def _place_pipeline(self, offload: str) -> None:
         pipe, torch = self.pipe, self.torch
@@ -248,7 +247,7 @@ class DiffusersEngine:
         """After a failed request (called once its exception and traceback are gone): put the
         offloaded models back where the profile keeps them, release what the request held,
         keep the pipeline; then what the adapter knows its family's pipeline leaves."""
-        if self.profile.get("offload") == "model-cpu":
+        if setting(self.profile, "offload") == "model-cpu":
             self.pipe.maybe_free_model_hooks()
         gc.collect()
         if self.device == "cuda":
@@ -278,10 +277,10 @@ def profile_refusal(profile: dict, cuda: bool) -> str | None:
     """Why the engine cannot build `profile` on this machine, in the words it refuses it with
     (the harness asks before any runner starts, through `--versions PROFILES`); None: it can."""
     try:
-        adapter = adapter_for(profile["pipeline"])
+        adapter = adapter_for(setting(profile, "pipeline"))
     except KeyError as exc:
         return str(exc.args[0])
-    offload = profile.get("offload", "none")
+    offload = setting(profile, "offload")
     if offload not in OFFLOADS:
         return f"offload {offload!r}: expected one of {', '.join(OFFLOADS)}"
     if not cuda and offload != "none":

@@ -18,6 +18,7 @@ from typing import Literal
 
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.diffusers import DiffusersProfile
+from omniprobe_engine.knobs import host_footprint_knobs, work_knobs
 
 Outcome = Literal["fits", "gpu-oom", "host-killed", "over-cap", "host-over", "failed", "not-run"]
 Reading = Literal["agrees", "disagrees", "not compared", "not run"]
@@ -83,22 +84,25 @@ def compared_counts(real: RealRun, target: int) -> list[int]:
     return [real.references] + ([target] if real.ceiling and target > real.references else [])
 
 
+# The placement a wall is held against: leaf offload with streams, pinned, the fastest.
+FASTEST_PLACEMENT = {"offload": "group-leaf", "use_stream": True, "low_cpu_mem_usage": False,
+                     "record_stream": False}
+
+
 def placement(profile: DiffusersProfile) -> tuple:
-    """What decides a profile's host footprint: its offload, pinning and quantisation."""
-    return (profile.offload, profile.use_stream, profile.low_cpu_mem_usage,
-            profile.quantize_dit, profile.quantize_text_encoder, profile.dtype)
+    """What decides a profile's host footprint: the knobs that affect host memory (its offload,
+    pinning, precision and quantisation; omniprobe_engine/knobs.py)."""
+    return profile.settings(host_footprint_knobs())
 
 
 def speed_reference(profile: DiffusersProfile, candidates: dict[str, DiffusersProfile]
                     ) -> str | None:
-    """The profile a wall is held against: leaf offload with streams (pinned, the fastest), with
-    the same quantisation, steps and KV cache; None where the grid has none."""
+    """The profile a wall is held against: the fastest placement doing the same work (every knob
+    that changes the work a request does, equal); None where the grid has none."""
+    fastest = tuple(FASTEST_PLACEMENT.values())
     for name, other in candidates.items():
-        if (other.offload, other.use_stream, other.low_cpu_mem_usage) == (
-                "group-leaf", True, False) and (
-                other.quantize_dit, other.quantize_text_encoder, other.steps,
-                other.use_kv_cache) == (profile.quantize_dit, profile.quantize_text_encoder,
-                                        profile.steps, profile.use_kv_cache):
+        if (other.settings(tuple(FASTEST_PLACEMENT)) == fastest
+                and other.settings(work_knobs()) == profile.settings(work_knobs())):
             return name
     return None
 

@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
 
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.strict import STRICT
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, problems_from_validation
-from omniprobe.limits import MAX_SEED
 from omniprobe.safe_io import parse_json, read_text
+from omniprobe_engine.knobs import BY_NAME, GROUP_OFFLOADS, KNOBS, REQUIRED, Knob
 
-Offload = Literal["none", "model-cpu", "group-leaf", "group-block"]
-GROUP_OFFLOADS = ("group-leaf", "group-block")
 # The offload value before streams were a setting of their own: it reads as its level with streams.
 MIGRATED_OFFLOADS = {"group-leaf-stream": {"offload": "group-leaf", "use_stream": True}}
 # Text encoder classes (a committed config's "class") whose linear layers torchao's int8
@@ -26,65 +24,24 @@ MIGRATED_OFFLOADS = {"group-leaf-stream": {"offload": "group-leaf", "use_stream"
 INT8_TEXT_ENCODERS = ("transformers.Qwen3VLForConditionalGeneration",)
 # A component's name, as a pipeline's __init__ takes it and its config file is named.
 COMPONENT_NAME = r"^[a-z][a-z0-9_]*$"
+KNOB_ORDER = {knob.name: i for i, knob in enumerate(KNOBS)}
 # Keys a profile may set for capacity runs in place of fixtures.json's [sampling].
-SAMPLING_KEYS = ("steps", "true_cfg_scale", "seeds")
+SAMPLING_KEYS = tuple(knob.name for knob in KNOBS if knob.sampling)
 
 
 class _Input(BaseModel):
     model_config = STRICT
 
 
-class DiffusersProfile(_Input):
-    """How the Diffusers engine builds and runs the pipeline: one row of a Diffusers host's matrix."""
+class _Profile(_Input):
+    """How the Diffusers engine builds and runs the pipeline: one row of a Diffusers host's matrix.
+    Its settings are the knob table's (omniprobe_engine/knobs.py), one field per knob."""
 
     description: str
-    pipeline: str = Field(
-        default="QwenImage21Pipeline", pattern=r"^[A-Z][A-Za-z0-9]*Pipeline$",
-        description="The diffusers pipeline class, by name; the engine builds it from the host's "
-                    "component configs, and a pipeline no adapter serves "
-                    "(omniprobe_engine/adapters/) is refused before any attempt.")
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
-    offload: Offload = Field(
-        description="none: every component on the GPU; model-cpu: enable_model_cpu_offload() "
-                    "(whole components move to the GPU in turn); group-leaf: "
-                    "diffusers.hooks.apply_group_offloading at leaf level; group-block: the same "
-                    "at block level, one block per group. Streams are use_stream's ("
-                    "'group-leaf-stream', the value before, reads as group-leaf with streams).")
-    use_stream: bool = Field(
-        default=False, description="Group offload only: apply_group_offloading's use_stream, "
-                                   "CUDA streams that prefetch the next group; with "
-                                   "low_cpu_mem_usage false every offloaded tensor is copied "
-                                   "into page-locked host memory, which no swap can take.")
-    low_cpu_mem_usage: bool = Field(
-        default=False, description="Group offload with streams only: pin each tensor on the fly "
-                                   "as it is onloaded instead of keeping a page-locked copy.")
-    record_stream: bool = Field(
-        default=False, description="Group offload with streams only: apply_group_offloading's "
-                                   "record_stream.")
-    allocator: str | None = Field(
-        default=None, pattern=r"^[a-z_]+:[A-Za-z0-9_.]+(,[a-z_]+:[A-Za-z0-9_.]+)*$",
-        description="PyTorch's allocator setting (e.g. 'expandable_segments:True'), written in "
-                    "whichever of PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF the runner's torch "
-                    "reads it back through, and read back from the allocator after the build.")
-    use_kv_cache: bool = Field(description="The pipeline's conditioning KV cache (use_kv_cache).")
-    quantize_dit: Literal["int8-weight-only"] | None = Field(
-        default=None, description="torchao int8 weight-only quantization of the DiT.")
-    quantize_text_encoder: Literal["int8-weight-only"] | None = Field(
-        default=None, description="torchao int8 weight-only quantization of the text encoder "
-                                  "(its linear layers), as it is built.")
-    output_resolution: int | None = Field(
-        default=None, gt=0, le=4096,
-        description="The side the pipeline resizes condition images to (area output_resolution²); "
-                    "null: [diffusers_profile_defaults] output_resolution.")
-    steps: int | None = Field(default=None, ge=1, le=1000,
-                              description="Denoising steps, in place of the fixtures' sampling.")
-    true_cfg_scale: float | None = Field(default=None, ge=0, le=100)
-    # Seeds as every generator the stacks use takes them: 0 to 2**32-1.
-    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] | None = Field(default=None,
-                                                                          min_length=1)
-    chosen_by_omniprobe: list[str] = Field(
-        default=[], description="The keys of this profile the seed report does not state.")
-    seed_says: str | None = Field(default=None, description="What the seed states of it, quoted.")
+    base: str | None = Field(
+        default=None, exclude=True,
+        description="A profile this one is the settings of, with its own on top (resolved as "
+                    "hosts.toml loads: with_bases); not recorded, the resolved settings are.")
 
     @model_validator(mode="before")
     @classmethod
@@ -100,7 +57,7 @@ class DiffusersProfile(_Input):
         return {**data, **migrated}
 
     @model_validator(mode="after")
-    def _seeds_once(self) -> DiffusersProfile:
+    def _seeds_once(self):
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise ValueError("seeds: each seed once")
         problems = offload_setting_problems(self.offload, self.use_stream,
@@ -125,6 +82,33 @@ class DiffusersProfile(_Input):
     @property
     def overrides_sampling(self) -> bool:
         return any(getattr(self, key) is not None for key in SAMPLING_KEYS)
+
+    def settings(self, names: tuple[str, ...]) -> tuple:
+        """The values of the named knobs, in that order: a key profiles are grouped by."""
+        return tuple(getattr(self, name) for name in names)
+
+
+def _knob_field(knob: Knob) -> tuple[Any, Any]:
+    """A knob as a strict pydantic field: its type (its choices, a list's bounded items, null
+    where it may be), its default and its bounds."""
+    if knob.value is list:
+        annotation: Any = list[Annotated[int, Field(**knob.item_bounds)]]
+    elif knob.choices:
+        annotation = Literal[knob.choices]
+    else:
+        annotation = knob.value
+    if knob.nullable:
+        annotation = annotation | None
+    default = ... if knob.default is REQUIRED else knob.default
+    return annotation, Field(default, description=knob.description, **knob.bounds)
+
+
+DiffusersProfile = create_model(
+    "DiffusersProfile", __base__=_Profile, __module__=__name__, __doc__=_Profile.__doc__,
+    **{knob.name: _knob_field(knob) for knob in KNOBS},
+    chosen_by_omniprobe=(list[str], Field(
+        default=[], description="The keys of this profile the seed report does not state.")),
+    seed_says=(str | None, Field(default=None, description="What the seed states of it, quoted.")))
 
 
 # A profile's words about itself: they change nothing the engine builds or runs.
@@ -170,28 +154,67 @@ def offload_setting_problems(offload: str, use_stream: bool, low_cpu_mem_usage: 
     return problems
 
 
-class DiffusersProfileDefaults(_Input):
+class _ProfileDefaults(_Input):
     """[diffusers_profile_defaults]: what a profile that does not state it takes. Its sampling
-    keys are merged into each profile as it is loaded (a profile records them as before); the
-    condition size is read from here where it is used, so a profile records only its own."""
-
-    output_resolution: int = Field(
-        gt=0, le=4096, description="The side condition images are resized to (area "
-                                   "output_resolution²) for a profile that states none.")
-    steps: int | None = Field(default=None, ge=1, le=1000)
-    true_cfg_scale: float | None = Field(default=None, ge=0, le=100)
-    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] | None = Field(default=None,
-                                                                          min_length=1)
-    chosen_by_omniprobe: list[str] = Field(
-        default=[], description="The keys here the seed report does not state; a profile that "
-                                "takes one records it in its own chosen_by_omniprobe.")
+    keys (the knob table's) are merged into each profile as it is loaded (a profile records them
+    as before); the condition size is read from here where it is used, so a profile records only
+    its own."""
 
     @model_validator(mode="after")
-    def _chosen_known(self) -> DiffusersProfileDefaults:
+    def _chosen_known(self):
         unknown = set(self.chosen_by_omniprobe) - set(type(self).model_fields)
         if unknown:
             raise ValueError(f"chosen_by_omniprobe names unknown keys {sorted(unknown)}")
         return self
+
+
+DiffusersProfileDefaults = create_model(
+    "DiffusersProfileDefaults", __base__=_ProfileDefaults, __module__=__name__,
+    __doc__=_ProfileDefaults.__doc__,
+    output_resolution=(int, Field(description="The side condition images are resized to (area "
+                                              "output_resolution²) for a profile that states "
+                                              "none.", **BY_NAME["output_resolution"].bounds)),
+    **{knob.name: _knob_field(knob) for knob in KNOBS if knob.sampling},
+    chosen_by_omniprobe=(list[str], Field(
+        default=[], description="The keys here the seed report does not state; a profile that "
+                                "takes one records it in its own chosen_by_omniprobe.")))
+
+
+def with_bases(profiles: dict) -> dict:
+    """Each profile that names a `base` as that profile's settings (its own base resolved first)
+    with its own on top. What a profile says of itself is never inherited: its description and
+    seed_says are its own; its chosen_by_omniprobe is the base's, less the keys it sets itself,
+    plus its own, in the knob table's order. ValueError naming the profile for a base that is no
+    profile, or a circle of bases."""
+    resolved: dict = {}
+
+    def resolve(name: str, chain: tuple[str, ...]) -> object:
+        """`name` resolved; `chain`: the profiles whose bases led here, `name` last."""
+        table = profiles[name]
+        if name in resolved or not isinstance(table, dict) or "base" not in table:
+            return resolved.setdefault(name, table)
+        base = table["base"]
+        if not isinstance(base, str) or base not in profiles:
+            raise ValueError(f"[diffusers_profiles.{name}] key 'base': {base!r} is not a profile "
+                             f"of [diffusers_profiles]")
+        if base in chain:
+            circle = (*chain[chain.index(base):], base)
+            raise ValueError(f"[diffusers_profiles.{name}] key 'base': a circle of bases, "
+                             f"{' -> '.join(circle)}")
+        inherited = resolve(base, (*chain, base))
+        if not isinstance(inherited, dict):
+            return resolved.setdefault(name, table)  # the base's own table says what is wrong
+        chosen = [k for k in inherited.get("chosen_by_omniprobe", []) if k not in table]
+        chosen += [k for k in table.get("chosen_by_omniprobe", []) if k not in chosen]
+        settings = {k: v for k, v in inherited.items() if k in KNOB_ORDER}
+        merged = {**settings, **table}
+        if chosen:
+            merged["chosen_by_omniprobe"] = sorted(chosen, key=lambda k: KNOB_ORDER.get(k, len(KNOB_ORDER)))
+        return resolved.setdefault(name, merged)
+
+    for name in profiles:
+        resolve(name, (name,))
+    return resolved
 
 
 def with_defaults(profile: dict, defaults: dict) -> dict:

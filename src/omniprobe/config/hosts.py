@@ -9,7 +9,12 @@ from pydantic import Field, ValidationError, model_validator
 
 from omniprobe.config.calibration import Calibration
 from omniprobe.config.cards import Card
-from omniprobe.config.diffusers import DiffusersProfile, DiffusersProfileDefaults, with_defaults
+from omniprobe.config.diffusers import (
+    DiffusersProfile,
+    DiffusersProfileDefaults,
+    with_bases,
+    with_defaults,
+)
 from omniprobe.config.flag_sets import DeployConfig, FlagSet, OfflineKwargSet, Serve
 from omniprobe.config.host_entry import Host, model_folders
 from omniprobe.config.host_kinds import KIND_KEYS, kind_problems
@@ -64,13 +69,16 @@ class HostsConfig(HostsTable):
     @model_validator(mode="before")
     @classmethod
     def _profile_defaults(cls, data):
-        """Each profile takes the sampling keys it does not state from the defaults table."""
+        """Each profile takes the settings of the profile it names as its base, then the sampling
+        keys it does not state from the defaults table."""
         profiles = data.get("diffusers_profiles") if isinstance(data, dict) else None
-        defaults = data.get("diffusers_profile_defaults") if isinstance(data, dict) else None
-        if not isinstance(profiles, dict) or not isinstance(defaults, dict):
+        if not isinstance(profiles, dict):
             return data
-        return {**data, "diffusers_profiles": {name: with_defaults(profile, defaults)
-                                               for name, profile in profiles.items()}}
+        profiles = with_bases(profiles)
+        defaults = data.get("diffusers_profile_defaults")
+        if isinstance(defaults, dict):
+            profiles = {name: with_defaults(profile, defaults) for name, profile in profiles.items()}
+        return {**data, "diffusers_profiles": profiles}
 
     @model_validator(mode="before")
     @classmethod

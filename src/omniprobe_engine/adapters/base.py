@@ -5,8 +5,7 @@ out of the capabilities, so a family states what its pipeline has rather than ho
 
 from __future__ import annotations
 
-# The placements the engine knows: the pipeline on the device, model CPU offload, group offload.
-OFFLOADS = ("none", "model-cpu", "group-leaf", "group-block")
+from omniprobe_engine.knobs import OFFLOADS, setting
 
 
 class NothingRecorded:
@@ -35,13 +34,13 @@ class DiffusersAdapter:
 
     def refusal(self, profile: dict) -> str | None:
         """Why the pipeline cannot run `profile`: a setting it has no counterpart of."""
-        pipeline = profile["pipeline"]
-        if profile.get("use_kv_cache") and not self.keeps_conditioning_cache:
+        pipeline = setting(profile, "pipeline")
+        if setting(profile, "use_kv_cache") and not self.keeps_conditioning_cache:
             return f"use_kv_cache = true: {pipeline} has no conditioning KV cache"
-        if profile.get("output_resolution") is not None and not self.takes_output_resolution:
+        if setting(profile, "output_resolution") is not None and not self.takes_output_resolution:
             return (f"output_resolution: {pipeline} sizes condition images "
                     f"{self.own_condition_sizing}, it takes no output_resolution")
-        offload = profile.get("offload", "none")
+        offload = setting(profile, "offload")
         if offload not in self.placements:
             return f"offload {offload!r}: {pipeline} allows only {', '.join(self.placements)}"
         return None

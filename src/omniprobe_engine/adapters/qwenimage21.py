@@ -4,6 +4,8 @@ the recorder of the conditioning KV caches the pipeline makes per call."""
 
 from __future__ import annotations
 
+from omniprobe_engine.knobs import setting
+
 from .base import DiffusersAdapter
 from .synthetic_tokenizer import synthetic_tokenizer
 
@@ -46,7 +48,7 @@ class QwenImage21Adapter(DiffusersAdapter):
 
     def call_arguments(self, pipe, profile: dict, request: dict, sizing: dict) -> dict:
         return {"true_cfg_scale": request["true_cfg_scale"],
-                "use_kv_cache": bool(profile.get("use_kv_cache", True)), **sizing}
+                "use_kv_cache": setting(profile, "use_kv_cache"), **sizing}
 
     def recorder(self, pipe) -> KvCacheRecorder:
         return KvCacheRecorder(pipe)

@@ -170,7 +170,8 @@ class ProbeOptions(ServerOptions):
 class OfflineOptions(SessionOptions):
     """probe-offline's command line; empty tuples: all of them (seeds: the sampling seeds)."""
 
-    kwarg_sets: tuple[str, ...] = option(KWARG_SETS, PROFILES)  # or a Diffusers host's profiles
+    # The offline matrix's entries asked for: kwarg sets, or a Diffusers host's profiles.
+    configurations: tuple[str, ...] = option(KWARG_SETS, PROFILES)
     fixtures: tuple[str, ...] = option(FIXTURES)
     seeds: tuple[int, ...] = option(SEEDS)
     fresh: bool = option(FRESH)
@@ -191,7 +192,7 @@ class CapacityOptions(SessionOptions):
     """probe-capacity's command line: the profiles (empty: all), the fixtures (default: the
     first the host serves at each reference count) and the search's grid."""
 
-    kwarg_sets: tuple[str, ...] = option(PROFILES)  # a Diffusers host's profiles
+    profiles: tuple[str, ...] = option(PROFILES)  # a Diffusers host's profiles
     fixtures: tuple[str, ...] = option(FIXTURES)
     fresh: bool = option(FRESH)
     sample_hz: float = option(SAMPLE_HZ)

@@ -67,7 +67,7 @@ def run_baseline(project: Project, options: BaselineOptions, *, command: list[st
     cfg = load_hosts(project.hosts_file)
     host_name, _ = resolve_host(project, cfg, options.host)
     host = cfg.host(host_name)
-    profiles = options.kwarg_sets or (DEFAULT_PROFILE,)
+    profiles = options.configurations or (DEFAULT_PROFILE,)
     if host.diffusers is None or any(p not in host.diffusers_profiles for p in profiles):
         raise NoBaselineProfile(
             f"host {host_name!r} has no Diffusers profile {', '.join(profiles)} to re-seal the "
@@ -79,7 +79,7 @@ def run_baseline(project: Project, options: BaselineOptions, *, command: list[st
         built = build(host_name, project=project, which="diffusers",
                       echo=lambda line: print(line, file=out))
         print(format_result(built, project), end="", file=out)
-    code = run_offline(project, replace(options, kwarg_sets=profiles, host=host_name),
+    code = run_offline(project, replace(options, configurations=profiles, host=host_name),
                        command=command, readers=readers, out=out)
     attempts = sorted(p for p in (project.evidence_dir / host_name).glob("*-offline")
                       if (p / "offline-requests.json").is_file())

@@ -24,7 +24,7 @@ class OfflineSettings:
     grace_s: float
     idle_timeout_s: float = 60.0
     poll_s: float = 0.02  # the runner's results file: a read of what it appended, if anything
-    kwarg_sets: tuple[str, ...] = ()
+    configurations: tuple[str, ...] = ()  # the kwarg sets or profiles asked for (): all
     fixtures: tuple[str, ...] = ()
     seeds: tuple[int, ...] = ()
     max_restarts: int = 2

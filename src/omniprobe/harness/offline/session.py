@@ -45,15 +45,20 @@ class OfflineSession(Session):
         self.options, self.command, self.readers, self.nvml = options, command, readers, nvml
         self.cap_mib = cap_mib
 
+    def asked_configurations(self) -> tuple[str, ...]:
+        """The kwarg sets or profiles the command line asks for (empty: every one)."""
+        return self.options.configurations
+
     def prepare(self, ctx: Context) -> None:
         self.settings = settings = settings_of(OfflineSettings, self.options, ctx.cfg,
+                                               configurations=self.asked_configurations(),
                                                cap_mib=self.cap_mib,
                                                host_ram_mib=host_ram_mib(ctx.host))
         if settings.host_ram_mib is not None:
             require_host_ram_cap()  # before any attempt exists
         try:
             self.entries, self.refused, configs = offline_matrix(
-                ctx.cfg, ctx.project, ctx.host_name, ctx.host, settings.kwarg_sets)
+                ctx.cfg, ctx.project, ctx.host_name, ctx.host, settings.configurations)
         except Refusal as exc:
             raise KwargSetNotRunnable(str(exc)) from None
         fixtures = serve_fixtures(ctx.suite, ctx.host, settings.fixtures)
