@@ -193,38 +193,36 @@ class InitEvent:
     event: Literal["init"] = "init"
 
 
-@dataclass(frozen=True)
-class RequestEvent:
-    id: str
-    fixture: str
-    seed: int
+@dataclass(frozen=True, kw_only=True)
+class _Result:
+    """What a request and a trial both report of one generate call."""
+
     outcome: ResultOutcome
     wall_s: float
     started_s: float | None = None  # seconds from the runner's start
-    image: str | None = None
     peak_mib: float | None = None
     peak_source: str | None = None  # which figure the peak is (the engine's peak_source)
     error: str | None = None
     traceback: str | None = None
     measured: dict[str, float | int] = field(default_factory=dict)  # Measures.figures()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestEvent(_Result):
+    id: str
+    fixture: str
+    seed: int
+    image: str | None = None
     event: Literal["request"] = "request"
 
 
-@dataclass(frozen=True)
-class TrialEvent:
+@dataclass(frozen=True, kw_only=True)
+class TrialEvent(_Result):
     reference_count: int
     fixture: str
     limit_mib: int
     phase: Phase
     repeat: bool  # a repeat at a limit this count already tried
-    outcome: ResultOutcome
-    wall_s: float
-    started_s: float | None = None
-    peak_mib: float | None = None
-    peak_source: str | None = None
-    error: str | None = None
-    traceback: str | None = None
-    measured: dict[str, float | int] = field(default_factory=dict)
     event: Literal["trial"] = "trial"
 
 
