@@ -151,10 +151,38 @@ def test_the_engine_recovers_generally_then_as_the_adapter_does():
 
     engine = object.__new__(DiffusersEngine)  # no torch: a CPU engine's recovery needs none
     pipe = Pipe()
-    engine.profile, engine.pipe, engine.device, engine.adapter = (
-        {"offload": "model-cpu"}, pipe, "cpu", Undoing())
-    engine.recover()
-    assert steps == ["hooks freed", ("adapter", pipe)]
+    engine.profile, engine.pipe, engine.device, engine.adapter, engine.resident_mib = (
+        {"offload": "model-cpu"}, pipe, "cpu", Undoing(), None)
+    engine.torch = None
+    assert engine.recover() is None  # the CPU has no device memory to hold against the build's
+    # The family's own state first, so the engine's steps release what it let go.
+    assert steps == [("adapter", pipe), "hooks freed"]
+
+
+def test_qwen_image_clears_its_vaes_feature_cache_after_a_failure():
+    cleared = []
+    pipe = SimpleNamespace(vae=SimpleNamespace(clear_cache=lambda: cleared.append(True)))
+    adapter_for(QWEN).recover(pipe)
+    assert cleared == [True]
+    adapter_for(QWEN).recover(SimpleNamespace(vae=object()))  # a VAE without the cache: nothing
+
+
+@pytest.mark.parametrize(("held", "dirty"), [
+    ((1000.0, 1100.0), None),
+    ((1128.0, 1200.0), None),  # at the tolerance: clean
+    ((1129.0, 1200.0), "torch holds 1,129 MiB allocated, 129 MiB over the 1,000 MiB the build "
+                       "left (tolerance 128 MiB)"),
+    ((3549.0, 4000.0), "torch holds 3,549 MiB allocated, 2,549 MiB over the 1,000 MiB"),
+])
+def test_the_engine_is_clean_only_within_the_tolerance_of_what_the_build_left(
+        monkeypatch, held, dirty):
+    from omniprobe_engine import diffusers_engine
+
+    monkeypatch.setattr(diffusers_engine, "held_mib", lambda torch, device: held)
+    engine = object.__new__(DiffusersEngine)
+    engine.torch, engine.device, engine.resident_mib = None, "cuda", 1000.0
+    found = engine.dirty()
+    assert found is None if dirty is None else found.startswith(dirty)
 
 
 class Served(DiffusersAdapter):

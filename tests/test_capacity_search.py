@@ -22,6 +22,8 @@ from omniprobe.evidence.models.capacity import (
     SearchSettings,
 )
 from omniprobe_engine.search import (
+    FIT,
+    OOM,
     Grid,
     SearchError,
     next_guess_mib,
@@ -74,25 +76,35 @@ def test_a_trial_that_errors_ends_the_search_without_a_band():
     assert len(band.trials) == 1
 
 
-def test_a_count_bounded_by_the_last_saves_requests_and_keeps_its_band():
+def test_a_count_guided_by_the_last_saves_requests_and_keeps_its_band():
     first = search(noisy(10000, 0), GRID, 2)
     guess = next_guess_mib([first.fits_at_mib], GRID.resolution_mib)
-    bounded = search(noisy(13300, 0), GRID, 2, known_fail_mib=first.fails_at_mib,
-                     first_guess_mib=guess)
+    guided = search(noisy(13300, 0), GRID, 2, fail_hint_mib=first.fails_at_mib,
+                    first_guess_mib=guess)
     alone = search(noisy(13300, 0), GRID, 2)
-    assert (bounded.fits_at_mib, bounded.fails_at_mib) == (alone.fits_at_mib, alone.fails_at_mib)
-    saved = requests_saved(GRID, 2, bounded, first.fails_at_mib, guess)
-    assert saved == len(alone.trials) - len(bounded.trials) > 0
-    assert all(t.limit_mib > first.fails_at_mib for t in bounded.trials)  # the bound is used
+    assert (guided.fits_at_mib, guided.fails_at_mib) == (alone.fits_at_mib, alone.fails_at_mib)
+    saved = requests_saved(GRID, 2, guided, first.fails_at_mib, guess)
+    assert saved == len(alone.trials) - len(guided.trials) > 0
 
 
-def test_a_band_whose_b_was_never_tried_at_its_count_says_so():
-    # The need does not grow with the count (no KV cache): B stays the previous count's.
+def _earned(band):
+    """Each side of the band is a trial of this count: a fit at A, a failure at B, each with its
+    repeats agreeing."""
+    at_a = [t.outcome for t in band.trials if t.limit_mib == band.fits_at_mib]
+    at_b = [t.outcome for t in band.trials if t.limit_mib == band.fails_at_mib]
+    return at_a and set(at_a) == {FIT} and at_b and set(at_b) == {OOM}
+
+
+@pytest.mark.parametrize("need", [8192, 8100, 6000])
+def test_a_band_is_earned_at_its_count_even_where_the_neighbours_edge_would_do(need):
+    """The need does not grow with the count (no KV cache), or shrinks: the previous count's B
+    says where to look, and B is still a failure seen at this count, never the neighbour's."""
     first = search(noisy(8192, 0), GRID, 2)
-    second = search(noisy(8192, 0), GRID, 2, known_fail_mib=first.fails_at_mib,
+    second = search(noisy(need, 0), GRID, 2, fail_hint_mib=first.fails_at_mib,
                     first_guess_mib=first.fits_at_mib)
-    assert second.fails_at_inferred and second.fails_at_mib == first.fails_at_mib
-    assert not any(t.limit_mib <= second.fails_at_mib for t in second.trials)
+    assert _earned(second), second.trials
+    assert second.fails_at_mib < need <= second.fits_at_mib
+    assert len([t for t in second.trials if t.limit_mib == second.fails_at_mib]) == 3
 
 
 @pytest.mark.parametrize("floor, ceiling, resolution, words", [

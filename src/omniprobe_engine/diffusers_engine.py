@@ -39,7 +39,7 @@ from omniprobe_engine.diffusers_build import (
 )
 from omniprobe_engine.images import open_reference, save_png
 from omniprobe_engine.knobs import GROUP_OFFLOADS, INT8, OFFLOADS, setting
-from omniprobe_engine.protocol import POOL_LIMIT_ENV
+from omniprobe_engine.protocol import CLEAN_TOLERANCE_MIB, POOL_LIMIT_ENV
 
 QUANTISED_BY = {"text_encoder": "quantize_text_encoder", "transformer": "quantize_dit"}
 
@@ -112,8 +112,8 @@ class DiffusersEngine:
         gc.collect()
         self.build_s = round(time.monotonic() - started, 3)
         self.build_peak_mib = self._peaks()[1]
-        self.resident_mib = (round(torch.cuda.memory_allocated() / MIB, 1)
-                             if self.device == "cuda" else None)
+        # What a clean request starts from: the placed build, before any request ran.
+        self.resident_mib = held_mib(torch, self.device)[0]
         self.host = placed_host_figures(torch, [getattr(self.pipe, n) for n in self._weighted()])
         self.expandable_segments = expandable_segments_active(torch)
         self.kv = self.adapter.recorder(self.pipe)
@@ -184,13 +184,12 @@ class DiffusersEngine:
 
     def generate(self, request: dict) -> dict:
         torch = self.torch
-        start = None
         if self.device == "cuda":
             # The pool the last request left cached would count in this one's reserved peak.
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
             torch.cuda.reset_peak_host_memory_stats()
-            start = round(torch.cuda.memory_allocated() / MIB, 1)
+        start, start_reserved = held_mib(torch, self.device)
         images = [open_reference(path) for path in request["reference_paths"]]
         host = HostSampler()
         try:
@@ -204,7 +203,8 @@ class DiffusersEngine:
         finally:
             allocated, reserved = self._peaks()
             self.last = {"peak_mib": reserved, "peak_allocated_mib": allocated,
-                         "start_allocated_mib": start, **self.kv.take(),
+                         "start_allocated_mib": start, "start_reserved_mib": start_reserved,
+                         **self.kv.take(),
                          "max_rss_mib": max_rss_mib(), "host_peak_mib": host.peak_mib,
                          "host_end_mib": host.end_mib,
                          "pinned_host_peak_mib": pinned_mib(torch, "allocated_bytes.peak"),
@@ -243,16 +243,59 @@ class DiffusersEngine:
         return {"process_mib": round(process, 1),
                 "outside_pool_mib": round(max(0.0, process - reserved), 1)}
 
-    def recover(self) -> None:
-        """After a failed request (called once its exception and traceback are gone): put the
-        offloaded models back where the profile keeps them, release what the request held,
-        keep the pipeline; then what the adapter knows its family's pipeline leaves."""
-        if setting(self.profile, "offload") == "model-cpu":
+    def recover(self) -> str | None:
+        """After a failed request (called once its exception and traceback are gone), bring the
+        pipeline back to its state after the build: first what the adapter knows its family's
+        pipeline keeps per call (Qwen-Image-2.1's VAE feature cache), then the group-offload
+        groups left on the device, the models CPU offload left there, garbage and the allocator's
+        cache. Returns None when torch holds no more than after the build (within
+        CLEAN_TOLERANCE_MIB), else why not: the runner must not go on with this pipeline."""
+        self.adapter.recover(self.pipe)
+        if setting(self.profile, "offload") in GROUP_OFFLOADS:
+            for name in self._weighted():
+                offload_groups(getattr(self.pipe, name))
+        elif setting(self.profile, "offload") == "model-cpu":
             self.pipe.maybe_free_model_hooks()
         gc.collect()
         if self.device == "cuda":
             self.torch.cuda.empty_cache()
-        self.adapter.recover(self.pipe)
+        return self.dirty()
+
+    def dirty(self, allocated_mib: float | None = None) -> str | None:
+        """Why the pipeline is not as the build left it (`allocated_mib`: what a request started
+        with; else what torch holds now), or None: within CLEAN_TOLERANCE_MIB of the build's."""
+        if allocated_mib is None:
+            allocated_mib = held_mib(self.torch, self.device)[0]
+        if allocated_mib is None or self.resident_mib is None:
+            return None
+        over = allocated_mib - self.resident_mib
+        if over <= CLEAN_TOLERANCE_MIB:
+            return None
+        return (f"torch holds {allocated_mib:,.0f} MiB allocated, {over:,.0f} MiB over the "
+                f"{self.resident_mib:,.0f} MiB the build left (tolerance {CLEAN_TOLERANCE_MIB} MiB)")
+
+
+def held_mib(torch, device: str) -> tuple[float | None, float | None]:
+    """What torch holds on the device now: allocated and reserved MiB (None, None without CUDA).
+    Looked up as a module global at each call, so a test double of the pipeline can stand in for
+    the device on the CPU, as it reads the pool limit from POOL_LIMIT_ENV."""
+    if device != "cuda":
+        return None, None
+    return (round(torch.cuda.memory_allocated() / MIB, 1),
+            round(torch.cuda.memory_reserved() / MIB, 1))
+
+
+def offload_groups(module) -> None:
+    """Offload every group-offload group of `module` a failed request left on the device.
+    diffusers 0.42.1 has no public call for it: each hooked module's group_offloading hook holds
+    its group, whose offload_() moves it back (internal API; a module without the hook, or a
+    diffusers without it, is left as it is)."""
+    for part in module.modules():
+        registry = getattr(part, "_diffusers_hook", None)
+        hook = registry.get_hook("group_offloading") if registry is not None else None
+        group = getattr(hook, "group", None)
+        if group is not None and hasattr(group, "offload_"):
+            group.offload_()
 
 
 def process_gpu_mib() -> float | None:

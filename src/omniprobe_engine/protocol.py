@@ -35,6 +35,10 @@ SAMPLING_PARAMS = ("height", "width", "seed", "num_inference_steps", "true_cfg_s
 # The request output's field it reads the diffusion worker's peak from.
 OUTPUT_PEAK = "peak_memory_mb"
 
+# A request starts clean when torch holds at most this much more than it did after the build:
+# what a recovered failure may leave in the allocator (chosen by omniprobe; a failed request's
+# leftover measured on the H200 was 1,838-3,549 MiB, a fit's start about 37).
+CLEAN_TOLERANCE_MIB = 128
 TRACEBACK_CHARS = 20000  # the tail of a traceback the runner keeps: the OOM and frames near it
 ERROR_CHARS = 2000  # the head of an exception's message it keeps
 
@@ -149,6 +153,7 @@ class Measures:
 
     peak_allocated_mib: float | None = None
     start_allocated_mib: float | None = None  # allocated when the request began
+    start_reserved_mib: float | None = None  # reserved when it began (its cache emptied)
     kv_cache_bytes: int | None = None
     kv_cache_layers: int | None = None
     kv_cache_layers_total: int | None = None
@@ -168,7 +173,8 @@ class Measures:
 
 MEASURES = tuple(f.name for f in fields(Measures))
 # A capacity trial keeps these of its Measures (capacity-trials.json)...
-TRIAL_CARRIES = ("peak_allocated_mib", "start_allocated_mib", "kv_cache_bytes", "max_rss_mib",
+TRIAL_CARRIES = ("peak_allocated_mib", "start_allocated_mib", "start_reserved_mib",
+                 "kv_cache_bytes", "max_rss_mib",
                  "host_peak_mib", "host_end_mib", "pinned_host_peak_mib", "process_mib",
                  "outside_pool_mib")
 # ...and drops these, each for its reason.
@@ -223,6 +229,8 @@ class TrialEvent(_Result):
     limit_mib: int
     phase: Phase
     repeat: bool  # a repeat at a limit this count already tried
+    # Why this trial does not count (its outcome is not handed to the search), or None.
+    set_aside: str | None = None
     event: Literal["trial"] = "trial"
 
 
@@ -232,16 +240,18 @@ class BandEvent:
     fixture: str
     fits_at_mib: int | None  # A: it fit at every trial at or above
     fails_at_mib: int | None  # B: it failed at every trial at or below
-    trials: int
+    trials: int  # the counted trials this count ran
     requests_saved: int
-    fails_at_inferred: bool = False  # B is the bound handed in, not a trial of this count
     stopped: Literal["error"] | None = None  # why no band: a trial errored
     event: Literal["band"] = "band"
 
 
 @dataclass(frozen=True)
 class ClosedEvent:
-    after: str  # the request whose failure closed the engine
+    after: str  # the request (a trial: "<count>@<limit>") after which the runner closed
+    # Why, beyond the engine closing on a failure as upstream's does: the engine's recovery did
+    # not bring it back to its state after the build, or an error followed a failure.
+    reason: str | None = None
     event: Literal["closed"] = "closed"
 
 

@@ -63,7 +63,12 @@ class Engine(Protocol):
     def generate(self, request: dict) -> float | dict | None:
         """Generate one request, write its image to request["output"], return the peak MiB the
         engine reports for it (None: none reported), or a dict of what it measured with the peak
-        as "peak_mib". Raising closes the engine for good unless it survives failures."""
+        as "peak_mib". Raising closes the engine for good unless it survives failures.
+
+        An engine that survives failures also has `recover()`, called after each failure: None
+        once it is back to its state after the build, else why not (the runner then closes);
+        and may have `dirty(start_allocated_mib)`: why a request that started with that much
+        allocated did not start clean, or None; and `set_pool_limit(mib)` for a search."""
 
 
 def emulation_state() -> dict | None:
@@ -154,50 +159,90 @@ def run(make_engine: Callable[[], Engine], requests: list[RequestSpec], results:
                                   started_s=round(started - t0, 3), wall_s=_seconds(started, 4),
                                   image=request.output if ok else None, **done))
         if not ok:
-            if not survives:
-                results.emit(ClosedEvent(after=request.id))
-                return 0
             # Out of the except block: the exception's frames no longer hold the request's tensors.
-            engine.recover()
+            why = engine.recover() if survives else None
+            if not survives or why is not None:
+                results.emit(ClosedEvent(after=request.id, reason=_closed_why(why)))
+                return 0
     results.emit(DoneEvent())
     return 0
 
 
+def _closed_why(recovery: str | None) -> str | None:
+    return None if recovery is None else f"the engine did not recover from the failure: {recovery}"
+
+
+class Restart(Exception):
+    """The search cannot go on in this runner: a fresh one must take it up (its trials so far
+    recorded, those set aside excepted)."""
+
+    def __init__(self, after: str, reason: str):
+        super().__init__(reason)
+        self.after, self.reason = after, reason
+
+
 def run_search(make_engine: Callable[[], Engine], spec: SearchSpec, results: Results) -> int:
-    """Build the engine once, then bisect each count's pool limit (`--search`), the band of one
-    count bounding the next's search."""
+    """Build the engine once, then bisect each count's pool limit (`--search`), the bands found
+    guiding the next count's search. A failure the engine cannot recover from, or an error right
+    after a failure, ends this runner with a "closed" event: the harness starts a fresh one."""
     t0 = time.monotonic()
     engine = _built(make_engine, results, t0)
     if engine is None:
         return 1
     grid = Grid(spec.floor_mib, spec.ceiling_mib, spec.resolution_mib)
     found: list[int] = []
-    known_fail = None
+    hint = None
+    last = _LastTrial()
     for count in spec.counts:
         band = count.band
         if band is None:
             guess = next_guess_mib(found, grid.resolution_mib)
-            run_trial = _trial_runner(engine, count, results, t0)
-            band = search(run_trial, grid, spec.repeats, known_fail_mib=known_fail,
-                          first_guess_mib=guess)
+            try:
+                band = search(_trial_runner(engine, count, results, t0, last), grid,
+                              spec.repeats, fail_hint_mib=hint, first_guess_mib=guess)
+            except Restart as restart:
+                results.emit(ClosedEvent(after=restart.after, reason=restart.reason))
+                return 0
             results.emit(BandEvent(
                 reference_count=count.reference_count, fixture=count.request.fixture,
                 fits_at_mib=band.fits_at_mib, fails_at_mib=band.fails_at_mib,
-                fails_at_inferred=band.fails_at_inferred, trials=len(band.trials),
-                requests_saved=requests_saved(grid, spec.repeats, band, known_fail, guess),
+                trials=len(band.trials),
+                requests_saved=requests_saved(grid, spec.repeats, band, hint, guess),
                 stopped=band.stopped))
         if band.fits_at_mib is not None:
             found.append(band.fits_at_mib)
         if band.fails_at_mib is not None:
-            known_fail = band.fails_at_mib
+            hint = band.fails_at_mib
     results.emit(DoneEvent())
     return 0
 
 
-def _trial_runner(engine: Engine, count: SearchCount, results: Results,
-                  t0: float) -> Callable[[int, str, bool], str]:
+class _LastTrial:
+    """Whether this runner's last trial failed: an error right after one is the failure's."""
+
+    failed = False
+
+
+def _set_aside(engine: Engine, done: dict, after_failure: bool) -> str | None:
+    """Why a trial's outcome must not count, or None: it started with more held than the build
+    left (the harness's leftover, not the card's), or it errored right after a failure."""
+    dirty = getattr(engine, "dirty", None)
+    start = done["measured"].get("start_allocated_mib")
+    why = dirty(start) if dirty is not None and start is not None else None
+    if why is not None:
+        return f"it started dirty: {why}"
+    if done["outcome"] == "error" and after_failure:
+        return ("an error that is no OOM right after a failed trial: the harness's state until a "
+                "clean start shows otherwise")
+    return None
+
+
+def _trial_runner(engine: Engine, count: SearchCount, results: Results, t0: float,
+                  last: _LastTrial) -> Callable[[int, str, bool], str]:
     """One count's trials: each sets the pool limit, generates the request and writes its event;
-    a resumed count's recorded trials answer first, while they match what the search asks."""
+    a resumed count's recorded trials answer first, while they match what the search asks. A
+    trial set aside is recorded and run again from a clean start, in this runner after a clean
+    recovery from a dirty start, else in a fresh one (Restart)."""
     recorded = list(count.recorded)
     request = as_json(count.request)
 
@@ -206,16 +251,27 @@ def _trial_runner(engine: Engine, count: SearchCount, results: Results,
             if recorded[0].limit_mib == limit_mib:
                 return recorded.pop(0).outcome
             recorded.clear()  # the search went elsewhere: run from here on
-        engine.set_pool_limit(limit_mib)
-        started = time.monotonic()
-        done = _attempt(engine, request, survives=True)
-        results.emit(TrialEvent(reference_count=count.reference_count,
-                                fixture=count.request.fixture, limit_mib=limit_mib, phase=phase,
-                                repeat=repeat, started_s=round(started - t0, 3),
-                                wall_s=_seconds(started, 4), **done))
-        if done["outcome"] != "ok":
-            engine.recover()  # out of the except block: its frames no longer hold the tensors
-        return FIT if done["outcome"] == "ok" else done["outcome"]
+        after, tries = f"{count.reference_count}@{limit_mib}", 0
+        while True:
+            tries += 1
+            engine.set_pool_limit(limit_mib)
+            started = time.monotonic()
+            done = _attempt(engine, request, survives=True)
+            aside = _set_aside(engine, done, last.failed)
+            results.emit(TrialEvent(reference_count=count.reference_count,
+                                    fixture=count.request.fixture, limit_mib=limit_mib,
+                                    phase=phase, repeat=repeat, started_s=round(started - t0, 3),
+                                    wall_s=_seconds(started, 4), set_aside=aside, **done))
+            if done["outcome"] != "ok" or aside is not None:
+                # Out of the except block: its frames no longer hold the request's tensors.
+                why = engine.recover()
+                if why is not None:
+                    raise Restart(after, _closed_why(why))
+            if aside is None:
+                last.failed = done["outcome"] != "ok"
+                return FIT if done["outcome"] == "ok" else done["outcome"]
+            if done["outcome"] == "error" or tries > 1:  # the trial again, on a fresh build
+                raise Restart(after, f"trial set aside, {aside}")
 
     return trial
 

@@ -4,7 +4,9 @@ fits in, bisected on a grid of pool limits and confirmed by repeats, as a band.
 A band is two limits: it fits at every trial at or above A (`fits_at_mib`), it failed at every
 trial at or below B (`fails_at_mib`); between B and A it is uncertain (the allocator's history
 moves the boundary from one trial to the next). A is None when nothing up to the ceiling fit
-reliably; B is None when nothing down to the floor failed.
+reliably; B is None when nothing down to the floor failed. Both are earned at their count: each
+is a trial of that count, confirmed by the repeats; what the neighbouring counts found only says
+where to look first.
 
 Standalone like the offline runner that imports it from beside itself: the standard library only.
 """
@@ -18,7 +20,8 @@ from dataclasses import dataclass, field
 FIT, OOM, ERROR = "fit", "oom", "error"
 # The rule's version, recorded with every search: a change of the rule (how it brackets,
 # bisects or confirms) raises it, so a search it would not have run the same way is not resumed.
-RULE_VERSION = 1
+# 1: a count took the previous count's B as its own, untried; 2: every B is tried at its count.
+RULE_VERSION = 2
 
 
 class SearchError(ValueError):
@@ -77,7 +80,6 @@ class Band:
     fits_at_mib: int | None
     fails_at_mib: int | None
     trials: list[Trial] = field(default_factory=list)
-    fails_at_inferred: bool = False  # B is the bound handed in, not a trial of this count
     stopped: str | None = None  # why the search ended without a band (a trial's error)
 
 
@@ -105,29 +107,33 @@ class _Search:
                    for _ in range(self.repeats))
 
 
-def search(run: TrialRunner, grid: Grid, repeats: int, *, known_fail_mib: int | None = None,
+def search(run: TrialRunner, grid: Grid, repeats: int, *, fail_hint_mib: int | None = None,
            first_guess_mib: int | None = None) -> Band:
-    """Bisect one count's boundary. `known_fail_mib`: a limit known to fail without a trial
-    (the previous count's B: more references never need less); `first_guess_mib`: where to
-    look first (the previous counts' trend), galloping up from it while it fails. The grid's
+    """Bisect one count's boundary. `first_guess_mib`: where to look first (the previous counts'
+    trend), galloping up from it while it fails; `fail_hint_mib`: a limit likely to fail (the
+    previous count's B: more references seldom need less), tried first below the first fit.
+    Neither stands in for a trial: both sides are tried at this count and confirmed. The grid's
     ends are tried only when the boundary comes to lie there. A trial that errors ends it."""
     s = _Search(run, grid, repeats)
-    known = None if known_fail_mib is None else grid.index_at_or_below(known_fail_mib)
-    lo, hi = (-1 if known is None else known), grid.last + 1  # -1, last + 1: not tried
-    inferred = known is not None
-    probe = (None if first_guess_mib is None
-             else max(grid.index_at_or_above(first_guess_mib), lo + 1))
-    step = 1 if probe is None else max(1, probe - max(lo, 0))
+    hint = None if fail_hint_mib is None else grid.index_at_or_below(fail_hint_mib)
+    lo, hi = -1, grid.last + 1  # -1, last + 1: not tried
+    probe = None if first_guess_mib is None else grid.index_at_or_above(first_guess_mib)
+    step = 1 if probe is None else max(1, probe - max(hint or 0, 0))
     while hi - lo > 1:
         galloping = probe is not None
-        index = probe if galloping else (lo + hi) // 2
+        if galloping:
+            index = probe
+        elif hint is not None and lo < hint < hi:
+            index, hint = hint, None
+        else:
+            index = (lo + hi) // 2
         fit = s.fits(index, "bracket" if galloping else "bisect")
         if s.errored:
             return Band(None, None, s.trials, stopped=ERROR)
         if fit:
             hi, probe = index, None
         else:
-            lo, inferred = index, False
+            lo = index
             probe = min(grid.last, index + step) if galloping and index < grid.last else None
             step *= 2
     hi = hi if hi <= grid.last else None
@@ -135,11 +141,11 @@ def search(run: TrialRunner, grid: Grid, repeats: int, *, known_fail_mib: int | 
     # Confirm both sides; a side that does not hold moves outward to the next step whose trials
     # so far agree, and is confirmed there.
     hi = _confirmed(s, hi, fit=True)
-    lo = lo if inferred else _confirmed(s, lo, fit=False)
+    lo = _confirmed(s, lo, fit=False)
     if s.errored:
         return Band(None, None, s.trials, stopped=ERROR)
     return Band(None if hi is None else grid.limit(hi), None if lo is None else grid.limit(lo),
-                s.trials, fails_at_inferred=inferred and lo is not None)
+                s.trials)
 
 
 def _confirmed(s: _Search, index: int | None, *, fit: bool) -> int | None:
@@ -161,7 +167,7 @@ def _confirmed(s: _Search, index: int | None, *, fit: bool) -> int | None:
     return None
 
 
-def requests_saved(grid: Grid, repeats: int, band: Band, known_fail_mib: int | None,
+def requests_saved(grid: Grid, repeats: int, band: Band, fail_hint_mib: int | None,
                    first_guess_mib: int | None) -> int:
     """The trials what was already known saved: against a search from the floor and ceiling
     alone, both run on one boundary without noise (every limit at or above the band's A fits),
@@ -172,7 +178,7 @@ def requests_saved(grid: Grid, repeats: int, band: Band, known_fail_mib: int | N
         return FIT if need is not None and limit >= need else OOM
 
     alone = len(search(oracle, grid, repeats).trials)
-    helped = len(search(oracle, grid, repeats, known_fail_mib=known_fail_mib,
+    helped = len(search(oracle, grid, repeats, fail_hint_mib=fail_hint_mib,
                         first_guess_mib=first_guess_mib).trials)
     return alone - helped
 

@@ -56,4 +56,4 @@ class DiffusersAdapter:
 
     def recover(self, pipe) -> None:
         """What a failed request leaves in the pipeline that the engine's general recovery does not
-        undo (called after it)."""
+        undo (called first, so the engine's own steps release what it lets go)."""

@@ -46,6 +46,14 @@ class QwenImage21Adapter(DiffusersAdapter):
         return Qwen3VLProcessor(image_processor=image, tokenizer=tokenizer, video_processor=video,
                                 chat_template=_CHAT_TEMPLATE)
 
+    def recover(self, pipe) -> None:
+        """The VAE's feature cache: AutoencoderKLQwenImage21._decode clears it at its start and
+        its end, not in a finally, so a decode that raised leaves its activations on the GPU
+        until the next encode or decode (diffusers 0.42.1); clear_cache releases them."""
+        clear = getattr(pipe.vae, "clear_cache", None)
+        if clear is not None:
+            clear()
+
     def call_arguments(self, pipe, profile: dict, request: dict, sizing: dict) -> dict:
         return {"true_cfg_scale": request["true_cfg_scale"],
                 "use_kv_cache": setting(profile, "use_kv_cache"), **sizing}

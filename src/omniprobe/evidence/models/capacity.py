@@ -57,6 +57,7 @@ class CapacityTrial(EvidenceModel):
     # The runner's start and host figures (omniprobe_engine/protocol.py TRIAL_CARRIES); null in
     # trials recorded before they were carried.
     start_allocated_mib: float | None = measure("start_allocated_mib")
+    start_reserved_mib: float | None = measure("start_reserved_mib")
     max_rss_mib: float | None = measure("max_rss_mib")
     host_peak_mib: float | None = measure("host_peak_mib")
     host_end_mib: float | None = measure("host_end_mib")
@@ -65,6 +66,21 @@ class CapacityTrial(EvidenceModel):
     error: str | None = None
     cause: FailureCause | None = None
     lifetime: int = Field(ge=0, description="Which runner process ran it (0-based).")
+    set_aside: str | None = Field(
+        default=None, description="Why the trial does not count toward its band (it started with "
+                                  "more held than the build left, or errored right after a "
+                                  "failure): recorded, never handed to the search; null: it "
+                                  "counts.")
+
+    @property
+    def counts(self) -> bool:
+        return self.set_aside is None
+
+    @property
+    def start_recorded(self) -> bool:
+        """Trials recorded before their start figures were carried say nothing of how they
+        started (read as before, and said so)."""
+        return self.start_allocated_mib is not None
 
     _host_peak_holds_its_end = model_validator(mode="after")(host_end_within_peak)
 
@@ -150,3 +166,8 @@ class ProfileSearch(EvidenceModel):
     host_ram: list[HostRamCheck] = []
     init_outcome: Literal["ready", "init-oom", "init-error", "timeout"] = "ready"
     note: str | None = None
+    restarts: list[str] = Field(
+        default=[], description="Why each runner after the first took the search up: the one "
+                                "before closed (its engine did not recover from a failure, or "
+                                "an error followed one). Each runner's log, timeline and host "
+                                "RAM are kept in order.")

@@ -62,6 +62,11 @@ class RunnerLifetime(EvidenceModel):
     host_ram: HostRamCheck | None = Field(
         default=None, description="Emulated host RAM; null: host RAM was not emulated (the "
                                   "machine's own held what offload moved).")
+    closed: str | None = Field(
+        default=None, description="Why the runner closed before its requests were done, beyond "
+                                  "an engine closing on a failure as upstream's does (its "
+                                  "recovery did not bring it back to the build's state: the "
+                                  "requests left went to a fresh runner); null: it was not.")
 
 
 # An init that failed, as a capacity search and the report name it (the serve run's InitResult
@@ -117,6 +122,8 @@ class OfflineRun(Configured):
 # The figures a request and a capacity trial both record of the runner, described once.
 _MEASURE_TEXT = {
     "start_allocated_mib": "What torch held allocated when the request began.",
+    "start_reserved_mib": "What torch held reserved when the request began, its cache emptied "
+                          "(null: not recorded, or no CUDA).",
     "max_rss_mib": "The runner process's peak resident memory so far.",
     "host_peak_mib": "The runner's resident memory at its highest during this request, sampled "
                      "beside it (max_rss_mib and a cgroup's memory.peak are lifetime peaks, the "
@@ -178,6 +185,7 @@ class OfflineRequest(Measurement, Configured):
     peak_allocated_mib: float | None = Field(
         default=None, ge=0, description="torch.cuda.max_memory_allocated over the request.")
     start_allocated_mib: float | None = measure("start_allocated_mib")
+    start_reserved_mib: float | None = measure("start_reserved_mib")
     kv_cache_bytes: int | None = Field(
         default=None, ge=0, description="Bytes of the K and V tensors the pipeline's conditioning "
                                         "KV cache held after prefill, over the layers it filled.")

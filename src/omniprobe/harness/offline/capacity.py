@@ -82,13 +82,30 @@ class CapacityProbe:
 
     def _profile(self, label: str, entry: OfflineEntry, plan: SearchPlan,
                  progress: Progress) -> None:
+        """One profile's search: one runner, or a fresh one each time a runner closes (its
+        engine could not recover from a failure, or an error followed one), up to max_restarts;
+        each lifetime's log, timeline and host RAM kept, and why it closed."""
         steps, guidance, _ = entry.sampling(self.runner.suite.sampling)
         seed = (entry.seeds or tuple(self.runner.suite.sampling.seeds))[0]
-        earlier = self._search_of(entry.name)
-        search = earlier or ProfileSearch(
+        search = self._search_of(entry.name) or ProfileSearch(
             profile=entry.name, settings=entry.kwargs["profile"], search=plan.settings,
             num_inference_steps=steps, true_cfg_scale=guidance, seed=seed,
             sizes={f.id: f"{f.width}×{f.height}" for f in plan.fixtures.values()})
+        for _ in range(self.runner.settings.max_restarts + 1):
+            closed = self._lifetime(label, entry, plan, seed, search, progress)
+            if closed is None:
+                return
+            search = self._search_of(entry.name)
+            self.store.put_search(search := replaced(search, restarts=[*search.restarts, closed]))
+            progress.say(f"[{label}] the runner closed ({closed}): a fresh runner takes the search "
+                         "up")
+        self.unfinished.append(f"{entry.name}: the search's runner closed "
+                               f"{self.runner.settings.max_restarts + 1} times; re-run to resume "
+                               "it")
+
+    def _lifetime(self, label: str, entry: OfflineEntry, plan: SearchPlan, seed: int,
+                  search: ProfileSearch, progress: Progress) -> str | None:
+        """One runner over what is left of the search; why it closed early, or None."""
         state = EntryState(build=search.build)  # the lifetimes of this search's runner only
         index = len(search.logs)
         # A runner interrupted before its logs were kept left its folder: never write into it.
@@ -98,12 +115,12 @@ class CapacityProbe:
         folder.mkdir(parents=True)
         spec = self._search_spec(entry, plan, seed, search, folder)
         args = self.runner.runner_args(entry, folder, "search", spec)
-        gpu_s = search.gpu_s or 0.0
+        gpu_s, closed = search.gpu_s or 0.0, None
         try:
             with self.runner.running(label, entry, index, folder, args, state, progress) as running:
                 if running is not None:
-                    search = self._events(entry.name, plan, running, index, label, progress,
-                                          search, gpu_s)
+                    search, closed = self._events(entry.name, plan, running, index, label,
+                                                  progress, search, gpu_s)
         finally:  # an interrupt too keeps what the runner built and left
             search = self._search_of(entry.name) or search
             failure = state.failure
@@ -115,10 +132,13 @@ class CapacityProbe:
                 host_ram=[*search.host_ram, *(lt.host_ram for lt in lifetimes if lt.host_ram)],
                 init_outcome=INIT_FAILED[failure.outcome] if failure is not None else "ready",
                 note=failure.note if failure is not None else search.note))
+        return closed
 
     def _events(self, profile: str, plan: SearchPlan, running, index: int, label: str,
-                progress: Progress, search: ProfileSearch, gpu_s: float) -> ProfileSearch:
-        """The runner's events until it is done, each recorded as it arrives."""
+                progress: Progress, search: ProfileSearch, gpu_s: float
+                ) -> tuple[ProfileSearch, str | None]:
+        """The runner's events until it is done or closes (and why), each recorded as it
+        arrives."""
         runner, events = running[0], running[1]
         while True:
             event, why = self.runner.next_event(runner, events, self.runner.settings.request_timeout_s)
@@ -129,10 +149,13 @@ class CapacityProbe:
             if event is None:
                 self.unfinished.append(f"{profile}: the runner {why} during the search; "
                                        "re-run to resume it")
-                return search
-            if event["event"] == "done":
+                return search, None
+            if event["event"] in ("done", "closed"):
                 runner.wait_exit(self.runner.settings.grace_s)
-                return search
+                search = replaced(search, gpu_s=round(gpu_s + time.monotonic() - runner.started, 1))
+                self.store.put_search(search)
+                closed = event.get("reason") or f"closed after {event.get('after')}"
+                return search, None if event["event"] == "done" else closed
             if event["event"] == "trial":
                 self._trial(profile, plan, event, index, label, progress)
             elif event["event"] == "band":
@@ -174,7 +197,7 @@ class CapacityProbe:
                 band=None if band is None else KnownBand(band.fits_at_mib, band.fails_at_mib),
                 recorded=[] if band is not None else [
                     RecordedTrial(t.limit_mib, t.outcome) for t in self.store.capacity_trials
-                    if t.profile == entry.name and t.reference_count == refs]))
+                    if t.profile == entry.name and t.reference_count == refs and t.counts]))
         settings = plan.settings
         return as_json(SearchSpec(settings.floor_mib, settings.ceiling_mib,
                                   settings.resolution_mib, settings.repeats, counts))
@@ -191,7 +214,8 @@ class CapacityProbe:
         peak = f", peak {trial.peak_mib:,.0f} MiB" if trial.peak_mib is not None else ""
         progress.say(f"[{label}] {refs} ref(s) at {trial.limit_mib:,} MiB"
                      f"{' (repeat)' if trial.repeat else ''}: {trial.outcome} "
-                     f"{trial.wall_s:.1f} s{peak}")
+                     f"{trial.wall_s:.1f} s{peak}"
+                     + (f" (set aside: {trial.set_aside})" if trial.set_aside else ""))
 
 
 def trial_record(profile: str, fixture: Fixture, event: dict, lifetime: int,
@@ -203,7 +227,7 @@ def trial_record(profile: str, fixture: Fixture, event: dict, lifetime: int,
               "fixture": fixture.id, "inputs": fixture.inputs, "lifetime": lifetime,
               "outcome": {"ok": "fit"}.get(event["outcome"], event["outcome"]),
               **{k: event.get(k) for k in ("limit_mib", "phase", "repeat", "wall_s",
-                                            "started_s", "peak_mib", "peak_source")},
+                                            "started_s", "peak_mib", "peak_source", "set_aside")},
               **{k: measured.get(k) for k in TRIAL_CARRIES},
               "mem_get_info_total_mib": (event.get("limit_mib")
                                          if event.get("peak_mib") is not None else None)}

@@ -175,6 +175,13 @@ class OfflineProbe:
                 planned = pending[0]
                 waited_from = time.monotonic()
                 event, why = self.runner.next_event(runner, events, self.settings.request_timeout_s)
+                if event is not None and event["event"] == "closed":
+                    # A Diffusers engine that did not recover from the last failure: by plan.
+                    state.closed = event.get("reason") or f"closed after {event['after']}"
+                    progress.say(f"[{label}] the runner closed ({state.closed}): a fresh runner "
+                                 f"for the {len(pending)} left")
+                    runner.wait_exit(self.settings.grace_s)
+                    return pending, True
                 if event is not None:
                     check_result(event, planned, events.path)
                 elif why == "exited 0":

@@ -126,7 +126,8 @@ class RunnerSupervisor:
             def keep(end: Ended) -> None:
                 state.lifetimes.append(RunnerLifetime(
                     log=end.log, timeline=end.timeline,
-                    host_ram=ram.check() if ram is not None else None))
+                    host_ram=ram.check() if ram is not None else None, closed=state.closed))
+                state.closed = None
 
             progress.say(f"[{label}] starting the runner")
             with self.lifetimes.run(spec, keep) as running:

@@ -19,6 +19,7 @@ class EntryState:
     lifetimes: list[RunnerLifetime] = field(default_factory=list)
     build: DiffusersBuild | None = None
     survives_failure: bool = False
+    closed: str | None = None  # why the runner now running closed early (its lifetime keeps it)
 
     @classmethod
     def resumed(cls, run: OfflineRun | None) -> EntryState:
