@@ -213,3 +213,62 @@ def test_the_smallest_and_largest_pool_at_a_count_come_only_from_bands_that_foun
     found = pool_extremes(searches, 4)
     assert (None if found is None else (found.least_mib, found.least, found.most_mib,
                                         found.most)) == extremes
+
+
+def _band(fits_at, fails_at, inferred=False):
+    return CapacityBand(reference_count=1, fixture="f", fits_at_mib=fits_at,
+                        fails_at_mib=fails_at, fails_at_inferred=inferred, trials=4,
+                        requests_saved=0)
+
+
+@pytest.mark.parametrize("band, trials, disagreements", [
+    (_band(8448, 8192), [trial(1, 8448, "fit"), trial(1, 8192, "oom")], []),
+    (_band(8448, 8192), [trial(1, 8448, "fit")],
+     ["fails_at_mib 8192: no counted trial failed there"]),
+    # Before bands were earned at their count, B was the neighbour's: not tried, and said so.
+    (_band(8448, 8192, inferred=True), [trial(1, 8448, "fit")], []),
+    (_band(8448, 8192), [trial(1, 8192, "oom")], ["fits_at_mib 8448: no counted trial fit there"]),
+    (_band(8448, 8192), [trial(1, 8448, "fit"), trial(1, 8192, "oom"), trial(1, 8704, "oom")],
+     ["fits_at_mib 8448: a counted trial at 8704 MiB ended oom"]),
+    (_band(8448, 8192), [trial(1, 8448, "fit"), trial(1, 8192, "oom"), trial(1, 7936, "fit")],
+     ["fails_at_mib 8192: a counted trial at 7936 MiB fit"]),
+    (_band(None, 32768), [trial(1, 32768, "oom")], []),
+])
+def test_a_band_is_held_to_its_counted_trials(band, trials, disagreements):
+    assert band.disagreements(trials) == disagreements
+
+
+def _searched(bands, trials, aside=(), logs=0):
+    from omniprobe.analysis.capacity_bands import Searched
+    from omniprobe.evidence.models.capacity import ProfileSearch, SearchSettings
+
+    search = ProfileSearch(profile="p", settings={}, num_inference_steps=2, true_cfg_scale=1.0,
+                           seed=1, sizes={}, bands=bands,
+                           search=SearchSettings(floor_mib=4096, ceiling_mib=32768,
+                                                 resolution_mib=256, repeats=2))
+    return Searched("A", "h200", search, tuple(trials), tuple(aside))
+
+
+def test_a_band_wider_than_two_steps_is_reported_as_noise_with_its_trials():
+    from omniprobe.analysis.capacity_bands import noisy_bands
+
+    narrow = _band(8448, 8192)
+    wide = CapacityBand(reference_count=2, fixture="f", fits_at_mib=9216, fails_at_mib=8448,
+                        trials=6, requests_saved=0)
+    found = _searched([narrow, wide], [trial(2, 8448, "oom"), trial(2, 8704, "fit"),
+                                       trial(2, 8704, "oom"), trial(2, 9216, "fit"),
+                                       trial(1, 8448, "fit")])
+    assert noisy_bands(found) == [
+        "`p`, 2 reference(s): 8,448–9,216 is 768 MiB wide, more than 2 steps of 256 MiB; its "
+        "trials there: 8,448 oom, 8,704 fit, 8,704 oom, 9,216 fit"]
+
+
+@pytest.mark.parametrize("starts, words", [
+    ([None, None], "not recorded"),
+    ([512.0, None], "1 of 2 recorded"),
+    ([512.0, 500.0], "recorded"),
+])
+def test_trials_without_start_figures_are_read_as_before_and_said_so(starts, words):
+    trials = [trial(1, 8448, "fit").model_copy(update={"start_allocated_mib": s})
+              for s in starts]
+    assert _searched([], trials).start_figures() == words

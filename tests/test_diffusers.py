@@ -623,6 +623,88 @@ def test_the_capacity_search_bands_every_count_in_one_runner_and_resumes_nothing
             if p.is_file()} == recorded
 
 
+# A double of a pipeline whose failed call leaves memory allocated, as Qwen-Image-2.1's VAE does
+# (its feature cache), on the CPU: the engine's device readings come from the double (held_mib,
+# the engine's injection point), and a leftover makes the next call fail early. The VAE's
+# clear_cache releases it, except the first failure's (a leftover recovery cannot reach: the
+# runner closes, a fresh one takes the search up); and the second call that fits leaks after it
+# (the next trial starts dirty: set aside, recovered, run again). Failures and fits are counted
+# across runners in a file, each runner being its own process.
+LEAKY = textwrap.dedent('''
+    import json, os, pathlib, random, sys, diffusers, torch
+    engine = sys.modules["omniprobe_engine.diffusers_engine"]
+    real = diffusers.QwenImage21Pipeline.__call__
+    noise = random.Random(7)
+    NEED, BASE_MIB, LEFTOVER_MIB = {need!r}, 500.0, 1800.0
+    COUNTS = pathlib.Path({counts!r})
+    left = [0.0]
+
+    def counted(key):
+        seen = json.loads(COUNTS.read_text()) if COUNTS.exists() else {{}}
+        seen[key] = seen.get(key, 0) + 1
+        COUNTS.write_text(json.dumps(seen))
+        return seen[key]
+
+    engine.held_mib = lambda torch, device: (BASE_MIB + left[0], BASE_MIB + left[0] + 64.0)
+
+    def call(self, *args, image=None, **kwargs):
+        limit = int(os.environ["OMNIPROBE_POOL_LIMIT_MIB"])
+        need = NEED[len(image or [])] + noise.choice((-{noise}, 0, {noise})) + left[0]
+        if limit < need:
+            left[0] = LEFTOVER_MIB if counted("failures") > 1 else LEFTOVER_MIB + 1.0
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory. Tried to allocate 64.00 MiB. GPU 0 has a total capacity of "
+                f"{{limit / 1024:.2f}} GiB of which 0 bytes is free.")
+        out = real(self, *args, image=image, **kwargs)
+        if counted("fits") == 2:
+            left[0] = LEFTOVER_MIB
+        return out
+    diffusers.QwenImage21Pipeline.__call__ = call
+
+    clear = diffusers.AutoencoderKLQwenImage21.clear_cache
+    def clear_cache(self):
+        clear(self)
+        if left[0] != LEFTOVER_MIB + 1.0:  # the first failure's leftover stays
+            left[0] = 0.0
+    diffusers.AutoencoderKLQwenImage21.clear_cache = clear_cache
+''')
+
+
+def test_a_trial_starts_clean_or_is_set_aside_and_a_band_is_earned_at_every_count(
+        project, tmp_path, monkeypatch):
+    pipeline_double(tmp_path, monkeypatch, LEAKY.format(need=NEED_MIB, noise=NOISE_MIB,
+                                                        counts=str(tmp_path / "counts.json")))
+    code, out = capacity(project)
+    assert code == 0, out
+    _, [attempt] = attempts(project)
+    [search] = attempt.capacity
+    trials = attempt.capacity_trials
+    assert all(t.start_allocated_mib is not None and t.start_reserved_mib is not None
+               for t in trials)
+    # The first failure's leftover: recovery could not reach the build's state, so a fresh
+    # runner took the search up, its own log and lifetime beside the first's.
+    [restart] = search.restarts
+    assert "did not recover from the failure" in restart and "1,801 MiB over" in restart, restart
+    assert len(search.logs) == 2 and {t.lifetime for t in trials} == {0, 1}
+    # The second fit's leak: the next trial started dirty, was set aside, and ran again clean.
+    aside = [t for t in trials if not t.counts]
+    assert aside and all("it started dirty" in t.set_aside and t.start_allocated_mib > 500 + 128
+                         for t in aside), [t.set_aside for t in aside]
+    assert all(t.start_allocated_mib <= 500 for t in trials if t.counts)
+    assert [b.reference_count for b in search.bands] == [0, 1, 2, 3, 4]
+    for band in search.bands:
+        need = NEED_MIB[band.reference_count]
+        counted = [t for t in trials if t.counts and t.reference_count == band.reference_count]
+        # Earned at its count: a failure at B and a fit at A, each with its repeat.
+        assert {t.outcome for t in counted if t.limit_mib == band.fails_at_mib} == {"oom"}
+        assert {t.outcome for t in counted if t.limit_mib == band.fits_at_mib} == {"fit"}
+        assert len([t for t in counted if t.limit_mib == band.fails_at_mib]) >= 2
+        assert not band.fails_at_inferred
+        assert need - NOISE_MIB - 256 <= band.fails_at_mib < need + NOISE_MIB, band
+        assert need - NOISE_MIB <= band.fits_at_mib <= need + NOISE_MIB + 256, band
+        assert band.trials == len(counted)
+
+
 @pytest.mark.parametrize("flags, field", [
     (["--floor-mib", "8192", "--ceiling-mib", "8192"], "--floor-mib"),
     (["--floor-mib", "9000", "--ceiling-mib", "4096"], "--floor-mib"),

@@ -20,12 +20,29 @@ from omniprobe.evidence.models.capacity import CapacityBand, CapacityTrial, Prof
 
 @dataclass(frozen=True)
 class Searched:
-    """A profile's newest search, with the attempt that holds it and its trials."""
+    """A profile's newest search, with the attempt that holds it, its counted trials and those
+    set aside (recorded, never counted toward a band)."""
 
     attempt: str
     host: str
     search: ProfileSearch
     trials: tuple[CapacityTrial, ...] = ()
+    set_aside: tuple[CapacityTrial, ...] = ()
+
+    @property
+    def runners(self) -> int:
+        """How many runner processes the curve took (a resume or a restart adds one)."""
+        return max(len(self.search.logs), 1 + len(self.search.restarts),
+                   len({t.lifetime for t in (*self.trials, *self.set_aside)}))
+
+    def start_figures(self) -> str:
+        """Whether its trials recorded what they started with: trials before the figures were
+        carried are read as before, and said so."""
+        every = (*self.trials, *self.set_aside)
+        recorded = sum(t.start_recorded for t in every)
+        if recorded == len(every):
+            return "recorded"
+        return "not recorded" if not recorded else f"{recorded} of {len(every)} recorded"
 
     def band(self, refs: int) -> CapacityBand | None:
         return next((b for b in self.search.bands if b.reference_count == refs), None)
@@ -39,9 +56,36 @@ def newest_searches(evidence: Evidence) -> dict[str, Searched]:
             continue
         for search in attempt.capacity:
             if search.bands:
-                found[search.profile] = Searched(attempt.id, attempt.host, search, tuple(
-                    t for t in attempt.capacity_trials if t.profile == search.profile))
+                mine = [t for t in attempt.capacity_trials if t.profile == search.profile]
+                found[search.profile] = Searched(attempt.id, attempt.host, search,
+                                                 tuple(t for t in mine if t.counts),
+                                                 tuple(t for t in mine if not t.counts))
     return found
+
+
+# A band wider than this many steps of the grid, after its repeats, is the boundary's noise.
+NOISE_STEPS = 2
+
+
+def noisy_bands(found: Searched) -> list[str]:
+    """Each band wider than NOISE_STEPS of its grid, with the trials of its count between and at
+    its edges: noise the repeats did not settle, shown rather than averaged away."""
+    step = found.search.search.resolution_mib
+    out = []
+    for band in sorted(found.search.bands, key=lambda b: b.reference_count):
+        if band.fits_at_mib is None or band.fails_at_mib is None:
+            continue
+        width = band.fits_at_mib - band.fails_at_mib
+        if width <= NOISE_STEPS * step:
+            continue
+        inside = [t for t in found.trials if t.reference_count == band.reference_count
+                  and band.fails_at_mib <= t.limit_mib <= band.fits_at_mib]
+        out.append(f"`{found.search.profile}`, {band.reference_count} reference(s): "
+                   f"{band.fails_at_mib:,}–{band.fits_at_mib:,} is {width:,} MiB wide, more than "
+                   f"{NOISE_STEPS} steps of {step} MiB; its trials there: "
+                   + ", ".join(f"{t.limit_mib:,} {t.outcome}"
+                               for t in sorted(inside, key=lambda t: t.limit_mib)))
+    return out
 
 
 def reference_contradictions(found: Searched) -> list[str]:

@@ -157,6 +157,11 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
         kwarg_set("capacity.json", f"$[{i}].profile", search.profile)
         for j, band in enumerate(search.bands):
             fixture("capacity.json", f"$[{i}].bands[{j}].fixture", band.fixture)
+            counted = [t for t in attempt.capacity_trials if t.counts and t.profile ==
+                       search.profile and t.reference_count == band.reference_count]
+            problems += [Problem(str(folder / "capacity.json"),
+                                 content_path("capacity.json", f"$[{i}].bands[{j}]"), why)
+                         for why in band.disagreements(counted)]
     requests_of("capacity-trials.json", attempt.capacity_trials, kwarg_set, lambda _: "profile")
     requests_of("offline-requests.json", attempt.offline_requests, kwarg_set, _field)
     for i, obs in enumerate(attempt.structure):

@@ -13,6 +13,7 @@ from omniprobe.analysis.capacity_bands import (
     Searched,
     card_profiles,
     newest_searches,
+    noisy_bands,
     pool_extremes,
     reference_contradictions,
     sweep_checks,
@@ -45,7 +46,10 @@ def band_cell(band: CapacityBand | None) -> str:
 class PoolRow:
     profile: str
     cells: list[str]  # by reference count
-    trials: int
+    trials: int  # counted toward its bands
+    set_aside: int  # recorded, never counted (started dirty, or an error right after a failure)
+    starts: str  # whether the trials recorded what they started with
+    runners: int
     saved: int
     gpu_s: str  # the curve's GPU seconds, the build included
 
@@ -78,6 +82,8 @@ class CapacitySearchView:
     readings: dict[str, int]  # agrees / uncertain / contradicts -> cells
     disagreements: list[str]  # every cell that does not agree, in words
     contradictions: list[str]  # trials where more references fit in less
+    noise: list[str]  # bands wider than two steps of the grid, with their trials
+    spans: list[str]  # profiles whose curve took more than one runner
     figure_path: str
     figure_svg: str
 
@@ -165,6 +171,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
     cells = {p: [band_cell(searches[p].band(n)) for n in counts] for p in order}  # table, figure
     rows = [PoolRow(p, cells[p],
                     sum(b.trials for b in searches[p].search.bands),
+                    len(searches[p].set_aside), searches[p].start_figures(), searches[p].runners,
                     sum(b.requests_saved for b in searches[p].search.bands),
                     f"{searches[p].search.gpu_s:.0f}" if searches[p].search.gpu_s else "—")
             for p in order]
@@ -205,6 +212,8 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         [f"{n} ref{'' if n == 1 else 's'}" for n in counts], order, rows, cards, len(checks),
         readings, [c.text() + f": {c.reading}" for c in checks if c.reading != "agrees"],
         [line for p in order for line in reference_contradictions(searches[p])],
+        [line for p in order for line in noisy_bands(searches[p])],
+        [f"`{p}` ({searches[p].runners})" for p in order if searches[p].runners > 1],
         FIGURE.as_posix(), svg)
 
 

@@ -111,6 +111,28 @@ class CapacityBand(EvidenceModel):
     stopped: Literal["error"] | None = Field(
         default=None, description="Why no band was found: a trial ended in an error.")
 
+    def disagreements(self, counted: list[CapacityTrial]) -> list[str]:
+        """How the band disagrees with its count's counted trials: A is a fit seen at A and
+        nothing at or above it failed; B a failure seen at B (unless it was the neighbour's,
+        inferred before bands were earned at their count) and nothing at or below it fit."""
+        if self.stopped:
+            return []
+        found = []
+        if self.fits_at_mib is not None:
+            if not any(t.outcome == "fit" and t.limit_mib == self.fits_at_mib for t in counted):
+                found.append(f"fits_at_mib {self.fits_at_mib}: no counted trial fit there")
+            found += [f"fits_at_mib {self.fits_at_mib}: a counted trial at {t.limit_mib} MiB "
+                      f"ended {t.outcome}" for t in counted
+                      if t.limit_mib >= self.fits_at_mib and t.outcome != "fit"]
+        if self.fails_at_mib is not None:
+            if not self.fails_at_inferred and not any(
+                    t.outcome != "fit" and t.limit_mib == self.fails_at_mib for t in counted):
+                found.append(f"fails_at_mib {self.fails_at_mib}: no counted trial failed there")
+            found += [f"fails_at_mib {self.fails_at_mib}: a counted trial at {t.limit_mib} MiB "
+                      "fit" for t in counted
+                      if t.limit_mib <= self.fails_at_mib and t.outcome == "fit"]
+        return found
+
     @model_validator(mode="after")
     def _a_above_b(self):
         if (self.fits_at_mib is not None and self.fails_at_mib is not None
