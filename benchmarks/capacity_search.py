@@ -33,7 +33,7 @@ def rule_trials(grid: Grid, repeats: int, needs: list[int | None], bounded: bool
         def oracle(limit: int, phase: str, repeat: bool, need=need) -> str:
             return FIT if need is not None and limit >= need else OOM
 
-        band = (search(oracle, grid, repeats, known_fail_mib=known,
+        band = (search(oracle, grid, repeats, fail_hint_mib=known,
                        first_guess_mib=next_guess_mib(found, grid.resolution_mib))
                 if bounded else search(oracle, grid, repeats))
         total += len(band.trials)

@@ -156,3 +156,37 @@ def test_two_steps_reach_the_20_step_peak_with_the_cache_on_and_off(tmp_path):
         few, full = peaks[kv, 2], peaks[kv, 20]
         assert few["peak_mib"] == pytest.approx(full["peak_mib"], rel=0.01)
         assert few["peak_allocated_mib"] == pytest.approx(full["peak_allocated_mib"], rel=0.01)
+
+
+def test_a_failed_decode_leaves_nothing_once_the_engine_recovers(tmp_path):
+    """Issue 48 on the GPU: a request that OOMs in the VAE's decode leaves the VAE's feature cache
+    on the device; the engine's recovery (the adapter's clear_cache first) brings torch back to
+    what the build left, within CLEAN_TOLERANCE_MIB, and the next request starts clean."""
+    import numpy as np
+    from PIL import Image
+
+    from omniprobe_engine.protocol import CLEAN_TOLERANCE_MIB
+
+    refs = []
+    for i in range(4):
+        pixels = np.random.default_rng(i).integers(0, 255, (832, 1248, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(tmp_path / f"ref{i}.png")
+        refs.append(str(tmp_path / f"ref{i}.png"))
+    engine = _engine({"offload": "group-leaf", "use_stream": True, "use_kv_cache": False})
+    request = {"prompt": "compose the four subjects in one scene", "reference_paths": refs,
+               "height": 832, "width": 1248, "num_inference_steps": 2, "true_cfg_scale": 1.0,
+               "seed": 2301, "output": str(tmp_path / "out.png")}
+    fits = engine.generate(request)
+    # Just under the request's own peak: it gets through the DiT and fails late, in the decode.
+    engine.set_pool_limit(int(fits["peak_mib"]) - 256)
+    with pytest.raises(torch.OutOfMemoryError):
+        engine.generate(request)
+    left = engine.last["peak_allocated_mib"]
+    print(f"resident {engine.resident_mib} MiB; after the OOM torch held "
+          f"{torch.cuda.memory_allocated() / 2**20:.0f} MiB (the request peaked at {left})")
+    assert engine.recover() is None
+    engine.set_pool_limit(int(fits["peak_mib"]) + 1024)
+    again = engine.generate(request)
+    print(json.dumps({"first": fits, "after recovery": again}))
+    assert again["start_allocated_mib"] <= engine.resident_mib + CLEAN_TOLERANCE_MIB
+    assert again["peak_mib"] == pytest.approx(fits["peak_mib"], rel=0.02)
