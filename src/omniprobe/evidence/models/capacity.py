@@ -180,8 +180,9 @@ class ProfileSearch(EvidenceModel):
     seed: int = Field(ge=0)
     sizes: dict[str, str] = Field(description="Fixture -> its width×height.")
     bands: list[CapacityBand] = []
-    gpu_s: float | None = Field(default=None, ge=0, description="The runner's wall from its "
-                                "start to its last band, the build included: the curve's cost.")
+    gpu_s: float | None = Field(default=None, ge=0, description="The runners' wall from each "
+                                "one's start to its last event (a band, its end), the builds "
+                                "included: the curve's cost.")
     build: DiffusersBuild | None = None
     logs: list[ArtifactRef] = []
     timelines: list[TimelineSummary] = []

@@ -1,7 +1,8 @@
 """probe-capacity's runner supervision and records: per Diffusers profile one runner, which builds
 the pipeline once and bisects each reference count's pool limit (the runner's `--search`, the
-rule in omniprobe_engine/search.py); every trial a CapacityTrial in capacity-trials.json as it
-arrives, every profile a ProfileSearch in capacity.json with its bands.
+rule in omniprobe_engine/search.py), or a fresh one where a runner closes (its engine could not
+recover from a failure); every trial a CapacityTrial in capacity-trials.json as it arrives, every
+profile a ProfileSearch in capacity.json with its bands.
 
 The runner lives as probe-offline's does (runner_lifetime.py: started, capped, sampled,
 stopped); a resumed attempt hands it the bands it holds and the trials of the count in progress,
@@ -96,7 +97,8 @@ class CapacityProbe:
             if closed is None:
                 return
             search = self._search_of(entry.name)
-            self.store.put_search(search := replaced(search, restarts=[*search.restarts, closed]))
+            search = replaced(search, restarts=[*search.restarts, closed])
+            self.store.put_search(search)
             progress.say(f"[{label}] the runner closed ({closed}): a fresh runner takes the search "
                          "up")
         self.unfinished.append(f"{entry.name}: the search's runner closed "
@@ -154,8 +156,9 @@ class CapacityProbe:
                 runner.wait_exit(self.runner.settings.grace_s)
                 search = replaced(search, gpu_s=round(gpu_s + time.monotonic() - runner.started, 1))
                 self.store.put_search(search)
-                closed = event.get("reason") or f"closed after {event.get('after')}"
-                return search, None if event["event"] == "done" else closed
+                if event["event"] == "done":
+                    return search, None
+                return search, event.get("reason") or f"closed after {event['after']}"
             if event["event"] == "trial":
                 self._trial(profile, plan, event, index, label, progress)
             elif event["event"] == "band":
