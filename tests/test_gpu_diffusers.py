@@ -130,9 +130,8 @@ def _engine(profile: dict):
         "weights": {"kind": "random", "seed": 0, "components": configs.engine_components()}})
 
 
-def test_two_steps_reach_the_20_step_peak_with_the_cache_on_and_off(tmp_path):
-    """The capacity cells run two denoising steps: the peak comes at the first step (the cache's
-    prefill) and the decode, so 20 steps reach no higher. Uncapped, so 4 references fit."""
+def _four_references(tmp_path) -> list[str]:
+    """Four condition images of the output's size, noise, as files."""
     import numpy as np
     from PIL import Image
 
@@ -141,6 +140,13 @@ def test_two_steps_reach_the_20_step_peak_with_the_cache_on_and_off(tmp_path):
         pixels = np.random.default_rng(i).integers(0, 255, (832, 1248, 3), dtype=np.uint8)
         Image.fromarray(pixels).save(tmp_path / f"ref{i}.png")
         refs.append(str(tmp_path / f"ref{i}.png"))
+    return refs
+
+
+def test_two_steps_reach_the_20_step_peak_with_the_cache_on_and_off(tmp_path):
+    """The capacity cells run two denoising steps: the peak comes at the first step (the cache's
+    prefill) and the decode, so 20 steps reach no higher. Uncapped, so 4 references fit."""
+    refs = _four_references(tmp_path)
     engine = _engine({"offload": "group-leaf", "use_stream": True, "use_kv_cache": True})
     peaks = {}
     for kv in (True, False):
@@ -162,16 +168,9 @@ def test_a_failed_decode_leaves_nothing_once_the_engine_recovers(tmp_path):
     """Issue 48 on the GPU: a request that OOMs in the VAE's decode leaves the VAE's feature cache
     on the device; the engine's recovery (the adapter's clear_cache first) brings torch back to
     what the build left, within CLEAN_TOLERANCE_MIB, and the next request starts clean."""
-    import numpy as np
-    from PIL import Image
-
     from omniprobe_engine.protocol import CLEAN_TOLERANCE_MIB
 
-    refs = []
-    for i in range(4):
-        pixels = np.random.default_rng(i).integers(0, 255, (832, 1248, 3), dtype=np.uint8)
-        Image.fromarray(pixels).save(tmp_path / f"ref{i}.png")
-        refs.append(str(tmp_path / f"ref{i}.png"))
+    refs = _four_references(tmp_path)
     engine = _engine({"offload": "group-leaf", "use_stream": True, "use_kv_cache": False})
     request = {"prompt": "compose the four subjects in one scene", "reference_paths": refs,
                "height": 832, "width": 1248, "num_inference_steps": 2, "true_cfg_scale": 1.0,
