@@ -212,10 +212,11 @@ def probe_offline(session: nox.Session) -> None:
 def probe_capacity(session: nox.Session) -> None:
     """Bisect the smallest memory pool per Diffusers profile and reference count, as a band.
 
-    One runner per profile, on a Diffusers host without an emulation cap (-- --profile P)."""
+    One runner per profile, on a Diffusers host without an emulation cap (-- --profile P); where
+    the host's runner runs in the Diffusers env, it is built, or only verified, first."""
     _install(session)
-    session.run("omniprobe", "probe-capacity", *_args(session), env=INVOCATION,
-                interrupt_timeout=PROBE_STOP_S)
+    _omniprobe(session, "probe-capacity", "--build-env", *_args(session), env=INVOCATION,
+               interrupt_timeout=PROBE_STOP_S)
 
 
 @nox.session(name="probe-baseline")

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from omniprobe import __version__
 from omniprobe.cli.commands import COMMANDS
 from omniprobe.errors import EnvironmentFailure, InputError, Interrupted, OmniprobeError, Problem
 
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parse reads it and changes nothing (a process that runs many commands, the tests, builds it
     once)."""
     parser = argparse.ArgumentParser(prog="omniprobe", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"omniprobe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         command.add_parser(sub)

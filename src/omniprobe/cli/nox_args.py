@@ -34,7 +34,7 @@ ROUTES: dict[str, Route] = {
     "probe-init": Route(("probe-init",)),
     "probe-serve": Route(("probe-serve",)),
     "probe-offline": Route(("probe-offline",)),
-    "probe-capacity": Route(("probe-capacity",)),
+    "probe-capacity": Route(("probe-capacity",), frozenset({"--build-env"})),
     "probe-baseline": Route(("probe-baseline",), frozenset({"--build-env"})),
     "propagation": Route(("propagation",)),
     "upstream": Route(("upstream", "check")),

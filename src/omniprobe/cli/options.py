@@ -33,7 +33,10 @@ def parser_of(bounds: Bounds) -> Callable[[str], float | int]:
 
 
 def add_flag(p: argparse.ArgumentParser, opt: Option, words) -> None:
-    kwargs: dict = {"help": opt.help_for(words)}
+    text = opt.help_for(words)
+    if opt.default is not None and not opt.switch and "default" not in text:
+        text += f" (default: {opt.default})"
+    kwargs: dict = {"help": text}
     if opt.dest:
         kwargs["dest"] = opt.dest
     if opt.metavar:
@@ -59,7 +62,7 @@ def add_options(p: argparse.ArgumentParser, command: str) -> None:
 
 def add_command(sub, name: str, text: str, run) -> argparse.ArgumentParser:
     """An evidence-making command's parser: its flags generated, `run` its handler."""
-    p = sub.add_parser(name, help=text)
+    p = sub.add_parser(name, help=text, description=text)
     add_options(p, name)
     p.set_defaults(func=run)
     return p

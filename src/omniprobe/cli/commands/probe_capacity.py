@@ -18,5 +18,6 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     # Its flags are generated from harness/common/options.py.
     add_command(sub, "probe-capacity", "on a Diffusers host, bisect the smallest memory pool per "
-                "profile and reference count in one runner per profile, as a band (fits at or "
-                "above A, fails at or below B); resumes the newest capacity attempt", run)
+                "profile and reference count in one runner per profile (a fresh one where a "
+                "failure leaves the engine unrecovered), as a band (fits at or above A, fails at "
+                "or below B, both seen at that count); resumes the newest capacity attempt", run)

@@ -19,13 +19,11 @@ from omniprobe.atomic import write_text_atomic
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host
-from omniprobe.env.build import build_env as build
-from omniprobe.env.build import format_result
 from omniprobe.errors import Refusal
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe.harness.common.options import BaselineOptions
 from omniprobe.harness.common.quality import baseline_path, resolve_artifact
-from omniprobe.harness.offline.env import runner_env_name
+from omniprobe.harness.offline.env import build_diffusers_env
 from omniprobe.harness.offline.session import run_offline
 
 DEFAULT_PROFILE = "seed-baseline"
@@ -75,10 +73,8 @@ def run_baseline(project: Project, options: BaselineOptions, *, command: list[st
             "name one with --profile")
     if len(profiles) != 1:
         raise NoBaselineProfile("probe-baseline re-seals one profile: name one --profile")
-    if options.build_env and runner_env_name(host) == "diffusers":
-        built = build(host_name, project=project, which="diffusers",
-                      echo=lambda line: print(line, file=out))
-        print(format_result(built, project), end="", file=out)
+    if options.build_env:
+        build_diffusers_env(project, host_name, host, out)
     code = run_offline(project, replace(options, configurations=profiles, host=host_name),
                        command=command, readers=readers, out=out)
     attempts = sorted(p for p in (project.evidence_dir / host_name).glob("*-offline")

@@ -3,6 +3,7 @@ own pool limit per trial), which attempt it writes and the search it runs."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -26,6 +27,7 @@ from omniprobe.harness.common.plan import settled_line
 from omniprobe.harness.common.selection import PlanError
 from omniprobe.harness.common.session import Context, close_attempt, run_session
 from omniprobe.harness.offline.capacity import ATTEMPT_SUFFIX, CapacityProbe, SearchPlan
+from omniprobe.harness.offline.env import build_diffusers_env
 from omniprobe.harness.offline.matrix import OfflineEntry
 from omniprobe.harness.offline.plan import OfflineSettings
 from omniprobe.harness.offline.session import OfflineSession
@@ -139,7 +141,9 @@ def run_capacity(project: Project, options: CapacityOptions, *, command: list[st
                  out: TextIO | None = None) -> int:
     """The probe-capacity command: 0 when every profile's search ended with its bands."""
     cfg = load_hosts(project.hosts_file)
-    resolve_host(project, cfg, options.host)
+    host_name, _ = resolve_host(project, cfg, options.host)
+    if options.build_env:
+        build_diffusers_env(project, host_name, cfg.host(host_name), out or sys.stderr)
     return run_session(project, CapacitySession(options, command, readers=readers, nvml=nvml),
                        options.host, out)
 

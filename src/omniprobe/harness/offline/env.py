@@ -14,6 +14,7 @@ from omniprobe.config.project import Project
 from omniprobe.config.selection import session_venv
 from omniprobe.digests import sha256_json
 from omniprobe.env.allocator import read_back
+from omniprobe.env.build import build_env, format_result
 from omniprobe.env.checks import Verification, require_env_ok
 from omniprobe.env.fetch_model import hf_cache_dir
 from omniprobe.env.manifest import env_digest, manifest_of
@@ -48,6 +49,17 @@ def runner_env_name(host: Host) -> EnvName | None:
     if host.diffusers is not None and host.diffusers.runner_env == "diffusers":
         return "diffusers"
     return None if host.offline_command else "probe"
+
+
+def build_diffusers_env(project: Project, host_name: str, host: Host, out: TextIO) -> None:
+    """`--build-env`: where the host's runner runs in the Diffusers env, build it, or only verify
+    it when nothing changed (`omniprobe env build --env diffusers`), saying what it did; a runner
+    on another Python needs nothing built."""
+    if runner_env_name(host) != "diffusers":
+        return
+    built = build_env(host_name, project=project, which="diffusers",
+                      echo=lambda line: print(line, file=out))
+    print(format_result(built, project), end="", file=out)
 
 
 def runner_command(cfg: HostsConfig, project: Project, host_name: str,

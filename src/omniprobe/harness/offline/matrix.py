@@ -5,6 +5,7 @@ sampling; and the facts of the Python a runner on the machine's own interpreter 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -155,6 +156,21 @@ def unknown_pipelines(pipelines: dict[str, str]) -> str | None:
                       for name, p in unknown.items())
 
 
+MISSING_MODULE = re.compile(r"ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'")
+
+
+def missing_package(python: str, module: str) -> str:
+    """What to do when the runner's Python lacks a module the Diffusers engine imports: install
+    the engine's packages there, or run the runner in the Diffusers env."""
+    top = module.split(".")[0]
+    return (f"the runner's Python {python} has no module {top!r}, which the Diffusers engine "
+            "imports. Either run the runner in the Diffusers env (runner_env = \"diffusers\" in "
+            "the host's [hosts.<name>.diffusers]; `nox -s probe-capacity -- --host HOST` builds "
+            "it first), or install the engine's packages into that Python (the wheels of "
+            "wheels/h200.txt: `omniprobe wheels --dest .whl` where a registry is reachable, then "
+            f"`{python} -m pip install --no-index --no-deps .whl/*.whl`)")
+
+
 def runner_facts(command: list[str], env: dict[str, str],
                  profiles: dict[str, dict] | None = None, components: dict | None = None,
                  timeout_s: float = VERSIONS_TIMEOUT_S) -> dict:
@@ -181,6 +197,9 @@ def _facts(command: list[str], env: dict[str, str], extra: list[str], timeout_s:
     except OSError as exc:
         raise RunnerEnvBroken(f"the runner's Python did not answer --versions: {exc}") from None
     if done.returncode != 0:
+        missing = MISSING_MODULE.search(done.stderr or "")
+        if missing is not None:
+            raise RunnerEnvBroken(missing_package(command[0], missing[1]))
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         raise RunnerEnvBroken(f"the runner's Python failed --versions (exit {done.returncode}): "
                               + " | ".join(tail))

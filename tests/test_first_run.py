@@ -1,0 +1,50 @@
+"""Issue 52, the first run: a runner's Python that lacks a package says which and what to do."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from omniprobe.harness.offline.matrix import RunnerEnvBroken, runner_facts
+
+
+def test_a_runner_python_without_torch_names_the_package_and_both_ways_forward():
+    command = [sys.executable, "-c", "import torch_missing_here.cuda"]
+    with pytest.raises(RunnerEnvBroken) as refused:
+        runner_facts(command, {}, timeout_s=60)
+    words = str(refused.value)
+    assert f"the runner's Python {sys.executable} has no module 'torch_missing_here'" in words
+    assert 'runner_env = "diffusers"' in words and "nox -s probe-capacity" in words
+    assert "omniprobe wheels --dest .whl" in words and "Traceback" not in words
+
+
+def test_another_failure_of_the_runner_python_still_shows_its_last_lines():
+    with pytest.raises(RunnerEnvBroken, match=r"failed --versions \(exit 3\): .*gone"):
+        runner_facts([sys.executable, "-c", "import sys; print('gone', file=sys.stderr); "
+                                            "sys.exit(3)"], {}, timeout_s=60)
+
+
+def test_the_command_line_answers_its_version_and_each_probes_help_gives_every_default(capsys):
+    from omniprobe import __version__
+    from omniprobe.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"omniprobe {__version__}"
+    with pytest.raises(SystemExit):
+        main(["probe-capacity", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "bisect the smallest memory pool" in text.split("options:")[0]  # its description
+    for flag, default in (("--floor-mib", 1024), ("--resolution-mib", 256), ("--repeats", 2)):
+        assert f"(default: {default})" in text.split(flag, 2)[2].split("--", 1)[0], flag
+    assert "--build-env" in text
+
+
+def test_probe_capacity_takes_build_env_as_probe_baseline_does():
+    from omniprobe.cli import build_parser
+    from omniprobe.cli.options import options_from
+
+    args = build_parser().parse_args(["probe-capacity", "--build-env", "--profile", "p"])
+    options = options_from(args)
+    assert options.build_env and options.profiles == ("p",)
