@@ -26,7 +26,7 @@ from omniprobe.env.resolve import (
 )
 from omniprobe.env.state import Runner, env_paths, uv_command
 
-from .env_scaffold import make_world
+from .env_scaffold import FakeNvml, make_world
 
 
 def make_wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> Path:
@@ -107,7 +107,7 @@ def test_the_build_stops_at_resolution_with_nothing_installed(wheels, tmp_path, 
     echoed: list[str] = []
     with pytest.raises(ResolutionConflict, match=r"alpha==1\.0 requires beta>=2\.0, which clashes "
                                                  r"with the pin beta 1\.0"):
-        build_env("testhost", project=world.project, echo=echoed.append)
+        build_env("testhost", project=world.project, nvml=FakeNvml(), echo=echoed.append)
     assert any(line.startswith("$ ") and " pip compile " in line for line in echoed)
     assert not any(" pip install " in line for line in echoed)
     assert not paths.venv.exists()  # not even created: nothing is half-installed
@@ -178,7 +178,8 @@ def test_the_build_installs_an_overridden_pin_and_files_it(wheels, tmp_path, mon
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("PATH", f"{Path(sys._base_executable).parent}{os.pathsep}{os.environ['PATH']}")
     paths = env_paths(load_hosts(world.project.hosts_file), world.project, "testhost")
-    result = build_env("testhost", project=world.project, echo=lambda line: None, record=False)
+    result = build_env("testhost", project=world.project, nvml=FakeNvml(),
+                       echo=lambda line: None, record=False)
     installs = [r.argv for r in result.ran if r.argv[1:3] == ("pip", "install")]
     assert len(installs) == 2 and all("--override" in argv for argv in installs)
     assert paths.overrides.read_text() == "beta==1.0\n"
@@ -246,7 +247,8 @@ def test_the_build_takes_only_its_package_from_a_steps_index(indexes, tmp_path, 
     for key, value in world.env_vars.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("PATH", f"{Path(sys._base_executable).parent}{os.pathsep}{os.environ['PATH']}")
-    result = build_env("testhost", project=world.project, echo=lambda line: None, record=False)
+    result = build_env("testhost", project=world.project, nvml=FakeNvml(),
+                       echo=lambda line: None, record=False)
     assert {p.name: p.installed_version for p in result.manifest.pins} == {"alpha": "1.0",
                                                                           "gamma": "1.0"}
     freeze = [line for line in result.verification.manifest.freeze if line.startswith("beta")]

@@ -102,7 +102,7 @@ def test_the_build_names_a_git_host_it_cannot_reach(tmp_path, monkeypatch, capsy
     from omniprobe.env.build import build_env
     from omniprobe.env.state import env_paths
 
-    from .env_scaffold import make_world
+    from .env_scaffold import FakeNvml, make_world
     world = make_world(tmp_path / "world")
     url = f"http://127.0.0.1:{closed_port()}/gitpkg-a.git"
     text = world.project.hosts_file.read_text().replace(f'git = "{world.repo_a}"', f'git = "{url}"')
@@ -111,7 +111,7 @@ def test_the_build_names_a_git_host_it_cannot_reach(tmp_path, monkeypatch, capsy
         monkeypatch.setenv(key, value)
     echoed: list[str] = []
     with pytest.raises(Unreachable, match=r"^cannot reach 127\.0\.0\.1 \(http://127\.0\.0\.1:"):
-        build_env("testhost", project=world.project, echo=echoed.append)
+        build_env("testhost", project=world.project, nvml=FakeNvml(), echo=echoed.append)
     assert "Failed to connect to 127.0.0.1" in capsys.readouterr().err  # git's own words, shown
     assert not env_paths(load_hosts(world.project.hosts_file), world.project, "testhost").venv.exists()
 
@@ -128,12 +128,12 @@ class IndexGoneAtInstall(Runner):
 def test_an_install_step_whose_index_is_gone_is_unreachable(tmp_path, monkeypatch):
     from omniprobe.env.build import build_env
 
-    from .env_scaffold import make_world
+    from .env_scaffold import FakeNvml, make_world
     world = make_world(tmp_path / "world")
     for key, value in world.env_vars.items():
         monkeypatch.setenv(key, value)
     with pytest.raises(Unreachable) as caught:
-        build_env("testhost", project=world.project, echo=lambda line: None,
+        build_env("testhost", project=world.project, nvml=FakeNvml(), echo=lambda line: None,
                   runner=IndexGoneAtInstall())
     message = str(caught.value)
     assert message.startswith("cannot reach download.pytorch.org (https://download.pytorch.org/")

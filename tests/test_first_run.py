@@ -48,3 +48,26 @@ def test_probe_capacity_takes_build_env_as_probe_baseline_does():
     args = build_parser().parse_args(["probe-capacity", "--build-env", "--profile", "p"])
     options = options_from(args)
     assert options.build_env and options.profiles == ("p",)
+
+
+def test_an_env_build_on_another_machine_stops_before_any_download(tmp_path):
+    """The wrong GPU: the build stops at the checks a second answers, before uv finds a Python,
+    clones or installs anything, and names the command that fixes it."""
+    from omniprobe.env.build import build_env, dry_run
+    from omniprobe.env.state import EnvNotReady, Runner
+
+    from .env_scaffold import FakeNvml, make_world
+
+    world = make_world(tmp_path)
+    runner = Runner()
+    with pytest.raises(EnvNotReady) as refused:
+        build_env("testhost", project=world.project, runner=runner, echo=lambda line: None,
+                  nvml=FakeNvml(name="NVIDIA GeForce RTX 5080", memory_mib=16303))
+    words = str(refused.value)
+    assert "checked before anything is downloaded or built" in words
+    assert "gpu.name" in words and "NVIDIA GeForce RTX 5080" in words
+    assert "omniprobe host add NAME --like testhost" in words
+    assert runner.ran == []  # not one command: no Python found, nothing cloned or installed
+    plan = dry_run(world.project, "testhost").splitlines()
+    first = next(i for i, line in enumerate(plan) if not line.startswith("#"))
+    assert any("before anything is downloaded" in line for line in plan[:first])

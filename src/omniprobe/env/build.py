@@ -25,7 +25,7 @@ from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project, find_project
 from omniprobe.config.stack import InstallStep
 from omniprobe.env.check_record import describe_checks
-from omniprobe.env.checks import Verification, planned_checks, verify_env
+from omniprobe.env.checks import Verification, machine_refusal, planned_checks, verify_env
 from omniprobe.env.manifest import make_manifest, record_manifest
 from omniprobe.env.resolve import (
     compile_command,
@@ -41,6 +41,7 @@ from omniprobe.env.state import (
     CommandRun,
     EnvBuildError,
     EnvName,
+    EnvNotReady,
     EnvPaths,
     Runner,
     Stamp,
@@ -179,6 +180,9 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None,
            f"# venv: {paths.venv}",
            f"# git cache: {paths.git_cache}",
            f"# stamp now: {state} (a current stamp makes a build only verify)",
+           "# first, before anything is downloaded: this machine against the host entry "
+           "(host.hostname, and NVML's gpu.name, gpu.compute_capability, gpu.memory); a "
+           "mismatch stops the build there, naming the host to use or `omniprobe host add`",
            line(_python_find(uv, version)),
            line(_python_install(uv, version), "only if the line above finds none")]
     for step in git_steps:
@@ -354,6 +358,9 @@ def build_env(host: str, *, project: Project | None = None, venv: str | Path | N
     if current:
         echo(f"# {env_label(which)} {host}: {why}; only verifying")
     else:
+        refused = machine_refusal(cfg, project, host, nvml)
+        if refused is not None:
+            raise EnvNotReady(refused)
         echo(f"# {env_label(which)} {host}: building ({why})")
         _build(cfg, host, which, steps, paths, runner, echo, want)
         build_s = time.perf_counter() - start

@@ -81,13 +81,7 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
     checks.append(env_check("env.stamp", "pass" if current else "fail", why))
 
     facts = timed("host", host_facts, nvml)
-    if host.simulated:
-        checks.append(env_check("host.hostname", "skip", "simulated host: runs anywhere"))
-    elif host.emulation is not None:
-        checks.append(env_check("host.hostname", "skip", "emulated host: runs on any machine with "
-                                f"its physical GPU ({host.gpu})"))
-    else:
-        checks.append(hostname_check(cfg, host_name, facts.hostname))
+    checks.append(host_name_check(cfg, host_name, facts.hostname))
 
     names = [step.name for step in steps]
     torch_pinned = "torch" in names
@@ -139,6 +133,37 @@ def verify_env(cfg: HostsConfig, project: Project, host_name: str, paths: EnvPat
         upstream=upstream, upstream_note=upstream_note,
         timings=EnvTimings(total_s=verify_s, verify_s=verify_s, phases=phases))
     return Verification(manifest=manifest, paths=paths, complete=current)
+
+
+def host_name_check(cfg: HostsConfig, host_name: str, hostname: str) -> EnvCheck:
+    """This machine's name against the host entry's, where the entry names a machine."""
+    host = cfg.host(host_name)
+    if host.simulated:
+        return env_check("host.hostname", "skip", "simulated host: runs anywhere")
+    if host.emulation is not None:
+        return env_check("host.hostname", "skip", "emulated host: runs on any machine with its "
+                         f"physical GPU ({host.gpu})")
+    return hostname_check(cfg, host_name, hostname)
+
+
+def machine_refusal(cfg: HostsConfig, project: Project, host_name: str,
+                    nvml: Any = None) -> str | None:
+    """What a second tells before anything is downloaded: whether this machine is the host's
+    (its name, and its GPU as NVML reads it, against the entry); why not, with the command that
+    fixes it, or None."""
+    host = cfg.host(host_name)
+    facts = host_facts(nvml)
+    checks = [host_name_check(cfg, host_name, facts.hostname),
+              *gpu_checks(host, facts, env_config(cfg, project.hosts_file).checks.vram_tolerance)]
+    failed = [c for c in checks if c.status == "fail"]
+    if not failed:
+        return None
+    lines = "\n".join(f"  {line}" for line in failure_lines(failed))
+    remedy = (f"no build can change a machine: run on the host's machine, name the host entry "
+              f"that is this one (--host), or add one with `omniprobe host add NAME --like "
+              f"{host_name}`")
+    return (f"this machine cannot run host {host_name!r}: checked before anything is "
+            f"downloaded or built:\n{lines}\n{remedy}")
 
 
 def hostname_check(cfg: HostsConfig, host_name: str, hostname: str) -> EnvCheck:
