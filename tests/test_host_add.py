@@ -37,8 +37,8 @@ def machine(repo_copy, monkeypatch):
     return repo_copy
 
 
-def add(name="desk3090", like="rtx3090", gpu_index=0, gpu=None) -> int:
-    args = argparse.Namespace(name=name, like=like, gpu_index=gpu_index)
+def add(name="desk3090", like="rtx3090", gpu_index=0, gpu=None, nvidia_smi=None) -> int:
+    args = argparse.Namespace(name=name, like=like, gpu_index=gpu_index, nvidia_smi=nvidia_smi)
     return cli.run_command(lambda: run_add(args, nvml=gpu or nvml()))
 
 
@@ -85,6 +85,10 @@ def test_validate_accepts_the_new_host_and_the_report_has_it_not_probed_yet(mach
     ("not Linux", "desk3090", "rtx3090", 0, "Darwin", nvml(), "runs Darwin, and the probes run on Linux"),
     ("no NVML", "desk3090", "rtx3090", 0, "Linux", nvml(fail_init="Driver Not Loaded"),
      "NVML cannot read a GPU on this machine (NVMLError: Driver Not Loaded)"),
+    # Without NVML, both ways forward: run it there, or pass a saved nvidia-smi reading.
+    ("no NVML, the next step", "desk3090", "rtx3090", 0, "Linux",
+     nvml(fail_init="Driver Not Loaded"), "pip install nvidia-ml-py), or save that machine's "
+                                          "`nvidia-smi --query-gpu="),
     ("no such GPU", "desk3090", "rtx3090", 2, "Linux", nvml(device_count=2),
      "--gpu-index 2: NVML sees 2 GPU(s), indices 0..1"),
     ("host name taken", "rtx5080", "rtx3090", 0, "Linux", nvml(),
@@ -136,3 +140,52 @@ def test_the_remedy_never_offers_a_build_for_a_hostname(case, failed, said, not_
     line = remedy_line(failed, "rtx5080", "probe")
     assert said in line, case
     assert not_said is None or not_said not in line, case
+
+
+SMI = ("name, memory.total [MiB], compute_cap, driver_version\n"
+       "NVIDIA GeForce RTX 5080, 16303 MiB, 12.0, 575.57.08\n"
+       "NVIDIA GeForce RTX 3060, 12288 MiB, 8.6, 575.57.08\n")
+
+
+@pytest.mark.parametrize("gpu_index, name, mib", [
+    (0, "NVIDIA GeForce RTX 5080", 16303),
+    (1, "NVIDIA GeForce RTX 3060", 12288),
+])
+def test_a_saved_nvidia_smi_reading_adds_the_card_and_nothing_of_its_machine(
+        machine, tmp_path, capsys, gpu_index, name, mib):
+    saved = tmp_path / "smi.csv"
+    saved.write_text(SMI)
+    before = machine.hosts_file.read_bytes()
+    # No NVML here at all: the file is the card's only source.
+    assert add("mycard", "rtx5080", gpu_index, nvml(fail_init="no NVML"), str(saved)) == 0
+    assert machine.hosts_file.read_bytes().startswith(before)
+    cfg = load_hosts(machine.hosts_file)
+    card = cfg.cards["mycard"]
+    assert (card.name, card.memory_total_mib) == (name, mib)
+    assert "smi.csv" in card.memory_total_source.where
+    assert card.overhead_source.kind == card.other_processes_source.kind == "assumed"
+    assert "mycard" not in cfg.hosts  # hostname, Python, host RAM: the file does not say
+    out = capsys.readouterr().out
+    assert "a card's file says nothing of its machine" in out
+
+
+@pytest.mark.parametrize("text, said", [
+    ("", "line 1: empty"),
+    ("name, memory.total [MiB]\nNVIDIA X, 100 MiB\n", "the header lacks compute_cap, driver_version"),
+    ("name, memory.total [MiB], compute_cap, driver_version\nNVIDIA X, lots, 8.6, 575\n",
+     "line 2: memory.total 'lots': expected '<MiB> MiB'"),
+    ("name, memory.total [MiB], compute_cap, driver_version\nNVIDIA X, 100 MiB, eight, 575\n",
+     "compute_cap 'eight': expected major.minor"),
+    ("name, memory.total [MiB], compute_cap, driver_version\n, 100 MiB, 8.6, 575\n",
+     "name: empty"),
+    ("name, memory.total [MiB], compute_cap, driver_version\n", "--gpu-index 0: the file lists 0 GPU(s)"),
+])
+def test_a_malformed_nvidia_smi_reading_is_named_and_writes_nothing(machine, tmp_path, capsys,
+                                                                   text, said):
+    saved = tmp_path / "smi.csv"
+    saved.write_text(text)
+    before = machine.hosts_file.read_bytes()
+    assert add("mycard", "rtx5080", 0, nvml(), str(saved)) != 0
+    err = capsys.readouterr().err
+    assert str(saved) in err and said in err and "Traceback" not in err, err
+    assert machine.hosts_file.read_bytes() == before

@@ -4,8 +4,11 @@ for byte; the result is loaded (every check of `validate`'s) before it is writte
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import platform
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +17,9 @@ from typing import Any
 from omniprobe.atomic import write_bytes_atomic
 from omniprobe.config.hosts import HostsConfig, parse_hosts
 from omniprobe.env.nvml_facts import read_gpu
-from omniprobe.errors import Refusal
+from omniprobe.errors import InputError, Problem, Refusal
 from omniprobe.evidence.models.environment import GpuFacts
+from omniprobe.limits import MAX_MIB
 from omniprobe.safe_io import read_bytes
 
 
@@ -60,9 +64,12 @@ def read_machine(nvml: Any, gpu_index: int, hostname: str, system: str,
     except HostAddRefused:
         raise
     except Exception as exc:  # NVML raises its own classes, or the library is missing
-        raise HostAddRefused(f"host add: NVML cannot read a GPU on this machine "
-                             f"({type(exc).__name__}: {exc}); the probes measure the card "
-                             "through NVML; nothing written") from None
+        raise HostAddRefused(
+            f"host add: NVML cannot read a GPU on this machine ({type(exc).__name__}: {exc}); "
+            "nothing written. Either run it on the machine with the GPU (NVML's Python "
+            "binding: pip install nvidia-ml-py), or save that machine's `nvidia-smi "
+            f"--query-gpu={NVIDIA_SMI_QUERY} --format=csv` to a file and pass it with "
+            "--nvidia-smi FILE, which writes the card's table only") from None
     return MachineFacts(hostname, system, this_python(), host_ram_gib, gpu)
 
 
@@ -87,9 +94,65 @@ def _source(kind: str, where: str) -> str:
     return f"{{ kind = {_toml(kind)}, where = {_toml(where)} }}"
 
 
-def host_block(cfg: HostsConfig, name: str, like: str, facts: MachineFacts) -> HostBlock:
-    """The [hosts.<name>] and [cards.<name>] tables for this machine, like host `like`;
-    HostAddRefused where the name is taken or `like` has nothing to copy."""
+# The columns `host add --nvidia-smi` reads, as nvidia-smi's --query-gpu names them.
+NVIDIA_SMI_QUERY = "name,memory.total,compute_cap,driver_version"
+
+
+def parse_nvidia_smi(path: Path, text: str, gpu_index: int) -> GpuFacts:
+    """One GPU of a saved `nvidia-smi --query-gpu=NVIDIA_SMI_QUERY --format=csv` output (its
+    header line, then a line per GPU); InputError naming the file, the line and what was
+    expected."""
+    rows = list(csv.reader(io.StringIO(text), skipinitialspace=True))
+    rows = [row for row in rows if any(cell.strip() for cell in row)]
+
+    def wrong(line: int, what: str) -> InputError:
+        return InputError([Problem(str(path), f"line {line}", what)])
+
+    if not rows:
+        raise wrong(1, f"empty: expected nvidia-smi --query-gpu={NVIDIA_SMI_QUERY} "
+                       "--format=csv output, its header first")
+    header = [cell.split(" [")[0].strip() for cell in rows[0]]
+    missing = [col for col in NVIDIA_SMI_QUERY.split(",") if col not in header]
+    if missing:
+        raise wrong(1, f"the header lacks {', '.join(missing)}: expected the output of "
+                       f"nvidia-smi --query-gpu={NVIDIA_SMI_QUERY} --format=csv")
+    gpus = rows[1:]
+    if not 0 <= gpu_index < len(gpus):
+        raise wrong(2 + gpu_index, f"--gpu-index {gpu_index}: the file lists {len(gpus)} GPU(s)")
+    row = dict(zip(header, gpus[gpu_index], strict=False))
+    line = 2 + gpu_index
+    memory = re.fullmatch(r"(\d+) MiB", (row.get("memory.total") or "").strip())
+    if memory is None or not 0 < int(memory[1]) <= MAX_MIB:
+        raise wrong(line, f"memory.total {row.get('memory.total')!r}: expected '<MiB> MiB', as "
+                          "nvidia-smi writes it")
+    capability = (row.get("compute_cap") or "").strip()
+    if re.fullmatch(r"\d+\.\d+", capability) is None:
+        raise wrong(line, f"compute_cap {capability!r}: expected major.minor, e.g. 8.6")
+    name, driver = (row.get("name") or "").strip(), (row.get("driver_version") or "").strip()
+    if not name or not driver:
+        raise wrong(line, f"{'name' if not name else 'driver_version'}: empty, expected what "
+                          "nvidia-smi writes there")
+    return GpuFacts(index=gpu_index, device_count=len(gpus), name=name,
+                    memory_total_mib=int(memory[1]), compute_capability=capability,
+                    driver_version=driver)
+
+
+def card_block(cfg: HostsConfig, name: str, like: str, gpu: GpuFacts, reading: str) -> HostBlock:
+    """The [cards.<name>] table alone, from a saved nvidia-smi reading (`reading`: where it
+    comes from), its assumptions copied from host `like`'s card: what belongs to the machine
+    (hostname, Python, host RAM) is not known from the file and not written."""
+    card, copied = _model_card(cfg, name, like)
+    lines, unknown = _card_lines(name, gpu, reading, card, copied, like)
+    return HostBlock("\n".join([f"# Written by `omniprobe host add {name} --like {like} "
+                                "--nvidia-smi` from a saved nvidia-smi reading.", *lines]) + "\n",
+                     unknown + ["the host entry: a card's file says nothing of its machine "
+                                "(hostname, Python, host RAM); run `omniprobe host add` on "
+                                "that machine for one"])
+
+
+def _model_card(cfg: HostsConfig, name: str, like: str):
+    """The card of host `like`, whose assumptions a new card copies; HostAddRefused where the
+    name is taken or `like` has no real card to copy."""
     if name in cfg.hosts or name in cfg.cards:
         taken = "[hosts]" if name in cfg.hosts else "[cards]"
         raise HostAddRefused(f"host add: {name!r} is already in hosts.toml's {taken}; pick "
@@ -102,12 +165,42 @@ def host_block(cfg: HostsConfig, name: str, like: str, facts: MachineFacts) -> H
     if model.card is None or model.card not in cfg.cards:
         raise HostAddRefused(f"host add --like {like}: that host names no [cards] entry to take "
                              "the overhead and other-processes assumptions from; nothing written")
-    card = cfg.cards[model.card]
+    return cfg.cards[model.card], (f"copied by omniprobe host add from the card of host {like} "
+                                   f"({model.card}), ")
+
+
+def _card_lines(name: str, gpu: GpuFacts, reading: str, card, copied: str,
+                like: str) -> tuple[list[str], list[str]]:
+    vram_gb = max(1, round(gpu.memory_total_mib / 1024))
+    lines = [
+        f"[cards.{name}]",
+        _line("name", gpu.name),
+        _line("vram_gb", vram_gb),
+        _line("memory_total_mib", gpu.memory_total_mib),
+        f"memory_total_source = {_source('nvml', reading)}",
+        _line("overhead_mib", card.overhead_mib),
+        f"overhead_source = {_source('assumed', copied + 'not measured on this card')}",
+        _line("other_processes_mib", card.other_processes_mib),
+        "other_processes_source = "
+        f"{_source('assumed', copied + 'set it to what your desktop holds on the card')}",
+    ]
+    unknown = [f"vram_gb: the marketed size; {vram_gb} is NVML's memory.total rounded to GiB",
+               f"overhead_mib ({card.overhead_mib}): an assumption copied from host {like}'s "
+               "card, not measured on this card",
+               f"other_processes_mib ({card.other_processes_mib}): an assumption copied from "
+               f"host {like}'s card; what this machine's other programs hold on the card"]
+    return lines, unknown
+
+
+def host_block(cfg: HostsConfig, name: str, like: str, facts: MachineFacts) -> HostBlock:
+    """The [hosts.<name>] and [cards.<name>] tables for this machine, like host `like`;
+    HostAddRefused where the name is taken or `like` has nothing to copy."""
+    card, copied = _model_card(cfg, name, like)
+    model = cfg.host(like, "host add --like")
     gpu = facts.gpu
     vram_gb = max(1, round(gpu.memory_total_mib / 1024))
     reading = (f"NVML on {facts.hostname}, GPU {gpu.index} of {gpu.device_count}: "
                f"memory.total {gpu.memory_total_mib} MiB (driver {gpu.driver_version})")
-    copied = f"copied by omniprobe host add from the card of host {like} ({model.card}), "
     lines = [
         f"# Written by `omniprobe host add {name} --like {like}` from this machine's facts.",
         f"[hosts.{name}]",
@@ -120,7 +213,7 @@ def host_block(cfg: HostsConfig, name: str, like: str, facts: MachineFacts) -> H
         f"{_line('vram_gb', vram_gb)}  # NVML's memory.total in GiB, rounded; the marketed "
         "figure may differ",
     ]
-    unknown = [f"vram_gb: the marketed size; {vram_gb} is NVML's memory.total rounded to GiB"]
+    unknown = []
     if facts.host_ram_gib is None:
         unknown.append("host_ram_gib: /proc/meminfo could not be read; not stated")
     else:
@@ -135,24 +228,8 @@ def host_block(cfg: HostsConfig, name: str, like: str, facts: MachineFacts) -> H
         lines.append(_line("offline_kwarg_sets", model.offline_kwarg_sets))
     unknown.append(f"serve_flag_sets and offline_kwarg_sets: copied from {like}; whether each "
                    "fits this card is what the probes find out")
-    lines += [
-        "",
-        f"[cards.{name}]",
-        _line("name", gpu.name),
-        _line("vram_gb", vram_gb),
-        _line("memory_total_mib", gpu.memory_total_mib),
-        f"memory_total_source = {_source('nvml', reading)}",
-        _line("overhead_mib", card.overhead_mib),
-        f"overhead_source = {_source('assumed', copied + 'not measured on this card')}",
-        _line("other_processes_mib", card.other_processes_mib),
-        "other_processes_source = "
-        f"{_source('assumed', copied + 'set it to what your desktop holds on the card')}",
-    ]
-    unknown += [f"overhead_mib ({card.overhead_mib}): an assumption copied from {model.card}, "
-                "not measured on this card",
-                f"other_processes_mib ({card.other_processes_mib}): an assumption copied from "
-                f"{model.card}; what this machine's other programs hold on the card"]
-    return HostBlock("\n".join(lines) + "\n", unknown)
+    card_lines, card_unknown = _card_lines(name, gpu, reading, card, copied, like)
+    return HostBlock("\n".join([*lines, "", *card_lines]) + "\n", card_unknown + unknown)
 
 
 def _real_study_hosts(cfg: HostsConfig) -> list[str]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import platform
 import socket
+from pathlib import Path
 
 
 def run_add(args: argparse.Namespace, nvml=None) -> int:
@@ -16,6 +17,8 @@ def run_add(args: argparse.Namespace, nvml=None) -> int:
     project = find_project()
     cfg = load_hosts(project.hosts_file)
     cfg.host(args.like, "host add --like")  # an unknown host is refused before NVML is asked
+    if args.nvidia_smi is not None:
+        return _add_card(project, cfg, args)
     if nvml is None and platform.system() == "Linux":
         try:
             nvml = load_nvml()
@@ -25,14 +28,39 @@ def run_add(args: argparse.Namespace, nvml=None) -> int:
                          memory_total_gib())
     block = host_block(cfg, args.name, args.like, facts)
     append_block(project.hosts_file, block)
+    _said(project, block)
+    print(f"next: nox -s env-{args.name} probe-init probe-serve (the report lists {args.name} "
+          "as not probed yet until then)")
+    return 0
+
+
+def _add_card(project, cfg, args: argparse.Namespace) -> int:
+    """--nvidia-smi FILE: the card's table from a saved reading, the machine's entry not."""
+    from omniprobe.digests import sha256_bytes
+    from omniprobe.env.host_add import NVIDIA_SMI_QUERY, append_block, card_block, parse_nvidia_smi
+    from omniprobe.safe_io import read_bytes
+
+    path = Path(args.nvidia_smi)
+    data = read_bytes(path)
+    gpu = parse_nvidia_smi(path, data.decode("utf-8", errors="replace"), args.gpu_index)
+    reading = (f"nvidia-smi --query-gpu={NVIDIA_SMI_QUERY} --format=csv saved in {path.name} "
+               f"(sha256 {sha256_bytes(data)[:16]}), GPU {gpu.index} of {gpu.device_count}: "
+               f"memory.total {gpu.memory_total_mib} MiB (driver {gpu.driver_version})")
+    block = card_block(cfg, args.name, args.like, gpu, reading)
+    append_block(project.hosts_file, block)
+    _said(project, block)
+    print(f"next: the report judges every capacity band against card {args.name}; a host entry "
+          f"for its machine comes from `omniprobe host add {args.name}-host --like {args.like}` "
+          "run there")
+    return 0
+
+
+def _said(project, block) -> None:
     print(f"wrote to {project.hosts_file}:\n")
     print(block.text)
     print("could not know (check these, and edit the entry where yours differ):")
     for item in block.unknown:
         print(f"  - {item}")
-    print(f"next: nox -s env-{args.name} probe-init probe-serve (the report lists {args.name} "
-          "as not probed yet until then)")
-    return 0
 
 
 class _Missing:
@@ -56,5 +84,10 @@ def add_parser(sub) -> None:
     add.add_argument("--like", required=True,
                      help="the host whose flag sets (and card assumptions) it copies")
     add.add_argument("--gpu-index", type=int, default=0,
-                     help="NVML's index of the GPU to describe, on a machine with several")
+                     help="NVML's index of the GPU to describe, on a machine with several (with "
+                          "--nvidia-smi: its line in the file)")
+    add.add_argument("--nvidia-smi", metavar="FILE",
+                     help="a saved `nvidia-smi --query-gpu=name,memory.total,compute_cap,"
+                          "driver_version --format=csv` of the card, for a machine without NVML "
+                          "here: writes the card's [cards.NAME] table only")
     add.set_defaults(func=run_add)
