@@ -17,6 +17,7 @@ from omniprobe.config.project import Project
 from omniprobe.env.manifest import latest_manifest, record_manifest
 from omniprobe.env.state import EnvNotReady, env_paths, install_steps, pins_hash, uv_command
 from omniprobe.errors import InputError
+from omniprobe.evidence.validate import load_project
 from omniprobe.harness.common.options import BaselineOptions
 from omniprobe.harness.offline.baseline import run_baseline
 from omniprobe.harness.offline.env import runner_env_name
@@ -25,7 +26,7 @@ from .conftest import hosts_written, make_project
 from .env_scaffold import REPO_ROOT, sample_manifest
 
 REAL = Project(REPO_ROOT)
-DIFFUSERS_PINS = [("torch", "2.13.0+cu130"), ("torchvision", "0.28.0+cu130"),
+DIFFUSERS_PINS = [("torch", "2.11.0+cu130"), ("torchvision", "0.26.0+cu130"),
                  ("transformers", "5.17.0"), ("diffusers", "0.42.1"), ("accelerate", "1.15.0"),
                  ("torchao", "0.18.0")]
 # A real host with the snapshot whose Diffusers runner runs in the Diffusers env.
@@ -52,9 +53,13 @@ def test_the_diffusers_env_pins_what_the_diffusers_engine_needs_each_chosen_by_o
     steps = cfg.diffusers_env.install
     assert [(s.name, s.pin) for s in steps] == DIFFUSERS_PINS
     assert all(s.chosen is not None and s.chosen.reason for s in steps)
-    # [stack]'s torch from its index, as the probe env's torch step.
+    # The torch every committed Diffusers attempt ran, from [stack]'s index (the same CUDA).
     torch = steps[0]
-    assert (torch.version, torch.index) == (cfg.stack.torch, cfg.stack.torch_index)
+    assert torch.index == cfg.stack.torch_index
+    recorded = {r.packages["torch"] for a in load_project(REAL)[0].evidence.attempts
+                for r in [a.meta.environment] if r is not None and r.packages.get("torch")
+                and a.host.endswith("diffusers")}
+    assert recorded == {torch.version.split("+")[0]}
 
 
 @pytest.mark.parametrize("edit, replacement, where, words", [
