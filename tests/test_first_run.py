@@ -71,3 +71,38 @@ def test_an_env_build_on_another_machine_stops_before_any_download(tmp_path):
     plan = dry_run(world.project, "testhost").splitlines()
     first = next(i for i, line in enumerate(plan) if not line.startswith("#"))
     assert any("before anything is downloaded" in line for line in plan[:first])
+
+
+@pytest.mark.parametrize("gpu, memory_mib, capability, refused", [
+    ("NVIDIA H100 80GB HBM3", 81559, (9, 0), None),
+    ("NVIDIA A100-SXM4-40GB", 40960, (8, 0), None),
+    ("NVIDIA H200", 143771, (9, 0), None),
+    ("NVIDIA GeForce RTX 4090", 24564, (8, 9), "gpu.memory failed"),
+    ("Tesla V100-SXM2-32GB", 40960, (7, 0), "gpu.compute_capability failed"),
+])
+def test_any_big_gpu_runs_the_capacity_search_host_by_its_minimums_not_its_name(
+        repo, gpu, memory_mib, capability, refused):
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.env.checks import machine_refusal
+
+    from .env_scaffold import FakeNvml
+
+    cfg = load_hosts(repo.hosts_file)
+    found = machine_refusal(cfg, repo, "any-gpu-diffusers",
+                            FakeNvml(name=gpu, memory_mib=memory_mib, capability=capability))
+    if refused is None:
+        assert found is None
+    else:
+        assert refused in found and "omniprobe host add" in found
+
+
+def test_the_env_of_a_host_whose_runner_runs_in_the_diffusers_env_is_that_env(repo, capsys,
+                                                                               monkeypatch):
+    from omniprobe.cli import main
+
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo.root))
+    assert main(["env", "build", "--host", "any-gpu-diffusers", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "the diffusers env runs" in out and "any-gpu-diffusers-diffusers" in out
+    assert main(["env", "build", "--host", "rtx3090", "--dry-run"]) == 0
+    assert "the probe env runs" in capsys.readouterr().out

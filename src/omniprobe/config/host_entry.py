@@ -25,6 +25,23 @@ from omniprobe.config.sim_config import SimCapacity
 from omniprobe.limits import MAX_MIB, MAX_VRAM_GB
 
 
+class GpuMinimum(HostsTable):
+    """Any machine whose GPU has at least this much memory and this compute capability: no
+    hostname or GPU name is checked, these are."""
+
+    memory_gib: int = Field(gt=0, le=MAX_VRAM_GB, description="NVML's memory.total, in GiB, "
+                                                              "at least.")
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$", description="At least, as major.minor.")
+
+    def admits(self, memory_total_mib: int, compute_capability: str) -> bool:
+        return (memory_total_mib >= self.memory_gib * 1024
+                and _version(compute_capability) >= _version(self.compute_capability))
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split("."))
+
+
 class Emulation(HostsTable):
     """What an emulated host stands in for, and how its capacity is imposed on the GPU it runs on.
 
@@ -81,6 +98,10 @@ class Host(HostsTable):
                     "when a server or runner is about to start: another program's VRAM moving "
                     "within it (a desktop's compositor, a browser) is recorded on the timeline "
                     "(idle_mib), not fatal. Chosen by omniprobe, not the seed.")
+    gpu_minimum: GpuMinimum | None = Field(
+        default=None, description="A host that is any machine with such a GPU (a rented one): "
+                                  "its hostname and GPU name are words, NVML's memory and "
+                                  "compute capability are checked against these minimums.")
     simulated: bool = False
     serve_flag_sets: list[str] = []
     offline_kwarg_sets: list[str] = []

@@ -42,7 +42,7 @@ KIND_KEYS: dict[str, KindKeys] = {
         inherited=("serve_flag_sets", "offline_kwarg_sets", "simulated", "capacity")),
     "diffusers": KindKeys(
         "the Diffusers engine over its profiles (probe-offline, probe-capacity)",
-        _COMMON | {"diffusers", "diffusers_profiles", "diffusers_profile_list"},
+        _COMMON | {"diffusers", "diffusers_profiles", "diffusers_profile_list", "gpu_minimum"},
         required=frozenset({"diffusers"}),
         one_of=(("diffusers_profiles", "diffusers_profile_list"),)),
 }

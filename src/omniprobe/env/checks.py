@@ -143,6 +143,10 @@ def host_name_check(cfg: HostsConfig, host_name: str, hostname: str) -> EnvCheck
     if host.emulation is not None:
         return env_check("host.hostname", "skip", "emulated host: runs on any machine with its "
                          f"physical GPU ({host.gpu})")
+    if host.gpu_minimum is not None:
+        return env_check("host.hostname", "skip", "runs on any machine with a GPU of at least "
+                         f"{host.gpu_minimum.memory_gib} GiB and compute capability "
+                         f"{host.gpu_minimum.compute_capability}")
     return hostname_check(cfg, host_name, hostname)
 
 
@@ -191,8 +195,9 @@ def planned_checks(cfg: HostsConfig, project: Project, host_name: str, paths: En
     steps = install_steps(cfg, project.hosts_file, which)
     repo, revision = cfg.stack.model_repo, cfg.stack.model_revision
     lines = [f"env.stamp: {paths.stamp} records a complete build of exactly these pins",
-             f"host.hostname: this machine is {host.hostname}" if host.emulation is None else
-             "host.hostname: skipped (an emulated host runs on any machine with its GPU)",
+             f"host.hostname: this machine is {host.hostname}"
+             if host.emulation is None and host.gpu_minimum is None else
+             "host.hostname: skipped (the host runs on any machine with its GPU)",
              f"python.version: {paths.python} is Python {cfg.stack.python}"]
     lines += [f"package.{step.name.lower()}: {step.name} {step.pin} is what the venv holds"
               for step in steps]
@@ -202,8 +207,11 @@ def planned_checks(cfg: HostsConfig, project: Project, host_name: str, paths: En
     else:
         lines.append(f"diffusers.pipeline: the venv's diffusers holds "
                      f"{', '.join(pipelines(cfg, host)) or 'no pipeline (no profile)'}")
-    lines.append(f"gpu.nvml, gpu.name, gpu.compute_capability, gpu.memory, gpu.driver: NVML's "
-                 f"device against {host.gpu}, sm {host.compute_capability}, {host.vram_gb} GB")
+    least = host.gpu_minimum
+    lines.append("gpu.nvml, gpu.name, gpu.compute_capability, gpu.memory, gpu.driver: NVML's "
+                 + (f"device against {host.gpu}, sm {host.compute_capability}, {host.vram_gb} GB"
+                    if least is None else f"device against at least {least.memory_gib} GiB and "
+                    f"sm {least.compute_capability}"))
     if host.emulation is not None:
         lines.append(f"emulation.cap: {cfg.emulated_cap_mib(host_name):,} MiB fits the "
                      f"physical {host.gpu}")

@@ -75,6 +75,8 @@ def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]
         return [env_check("gpu.nvml", "fail", f"NVML cannot read a GPU: {facts.nvml_error}",
                           expected=host.gpu)]
     gib = gpu.memory_total_mib / 1024
+    if host.gpu_minimum is not None:
+        return _minimum_checks(host, gpu, gib)
     off = abs(gib - host.vram_gb) / host.vram_gb
     return [
         env_check("gpu.nvml", "pass", f"{gpu.device_count} device(s); checked index {gpu.index}"),
@@ -88,6 +90,25 @@ def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]
                   f"NVML total {gpu.memory_total_mib} MiB is {off:.1%} from the nominal "
                   f"{host.vram_gb} GB (tolerance {tolerance:.0%})",
                   f"{host.vram_gb} GiB", f"{gib:.2f} GiB"),
+        env_check("gpu.driver", "pass", f"recorded; driver supports CUDA {gpu.cuda_driver_version}",
+                  actual=gpu.driver_version),
+    ]
+
+
+def _minimum_checks(host: Host, gpu, gib: float) -> list[EnvCheck]:
+    """A host that is any machine with a GPU of at least its minimums: those, not a name."""
+    least = host.gpu_minimum
+    capable = least.admits(least.memory_gib * 1024, gpu.compute_capability)
+    return [
+        env_check("gpu.nvml", "pass", f"{gpu.device_count} device(s); checked index {gpu.index}"),
+        env_check("gpu.name", "skip", f"any GPU of at least {least.memory_gib} GiB and "
+                  f"compute capability {least.compute_capability} runs it", host.gpu, gpu.name),
+        env_check("gpu.compute_capability", "pass" if capable else "fail",
+                  "NVML's compute capability against hosts.toml's minimum",
+                  f">= {least.compute_capability}", gpu.compute_capability),
+        env_check("gpu.memory", "pass" if gib >= least.memory_gib else "fail",
+                  f"NVML total {gpu.memory_total_mib} MiB against hosts.toml's minimum",
+                  f">= {least.memory_gib} GiB", f"{gib:.2f} GiB"),
         env_check("gpu.driver", "pass", f"recorded; driver supports CUDA {gpu.cuda_driver_version}",
                   actual=gpu.driver_version),
     ]
@@ -121,7 +142,13 @@ def torch_check(host: Host, probe: dict | None, torch_pinned: bool) -> EnvCheck:
                          f"torch {info.get('version')} (CUDA {info.get('cuda')}) sees no CUDA device",
                          host.gpu)
     seen = f"{info['name']} sm {info['capability']}"
-    good = info["name"] == host.gpu and info["capability"] == host.compute_capability
+    least = host.gpu_minimum
+    if least is not None:  # any such GPU: its capability against the minimum
+        good = least.admits(least.memory_gib * 1024, info["capability"])
+        wanted = f"a GPU of sm {least.compute_capability} or later"
+    else:
+        good = info["name"] == host.gpu and info["capability"] == host.compute_capability
+        wanted = f"{host.gpu} sm {host.compute_capability}"
     return env_check("torch.cuda", "pass" if good else "fail",
-                     f"torch {info['version']} with CUDA {info['cuda']} sees device 0",
-                     f"{host.gpu} sm {host.compute_capability}", seen)
+                     f"torch {info['version']} with CUDA {info['cuda']} sees device 0", wanted,
+                     seen)

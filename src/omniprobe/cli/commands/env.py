@@ -62,7 +62,11 @@ def run(args: argparse.Namespace) -> int:
     from omniprobe.env.state import EnvError
 
     project = find_project()
-    simulated = load_hosts(project.hosts_file).host(args.host, "--host").simulated
+    host = load_hosts(project.hosts_file).host(args.host, "--host")
+    simulated = host.simulated
+    if args.env is None:  # the env the host's runs need: its runner's, where that is the Diffusers env
+        diffusers = host.diffusers is not None and host.diffusers.runner_env == "diffusers"
+        args.env = "diffusers" if diffusers else "probe"
     select = args.select and not args.dry_run
     if args.select and args.dry_run:
         record_env_failure(project, args.host, "it was a dry run (--dry-run): nothing was built "
@@ -99,9 +103,11 @@ def add_parser(sub) -> None:
         q.add_argument("--host", required=True, help="a hosts.toml host")
         q.add_argument("--venv", help="venv path (default: <[env] root>/envs/<host>, the "
                                       "Diffusers env's <[env] root>/envs/<host>-diffusers)")
-        q.add_argument("--env", choices=("probe", "diffusers"), default="probe",
-                       help="which env: the probe's ([env], default) or the Diffusers engine's own "
-                            "([diffusers_env]), each with its own venv and manifest")
+        q.add_argument("--env", choices=("probe", "diffusers"), default=None,
+                       help="which env: the probe's ([env]) or the Diffusers engine's own "
+                            "([diffusers_env]), each with its own venv and manifest (default: "
+                            "the Diffusers env for a host whose runner runs in it, else the "
+                            "probe's)")
         if name == "build":
             q.add_argument("--dry-run", action="store_true",
                            help="print the commands a build runs; run nothing")
