@@ -93,7 +93,8 @@ def test_any_big_gpu_runs_the_capacity_search_host_by_its_minimums_not_its_name(
     if refused is None:
         assert found is None
     else:
-        assert refused in found and "omniprobe host add" in found
+        assert refused in found and "run it where NVML reads any NVIDIA GPU of at least 40 GiB" \
+            in found and "host add" not in found
 
 
 def test_the_env_of_a_host_whose_runner_runs_in_the_diffusers_env_is_that_env(repo, capsys,

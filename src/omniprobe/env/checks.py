@@ -163,9 +163,12 @@ def machine_refusal(cfg: HostsConfig, project: Project, host_name: str,
     if not failed:
         return None
     lines = "\n".join(f"  {line}" for line in failure_lines(failed))
-    remedy = (f"no build can change a machine: run on the host's machine, name the host entry "
-              f"that is this one (--host), or add one with `omniprobe host add NAME --like "
-              f"{host_name}`")
+    if host.gpu_minimum is not None or host.emulation is not None or host.diffusers is not None:
+        remedy = (f"no build can change a machine: run it where NVML reads {host.gpu}")
+    else:
+        remedy = (f"no build can change a machine: run on the host's machine, name the host "
+                  f"entry that is this one (--host), or add one with `omniprobe host add NAME "
+                  f"--like {host_name}`")
     return (f"this machine cannot run host {host_name!r}: checked before anything is "
             f"downloaded or built:\n{lines}\n{remedy}")
 
