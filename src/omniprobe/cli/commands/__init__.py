@@ -23,6 +23,8 @@ from omniprobe.cli.commands import (
     wheels,
 )
 
-COMMANDS = (validate, schema, report, image_check, standins, quality, evidence, wheels, env,
-            host, select_host, probe, probe_offline, probe_capacity, probe_baseline, propagation,
-            upstream, nox_args, timeline)
+# What a user runs first (render, check, add a card, build, probe, search), then the tools, then
+# what the noxfile and the other commands call (nox-args, timeline).
+COMMANDS = (report, validate, host, env, probe, probe_offline, probe_capacity, probe_baseline,
+            quality, image_check, evidence, wheels, propagation, upstream, standins, schema,
+            select_host, nox_args, timeline)
