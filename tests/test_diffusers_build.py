@@ -229,3 +229,59 @@ def test_the_host_sampler_keeps_the_highest_reading_and_ends_on_the_last(monkeyp
     with diffusers_build.HostSampler(period_s=0.001) as sampler:
         assert more.wait(5)
     assert (sampler.peak_mib, sampler.end_mib) == (180.0, 120.0)
+
+
+def test_the_vae_decodes_in_tiles_and_the_cache_is_freed_before_the_decode_when_asked(tmp_path):
+    """Issue 49's first knobs on the tiny model: vae_tiling takes the tiled decode at 1248×832,
+    and release_kv_before_decode frees the conditioning cache after the last step, its bytes
+    counted first; the settings are what the profile says."""
+    from PIL import Image
+
+    from omniprobe_engine.diffusers_engine import DiffusersEngine
+
+    engine = DiffusersEngine("random", {
+        "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none", "use_kv_cache": True,
+                    "vae_tiling": True, "release_kv_before_decode": True,
+                    "output_resolution": 64},
+        "weights": {"kind": "random", "seed": 0, "components": TINY}})
+    vae = engine.pipe.vae
+    assert vae.use_tiling
+    tiled, released = [], []
+    decode, release = vae.tiled_decode, engine.kv.release
+    caches = engine.kv.made
+
+    def spied_decode(*args, **kwargs):
+        tiled.append(True)
+        # The cache is empty by the decode: every layer's K and V freed.
+        released.append(all(layer.k is None and layer.v is None
+                            for cache in made_before for layer in cache.layer_caches))
+        return decode(*args, **kwargs)
+
+    made_before: list = []
+
+    def spied_release():
+        made_before.extend(caches)
+        release()
+
+    vae.tiled_decode, engine.kv.release = spied_decode, spied_release
+    reference = tmp_path / "ref.png"
+    Image.new("RGB", (64, 96), (120, 30, 200)).save(reference)
+    measured = engine.generate({"prompt": "a red shop", "reference_paths": [str(reference)],
+                                "height": 832, "width": 1248, "num_inference_steps": 2,
+                                "true_cfg_scale": 1.0, "seed": 1,
+                                "output": str(tmp_path / "out.png")})
+    assert tiled and made_before and released == [True] * len(released)
+    assert measured["kv_cache_bytes"] > 0 and measured["kv_cache_layers"] > 0
+    with Image.open(tmp_path / "out.png") as out:
+        assert out.size == (1248, 832)
+
+
+def test_tiling_a_vae_that_cannot_tile_is_refused_before_any_build():
+    from omniprobe_engine.diffusers_engine import profile_refusal
+
+    profile = {"pipeline": "QwenImage21Pipeline", "offload": "none", "use_kv_cache": True,
+               "vae_tiling": True}
+    assert profile_refusal(profile, False, TINY) is None  # AutoencoderKLQwenImage21 tiles
+    cannot = {**TINY, "vae": {**TINY["vae"], "class": "transformers.CLIPTextModel"}}
+    assert profile_refusal(profile, False, cannot) == (
+        "vae_tiling = true: the VAE class transformers.CLIPTextModel has no enable_tiling")

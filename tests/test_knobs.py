@@ -43,12 +43,16 @@ def test_the_profile_model_has_one_field_per_knob_and_its_words():
 
 def test_every_committed_profile_resolves_to_the_settings_it_had_before_bases():
     """The evidence records each profile's settings (model_dump): a resume compares them, so the
-    profiles written with bases must resolve to what they were, key for key and in order."""
+    profiles written with bases must resolve to what they were, key for key and in order; a knob
+    added since is at its default in every one of them."""
     before = json.loads((REPO / "tests/data/profiles-before-bases.json").read_text())
-    now = {name: p.model_dump(mode="json")
-           for name, p in load_hosts(REPO / "hosts.toml").diffusers_profiles.items()}
-    assert now == before
-    assert all(list(now[name]) == list(before[name]) for name in before)
+    profiles = load_hosts(REPO / "hosts.toml").diffusers_profiles
+    for name, was in before.items():
+        now = profiles[name].model_dump(mode="json")
+        assert {k: v for k, v in now.items() if k in was} == was, name
+        assert [k for k in now if k in was] == list(was), name
+        added = {k: v for k, v in now.items() if k not in was}
+        assert added == {k.name: k.default for k in KNOBS if k.name in added}, name
 
 
 GROUP_LEAF = {"description": "leaf", "offload": "group-leaf", "use_stream": True,
@@ -128,3 +132,15 @@ def test_the_analysis_groups_profiles_by_what_their_knobs_affect():
     assert speed_reference(PROFILES["group-leaf-res512"], PROFILES) == "group-leaf-res512"
     without = {k: v for k, v in PROFILES.items() if k != "seed-baseline-te8"}
     assert speed_reference(PROFILES["int8-leaf-nostream-te8"], without) is None
+
+
+def test_releasing_the_cache_before_the_decode_needs_the_cache():
+    base = {"description": "d", "offload": "none", "use_kv_cache": False}
+    with pytest.raises(ValidationError, match="release_kv_before_decode = true needs "
+                                              "use_kv_cache = true"):
+        DiffusersProfile.model_validate({**base, "release_kv_before_decode": True})
+    on = DiffusersProfile.model_validate({**base, "use_kv_cache": True,
+                                          "release_kv_before_decode": True, "vae_tiling": True})
+    assert on.release_kv_before_decode and on.vae_tiling
+    # Tiling changes the work a request does; releasing the cache only what it holds.
+    assert "vae_tiling" in work_knobs() and "release_kv_before_decode" not in work_knobs()

@@ -109,6 +109,8 @@ class DiffusersEngine:
         self.parameters_b = {name: parameters_b(getattr(self.pipe, name))
                              for name in self._weighted()}
         self._place_pipeline(offload)
+        if setting(profile, "vae_tiling"):
+            self.pipe.vae.enable_tiling()
         gc.collect()
         self.build_s = round(time.monotonic() - started, 3)
         self.build_peak_mib = self._peaks()[1]
@@ -198,7 +200,7 @@ class DiffusersEngine:
                     prompt=request["prompt"], image=images or None, height=request["height"],
                     width=request["width"], num_inference_steps=request["num_inference_steps"],
                     generator=torch.Generator("cpu").manual_seed(request["seed"]),
-                    output_type="pil",
+                    output_type="pil", **self._release_kv(request["num_inference_steps"]),
                     **self.adapter.call_arguments(self.pipe, self.profile, request, self.sizing))
         finally:
             allocated, reserved = self._peaks()
@@ -211,6 +213,19 @@ class DiffusersEngine:
                          **self._outside_pool()}
         save_png(out.images[0], request["output"])
         return self.last
+
+    def _release_kv(self, steps: int) -> dict:
+        """release_kv_before_decode: the call's callback that, after the last denoising step,
+        has the recorder count the conditioning cache, then free it before the decode."""
+        if not setting(self.profile, "release_kv_before_decode"):
+            return {}
+
+        def at_step_end(pipe, step: int, timestep, tensors: dict) -> dict:
+            if step == steps - 1:
+                self.kv.release()
+            return {}
+
+        return {"callback_on_step_end": at_step_end}
 
     def set_pool_limit(self, limit_mib: int) -> None:
         """A capacity-search trial: from now on torch's pool may reserve `limit_mib` and no more,
@@ -316,9 +331,10 @@ def process_gpu_mib() -> float | None:
     return None if used is None else used / MIB
 
 
-def profile_refusal(profile: dict, cuda: bool) -> str | None:
+def profile_refusal(profile: dict, cuda: bool, components: dict | None = None) -> str | None:
     """Why the engine cannot build `profile` on this machine, in the words it refuses it with
-    (the harness asks before any runner starts, through `--versions PROFILES`); None: it can."""
+    (the harness asks before any runner starts, through `--versions PROFILES`); None: it can.
+    `components`: a random build's, whose classes say what the pipeline will be built of."""
     try:
         adapter = adapter_for(setting(profile, "pipeline"))
     except KeyError as exc:
@@ -328,7 +344,20 @@ def profile_refusal(profile: dict, cuda: bool) -> str | None:
         return f"offload {offload!r}: expected one of {', '.join(OFFLOADS)}"
     if not cuda and offload != "none":
         return f"offload {offload!r} needs a CUDA device; this machine has none"
+    vae = (components or {}).get("vae", {}).get("class", "")
+    if setting(profile, "vae_tiling") and vae and not hasattr(_component_class(vae),
+                                                              "enable_tiling"):
+        return f"vae_tiling = true: the VAE class {vae} has no enable_tiling"
     return adapter.refusal(profile)
+
+
+def _component_class(name: str):
+    """A committed config's class, 'diffusers.<Class>' or 'transformers.<Class>' (a note may
+    follow after a space)."""
+    import importlib
+
+    library, _, cls = name.split(" ")[0].partition(".")
+    return getattr(importlib.import_module(library), cls, None)
 
 
 def asked_facts(profiles: dict[str, dict], components: dict | None) -> dict:
@@ -338,7 +367,7 @@ def asked_facts(profiles: dict[str, dict], components: dict | None) -> dict:
     import torch
 
     cuda = torch.cuda.is_available()
-    found = {name: profile_refusal(p, cuda) for name, p in profiles.items()}
+    found = {name: profile_refusal(p, cuda, components) for name, p in profiles.items()}
     facts: dict = {"refusals": {name: why for name, why in found.items() if why is not None}}
     if components:
         facts["parameters"] = parameter_counts(components)

@@ -88,6 +88,13 @@ KNOBS: tuple[Knob, ...] = (
          description="The pipeline's conditioning KV cache (use_kv_cache).",
          applied="the call's use_kv_cache", affects=(GPU_MEMORY, SPEED),
          refused="true for a pipeline that keeps no conditioning cache"),
+    Knob("release_kv_before_decode", bool, default=False,
+         description="Free the conditioning KV cache's tensors after the last denoising step, "
+                     "once the recorder has counted them, so the decode's peak does not come on "
+                     "top of the whole cache (the pipeline itself keeps it until it returns).",
+         applied="callback_on_step_end at the last step: the recorder counts the cache, then "
+                 "frees each layer's K and V",
+         affects=(GPU_MEMORY,), refused="without use_kv_cache (there is no cache to release)"),
     Knob("quantize_dit", str, default=None, nullable=True, choices=(INT8,),
          description="torchao int8 weight-only quantization of the DiT.",
          applied="torchao quantize_(transformer, Int8WeightOnlyConfig()), unit by unit as built",
@@ -99,6 +106,10 @@ KNOBS: tuple[Knob, ...] = (
          affects=(GPU_MEMORY, HOST_MEMORY, SPEED),
          refused="a text encoder class torchao's int8 weight-only quantization is not known to "
                  "take"),
+    Knob("vae_tiling", bool, default=False,
+         description="Decode (and encode) through the VAE in tiles: vae.enable_tiling().",
+         applied="pipe.vae.enable_tiling() once the pipeline is built",
+         affects=(GPU_MEMORY, SPEED), refused="a VAE class without enable_tiling"),
     Knob("output_resolution", int, default=None, nullable=True, bounds={"gt": 0, "le": 4096},
          description="The side the pipeline resizes condition images to (area "
                      "output_resolution²); null: [diffusers_profile_defaults] output_resolution.",

@@ -62,6 +62,9 @@ class _Profile(_Input):
             raise ValueError("seeds: each seed once")
         problems = offload_setting_problems(self.offload, self.use_stream,
                                             self.low_cpu_mem_usage, self.record_stream)
+        if self.release_kv_before_decode and not self.use_kv_cache:
+            problems.append("release_kv_before_decode = true needs use_kv_cache = true: without "
+                            "the cache there is nothing to release")
         if problems:
             raise ValueError("; ".join(problems))
         unknown = set(self.chosen_by_omniprobe) - set(type(self).model_fields)

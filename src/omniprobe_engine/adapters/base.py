@@ -14,6 +14,9 @@ class NothingRecorded:
     def take(self) -> dict:
         return {}
 
+    def release(self) -> None:
+        """Nothing is kept between steps: nothing to release."""
+
 
 class DiffusersAdapter:
     """One model family's part of the Diffusers engine. The defaults are a pipeline that needs

@@ -79,6 +79,7 @@ class KvCacheRecorder:
 
         pipeline_module.QwenImage21KVCache = Recorded
         self.made = made
+        self.kept: dict | None = None  # what release counted, for take
         # The prompt's own text tokens, counted as the pipeline encodes it: each fixture has its
         # own prompt, so the references' share of the prefix is the prefix less these.
         self.text_tokens: list[int] = []
@@ -93,11 +94,24 @@ class KvCacheRecorder:
 
         pipe.encode_prompt = counted
 
+    def release(self) -> None:
+        """After the last denoising step (release_kv_before_decode): count the caches as take
+        would, keep the figures for take, and free every layer's K and V before the decode (the
+        pipeline still holds the cache objects, now empty)."""
+        caches = list(self.made)
+        self.kept = self.take()
+        for cache in caches:
+            for layer in cache.layer_caches:
+                layer.k = layer.v = None
+
     def take(self) -> dict:
         """The call's conditional cache: bytes of its K and V tensors over the layers it filled,
         those layers of how many, the prefix tokens and the prompt's text tokens among them; empty
-        when it made none (the cache off).
+        when it made none (the cache off); what release counted, where it ran.
         A request that failed during prefill filled only some layers. The caches are released."""
+        if self.kept is not None:
+            kept, self.kept = self.kept, None
+            return kept
         caches, self.made[:] = list(self.made), []
         # The first encoding is the prompt's; a negative prompt's would follow it.
         text, self.text_tokens[:] = self.text_tokens[:1], []
