@@ -92,6 +92,9 @@ def test_a_refusal_falls_out_of_the_capabilities(adapter, settings, expected):
     # The engine's own checks come first, in its words.
     (full(KLEIN, use_kv_cache=True, offload="disk"), True,
      "offload 'disk': expected one of none, model-cpu, group-leaf, group-block"),
+    (full(QWEN, use_kv_cache=True, kv_placement="host-pinned"), False,
+     "kv_placement 'host-pinned' needs a CUDA device to pin memory; this machine has none"),
+    (full(QWEN, use_kv_cache=True, kv_placement="host-pageable"), False, None),
     (full(KLEIN, use_kv_cache=True, offload="model-cpu"), False,
      "offload 'model-cpu' needs a CUDA device; this machine has none"),
 ])

@@ -285,3 +285,46 @@ def test_tiling_a_vae_that_cannot_tile_is_refused_before_any_build():
     cannot = {**TINY, "vae": {**TINY["vae"], "class": "transformers.CLIPTextModel"}}
     assert profile_refusal(profile, False, cannot) == (
         "vae_tiling = true: the VAE class transformers.CLIPTextModel has no enable_tiling")
+
+
+def test_a_layer_cache_in_host_memory_stores_host_tensors_and_hands_compute_device_ones():
+    """kv_host.host_placed with the compute device as a parameter (meta here, the GPU on a card):
+    store leaves host tensors, get returns the compute device's, and the recorder counts them as
+    held in host memory."""
+    from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVLayerCache
+
+    from omniprobe_engine.kv_host import host_placed
+
+    layer = host_placed(QwenImage21KVLayerCache, pinned=False, compute_device="meta")()
+    k, v = torch.randn(1, 5, 2, 4), torch.randn(1, 5, 2, 4)
+    layer.store(k, v)
+    assert layer.k.device.type == layer.v.device.type == "cpu"
+    assert layer.k.data_ptr() != k.data_ptr()  # a copy: the step's own tensor can go
+    got_k, got_v = layer.get()
+    assert got_k.device.type == got_v.device.type == "meta" and got_k.shape == k.shape
+    with pytest.raises(RuntimeError, match="not been populated"):
+        host_placed(QwenImage21KVLayerCache, pinned=False)().get()
+
+
+def test_the_tiny_model_runs_with_its_cache_in_host_memory_and_records_it_so(tmp_path):
+    from PIL import Image
+
+    from omniprobe_engine.diffusers_engine import DiffusersEngine
+
+    def engine(placement):
+        return DiffusersEngine("random", {
+            "profile": {"pipeline": "QwenImage21Pipeline", "offload": "none",
+                        "use_kv_cache": True, "kv_placement": placement,
+                        "output_resolution": 64},
+            "weights": {"kind": "random", "seed": 0, "components": TINY}})
+
+    reference = tmp_path / "ref.png"
+    Image.new("RGB", (64, 96), (120, 30, 200)).save(reference)
+    request = {"prompt": "a red shop", "reference_paths": [str(reference)], "height": 96,
+               "width": 64, "num_inference_steps": 2, "true_cfg_scale": 1.0, "seed": 1,
+               "output": str(tmp_path / "out.png")}
+    host = engine("host-pageable").generate(request)
+    assert host["kv_cache_host_bytes"] == host["kv_cache_bytes"] > 0
+    on_device = engine("gpu").generate({**request, "output": str(tmp_path / "gpu.png")})
+    assert on_device["kv_cache_host_bytes"] == 0
+    assert on_device["kv_cache_bytes"] == host["kv_cache_bytes"]  # the same cache, elsewhere

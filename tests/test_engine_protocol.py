@@ -34,7 +34,7 @@ from omniprobe_engine.protocol import (
 from .conftest import REPO
 
 # Every figure measured, each a value its field admits.
-ALL_MEASURED = {name: (1 << 20 if name == "kv_cache_bytes" else 7 if "tokens" in name
+ALL_MEASURED = {name: (1 << 20 if name.endswith("_bytes") else 7 if "tokens" in name
                        or "layers" in name else 512.5) for name in MEASURES}
 
 

@@ -12,6 +12,7 @@ from omniprobe.analysis.calibration import placement, speed_reference
 from omniprobe.config.diffusers import DiffusersProfile, DiffusersProfileDefaults, with_bases
 from omniprobe.config.hosts import load_hosts
 from omniprobe_engine.knobs import (
+    BY_NAME,
     GPU_MEMORY,
     HOST_MEMORY,
     KNOBS,
@@ -122,7 +123,8 @@ PROFILES = load_hosts(REPO / "hosts.toml").diffusers_profiles
 
 def test_the_analysis_groups_profiles_by_what_their_knobs_affect():
     assert set(host_footprint_knobs()) == {"dtype", "offload", "use_stream", "low_cpu_mem_usage",
-                                           "quantize_dit", "quantize_text_encoder"}
+                                           "kv_placement", "quantize_dit",
+                                           "quantize_text_encoder"}
     assert "steps" in work_knobs() and "offload" not in work_knobs()
     assert placement(PROFILES["group-leaf-nokv"]) == placement(PROFILES["group-leaf"])
     assert placement(PROFILES["seed-baseline-te8"]) != placement(PROFILES["seed-baseline-capacity"])
@@ -144,3 +146,15 @@ def test_releasing_the_cache_before_the_decode_needs_the_cache():
     assert on.release_kv_before_decode and on.vae_tiling
     # Tiling changes the work a request does; releasing the cache only what it holds.
     assert "vae_tiling" in work_knobs() and "release_kv_before_decode" not in work_knobs()
+
+
+@pytest.mark.parametrize("placement", ["host-pinned", "host-pageable"])
+def test_a_host_placement_of_the_cache_needs_the_cache(placement):
+    base = {"description": "d", "offload": "none", "use_kv_cache": False}
+    with pytest.raises(ValidationError, match=f"kv_placement = '{placement}' needs use_kv_cache"):
+        DiffusersProfile.model_validate({**base, "kv_placement": placement})
+    placed = DiffusersProfile.model_validate({**base, "use_kv_cache": True,
+                                              "kv_placement": placement})
+    # Where the cache lives decides the host footprint; the work a request does stays the same.
+    assert BY_NAME["kv_placement"].placement and "kv_placement" not in work_knobs()
+    assert placed.kv_placement == placement

@@ -118,7 +118,7 @@ class DiffusersEngine:
         self.resident_mib = held_mib(torch, self.device)[0]
         self.host = placed_host_figures(torch, [getattr(self.pipe, n) for n in self._weighted()])
         self.expandable_segments = expandable_segments_active(torch)
-        self.kv = self.adapter.recorder(self.pipe)
+        self.kv = self.adapter.recorder(self.pipe, setting(profile, "kv_placement"))
 
     def _built_random(self, pipeline, weights: dict, dtype, quantised: set[str], offload: str):
         """The pipeline from its committed components: the weighted ones streamed in load order
@@ -344,6 +344,8 @@ def profile_refusal(profile: dict, cuda: bool, components: dict | None = None) -
         return f"offload {offload!r}: expected one of {', '.join(OFFLOADS)}"
     if not cuda and offload != "none":
         return f"offload {offload!r} needs a CUDA device; this machine has none"
+    if not cuda and setting(profile, "kv_placement") == "host-pinned":
+        return "kv_placement 'host-pinned' needs a CUDA device to pin memory; this machine has none"
     vae = (components or {}).get("vae", {}).get("class", "")
     if setting(profile, "vae_tiling") and vae and not hasattr(_component_class(vae),
                                                               "enable_tiling"):

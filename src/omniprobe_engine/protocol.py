@@ -155,6 +155,7 @@ class Measures:
     start_allocated_mib: float | None = None  # allocated when the request began
     start_reserved_mib: float | None = None  # reserved when it began (its cache emptied)
     kv_cache_bytes: int | None = None
+    kv_cache_host_bytes: int | None = None  # of those, held in host memory (kv_placement)
     kv_cache_layers: int | None = None
     kv_cache_layers_total: int | None = None
     prefix_tokens: int | None = None
@@ -174,7 +175,7 @@ class Measures:
 MEASURES = tuple(f.name for f in fields(Measures))
 # A capacity trial keeps these of its Measures (capacity-trials.json)...
 TRIAL_CARRIES = ("peak_allocated_mib", "start_allocated_mib", "start_reserved_mib",
-                 "kv_cache_bytes", "max_rss_mib",
+                 "kv_cache_bytes", "kv_cache_host_bytes", "max_rss_mib",
                  "host_peak_mib", "host_end_mib", "pinned_host_peak_mib", "process_mib",
                  "outside_pool_mib")
 # ...and drops these, each for its reason.

@@ -86,7 +86,7 @@ def compared_counts(real: RealRun, target: int) -> list[int]:
 
 # The placement a wall is held against: leaf offload with streams, pinned, the fastest.
 FASTEST_PLACEMENT = {"offload": "group-leaf", "use_stream": True, "low_cpu_mem_usage": False,
-                     "record_stream": False}
+                     "record_stream": False, "kv_placement": "gpu"}
 
 
 def placement(profile: DiffusersProfile) -> tuple:

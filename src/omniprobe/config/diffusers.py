@@ -62,6 +62,9 @@ class _Profile(_Input):
             raise ValueError("seeds: each seed once")
         problems = offload_setting_problems(self.offload, self.use_stream,
                                             self.low_cpu_mem_usage, self.record_stream)
+        if self.kv_placement != "gpu" and not self.use_kv_cache:
+            problems.append(f"kv_placement = {self.kv_placement!r} needs use_kv_cache = true: "
+                            "without the cache there is nothing to place")
         if self.release_kv_before_decode and not self.use_kv_cache:
             problems.append("release_kv_before_decode = true needs use_kv_cache = true: without "
                             "the cache there is nothing to release")

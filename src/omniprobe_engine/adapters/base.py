@@ -53,8 +53,9 @@ class DiffusersAdapter:
         condition size hosts.toml resolved ({} leaves the pipeline's own default)."""
         return {}
 
-    def recorder(self, pipe):
-        """An object whose take() returns what a request measured beyond the engine's figures."""
+    def recorder(self, pipe, kv_placement: str = "gpu"):
+        """An object whose take() returns what a request measured beyond the engine's figures;
+        where the pipeline keeps a conditioning cache, placed as `kv_placement` says."""
         return NothingRecorded()
 
     def recover(self, pipe) -> None:

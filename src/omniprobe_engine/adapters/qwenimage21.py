@@ -5,6 +5,7 @@ the recorder of the conditioning KV caches the pipeline makes per call."""
 from __future__ import annotations
 
 from omniprobe_engine.knobs import setting
+from omniprobe_engine.kv_host import HOST_PLACEMENTS, host_placed
 
 from .base import DiffusersAdapter
 from .synthetic_tokenizer import synthetic_tokenizer
@@ -58,18 +59,38 @@ class QwenImage21Adapter(DiffusersAdapter):
         return {"true_cfg_scale": request["true_cfg_scale"],
                 "use_kv_cache": setting(profile, "use_kv_cache"), **sizing}
 
-    def recorder(self, pipe) -> KvCacheRecorder:
-        return KvCacheRecorder(pipe)
+    def recorder(self, pipe, kv_placement: str = "gpu") -> KvCacheRecorder:
+        return KvCacheRecorder(pipe, kv_placement)
+
+
+def _placed_in_host(base: type, pinned: bool) -> type:
+    """The pipeline's cache class, its layer caches those of kv_host.host_placed."""
+    from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVLayerCache
+
+    layer = host_placed(QwenImage21KVLayerCache, pinned=pinned)
+
+    class InHost(base):
+        def __init__(self, num_layers: int):
+            super().__init__(num_layers)
+            self.layer_caches = [layer() for _ in range(num_layers)]
+
+    return InHost
 
 
 class KvCacheRecorder:
     """Counts the pipeline's conditioning KV caches: the pipeline makes them per call, so the
-    module's class is replaced by a subclass that keeps each one it makes until `take`."""
+    module's class is replaced by a subclass that keeps each one it makes until `take`. With a
+    host placement, that subclass's layer caches keep K and V in host memory (kv_host.py)."""
 
-    def __init__(self, pipe):
+    def __init__(self, pipe, kv_placement: str = "gpu"):
         import diffusers.pipelines.qwenimage21.pipeline_qwenimage21 as pipeline_module
 
-        base = pipeline_module.QwenImage21KVCache
+        # The pipeline's own class, kept on its module the first time: a second engine in one
+        # process (the tests build several) must not subclass the first one's recorder.
+        base = vars(pipeline_module).setdefault("_omniprobe_kv_cache",
+                                                pipeline_module.QwenImage21KVCache)
+        if kv_placement in HOST_PLACEMENTS:
+            base = _placed_in_host(base, HOST_PLACEMENTS[kv_placement])
         made: list = []
 
         class Recorded(base):
@@ -122,7 +143,10 @@ class KvCacheRecorder:
         if not filled:
             return {"kv_cache_layers": 0, "kv_cache_layers_total": len(layers)}
         total = sum(t.numel() * t.element_size() for layer in filled for t in (layer.k, layer.v))
-        return {"kv_cache_bytes": total, "kv_cache_layers": len(filled),
+        host = sum(t.numel() * t.element_size() for layer in filled
+                   if getattr(layer, "host_placed", False) for t in (layer.k, layer.v))
+        return {"kv_cache_bytes": total, "kv_cache_host_bytes": host,
+                "kv_cache_layers": len(filled),
                 "kv_cache_layers_total": len(layers), "prefix_tokens": int(filled[0].k.shape[1]),
                 "prompt_text_tokens": text[0] if text else None}
 

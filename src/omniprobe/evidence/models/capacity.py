@@ -54,6 +54,8 @@ class CapacityTrial(EvidenceModel):
         default=None, gt=0, description="What torch.cuda.mem_get_info reported as the total "
                                         "during the trial (the limit); null: not patched (no CUDA).")
     kv_cache_bytes: int | None = Field(default=None, ge=0)
+    kv_cache_host_bytes: int | None = Field(default=None, ge=0, description="Of kv_cache_bytes, "
+                                            "those held in host memory (kv_placement).")
     # The runner's start and host figures (omniprobe_engine/protocol.py TRIAL_CARRIES); null in
     # trials recorded before they were carried.
     start_allocated_mib: float | None = measure("start_allocated_mib")

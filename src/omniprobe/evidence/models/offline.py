@@ -189,6 +189,9 @@ class OfflineRequest(Measurement, Configured):
     kv_cache_bytes: int | None = Field(
         default=None, ge=0, description="Bytes of the K and V tensors the pipeline's conditioning "
                                         "KV cache held after prefill, over the layers it filled.")
+    kv_cache_host_bytes: int | None = Field(
+        default=None, ge=0, description="Of kv_cache_bytes, those held in host memory (a profile's "
+                                        "kv_placement); null: not recorded.")
     kv_cache_layers: int | None = Field(
         default=None, ge=0, description="Of kv_cache_layers_total, the layers the cache filled "
                                         "(fewer when the request failed during prefill).")
