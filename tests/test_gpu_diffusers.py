@@ -189,3 +189,30 @@ def test_a_failed_decode_leaves_nothing_once_the_engine_recovers(tmp_path):
     print(json.dumps({"first": fits, "after recovery": again}))
     assert again["start_allocated_mib"] <= engine.resident_mib + CLEAN_TOLERANCE_MIB
     assert again["peak_mib"] == pytest.approx(fits["peak_mib"], rel=0.02)
+
+
+def test_the_cache_in_host_memory_frees_the_gpu_of_it_between_blocks(tmp_path):
+    """Issue 49 on the GPU: with kv_placement host-pinned the conditioning cache stays in host
+    memory, so what torch holds between transformer blocks at a cached step is lower than with
+    the cache on the GPU, by about the cache's bytes; both record the same cache."""
+    refs = _four_references(tmp_path)
+    request = {"prompt": "compose the four subjects in one scene", "reference_paths": refs,
+               "height": 832, "width": 1248, "num_inference_steps": 2, "true_cfg_scale": 1.0,
+               "seed": 2301, "output": str(tmp_path / "out.png")}
+    between = {}
+    for placement in ("gpu", "host-pinned"):
+        engine = _engine({"offload": "group-leaf", "use_stream": True, "use_kv_cache": True,
+                          "kv_placement": placement})
+        held: list[int] = []
+        for block in engine.pipe.transformer.transformer_blocks:
+            block.register_forward_hook(
+                lambda *args, held=held: held.append(torch.cuda.memory_allocated()))
+        measured = engine.generate(request)
+        blocks = len(engine.pipe.transformer.transformer_blocks)
+        between[placement] = (max(held[blocks:2 * blocks]), measured)  # the second step: cached
+        print(placement, between[placement][0] / 2**20, json.dumps(measured))
+        del engine
+        torch.cuda.empty_cache()
+    (on_gpu, gpu), (in_host, host) = between["gpu"], between["host-pinned"]
+    assert host["kv_cache_host_bytes"] == host["kv_cache_bytes"] == gpu["kv_cache_bytes"] > 0
+    assert on_gpu - in_host >= 0.8 * gpu["kv_cache_bytes"]
