@@ -116,8 +116,19 @@ def test_a_quantised_linear_holds_its_int8_bytes():
     assert 256 * 128 <= int8 < bf16  # the int8 values and their per-row scales
 
 
-def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
+def one_reference_request(tmp_path, *, height: int = 96, width: int = 64,
+                          steps: int = 1) -> dict:
+    """A request of the tiny model with one condition image (a flat colour, written beside it)."""
     from PIL import Image
+
+    reference = tmp_path / "ref.png"
+    Image.new("RGB", (64, 96), (120, 30, 200)).save(reference)
+    return {"prompt": "a red shop", "reference_paths": [str(reference)], "height": height,
+            "width": width, "num_inference_steps": steps, "true_cfg_scale": 1.0, "seed": 1,
+            "output": str(tmp_path / "out.png")}
+
+
+def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
 
     from omniprobe_engine.diffusers_engine import DiffusersEngine
 
@@ -138,12 +149,7 @@ def test_the_engine_records_the_build_path_and_its_three_host_figures(tmp_path):
         linears = [m for m in getattr(pipe, component).modules() if isinstance(m, torch.nn.Linear)]
         assert linears and all(is_quantised(m.weight) for m in linears), component
     assert not any(is_quantised(p) for p in pipe.vae.parameters())
-    reference = tmp_path / "ref.png"
-    Image.new("RGB", (64, 96), (120, 30, 200)).save(reference)
-    measured = engine.generate({"prompt": "a red shop", "reference_paths": [str(reference)],
-                                "height": 96, "width": 64, "num_inference_steps": 1,
-                                "true_cfg_scale": 1.0, "seed": 1,
-                                "output": str(tmp_path / "out.png")})
+    measured = engine.generate(one_reference_request(tmp_path))
     # Sampled beside the request: at least what it ended on, and about the lifetime peak at most
     # (the kernel's high-water mark trails the latest reading by a few pages).
     assert measured["host_peak_mib"] >= measured["host_end_mib"] > 0
@@ -264,12 +270,7 @@ def test_the_vae_decodes_in_tiles_and_the_cache_is_freed_before_the_decode_when_
         release()
 
     vae.tiled_decode, engine.kv.release = spied_decode, spied_release
-    reference = tmp_path / "ref.png"
-    Image.new("RGB", (64, 96), (120, 30, 200)).save(reference)
-    measured = engine.generate({"prompt": "a red shop", "reference_paths": [str(reference)],
-                                "height": 832, "width": 1248, "num_inference_steps": 2,
-                                "true_cfg_scale": 1.0, "seed": 1,
-                                "output": str(tmp_path / "out.png")})
+    measured = engine.generate(one_reference_request(tmp_path, height=832, width=1248, steps=2))
     assert tiled and made_before and released == [True] * len(released)
     assert measured["kv_cache_bytes"] > 0 and measured["kv_cache_layers"] > 0
     with Image.open(tmp_path / "out.png") as out:
@@ -307,7 +308,6 @@ def test_a_layer_cache_in_host_memory_stores_host_tensors_and_hands_compute_devi
 
 
 def test_the_tiny_model_runs_with_its_cache_in_host_memory_and_records_it_so(tmp_path):
-    from PIL import Image
 
     from omniprobe_engine.diffusers_engine import DiffusersEngine
 
@@ -318,11 +318,7 @@ def test_the_tiny_model_runs_with_its_cache_in_host_memory_and_records_it_so(tmp
                         "output_resolution": 64},
             "weights": {"kind": "random", "seed": 0, "components": TINY}})
 
-    reference = tmp_path / "ref.png"
-    Image.new("RGB", (64, 96), (120, 30, 200)).save(reference)
-    request = {"prompt": "a red shop", "reference_paths": [str(reference)], "height": 96,
-               "width": 64, "num_inference_steps": 2, "true_cfg_scale": 1.0, "seed": 1,
-               "output": str(tmp_path / "out.png")}
+    request = one_reference_request(tmp_path, steps=2)
     host = engine("host-pageable").generate(request)
     assert host["kv_cache_host_bytes"] == host["kv_cache_bytes"] > 0
     on_device = engine("gpu").generate({**request, "output": str(tmp_path / "gpu.png")})
