@@ -189,3 +189,47 @@ def test_a_malformed_nvidia_smi_reading_is_named_and_writes_nothing(machine, tmp
     err = capsys.readouterr().err
     assert str(saved) in err and said in err and "Traceback" not in err, err
     assert machine.hosts_file.read_bytes() == before
+
+
+def test_a_gpu_name_is_one_printable_bounded_line_in_hosts_toml(machine):
+    hostile = "NVIDIA \u202eGeForce\n[hosts.evil]\r\t\"RTX\" " + "X" * 300
+    assert add(gpu=nvml(name=hostile)) == 0
+    host = load_hosts(machine.hosts_file).hosts["desk3090"]
+    assert "\n" not in host.gpu and "\u202e" not in host.gpu and len(host.gpu) <= 100
+    assert host.gpu.startswith('NVIDIA GeForce [hosts.evil] "RTX" XXX')
+    assert "evil" not in load_hosts(machine.hosts_file).hosts
+
+
+def test_host_add_never_writes_through_a_symbolic_link(machine, tmp_path, capsys):
+    shared = tmp_path / "shared-hosts.toml"
+    shared.write_bytes(machine.hosts_file.read_bytes())
+    machine.hosts_file.unlink()
+    machine.hosts_file.symlink_to(shared)
+    before = shared.read_bytes()
+    assert add() == Refusal.exit_code
+    assert "is a symbolic link" in capsys.readouterr().err
+    assert shared.read_bytes() == before
+
+
+def test_two_host_adds_take_turns_and_neither_loses_the_others_entry(machine):
+    """One holds the project folder's lock: the other waits, then appends to what it wrote."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    folder = os.open(machine.hosts_file.parent, os.O_RDONLY)
+    fcntl.flock(folder, fcntl.LOCK_EX)
+    done = []
+    second = threading.Thread(target=lambda: done.append(add("desk2", gpu=nvml())))
+    second.start()
+    time.sleep(0.5)
+    assert not done  # waiting on the lock, nothing written yet
+    # The first writer (this test, holding the lock) appends its own line meanwhile.
+    text = machine.hosts_file.read_text()
+    machine.hosts_file.write_text(text + "\n# the first writer's line\n")
+    os.close(folder)
+    second.join(timeout=30)
+    assert done == [0]
+    after = machine.hosts_file.read_text()
+    assert "# the first writer's line" in after and "[hosts.desk2]" in after

@@ -80,6 +80,13 @@ def _errors(path) -> list[str]:
          "host 'rtx5080-on-h200-diffusers'"),
         ('grid = ["seed-baseline", ', 'grid = ["cpuoff-fp8", ',
          "[calibrations.q3-4r] key 'grid': Diffusers profile 'cpuoff-fp8' is not run"),
+        # A list names each profile, flag set or kwarg set once (issue 53).
+        ('card-emulations = ["model-cpu", ', 'card-emulations = ["model-cpu", "model-cpu", ',
+         "[diffusers_profile_lists] key 'card-emulations': 'model-cpu' is named 2 times: name "
+         "it once"),
+        ('diffusers_profiles = ["tiny-cpu", "tiny-cpu-nokv"]',
+         'diffusers_profiles = ["tiny-cpu", "tiny-cpu-nokv", "tiny-cpu"]',
+         "[hosts.diffusers-tiny-cpu] key 'diffusers_profiles': 'tiny-cpu' is named 2 times"),
         # A profile's base must be a profile, and no circle.
         ('base = "group-leaf"\ndescription = "leaf-level group offload with streams and expandable',
          'base = "group-leafy"\ndescription = "leaf-level group offload with streams and expandable',

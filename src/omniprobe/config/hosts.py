@@ -218,6 +218,7 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
                                 f"Diffusers profile {profile!r} is not defined under "
                                 "[diffusers_profiles]")
                         for profile in profiles if profile not in cfg.diffusers_profiles)
+    problems.extend(_named_twice(cfg, file))
     for name, flag_set in cfg.flag_sets.items():
         if flag_set.deploy_config and flag_set.deploy_config not in cfg.deploy_configs:
             problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",
@@ -228,6 +229,18 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
     problems.extend(_env_against_stack(cfg, file))
     problems.extend(_diffusers_env_choices(cfg, file))
     return problems
+
+
+def _named_twice(cfg: HostsConfig, file: str) -> list[Problem]:
+    """A list that names one profile (flag set, kwarg set) twice would run it twice into one
+    attempt, its records the same cell's: each list names each once."""
+    lists = [(f"[diffusers_profile_lists] key '{name}'", names)
+             for name, names in cfg.diffusers_profile_lists.items()]
+    for name, host in cfg.hosts.items():
+        lists += [(f"[hosts.{name}] key '{key}'", getattr(host, key)) for key in
+                  ("serve_flag_sets", "offline_kwarg_sets", "diffusers_profiles")]
+    return [Problem(file, where, f"{item!r} is named {names.count(item)} times: name it once")
+            for where, names in lists for item in dict.fromkeys(names) if names.count(item) > 1]
 
 
 def _name_clashes(cfg: HostsConfig, file: str) -> list[Problem]:

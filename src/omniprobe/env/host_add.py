@@ -5,8 +5,10 @@ for byte; the result is loaded (every check of `validate`'s) before it is writte
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
+import os
 import platform
 import re
 import sys
@@ -61,6 +63,7 @@ def read_machine(nvml: Any, gpu_index: int, hostname: str, system: str,
             raise HostAddRefused(f"host add: --gpu-index {gpu_index}: NVML sees {count} GPU(s), "
                                  f"indices 0..{count - 1}; nothing written")
         gpu = read_gpu(nvml, gpu_index)
+        gpu = gpu.model_copy(update={"name": clean_name(gpu.name)})
     except HostAddRefused:
         raise
     except Exception as exc:  # NVML raises its own classes, or the library is missing
@@ -128,7 +131,8 @@ def parse_nvidia_smi(path: Path, text: str, gpu_index: int) -> GpuFacts:
     capability = (row.get("compute_cap") or "").strip()
     if re.fullmatch(r"\d+\.\d+", capability) is None:
         raise wrong(line, f"compute_cap {capability!r}: expected major.minor, e.g. 8.6")
-    name, driver = (row.get("name") or "").strip(), (row.get("driver_version") or "").strip()
+    name = clean_name(row.get("name") or "")
+    driver = clean_name(row.get("driver_version") or "")
     if not name or not driver:
         raise wrong(line, f"{'name' if not name else 'driver_version'}: empty, expected what "
                           "nvidia-smi writes there")
@@ -239,10 +243,31 @@ def _real_study_hosts(cfg: HostsConfig) -> list[str]:
 
 def append_block(hosts_file: Path, block: HostBlock) -> bytes:
     """hosts.toml with the block appended: loaded with every check first, then written
-    atomically; the existing bytes are kept as they are. Returns the new file's bytes."""
-    before = read_bytes(hosts_file)
-    gap = b"" if before.endswith(b"\n\n") else (b"\n" if before.endswith(b"\n") else b"\n\n")
-    after = before + gap + block.text.encode("utf-8")
-    parse_hosts(hosts_file, after.decode("utf-8"))  # an InputError here writes nothing
-    write_bytes_atomic(hosts_file, after)
+    atomically; the existing bytes are kept as they are. Two at once take turns (a lock on the
+    project's folder, read to write), so neither loses the other's entry; a hosts.toml that is a
+    symbolic link (a shared file elsewhere) is refused, never written through. Returns the new
+    file's bytes."""
+    if hosts_file.is_symlink():
+        raise HostAddRefused(f"host add: {hosts_file} is a symbolic link (to "
+                             f"{os.readlink(hosts_file)}): host add writes the project's own "
+                             "file, never through a link; nothing written")
+    folder = os.open(hosts_file.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        before = read_bytes(hosts_file)
+        gap = b"" if before.endswith(b"\n\n") else (b"\n" if before.endswith(b"\n") else b"\n\n")
+        after = before + gap + block.text.encode("utf-8")
+        parse_hosts(hosts_file, after.decode("utf-8"))  # an InputError here writes nothing
+        write_bytes_atomic(hosts_file, after)
+    finally:
+        os.close(folder)  # the lock goes with the descriptor
     return after
+
+
+# A name NVML or a saved file gives, as hosts.toml and the report may hold it.
+NAME_CHARS = 100
+
+
+def clean_name(name: str) -> str:
+    """One line of printable characters (no control or bidi characters), at most NAME_CHARS."""
+    return " ".join("".join(c if c.isprintable() else " " for c in name).split())[:NAME_CHARS]
