@@ -15,6 +15,7 @@ from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence import unpack_journal
+from omniprobe.evidence.capacity_checks import capacity_findings
 from omniprobe.evidence.config_digests import config_problems
 from omniprobe.evidence.consistency import consistency_problems
 from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES
@@ -157,11 +158,10 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
         kwarg_set("capacity.json", f"$[{i}].profile", search.profile)
         for j, band in enumerate(search.bands):
             fixture("capacity.json", f"$[{i}].bands[{j}].fixture", band.fixture)
-            counted = [t for t in attempt.capacity_trials if t.counts and t.profile ==
-                       search.profile and t.reference_count == band.reference_count]
-            problems += [Problem(str(folder / "capacity.json"),
-                                 content_path("capacity.json", f"$[{i}].bands[{j}]"), why)
-                         for why in band.disagreements(counted)]
+    problems += [Problem(str(folder / file), content_path(file, path), why)
+                 for file, path, why in capacity_findings(
+                     attempt.capacity, attempt.capacity_trials,
+                     {f.id: f.reference_count for f in fixtures.fixtures})]
     requests_of("capacity-trials.json", attempt.capacity_trials, kwarg_set, lambda _: "profile")
     requests_of("offline-requests.json", attempt.offline_requests, kwarg_set, _field)
     for i, obs in enumerate(attempt.structure):

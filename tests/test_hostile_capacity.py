@@ -1,0 +1,91 @@
+"""Hostile input, round 4 (issue 53): capacity evidence that lies about its own trials is named by
+`validate` with its file, record and rule, and nothing is rendered from it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from omniprobe.evidence.validate import load_project
+
+ATTEMPT = "evidence/h200-diffusers/2026-12-01T205522Z-h200-diffusers-capacity"
+
+
+def _edit(project, name: str, change) -> None:
+    path = project.root / ATTEMPT / name
+    data = json.loads(path.read_text())
+    key = "capacity" if name == "capacity.json" else "capacity_trials"
+    data[key] = change(data[key])
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _band(searches, profile, refs):
+    search = next(s for s in searches if s["profile"] == profile)
+    return next(b for b in search["bands"] if b["reference_count"] == refs)
+
+
+def _moved_band(searches):
+    """The committed group-leaf 4-reference band moved down to where a 12 GB card would fit."""
+    _band(searches, "group-leaf", 4).update(fits_at_mib=8192, fails_at_mib=7936)
+    return searches
+
+
+def _seven_references(searches):
+    band = dict(_band(searches, "group-leaf", 4), reference_count=7)
+    next(s for s in searches if s["profile"] == "group-leaf")["bands"].append(band)
+    return searches
+
+
+def _failed_init(searches):
+    searches[0]["init_outcome"] = "init-oom"
+    return searches
+
+
+def _flipped_at_a(trials):
+    band_a = {(t["profile"], t["reference_count"]): t["limit_mib"] for t in trials
+              if t["outcome"] == "fit"}
+    first = next(t for t in trials if t["outcome"] == "fit"
+                 and t["limit_mib"] == band_a[(t["profile"], t["reference_count"])])
+    first.update(outcome="oom", error="CUDA out of memory")
+    return trials
+
+
+CASES = [
+    ("a band's A moved below its failures", "capacity.json", _moved_band,
+     "$.capacity[0].bands[4]", "fits_at_mib 8192: a counted trial at"),
+    ("a band's A below its own B", "capacity.json",
+     lambda s: [_band(s, "group-leaf", 4).update(fits_at_mib=8192) or s][0],
+     "capacity.json", "must lie above fails_at_mib"),
+    ("a band for a count no fixture has", "capacity.json", _seven_references,
+     "$.capacity[0].bands[5].fixture", "has 4 reference(s), the band 7"),
+    ("bands under a failed build", "capacity.json", _failed_init,
+     "$.capacity[0].bands", "bands under a search whose build ended init-oom"),
+    ("two searches of one profile", "capacity.json", lambda s: [*s, s[0]],
+     "$.capacity[5].profile", "a second search of profile 'group-leaf'"),
+    ("bands kept after their trials went", "capacity-trials.json", lambda t: [],
+     "$.capacity[0].bands[0]", "no counted trial fit there"),
+    ("every trial twice", "capacity-trials.json", lambda t: [*t, *t],
+     "$.capacity_trials[", "the same trial twice"),
+    ("a trial off the grid", "capacity-trials.json",
+     lambda t: [dict(t[0], limit_mib=t[0]["limit_mib"] + 7), *t[1:]],
+     "$.capacity_trials[0].limit_mib", "is not on the search's grid"),
+    ("a peak of 10^30 MiB", "capacity-trials.json",
+     lambda t: [dict(t[0], peak_mib=1e30), *t[1:]],
+     "$.capacity_trials[0].peak_mib", "a reserved peak of"),
+    ("a trial of a profile with no search", "capacity-trials.json",
+     lambda t: [dict(t[0], profile="group-block"), *t[1:]],
+     "$.capacity_trials[0].profile", "which no search in capacity.json holds"),
+    ("a trial's outcome flipped at A", "capacity-trials.json", _flipped_at_a,
+     "$.capacity[", "ended oom"),
+]
+
+
+@pytest.mark.parametrize(("case", "file", "change", "where", "words"), CASES,
+                         ids=[c[0] for c in CASES])
+def test_capacity_evidence_that_contradicts_itself_is_named(repo_copy, case, file, change, where,
+                                                            words):
+    _edit(repo_copy, file, change)
+    _, problems = load_project(repo_copy)
+    named = [str(p) for p in problems]
+    assert any(ATTEMPT in p and where in p and words in p for p in named), named
