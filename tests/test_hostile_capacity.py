@@ -89,3 +89,50 @@ def test_capacity_evidence_that_contradicts_itself_is_named(repo_copy, case, fil
     _, problems = load_project(repo_copy)
     named = [str(p) for p in problems]
     assert any(ATTEMPT in p and where in p and words in p for p in named), named
+
+
+def _carried(change) -> tuple[bytes, bytes]:
+    from .conftest import REPO
+
+    here = (REPO / ATTEMPT / "capacity.json").read_bytes()
+    data = json.loads(here)
+    data["capacity"] = change(data["capacity"])
+    return here, json.dumps(data).encode()
+
+
+def _added_band(searches):
+    search = next(s for s in searches if s["profile"] == "group-leaf")
+    search["bands"].append(dict(search["bands"][-1], reference_count=5))
+    search["logs"] = [*search.get("logs", []), {"path": "h200-diffusers/x/runner.log",
+                                                "sha256": "0" * 64, "bytes": 1}]
+    return searches
+
+
+def _removed_band(searches):
+    next(s for s in searches if s["profile"] == "group-leaf")["bands"].pop(2)
+    return searches
+
+
+def _changed_grid(searches):
+    searches[0]["search"]["resolution_mib"] = 512
+    return searches
+
+
+def _changed_settings(searches):
+    searches[0]["settings"]["use_kv_cache"] = False
+    return searches
+
+
+@pytest.mark.parametrize(("case", "change", "verdict"), [
+    ("a resume's new band and log", _added_band, "adds"),
+    ("a new profile's search", lambda s: [*s, dict(s[0], profile="group-block")], "adds"),
+    ("a committed band moved", _moved_band, "content differs: a record changed or went"),
+    ("a committed band removed", _removed_band, "content differs: a record changed or went"),
+    ("the committed grid changed", _changed_grid, "content differs: a record changed or went"),
+    ("the committed settings changed", _changed_settings,
+     "content differs: a record changed or went"),
+])
+def test_an_archive_adds_to_a_committed_search_and_never_rewrites_it(case, change, verdict):
+    from omniprobe.evidence.archive import file_change
+
+    assert file_change("capacity.json", *_carried(change)) == verdict, case

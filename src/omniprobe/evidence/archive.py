@@ -279,17 +279,22 @@ def only_adds(here, carried) -> bool:
 
 
 # The files whose rows summarise what they list, re-summarised as a resume adds to it: a row is
-# known by its identity, and what it summarises may only grow (its lifetimes, its logs and
-# timelines); its other fields follow from them, and validate holds them to the records.
-SUMMARIES = {"runs.json": (("flag_set",), ("lifetimes",)),
-             "offline.json": (("kwarg_set", "profile"), ("lifetimes",)),
-             "capacity.json": (("profile",), ())}
+# known by its identity, what it summarises may only grow (its lifetimes, its logs and
+# timelines; a search's bands, each committed band as it was), what it ran under stays as it was
+# (a search's profile settings and grid), and its other fields follow from them, which validate
+# holds to the records.
+SUMMARIES = {"runs.json": (("flag_set",), ("lifetimes",), ()),
+             "offline.json": (("kwarg_set", "profile"), ("lifetimes",), ()),
+             "capacity.json": (("profile",), ("bands", "logs", "timelines", "host_ram",
+                                              "restarts"),
+                               ("settings", "search", "num_inference_steps", "true_cfg_scale",
+                                "seed", "sizes"))}
 
 
 def summary_only_adds(name: str, here, carried) -> bool:
     """A summary file's rule: every row here is still there (by identity), what it summarises
-    kept with additions; rows may be new."""
-    identity, grown = SUMMARIES[name]
+    kept with additions, what it ran under unchanged; rows may be new."""
+    identity, grown, fixed = SUMMARIES[name]
     if not (isinstance(here, dict) and isinstance(carried, dict)
             and here.keys() == carried.keys()):
         return False
@@ -306,6 +311,8 @@ def summary_only_adds(name: str, here, carried) -> bool:
             other = theirs.get(key_of(row)) if isinstance(row, dict) else None
             if other is None or not all(only_adds(row.get(g, []), other.get(g, []))
                                         for g in grown):
+                return False
+            if any(row.get(f) != other.get(f) for f in fixed):
                 return False
     return True
 
