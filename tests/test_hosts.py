@@ -80,6 +80,10 @@ def _errors(path) -> list[str]:
          "host 'rtx5080-on-h200-diffusers'"),
         ('grid = ["seed-baseline", ', 'grid = ["cpuoff-fp8", ',
          "[calibrations.q3-4r] key 'grid': Diffusers profile 'cpuoff-fp8' is not run"),
+        # Hosts that name one card state one host RAM: a card's verdict reads it (issue 53).
+        ('card = "rtx3090"', 'card = "rtx5080"',
+         "[hosts.rtx5080] key 'host_ram_gib': 30.0 GiB, while host 'rtx3090', which names the "
+         "same card 'rtx5080', states None"),
         # A list names each profile, flag set or kwarg set once (issue 53).
         ('card-emulations = ["model-cpu", ', 'card-emulations = ["model-cpu", "model-cpu", ',
          "[diffusers_profile_lists] key 'card-emulations': 'model-cpu' is named 2 times: name "

@@ -219,6 +219,7 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
                                 "[diffusers_profiles]")
                         for profile in profiles if profile not in cfg.diffusers_profiles)
     problems.extend(_named_twice(cfg, file))
+    problems.extend(_card_hosts_agree(cfg, file))
     for name, flag_set in cfg.flag_sets.items():
         if flag_set.deploy_config and flag_set.deploy_config not in cfg.deploy_configs:
             problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",
@@ -228,6 +229,24 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
     problems.extend(_calibration_references(cfg, file))
     problems.extend(_env_against_stack(cfg, file))
     problems.extend(_diffusers_env_choices(cfg, file))
+    return problems
+
+
+def _card_hosts_agree(cfg: HostsConfig, file: str) -> list[Problem]:
+    """A card's verdict reads its host's RAM: hosts that name one card state the same RAM, or
+    one host's figure would be read as another's."""
+    problems: list[Problem] = []
+    first: dict[str, str] = {}  # card -> the first host naming it
+    for name, host in cfg.hosts.items():
+        if host.card is None:
+            continue
+        other = first.setdefault(host.card, name)
+        if cfg.hosts[other].host_ram_gib != host.host_ram_gib:
+            problems.append(Problem(file, f"[hosts.{name}] key 'host_ram_gib'",
+                                    f"{host.host_ram_gib} GiB, while host {other!r}, which names "
+                                    f"the same card {host.card!r}, states "
+                                    f"{cfg.hosts[other].host_ram_gib}: a card's verdict reads its "
+                                    "host's RAM, so hosts sharing a card state the same"))
     return problems
 
 
