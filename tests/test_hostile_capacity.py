@@ -136,3 +136,21 @@ def test_an_archive_adds_to_a_committed_search_and_never_rewrites_it(case, chang
     from omniprobe.evidence.archive import file_change
 
     assert file_change("capacity.json", *_carried(change)) == verdict, case
+
+
+@pytest.mark.parametrize(("hostile", "shown"), [
+    ("<b>bold</b> offload", "&lt;b&gt;bold&lt;/b&gt; offload"),
+    ("a | cell and \u202e reversed", "a \\| cell and [U+202E] reversed"),
+])
+def test_a_profile_description_reaches_the_report_as_text_never_markup(repo_copy, hostile,
+                                                                       shown):
+    from .rendered import render_details
+
+    text = repo_copy.hosts_file.read_text()
+    old = ('description = "leaf-level group offload with CUDA streams '
+           '(diffusers.hooks.apply_group_offloading)"')
+    assert old in text
+    repo_copy.hosts_file.write_text(text.replace(old, f"description = {json.dumps(hostile)}"))
+    details = render_details(repo_copy)
+    assert f"| `group-leaf`: {shown} |" in details
+    assert hostile not in details

@@ -44,7 +44,7 @@ from omniprobe.report.provenance_view import (
     provenance_rows,
     provenance_text,
 )
-from omniprobe.report.safe_text import safe_evidence
+from omniprobe.report.safe_text import made_safe, safe_evidence
 from omniprobe.report.timeline_svg import render_svg
 
 
@@ -149,8 +149,10 @@ def host_section(key: str, loaded: Loaded, verdict: HostVerdict) -> HostSection:
 def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
     """Everything the templates read; `settings`: templates/report.toml's; `root`: the project's,
     where the committed model configs are (the Diffusers section reads them). Every string of
-    the evidence reaches the templates made safe for Markdown (safe_text.py)."""
-    loaded = replace(loaded, evidence=safe_evidence(loaded.evidence))
+    the evidence, hosts.toml and the fixtures reaches the templates made safe for Markdown
+    (safe_text.py): a description, a host's or card's name, a GPU string are text, never markup."""
+    loaded = replace(loaded, evidence=safe_evidence(loaded.evidence),
+                     hosts=made_safe(loaded.hosts), fixtures=made_safe(loaded.fixtures))
     hosts = loaded.hosts
     verdicts = all_verdicts(hosts, loaded.fixtures, loaded.evidence)
     sections = [host_section(k, loaded, verdicts[k]) for k in hosts.hosts]
