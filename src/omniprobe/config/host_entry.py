@@ -33,9 +33,9 @@ class GpuMinimum(HostsTable):
                                                               "at least.")
     compute_capability: str = Field(pattern=r"^\d+\.\d+$", description="At least, as major.minor.")
 
-    def admits(self, memory_total_mib: int, compute_capability: str) -> bool:
-        return (memory_total_mib >= self.memory_gib * 1024
-                and _version(compute_capability) >= _version(self.compute_capability))
+    def capable(self, compute_capability: str) -> bool:
+        """A compute capability at or above the minimum (compared as numbers: 10.0 > 9.0)."""
+        return _version(compute_capability) >= _version(self.compute_capability)
 
 
 def _version(text: str) -> tuple[int, ...]:

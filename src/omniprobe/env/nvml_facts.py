@@ -98,12 +98,12 @@ def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]
 def _minimum_checks(host: Host, gpu, gib: float) -> list[EnvCheck]:
     """A host that is any machine with a GPU of at least its minimums: those, not a name."""
     least = host.gpu_minimum
-    capable = least.admits(least.memory_gib * 1024, gpu.compute_capability)
     return [
         env_check("gpu.nvml", "pass", f"{gpu.device_count} device(s); checked index {gpu.index}"),
         env_check("gpu.name", "skip", f"any GPU of at least {least.memory_gib} GiB and "
                   f"compute capability {least.compute_capability} runs it", host.gpu, gpu.name),
-        env_check("gpu.compute_capability", "pass" if capable else "fail",
+        env_check("gpu.compute_capability",
+                  "pass" if least.capable(gpu.compute_capability) else "fail",
                   "NVML's compute capability against hosts.toml's minimum",
                   f">= {least.compute_capability}", gpu.compute_capability),
         env_check("gpu.memory", "pass" if gib >= least.memory_gib else "fail",
@@ -144,7 +144,7 @@ def torch_check(host: Host, probe: dict | None, torch_pinned: bool) -> EnvCheck:
     seen = f"{info['name']} sm {info['capability']}"
     least = host.gpu_minimum
     if least is not None:  # any such GPU: its capability against the minimum
-        good = least.admits(least.memory_gib * 1024, info["capability"])
+        good = least.capable(info["capability"])
         wanted = f"a GPU of sm {least.compute_capability} or later"
     else:
         good = info["name"] == host.gpu and info["capability"] == host.compute_capability

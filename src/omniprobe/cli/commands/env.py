@@ -65,8 +65,9 @@ def run(args: argparse.Namespace) -> int:
     host = load_hosts(project.hosts_file).host(args.host, "--host")
     simulated = host.simulated
     if args.env is None:  # the env the host's runs need: its runner's, where that is the Diffusers env
-        diffusers = host.diffusers is not None and host.diffusers.runner_env == "diffusers"
-        args.env = "diffusers" if diffusers else "probe"
+        from omniprobe.harness.offline.env import runner_env_name
+
+        args.env = "diffusers" if runner_env_name(host) == "diffusers" else "probe"
     select = args.select and not args.dry_run
     if args.select and args.dry_run:
         record_env_failure(project, args.host, "it was a dry run (--dry-run): nothing was built "
