@@ -1,0 +1,233 @@
+"""The answer per card and host: on this card, with this much host RAM, which searched profile
+runs N reference images, with what margin, at what speed against the fastest that fits the GPU,
+what it gives up, and how sure the answer is.
+
+A profile runs on a card where both hold:
+- the GPU: the card's usable pool is at or above the band's A by at least the band's own width
+  (A less B; one grid step where nothing failed below A). Trials have moved by a band's width,
+  so a pool nearer A than that is "at the margin", never a fit.
+- the host: the profile's host need (the most its runner held, its page-locked bytes among them)
+  is at most the host's RAM. Swap and zram are never counted: page-locked memory cannot go there,
+  and the rest would page at every step.
+
+Every cell carries a grade: "derived" from a band and the card's sourced figures, or "assumed",
+naming each assumption it rests on (a card figure hosts.toml marks assumed, a host need taken
+from another profile of the same placement). Relative speed is the H200's, from the search's own
+trials: never seconds for a card.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omniprobe.analysis.calibration import placement
+from omniprobe.analysis.capacity_bands import Searched
+from omniprobe.analysis.diffusers_capacity import ProfileRun
+from omniprobe.config.diffusers import DiffusersProfile
+from omniprobe.evidence.models.capacity import CapacityBand
+
+RUNS, MARGIN, HOST_SHORT, HOST_UNKNOWN, NO_FIT, NOT_SEARCHED = (
+    "runs", "at the margin", "host too small", "host need not measured", "does not fit",
+    "not searched")
+
+
+@dataclass(frozen=True)
+class HostNeed:
+    """What a profile's runner held in host memory, and where that was measured."""
+
+    peak_mib: float
+    pinned_mib: float
+    measured_under: str  # the profile whose run recorded it
+    same_placement: bool = False  # measured under another profile of the same placement
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One searched profile at one reference count."""
+
+    profile: str
+    band: CapacityBand
+    resolution_mib: int  # the search's grid step
+    wall_s: float | None  # the fastest fitting trial at this count (the H200's, the search's steps)
+    host: HostNeed | None
+    gives_up: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CardFigures:
+    name: str
+    usable_mib: int
+    assumed: tuple[str, ...] = ()  # the card's figures hosts.toml marks as assumed
+
+
+@dataclass(frozen=True)
+class GpuFit:
+    reading: str  # RUNS, MARGIN or NO_FIT
+    margin_mib: int | None  # usable less A (negative: short of A); None: no A
+
+
+def gpu_fit(band: CapacityBand, usable_mib: int, resolution_mib: int) -> GpuFit:
+    """The rule for the GPU: A plus the band's width fits; above B, or within the width above A,
+    is at the margin; at or below B, or with no A found, does not fit."""
+    a, b = band.fits_at_mib, band.fails_at_mib
+    if band.stopped or a is None:
+        return GpuFit(NO_FIT, None)
+    width = a - b if b is not None else resolution_mib
+    margin = usable_mib - a
+    if margin >= width:
+        return GpuFit(RUNS, margin)
+    if b is not None and usable_mib <= b:
+        return GpuFit(NO_FIT, margin)
+    return GpuFit(MARGIN, margin)
+
+
+def host_fits(need: HostNeed | None, host_ram_mib: int) -> bool | None:
+    """Whether the host's RAM holds the profile's need; None where the need is not measured."""
+    if need is None:
+        return None
+    return max(need.peak_mib, need.pinned_mib) <= host_ram_mib
+
+
+@dataclass(frozen=True)
+class Answer:
+    card: str
+    host_ram_mib: int
+    count: int
+    status: str
+    profile: str | None = None
+    margin_mib: int | None = None
+    relative_speed: float | None = None  # its wall over the fastest GPU fit's; 1.0: the fastest
+    gives_up: tuple[str, ...] = ()
+    host_need_mib: float | None = None  # the chosen profile's, or the least any GPU fit needs
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def grade(self) -> str:
+        return "assumed" if self.assumptions else "derived"
+
+
+def _fastest(found: list[Candidate]) -> Candidate:
+    """The least wall first; a candidate without one after every timed one, by name."""
+    return min(found, key=lambda c: (c.wall_s is None, c.wall_s or 0.0, c.profile))
+
+
+def _assumptions(card: CardFigures, chosen: Candidate | None) -> tuple[str, ...]:
+    out = list(card.assumed)
+    if chosen is not None and chosen.host is not None and chosen.host.same_placement:
+        out.append(f"host need measured under `{chosen.host.measured_under}`, same placement")
+    return tuple(out)
+
+
+def answer(card: CardFigures, host_ram_mib: int, count: int,
+           candidates: list[Candidate]) -> Answer:
+    """The answer for one card, host RAM and reference count over the searched profiles."""
+    if not candidates:
+        return Answer(card.name, host_ram_mib, count, NOT_SEARCHED,
+                      assumptions=tuple(card.assumed))
+    gpu = {c.profile: gpu_fit(c.band, card.usable_mib, c.resolution_mib) for c in candidates}
+    on_gpu = [c for c in candidates if gpu[c.profile].reading == RUNS]
+    both = [c for c in on_gpu if host_fits(c.host, host_ram_mib)]
+    if both:
+        chosen, fastest = _fastest(both), _fastest(on_gpu)
+        speed = (round(chosen.wall_s / fastest.wall_s, 1)
+                 if chosen.wall_s and fastest.wall_s else None)
+        return Answer(card.name, host_ram_mib, count, RUNS, chosen.profile,
+                      gpu[chosen.profile].margin_mib, speed, chosen.gives_up,
+                      chosen.host.peak_mib, _assumptions(card, chosen))
+    marginal = [c for c in candidates
+                if gpu[c.profile].reading == MARGIN and host_fits(c.host, host_ram_mib)]
+    if marginal:
+        chosen = max(marginal, key=lambda c: (gpu[c.profile].margin_mib or 0, c.profile))
+        return Answer(card.name, host_ram_mib, count, MARGIN, chosen.profile,
+                      gpu[chosen.profile].margin_mib, None, chosen.gives_up,
+                      chosen.host.peak_mib, _assumptions(card, chosen))
+    measured = [c for c in on_gpu if c.host is not None]
+    if measured:
+        least = min(measured, key=lambda c: (max(c.host.peak_mib, c.host.pinned_mib), c.profile))
+        return Answer(card.name, host_ram_mib, count, HOST_SHORT, least.profile,
+                      host_need_mib=max(least.host.peak_mib, least.host.pinned_mib),
+                      assumptions=_assumptions(card, least))
+    if on_gpu:
+        return Answer(card.name, host_ram_mib, count, HOST_UNKNOWN, _fastest(on_gpu).profile,
+                      assumptions=tuple(card.assumed))
+    nearest = max(candidates, key=lambda c: (gpu[c.profile].margin_mib is not None,
+                                            gpu[c.profile].margin_mib or 0, c.profile))
+    return Answer(card.name, host_ram_mib, count, NO_FIT, nearest.profile,
+                  gpu[nearest.profile].margin_mib, assumptions=tuple(card.assumed))
+
+
+# What a profile trades for its memory, in the words the answer gives; a profile's placement
+# (where the weights live) is what it is, not what it gives up.
+def gives_up(profile: DiffusersProfile, default_resolution: int) -> tuple[str, ...]:
+    out = []
+    if not profile.use_kv_cache:
+        out.append("KV cache off")
+    if profile.vae_tiling:
+        out.append("VAE tiled")
+    if profile.quantize_dit:
+        out.append("DiT int8")
+    if profile.quantize_text_encoder:
+        out.append("text encoder int8")
+    size = profile.output_resolution
+    if size is not None and size < default_resolution:
+        out.append(f"references at {size}²")
+    return tuple(out)
+
+
+OFFLOAD_WORDS = {"none": "everything on the GPU", "model-cpu": "model CPU offload",
+                 "group-leaf": "leaf offload", "group-block": "block offload"}
+
+
+def settings_words(profile: DiffusersProfile, default_resolution: int) -> str:
+    """A profile's settings in plain words: where the weights live, then what it gives up."""
+    where = OFFLOAD_WORDS[profile.offload]
+    if profile.offload in ("group-leaf", "group-block") and not profile.use_stream:
+        where += " without streams"
+    return ", ".join((where, *gives_up(profile, default_resolution)))
+
+
+def host_needs(runs: list[ProfileRun], profiles: dict[str, DiffusersProfile]
+               ) -> dict[str, HostNeed]:
+    """Each profile's host need: the most a run of it held (its own runs first, else the runs of
+    another profile of the same placement), over runs whose build finished by the load path's
+    streamed build and recorded its page-locked bytes. A run killed at a cap held at least the
+    cap and recorded no need; a build that held the whole bf16 model at once is the harness's."""
+    measured: dict[str, tuple[float, float]] = {}
+    for run in runs:
+        ram = run.host_ram
+        if (run.init_outcome != "ready" or ram.killed or run.build_path is None
+                or ram.peak_mib is None or ram.pinned_mib is None):
+            continue
+        old = measured.get(run.profile, (0.0, 0.0))
+        measured[run.profile] = (max(old[0], ram.peak_mib), max(old[1], ram.pinned_mib))
+    out = {}
+    for name, profile in profiles.items():
+        if name in measured:
+            out[name] = HostNeed(*measured[name], measured_under=name)
+            continue
+        same = [(figures, other) for other, figures in sorted(measured.items())
+                if other in profiles and placement(profiles[other]) == placement(profile)]
+        if same:
+            figures, other = max(same, key=lambda s: (s[0][0], s[1]))
+            out[name] = HostNeed(*figures, measured_under=other, same_placement=True)
+    return out
+
+
+def fastest_fit_s(found: Searched, count: int) -> float | None:
+    """The least wall of a counted trial that fit at this count."""
+    return min((t.wall_s for t in found.trials if t.reference_count == count
+                and t.outcome == "fit" and t.wall_s is not None), default=None)
+
+
+def candidates_at(count: int, searches: dict[str, Searched],
+                  profiles: dict[str, DiffusersProfile], needs: dict[str, HostNeed],
+                  default_resolution: int) -> list[Candidate]:
+    out = []
+    for name, found in searches.items():
+        band = found.band(count)
+        if band is None or name not in profiles:
+            continue
+        out.append(Candidate(name, band, found.search.search.resolution_mib,
+                             fastest_fit_s(found, count), needs.get(name),
+                             gives_up(profiles[name], default_resolution)))
+    return out
