@@ -7,9 +7,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from omniprobe.config.hosts_common import HostsTable, Mib, PositiveMib
+
+# A card's name is read as one line of text (a report heading, a verdict): printable, and no
+# longer than `host add` keeps a GPU name from NVML (chosen by omniprobe: the longest NVIDIA
+# product name is well under half of it).
+NAME_CHARS = 100
 
 
 class FigureSource(HostsTable):
@@ -24,7 +29,8 @@ class FigureSource(HostsTable):
 
 
 class Card(HostsTable):
-    name: str = Field(min_length=1, description="e.g. 'RTX 3090'.")
+    name: str = Field(min_length=1, max_length=NAME_CHARS,
+                      description="e.g. 'RTX 3090'; one printable line.")
     vram_gb: int = Field(gt=0, le=1024, description="Marketed memory (GB), for the reader.")
     memory_total_mib: PositiveMib = Field(description="memory.total as NVML reports it.")
     memory_total_source: FigureSource
@@ -38,3 +44,38 @@ class Card(HostsTable):
     @property
     def usable_pool_mib(self) -> int:
         return self.memory_total_mib - self.overhead_mib - self.other_processes_mib
+
+    @field_validator("name")
+    @classmethod
+    def _one_printable_line(cls, name: str) -> str:
+        if not name.isprintable():  # a newline, a control or a bidi character
+            raise ValueError("one line of printable characters (no control or bidi "
+                             "characters), e.g. 'RTX 3090'")
+        return name
+
+    @model_validator(mode="after")
+    def _a_pool_left(self):
+        """Each figure lies within the card, and something is left for torch's pool: a pool of
+        0 MiB would judge every band 'does not fit' from no figure of the card's."""
+        for key in ("overhead_mib", "other_processes_mib"):
+            if getattr(self, key) >= self.memory_total_mib:
+                raise ValueError(f"{key} {getattr(self, key):,} MiB must lie below "
+                                 f"memory_total_mib {self.memory_total_mib:,}")
+        if self.usable_pool_mib <= 0:
+            raise ValueError(f"the usable pool, memory_total_mib {self.memory_total_mib:,} less "
+                             f"overhead_mib {self.overhead_mib:,} less other_processes_mib "
+                             f"{self.other_processes_mib:,}, is {self.usable_pool_mib:,} MiB: "
+                             "it must be more than 0")
+        return self
+
+    def total_problem(self, tolerance: float) -> str | None:
+        """Why memory_total_mib is not this card's vram_gb, or None. The range is the one the
+        env check holds NVML's reading of a host's GPU to ([env.checks] vram_tolerance of
+        vram_gb read as GiB): a card's total is such a reading."""
+        nominal = self.vram_gb * 1024
+        if abs(self.memory_total_mib - nominal) <= tolerance * nominal:
+            return None
+        return (f"{self.memory_total_mib:,} MiB is {abs(self.memory_total_mib - nominal) / nominal:.0%} "
+                f"from vram_gb {self.vram_gb} ({nominal:,} MiB): expected within "
+                f"{tolerance:.0%} ([env.checks] vram_tolerance, as the env check holds NVML's "
+                "total)")

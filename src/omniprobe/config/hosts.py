@@ -22,7 +22,7 @@ from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.names import Name
 from omniprobe.config.report_settings import ProbeSettings, QualitySettings, StructureChecks
 from omniprobe.config.sim_config import capacity_problems, model_owners, parse_sim_config
-from omniprobe.config.stack import DiffusersEnv, EnvConfig, Stack, UpstreamPin
+from omniprobe.config.stack import DiffusersEnv, EnvChecks, EnvConfig, Stack, UpstreamPin
 from omniprobe.errors import InputError, Problem, Refusal, problems_from_validation
 from omniprobe.project_files import SIM_FILE
 from omniprobe.safe_io import read_text, toml_text
@@ -220,6 +220,8 @@ def _cross_references(cfg: HostsConfig, file: str) -> list[Problem]:
                         for profile in profiles if profile not in cfg.diffusers_profiles)
     problems.extend(_named_twice(cfg, file))
     problems.extend(_card_hosts_agree(cfg, file))
+    problems.extend(_cards_as_their_hosts_say(cfg, file))
+    problems.extend(_context_within_cap(cfg, file))
     for name, flag_set in cfg.flag_sets.items():
         if flag_set.deploy_config and flag_set.deploy_config not in cfg.deploy_configs:
             problems.append(Problem(file, f"[flag_sets.{name}] key 'deploy_config'",
@@ -248,6 +250,43 @@ def _card_hosts_agree(cfg: HostsConfig, file: str) -> list[Problem]:
                                     f"{cfg.hosts[other].host_ram_gib}: a card's verdict reads its "
                                     "host's RAM, so hosts sharing a card state the same"))
     return problems
+
+
+def _cards_as_their_hosts_say(cfg: HostsConfig, file: str) -> list[Problem]:
+    """A card's total is a reading of its marketed size, and a host that names a card names its
+    GPU: the same marketed size, and the card's name within the GPU the host names (a card
+    renamed, or another card named, would read the host's evidence as another GPU's)."""
+    tolerance = (cfg.env.checks if cfg.env else EnvChecks()).vram_tolerance
+    problems = [Problem(file, f"[cards.{key}] key 'memory_total_mib'", why)
+                for key, card in cfg.cards.items() if (why := card.total_problem(tolerance))]
+    for name, host in cfg.hosts.items():
+        card = cfg.cards.get(host.card) if host.emulation is None else None
+        if card is None:
+            continue
+        if card.vram_gb != host.vram_gb:
+            problems.append(Problem(file, f"[cards.{host.card}] key 'vram_gb'",
+                                    f"{card.vram_gb} GB, while host {name!r}, which names the "
+                                    f"card, says {host.vram_gb} GB: one GPU has one marketed "
+                                    "size"))
+        if card.name.casefold() not in host.gpu.casefold():
+            problems.append(Problem(file, f"[cards.{host.card}] key 'name'",
+                                    f"{card.name!r} is not the GPU host {name!r} names "
+                                    f"({host.gpu!r}): a host's card is its own GPU; name that "
+                                    "GPU, or point the host at its own [cards] entry"))
+    return problems
+
+
+def _context_within_cap(cfg: HostsConfig, file: str) -> list[Problem]:
+    """A simulated host emulated under a cap runs its model's CUDA context on a card of the
+    cap's size: a context the cap cannot hold is refused, as on the simulated card itself."""
+    return [Problem(file, f"[hosts.{name}.emulation] key 'capacity_mib'",
+                    f"{host.emulation.capacity_mib:,} MiB cannot hold the simulated CUDA "
+                    f"context, {host.capacity.context_mib:,} MiB ({SIM_FILE} [capacity."
+                    f"{host.emulation.emulates}] context_mib): expected more")
+            for name, host in cfg.hosts.items()
+            if host.emulation is not None and host.capacity is not None
+            and host.emulation.capacity_mib is not None
+            and host.capacity.context_mib >= host.emulation.capacity_mib]
 
 
 def _named_twice(cfg: HostsConfig, file: str) -> list[Problem]:

@@ -50,6 +50,10 @@ class SimCapacity(HostsTable):
             raise ValueError("dit_mib needs a 'bf16' entry (the precision without --quantization)")
         if self.kv_reference_mib > self.reference_mib:
             raise ValueError("kv_reference_mib is part of reference_mib and cannot exceed it")
+        if self.context_mib >= self.vram_mib:  # a card the context fills runs nothing
+            raise ValueError(f"context_mib {self.context_mib:,} MiB must lie below vram_mib "
+                             f"{self.vram_mib:,}: the CUDA context is part of the simulated "
+                             "card's memory")
         return self
 
 

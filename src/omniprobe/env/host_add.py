@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from omniprobe.atomic import write_bytes_atomic
+from omniprobe.config.cards import NAME_CHARS  # a card's name, as hosts.toml may hold it
 from omniprobe.config.hosts import HostsConfig, parse_hosts
 from omniprobe.env.nvml_facts import read_gpu
 from omniprobe.errors import InputError, Problem, Refusal
@@ -262,10 +263,6 @@ def append_block(hosts_file: Path, block: HostBlock) -> bytes:
     finally:
         os.close(folder)  # the lock goes with the descriptor
     return after
-
-
-# A name NVML or a saved file gives, as hosts.toml and the report may hold it.
-NAME_CHARS = 100
 
 
 def clean_name(name: str) -> str:

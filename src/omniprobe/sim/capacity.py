@@ -88,6 +88,10 @@ def capacity_from_table(table: dict, where: str) -> Capacity:
     if set(cap.dit_mib) != set(cap.encoder_mib) or "bf16" not in cap.dit_mib:
         raise CapacityError(f"{where}: dit_mib and encoder_mib must list the same precisions, "
                             "bf16 among them")
+    if cap.context_mib >= cap.vram_mib:  # as SimCapacity refuses it
+        raise CapacityError(f"{where}: context_mib {cap.context_mib:,} MiB must lie below "
+                            f"vram_mib {cap.vram_mib:,}: the CUDA context is part of the "
+                            "simulated card's memory")
     return cap
 
 
