@@ -7,6 +7,7 @@ escaping a command is a bug, and keeps its traceback.
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,20 @@ EXIT_MEANINGS = {
     5: "the harness or a process it supervises broke its contract",
     130: "interrupted (after the server was stopped)",
 }
+
+
+# Where a message line wraps: read at a glance, still wide enough for a path and its field.
+MESSAGE_WIDTH = 100
+
+
+def wrapped(prefix: str, line: str, width: int = MESSAGE_WIDTH) -> list[str]:
+    """One message line as printed: `prefix` first, wrapped at `width` between words, each
+    continuation indented under the text. A path, URL or command word is never split: a word
+    longer than the width stands alone on its line."""
+    lead = line[:len(line) - len(line.lstrip(" "))]
+    return textwrap.wrap(line, width=width, initial_indent=prefix,
+                         subsequent_indent=" " * len(prefix) + lead + "  ",
+                         break_long_words=False, break_on_hyphens=False) or [prefix.rstrip()]
 
 
 def json_path(loc: Iterable[int | str]) -> str:

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import argparse
 import functools
+import shutil
 import sys
 from collections.abc import Callable
 from typing import TextIO
 
 from omniprobe import __version__
 from omniprobe.cli.commands import COMMANDS
-from omniprobe.errors import EnvironmentFailure, InputError, Interrupted, OmniprobeError, Problem
+from omniprobe.errors import (
+    MESSAGE_WIDTH,
+    EnvironmentFailure,
+    InputError,
+    Interrupted,
+    OmniprobeError,
+    Problem,
+    wrapped,
+)
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -32,6 +41,15 @@ def run_command(command: Callable[[], int], out: TextIO | None = None) -> int:
     """Run one command: the one place where its errors become messages (every problem of an
     InputError, no traceback) and exit codes (errors.py: one per category); Ctrl-C exits 130."""
     out = out or sys.stderr
+    # A terminal's reader gets lines of at most MESSAGE_WIDTH (a narrower terminal's width, never
+    # under 60); a pipe or file gets each message whole on its line, for grep and the logs.
+    width = (min(MESSAGE_WIDTH, max(60, shutil.get_terminal_size((MESSAGE_WIDTH, 24)).columns))
+             if out.isatty() else None)
+
+    def error(line: str) -> None:
+        print("\n".join(wrapped("error: ", line, width)) if width else f"error: {line}",
+              file=out)
+
     try:
         return command()
     except Interrupted as exc:
@@ -39,16 +57,16 @@ def run_command(command: Callable[[], int], out: TextIO | None = None) -> int:
         return exc.exit_code
     except FileNotFoundError as exc:  # a path given on the command line that does not exist
         where = str(exc.filename) if exc.filename is not None else str(exc)
-        print(f"error: {Problem(where, '', 'file not found')}", file=out)
+        error(str(Problem(where, '', 'file not found')))
         return InputError.exit_code
     except OmniprobeError as exc:
         for line in exc.lines():
-            print(f"error: {line}", file=out)
+            error(line)
         return exc.exit_code
     except OSError as exc:  # the file system refused a named path: a folder where a file belongs
         if exc.filename is None:
             raise
-        print(f"error: {Problem(str(exc.filename), '', exc.strerror or str(exc))}", file=out)
+        error(str(Problem(str(exc.filename), '', exc.strerror or str(exc))))
         return EnvironmentFailure.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=out)

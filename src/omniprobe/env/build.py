@@ -26,6 +26,7 @@ from omniprobe.config.project import Project, find_project
 from omniprobe.config.stack import InstallStep
 from omniprobe.env.check_record import describe_checks
 from omniprobe.env.checks import Verification, machine_refusal, planned_checks, verify_env
+from omniprobe.env.download_size import download_notice
 from omniprobe.env.manifest import make_manifest, record_manifest
 from omniprobe.env.resolve import (
     compile_command,
@@ -183,6 +184,7 @@ def dry_run(project: Project, host: str, *, venv: str | Path | None = None,
            "# first, before anything is downloaded: this machine against the host entry "
            "(host.hostname, and NVML's gpu.name, gpu.compute_capability, gpu.memory); a "
            "mismatch stops the build there, naming the host to use or `omniprobe host add`",
+           download_notice(which, steps),
            line(_python_find(uv, version)),
            line(_python_install(uv, version), "only if the line above finds none")]
     for step in git_steps:
@@ -362,6 +364,7 @@ def build_env(host: str, *, project: Project | None = None, venv: str | Path | N
         if refused is not None:
             raise EnvNotReady(refused)
         echo(f"# {env_label(which)} {host}: building ({why})")
+        echo(download_notice(which, steps))
         _build(cfg, host, which, steps, paths, runner, echo, want)
         build_s = time.perf_counter() - start
     return _verify_and_record(
