@@ -142,3 +142,31 @@ def test_an_emulated_cap_that_cannot_hold_the_simulated_context_is_refused(repo_
     assert (f"{repo_copy.hosts_file}: [hosts.sim-emulated.emulation] key 'capacity_mib': 512 MiB "
             "cannot hold the simulated CUDA context, 512 MiB (sim.toml [capacity.sim] "
             "context_mib): expected more") in [str(p) for p in refused.value.problems]
+
+
+EMULATED = "evidence/rtx3090-on-h200-diffusers/2026-12-02T043940Z-rtx3090-on-h200-diffusers-24576mib-offline"
+
+
+@pytest.mark.parametrize(("case", "old", "new", "words"), [
+    ("the card's host renamed", ('[hosts.rtx3090]\n', 'emulates = "rtx3090"'),
+     ('[hosts.rtx3090-desk]\n', 'emulates = "rtx3090-desk"'),
+     "emulated the card of host 'rtx3090', which hosts.toml no longer defines: restore "
+     "[hosts.rtx3090] under that name"),
+    ("the emulation pointed at another card", ('emulates = "rtx3090"',),
+     ('emulates = "rtx5080"',),
+     "emulated 'rtx3090', while [hosts.rtx3090-on-h200-diffusers.emulation] now emulates "
+     "'rtx5080': its figures are those of 'rtx3090'"),
+])
+def test_a_card_that_evidence_names_keeps_its_name(repo_copy, case, old, new, words):
+    from omniprobe.evidence.validate import load_project
+
+    text = repo_copy.hosts_file.read_text()
+    for before, after in zip(old, new, strict=True):
+        assert before in text
+        text = text.replace(before, after)
+    repo_copy.hosts_file.write_text(text)
+    load_hosts(repo_copy.hosts_file)  # hosts.toml alone says nothing against it
+    _, problems = load_project(repo_copy)
+    named = [str(p) for p in problems]
+    said = f"{repo_copy.root / EMULATED / 'attempt.json'}: $.attempt.provenance.emulates: {words}"
+    assert any(" ".join(p.split()).startswith(said) for p in named), named

@@ -63,6 +63,8 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     if prov.kind == "emulated" and prov.host != attempt.host:
         problems.append(Problem(str(folder / "attempt.json"), "$.provenance.host",
                                 f"emulated as {prov.host!r} but filed under {attempt.host!r}"))
+    if prov.kind == "emulated" and host.emulation is not None:
+        problems.extend(_emulated_card(attempt, host.emulation.emulates, hosts))
     random_host = host.diffusers is not None and host.diffusers.weights == "random"
     if random_host and attempt.meta.weights != "random":
         problems.append(Problem(str(folder / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.weights"),
@@ -188,6 +190,24 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
             fixture("baseline.json", f"$.walls[{i}].fixture", wall.fixture)
             original("baseline.json", f"$.walls[{i}].fixture", wall.fixture, "a baseline wall")
     return problems
+
+
+def _emulated_card(attempt: LoadedAttempt, now: str | None, hosts: HostsConfig) -> list[Problem]:
+    """An emulated attempt's card is the host it emulated, by the name it was made under: a
+    host renamed, or an emulation pointed at another card, would read its figures as another
+    card's, so either is refused (renaming is not migrated: evidence keeps its names)."""
+    made = attempt.meta.provenance.emulates
+    if made == now:
+        return []
+    where = (str(attempt.path / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.provenance.emulates"))
+    if made is not None and made not in hosts.hosts:
+        return [Problem(*where, f"emulated the card of host {made!r}, which hosts.toml no longer "
+                                f"defines: restore [hosts.{made}] under that name (evidence keeps "
+                                "the names it was made under), or take this attempt out of "
+                                "evidence/")]
+    return [Problem(*where, f"emulated {made!r}, while [hosts.{attempt.host}.emulation] now "
+                            f"emulates {now!r}: its figures are those of {made!r}; point the emulation "
+                            f"back at {made!r}, or file new runs under a host of their own")]
 
 
 def _upstream_refs(attempt: LoadedAttempt) -> list[Problem]:
