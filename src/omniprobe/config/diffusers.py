@@ -1,20 +1,31 @@
 """The Diffusers engine's configuration: hosts.toml's [diffusers_profiles] and a host's
-[hosts.<name>.diffusers] table, and the committed model configs under models/ that random weights
-are built from (each value with its source)."""
+[hosts.<name>.diffusers] table, and the committed model folders under models/ that random weights
+are built from: a manifest (model.json: the pipeline and each component's library and class) and
+one config per component (each value with its source)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from omniprobe.config.inside_path import InsidePath
 from omniprobe.config.strict import STRICT
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, problems_from_validation
-from omniprobe.safe_io import parse_json, read_text
+from omniprobe.safe_io import outside, parse_json, read_text
+from omniprobe_engine.adapters import adapter_for
 from omniprobe_engine.knobs import BY_NAME, GROUP_OFFLOADS, KNOBS, REQUIRED, Knob
 
 # The offload value before streams were a setting of their own: it reads as its level with streams.
@@ -24,6 +35,12 @@ MIGRATED_OFFLOADS = {"group-leaf-stream": {"offload": "group-leaf", "use_stream"
 INT8_TEXT_ENCODERS = ("transformers.Qwen3VLForConditionalGeneration",)
 # A component's name, as a pipeline's __init__ takes it and its config file is named.
 COMPONENT_NAME = r"^[a-z][a-z0-9_]*$"
+# A model folder's manifest, beside its component configs (diffusers' model_index.json's part).
+MANIFEST_FILE = "model.json"
+# The libraries a component's class comes from, as model_index.json's (library, class) pairs name
+# them; a class name is CamelCase (a module or a function of the library is lower case).
+LIBRARIES = ("diffusers", "transformers")
+CLASS_NAME = r"^[A-Z][A-Za-z0-9]*$"
 KNOB_ORDER = {knob.name: i for i, knob in enumerate(KNOBS)}
 # Keys a profile may set for capacity runs in place of fixtures.json's [sampling].
 SAMPLING_KEYS = tuple(knob.name for knob in KNOBS if knob.sampling)
@@ -265,6 +282,49 @@ class DiffusersHost(_Input):
         return self
 
 
+def class_problem(library: str, name: str) -> str | None:
+    """What is wrong with `library.name` as a component's class, by the names alone (nothing is
+    imported): a library of LIBRARIES, a CamelCase class, and not a pipeline's class."""
+    if library not in LIBRARIES:
+        return (f"library {library!r}: expected one of {', '.join(LIBRARIES)}, as "
+                "model_index.json names a component's library")
+    if not re.match(CLASS_NAME, name):
+        return (f"{library}.{name} is no class name (a class is CamelCase; a module or a "
+                f"function of {library} is lower case): expected a model or configuration "
+                "class, or a tokenizer or processor class")
+    if name.endswith("Pipeline"):
+        return (f"{library}.{name} is a pipeline class, not a component's: the folder's pipeline "
+                f"is its {MANIFEST_FILE}'s 'pipeline'")
+    return None
+
+
+class ModelManifest(_Input):
+    """models/<model>/<size>/model.json: what the folder's component configs are built into, in
+    the spirit of diffusers' model_index.json: the pipeline class and each component's library and
+    class. A host whose configs are this folder runs only profiles naming this pipeline."""
+
+    model: str = Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$",
+                       description="The model's name and size, as the report names it.")
+    pipeline: str = Field(pattern=BY_NAME["pipeline"].bounds["pattern"],
+                          description="The diffusers pipeline class the components are built "
+                                      "into (a profile's `pipeline`).")
+    components: dict[Annotated[str, Field(pattern=COMPONENT_NAME)], tuple[str, str]] = Field(
+        min_length=1,
+        description="Each component the pipeline takes beside its scheduler, by its keyword: "
+                    "[library, class], as model_index.json has them; each has its config, "
+                    "<component>.json, beside this file.")
+    note: str = Field(description="Where the folder's values come from, in a sentence.")
+
+    @field_validator("components")
+    @classmethod
+    def _classes_named(cls, components: dict[str, tuple[str, str]]):
+        problems = [f"{name}: {why}" for name, (library, class_) in components.items()
+                    if (why := class_problem(library, class_)) is not None]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return components
+
+
 class ExpectedParameters(_Input):
     value: float = Field(gt=0, description="Billions of parameters.")
     tolerance: float = Field(gt=0, lt=1, description="Relative.")
@@ -293,6 +353,21 @@ class ComponentConfig(_Input):
 
     model_config = ConfigDict(**STRICT, populate_by_name=True)
 
+    @field_validator("class_")
+    @classmethod
+    def _a_class(cls, value: str) -> str:
+        library, _, name = value.split(" ")[0].partition(".")
+        why = class_problem(library, name)
+        if why is not None:
+            raise ValueError(why)
+        return value
+
+    @property
+    def library_class(self) -> tuple[str, str]:
+        """(library, class), as the manifest names it: the class without its note."""
+        library, _, name = self.class_.split(" ")[0].partition(".")
+        return library, name
+
     @model_validator(mode="after")
     def _every_value_sourced(self) -> ComponentConfig:
         missing = sorted(set(self.config) - set(self.sources))
@@ -300,13 +375,20 @@ class ComponentConfig(_Input):
         if missing or extra:
             raise ValueError(f"sources must name every config key once: missing {missing}, "
                              f"not in config {extra}")
+        # A processor is made from its image processor's settings (the adapter reads them).
+        if (self.library_class[1].endswith("Processor")
+                and not isinstance(self.config.get("image_processor"), dict)):
+            raise ValueError(f"{self.class_.split(' ')[0]} is a processor: its config needs its "
+                             "image processor's settings, an 'image_processor' table")
         return self
 
 
 class ModelConfigs(_Input):
-    """A model folder's component configs, with the sha256 of each file's bytes."""
+    """A model folder: its manifest and component configs, with the sha256 of each component
+    file's bytes."""
 
     folder: str
+    manifest: ModelManifest
     components: dict[str, ComponentConfig]
     digests: dict[str, str]
 
@@ -321,35 +403,108 @@ class ModelConfigs(_Input):
         return tuple(name for name, c in self.components.items() if not c.confirmed)
 
 
+def _read_model(path: Path, model: type[BaseModel]) -> tuple[BaseModel | None, str, list[Problem]]:
+    """One file of a model folder as `model`: (it or None, its text, its problems)."""
+    text = read_text(path)
+    data = parse_json(path, text)
+    try:
+        return model.model_validate_json(json.dumps(data), strict=True), text, []
+    except ValidationError as exc:
+        return None, text, problems_from_validation(path, exc)
+
+
 def load_model_configs(root: Path, folder: str) -> ModelConfigs:
-    """The committed configs of `folder` (relative to the project root), one per component file;
-    InputError naming each file and field that is wrong, or a folder without any."""
+    """The model folder `folder` (relative to the project root): its manifest and one config per
+    component, each file inside the project (a symlink out of it is refused). InputError naming
+    each file and field that is wrong: a folder without configs or manifest, a component the
+    manifest names without its config or the other way round, a class the two name differently,
+    a pipeline that takes other components than the manifest's."""
+    base = root / folder
+    paths = sorted(base.glob("*.json")) if base.is_dir() else []
+    if not paths:
+        raise InputError([Problem(str(base), "", "missing: a random-weight model needs its "
+                                                 f"manifest ({MANIFEST_FILE}) and component "
+                                                 "configs (<component>.json) there")])
+    real_root = root.resolve()
+    escaped = [Problem(str(path), "", f"resolves to {found}, outside the project {root}: a "
+                                      "model's configs are committed files of the project")
+               for path in [base, *paths] if (found := outside(path, real_root)) is not None]
+    if escaped:
+        raise InputError(escaped)
     problems: list[Problem] = []
     components: dict[str, ComponentConfig] = {}
     digests: dict[str, str] = {}
-    paths = sorted((root / folder).glob("*.json")) if (root / folder).is_dir() else []
-    if not paths:
-        raise InputError([Problem(str(root / folder), "", "missing: a random-weight model needs "
-                                                           "its component configs "
-                                                           "(<component>.json) there")])
+    manifest_path = base / MANIFEST_FILE
     for path in paths:
-        name = path.stem
-        text = read_text(path)
-        data = parse_json(path, text)
-        try:
-            component = ComponentConfig.model_validate_json(json.dumps(data), strict=True)
-        except ValidationError as exc:
-            problems.extend(problems_from_validation(path, exc))
+        if path == manifest_path:
             continue
-        if component.component != name:
+        component, text, found = _read_model(path, ComponentConfig)
+        problems += found
+        if component is None:
+            continue
+        if component.component != path.stem:
             problems.append(Problem(str(path), "$.component",
-                                    f"expected {name!r} (the file's name), got "
+                                    f"expected {path.stem!r} (the file's name), got "
                                     f"{component.component!r}"))
             continue
-        components[name], digests[name] = component, sha256_bytes(text.encode())
+        components[path.stem], digests[path.stem] = component, sha256_bytes(text.encode())
+    if not manifest_path.is_file():
+        problems.append(Problem(str(manifest_path), "", "missing: a model folder names its "
+                                                        "pipeline and each component's library "
+                                                        "and class there"))
+        raise InputError(problems)
+    manifest, _, found = _read_model(manifest_path, ModelManifest)
+    problems += found
+    if manifest is not None and not found:
+        problems += _manifest_problems(manifest, components, base, manifest_path)
     if problems:
         raise InputError(problems)
-    return ModelConfigs(folder=folder, components=components, digests=digests)
+    return ModelConfigs(folder=folder, manifest=manifest, components=components, digests=digests)
+
+
+def _manifest_problems(manifest: ModelManifest, components: dict[str, ComponentConfig],
+                       base: Path, manifest_path: Path) -> list[Problem]:
+    """The manifest against the component files beside it and its pipeline's own components
+    (its adapter's): the same components, each of the same class."""
+    problems = []
+    named, files = set(manifest.components), set(components)
+    for name in sorted(named - files):
+        problems.append(Problem(str(base / f"{name}.json"), "",
+                                f"missing: {manifest_path.name} names component {name!r}, which "
+                                "needs its config here"))
+    for name in sorted(files - named):
+        problems.append(Problem(str(manifest_path), "$.components",
+                                f"no component {name!r}, though {name}.json is beside it: name "
+                                "it here, or remove the file"))
+    for name in sorted(named & files):
+        if components[name].library_class != tuple(manifest.components[name]):
+            found = ".".join(components[name].library_class)
+            problems.append(Problem(str(manifest_path), f"$.components.{name}",
+                                    f"{'.'.join(manifest.components[name])}, but {name}.json "
+                                    f"builds {found}; name one class in both"))
+    try:
+        takes = set(adapter_for(manifest.pipeline).components)
+    except KeyError as exc:
+        return [*problems, Problem(str(manifest_path), "$.pipeline", str(exc.args[0]))]
+    if takes != named:
+        problems.append(Problem(str(manifest_path), "$.components",
+                                f"{manifest.pipeline} takes {', '.join(sorted(takes))} beside "
+                                f"its scheduler; missing {sorted(takes - named)}, not taken "
+                                f"{sorted(named - takes)}"))
+    return problems
+
+
+def pipeline_problems(profiles: dict[str, DiffusersProfile], configs: ModelConfigs,
+                      hosts_file: str, host_name: str) -> list[Problem]:
+    """Each profile whose pipeline is not the one the host's model folder is built into: its
+    components would go to a pipeline that does not take them."""
+    manifest = configs.manifest
+    return [Problem(hosts_file, f"[diffusers_profiles.{name}] key 'pipeline'",
+                    f"{profile.pipeline!r}, but host {host_name!r} builds {manifest.model} "
+                    f"([hosts.{host_name}.diffusers] key 'configs' = {configs.folder!r}), whose "
+                    f"{MANIFEST_FILE} names {manifest.pipeline!r}: a profile of this host names "
+                    "that pipeline")
+            for name, profile in profiles.items() if profile.pipeline != manifest.pipeline]
 
 
 def int8_text_encoder_problems(profiles: dict[str, DiffusersProfile], configs: ModelConfigs,

@@ -1,8 +1,9 @@
 """An attempt built from committed model configs (random weights) records each file's sha256
-(`environment.served.config_digests`); the configs under models/ may change after. A config
-that differs from the one the attempt recorded makes the attempt's figures another model's, so
-validate names it, unless the attempt's own configs were kept beside it:
-`artifacts/<host>/<attempt>/configs/<component>.json`, each with the recorded sha256."""
+(`environment.served.config_digests`). A committed config that differs from the one the attempt
+recorded makes the attempt's figures another model's, so validate names it. Only the committed
+file counts: the report reads it, and a copy elsewhere (a git-ignored one under artifacts/) is
+no other clone's, so it neither confirms nor excuses anything. A changed model is a new folder
+under models/."""
 
 from __future__ import annotations
 
@@ -17,12 +18,6 @@ from omniprobe.evidence.load import LoadedAttempt
 from omniprobe.evidence.migrations import content_path
 from omniprobe.safe_io import confine, read_bytes
 
-KEPT = "configs"  # the folder under the attempt's artifacts that keeps its own configs
-
-
-def kept_configs_dir(project: Project, attempt: LoadedAttempt):
-    return project.artifacts_dir / attempt.host / attempt.id / KEPT
-
 
 def _digest(path) -> str | None:
     try:
@@ -32,7 +27,7 @@ def _digest(path) -> str | None:
 
 
 def config_problems(attempt: LoadedAttempt, project: Project) -> list[Problem]:
-    """Each recorded config digest the committed file (and no kept copy) matches."""
+    """Each recorded config digest the committed file does not match."""
     environment = attempt.meta.environment
     served = environment.served if environment is not None else None
     if served is None or not served.config_digests:
@@ -54,15 +49,13 @@ def config_problems(attempt: LoadedAttempt, project: Project) -> list[Problem]:
                                                  f"component's name, {COMPONENT_NAME})"))
             continue
         committed = folder / f"{name}.json"
-        if _digest(committed) == recorded:
-            continue
-        if _digest(kept_configs_dir(project, attempt) / f"{name}.json") == recorded:
-            continue  # the attempt's own config is kept beside it
         found = _digest(committed)
+        if found == recorded:
+            continue
         problems.append(Problem(file, field, (
             f"{served.configs}/{name}.json " + ("is missing" if found is None else
                                                 f"has sha256 {found[:12]}…")
             + f"; attempt {attempt.id} was built from {recorded[:12]}…: the committed config "
-            f"changed since. Restore it, or keep the attempt's own under "
-            f"{kept_configs_dir(project, attempt)}/")))
+            "changed since. Restore it; a changed model is a new folder under models/, which "
+            "new attempts name")))
     return problems

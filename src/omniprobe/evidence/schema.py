@@ -9,6 +9,7 @@ from pathlib import Path
 from pydantic import TypeAdapter
 
 from omniprobe.atomic import write_text_atomic
+from omniprobe.config.diffusers import ComponentConfig, ModelManifest
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.report_settings import ReportSettings
@@ -27,6 +28,8 @@ def all_schemas() -> dict[str, dict]:
     schemas["evidence-archive.journal.schema.json"] = UnpackJournal.model_json_schema()
     schemas["fixtures.schema.json"] = FixtureSuite.model_json_schema()
     schemas["hosts.schema.json"] = HostsConfig.model_json_schema()
+    schemas["model.schema.json"] = ModelManifest.model_json_schema()
+    schemas["model-component.schema.json"] = ComponentConfig.model_json_schema(by_alias=True)
     schemas["report.schema.json"] = ReportSettings.model_json_schema()
     schemas["sim.schema.json"] = SimConfig.model_json_schema()
     return schemas

@@ -23,6 +23,9 @@ class DiffusersAdapter:
     nothing beyond its committed configs and keeps nothing between its steps."""
 
     pipelines: tuple[str, ...] = ()  # the diffusers pipeline classes it serves, by name
+    # The components its pipelines take beside the scheduler, by keyword: a model folder's
+    # manifest names exactly these (a test holds them to the pipelines' own signatures).
+    components: tuple[str, ...] = ()
     scheduler = "FlowMatchEulerDiscreteScheduler"  # the diffusers scheduler class it is built with
     keeps_conditioning_cache = False  # a conditioning KV cache that `use_kv_cache` turns on
     takes_output_resolution = False  # a condition size that `output_resolution` sets

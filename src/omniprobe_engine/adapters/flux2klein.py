@@ -30,6 +30,7 @@ class Flux2KleinAdapter(DiffusersAdapter):
     asking for either is refused, and a request records nothing beyond the engine's figures."""
 
     pipelines = ("Flux2KleinPipeline",)
+    components = ("text_encoder", "tokenizer", "transformer", "vae")
     own_condition_sizing = "itself (up to 1024² pixels)"
 
     def unweighted(self, name: str, class_name: str, config: dict):

@@ -27,6 +27,7 @@ class QwenImage21Adapter(DiffusersAdapter):
     condition size."""
 
     pipelines = ("QwenImage21Pipeline",)
+    components = ("processor", "text_encoder", "transformer", "vae")
     keeps_conditioning_cache = True
     takes_output_resolution = True
 

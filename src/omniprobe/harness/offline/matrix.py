@@ -15,6 +15,7 @@ from omniprobe.config.diffusers import (
     ModelConfigs,
     int8_text_encoder_problems,
     load_model_configs,
+    pipeline_problems,
 )
 from omniprobe.config.fixtures import Sampling
 from omniprobe.config.host_entry import Host
@@ -119,10 +120,11 @@ def _diffusers_entries(cfg: HostsConfig, project: Project, host_name: str, host:
         raise PlanRefused(unserved)
     configs = (load_model_configs(project.root, spec.configs) if spec.weights == "random"
                else None)
-    if configs is not None:
-        problems = int8_text_encoder_problems(
-            {name: cfg.diffusers_profiles[name] for name in chosen}, configs,
-            str(project.hosts_file))
+    if configs is not None:  # a configuration the project refuses: before any attempt
+        every = {name: cfg.diffusers_profiles[name] for name in host.diffusers_profiles}
+        problems = (pipeline_problems(every, configs, str(project.hosts_file), host_name)
+                    + int8_text_encoder_problems({name: every[name] for name in chosen},
+                                                 configs, str(project.hosts_file)))
         if problems:
             raise InputError(problems)
     weights = ({"kind": "random", "seed": spec.init_seed,
