@@ -15,6 +15,7 @@ from omniprobe.config.hosts import HostsConfig, load_hosts
 from omniprobe.config.project import Project
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence import unpack_journal
+from omniprobe.evidence.calibration_checks import calibration_problems
 from omniprobe.evidence.capacity_checks import capacity_findings
 from omniprobe.evidence.config_digests import config_problems
 from omniprobe.evidence.consistency import consistency_problems
@@ -276,6 +277,7 @@ def load_project(project: Project, *, staged: Path | None = None,
         host = hosts.hosts.get(attempt.host)
         if host is not None:
             problems.extend(consistency_problems(attempt, host, evidence))
+    problems.extend(calibration_problems(hosts, evidence, str(project.hosts_file)))
     return Loaded(hosts, fixtures, evidence), problems
 
 
