@@ -154,3 +154,43 @@ def test_a_profile_description_reaches_the_report_as_text_never_markup(repo_copy
     details = render_details(repo_copy)
     assert f"| `group-leaf`: {shown} |" in details
     assert hostile not in details
+
+
+# --- a file an attempt's kind does not hold ---------------------------------------------------
+
+V5_SETTINGS = "tests/data/migrations/v5/profile-settings.json"
+
+
+def _stray(project, name: str) -> bytes:
+    """`name` placed in the capacity attempt: a legacy profile-settings.json (format 5) or a
+    current file of another kind's."""
+    from .conftest import REPO
+
+    source = (REPO / V5_SETTINGS if name == "profile-settings.json"
+              else REPO / "evidence/diffusers-tiny-cpu/2026-12-01T094615Z-diffusers-tiny-cpu-offline"
+              / name)
+    data = source.read_bytes()
+    (project.root / ATTEMPT / name).write_bytes(data)
+    return data
+
+
+@pytest.mark.parametrize("name", ["profile-settings.json", "offline.json", "offline-requests.json",
+                                  "environment.json"])
+def test_a_file_a_capacity_attempt_does_not_hold_is_refused(repo_copy, monkeypatch, capsys, name):
+    from omniprobe.cli import main
+    from omniprobe.errors import InputError
+
+    if name == "environment.json":
+        (repo_copy.root / ATTEMPT / name).write_text('{"format_version": 7, "environment": {}}')
+    else:
+        _stray(repo_copy, name)
+    before = {p.name: p.read_bytes() for p in (repo_copy.root / ATTEMPT).iterdir()}
+    _, problems = load_project(repo_copy)
+    said = (f"{repo_copy.root / ATTEMPT / name}: a capacity attempt holds capacity.json and "
+            f"capacity-trials.json beside attempt.json: {name} is no file of its kind")
+    assert any(str(p).startswith(said) for p in problems), problems
+    # `evidence upgrade` refuses it too, and writes nothing (no offline.json folded in there).
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))
+    assert main(["evidence", "upgrade"]) == InputError.exit_code
+    assert name in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in (repo_copy.root / ATTEMPT).iterdir()} == before

@@ -102,6 +102,9 @@ def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
     if meta.host != folder.parent.name:
         problems.append(Problem(str(folder / ATTEMPT_FILE), content_path(ATTEMPT_FILE, "$.host"),
                                 f"expected the host folder {folder.parent.name!r}, got {meta.host!r}"))
+    strays = stray_files(folder, meta)
+    if strays:  # read as its kind never is (a legacy file folded into a file it never holds)
+        return None, problems + strays
     # A file of a format before 6 that version 6 folds into another is read into it.
     legacy = folded_files(folder)
     try:
@@ -122,6 +125,29 @@ def load_attempt(folder: Path) -> tuple[LoadedAttempt | None, list[Problem]]:
         except InputError as exc:
             problems.extend(exc.problems)
     return attempt, problems
+
+
+# What an attempt omniprobe makes holds beside attempt.json, by the suffix its command gives the
+# id (harness/offline/capacity.py, env/manifest.py); kinds that later commands add files to
+# (quality, image-check and propagation write into probe and offline attempts) are not listed.
+KIND_FILES = {"-capacity": ("capacity.json", "capacity-trials.json"),
+              "-env": ("environment.json",)}
+
+
+def stray_files(folder: Path, meta: Attempt) -> list[Problem]:
+    """Each file of the folder its attempt's kind does not hold (a stray legacy
+    profile-settings.json in a capacity attempt, which would be folded into an offline.json)."""
+    if meta.provenance.kind == "transcribed":
+        return []
+    suffix = next((s for s in KIND_FILES if meta.id.endswith(s)), None)
+    if suffix is None:
+        return []
+    held = KIND_FILES[suffix]
+    return [Problem(str(child), "", f"a {suffix[1:]} attempt holds {' and '.join(held)} beside "
+                                    f"{ATTEMPT_FILE}: {child.name} is no file of its kind; take "
+                                    "it out of the attempt")
+            for child in sorted(folder.iterdir())
+            if child.name != ATTEMPT_FILE and not is_temp_file(child) and child.name not in held]
 
 
 @dataclass
