@@ -1,6 +1,6 @@
 """omniprobe's sessions: `nox -l` lists them. Each calls one command of the package.
 
-Options after `--` reach the sessions whose command takes them (README: Options after `--`);
+Options after `--` reach the sessions whose command takes them (docs/guide.md: Options after `--`);
 one no session of the run takes is an error. E.g. `nox -s env-sim probe-init probe-serve report
 -- --fresh`: a new probe attempt, then the report."""
 
@@ -66,7 +66,7 @@ def _omniprobe(session: nox.Session, *args: str, **kwargs):
             session.error(f"omniprobe {command} did not run: {failed.reason or 'not found'}")
         meanings = runpy.run_path(str(Path(__file__).parent / "src/omniprobe/errors.py"))[
             "EXIT_MEANINGS"]
-        meaning = meanings.get(code, "not one of omniprobe's exit codes (README: the exit codes)")
+        meaning = meanings.get(code, "not one of omniprobe's exit codes (docs/guide.md: Exit codes)")
         session.error(f"omniprobe {command} exited {code}: {meaning}")
 
 

@@ -302,7 +302,7 @@ def test_the_cli_records_its_own_arguments_not_sys_argv(project, port, monkeypat
     assert load_attempt(folder)[0].meta.provenance.command == ["omniprobe", *argv]
 
 
-def test_every_exit_code_has_one_meaning_and_the_readme_table_lists_the_same():
+def test_every_exit_code_has_one_meaning_and_the_guides_table_lists_the_same():
     from omniprobe.errors import (
         EXIT_MEANINGS,
         EnvironmentFailure,
@@ -314,7 +314,13 @@ def test_every_exit_code_has_one_meaning_and_the_readme_table_lists_the_same():
     categories = {cls.exit_code for cls in (InputError, Refusal, EnvironmentFailure, HarnessError,
                                             Interrupted)}
     assert set(EXIT_MEANINGS) == categories | {0, 1}
-    readme = (REPO / "README.md").read_text()
-    table = readme[readme.index("| exit | meaning |"):]
+    guide = (REPO / "docs" / "guide.md").read_text()
+    table = guide[guide.index("| exit | meaning |"):]
     table = table[:table.index("\n\n")]
     assert {int(code) for code in re.findall(r"(?m)^\| (\d+) \|", table)} == set(EXIT_MEANINGS)
+    # The README's one paragraph names each code with its word
+    readme = (REPO / "README.md").read_text()
+    short = readme[readme.index("## When something fails"):]
+    assert {int(code) for code in re.findall(
+        r"(\d+) (?:done|bad input|refused|this machine|the harness|interrupted)", short)
+    } == set(EXIT_MEANINGS)

@@ -49,7 +49,7 @@ def test_an_option_no_session_of_the_run_takes_is_an_error(run, posargs, message
     assert message in str(info.value)
 
 
-def test_readme_shows_the_routing_table():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+def test_the_user_guide_shows_the_routing_table():
+    guide = (REPO / "docs" / "guide.md").read_text(encoding="utf-8")
     for option, sessions in routing_table(build_parser()).items():
-        assert f"| `{option}` | {', '.join(sessions)} |" in readme
+        assert f"| `{option}` | {', '.join(sessions)} |" in guide

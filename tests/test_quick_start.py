@@ -2,7 +2,7 @@
 and 2): a throwaway copy of this machine's base Python, marked EXTERNALLY-MANAGED (PEP 668) as
 Debian's and Arch's are, with pipx installed as the distribution's package step would install it;
 then the quick start's lines, as written, in a fresh clone; then every `omniprobe ...` command the
-README names and every `nox -s ...` line of its code blocks.
+README and the guides under docs/ name and every `nox -s ...` line of their code blocks.
 
 Slow and needs PyPI (pipx, nox, uv and omniprobe's dependencies are downloaded): `.ci/run` runs
 it (`-m slow`); the suite's default run deselects it (pyproject.toml addopts)."""
@@ -109,7 +109,8 @@ def quick_start(clone: Path, env: dict[str, str]) -> list[tuple[list[str], int, 
     until a command fails: each command, its exit code and its output."""
     readme = (clone / "README.md").read_text(encoding="utf-8")
     lines = code_blocks(readme[readme.index("## Quick start"):])[0]
-    assert lines[0].startswith("sudo apt install pipx")  # the distribution's step
+    # the distribution's step, root's: no sudo (issue 52)
+    assert lines[0].startswith("apt update && apt install -y pipx")
     ran = []
     for line in lines[1:]:
         for argv in commands_of(line):
@@ -142,6 +143,12 @@ def test_the_quick_start_works_on_an_externally_managed_python(quick_started):
     assert shutil.which("omniprobe", path=env["PATH"]) is not None
 
 
+def user_docs(clone: Path) -> str:
+    """What a user reads: the README and the guides under docs/ it links."""
+    return "\n".join(path.read_text(encoding="utf-8")
+                     for path in [clone / "README.md", *sorted((clone / "docs").glob("*.md"))])
+
+
 def readme_omniprobe_commands(readme: str) -> list[list[str]]:
     """Every `omniprobe ...` command of the README: the lines of its code blocks as written, and
     the command words of each inline one (`omniprobe env fetch-model`, `omniprobe image-check
@@ -161,7 +168,7 @@ def readme_omniprobe_commands(readme: str) -> list[list[str]]:
 
 def test_every_omniprobe_command_the_readme_names_runs_after_the_quick_start(quick_started):
     clone, env, _, _ = quick_started
-    commands = readme_omniprobe_commands((clone / "README.md").read_text(encoding="utf-8"))
+    commands = readme_omniprobe_commands(user_docs(clone))
     assert ["omniprobe", "env", "fetch-model"] in commands
     assert any(argv[:2] == ["omniprobe", "probe-offline"] and "--profile" in argv
                for argv in commands)
@@ -174,7 +181,7 @@ def test_every_nox_line_of_the_readmes_code_blocks_runs_after_the_quick_start(qu
     (each session's command prints its help). tests-diffusers installs torch: .ci/run runs it as
     written, so here its listing by `nox -l` stands for it."""
     clone, env, _, _ = quick_started
-    readme = (clone / "README.md").read_text(encoding="utf-8")
+    readme = user_docs(clone)
     lines = [argv for block in code_blocks(readme) for line in block
              for argv in commands_of(line) if argv[:2] == ["nox", "-s"]]
     listed = run(["nox", "-l"], clone, env).stdout

@@ -79,7 +79,7 @@ class Interrupted(OmniprobeError):
     exit_code = 130
 
 
-# Each exit code in one line (the README's exit-code table says more): a failed nox session's last
+# Each exit code in one line (docs/guide.md's exit-code table says more): a failed nox session's last
 # line quotes it, since nox itself exits 1 for every failure. This module imports only the
 # standard library at run time, so the noxfile reads this table from its source.
 EXIT_MEANINGS = {

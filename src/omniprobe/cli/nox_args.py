@@ -125,7 +125,7 @@ def route_options(parser: argparse.ArgumentParser, session: str, run: list[str],
 
 
 def routing_table(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
-    """Each long option -> the sessions that take it, as README's table shows it."""
+    """Each long option -> the sessions that take it, as docs/guide.md's table shows it."""
     takers: dict[str, list[str]] = {}
     for key, route in ROUTES.items():
         for option in option_actions(parser, route):
