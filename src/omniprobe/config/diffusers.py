@@ -487,10 +487,11 @@ def _manifest_problems(manifest: ModelManifest, components: dict[str, ComponentC
     except KeyError as exc:
         return [*problems, Problem(str(manifest_path), "$.pipeline", str(exc.args[0]))]
     if takes != named:
+        differ = [f"{what} {sorted(names)}" for what, names in
+                  (("missing", takes - named), ("not taken", named - takes)) if names]
         problems.append(Problem(str(manifest_path), "$.components",
                                 f"{manifest.pipeline} takes {', '.join(sorted(takes))} beside "
-                                f"its scheduler; missing {sorted(takes - named)}, not taken "
-                                f"{sorted(named - takes)}"))
+                                f"its scheduler; {', '.join(differ)}"))
     return problems
 
 
