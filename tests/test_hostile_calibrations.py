@@ -121,3 +121,9 @@ def test_a_calibration_refused_renders_no_agreement(repo_copy, monkeypatch, caps
     err = " ".join(capsys.readouterr().err.split())
     assert "[calibrations." in err and "Traceback" not in err
     assert repo_copy.report_file.read_bytes() == report
+
+
+def test_a_card_without_real_evidence_yet_reads_nothing_and_is_not_refused(repo_copy):
+    shutil.rmtree(repo_copy.root / "evidence/rtx5080")
+    _, problems = load_project(repo_copy)
+    assert not [p for p in problems if "[calibrations.b2g]" in p.path], problems
