@@ -150,14 +150,16 @@ def tests_diffusers(session: nox.Session) -> None:
     """Run the Diffusers engine's tests on the CPU: two tiny models through the offline path.
 
     The models are a tiny Qwen-Image-2.1 and a tiny FLUX.2 [klein]. It runs the streamed build
-    too, and installs torch, transformers, diffusers and torchao, pinned to the GPU machine's."""
+    too, holds every model folder to the libraries and counts each full-size one on the meta
+    device, and installs torch, transformers, diffusers and torchao, pinned to the GPU
+    machine's."""
     # The first run downloads the CUDA build of torch with the rest: some 4.7 GB (an earlier
     # session's measure); say so before the install starts, not after minutes of silence.
     session.log("installs torch 2.11.0, torchvision, transformers, diffusers, accelerate and "
                 "torchao (pyproject's diffusers extra): on a first run some 4.7 GB to download")
     _install(session, "test", "diffusers")
     session.run("pytest", "-n", "2", "tests/test_diffusers.py", "tests/test_diffusers_build.py",
-                *session.posargs,
+                "tests/test_full_size_models.py", *session.posargs,
                 env={"PYTHONDONTWRITEBYTECODE": ""})
 
 

@@ -91,6 +91,11 @@ def resolve_class(class_name: str):
     found = getattr(importlib.import_module(library), name, None)
     if found is None:
         raise ValueError(f"class {class_name!r}: the installed {library} has no {name}")
+    if not isinstance(found, type):
+        raise ValueError(f"class {class_name!r}: {library}.{name} is no class (a module or a "
+                         "function)")
+    if name.endswith("Pipeline"):
+        raise ValueError(f"class {class_name!r}: a pipeline class, not a component's")
     return found
 
 
@@ -113,12 +118,21 @@ def _made(class_name: str, config: dict):
 
 
 def empty_components(components: dict) -> dict:
-    """The pipeline's weighted components on the meta device, by name, in load order."""
+    """The pipeline's weighted components on the meta device, by name, in load order; a
+    transformers model's tied weights tied, as from_pretrained ties them. Made under
+    init_empty_weights, whose register_parameter gives each assignment a new meta tensor,
+    Qwen3ForCausalLM's lm_head is a second copy of its embedding until tie_weights() runs
+    outside it (transformers 5.17)."""
     from accelerate import init_empty_weights
 
     with init_empty_weights(include_buffers=False):
-        return {name: _made(spec["class"], spec["config"])
+        made = {name: _made(spec["class"], spec["config"])
                 for name, spec in weighted_components(components).items()}
+    for module in made.values():
+        tie = getattr(module, "tie_weights", None)  # transformers' models have it
+        if tie is not None:
+            tie()
+    return made
 
 
 def parameter_counts(components: dict) -> dict[str, int]:

@@ -1,0 +1,114 @@
+"""Every committed model folder held to the libraries (issue 50 item 2, issue 53 item 3): each
+class is one of the library's model, tokenizer or processor classes, each adapter's components are
+its pipeline's own, and each full-size component, built on the meta device as the engine builds it
+(nothing is allocated), meets its published parameter count within the figure's rounding.
+
+These need torch, transformers and diffusers: `nox -s tests-diffusers` installs them (pinned to
+what the GPU machine has) and runs this file; the plain suite skips it where they are absent.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from omniprobe.config.diffusers import MANIFEST_FILE, load_model_configs
+from omniprobe_engine.adapters import adapter_for, known_pipelines
+
+from .conftest import REPO
+
+torch = pytest.importorskip("torch", reason="needs torch: run `nox -s tests-diffusers`")
+diffusers = pytest.importorskip("diffusers", reason="needs diffusers: run `nox -s tests-diffusers`")
+transformers = pytest.importorskip("transformers",
+                                   reason="needs transformers: run `nox -s tests-diffusers`")
+
+from omniprobe_engine.diffusers_build import (  # noqa: E402  (needs torch, skipped above)
+    empty_components,
+    parameter_counts,
+    resolve_class,
+)
+
+FOLDERS = sorted(str(p.parent.relative_to(REPO)) for p in REPO.glob(f"models/*/*/{MANIFEST_FILE}"))
+FULL = [f for f in FOLDERS if not f.endswith("/tiny")]
+KLEIN_4B = "models/flux2-klein/4b"
+
+
+def _kind(cls) -> str | None:
+    """What a component class is, by the library's own base classes."""
+    if issubclass(cls, (diffusers.ModelMixin, transformers.PreTrainedModel)):
+        return "model"
+    if issubclass(cls, transformers.PreTrainedTokenizerBase):
+        return "tokenizer"
+    if issubclass(cls, transformers.ProcessorMixin):
+        return "processor"
+    return None
+
+
+@pytest.mark.parametrize("folder", FOLDERS)
+def test_each_component_class_is_a_model_tokenizer_or_processor_of_its_library(folder):
+    configs = load_model_configs(REPO, folder)
+    kinds = {name: _kind(resolve_class(c.class_)) for name, c in configs.components.items()}
+    assert None not in kinds.values(), kinds
+    assert getattr(diffusers, configs.manifest.pipeline).__name__ == configs.manifest.pipeline
+
+
+@pytest.mark.parametrize("pipeline", known_pipelines())
+def test_each_adapters_components_are_its_pipelines_own(pipeline):
+    cls = getattr(diffusers, pipeline)
+    modules, _ = cls._get_signature_keys(cls)
+    assert set(adapter_for(pipeline).components) == set(modules) - {"scheduler"}
+
+
+@pytest.mark.parametrize(("class_name", "words"), [
+    ("diffusers.models", "is no class (a module or a function)"),
+    ("diffusers.is_torch_available", "is no class (a module or a function)"),
+    ("diffusers.Flux2KleinPipeline", "a pipeline class, not a component's"),
+    ("diffusers.NoSuchModel", "the installed diffusers has no NoSuchModel"),
+])
+def test_the_engine_refuses_what_is_no_component_class_in_words(class_name, words):
+    """What the names let through (a config edited after the harness read it) the engine
+    refuses with a sentence, not a traceback from deep in the build."""
+    with pytest.raises(ValueError, match=re.escape(words)):
+        resolve_class(class_name)
+
+
+def test_tied_embeddings_are_counted_once_as_from_pretrained_ties_them():
+    """transformers 5.17 makes Qwen3ForCausalLM on the meta device with lm_head a second copy of
+    its embedding; the build ties them, as loading a checkpoint does, so a tied model is not
+    built (and filled) with a vocabulary-sized matrix it does not have."""
+    [text_encoder] = empty_components({"text_encoder": load_model_configs(
+        REPO, "models/flux2-klein/tiny").engine_components()["text_encoder"]}).values()
+    assert text_encoder.lm_head.weight is text_encoder.model.embed_tokens.weight
+
+
+@pytest.mark.parametrize("folder", FULL)
+def test_each_full_size_component_meets_its_published_parameter_count(folder):
+    configs = load_model_configs(REPO, folder)
+    counts = parameter_counts(configs.engine_components())
+    checked = {name: c.expected_parameters_b for name, c in configs.components.items()
+               if c.expected_parameters_b is not None}
+    assert checked, f"{folder}: no published count to hold it to"
+    for name, expected in checked.items():
+        built = counts[name] / 1e9
+        assert abs(built - expected.value) <= expected.tolerance * expected.value, (
+            f"{folder}/{name}.json: built {built:.3f} B, published {expected.value} B "
+            f"within {expected.tolerance:.2%}")
+
+
+def test_klein_4b_is_built_at_the_figures_its_sources_cross_check():
+    """The converter's transformer, Qwen3-4B and the VAE defaults, counted: the transformer
+    3.88 B ("4B"), Qwen3-4B 4.02 B with 3.63 B outside its embedding (its card: 4.0 B and 3.6 B),
+    and the widths that tie them: the joint attention takes three stacked encoder states, the
+    transformer's input the VAE's latents in 2x2 patches."""
+    configs = load_model_configs(REPO, KLEIN_4B)
+    counts = parameter_counts(configs.engine_components())
+    assert {k: round(v / 1e9, 3) for k, v in counts.items()} == {
+        "text_encoder": 4.022, "transformer": 3.876, "vae": 0.084}
+    text = configs.components["text_encoder"].config
+    embedding = text["vocab_size"] * text["hidden_size"]
+    assert round((counts["text_encoder"] - embedding) / 1e9, 2) == 3.63
+    transformer = configs.components["transformer"].config
+    assert transformer["joint_attention_dim"] == 3 * text["hidden_size"] == 7680
+    assert transformer["in_channels"] == resolve_class(
+        configs.components["vae"].class_)().config.latent_channels * 4
