@@ -194,3 +194,181 @@ def test_a_file_a_capacity_attempt_does_not_hold_is_refused(repo_copy, monkeypat
     assert main(["evidence", "upgrade"]) == InputError.exit_code
     assert name in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in (repo_copy.root / ATTEMPT).iterdir()} == before
+
+
+# --- the grid's provenance, from the recorded command ------------------------------------------
+
+def _command(project, change) -> None:
+    path = project.root / ATTEMPT / "attempt.json"
+    data = json.loads(path.read_text())
+    prov = data["attempt"]["provenance"]
+    prov["command"] = change(prov["command"])
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _without_grid_flags(command):
+    out, skip = [], False
+    for token in command:
+        if skip:
+            skip = False
+        elif token in ("--floor-mib", "--ceiling-mib"):
+            skip = True
+        else:
+            out.append(token)
+    return out
+
+
+def _chosen(searches, by: str):
+    for search in searches:
+        search["search"]["chosen_by"] = by
+    return searches
+
+
+GRID_CASES = [
+    # (case, capacity.json change, attempt.json command change, where, words)
+    ("a grid said to be omniprobe's when the command line gave it",
+     lambda s: _chosen(s, "omniprobe"), None, "$.capacity[0].search",
+     "chosen_by 'omniprobe', while the attempt's command line (omniprobe probe-capacity --host "
+     "h200-diffusers"),
+    ("a grid said to be the command line's when it gave none", None, _without_grid_flags,
+     "$.capacity[4].search", "names no grid flag (--floor-mib, --ceiling-mib, --resolution-mib, "
+                             "--repeats): expected 'omniprobe'"),
+    ("a grid flag given as --resolution-mib=300",
+     lambda s: _chosen(s, "omniprobe"),
+     lambda c: [*_without_grid_flags(c), "--resolution-mib=300"], "$.capacity[1].search",
+     "names a grid flag"),
+    ("a grid flag given as a prefix argparse takes",
+     lambda s: _chosen(s, "omniprobe"), lambda c: [*_without_grid_flags(c), "--floor", "1000"],
+     "$.capacity[2].search", "expected 'command line'"),
+    ("the grid changed on resume, a second grid in one attempt",
+     lambda s: [s[0], *[dict(x, search=dict(x["search"], floor_mib=1000, resolution_mib=300))
+                        for x in s[1:]]], None,
+     "$.capacity[1].search", "a second grid in one attempt (search floor_mib: 4096 -> 1000; "
+                             "search resolution_mib: 256 -> 300 from $[0]'s)"),
+]
+
+
+@pytest.mark.parametrize(("case", "searches", "command", "where", "words"), GRID_CASES,
+                         ids=[c[0] for c in GRID_CASES])
+def test_a_grids_provenance_is_the_recorded_command_lines(repo_copy, case, searches, command,
+                                                          where, words):
+    if searches is not None:
+        _edit(repo_copy, "capacity.json", searches)
+    if command is not None:
+        _command(repo_copy, command)
+    _, problems = load_project(repo_copy)
+    said = f"{repo_copy.root / ATTEMPT / 'capacity.json'}: {where}: "
+    named = [str(p) for p in problems]
+    assert any(p.startswith(said) and words in p for p in named), named
+
+
+@pytest.mark.parametrize(("command", "chooser"), [
+    (["omniprobe", "probe-capacity", "--host", "h"], "omniprobe"),
+    (["omniprobe", "probe-capacity", "--floor-mib", "1024"], "command line"),  # the default, given
+    (["omniprobe", "probe-capacity", "--ceiling-mib=40960"], "command line"),
+    (["omniprobe", "probe-capacity", "--res", "300"], "command line"),
+    (["omniprobe", "probe-capacity", "--repeats", "0"], "command line"),
+    (["omniprobe", "probe-capacity", "--request-timeout", "300", "--fresh"], "omniprobe"),
+    (["omniprobe", "probe-capacity", "--profile", "floor-mib"], "omniprobe"),
+])
+def test_who_chose_the_grid_is_read_off_the_command(command, chooser):
+    from omniprobe.evidence.models.capacity import grid_chooser
+
+    assert grid_chooser(command) == chooser
+
+
+def test_the_grid_flags_are_the_options_flags():
+    from omniprobe.evidence.models.capacity import GRID_FLAGS
+    from omniprobe.harness.common.options import CEILING, FLOOR, REPEATS, RESOLUTION
+
+    assert tuple(o.flag for o in (FLOOR, CEILING, RESOLUTION, REPEATS)) == GRID_FLAGS
+
+
+# --- resumes under changed inputs --------------------------------------------------------------
+
+def _store(project):
+    """The committed capacity attempt, as the resume rule reads it."""
+    from omniprobe.evidence.load import load_attempt
+
+    attempt, problems = load_attempt(project.root / ATTEMPT)
+    assert problems == []
+    return attempt
+
+
+def _entry(project, name: str, **edits):
+    from types import SimpleNamespace
+
+    from omniprobe.config.hosts import load_hosts
+
+    profile = load_hosts(project.hosts_file).diffusers_profiles[name].model_dump(mode="json")
+    return SimpleNamespace(name=name, kwargs={"profile": {**profile, **edits}})
+
+
+def _mid_search(searches):
+    """group-leaf's search as a run left it mid-search: its first bands only."""
+    search = next(s for s in searches if s["profile"] == "group-leaf")
+    search["bands"] = search["bands"][:2]
+    return searches
+
+
+def _killed_before_its_search(searches):
+    """A run killed before it recorded group-leaf's search: its trials only."""
+    return [s for s in searches if s["profile"] != "group-leaf"]
+
+
+RESUMES = [
+    # (case, capacity.json change, profile, its edits now, the grid now, what is named)
+    ("a profile edited between runs", None, "group-leaf", {"use_kv_cache": False}, {},
+     "group-leaf: use_kv_cache: True -> False"),
+    ("a profile edited mid-search", _mid_search, "group-leaf", {"steps": 4}, {},
+     "group-leaf: steps: 2 -> 4"),
+    ("a profile edited after a run killed before its search was recorded",
+     _killed_before_its_search, "group-leaf", {"use_kv_cache": False}, {},
+     "group-leaf: trials recorded with no search on record"),
+    ("a profile renamed in the evidence",
+     lambda s: [dict(x, profile="group-block") if x["profile"] == "group-leaf" else x
+                for x in s], "group-block", {}, {}, "group-block: offload: 'group-leaf' -> "
+                                                     "'group-block'"),
+    ("the grid changed on resume", None, "group-leaf", {},
+     {"floor_mib": 1000, "resolution_mib": 300},
+     "group-leaf: search floor_mib: 4096 -> 1000"),
+    ("the grid changed on resume, mid-search", _mid_search, "group-leaf", {},
+     {"floor_mib": 1000, "resolution_mib": 300}, "group-leaf: search resolution_mib: 256 -> 300"),
+    ("the grid changed on resume for a profile not searched yet", None, "group-block", {},
+     {"floor_mib": 1000, "resolution_mib": 300},
+     "group-block: search floor_mib: 4096 -> 1000 (the attempt's grid)"),
+    ("the search rule changed on resume", None, "group-leaf-nokv", {}, {"rule": 99},
+     "group-leaf-nokv: search rule: 1 -> 99"),
+]
+
+
+@pytest.mark.parametrize(("case", "change", "profile", "edits", "grid", "named"), RESUMES,
+                         ids=[c[0] for c in RESUMES])
+def test_a_resume_under_changed_inputs_is_refused_before_any_runner(repo_copy, case, change,
+                                                                    profile, edits, grid, named):
+    from omniprobe.evidence.attempts import SettingsChanged
+    from omniprobe.harness.offline.capacity_session import attempt_grid, refuse_changed_settings
+
+    if change is not None:
+        _edit(repo_copy, "capacity.json", change)
+    store = _store(repo_copy)
+    before = {p.name: p.read_bytes() for p in (repo_copy.root / ATTEMPT).iterdir()}
+    now = attempt_grid(store, store.capacity[0].search.model_copy(update=grid))
+    with pytest.raises(SettingsChanged) as refused:
+        refuse_changed_settings(store, [_entry(repo_copy, profile, **edits)], now)
+    text = str(refused.value)
+    assert f"  {named}" in text and "--fresh" in text, text
+    assert {p.name: p.read_bytes() for p in (repo_copy.root / ATTEMPT).iterdir()} == before
+
+
+@pytest.mark.parametrize("profile", ["group-leaf", "group-block"])
+def test_a_resume_under_the_same_inputs_runs_and_keeps_who_chose_the_grid(repo_copy, profile):
+    from omniprobe.harness.offline.capacity_session import attempt_grid, refuse_changed_settings
+
+    store = _store(repo_copy)
+    # Resumed without the grid flags the attempt was made with, on the same grid: the grid is
+    # still the one its command line gave.
+    now = attempt_grid(store, store.capacity[0].search.model_copy(update={"chosen_by":
+                                                                          "omniprobe"}))
+    assert now == store.capacity[0].search and now.chosen_by == "command line"
+    refuse_changed_settings(store, [_entry(repo_copy, profile)], now)

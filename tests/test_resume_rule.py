@@ -55,7 +55,8 @@ def test_the_committed_capacity_attempt_resumes_under_todays_profiles():
 
 
 def _store(*searches: ProfileSearch):
-    return SimpleNamespace(capacity=list(searches), meta=SimpleNamespace(id="A-capacity"))
+    return SimpleNamespace(capacity=list(searches), capacity_trials=[],
+                           meta=SimpleNamespace(id="A-capacity"))
 
 
 def _search(settings: dict, grid: SearchSettings = GRID) -> ProfileSearch:

@@ -6,19 +6,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from omniprobe.evidence.models.capacity import CapacityTrial, ProfileSearch
+from omniprobe.evidence.models.capacity import (
+    GRID_FLAGS,
+    CapacityTrial,
+    ProfileSearch,
+    SearchSettings,
+    grid_chooser,
+)
 
 # (file, JSON path in its content, what is wrong)
 Finding = tuple[str, str, str]
 
 
 def capacity_findings(searches: list[ProfileSearch], trials: list[CapacityTrial],
-                      fixture_counts: dict[str, int]) -> Iterator[Finding]:
-    """Every way the attempt's capacity.json and capacity-trials.json disagree with each other
-    or with the fixtures (`fixture_counts`: each fixture's reference count)."""
+                      fixture_counts: dict[str, int], command: list[str] | None = None
+                      ) -> Iterator[Finding]:
+    """Every way the attempt's capacity.json and capacity-trials.json disagree with each other,
+    with the fixtures (`fixture_counts`: each fixture's reference count) or with the command line
+    that made the attempt (`command`, its provenance's; None: not recorded)."""
     by_profile: dict[str, ProfileSearch] = {}
     for i, search in enumerate(searches):
         where = f"$[{i}]"
+        yield from (("capacity.json", f"{where}.search", why)
+                    for why in grid_findings(search.search, searches[0].search, i, command))
         if search.profile in by_profile:
             yield ("capacity.json", f"{where}.profile", f"a second search of profile "
                    f"{search.profile!r}: an attempt holds one search per profile")
@@ -62,6 +72,22 @@ def capacity_findings(searches: list[ProfileSearch], trials: list[CapacityTrial]
         if key in seen:
             yield ("capacity-trials.json", where, "the same trial twice: each trial once")
         seen.add(key)
+
+
+def grid_findings(grid: SearchSettings, first: SearchSettings, i: int,
+                  command: list[str] | None) -> list[str]:
+    """An attempt runs one grid (a resume under another is refused), and says who chose it as
+    the command line that made the attempt does: a grid flag named there, the command line."""
+    found = []
+    if i > 0 and (changed := first.differences(grid)):
+        found.append(f"a second grid in one attempt ({'; '.join(changed)} from $[0]'s): an "
+                     "attempt's searches share one grid")
+    if command is not None and grid.chosen_by != (said := grid_chooser(command)):
+        names = "names a grid flag" if said == "command line" else "names no grid flag"
+        found.append(f"chosen_by {grid.chosen_by!r}, while the attempt's command line "
+                     f"({' '.join(command)}) {names} ({', '.join(GRID_FLAGS)}): expected "
+                     f"{said!r}")
+    return found
 
 
 # Where a trial records nothing of what lies outside torch's pool: the most the allocator's own

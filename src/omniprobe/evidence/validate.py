@@ -164,7 +164,8 @@ def _refs(attempt: LoadedAttempt, hosts: HostsConfig, fixtures: FixtureSuite,
     problems += [Problem(str(folder / file), content_path(file, path), why)
                  for file, path, why in capacity_findings(
                      attempt.capacity, attempt.capacity_trials,
-                     {f.id: f.reference_count for f in fixtures.fixtures})]
+                     {f.id: f.reference_count for f in fixtures.fixtures},
+                     getattr(prov, "command", None))]
     requests_of("capacity-trials.json", attempt.capacity_trials, kwarg_set, lambda _: "profile")
     requests_of("offline-requests.json", attempt.offline_requests, kwarg_set, _field)
     for i, obs in enumerate(attempt.structure):

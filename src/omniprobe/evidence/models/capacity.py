@@ -144,6 +144,22 @@ class CapacityBand(EvidenceModel):
         return self
 
 
+# The flags that give a search's grid (harness/common/options.py FLOOR, CEILING, RESOLUTION,
+# REPEATS; a test holds the two together).
+GRID_FLAGS = ("--floor-mib", "--ceiling-mib", "--resolution-mib", "--repeats")
+
+
+def grid_chooser(command: list[str]) -> Literal["omniprobe", "command line"]:
+    """Who chose the grid of a search that `command` ran: the command line where it names a grid
+    flag (as `--flag V`, `--flag=V`, or a prefix argparse took for it: a recorded command parsed,
+    so a prefix it holds named one option), else omniprobe's defaults."""
+    for token in command:
+        flag = token.split("=", 1)[0]
+        if len(flag) > 2 and flag.startswith("--") and any(g.startswith(flag) for g in GRID_FLAGS):
+            return "command line"
+    return "omniprobe"
+
+
 class SearchSettings(EvidenceModel):
     floor_mib: int = Field(gt=0, le=MAX_MIB)
     ceiling_mib: int = Field(gt=0, le=MAX_MIB)
@@ -152,7 +168,9 @@ class SearchSettings(EvidenceModel):
     rule: int = Field(default=1, ge=1, description="The version of the search's rule it ran "
                                                    "(omniprobe_engine/search.py RULE_VERSION); "
                                                    "a search recorded before it said ran 1.")
-    chosen_by: Literal["omniprobe", "command line"] = "omniprobe"
+    chosen_by: Literal["omniprobe", "command line"] = Field(
+        default="omniprobe", description="Who chose the grid: the attempt's command line named "
+                                         "a grid flag (grid_chooser), or not.")
 
     def differences(self, now: SearchSettings) -> list[str]:
         """Each setting that differs from `now`, as `key: recorded -> now` (who chose them

@@ -88,10 +88,13 @@ class CapacityProbe:
         each lifetime's log, timeline and host RAM kept, and why it closed."""
         steps, guidance, _ = entry.sampling(self.runner.suite.sampling)
         seed = (entry.seeds or tuple(self.runner.suite.sampling.seeds))[0]
-        search = self._search_of(entry.name) or ProfileSearch(
-            profile=entry.name, settings=entry.kwargs["profile"], search=plan.settings,
-            num_inference_steps=steps, true_cfg_scale=guidance, seed=seed,
-            sizes={f.id: f"{f.width}×{f.height}" for f in plan.fixtures.values()})
+        search = self._search_of(entry.name)
+        if search is None:  # on record before its first trial: a resume is held to what it ran
+            search = ProfileSearch(
+                profile=entry.name, settings=entry.kwargs["profile"], search=plan.settings,
+                num_inference_steps=steps, true_cfg_scale=guidance, seed=seed,
+                sizes={f.id: f"{f.width}×{f.height}" for f in plan.fixtures.values()})
+            self.store.put_search(search)
         for _ in range(self.runner.settings.max_restarts + 1):
             closed = self._lifetime(label, entry, plan, seed, search, progress)
             if closed is None:

@@ -4,7 +4,7 @@ own pool limit per trial), which attempt it writes and the search it runs."""
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TextIO
 
 from omniprobe.config.diffusers import profile_differences
@@ -13,7 +13,7 @@ from omniprobe.config.project import Project
 from omniprobe.config.selection import resolve_host
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.attempts import AttemptStore, SettingsChanged, open_probe_attempt
-from omniprobe.evidence.models.capacity import SearchSettings
+from omniprobe.evidence.models.capacity import SearchSettings, grid_chooser
 from omniprobe.harness.common.lifetime import ReaderFactory
 from omniprobe.harness.common.options import (
     CEILING,
@@ -48,18 +48,16 @@ class CapacitySettings(OfflineSettings):
 
 
 def search_settings(options: CapacityOptions) -> SearchSettings:
-    """The grid, refused before any work where it cannot be one (exit 2, naming the flag)."""
+    """The grid, refused before any work where it cannot be one (exit 2, naming the flag); who
+    chose it is the attempt's to say (attempt_grid)."""
     try:
         Grid(options.floor_mib, options.ceiling_mib, options.resolution_mib)
     except SearchError as exc:
         flag = ("--resolution-mib" if "resolution" in str(exc) else "--floor-mib")
         raise InputError([Problem("the command line", flag, f"{exc}")]) from None
-    defaults = CapacityOptions()
-    chosen = all(getattr(options, k) == getattr(defaults, k)
-                 for k in ("floor_mib", "ceiling_mib", "resolution_mib", "repeats"))
     return SearchSettings(floor_mib=options.floor_mib, ceiling_mib=options.ceiling_mib,
                           resolution_mib=options.resolution_mib, repeats=options.repeats,
-                          rule=RULE_VERSION, chosen_by="omniprobe" if chosen else "command line")
+                          rule=RULE_VERSION)
 
 
 class CapacitySession(OfflineSession):
@@ -111,6 +109,8 @@ class CapacitySession(OfflineSession):
 
     def run(self, ctx: Context, store: AttemptStore) -> int:
         out = ctx.out
+        self.search_plan = replace(self.search_plan,
+                                   settings=attempt_grid(store, self.search_plan.settings))
         refuse_changed_settings(store, self.entries, self.search_plan.settings)
         print(f"attempt {store.meta.id} ({self.attempt_reason})", file=out)
         probe = CapacityProbe(self.supervisor(ctx, store))
@@ -120,18 +120,32 @@ class CapacitySession(OfflineSession):
         return 1 if probe.unfinished else 0
 
 
+def attempt_grid(store: AttemptStore, search: SearchSettings) -> SearchSettings:
+    """The grid as the attempt records it: who chose it is said by the command that made the
+    attempt (its provenance), which a resume, held to the same grid, does not change."""
+    return search.model_copy(update={"chosen_by": grid_chooser(store.meta.provenance.command)})
+
+
 def refuse_changed_settings(store: AttemptStore, entries: list[OfflineEntry],
                             search: SearchSettings) -> None:
     """The resume rule, before any runner starts: a profile searched under other profile or
-    search settings than it would run with now is refused, naming each difference."""
+    search settings than it would run with now is refused, naming each difference; one not
+    searched yet runs under the attempt's grid (its searches' one), or the attempt would hold
+    two."""
     changes = {}
+    grid = store.capacity[0].search if store.capacity else None
     for entry in entries:
         done = next((s for s in store.capacity if s.profile == entry.name), None)
         if done is not None:
             found = (profile_differences(done.settings, entry.kwargs["profile"])
                      + done.search.differences(search))
-            if found:
-                changes[entry.name] = found
+        elif any(t.profile == entry.name for t in store.capacity_trials):
+            found = ["trials recorded with no search on record (a run killed before it "
+                     "recorded one): what they ran under is unknown"]
+        else:  # not searched yet: the attempt's grid holds it
+            found = [f"{d} (the attempt's grid)" for d in grid.differences(search)] if grid else []
+        if found:
+            changes[entry.name] = found
     if changes:
         raise SettingsChanged.of(store.meta.id, changes)
 
