@@ -163,3 +163,48 @@ def test_a_component_class_that_is_a_module_is_an_input_error_not_an_init_failur
     _class("transformer", "diffusers.models")(project.root / KLEIN)
     _refused_before_any_attempt(project, [f"{KLEIN}/transformer.json",
                                           "diffusers.models is no class name"])
+
+
+# --- FLUX.2 [klein] 4B's H200 host ------------------------------------------------------------
+
+KLEIN_H200 = "h200-klein-diffusers"
+
+
+def test_klein_4bs_h200_host_plans_its_profiles_from_its_own_folder():
+    """What `probe-capacity --host h200-klein-diffusers` would run, planned on the CPU: each
+    profile through Flux2KleinPipeline, built from models/flux2-klein/4b, each published count
+    held to the build."""
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.config.project import Project
+    from omniprobe.harness.offline.matrix import offline_matrix
+
+    cfg = load_hosts(REPO / "hosts.toml")
+    entries, refused, configs = offline_matrix(cfg, Project(REPO), KLEIN_H200,
+                                               cfg.hosts[KLEIN_H200], ())
+    assert refused == [] and configs.folder == "models/flux2-klein/4b"
+    assert [e.name for e in entries] == ["klein-group-leaf", "klein-group-leaf-nostream",
+                                         "klein-model-cpu", "klein-group-leaf-tiled"]
+    assert {e.kwargs["profile"]["pipeline"] for e in entries} == {"Flux2KleinPipeline"}
+    assert {e.kwargs["profile"]["use_kv_cache"] for e in entries} == {False}
+    assert entries[0].expected_parameters == {"text_encoder": (4.0, 0.0125),
+                                              "transformer": (4.0, 0.125)}
+    assert set(entries[0].kwargs["weights"]["components"]) == {"text_encoder", "tokenizer",
+                                                                "transformer", "vae"}
+
+
+@pytest.mark.parametrize("qwen_profile", ["group-leaf-kv-host-pinned",
+                                          "group-leaf-kv-host-pageable", "group-leaf-release"])
+def test_the_kv_settings_klein_cannot_take_are_refused_by_name(qwen_profile):
+    """Qwen's KV profiles asked of klein's pipeline: refused naming the setting, before any
+    runner starts (the harness asks the engine's profile_refusal, whose last word is this)."""
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe_engine.adapters import adapter_for
+
+    cfg = load_hosts(REPO / "hosts.toml")
+    profile = {**cfg.diffusers_profiles[qwen_profile].model_dump(mode="json"),
+               "pipeline": "Flux2KleinPipeline"}
+    why = adapter_for("Flux2KleinPipeline").refusal(profile)
+    asked = {"group-leaf-kv-host-pinned": "kv_placement = 'host-pinned'",
+             "group-leaf-kv-host-pageable": "kv_placement = 'host-pageable'",
+             "group-leaf-release": "release_kv_before_decode = true"}[qwen_profile]
+    assert why == f"use_kv_cache = true, {asked}: Flux2KleinPipeline has no conditioning KV cache"

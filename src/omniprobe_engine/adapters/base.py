@@ -42,7 +42,14 @@ class DiffusersAdapter:
         """Why the pipeline cannot run `profile`: a setting it has no counterpart of."""
         pipeline = setting(profile, "pipeline")
         if setting(profile, "use_kv_cache") and not self.keeps_conditioning_cache:
-            return f"use_kv_cache = true: {pipeline} has no conditioning KV cache"
+            # Name what the profile asks of the cache too: a placement or a release is refused
+            # with it.
+            asked = [f"kv_placement = {setting(profile, 'kv_placement')!r}"
+                     ] if setting(profile, "kv_placement") != "gpu" else []
+            asked += ["release_kv_before_decode = true"
+                      ] if setting(profile, "release_kv_before_decode") else []
+            return (f"use_kv_cache = true{''.join(f', {a}' for a in asked)}: {pipeline} has no "
+                    "conditioning KV cache")
         if setting(profile, "output_resolution") is not None and not self.takes_output_resolution:
             return (f"output_resolution: {pipeline} sizes condition images "
                     f"{self.own_condition_sizing}, it takes no output_resolution")
