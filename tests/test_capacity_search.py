@@ -11,7 +11,6 @@ import pytest
 from omniprobe.analysis.capacity_bands import (
     Searched,
     band_verdict,
-    pool_extremes,
     reference_contradictions,
     sweep_reading,
 )
@@ -193,26 +192,6 @@ def searched(profile, *bands):
         profile=profile, settings={}, search=SearchSettings(floor_mib=4096, ceiling_mib=32768,
                                                             resolution_mib=256, repeats=2),
         num_inference_steps=2, true_cfg_scale=1.0, seed=1, sizes={}, bands=list(bands)))
-
-
-@pytest.mark.parametrize("searches, extremes", [
-    # The seed's five profiles at 4 references: the least and most A, with every profile at each.
-    ({"nokv": searched("nokv", band(8192, 7936)), "base": searched("base", band(8192, 7936)),
-      "leaf": searched("leaf", band(18176, 17920))},
-     (8192, ("nokv", "base"), 18176, ("leaf",))),
-    # A profile that never fit within the grid has no A: it is no smallest pool, nor the most.
-    ({"leaf": searched("leaf", band(18176, 17920)), "huge": searched("huge", band(None, 32768))},
-     (18176, ("leaf",), 18176, ("leaf",))),
-    # A search that stopped on an error leaves no band to read.
-    ({"err": searched("err", CapacityBand(reference_count=4, fixture="f", trials=1,
-                                          requests_saved=0, stopped="error"))}, None),
-    ({"other-count": searched("other-count")}, None),
-])
-def test_the_smallest_and_largest_pool_at_a_count_come_only_from_bands_that_found_one(
-        searches, extremes):
-    found = pool_extremes(searches, 4)
-    assert (None if found is None else (found.least_mib, found.least, found.most_mib,
-                                        found.most)) == extremes
 
 
 def _band(fits_at, fails_at, inferred=False):

@@ -142,6 +142,6 @@ def test_an_oom_at_init_is_still_blocked_at_init(sim_only, port):
     verdict = host_verdict("sim", loaded.hosts, loaded.fixtures, loaded.evidence)
     assert (verdict.verdict, verdict.blocker, verdict.not_measured) == ("not-built", "init", ())
     appendix = render_harness(sim_only)
-    assert ("**Simulated GPU (24 GB): not-built — blocked at init: no flag set starts the server.**"
+    assert ("**Simulated GPU (24 GB): not-built** — blocked at init: no flag set starts the server."
             in appendix)
     assert "What failed outside the card" not in appendix

@@ -92,7 +92,7 @@ def reference_contradictions(found: Searched) -> list[str]:
     """Trials where more references fit in less: a count that fit at a limit at or below one
     where a smaller count failed. The search takes more references never to need less (a
     count's B bounds the next); each such pair says the boundary is noisier than that, and is
-    shown, never averaged away."""
+    shown, never averaged away. One line per such trial: repeats at one limit say it again."""
     out = []
     failed: dict[int, int] = {}  # count -> the highest limit it failed at
     for trial in found.trials:
@@ -107,7 +107,7 @@ def reference_contradictions(found: Searched) -> list[str]:
                 out.append(f"`{found.search.profile}`: {trial.reference_count} reference(s) fit "
                            f"at {trial.limit_mib:,} MiB, where {smaller} failed at {limit:,}")
                 break
-    return list(dict.fromkeys(out))
+    return out
 
 
 @dataclass(frozen=True)
@@ -230,27 +230,3 @@ def sweep_checks(runs: list[ProfileRun], searches: dict[str, Searched]) -> list[
             out.append(SweepCheck(run.profile, cell.reference_count, run.cap_mib, run.pool_mib,
                                   fits, band, sweep_reading(fits, run.pool_mib, band)))
     return out
-
-
-@dataclass(frozen=True)
-class PoolExtremes:
-    """The least and the most pool (A) any searched profile needs at one count, with the
-    profiles that need exactly that."""
-
-    least_mib: int
-    least: tuple[str, ...]
-    most_mib: int
-    most: tuple[str, ...]
-
-
-def pool_extremes(searches: dict[str, Searched], refs: int) -> PoolExtremes | None:
-    """Over the profiles whose search found an A at `refs`: a band whose search stopped, or
-    that never fit within the grid, has no A and is no smallest pool."""
-    pools = {p: s.band(refs).fits_at_mib for p, s in searches.items()
-             if s.band(refs) is not None and s.band(refs).stopped is None
-             and s.band(refs).fits_at_mib is not None}
-    if not pools:
-        return None
-    low, high = min(pools.values()), max(pools.values())
-    return PoolExtremes(low, tuple(p for p, a in pools.items() if a == low),
-                        high, tuple(p for p, a in pools.items() if a == high))

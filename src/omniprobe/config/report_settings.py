@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
@@ -51,6 +51,17 @@ class ProbeSettings(HostsTable):
         default=MAX_REFERENCE_PIXELS, gt=0, le=MAX_REFERENCE_PIXELS,
         description="The most pixels a reference image may hold; a larger one is refused before "
                     "it is decoded or sent.")
+    answer_host_ram_gib: list[Annotated[int, Field(gt=0, le=4096)]] = Field(
+        default=[16, 32, 64], min_length=1,
+        description="The host RAM sizes (GiB) the report answers for a card whose host's RAM is "
+                    "not stated; chosen by omniprobe.")
+
+    @field_validator("answer_host_ram_gib")
+    @classmethod
+    def _ascending(cls, sizes: list[int]) -> list[int]:
+        if sizes != sorted(set(sizes)):
+            raise ValueError(f"expected ascending sizes, each once; got {sizes}")
+        return sizes
 
 
 LAYOUT_PLACEHOLDERS = frozenset({"fixture", "source_name", "seed"})

@@ -14,7 +14,6 @@ from omniprobe.analysis.capacity_bands import (
     card_profiles,
     newest_searches,
     noisy_bands,
-    pool_extremes,
     reference_contradictions,
     sweep_checks,
 )
@@ -64,7 +63,6 @@ class CardRow:
     usable_mib: int
     host_ram: str  # what the card's host RAM says, where its host states it
     cells: list[str]  # by profile: what fits, with the margin
-    opening: str  # the target count's smallest pools against this card's, in one line
 
 
 @dataclass(frozen=True)
@@ -81,7 +79,8 @@ class CapacitySearchView:
     checked: int
     readings: dict[str, int]  # agrees / uncertain / contradicts -> cells
     disagreements: list[str]  # every cell that does not agree, in words
-    contradictions: list[str]  # trials where more references fit in less
+    contradictions: list[str]  # trials where more references fit in less, each said once
+    contradicting_trials: int  # how many trials those are (repeats at one limit included)
     noise: list[str]  # bands wider than two steps of the grid, with their trials
     spans: list[str]  # profiles whose curve took more than one runner
     figure_path: str
@@ -124,36 +123,6 @@ def card_cell(found: CardProfile) -> str:
     return "; ".join(parts)
 
 
-def opening_words(usable_mib: int, searches: dict[str, Searched],
-                  found: dict[str, CardProfile], order: list[str], target: int,
-                  host_ram_mib: int | None, first: bool = True) -> str:
-    """How many searched profiles this card's usable pool fits at the target count, after (for
-    the `first` card, so it is said once) the least and most A there; a count whose search
-    stopped has no A and is left out. Where the card's host RAM is stated and no searched
-    profile stayed within it, the fit is the GPU's alone, and it says so."""
-    extremes = pool_extremes({p: searches[p] for p in order}, target)
-    if extremes is None:
-        return f"no band at {target} references"
-
-    def named(profiles: tuple[str, ...]) -> str:
-        return ", ".join(f"`{p}`" for p in profiles)
-
-    fitting = [p for p in order if p in found and target in found[p].fitting]
-    short = [f"`{p}` {', '.join(map(str, found[p].fitting)) or 'none'}" for p in order
-             if p in found and p not in fitting]
-    need = (f"{target} references need {extremes.least_mib:,} MiB of torch's pool "
-            f"({named(extremes.least)}) to {extremes.most_mib:,} ({named(extremes.most)}); "
-            if first else "")
-    searched = sum(1 for p in order if searches[p].band(target) is not None)
-    gpu_only = (host_ram_mib is not None
-                and not any(c.host_ram == "within" for c in found.values()))
-    return (f"{need}this card's usable {usable_mib:,} MiB fits {len(fitting)} of {searched} "
-            f"searched profiles at {target}" + (f" (the rest fit: {'; '.join(short)})"
-                                                if short else "")
-            + (f", the GPU alone: with its host's {host_ram_mib / 1024:g} GiB of RAM none of "
-               "them fits" if gpu_only else ""))
-
-
 def _source(mib: int, card: Card, field: str) -> str:
     return f"{mib:,} ({getattr(card, field).kind})"
 
@@ -185,9 +154,8 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
             _source(card.other_processes_mib, card, "other_processes_source"),
             card.usable_pool_mib,
             host_ram_words(list(found.values()), None if ram is None else f"{ram / 1024:g}"),
-            [card_cell(found[p]) for p in order],
-            opening_words(card.usable_pool_mib, searches, found, order, counts[-1], ram,
-                          first=not cards)))
+            [card_cell(found[p]) for p in order]))
+    contradicting = [line for p in order for line in reference_contradictions(searches[p])]
     checks = sweep_checks(runs, searches)
     readings = {r: sum(c.reading == r for c in checks)
                 for r in ("agrees", "uncertain", "contradicts")}
@@ -211,7 +179,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         first.num_inference_steps, ", ".join(sorted(set(first.sizes.values()))),
         [f"{n} ref{'' if n == 1 else 's'}" for n in counts], order, rows, cards, len(checks),
         readings, [c.text() + f": {c.reading}" for c in checks if c.reading != "agrees"],
-        [line for p in order for line in reference_contradictions(searches[p])],
+        list(dict.fromkeys(contradicting)), len(contradicting),
         [line for p in order for line in noisy_bands(searches[p])],
         [f"`{p}` ({searches[p].runners})" for p in order if searches[p].runners > 1],
         FIGURE.as_posix(), svg)

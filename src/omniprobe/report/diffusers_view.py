@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from omniprobe.analysis.capacity_bands import newest_searches
 from omniprobe.analysis.diffusers_capacity import (
     DTYPE_BYTES,
     CapacityCell,
@@ -28,6 +29,7 @@ from omniprobe.evidence.load import Evidence
 from omniprobe.evidence.models.statements import StatedFigure
 from omniprobe.evidence.quantities import Range
 from omniprobe.evidence.validate import Loaded
+from omniprobe.report.answers_view import AnswerTable, answer_table
 from omniprobe.report.calibration_view import CalibrationView, calibration_views, card_host_ram_mib
 from omniprobe.report.capacity_view import CapacitySearchView, capacity_search_view
 
@@ -150,41 +152,11 @@ class DiffusersSection:
     sweep: list[SweepRow]  # over every full-size emulated host's caps together
     calibrations: list[CalibrationView]  # the seed's real Diffusers runs against the emulation
     capacity: CapacitySearchView | None  # the capacity search's bands, cards and figure
-    # By real card (its host key): what these measurements add to its verdict, one line each.
-    opening: dict[str, list[tuple[str, str]]]
+    answers: AnswerTable | None  # what runs on each card and host
 
 
 def _gib(mib: int) -> str:
     return f"{mib / 1024:g}"
-
-
-def verdict_text(capacity: CardCapacity) -> str:
-    target = capacity.target
-    if capacity.verdict == "fits":
-        under = ", ".join(f"`{f.profile}`" + (f" (peak {f.peak_mib:,.0f} MiB reserved)"
-                                               if f.peak_mib is not None else "")
-                          for f in capacity.fits)
-        return f"{target} references **fit** under {under}"
-    if capacity.verdict == "fits the GPU only":
-        under = ", ".join(f"`{f.profile}`" + (f" (held {f.host_ram_peak_mib / 1024:.1f} GiB)"
-                                               if f.host_ram_peak_mib is not None else "")
-                          for f in capacity.gpu_only)
-        return (f"{target} references fit the GPU under {under}, but **not the card's host**: "
-                f"each such run held more RAM than the host's {_gib(capacity.host_ram_mib)} GiB, "
-                "or did not record what it held")
-    if capacity.verdict == "does not fit":
-        return f"{target} references fit under **no** profile measured"
-    return f"{target} references not measured yet"
-
-
-def opening_verdict(capacity: CardCapacity) -> str:
-    """The capacity verdict in a few words: the profiles, their peaks left to the tables."""
-    if capacity.verdict == "fits":
-        fits = [f"`{f.profile}`" for f in capacity.fits]
-        return (f"{capacity.target} references **fit** under {len(fits)} profile(s): "
-                + ", ".join(fits) + (", with the card's host RAM" if capacity.host_ram_mib
-                                     else ""))
-    return verdict_text(capacity)
 
 
 def host_ram_text(runs: list[ProfileRun], host_ram_gib: float | None, note: str | None) -> str:
@@ -391,6 +363,10 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     host_ram_of = {key: card_host_ram_mib(card, None) for key, card in
                    ((h.card, h) for h in hosts.hosts.values() if h.card is not None)}
     capacity = capacity_search_view(loaded, all_runs, host_ram_of)
+    answers = answer_table(hosts.stack.model_repo.split("/")[-1], hosts,
+                           newest_searches(loaded.evidence), all_runs, host_ram_of, default_size,
+                           {h.card for h in hosts.hosts.values() if h.card and h.diffusers is None
+                            and h.emulation is None and not h.simulated})
     return DiffusersSection(
         views, columns, [f"{n} ref{'' if n == 1 else 's'}" for n in columns], columns[0], target,
         hosts.stack.model_repo.split("/")[-1], [v.emulates for v in full if v.emulates],
@@ -398,9 +374,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
         DTYPE_BYTES["bfloat16"], arch, kv, [_size_row(z) for z in sizes],
         compared, unconfirmed, steps, sweep, calibrations,
-        capacity, openings(hosts, full, capacity, calibrations, compared,
-                           next((a.host for a in loaded.evidence.attempts for f in a.figures
-                                 if f.key == "kv_per_reference"), None)))
+        capacity, answers)
 
 
 def _size_row(z: KvBySize) -> KvSizeRow:
@@ -413,35 +387,3 @@ def _size_row(z: KvBySize) -> KvSizeRow:
                      f"{kib.min:g}" if kib.min == kib.max else f"{kib.min:g}–{kib.max:g}", tokens,
                      "not recorded" if z.bytes_per_reference is None
                      else _gib_text(z.bytes_per_reference))
-
-
-def openings(hosts: HostsConfig, full: list[DiffusersHostView],
-             capacity: CapacitySearchView | None, calibrations: list[CalibrationView],
-             compared: list[Comparison], estimate_host: str | None
-             ) -> dict[str, list[tuple[str, str]]]:
-    """For each real card an emulation stands for: its capacity verdict in Diffusers, the
-    smallest pool the search found against the card's own, the cache against the seed's estimate
-    (on the card whose evidence states it), and how the emulation stands against a real run."""
-    out: dict[str, list[tuple[str, str]]] = {}
-    default_label = per_reference(hosts.diffusers_profile_defaults.output_resolution)
-    for v in full:
-        card_key = hosts.host(v.key).emulation.emulates
-        lines = [("In Diffusers, capped at " + v.cap_text, opening_verdict(v.capacity))]
-        row = next((c for c in capacity.cards if c.key == card_key), None) if capacity else None
-        if row is not None:
-            lines.append(("Smallest pool, found by search", row.opening))
-        estimate = next((c for c in compared if c.what == default_label
-                         and c.seed_about.startswith("vLLM-Omni")), None)
-        if estimate is not None and card_key == estimate_host:
-            lines.append(("The conditioning KV, counted", (
-                f"{estimate.measured} {estimate.what} in Diffusers' own cache against "
-                f"vLLM-Omni's {estimate.seed} estimated from peak deltas: {estimate.reading}")))
-        for c in calibrations:
-            if c.host_key == v.key:
-                line = ("Against the seed's real Diffusers run", c.finding or c.agreement)
-                # An emulation that contradicts a real run is the first thing said of it.
-                lines.insert(0, line) if c.finding else lines.append(line)
-        out.setdefault(card_key, []).extend(lines)
-    return out
-
-

@@ -52,6 +52,13 @@ def refs(n: int) -> str:
     return f"{n} reference" + ("" if n == 1 else "s")
 
 
+def count_range(counts: list[int]) -> str:
+    """'1–4' for a run of consecutive counts, else '0, 2' (counts ascending)."""
+    if len(counts) > 1 and counts == list(range(counts[0], counts[-1] + 1)):
+        return f"{counts[0]}–{counts[-1]}"
+    return ", ".join(map(str, counts))
+
+
 def names(items) -> str:
     """'a', 'a and b', 'a, b and c'."""
     items = list(items)

@@ -28,7 +28,7 @@ from omniprobe.evidence.models.common import OomSignature
 from omniprobe.evidence.models.runs import InitResult
 from omniprobe.evidence.models.statements import CodeLocation
 from omniprobe.evidence.quantities import Range, size_mib
-from omniprobe.report.filters import flat_kwargs, names, num, refs, span
+from omniprobe.report.filters import count_range, flat_kwargs, names, num, refs, span
 
 UNQUANTIZED = "BF16"  # the seed report's name for the model's unquantized weights
 MIB_PER_MB = 1000**2 / 1024**2
@@ -162,10 +162,7 @@ def binding_line(s) -> Line | None:
     v, hosts = s.verdict, s.hosts
     if v.blocker == "init":
         oom = s.init_oom
-        text = (
-            f"init fails before any flag acts: all {len(v.failed_init)} flag sets run out of memory "
-            "while the server starts"
-        )
+        text = f"all {len(v.failed_init)} flag sets run out of memory while the server starts"
         if oom is not None:
             text += f", at the same {oom.requested} allocation in `{oom.location.function or oom.location}`"
         return Line("What binds", text)
@@ -175,24 +172,19 @@ def binding_line(s) -> Line | None:
     if signature is None:
         return Line("What binds", f"{refs(v.target_refs)} run out of memory; no OOM signature is recorded")
     dtype = "" if any(quantization(hosts, f) for f in cap.flag_sets) else f"{UNQUANTIZED} "
-    text = (
-        f"the resident {dtype}working set plus a {signature.requested} activation in "
-        f"{where(signature.location, s.collect('code_read'))}"
-    )
-    per_ref = kv_per_reference_gib(s.kv)
-    check = s.estimates.get("kv_per_reference")
-    noise = (f", within the cells' own {num(check.spread)} GiB spread"
-             if check is not None and check.below_spread else "")
-    growth = (f"its size only estimated, from server-peak growth of {span(per_ref)} GiB per "
-              f"reference{noise}" if per_ref else "")
+    # The failing allocation is the first that did not fit, not the whole gap: "at least".
+    text = (f"the resident {dtype}working set: the first failing allocation asks "
+            f"{signature.requested} in {where(signature.location, s.collect('code_read'))}")
     shrunk = shrunk_cache_ooms(s, signature.requested)
     if shrunk:
-        text += (
-            f", not the conditioning KV ({growth + '; ' if growth else ''}with it quantized, "
-            f"{names(shrunk)} still fail{'s' if len(shrunk) == 1 else ''} on the same ask)"
-        )
+        runs = f"{len(shrunk)} run{'s' if len(shrunk) > 1 else ''} with the conditioning KV"
+        text += (f"; {runs} quantized fail{'s' if len(shrunk) == 1 else ''} on it too, so the KV "
+                 "is not what binds (its size here is unmeasured)")
     elif kv_excluded(s, signature.requested):
-        text += f", not the conditioning KV ({growth})"
+        # Excluded by the estimate alone: the estimate is what the reader is given.
+        per_ref = kv_per_reference_gib(s.kv)
+        text += ("; the KV is not what binds (its size only estimated, from server-peak growth "
+                 f"of {span(per_ref)} GiB per reference)")
     return Line("What binds", text)
 
 
@@ -283,7 +275,7 @@ def unlock_lines(s) -> list[Line]:
         lines.append(
             Line(
                 f"What {flag_set} does",
-                f"{shown} fits {which} ({names(str(n) for n in counts)} references), and {outcome}",
+                f"{shown} fits {which} ({count_range(counts)} references), and {outcome}",
             )
         )
     return lines
@@ -297,14 +289,12 @@ def change_line(s) -> Line | None:
         return None
     label = "What would change it"
     if v.blocker == "init":
-        return Line(label, "a load/init path that fits the card, which no flag set gives; not a "
-                           "spill path for the conditioning KV: the server fails before the "
-                           "cache exists")
+        return Line(label, "a load path that fits the card, which no flag set gives; not a KV "
+                           "spill path: the server fails before the cache exists")
     _, signature = _capacity_signature(v)
     if signature is not None and kv_excluded(s, signature.requested):
-        return Line(label, f"a resident working set leaner by the {signature.requested} ask at "
-                           f"{refs(v.target_refs)}, with sound output; not a spill path for the "
-                           "conditioning KV: it is not what binds")
+        return Line(label, f"a working set leaner by at least the {signature.requested} ask at "
+                           f"{refs(v.target_refs)}, with sound output; not a KV spill path")
     return Line(label, "not shown: no measurement excludes the conditioning KV, so a spill path "
                        "for it might")
 
@@ -315,13 +305,18 @@ def opening_lines(s) -> list[Line]:
 
 
 def headline(s) -> str:
+    """The card, its verdict, and what the verdict means here, in a few words."""
     v = s.verdict
     cap = s.hosts.emulated_cap_mib(s.key) if s.host.emulation is not None else None
     size = f"{num(cap)} MiB emulated" if cap else f"{s.host.vram_gb} GB"
-    text = f"**{s.host.name} ({size}): {v.verdict}"
-    if v.verdict == "not-built" and v.blocker == "init":
-        text += " — blocked at init: no flag set starts the server"
-    return text + ".**"
+    if v.verdict != "not-built":
+        return f"**{s.host.name} ({size}): {v.verdict}.**"
+    return f"**{s.host.name} ({size}): {v.verdict}** — " + {
+        "init": "blocked at init: no flag set starts the server",
+        "capacity": f"no flag set serves {refs(v.target_refs)} with sound output",
+        "structure": f"what fits {refs(v.target_refs)} returns broken output",
+        "untested": f"no flag set was asked for {refs(v.target_refs)}",
+    }[v.blocker] + "."
 
 
 def summary(s) -> str | None:

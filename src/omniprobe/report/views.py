@@ -33,7 +33,7 @@ from omniprobe.evidence.validate import Loaded
 from omniprobe.report import verdict_lines as vl
 from omniprobe.report.diffusers_view import diffusers_section
 from omniprobe.report.emulation_view import emulation_section
-from omniprobe.report.filters import flags_text, names, num
+from omniprobe.report.filters import count_range, flags_text, names, num
 from omniprobe.report.follow_through import follow_through
 from omniprobe.report.host_section import HostSection, ServeRunRow, TimelineFigure
 from omniprobe.report.paths import DETAILS_FILE, HARNESS_FILE, TIMELINES_DIR
@@ -176,8 +176,11 @@ def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
         "serve": hosts.serve,
         "fixtures": loaded.fixtures,
         "target": hosts.probe.target_reference_count,
+        # An edit takes one reference image at least.
+        "edit_counts": count_range(list(range(1, hosts.probe.target_reference_count + 1))),
         "sections": sections,
         "real": [s for s in real if s.has_evidence],
+        "real_cards": {s.host.card for s in real if s.has_evidence and s.host.card},
         "unprobed": [s for s in study if not s.has_evidence and not s.host.simulated],
         # An emulated simulated host is simulated: it goes to HARNESS.md with the others.
         "simulated": [s for s in sections if s.host.simulated and s.has_evidence],

@@ -1,0 +1,216 @@
+"""The report's answer per card and host, one table per model: for each card in hosts.toml and
+each host RAM (the card's own host's where stated, else [probe] answer_host_ram_gib), which
+searched profile runs each reference count, and the opening's line per card in plain words. Every
+decision is analysis/card_answers.py's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import groupby
+
+from omniprobe.analysis.capacity_bands import Searched
+from omniprobe.analysis.card_answers import (
+    HOST_SHORT,
+    HOST_UNKNOWN,
+    MARGIN,
+    NO_FIT,
+    NOT_SEARCHED,
+    RUNS,
+    Answer,
+    CardFigures,
+    answer,
+    candidates_at,
+    host_needs,
+    settings_words,
+)
+from omniprobe.analysis.diffusers_capacity import ProfileRun
+from omniprobe.config.cards import Card
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.report.filters import count_range
+
+GRADES = {
+    "measured": "measured on the card itself",
+    "emulated": "measured on the H200 with its memory capped like the card's",
+    "derived": "derived from a band of the capacity search and the card's sourced figures",
+    "assumed": "derived, with some of the figures assumed",
+}
+
+
+def card_figures(card: Card) -> CardFigures:
+    """The card's usable pool, with each figure hosts.toml marks as assumed, and its value."""
+    assumed = tuple(f"{label} {getattr(card, field):,} MiB" for label, field in (
+        ("memory.total", "memory_total_mib"), ("overhead", "overhead_mib"),
+        ("other processes", "other_processes_mib"))
+        if getattr(card, field.replace("_mib", "_source")).kind == "assumed")
+    return CardFigures(card.name, card.usable_pool_mib, assumed)
+
+
+def group_text(answers: list[Answer]) -> str:
+    """One run of counts with the same status and profile, in words: the least margin over them,
+    the largest relative time."""
+    first, counts = answers[0], count_range([a.count for a in answers])
+    p = f"`{first.profile}`"
+    if first.status == RUNS:
+        spare = min(a.margin_mib for a in answers)
+        slow = max((a.relative_speed or 1.0) for a in answers)
+        return (f"{counts}: {p}, {spare:,} MiB spare"
+                + (f", {slow:g}× the fastest GPU fit's time" if slow > 1.0 else ""))
+    if first.status == MARGIN:
+        return f"{counts}: {p} at the margin"
+    if first.status == HOST_SHORT:
+        need = max(a.host_need_mib for a in answers)
+        return f"{counts}: none; the least host need is {need / 1024:.1f} GiB ({p})"
+    if first.status == HOST_UNKNOWN:
+        return f"{counts}: {p} fits the GPU, its host need not measured"
+    if first.status == NO_FIT:
+        short = [-a.margin_mib for a in answers if a.margin_mib is not None]
+        return f"{counts}: none" + (f"; {p} is {max(short):,} MiB short of A" if short else "")
+    return f"{counts}: {NOT_SEARCHED}"
+
+
+def row_text(answers: list[Answer]) -> str:
+    return "; ".join(group_text(list(g)) for _, g in
+                     groupby(answers, key=lambda a: (a.status, a.profile)))
+
+
+@dataclass(frozen=True)
+class AnswerRow:
+    card: str
+    host_ram: str  # "30 GiB (its host's)" or "16 or 32 GiB"
+    what_runs: str
+    grade: str
+    assumptions: list[str]
+    answers: tuple[Answer, ...]
+    ram_mib: tuple[int, ...]
+    stated: bool  # the card's own host's RAM, not a size chosen by omniprobe
+
+
+@dataclass(frozen=True)
+class AnswerTable:
+    model: str
+    counts: list[int]
+    steps: int  # the search's steps a request: what the relative times ran at
+    rows: list[AnswerRow]
+    profiles: list[tuple[str, str]]  # each profile the table names, with its settings in words
+    grades: dict[str, str]
+    seed_cards: dict[str, str]  # by card key: a seed card's answer in one line of plain words
+    other_cards: list[tuple[str, str]]  # the other cards, those that read alike together
+    nothing_runs: list[str]  # host RAM sizes where nothing runs on any other card
+    least_host_need_mib: float | None  # the least any searched profile holds in host RAM
+
+    @property
+    def grades_in_use(self) -> dict[str, str]:
+        used = {r.grade for r in self.rows}
+        return {g: text for g, text in self.grades.items() if g in used}
+
+    @property
+    def assumptions(self) -> list[str]:
+        """Each assumption once, with the cards it holds for ("every card" where all)."""
+        cards = list(dict.fromkeys(r.card for r in self.rows))
+        held: dict[str, list[str]] = {}
+        for r in self.rows:
+            for x in r.assumptions:
+                held.setdefault(x, [])
+                if r.card not in held[x]:
+                    held[x].append(r.card)
+        return [f"{x} ({'every card' if on == cards else ', '.join(on)})"
+                for x, on in held.items()]
+
+
+def _ram_text(rams: list[int], stated: bool) -> str:
+    gib = [f"{r / 1024:g}" for r in rams]
+    return f"{gib[0]} GiB (its host's)" if stated else " or ".join(gib) + " GiB"
+
+
+def _plain(answers: list[Answer], words: dict[str, str]) -> str:
+    """A row's answer for the opening, from one reference on: each run of counts in words with
+    the profile's id after it, its speed against the fastest GPU fit, and its grade."""
+    parts = []
+    edits = [a for a in answers if a.count > 0]
+    for (status, profile), group in groupby(edits, key=lambda a: (a.status, a.profile)):
+        group = list(group)
+        counts = count_range([a.count for a in group])
+        refs = "reference" if counts == "1" else "references"
+        grade = "assumed" if any(a.assumptions for a in group) else "derived"
+        if status == RUNS:
+            slow = max((a.relative_speed or 1.0) for a in group)
+            speed = "" if slow == 1.0 else f"{slow:g}× the fastest GPU fit's time; "
+            parts.append(f"{counts} {refs} with {words[profile]} (`{profile}`; {speed}{grade})")
+        elif status == HOST_SHORT:
+            parts.append("nothing searched runs")
+        elif status == MARGIN:
+            parts.append(f"{counts} {refs} only at the margin")
+        else:
+            parts.append(f"{counts} {refs}: nothing searched fits the GPU")
+    return "; ".join(parts)
+
+
+def _short_everywhere(row: AnswerRow) -> float | None:
+    """The least host need where no count from one reference on runs for want of host RAM."""
+    edits = [a for a in row.answers if a.count > 0]
+    if edits and all(a.status == HOST_SHORT for a in edits):
+        return max(a.host_need_mib for a in edits)
+    return None
+
+
+def _ram_words(row: AnswerRow) -> str:
+    gib = " or ".join(f"{r / 1024:g}" for r in row.ram_mib)
+    return f"its host's {gib} GiB" if row.stated else f"{gib} GiB"
+
+
+def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
+                 runs: list[ProfileRun], host_ram_of: dict[str, int | None],
+                 default_resolution: int, seed_cards: set[str]) -> AnswerTable | None:
+    """The table for one model's searched profiles, and the opening's lines: each of the seed's
+    cards in full; the other cards grouped where their answers read alike, with the host RAM
+    sizes where nothing runs on any of them said once. None where nothing was searched."""
+    if not searches:
+        return None
+    profiles = hosts.diffusers_profiles
+    needs = host_needs(runs, profiles)
+    counts = sorted({b.reference_count for s in searches.values() for b in s.search.bands})
+    at = {n: candidates_at(n, searches, profiles, needs, default_resolution) for n in counts}
+    words = {p: settings_words(profiles[p], default_resolution) for p in searches}
+    rows: list[AnswerRow] = []
+    by_card: dict[str, list[AnswerRow]] = {}
+    for key, card in hosts.cards.items():
+        figures = card_figures(card)
+        stated = host_ram_of.get(key)
+        rams = [stated] if stated else [g * 1024 for g in hosts.probe.answer_host_ram_gib]
+        by_ram = {ram: tuple(answer(figures, ram, n, at[n]) for n in counts) for ram in rams}
+        # Host RAM sizes with the same answer share a row.
+        for texts, group in groupby(rams, key=lambda r: row_text(list(by_ram[r]))):
+            group = tuple(group)
+            answers = by_ram[group[-1]]
+            assumptions = list(dict.fromkeys(x for a in answers for x in a.assumptions))
+            row = AnswerRow(card.name, _ram_text(list(group), bool(stated)), texts,
+                            "assumed" if assumptions else "derived", assumptions, answers,
+                            group, bool(stated))
+            rows.append(row)
+            by_card.setdefault(key, []).append(row)
+    seed = {key: "; ".join(f"with {_ram_words(r)} RAM, {_plain(list(r.answers), words)}"
+                           for r in mine)
+            for key, mine in by_card.items() if key in seed_cards}
+    others: dict[str, list[str]] = {}
+    short: dict[tuple[int, ...], float] = {}  # RAM sizes -> the least need there
+    for key, mine in by_card.items():
+        if key in seed_cards:
+            continue
+        said = []
+        for r in mine:
+            need = _short_everywhere(r)
+            if need is None:
+                said.append(f"with {_ram_words(r)} RAM, {_plain(list(r.answers), words)}")
+            else:
+                short[r.ram_mib] = max(short.get(r.ram_mib, 0.0), need)
+        if said:
+            others.setdefault("; ".join(said), []).append(hosts.cards[key].name)
+    named = {a.profile for r in rows for a in r.answers if a.profile}
+    return AnswerTable(
+        model, counts, next(iter(searches.values())).search.num_inference_steps, rows,
+        [(p, words[p]) for p in searches if p in named], GRADES, seed,
+        [(", ".join(cards), line) for line, cards in others.items()],
+        [f"with {' or '.join(f'{r / 1024:g}' for r in ram)} GiB RAM nothing searched runs on "
+         "them" for ram in short],
+        min((max(n.peak_mib, n.pinned_mib) for p, n in needs.items() if p in searches),
+            default=None))
