@@ -123,7 +123,11 @@ def test_a_calibration_refused_renders_no_agreement(repo_copy, monkeypatch, caps
     assert repo_copy.report_file.read_bytes() == report
 
 
-def test_a_card_without_real_evidence_yet_reads_nothing_and_is_not_refused(repo_copy):
-    shutil.rmtree(repo_copy.root / "evidence/rtx5080")
+@pytest.mark.parametrize("gone", ["evidence/rtx5080", "evidence/rtx5080/seed-5080-1-init-matrix/"
+                                  "figures.json", f"evidence/rtx3090/{SEALED}"])
+def test_a_card_without_its_figures_or_baseline_yet_reads_nothing_and_is_not_refused(repo_copy,
+                                                                                       gone):
+    path = repo_copy.root / gone
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
     _, problems = load_project(repo_copy)
-    assert not [p for p in problems if "[calibrations.b2g]" in p.path], problems
+    assert not [p for p in problems if "[calibrations." in p.path], problems

@@ -21,10 +21,9 @@ Finding = tuple[str, str]
 
 def calibration_findings(cal: Calibration, card_host: str, evidence: Evidence) -> Iterator[Finding]:
     """How `cal`'s real run, read from host `card_host`'s evidence, is not one the report may
-    hold the emulation against. A card with no real evidence yet reads nothing (the report
-    shows no calibration of it), so nothing is read wrong."""
-    if not evidence.for_host(card_host):
-        return
+    hold the emulation against. A card whose evidence holds no figure (no sealed baseline) yet
+    reads nothing from it (the report shows no calibration of it), so nothing is read wrong;
+    one that holds some holds the one named."""
     if cal.figure is not None:
         yield from _figure_findings(cal.figure, card_host, evidence)
     if cal.baseline_attempt is not None:
@@ -35,10 +34,11 @@ def _figure_findings(key: str, card_host: str, evidence: Evidence) -> Iterator[F
     """The figure is the card's own evidence's (no simulated or emulated attempt's), and states
     a whole count of references: a latency, a size or a fraction is no count."""
     found = [(a, f) for a in evidence.for_host(card_host) for f in a.figures if f.key == key]
-    if not found:
-        held = sorted({f.key for a in evidence.for_host(card_host) for f in a.figures})
+    held = sorted({f.key for a in evidence.for_host(card_host) for f in a.figures})
+    if not found and held:
         yield ("figure", f"{key!r} is not a figure of host {card_host!r}'s evidence, whose "
-                         f"real run it reads (its figures: {', '.join(held) or 'none'})")
+                         f"real run it reads (its figures: {', '.join(held)})")
+    if not found:
         return
     attempt, figure = found[0]
     where = f"{attempt.path / 'figures.json'}"
@@ -56,8 +56,9 @@ def _baseline_findings(attempt_id: str, card_host: str, evidence: Evidence) -> I
     found = [a for a in evidence.attempts if a.id == attempt_id]
     if not found:
         held = [a.id for a in evidence.for_host(card_host) if a.baseline is not None]
-        yield ("baseline_attempt", f"no attempt {attempt_id!r} under evidence/ (host "
-                                   f"{card_host!r}'s baselines: {', '.join(held) or 'none'})")
+        if held:
+            yield ("baseline_attempt", f"no attempt {attempt_id!r} under evidence/ (host "
+                                       f"{card_host!r}'s baselines: {', '.join(held)})")
         return
     for attempt in found:
         if attempt.host != card_host:

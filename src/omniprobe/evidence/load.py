@@ -8,6 +8,7 @@ measured by this package on a named host, or simulated.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -139,8 +140,9 @@ def stray_files(folder: Path, meta: Attempt) -> list[Problem]:
     profile-settings.json in a capacity attempt, which would be folded into an offline.json)."""
     if meta.provenance.kind == "transcribed":
         return []
-    suffix = next((s for s in KIND_FILES if meta.id.endswith(s)), None)
-    if suffix is None:
+    suffix = next((s for s in KIND_FILES if re.fullmatch(
+        rf"\d{{4}}-\d\d-\d\dT\d{{6}}Z(\.\d{{3}})?-{re.escape(meta.host)}{s}", meta.id)), None)
+    if suffix is None:  # an id omniprobe's commands never give (attempts.new_attempt_id)
         return []
     held = KIND_FILES[suffix]
     return [Problem(str(child), "", f"a {suffix[1:]} attempt holds {' and '.join(held)} beside "
