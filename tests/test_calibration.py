@@ -15,7 +15,7 @@ from omniprobe.analysis.calibration import (
     observed,
     reading,
     slowdown,
-    speed_reference,
+    wall_baseline,
 )
 from omniprobe.analysis.diffusers_capacity import CapacityCell, HostRam, ProfileRun
 from omniprobe.config.diffusers import DiffusersProfile
@@ -67,15 +67,16 @@ def profile(**given) -> DiffusersProfile:
                                "quantize_dit": "int8-weight-only", "steps": 2, **given})
 
 
-def test_a_wall_is_held_against_leaf_offload_with_streams_of_the_same_quantisation():
-    grid = {"leaf-stream": profile(use_stream=True),
-            "leaf-stream-te8": profile(use_stream=True, quantize_text_encoder="int8-weight-only"),
-            "leaf-lowmem": profile(use_stream=True, low_cpu_mem_usage=True),
-            "block": profile(offload="group-block")}
-    assert speed_reference(profile(), grid) == "leaf-stream"
-    assert speed_reference(profile(quantize_text_encoder="int8-weight-only"),
-                           grid) == "leaf-stream-te8"
-    assert speed_reference(profile(steps=20), grid) is None  # other steps: no reference
+@pytest.mark.parametrize("walls, baseline", [
+    # one baseline per table and count: its fastest fit, whatever the row's placement or work
+    ({"seed-baseline-te8": 7.4, "int8-leaf-nostream": 31.8, "int8-block-nostream-te8": 28.2},
+     "seed-baseline-te8"),
+    ({"killed": None, "slow": 30.0, "fast": 25.0}, "fast"),
+    ({"killed": None}, None),       # nothing fit: no ratio is given
+    ({"a": 5.0, "b": 5.0}, "a"),    # a tie, by name
+])
+def test_a_tables_walls_are_held_against_its_fastest_fit(walls, baseline):
+    assert wall_baseline(walls) == baseline
     assert slowdown(30.0, 7.5) == 4.0 and slowdown(30.0, None) is None
     assert slowdown(None, 7.5) is None
 

@@ -3,7 +3,7 @@ what it is refused with, and what it affects (GPU memory, host memory, speed).
 
 hosts.toml's profiles are validated by a model made from this table (omniprobe/config/
 diffusers.py DiffusersProfile); the engine reads a profile's values through `setting`; the
-analysis groups profiles by what the knobs affect (`host_footprint_knobs`, `work_knobs`). None
+analysis groups profiles by what the knobs affect (`host_footprint_knobs`). None
 of them restates a knob. Standard library only: the runner imports it too.
 """
 
@@ -32,8 +32,6 @@ class Knob:
     bounds: dict[str, Any] = field(default_factory=dict)  # the value's (a list's: its own)
     item_bounds: dict[str, Any] = field(default_factory=dict)  # a list's items'
     refused: str = ""  # when a profile setting it is refused, before any runner starts
-    # Where the weights live and how they move: a speed comparison holds the rest equal.
-    placement: bool = False
     # Read by the request (sampling), not the build: a profile may take it from the defaults.
     sampling: bool = False
 
@@ -50,7 +48,7 @@ KNOBS: tuple[Knob, ...] = (
          description="The dtype every component is built in.",
          applied="torch_dtype of the build (random weights: each unit filled in it)",
          affects=(GPU_MEMORY, HOST_MEMORY, SPEED)),
-    Knob("offload", str, choices=OFFLOADS, placement=True,
+    Knob("offload", str, choices=OFFLOADS,
          description="none: every component on the GPU; model-cpu: enable_model_cpu_offload() "
                      "(whole components move to the GPU in turn); group-leaf: "
                      "diffusers.hooks.apply_group_offloading at leaf level; group-block: the same "
@@ -62,18 +60,18 @@ KNOBS: tuple[Knob, ...] = (
          affects=(GPU_MEMORY, HOST_MEMORY, SPEED),
          refused="anything but none on a machine without CUDA; a placement the adapter's "
                  "pipeline does not allow"),
-    Knob("use_stream", bool, default=False, placement=True,
+    Knob("use_stream", bool, default=False,
          description="Group offload only: apply_group_offloading's use_stream, CUDA streams that "
                      "prefetch the next group; with low_cpu_mem_usage false every offloaded "
                      "tensor is copied into page-locked host memory, which no swap can take.",
          applied="apply_group_offloading(use_stream=...)", affects=(HOST_MEMORY, SPEED),
          refused="set without group offload"),
-    Knob("low_cpu_mem_usage", bool, default=False, placement=True,
+    Knob("low_cpu_mem_usage", bool, default=False,
          description="Group offload with streams only: pin each tensor on the fly as it is "
                      "onloaded instead of keeping a page-locked copy.",
          applied="apply_group_offloading(low_cpu_mem_usage=...)", affects=(HOST_MEMORY, SPEED),
          refused="set without group offload with streams"),
-    Knob("record_stream", bool, default=False, placement=True,
+    Knob("record_stream", bool, default=False,
          description="Group offload with streams only: apply_group_offloading's record_stream.",
          applied="apply_group_offloading(record_stream=...)", affects=(GPU_MEMORY, SPEED),
          refused="set without group offload with streams"),
@@ -89,7 +87,6 @@ KNOBS: tuple[Knob, ...] = (
          applied="the call's use_kv_cache", affects=(GPU_MEMORY, SPEED),
          refused="true for a pipeline that keeps no conditioning cache"),
     Knob("kv_placement", str, default="gpu", choices=("gpu", "host-pinned", "host-pageable"),
-         placement=True,
          description="Where the conditioning KV cache lives between steps, where use_kv_cache "
                      "keeps one: gpu, the pipeline's own; host-pinned or host-pageable, host "
                      "copies each step copies back to the GPU one layer at a time (kv_host.py).",
@@ -153,10 +150,3 @@ def setting(profile: dict, name: str) -> Any:
 def host_footprint_knobs() -> tuple[str, ...]:
     """The knobs that decide what a profile holds in host memory (its placement and precision)."""
     return tuple(k.name for k in KNOBS if HOST_MEMORY in k.affects and k.name != "pipeline")
-
-
-def work_knobs() -> tuple[str, ...]:
-    """The knobs that change the work a request does, not where the weights live: a speed
-    comparison holds these equal and lets the placement knobs differ."""
-    return tuple(k.name for k in KNOBS if SPEED in k.affects and not k.placement
-                 and k.name != "pipeline")

@@ -18,7 +18,7 @@ from typing import Literal
 
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.diffusers import DiffusersProfile
-from omniprobe_engine.knobs import host_footprint_knobs, work_knobs
+from omniprobe_engine.knobs import host_footprint_knobs
 
 Outcome = Literal["fits", "gpu-oom", "host-killed", "over-cap", "host-over", "failed", "not-run"]
 Reading = Literal["agrees", "disagrees", "not compared", "not run"]
@@ -84,27 +84,17 @@ def compared_counts(real: RealRun, target: int) -> list[int]:
     return [real.references] + ([target] if real.ceiling and target > real.references else [])
 
 
-# The placement a wall is held against: leaf offload with streams, pinned, the fastest.
-FASTEST_PLACEMENT = {"offload": "group-leaf", "use_stream": True, "low_cpu_mem_usage": False,
-                     "record_stream": False, "kv_placement": "gpu"}
-
-
 def placement(profile: DiffusersProfile) -> tuple:
     """What decides a profile's host footprint: the knobs that affect host memory (its offload,
     pinning, precision and quantisation; omniprobe_engine/knobs.py)."""
     return profile.settings(host_footprint_knobs())
 
 
-def speed_reference(profile: DiffusersProfile, candidates: dict[str, DiffusersProfile]
-                    ) -> str | None:
-    """The profile a wall is held against: the fastest placement doing the same work (every knob
-    that changes the work a request does, equal); None where the grid has none."""
-    fastest = tuple(FASTEST_PLACEMENT.values())
-    for name, other in candidates.items():
-        if (other.settings(tuple(FASTEST_PLACEMENT)) == fastest
-                and other.settings(work_knobs()) == profile.settings(work_knobs())):
-            return name
-    return None
+def wall_baseline(walls: dict[str, float | None]) -> str | None:
+    """The one profile a table's walls at one count are held against: the fastest that fit
+    there, under the table's own conditions; None where none fit."""
+    timed = {name: wall for name, wall in walls.items() if wall is not None}
+    return min(timed, key=lambda name: (timed[name], name)) if timed else None
 
 
 def slowdown(wall_s: float | None, reference_wall_s: float | None) -> float | None:

@@ -14,7 +14,7 @@ from omniprobe.analysis.calibration import (
     pinned_elsewhere,
     reading,
     slowdown,
-    speed_reference,
+    wall_baseline,
 )
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.calibration import Calibration
@@ -130,31 +130,15 @@ def real_run(loaded: Loaded, cal: Calibration, card_key: str) -> RealRun | None:
                                 f"{wall.fixture} ({refs} references)", wall.wall_s)
 
 
-def _wall_text(run_wall: float | None, ref_wall: float | None, ref_name: str | None,
-               own: bool, borrowed: bool) -> str:
+def _wall_text(run_wall: float | None, base_wall: float | None, base: str | None,
+               own: bool) -> str:
     if run_wall is None:
         return "—"
     text = f"{run_wall:.1f} s"
     if own:
-        return text + " (reference)"
-    factor = slowdown(run_wall, ref_wall)
-    if factor is None:
-        return text
-    return text + f", {factor:.1f}× `{ref_name}`" + (" uncapped" if borrowed else "")
-
-
-def _reference_wall(ref_name: str | None, refs: int, chosen: dict[str, ProfileRun],
-                    runs: list[ProfileRun]) -> tuple[float | None, bool]:
-    """The reference profile's wall at `refs`: from its run under the calibration's conditions,
-    else from another run of it at the same cap (borrowed: True), else None."""
-    if ref_name is None:
-        return None, False
-    mine = chosen.get(ref_name)
-    if mine is not None and mine.cell(refs) is not None and mine.cell(refs).wall_s is not None:
-        return mine.cell(refs).wall_s, False
-    other = next((r.cell(refs).wall_s for r in runs if r.profile == ref_name
-                  and r.cell(refs) is not None and r.cell(refs).wall_s), None)
-    return other, other is not None
+        return text + " (baseline)"
+    factor = slowdown(run_wall, base_wall)
+    return text if factor is None else text + f", {factor:.1f}× `{base}`"
 
 
 def calibration_views(loaded: Loaded, runs_by_host: dict[str, list[ProfileRun]],
@@ -178,17 +162,19 @@ def calibration_views(loaded: Loaded, runs_by_host: dict[str, list[ProfileRun]],
         profiles = {p: hosts.diffusers_profiles[p] for p in dict.fromkeys([cal.closest, *cal.grid])}
         counts = compared_counts(real, target)
         rows, agree, disagree, closest_seen, closest_reading = [], [], [], None, ""
+        seen_at = {(p, n): observed(chosen.get(p), n, ram_mib) for p in profiles for n in counts}
+        walls = {n: {p: seen_at[p, n].wall_s if seen_at[p, n].outcome == "fits" else None
+                     for p in profiles} for n in counts}
+        baseline = {n: wall_baseline(walls[n]) for n in counts}
         for profile_name, profile in profiles.items():
-            run = chosen.get(profile_name)
-            ref_name = speed_reference(profile, profiles)
             cells = []
             for refs in counts:
-                seen = observed(run, refs, ram_mib)
+                seen = seen_at[profile_name, refs]
                 read = reading(real, refs, seen)
-                ref_wall, borrowed = _reference_wall(ref_name, refs, chosen, runs)
+                base = baseline[refs]
                 cells.append(CalibrationCell(outcome_text(seen, ram_mib), read, _wall_text(
-                    seen.wall_s if seen.outcome == "fits" else None, ref_wall, ref_name,
-                    ref_name == profile_name and not borrowed, borrowed)))
+                    walls[refs][profile_name], walls[refs].get(base), base,
+                    base == profile_name)))
                 if refs == real.references:
                     (agree if read == "agrees" else disagree if read == "disagrees"
                      else []).append(profile_name)

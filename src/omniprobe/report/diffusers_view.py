@@ -154,6 +154,12 @@ class DiffusersSection:
     capacity: CapacitySearchView | None  # the capacity search's bands, cards and figure
     answers: AnswerTable | None  # what runs on each card and host
 
+    @property
+    def kv_counted(self) -> str | None:
+        """Diffusers' own count per reference at the default size, where a comparison has it."""
+        return next((f"{c.measured} {c.what}" for c in self.comparisons
+                     if c.what.startswith("per ") and c.what.endswith("reference")), None)
+
 
 def _gib(mib: int) -> str:
     return f"{mib / 1024:g}"

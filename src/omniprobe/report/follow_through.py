@@ -95,7 +95,8 @@ def _candidacy(s: HostSection) -> str:
     )
     if kv is not None and ret is not None:
         text += (
-            f"; per-request cache pressure of {figure_text(kv)} per reference means concurrent "
+            f"; per-request cache pressure (the seed's estimate: {figure_text(kv)} per reference) "
+            "means concurrent "
             f"multi-reference sessions do not accumulate Diffusers-style {figure_text(ret)}-per-reference "
             "retention"
         )

@@ -209,9 +209,9 @@ class OutputParts:
         if still and kv is not None and self.kv_not_binding:
             notes.append(
                 f"{names(list(dict.fromkeys(o.configuration for o in still)))} still run out of memory at "
-                f"{refs(self.verdict.target_refs)}: the conditioning cache contributes only "
-                f"{figure_text(kv)} per reference, so quantizing it cannot bridge the gap; only a "
-                "leaner resident working set would."
+                f"{refs(self.verdict.target_refs)} with the cache quantized, on the same ask: by the "
+                f"seed's estimate ({figure_text(kv)} per reference, from peak deltas) quantizing it "
+                "cannot bridge the gap; only a leaner resident working set would."
             )
         return notes
 
