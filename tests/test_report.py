@@ -6,6 +6,7 @@ import pytest
 
 from omniprobe import cli
 from omniprobe.errors import InputError
+from omniprobe.evidence.models.capacity import given_grid_flags
 from omniprobe.evidence.models.runs import Cell
 from omniprobe.evidence.quantities import Range
 from omniprobe.report.filters import cell_text, num, span
@@ -827,3 +828,19 @@ def test_each_measured_part_names_its_stack_attempts_dates_and_machine(repo):
     assert f"`{KV_ATTEMPT.rsplit('/', 1)[1]}`" in row and "2026-12-02" in row
     # The sealed Diffusers baseline the seed transcribes ran on a stack the seed does not state.
     assert "| not stated | `2026-10-07T170729Z-q3-4r` |" in study
+
+
+@pytest.mark.parametrize("command, given", [
+    (["omniprobe", "probe-capacity", "--floor-mib", "4096", "--ceiling-mib", "32768"],
+     {"--floor-mib", "--ceiling-mib"}),
+    (["omniprobe", "probe-capacity", "--resolution-mib=128", "--rep", "3"],
+     {"--resolution-mib", "--repeats"}),
+    (["omniprobe", "probe-capacity", "--host", "h200-diffusers"], set()),
+])
+def test_each_grid_setting_says_whether_the_command_gave_it(command, given):
+    assert given_grid_flags(command) == given
+
+
+def test_the_committed_search_says_which_grid_settings_were_given(repo):
+    assert ("(floor, ceiling given on the command line; step, repeats omniprobe's defaults)"
+            in render_report(repo))

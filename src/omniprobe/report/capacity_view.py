@@ -20,7 +20,7 @@ from omniprobe.analysis.capacity_bands import (
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.cards import Card
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models.capacity import CapacityBand
+from omniprobe.evidence.models.capacity import GRID_FLAGS, CapacityBand, given_grid_flags
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report.paths import CAPACITY_DIR
 from omniprobe.report.pool_svg import CardLine, PoolLine, render_pool_svg
@@ -173,9 +173,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         sorted({s.attempt for s in searches.values()}),
         hosts.host(first_host(searches)).gpu,
         f"{grid.floor_mib:,}–{grid.ceiling_mib:,} MiB every {grid.resolution_mib} MiB, "
-        f"{grid.repeats} repeat(s) at each side ("
-        + ("omniprobe's defaults" if grid.chosen_by == "omniprobe" else "given on the command line")
-        + ")",
+        f"{grid.repeats} repeat(s) at each side ({grid_provenance(loaded, searches)})",
         first.num_inference_steps, ", ".join(sorted(set(first.sizes.values()))),
         [f"{n} ref{'' if n == 1 else 's'}" for n in counts], order, rows, cards, len(checks),
         readings, [c.text() + f": {c.reading}" for c in checks if c.reading != "agrees"],
@@ -183,6 +181,25 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         [line for p in order for line in noisy_bands(searches[p])],
         [f"`{p}` ({searches[p].runners})" for p in order if searches[p].runners > 1],
         FIGURE.as_posix(), svg)
+
+
+# Each grid flag by the setting the report names.
+GRID_WORDS = {"--floor-mib": "floor", "--ceiling-mib": "ceiling", "--resolution-mib": "step",
+              "--repeats": "repeats"}
+
+
+def grid_provenance(loaded: Loaded, searches: dict[str, Searched]) -> str:
+    """Which grid settings the searches' recorded command lines gave, and which were omniprobe's
+    defaults."""
+    commands = [a.meta.provenance.command for a in loaded.evidence.attempts
+                if a.id in {s.attempt for s in searches.values()}]
+    given = set().union(*(given_grid_flags(c or []) for c in commands))
+    named = [GRID_WORDS[f] for f in GRID_FLAGS if f in given]
+    default = [GRID_WORDS[f] for f in GRID_FLAGS if f not in given]
+    return "; ".join(part for part in (
+        f"{', '.join(named)} given on the command line" if named else "",
+        f"{', '.join(default)} omniprobe's default{'s' if len(default) > 1 else ''}"
+        if default else "") if part)
 
 
 def first_host(searches: dict[str, Searched]) -> str:

@@ -149,15 +149,21 @@ class CapacityBand(EvidenceModel):
 GRID_FLAGS = ("--floor-mib", "--ceiling-mib", "--resolution-mib", "--repeats")
 
 
-def grid_chooser(command: list[str]) -> Literal["omniprobe", "command line"]:
-    """Who chose the grid of a search that `command` ran: the command line where it names a grid
-    flag (as `--flag V`, `--flag=V`, or a prefix argparse took for it: a recorded command parsed,
-    so a prefix it holds named one option), else omniprobe's defaults."""
+def given_grid_flags(command: list[str]) -> set[str]:
+    """The grid flags `command` names (as `--flag V`, `--flag=V`, or a prefix argparse took for
+    it: a recorded command parsed, so a prefix it holds named one option)."""
+    given = set()
     for token in command:
         flag = token.split("=", 1)[0]
-        if len(flag) > 2 and flag.startswith("--") and any(g.startswith(flag) for g in GRID_FLAGS):
-            return "command line"
-    return "omniprobe"
+        if len(flag) > 2 and flag.startswith("--"):
+            given.update(g for g in GRID_FLAGS if g.startswith(flag))
+    return given
+
+
+def grid_chooser(command: list[str]) -> Literal["omniprobe", "command line"]:
+    """Who chose the grid of a search that `command` ran: the command line where it names a grid
+    flag, else omniprobe's defaults."""
+    return "command line" if given_grid_flags(command) else "omniprobe"
 
 
 class SearchSettings(EvidenceModel):
