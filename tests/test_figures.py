@@ -4,6 +4,7 @@ figure's labels are its table's cells, word for word."""
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from types import SimpleNamespace
 
@@ -14,7 +15,7 @@ from omniprobe.evidence.validate import load_valid_project
 from omniprobe.report.capacity_svg import need_rows, render_curve_svg
 from omniprobe.report.capacity_view import capacity_search_view
 from omniprobe.report.emulation_view import curve_figure
-from omniprobe.report.pool_svg import CardLine, PoolLine, render_pool_svg
+from omniprobe.report.pool_svg import CardLine, PoolLine, band_polygons, render_pool_svg
 from omniprobe.report.timeline_svg import CHAR_EM, SERIES_COLOURS, render_svg, series_style
 from tests.test_timeline import POINTS
 
@@ -242,11 +243,34 @@ def test_every_figure_widens_or_wraps_to_long_names_and_tells_many_series_apart(
     pool = render_pool_svg(
         [PoolLine(name, ((0, 7936, 8448), (1, None, 9000)), ("7,936–8,448", f"no band ({LONG})"))
          for name in names],
-        [CardLine(f"{LONG}: 15,872 MiB", 15872), CardLine("RTX 3060: 11,776 MiB", 11776),
-         CardLine("RTX 5070: 11,715 MiB", 11715)], [0, 1], title=title)
+        [CardLine(LONG, 15872, assumed=True), CardLine("RTX 3060", 11776),
+         CardLine("RTX 5070", 11715)], [0, 1], title=title)
     timeline = render_svg(POINTS, title=title + LONG, capacity_mib=24576,
                           markers=[(1.0, f"{LONG} seed 2301: ok"), (3.9, "x")],
                           note=f"NVML said {LONG} " * 4)
     for svg in (render_curve_svg(curve, title=title), pool, timeline,
                 render_svg([], title=title, note=LONG * 2)):
         assert problems(svg) == {}
+
+
+@pytest.mark.parametrize("points, shapes", [
+    # neighbouring counts with both sides: one outline along A and back along B
+    ([(0, 90, 80), (10, 70, 60)], [[(0, 80), (10, 60), (10, 70), (0, 90)]]),
+    # a count without B breaks the band; a count alone is a bar of its own width
+    ([(0, 90, 80), (10, None, 60), (20, 50, 40)],
+     [[(-7, 80), (7, 80), (7, 90), (-7, 90)], [(13, 40), (27, 40), (27, 50), (13, 50)]]),
+    ([(0, None, 80)], []),
+])
+def test_a_band_is_drawn_as_a_band(points, shapes):
+    assert band_polygons(points) == shapes
+
+
+def test_the_pool_figure_has_one_unit_and_marks_the_cards_resting_on_an_assumption():
+    svg = render_pool_svg([PoolLine("p", ((0, 7936, 8448), (1, 8448, 9000)), ("a", "b"))],
+                          [CardLine("RTX 3090", 24064, assumed=True), CardLine("Measured", 20000)],
+                          [0, 1], title="t")
+    labels = re.findall(r">([^<]*)</text>", svg)
+    assert "RTX 3090: 24,064 MiB *" in labels and "Measured: 20,000 MiB" in labels
+    axis = [t for t in labels if re.fullmatch(r"[\d,]+ \w+", t)]
+    assert axis and all(t.endswith(" MiB") for t in axis)
+    assert "<polygon" in svg and "GiB" not in svg

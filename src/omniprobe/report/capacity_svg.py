@@ -19,8 +19,8 @@ from omniprobe.report.count_chart import (
     count_axis,
     count_frame,
     finish,
-    gib_grid,
     table_row,
+    unit_grid,
 )
 from omniprobe.report.timeline_svg import (
     _label,
@@ -82,7 +82,7 @@ def render_curve_svg(curve: CapacityCurve, *, title: str, verb: str = "served") 
     def y(gib: float) -> float:
         return top + _PLOT_H * (1 - gib / y_top)
 
-    parts = [heading, *gib_grid(frame, y, y_top, 5)]
+    parts = [heading, *unit_grid(frame, y, y_top, 5, "GiB")]
     parts.append(series_group("caps tried", "".join(
         f'<line x1="{left:.1f}" x2="{left + plot_w:.1f}" y1="{y(cap / 1024):.1f}" '
         f'y2="{y(cap / 1024):.1f}"/>' for cap in curve.caps_mib), stroke=_CAPS, dash=_CAPS_DASH))

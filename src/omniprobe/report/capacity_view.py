@@ -165,7 +165,9 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         [PoolLine(p, tuple((b.reference_count, b.fails_at_mib, b.fits_at_mib)
                            for b in searches[p].search.bands if b.stopped is None), tuple(cells[p]))
          for p in order],
-        [CardLine(f"{c.name}: {c.usable_pool_mib:,} MiB", c.usable_pool_mib)
+        [CardLine(c.name, c.usable_pool_mib, any(
+            getattr(c, f).kind == "assumed" for f in ("memory_total_source", "overhead_source",
+                                                     "other_processes_source")))
          for c in hosts.cards.values()], counts,
         title="Qwen-Image-2.1 in Diffusers, random weights: the smallest torch pool (A, and "
               "B to A uncertain)")

@@ -1,5 +1,5 @@
 """The frame both reference-count figures share, the capacity curve and the smallest pool: a
-column per reference count, a y axis in GiB, a row per series under the plot that reads the
+column per reference count, a y axis in one unit, a row per series under the plot that reads the
 table's cells, and a key and its notation at the foot. What each plots is its own."""
 
 from __future__ import annotations
@@ -43,15 +43,16 @@ def count_frame(counts: list[int], names: Sequence[str], cells: Sequence[str], *
     return CountFrame(counts, left, plot_w / max(len(counts), 1), plot_w)
 
 
-def gib_grid(frame: CountFrame, y_of_gib: Callable[[float], float], top_gib: float,
-             ticks: int) -> list[str]:
-    """The horizontal grid lines, each labelled in GiB left of the plot."""
+def unit_grid(frame: CountFrame, y_of: Callable[[float], float], top: float, ticks: int,
+              unit: str) -> list[str]:
+    """The horizontal grid lines, each labelled in `unit` left of the plot (the unit the figure's
+    other labels use)."""
     parts = []
-    for tick in _ticks(top_gib, ticks):
-        y = y_of_gib(tick)
+    for tick in _ticks(top, ticks):
+        y = y_of(tick)
         parts.append(f'<line class="grid" x1="{frame.left:.1f}" x2="{frame.left + frame.plot_w:.1f}" '
                      f'y1="{y:.1f}" y2="{y:.1f}"/>')
-        parts.append(_label(frame.left - 6, y + 4, f"{tick:g} GiB", "end"))
+        parts.append(_label(frame.left - 6, y + 4, f"{tick:,g} {unit}", "end"))
     return parts
 
 

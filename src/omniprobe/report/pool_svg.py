@@ -1,6 +1,7 @@
 """The smallest memory pool per profile against the reference count, as SVG text: one line per
-profile through each count's A (it fits at every trial at or above it), a bar from B to A where
-the band is uncertain, and each card's usable pool as a labelled horizontal line.
+profile through each count's A (it fits at every trial at or above it), its band from B to A
+shaded where it is uncertain, and each card's usable pool as a labelled horizontal line, marked
+where a figure it comes from is assumed. One unit, MiB, on the axis and in every label.
 
 Pure and deterministic: same figure, same bytes. Every label lies inside the view box: each card's
 label in the right margin at its line's height (moved apart where two lines lie close); under the
@@ -13,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from omniprobe.report.count_chart import ROW_PX, count_axis, count_frame, finish, gib_grid, table_row
+from omniprobe.report.count_chart import ROW_PX, count_axis, count_frame, finish, table_row, unit_grid
 from omniprobe.report.timeline_svg import (
     SWATCH_PX,
     _label,
@@ -28,11 +29,13 @@ from omniprobe.report.timeline_svg import (
 
 CARD_COLOUR, CARD_DASH = "#777777", "5 3"
 CARDS = "a card's usable pool"  # the card lines' series, each line named at its right end
+ASSUMED = "*"  # after a card's label: a figure its pool comes from is assumed
 _EDGE, _TOP_GAP, _PLOT_H = 8, 18, 260
 _MIN_PLOT_W, _MIN_COLUMN_W = 480, 90
 _NOTATION = ("B–A (MiB): the count failed at every trial at or below B and fit at every trial at "
              "or above A; a B in parentheses was not tried at that count, it is the previous "
-             "count's.")
+             f"count's. {ASSUMED} after a card: its pool rests on a figure hosts.toml [cards] marks "
+             "assumed.")
 
 
 @dataclass(frozen=True)
@@ -47,8 +50,13 @@ class PoolLine:
 
 @dataclass(frozen=True)
 class CardLine:
-    label: str  # e.g. "RTX 5080: 15,872 MiB usable"
+    name: str  # e.g. "RTX 5080"
     usable_mib: int
+    assumed: bool = False  # a figure its usable pool comes from is assumed
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}: {self.usable_mib:,} MiB" + (f" {ASSUMED}" if self.assumed else "")
 
 
 def spread(positions: list[float], gap: float) -> list[float]:
@@ -59,11 +67,32 @@ def spread(positions: list[float], gap: float) -> list[float]:
     return out
 
 
-def _bar_sample(x: float, y: float) -> str:
-    """The key's sample of a B–A bar, where a swatch would lie left of its words."""
-    mid = x + SWATCH_PX / 2
-    return (f'<line data-legend="B to A" x1="{mid:.1f}" x2="{mid:.1f}" y1="{y - 10:.1f}" '
-            f'y2="{y + 1:.1f}" stroke="#555" stroke-width="3" opacity="0.45"/>')
+BAND_OPACITY, BAND_HALF_PX = 0.18, 7  # a count alone in its band: this wide either side
+
+
+def _band_sample(x: float, y: float) -> str:
+    """The key's sample of a band, where a swatch would lie left of its words."""
+    return (f'<rect data-legend="B to A" x="{x:.1f}" y="{y - 10:.1f}" width="{SWATCH_PX:.1f}" '
+            f'height="11" fill="#555" opacity="{BAND_OPACITY}"/>')
+
+
+def band_polygons(points: list[tuple[float, float | None, float | None]]) -> list[list[tuple]]:
+    """The shaded band of one profile: over each run of neighbouring counts that have both B and
+    A, the outline along A and back along B; a count alone is a short bar of its own width.
+    `points`: (x, y of B, y of A) per count, in order."""
+    runs: list[list[tuple[float, float, float]]] = [[]]
+    for x, yb, ya in points:
+        if yb is None or ya is None:
+            runs.append([])
+        else:
+            runs[-1].append((x, yb, ya))
+    shapes = []
+    for run in (r for r in runs if r):
+        if len(run) == 1:
+            x, yb, ya = run[0]
+            run = [(x - BAND_HALF_PX, yb, ya), (x + BAND_HALF_PX, yb, ya)]
+        shapes.append([(x, ya) for x, _, ya in run] + [(x, yb) for x, yb, _ in reversed(run)])
+    return shapes
 
 
 def render_pool_svg(lines: list[PoolLine], cards: list[CardLine], counts: list[int], *,
@@ -80,14 +109,12 @@ def render_pool_svg(lines: list[PoolLine], cards: list[CardLine], counts: list[i
     bottom = top + _PLOT_H
     table = bottom + 52
     top_mib = max([a or b or 0 for line in lines for _, b, a in line.bands]
-                  + [c.usable_mib for c in cards] + [1024])
-    y_top = top_mib / 1024 * 1.08
+                  + [c.usable_mib for c in cards] + [1024]) * 1.08
 
     def y(mib: float) -> float:
-        return top + _PLOT_H * (1 - mib / 1024 / y_top)
+        return top + _PLOT_H * (1 - mib / top_mib)
 
-    parts = [heading, *gib_grid(frame, lambda gib: y(gib * 1024), y_top, 6),
-             *count_axis(frame, bottom, 32)]
+    parts = [heading, *unit_grid(frame, y, top_mib, 6, "MiB"), *count_axis(frame, bottom, 32)]
     ordered = sorted(cards, key=lambda c: -c.usable_mib)  # top to bottom
     parts.append(series_group(CARDS, "".join(
         f'<line x1="{left:.1f}" x2="{left + plot_w + 6:.1f}" y1="{y(c.usable_mib):.1f}" '
@@ -100,20 +127,21 @@ def render_pool_svg(lines: list[PoolLine], cards: list[CardLine], counts: list[i
     parts.append(_label(_EDGE, table, "B–A (MiB)", weight="bold"))
     for i, line in enumerate(lines):
         stroke, dash = series_style(i)
-        shift = (i - (len(lines) - 1) / 2) * 4  # side by side, so no bar hides another
         points, marks = [], []
-        for count, b, a in line.bands:
-            px = x(count) + shift
+        for count, _, a in line.bands:
             if a is not None:
                 py = y(a) + straddle(fits[count], i)
-                points.append((px, py))
-                marks.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{stroke}" '
+                points.append((x(count), py))
+                marks.append(f'<circle cx="{x(count):.1f}" cy="{py:.1f}" r="3" fill="{stroke}" '
                              'stroke="none"/>')
-            if a is not None and b is not None:
-                marks.append(f'<line stroke-width="3" opacity="0.45" stroke-dasharray="none" '
-                             f'x1="{px:.1f}" x2="{px:.1f}" y1="{y(b):.1f}" y2="{y(a):.1f}"/>')
+        shapes = band_polygons([(x(n), None if b is None else y(b), None if a is None else y(a))
+                                for n, b, a in line.bands])
+        for shape in shapes:
+            marks.insert(0, f'<polygon stroke="none" fill="{stroke}" opacity="{BAND_OPACITY}" '
+                            'points="' + " ".join(f"{px:.1f},{py:.1f}" for px, py in shape)
+                         + '"/>')
         if len(points) > 1:
-            marks.insert(0, '<polyline fill="none" points="'
+            marks.append('<polyline fill="none" points="'
                          + " ".join(f"{px:.1f},{py:.1f}" for px, py in points) + '"/>')
         parts.append(series_group(line.profile, "".join(marks), stroke=stroke, dash=dash, width=2))
         row_y = table + ROW_PX * (i + 1)
@@ -121,6 +149,6 @@ def render_pool_svg(lines: list[PoolLine], cards: list[CardLine], counts: list[i
                            sample=swatch(_EDGE, row_y, line.profile, stroke, dash))
     return finish(parts, [(CARDS, lambda kx, ky: swatch(kx, ky, CARDS, CARD_COLOUR, CARD_DASH, 1.2)),
                           ("a point: A", lambda kx, ky: dot_sample(kx, ky, "#555")),
-                          ("a pale bar: B up to A, uncertain", _bar_sample)],
+                          ("a shaded band: B up to A, uncertain", _band_sample)],
                   _NOTATION, width=width, edge=_EDGE,
                   key_top=table + ROW_PX * (len(lines) + 1) + 6)
