@@ -3,7 +3,8 @@ counts fit, at what peak, and the OOM of those that did not; the smallest swept 
 each count; and the conditioning KV cache, measured in bytes, beside what the architecture implies.
 
 Random-weight evidence counts for capacity only: a cell fits when every request of it is ok and
-no emulation breach was recorded; no output structure, PSNR or speed is read from it. A card whose
+no emulation breach was recorded; no output structure or PSNR is read from it, and its walls are
+the measuring GPU's, a relative speed and never a card's seconds. A card whose
 host's RAM is stated fits only where both fit: the GPU pool, and the run's host footprint against
 that RAM (classify/host_ram.py's host_ram_fit: pinned memory must fit in RAM, and swap or zram is
 never counted). A failure in upstream code that is no lack of memory (a cause of kind server or

@@ -153,6 +153,7 @@ class DiffusersSection:
     calibrations: list[CalibrationView]  # the seed's real Diffusers runs against the emulation
     capacity: CapacitySearchView | None  # the capacity search's bands, cards and figure
     answers: AnswerTable | None  # what runs on each card and host
+    outside_pool: str | None  # the measuring GPU's own memory outside torch's pool, in words
 
     @property
     def kv_counted(self) -> str | None:
@@ -380,7 +381,25 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
         DTYPE_BYTES["bfloat16"], arch, kv, [_size_row(z) for z in sizes],
         compared, unconfirmed, steps, sweep, calibrations,
-        capacity, answers)
+        capacity, answers, outside_pool_text(all_runs, loaded.evidence))
+
+
+def outside_pool_text(runs: list[ProfileRun], evidence: Evidence) -> str | None:
+    """What the measuring GPU held outside torch's pool: at a runner's start (a cap less the
+    pool it left) and at most during a capacity trial; None where nothing recorded it."""
+    start = sorted({r.cap_mib - r.pool_mib for r in runs
+                    if r.cap_mib is not None and r.pool_mib is not None})
+    during = max((t.outside_pool_mib for a in evidence.attempts if not a.simulated
+                  for t in a.capacity_trials if t.outside_pool_mib is not None), default=None)
+    if not start and during is None:
+        return None
+    parts = []
+    if start:
+        low, high = f"{start[0]:,.0f}", f"{start[-1]:,.0f}"
+        parts.append(f"{low if low == high else low + '–' + high} MiB at a runner's start")
+    if during is not None:
+        parts.append(f"up to {during:,.0f} MiB during a search's requests")
+    return " and ".join(parts)
 
 
 def _size_row(z: KvBySize) -> KvSizeRow:
