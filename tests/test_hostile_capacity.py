@@ -186,8 +186,9 @@ def test_a_file_a_capacity_attempt_does_not_hold_is_refused(repo_copy, monkeypat
         _stray(repo_copy, name)
     before = {p.name: p.read_bytes() for p in (repo_copy.root / ATTEMPT).iterdir()}
     _, problems = load_project(repo_copy)
-    said = (f"{repo_copy.root / ATTEMPT / name}: a capacity attempt holds capacity.json and "
-            f"capacity-trials.json beside attempt.json: {name} is no file of its kind")
+    said = (f"{repo_copy.root / ATTEMPT / name}: an attempt of kind 'capacity' holds "
+            f"capacity.json and capacity-trials.json beside attempt.json: {name} is no file of "
+            "its kind")
     assert any(str(p).startswith(said) for p in problems), problems
     # `evidence upgrade` refuses it too, and writes nothing (no offline.json folded in there).
     monkeypatch.setenv("OMNIPROBE_ROOT", str(repo_copy.root))

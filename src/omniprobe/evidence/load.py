@@ -145,9 +145,9 @@ def stray_files(folder: Path, meta: Attempt) -> list[Problem]:
     if suffix is None:  # an id omniprobe's commands never give (attempts.new_attempt_id)
         return []
     held = KIND_FILES[suffix]
-    return [Problem(str(child), "", f"a {suffix[1:]} attempt holds {' and '.join(held)} beside "
-                                    f"{ATTEMPT_FILE}: {child.name} is no file of its kind; take "
-                                    "it out of the attempt")
+    return [Problem(str(child), "", f"an attempt of kind {suffix[1:]!r} holds "
+                                    f"{' and '.join(held)} beside {ATTEMPT_FILE}: {child.name} is "
+                                    "no file of its kind; take it out of the attempt")
             for child in sorted(folder.iterdir())
             if child.name != ATTEMPT_FILE and not is_temp_file(child) and child.name not in held]
 
