@@ -122,7 +122,7 @@ def test_the_opening_lines_hold_the_seeds_answer(repo):
         "a KV spill path: the server fails before the cache exists.",
     ]
     # not-built, explained in a few words
-    assert ("**RTX 3090 (24 GB): not-built** — what fits 4 references returns broken output."
+    assert ("**RTX 3090 (24 GB): not-built** — no flag set serves 4 references with sound output."
             in text)
 
 
@@ -812,9 +812,11 @@ def test_no_cell_says_a_card_runs_without_its_host_need(repo):
         assert ram.endswith("GiB") or "GiB (its host's)" in ram, row
         assert grade in ("measured", "emulated", "derived", "assumed"), row
     # The opening's answers all name a host RAM size beside what runs.
-    for line in the_opening(text).splitlines():
-        if " references with " in line or " reference with " in line:
-            assert "GiB RAM" in line, line
+    answers = [line for line in the_opening(text).splitlines()
+               if line.startswith("- **") and ("; assumed)" in line or "; derived)" in line)]
+    assert len(answers) >= 3
+    for line in answers:
+        assert "GiB RAM" in line, line
 
 
 def test_each_measured_part_names_its_stack_attempts_dates_and_machine(repo):
@@ -842,5 +844,9 @@ def test_each_grid_setting_says_whether_the_command_gave_it(command, given):
 
 
 def test_the_committed_search_says_which_grid_settings_were_given(repo):
-    assert ("(floor, ceiling given on the command line; step, repeats omniprobe's defaults)"
-            in render_report(repo))
+    text = render_report(repo)
+    assert "(floor, ceiling given on the command line; step, repeats omniprobe's defaults)" in text
+    # The measuring GPU's own overhead is said where the emulation is described, from evidence.
+    assert ("The measuring GPU's own memory outside torch's pool (612 MiB at a runner's start and "
+            "up to 764 MiB during a search's requests) counts against an emulated cap, never "
+            "against a card") in text

@@ -311,12 +311,11 @@ def headline(s) -> str:
     size = f"{num(cap)} MiB emulated" if cap else f"{s.host.vram_gb} GB"
     if v.verdict != "not-built":
         return f"**{s.host.name} ({size}): {v.verdict}.**"
-    return f"**{s.host.name} ({size}): {v.verdict}** — " + {
-        "init": "blocked at init: no flag set starts the server",
-        "capacity": f"no flag set serves {refs(v.target_refs)} with sound output",
-        "structure": f"what fits {refs(v.target_refs)} returns broken output",
-        "untested": f"no flag set was asked for {refs(v.target_refs)}",
-    }[v.blocker] + "."
+    target = refs(v.target_refs)
+    meaning = ("blocked at init: no flag set starts the server" if v.blocker == "init"
+               else f"no flag set was asked for {target}" if v.blocker == "untested"
+               else f"no flag set serves {target} with sound output")
+    return f"**{s.host.name} ({size}): {v.verdict}** — {meaning}."
 
 
 def summary(s) -> str | None:
