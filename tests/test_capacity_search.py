@@ -5,12 +5,14 @@ pool limit reaches a need, noisy at the boundary as the allocator's history is."
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
 from omniprobe.analysis.capacity_bands import (
     Searched,
     band_verdict,
+    newest_searches,
     reference_contradictions,
     sweep_reading,
 )
@@ -20,6 +22,7 @@ from omniprobe.evidence.models.capacity import (
     ProfileSearch,
     SearchSettings,
 )
+from omniprobe.evidence.validate import load_valid_project
 from omniprobe_engine.search import (
     FIT,
     OOM,
@@ -251,3 +254,40 @@ def test_trials_without_start_figures_are_read_as_before_and_said_so(starts, wor
     trials = [trial(1, 8448, "fit").model_copy(update={"start_allocated_mib": s})
               for s in starts]
     assert _searched([], trials).start_figures() == words
+
+
+QWEN, KLEIN = "models/qwen-image-2.1/full", "models/flux2-klein/4b"
+
+
+def _attempt(attempt_id, configs, searches, trials, simulated=False):
+    """An attempt as newest_searches reads one: its id, host, model folder, searches, trials."""
+    served = SimpleNamespace(configs=configs)
+    return SimpleNamespace(id=attempt_id, host="h", simulated=simulated, capacity=searches,
+                           capacity_trials=trials,
+                           meta=SimpleNamespace(environment=SimpleNamespace(served=served)))
+
+
+def _committed_search(repo):
+    attempt = next(a for a in load_valid_project(repo).evidence.attempts if a.capacity)
+    search = next(s for s in attempt.capacity if s.profile == "group-leaf")
+    return search, [t for t in attempt.capacity_trials if t.profile == "group-leaf"]
+
+
+@pytest.mark.parametrize("later, kept", [
+    # a later complete search of the same model supersedes
+    (lambda s, t: _attempt("2", QWEN, [s], t), "2"),
+    # a partial re-run (one count banded) never hides the complete search
+    (lambda s, t: _attempt("2", QWEN, [s.model_copy(update={"bands": s.bands[:1]})], t), "1"),
+    # another model's search is never this model's
+    (lambda s, t: _attempt("2", KLEIN, [s], t), "1"),
+    # a search whose trials set no pool limit (the CPU) answers for no card
+    (lambda s, t: _attempt("2", QWEN, [s], [x.model_copy(update={"mem_get_info_total_mib": None})
+                                            for x in t]), "1"),
+    (lambda s, t: _attempt("2", QWEN, [s], t, simulated=True), "1"),
+])
+def test_the_newest_search_per_profile_is_this_models_limited_and_complete(repo, later, kept):
+    search, trials = _committed_search(repo)
+    evidence = SimpleNamespace(attempts=[_attempt("1", QWEN, [search], trials),
+                                         later(search, trials)])
+    assert newest_searches(evidence, QWEN)["group-leaf"].attempt == kept
+    assert newest_searches(evidence, "models/other") == {}

@@ -48,19 +48,32 @@ class Searched:
         return next((b for b in self.search.bands if b.reference_count == refs), None)
 
 
-def newest_searches(evidence: Evidence) -> dict[str, Searched]:
-    """Profile -> its newest search over every measured attempt (a re-run supersedes)."""
+def newest_searches(evidence: Evidence, configs: str) -> dict[str, Searched]:
+    """Profile -> its newest search of the model built from `configs` (the committed folder its
+    attempt records), over every measured attempt. A search whose trials set no pool limit (on
+    the CPU there is none) answers for no card and is left out; a newer search supersedes an
+    older one only where it banded every count the older one did, so a partial re-run never
+    hides a complete search."""
     found: dict[str, Searched] = {}
     for attempt in sorted(evidence.attempts, key=lambda a: a.id):
-        if attempt.simulated:
+        served = attempt.meta.environment.served if attempt.meta.environment else None
+        if attempt.simulated or served is None or served.configs != configs:
             continue
         for search in attempt.capacity:
-            if search.bands:
-                mine = [t for t in attempt.capacity_trials if t.profile == search.profile]
-                found[search.profile] = Searched(attempt.id, attempt.host, search,
-                                                 tuple(t for t in mine if t.counts),
-                                                 tuple(t for t in mine if not t.counts))
+            mine = [t for t in attempt.capacity_trials if t.profile == search.profile]
+            if not search.bands or all(t.mem_get_info_total_mib is None for t in mine):
+                continue
+            older = found.get(search.profile)
+            if older is not None and not _counts(older.search) <= _counts(search):
+                continue
+            found[search.profile] = Searched(attempt.id, attempt.host, search,
+                                             tuple(t for t in mine if t.counts),
+                                             tuple(t for t in mine if not t.counts))
     return found
+
+
+def _counts(search: ProfileSearch) -> set[int]:
+    return {b.reference_count for b in search.bands if b.stopped is None}
 
 
 # A band wider than this many steps of the grid, after its repeats, is the boundary's noise.

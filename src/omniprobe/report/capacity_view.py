@@ -12,7 +12,6 @@ from omniprobe.analysis.capacity_bands import (
     CardProfile,
     Searched,
     card_profiles,
-    newest_searches,
     noisy_bands,
     reference_contradictions,
     sweep_checks,
@@ -128,11 +127,11 @@ def _source(mib: int, card: Card, field: str) -> str:
 
 
 def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
-                         host_ram_of: dict[str, int | None]) -> CapacitySearchView | None:
+                         host_ram_of: dict[str, int | None],
+                         searches: dict[str, Searched]) -> CapacitySearchView | None:
     """None where no capacity search is on record. `runs`: the emulated cards' sweep runs;
     `host_ram_of`: a card's host RAM (MiB) where its host states it."""
     hosts: HostsConfig = loaded.hosts
-    searches: dict[str, Searched] = newest_searches(loaded.evidence)
     if not searches:
         return None
     order = [p for p in hosts.diffusers_profiles if p in searches]

@@ -369,9 +369,14 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     calibrations = calibration_views(loaded, runs_by_host, target)
     host_ram_of = {key: card_host_ram_mib(card, None) for key, card in
                    ((h.card, h) for h in hosts.hosts.values() if h.card is not None)}
-    capacity = capacity_search_view(loaded, all_runs, host_ram_of)
+    # The seed's model: the emulations' configs, else those of the first host searched.
+    model_configs = configs_folder or next(
+        (hosts.host(a.host).diffusers.configs for a in loaded.evidence.attempts
+         if a.capacity and hosts.host(a.host).diffusers is not None), None)
+    searches = newest_searches(loaded.evidence, model_configs) if model_configs else {}
+    capacity = capacity_search_view(loaded, all_runs, host_ram_of, searches)
     answers = answer_table(hosts.stack.model_repo.split("/")[-1], hosts,
-                           newest_searches(loaded.evidence), all_runs, host_ram_of, default_size,
+                           searches, all_runs, host_ram_of, default_size,
                            {h.card for h in hosts.hosts.values() if h.card and h.diffusers is None
                             and h.emulation is None and not h.simulated})
     return DiffusersSection(
