@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from omniprobe.analysis.capacity_bands import newest_searches
 from omniprobe.analysis.capacity_curve import CapacityCurve, CapRun, capacity_curve, served_at
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe.report.capacity_svg import need_rows, render_curve_svg
@@ -135,7 +136,9 @@ def test_each_curve_figure_labels_its_rows_with_its_tables_cells(repo):
 
 
 def test_the_pool_figure_labels_its_rows_with_the_bands_tables_cells(repo):
-    view = capacity_search_view(load_valid_project(repo), [], {})
+    loaded = load_valid_project(repo)
+    view = capacity_search_view(loaded, [], {},
+                                newest_searches(loaded.evidence, "models/qwen-image-2.1/full"))
     assert view is not None and view.rows
     for row in view.rows:
         assert row_cells(view.figure_svg, row.profile) == row.cells, row.profile
