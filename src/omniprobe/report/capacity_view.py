@@ -128,7 +128,7 @@ def _source(mib: int, card: Card, field: str) -> str:
 
 def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
                          host_ram_of: dict[str, int | None],
-                         searches: dict[str, Searched]) -> CapacitySearchView | None:
+                         searches: dict[str, Searched], model: str) -> CapacitySearchView | None:
     """None where no capacity search is on record. `runs`: the emulated cards' sweep runs;
     `host_ram_of`: a card's host RAM (MiB) where its host states it."""
     hosts: HostsConfig = loaded.hosts
@@ -168,7 +168,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
             getattr(c, f).kind == "assumed" for f in ("memory_total_source", "overhead_source",
                                                      "other_processes_source")))
          for c in hosts.cards.values()], counts,
-        title="Qwen-Image-2.1 in Diffusers, random weights: the smallest torch pool (A, and "
+        title=f"{model} in Diffusers, random weights: the smallest torch pool (A, and "
               "B to A uncertain)")
     return CapacitySearchView(
         sorted({s.attempt for s in searches.values()}),

@@ -136,7 +136,7 @@ class DiffusersSection:
     ref_headers: list[str]
     first_refs: int
     target: int
-    model: str  # the model's name, from the pinned snapshot
+    model: str  # the model's name, from its folder's manifest (else the pinned snapshot's)
     cards: list[str]  # the emulated cards' names
     caps: list[str]  # their capacities, in the same order
     gpus: list[str]  # the physical GPUs the emulations ran on
@@ -352,8 +352,10 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     arch = None
     configs_folder = next((hosts.host(v.key).diffusers.configs for v in full), None)
     unconfirmed: list[str] = []
+    model = hosts.stack.model_repo.split("/")[-1]  # the seed's, where no folder names it
     if configs_folder is not None:
         configs = load_model_configs(root, configs_folder)
+        model = configs.manifest.model
         arch = architecture_bytes_per_token(configs.components["transformer"].config) / 1024
         unconfirmed = list(configs.unconfirmed)
     steps = sorted({r.num_inference_steps for a in attempts for r in a.offline_requests
@@ -374,14 +376,14 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         (hosts.host(a.host).diffusers.configs for a in loaded.evidence.attempts
          if a.capacity and hosts.host(a.host).diffusers is not None), None)
     searches = newest_searches(loaded.evidence, model_configs) if model_configs else {}
-    capacity = capacity_search_view(loaded, all_runs, host_ram_of, searches)
-    answers = answer_table(hosts.stack.model_repo.split("/")[-1], hosts,
+    capacity = capacity_search_view(loaded, all_runs, host_ram_of, searches, model)
+    answers = answer_table(model, hosts,
                            searches, all_runs, host_ram_of, default_size,
                            {h.card for h in hosts.hosts.values() if h.card and h.diffusers is None
                             and h.emulation is None and not h.simulated})
     return DiffusersSection(
         views, columns, [f"{n} ref{'' if n == 1 else 's'}" for n in columns], columns[0], target,
-        hosts.stack.model_repo.split("/")[-1], [v.emulates for v in full if v.emulates],
+        model, [v.emulates for v in full if v.emulates],
         [v.cap_text for v in full if v.emulates], sorted({v.host.gpu for v in full}),
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
         DTYPE_BYTES["bfloat16"], arch, kv, [_size_row(z) for z in sizes],
