@@ -122,6 +122,10 @@ def test_an_int8_text_encoder_on_a_text_encoder_that_cannot_take_it_is_refused_b
     data = json.loads(config.read_text())
     data["class"] = "transformers.T5EncoderModel"
     config.write_text(json.dumps(data))
+    manifest = config.parent / "model.json"  # the folder names the class in both places
+    data = json.loads(manifest.read_text())
+    data["components"]["text_encoder"] = ["transformers", "T5EncoderModel"]
+    manifest.write_text(json.dumps(data))
     text = project.hosts_file.read_text()
     old = ('[diffusers_profiles.tiny-cpu]\n'
            'description = "the tiny model on the CPU: everything resident, two steps"\n')

@@ -13,7 +13,8 @@ import re
 
 import pytest
 
-from omniprobe.config.diffusers import MANIFEST_FILE, load_model_configs
+from omniprobe.config.diffusers import load_model_configs
+from omniprobe.config.model_manifest import MANIFEST_FILE
 from omniprobe_engine.adapters import adapter_for, known_pipelines
 
 from .conftest import REPO

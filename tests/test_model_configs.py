@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from omniprobe.config.diffusers import MANIFEST_FILE, load_model_configs
+from omniprobe.config.diffusers import load_model_configs
+from omniprobe.config.model_manifest import MANIFEST_FILE
 from omniprobe.errors import InputError
 
 from .conftest import REPO, in_process, make_project

@@ -1,12 +1,11 @@
 """The Diffusers engine's configuration: hosts.toml's [diffusers_profiles] and a host's
 [hosts.<name>.diffusers] table, and the committed model folders under models/ that random weights
-are built from: a manifest (model.json: the pipeline and each component's library and class) and
-one config per component (each value with its source)."""
+are built from: a manifest (model.json, model_manifest.py: the pipeline and each component's
+library and class) and one config per component (each value with its source)."""
 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -21,11 +20,17 @@ from pydantic import (
 )
 
 from omniprobe.config.inside_path import InsidePath
+from omniprobe.config.model_manifest import (
+    COMPONENT_NAME,
+    MANIFEST_FILE,
+    ModelManifest,
+    class_problem,
+    manifest_problems,
+)
 from omniprobe.config.strict import STRICT
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem, problems_from_validation
 from omniprobe.safe_io import outside, parse_json, read_text
-from omniprobe_engine.adapters import adapter_for
 from omniprobe_engine.knobs import BY_NAME, GROUP_OFFLOADS, KNOBS, REQUIRED, Knob
 
 # The offload value before streams were a setting of their own: it reads as its level with streams.
@@ -33,14 +38,6 @@ MIGRATED_OFFLOADS = {"group-leaf-stream": {"offload": "group-leaf", "use_stream"
 # Text encoder classes (a committed config's "class") whose linear layers torchao's int8
 # weight-only quantize_ replaces, as the engine quantises them.
 INT8_TEXT_ENCODERS = ("transformers.Qwen3VLForConditionalGeneration",)
-# A component's name, as a pipeline's __init__ takes it and its config file is named.
-COMPONENT_NAME = r"^[a-z][a-z0-9_]*$"
-# A model folder's manifest, beside its component configs (diffusers' model_index.json's part).
-MANIFEST_FILE = "model.json"
-# The libraries a component's class comes from, as model_index.json's (library, class) pairs name
-# them; a class name is CamelCase (a module or a function of the library is lower case).
-LIBRARIES = ("diffusers", "transformers")
-CLASS_NAME = r"^[A-Z][A-Za-z0-9]*$"
 KNOB_ORDER = {knob.name: i for i, knob in enumerate(KNOBS)}
 # Keys a profile may set for capacity runs in place of fixtures.json's [sampling].
 SAMPLING_KEYS = tuple(knob.name for knob in KNOBS if knob.sampling)
@@ -282,49 +279,6 @@ class DiffusersHost(_Input):
         return self
 
 
-def class_problem(library: str, name: str) -> str | None:
-    """What is wrong with `library.name` as a component's class, by the names alone (nothing is
-    imported): a library of LIBRARIES, a CamelCase class, and not a pipeline's class."""
-    if library not in LIBRARIES:
-        return (f"library {library!r}: expected one of {', '.join(LIBRARIES)}, as "
-                "model_index.json names a component's library")
-    if not re.match(CLASS_NAME, name):
-        return (f"{library}.{name} is no class name (a class is CamelCase; a module or a "
-                f"function of {library} is lower case): expected a model or configuration "
-                "class, or a tokenizer or processor class")
-    if name.endswith("Pipeline"):
-        return (f"{library}.{name} is a pipeline class, not a component's: the folder's pipeline "
-                f"is its {MANIFEST_FILE}'s 'pipeline'")
-    return None
-
-
-class ModelManifest(_Input):
-    """models/<model>/<size>/model.json: what the folder's component configs are built into, in
-    the spirit of diffusers' model_index.json: the pipeline class and each component's library and
-    class. A host whose configs are this folder runs only profiles naming this pipeline."""
-
-    model: str = Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f\x7f]+$",
-                       description="The model's name and size, as the report names it.")
-    pipeline: str = Field(pattern=BY_NAME["pipeline"].bounds["pattern"],
-                          description="The diffusers pipeline class the components are built "
-                                      "into (a profile's `pipeline`).")
-    components: dict[Annotated[str, Field(pattern=COMPONENT_NAME)], tuple[str, str]] = Field(
-        min_length=1,
-        description="Each component the pipeline takes beside its scheduler, by its keyword: "
-                    "[library, class], as model_index.json has them; each has its config, "
-                    "<component>.json, beside this file.")
-    note: str = Field(description="Where the folder's values come from, in a sentence.")
-
-    @field_validator("components")
-    @classmethod
-    def _classes_named(cls, components: dict[str, tuple[str, str]]):
-        problems = [f"{name}: {why}" for name, (library, class_) in components.items()
-                    if (why := class_problem(library, class_)) is not None]
-        if problems:
-            raise ValueError("; ".join(problems))
-        return components
-
-
 class ExpectedParameters(_Input):
     value: float = Field(gt=0, description="Billions of parameters.")
     tolerance: float = Field(gt=0, lt=1, description="Relative.")
@@ -456,43 +410,12 @@ def load_model_configs(root: Path, folder: str) -> ModelConfigs:
     manifest, _, found = _read_model(manifest_path, ModelManifest)
     problems += found
     if manifest is not None and not found:
-        problems += _manifest_problems(manifest, components, base, manifest_path)
+        problems += manifest_problems(
+            manifest, {name: c.library_class for name, c in components.items()}, base,
+            manifest_path)
     if problems:
         raise InputError(problems)
     return ModelConfigs(folder=folder, manifest=manifest, components=components, digests=digests)
-
-
-def _manifest_problems(manifest: ModelManifest, components: dict[str, ComponentConfig],
-                       base: Path, manifest_path: Path) -> list[Problem]:
-    """The manifest against the component files beside it and its pipeline's own components
-    (its adapter's): the same components, each of the same class."""
-    problems = []
-    named, files = set(manifest.components), set(components)
-    for name in sorted(named - files):
-        problems.append(Problem(str(base / f"{name}.json"), "",
-                                f"missing: {manifest_path.name} names component {name!r}, which "
-                                "needs its config here"))
-    for name in sorted(files - named):
-        problems.append(Problem(str(manifest_path), "$.components",
-                                f"no component {name!r}, though {name}.json is beside it: name "
-                                "it here, or remove the file"))
-    for name in sorted(named & files):
-        if components[name].library_class != tuple(manifest.components[name]):
-            found = ".".join(components[name].library_class)
-            problems.append(Problem(str(manifest_path), f"$.components.{name}",
-                                    f"{'.'.join(manifest.components[name])}, but {name}.json "
-                                    f"builds {found}; name one class in both"))
-    try:
-        takes = set(adapter_for(manifest.pipeline).components)
-    except KeyError as exc:
-        return [*problems, Problem(str(manifest_path), "$.pipeline", str(exc.args[0]))]
-    if takes != named:
-        differ = [f"{what} {sorted(names)}" for what, names in
-                  (("missing", takes - named), ("not taken", named - takes)) if names]
-        problems.append(Problem(str(manifest_path), "$.components",
-                                f"{manifest.pipeline} takes {', '.join(sorted(takes))} beside "
-                                f"its scheduler; {', '.join(differ)}"))
-    return problems
 
 
 def pipeline_problems(profiles: dict[str, DiffusersProfile], configs: ModelConfigs,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from omniprobe.config.diffusers import COMPONENT_NAME
+from omniprobe.config.model_manifest import COMPONENT_NAME
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_bytes
 from omniprobe.errors import InputError, Problem

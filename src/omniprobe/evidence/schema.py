@@ -9,9 +9,10 @@ from pathlib import Path
 from pydantic import TypeAdapter
 
 from omniprobe.atomic import write_text_atomic
-from omniprobe.config.diffusers import ComponentConfig, ModelManifest
+from omniprobe.config.diffusers import ComponentConfig
 from omniprobe.config.fixtures import FixtureSuite
 from omniprobe.config.hosts import HostsConfig
+from omniprobe.config.model_manifest import ModelManifest
 from omniprobe.config.report_settings import ReportSettings
 from omniprobe.config.sim_config import SimConfig
 from omniprobe.evidence.files import FILE_MODELS
