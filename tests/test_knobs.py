@@ -145,3 +145,14 @@ def test_a_host_placement_of_the_cache_needs_the_cache(placement):
     placed = DiffusersProfile.model_validate({**base, "use_kv_cache": True,
                                               "kv_placement": placement})
     assert placed.kv_placement == placement
+
+
+@pytest.mark.parametrize("base", ["group-leaf", "group-leaf-nokv", "seed-baseline-te8",
+                                  "int8-leaf-nostream", "int8-leaf-nostream-te8",
+                                  "int8-block-nostream-te8"])
+def test_each_tiled_profile_is_its_base_with_the_vae_tiled(base):
+    tiled, plain = PROFILES[f"{base}-tiled"], PROFILES[base]
+    assert tiled.vae_tiling and not plain.vae_tiling
+    differs = {k for k, v in tiled.model_dump().items() if plain.model_dump()[k] != v}
+    assert differs == {"vae_tiling", "description", "chosen_by_omniprobe"}
+    assert set(tiled.chosen_by_omniprobe) - set(plain.chosen_by_omniprobe) == {"vae_tiling"}
