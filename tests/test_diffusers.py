@@ -17,7 +17,6 @@ import pytest
 
 from omniprobe import cli
 from omniprobe.analysis.diffusers_capacity import (
-    architecture_bytes_per_token,
     card_capacity,
     host_runs,
     kv_measures,
@@ -26,6 +25,7 @@ from omniprobe.analysis.diffusers_capacity import (
 from omniprobe.cli import build_parser
 from omniprobe.cli.options import options_from
 from omniprobe.config.diffusers import load_model_configs
+from omniprobe.config.pinned_cache import architecture_bytes_per_token
 from omniprobe.evidence.validate import load_project
 from omniprobe.harness.offline.baseline import run_baseline
 

@@ -18,12 +18,12 @@ from omniprobe.analysis.diffusers_capacity import (
     KvMeasure,
     MinCap,
     ProfileRun,
-    architecture_bytes_per_token,
     card_capacity,
     kv_per_reference,
     min_cap,
     min_caps,
 )
+from omniprobe.config.pinned_cache import architecture_bytes_per_token
 from omniprobe.config.project import Project
 from omniprobe.env.wheels import download_command, read_pins, wheel_folder_problems
 from omniprobe.errors import InputError, Refusal

@@ -23,8 +23,6 @@ from omniprobe.evidence.load import Evidence, LoadedAttempt
 from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
 from omniprobe.evidence.repeats import standing
 
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
 
 @dataclass(frozen=True)
 class CapacityCell:
@@ -275,13 +273,6 @@ def kv_measures(runs_attempts: list[LoadedAttempt], fixtures: FixtureSuite,
                 r.prompt_text_tokens))
     return sorted(found.values(), key=lambda m: (m.output_resolution, m.profile,
                                                  m.reference_count))
-
-
-def architecture_bytes_per_token(transformer: dict, dtype: str = "bfloat16") -> int:
-    """What the DiT's config implies the cache holds per prefix token: every block keeps K and V,
-    each heads × head dimension elements."""
-    return (transformer["num_layers"] * 2 * transformer["num_attention_heads"]
-            * transformer["attention_head_dim"] * DTYPE_BYTES[dtype])
 
 
 @dataclass(frozen=True)

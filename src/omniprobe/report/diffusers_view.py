@@ -8,11 +8,9 @@ from pathlib import Path
 
 from omniprobe.analysis.capacity_bands import newest_searches
 from omniprobe.analysis.diffusers_capacity import (
-    DTYPE_BYTES,
     CapacityCell,
     CardCapacity,
     ProfileRun,
-    architecture_bytes_per_token,
     card_capacity,
     gpu_runs,
     host_runs,
@@ -25,6 +23,7 @@ from omniprobe.analysis.kv_compare import CrossRatio, KvBySize, cross_ratio, kv_
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig
+from omniprobe.config.pinned_cache import DTYPE_BYTES, architecture_bytes_per_token
 from omniprobe.evidence.load import Evidence
 from omniprobe.evidence.models.statements import StatedFigure
 from omniprobe.evidence.quantities import Range

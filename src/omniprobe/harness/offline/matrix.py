@@ -20,6 +20,7 @@ from omniprobe.config.diffusers import (
 from omniprobe.config.fixtures import Sampling
 from omniprobe.config.host_entry import Host
 from omniprobe.config.hosts import HostsConfig
+from omniprobe.config.pinned_cache import pinned_cache_problems
 from omniprobe.config.project import Project
 from omniprobe.errors import EnvironmentFailure, InputError, Refusal
 from omniprobe_engine.adapters import known_pipelines
@@ -122,9 +123,15 @@ def _diffusers_entries(cfg: HostsConfig, project: Project, host_name: str, host:
                else None)
     if configs is not None:  # a configuration the project refuses: before any attempt
         every = {name: cfg.diffusers_profiles[name] for name in host.diffusers_profiles}
+        mine = {name: every[name] for name in chosen}
+        transformer = configs.components.get("transformer")
         problems = (pipeline_problems(every, configs, str(project.hosts_file), host_name)
-                    + int8_text_encoder_problems({name: every[name] for name in chosen},
-                                                 configs, str(project.hosts_file)))
+                    + int8_text_encoder_problems(mine, configs, str(project.hosts_file))
+                    + (pinned_cache_problems(
+                        mine, transformer.config, {n: cfg.output_resolution(n) for n in mine},
+                        cfg.probe.target_reference_count,
+                        host.emulation.host_ram_gib if host.emulation else None, host_name,
+                        str(project.hosts_file)) if transformer is not None else []))
         if problems:
             raise InputError(problems)
     weights = ({"kind": "random", "seed": spec.init_seed,
