@@ -43,11 +43,13 @@ def pytest_configure(config) -> None:
 
 
 def hosts_copy(root: Path) -> Path:
-    """The committed hosts.toml, with the sim.toml beside it, copied into a tmp project at
-    `root`: the one place tests copy them, so a change of their format is one edit here."""
+    """The committed hosts.toml, with the sim.toml and the model folders it names (models/)
+    beside it, copied into a tmp project at `root`: the one place tests copy them, so a change of
+    their format is one edit here."""
     target = root / project_files.HOSTS_FILE
     shutil.copy(REPO / project_files.HOSTS_FILE, target)
     shutil.copy(REPO / project_files.SIM_FILE, root / project_files.SIM_FILE)
+    shutil.copytree(REPO / "models", root / "models")  # validate reads each host's folder
     return target
 
 
@@ -83,7 +85,6 @@ def make_project(root: Path, *, faults: list[str] = (), seeds: list[int] = (2301
     hosts_copy(root)
     shutil.copytree(REPO / "fixtures", root / "fixtures")
     shutil.copytree(REPO / "deploy", root / "deploy")  # the sim host's deploy config
-    shutil.copytree(REPO / "models", root / "models")  # the Diffusers hosts' model configs
     suite = json.loads((root / "fixtures" / "fixtures.json").read_text())
     suite["sampling"]["seeds"] = list(seeds)
     for fixture in suite["fixtures"]:

@@ -160,6 +160,25 @@ def test_a_profile_whose_pipeline_is_not_its_hosts_model_folders_is_refused_nami
         f"[hosts.{KLEIN_HOST}.diffusers] key 'configs' = '{QWEN}'", "'QwenImage21Pipeline'"])
 
 
+@pytest.mark.parametrize(("change", "words"), [
+    (lambda root: None, None),
+    (lambda root: (root / "hosts.toml").write_text((root / "hosts.toml").read_text().replace(
+        f'configs = "{KLEIN}"', f'configs = "{QWEN}"')),
+     "[diffusers_profiles.klein-tiny-cpu] key 'pipeline'"),
+    (lambda root: _without_tokenizer(root / KLEIN), "missing ['tokenizer']"),
+])
+def test_validate_names_a_hosts_model_folder_without_sense(repo_copy, change, words):
+    """`omniprobe validate` reads each random-weight host's folder as probe-offline would."""
+    from omniprobe.evidence.validate import load_project
+
+    change(repo_copy.root)
+    _, problems = load_project(repo_copy)
+    if words is None:
+        assert problems == []
+    else:
+        assert any(words in p.message or words in p.path for p in problems), problems
+
+
 def test_a_component_class_that_is_a_module_is_an_input_error_not_an_init_failure(project):
     _class("transformer", "diffusers.models")(project.root / KLEIN)
     _refused_before_any_attempt(project, [f"{KLEIN}/transformer.json",

@@ -3,12 +3,18 @@
 recorded makes the attempt's figures another model's, so validate names it. Only the committed
 file counts: the report reads it, and a copy elsewhere (a git-ignored one under artifacts/) is
 no other clone's, so it neither confirms nor excuses anything. A changed model is a new folder
-under models/."""
+under models/.
+
+The folders themselves are checked as validate loads the project: each random-weight host's folder
+loads (its manifest matches its configs and its pipeline) and the host's profiles name its
+pipeline, so a configuration that could only fail in a build is named before any attempt."""
 
 from __future__ import annotations
 
 import re
 
+from omniprobe.config.diffusers import ModelConfigs, load_model_configs, pipeline_problems
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.model_manifest import COMPONENT_NAME
 from omniprobe.config.project import Project
 from omniprobe.digests import sha256_bytes
@@ -58,4 +64,27 @@ def config_problems(attempt: LoadedAttempt, project: Project) -> list[Problem]:
             + f"; attempt {attempt.id} was built from {recorded[:12]}…: the committed config "
             "changed since. Restore it; a changed model is a new folder under models/, which "
             "new attempts name")))
+    return problems
+
+
+def model_folder_problems(hosts: HostsConfig, project: Project) -> list[Problem]:
+    """Each random-weight host's model folder that does not load, and each of its profiles that
+    names another pipeline than the folder's (each folder read once)."""
+    problems: list[Problem] = []
+    loaded: dict[str, ModelConfigs | None] = {}
+    for name, host in hosts.hosts.items():
+        spec = host.diffusers
+        if spec is None or spec.configs is None:
+            continue
+        if spec.configs not in loaded:
+            try:
+                loaded[spec.configs] = load_model_configs(project.root, spec.configs)
+            except InputError as exc:
+                loaded[spec.configs] = None
+                problems.extend(exc.problems)
+        configs = loaded[spec.configs]
+        if configs is not None:
+            profiles = {p: hosts.diffusers_profiles[p] for p in host.diffusers_profiles
+                        if p in hosts.diffusers_profiles}
+            problems.extend(pipeline_problems(profiles, configs, str(project.hosts_file), name))
     return problems

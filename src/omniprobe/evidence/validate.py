@@ -17,7 +17,7 @@ from omniprobe.errors import InputError, Problem
 from omniprobe.evidence import unpack_journal
 from omniprobe.evidence.calibration_checks import calibration_problems
 from omniprobe.evidence.capacity_checks import capacity_findings
-from omniprobe.evidence.config_digests import config_problems
+from omniprobe.evidence.config_digests import config_problems, model_folder_problems
 from omniprobe.evidence.consistency import consistency_problems
 from omniprobe.evidence.files import ATTEMPT_FILE, SECTION_FILES
 from omniprobe.evidence.load import Evidence, LoadedAttempt, load_evidence
@@ -242,6 +242,8 @@ def load_project(project: Project, *, staged: Path | None = None,
         hosts = load_hosts(project.hosts_file)
     except InputError as exc:
         problems.extend(exc.problems)
+    else:
+        problems.extend(model_folder_problems(hosts, project))
     try:
         fixtures = load_fixtures(project.fixtures_file)
     except InputError as exc:
