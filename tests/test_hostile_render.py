@@ -22,12 +22,14 @@ from .rendered import render_outputs
 from .test_report_markdown import check_markdown, parse
 
 # Every key whose string values validate accepts whatever they hold (found by trying each key
-# of the committed evidence with a payload of `|`, HTML and a bidi override).
+# of the committed evidence with a payload of `|`, HTML and a bidi override). Not `command` (the
+# grid's provenance is read off it), `emulates` (it names a host hosts.toml must define) nor
+# `unit` (a calibration's figure must be in references).
 FREE_TEXT_KEYS = frozenset({
     "description", "note", "structure_note", "error", "reason", "reasons", "detail", "statement",
     "label", "what", "where", "subject", "claimed", "finding", "stands", "stands_figure", "falls",
-    "section", "unit", "function", "snippet", "file", "found_file", "found_lines", "cited_in",
-    "hostname", "tool_version", "command", "model", "emulates", "physical_gpu", "sampler",
+    "section", "function", "snippet", "file", "found_file", "found_lines", "cited_in",
+    "hostname", "tool_version", "model", "physical_gpu", "sampler",
     "gpu_sampler", "knob", "shapes_tried", "dropped_at", "scope", "via", "date", "package",
     "version", "torch", "upstream_commit", "model_snapshot", "dit", "profile", "ended", "mode",
 })
