@@ -16,7 +16,7 @@ from omniprobe.config.pinned_cache import (
 from omniprobe.errors import InputError
 from omniprobe.harness.offline.matrix import offline_matrix
 
-from .conftest import REPO
+from .conftest import REPO, in_process, make_project
 
 QWEN = json.loads((REPO / "models/qwen-image-2.1/full/transformer.json").read_text())["config"]
 GIB = 2**30
@@ -76,3 +76,23 @@ def test_the_offline_plan_refuses_it_before_any_build(repo):
     # under its own 30 GiB cap the 8 GiB cache is no refusal
     entries, _, _ = offline_matrix(cfg, repo, name, pinned, ("group-leaf-kv-host-pinned",))
     assert [e.name for e in entries] == ["group-leaf-kv-host-pinned"]
+
+
+def test_probe_offline_refuses_it_with_exit_2_before_any_attempt(tmp_path, monkeypatch):
+    project = make_project(tmp_path)
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(tmp_path))
+    text = project.hosts_file.read_text()
+    host = "rtx5080-on-h200-diffusers"
+    table = text.index(f"[hosts.{host}.emulation]")
+    ram = text.index("host_ram_gib = ", table)
+    text = text[:ram] + "host_ram_gib = 6 #" + text[ram + len("host_ram_gib = "):]
+    at = text.index("card-emulations = [") + len("card-emulations = [")  # the host's list
+    project.hosts_file.write_text(text[:at] + '"group-leaf-kv-host-pinned", ' + text[at:])
+    folder = project.evidence_dir / host
+    before = sorted(p.name for p in folder.iterdir()) if folder.exists() else None
+    code, out = in_process(project, ["probe-offline", "--host", host,
+                                     "--profile", "group-leaf-kv-host-pinned"])
+    assert code == InputError.exit_code, out
+    assert "[diffusers_profiles.group-leaf-kv-host-pinned] key 'kv_placement'" in out
+    assert "Traceback" not in out
+    assert (sorted(p.name for p in folder.iterdir()) if folder.exists() else None) == before

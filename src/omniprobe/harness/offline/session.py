@@ -54,13 +54,13 @@ class OfflineSession(Session):
                                                configurations=self.asked_configurations(),
                                                cap_mib=self.cap_mib,
                                                host_ram_mib=host_ram_mib(ctx.host))
-        if settings.host_ram_mib is not None:
-            require_host_ram_cap()  # before any attempt exists
-        try:
+        try:  # the input's refusals first: they hold on any machine
             self.entries, self.refused, configs = offline_matrix(
                 ctx.cfg, ctx.project, ctx.host_name, ctx.host, settings.configurations)
         except Refusal as exc:
             raise KwargSetNotRunnable(str(exc)) from None
+        if settings.host_ram_mib is not None:
+            require_host_ram_cap()  # before any attempt exists
         fixtures = serve_fixtures(ctx.suite, ctx.host, settings.fixtures)
         require_references(fixtures, ctx.project.fixtures_file.parent,
                          max_pixels=ctx.cfg.probe.max_reference_pixels)
