@@ -850,3 +850,11 @@ def test_the_committed_search_says_which_grid_settings_were_given(repo):
     assert ("The measuring GPU's own memory outside torch's pool (612 MiB at a runner's start and "
             "up to 764 MiB during a search's requests) counts against an emulated cap, never "
             "against a card") in text
+
+
+def test_the_emulations_own_answer_is_in_details_graded_emulated(repo):
+    details = render_details(repo)
+    assert ("Its own answer at 16 GiB (graded emulated: the measuring GPU's overhead inside the "
+            "cap, never the card's answer): 4 references fit under `int8-block-nostream-te8`, "
+            "`int8-leaf-nostream`, `int8-leaf-nostream-te8`, `seed-baseline-te8`.") in details
+    assert "graded emulated" not in render_report(repo)  # the card's answer is the table's

@@ -118,6 +118,10 @@ class DiffusersHostView:
     host: Host
     emulates: str | None  # the emulated card's name
     capacity: CardCapacity
+
+    @property
+    def emulation_verdict(self) -> str:
+        return emulation_verdict(self.capacity)
     tables: list[CapTable]
     parameters_b: dict[str, float]
     attempts: list[str]
@@ -163,6 +167,22 @@ class DiffusersSection:
 
 def _gib(mib: int) -> str:
     return f"{mib / 1024:g}"
+
+
+def emulation_verdict(capacity: CardCapacity) -> str:
+    """The emulation's own answer at the card's cap, graded emulated: the H200 capped like the
+    card, its own overhead inside the cap, never the card's answer (REPORT.md's table is)."""
+    target = f"{capacity.target} references"
+    if capacity.verdict == "fits":
+        return f"{target} fit under " + ", ".join(f"`{f.profile}`" for f in capacity.fits)
+    if capacity.verdict == "fits the GPU only":
+        return (f"{target} fit the cap under " + ", ".join(f"`{f.profile}`"
+                                                          for f in capacity.gpu_only)
+                + f", each holding more than the host's {capacity.host_ram_mib / 1024:g} GiB "
+                "of RAM")
+    if capacity.verdict == "does not fit":
+        return f"{target} fit under no profile run"
+    return f"{target} not measured"
 
 
 def host_ram_text(runs: list[ProfileRun], host_ram_gib: float | None, note: str | None) -> str:
