@@ -10,6 +10,7 @@ from omniprobe.analysis.card_answers import (
     NO_FIT,
     NOT_SEARCHED,
     RUNS,
+    Answer,
     Candidate,
     CardFigures,
     HostNeed,
@@ -139,3 +140,15 @@ def test_the_answer_changes_when_the_evidence_does():
     after = answer(RTX3060, 64 * GIB, 4, [lower])
     assert (before.status, after.status) == (NO_FIT, RUNS)
     assert after.margin_mib == 11776 - 8448
+
+
+def test_the_openings_words_name_the_counts_a_short_host_leaves_out():
+    from omniprobe.report.answers_view import plain_answer
+
+    runs = Answer("c", 32 * GIB, 1, RUNS, "slow", 512, 1.0, (), 20 * GIB)
+    short = Answer("c", 32 * GIB, 2, HOST_SHORT, "big", host_need_mib=40 * GIB)
+    words = {"slow": "leaf offload, KV cache off", "big": "leaf offload"}
+    assert plain_answer([runs, short], words) == (
+        "1 reference with leaf offload, KV cache off (`slow`; derived); "
+        "2 references: nothing searched runs, for want of host RAM")
+    assert plain_answer([short], words) == "nothing searched runs"

@@ -122,7 +122,7 @@ def _ram_text(rams: list[int], stated: bool) -> str:
     return f"{gib[0]} GiB (its host's)" if stated else " or ".join(gib) + " GiB"
 
 
-def _plain(answers: list[Answer], words: dict[str, str]) -> str:
+def plain_answer(answers: list[Answer], words: dict[str, str]) -> str:
     """A row's answer for the opening, from one reference on: each run of counts in words with
     the profile's id after it, its speed against the fastest GPU fit, and its grade."""
     parts = []
@@ -137,7 +137,8 @@ def _plain(answers: list[Answer], words: dict[str, str]) -> str:
             speed = "" if slow == 1.0 else f"{slow:g}× the fastest GPU fit's time; "
             parts.append(f"{counts} {refs} with {words[profile]} (`{profile}`; {speed}{grade})")
         elif status == HOST_SHORT:
-            parts.append("nothing searched runs")
+            parts.append("nothing searched runs" if len(group) == len(edits)
+                         else f"{counts} {refs}: nothing searched runs, for want of host RAM")
         elif status == MARGIN:
             parts.append(f"{counts} {refs} only at the margin")
         else:
@@ -188,7 +189,7 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
                             group, bool(stated))
             rows.append(row)
             by_card.setdefault(key, []).append(row)
-    seed = {key: "; ".join(f"with {_ram_words(r)} RAM, {_plain(list(r.answers), words)}"
+    seed = {key: "; ".join(f"with {_ram_words(r)} RAM, {plain_answer(list(r.answers), words)}"
                            for r in mine)
             for key, mine in by_card.items() if key in seed_cards}
     others: dict[str, list[str]] = {}
@@ -200,7 +201,7 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
         for r in mine:
             need = _short_everywhere(r)
             if need is None:
-                said.append(f"with {_ram_words(r)} RAM, {_plain(list(r.answers), words)}")
+                said.append(f"with {_ram_words(r)} RAM, {plain_answer(list(r.answers), words)}")
             else:
                 short[r.ram_mib] = max(short.get(r.ram_mib, 0.0), need)
         if said:
