@@ -81,6 +81,18 @@ def test_state_belongs_to_one_invocation(project, cfg):
     assert resolve_host(project, cfg, None, env={INVOCATION_ENV: "run-3"}, hostname="x")[0] == "sim"
 
 
+def test_a_failed_env_is_named_by_its_first_problem_and_how_many_more(project, cfg):
+    env = {INVOCATION_ENV: "run-4"}
+    problems = ["host.hostname failed: expected a, got b " + "x" * 300, "gpu.nvml failed: none",
+                "gpu.name failed: expected c"]
+    assert record_selection(project, "rtx3090", problems, env=env)
+    with pytest.raises(SelectedEnvFailed) as failed:
+        resolve_host(project, cfg, None, env=env, hostname="x")
+    said = str(failed.value)
+    assert problems[0] in said and "(and 2 more, each printed above)" in said
+    assert problems[1] not in said and len(said) < len(problems[0]) + 200
+
+
 def test_the_env_sessions_venv_reaches_the_probe_of_the_same_run_only(project):
     run_1, run_2 = {INVOCATION_ENV: "run-1"}, {INVOCATION_ENV: "run-2"}
     assert record_selection(project, "rtx5080", [], venv="/opt/envs/5080", env=run_1)

@@ -98,8 +98,9 @@ def record_selection(project: Project, host: str, problems: list[str], *, venv: 
     """Hand the host and its env's venv to the later sessions of this nox invocation, or, when
     its env failed (`problems`), no host but the failure; False when there is no invocation to
     hand it to."""
-    if problems:
-        return record_env_failure(project, host, "; ".join(problems), env=env)
+    if problems:  # the env session printed each; the probe sessions after it name the first
+        more = f" (and {len(problems) - 1} more, each printed above)" if len(problems) > 1 else ""
+        return record_env_failure(project, host, problems[0] + more, env=env)
     env = os.environ if env is None else env
     invocation = env.get(INVOCATION_ENV)
     if not invocation:
