@@ -152,3 +152,10 @@ def test_the_openings_words_name_the_counts_a_short_host_leaves_out():
         "1 reference with leaf offload, KV cache off (`slow`; derived); "
         "2 references: nothing searched runs, for want of host RAM")
     assert plain_answer([short], words) == "nothing searched runs"
+
+
+def test_a_gpu_at_the_margin_under_a_short_host_is_the_hosts_answer():
+    at_margin = cand("expandable", 10752, 11264, 2.0, need(41.9, 39.1))
+    got = answer(CardFigures("RTX 5070", 11715), 32 * GIB, 2, [at_margin])
+    assert (got.status, got.profile) == (HOST_SHORT, "expandable")
+    assert answer(CardFigures("RTX 5070", 11715), 64 * GIB, 2, [at_margin]).status == MARGIN

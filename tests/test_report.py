@@ -806,9 +806,11 @@ def test_no_cell_says_a_card_runs_without_its_host_need(repo):
     text = render_report(repo)
     table = text[text.index("### What runs on each card"):]
     rows = [line for line in table.splitlines() if line.startswith("| RTX")]
-    assert rows
+    assert ("| RTX 3090 | 64 GiB | 0: `seed-baseline-capacity`, 15,872 spare; 1–4: "
+            "`group-leaf-res512`, 12,800 spare | 0–4: `group-leaf`, 5,888 spare | assumed |") in rows
     for row in rows:
-        card, ram, what, grade = (c.strip() for c in row.strip("|").split("|"))
+        card, ram, what, whole, grade = (c.strip() for c in row.strip("|").split("|"))
+        assert "`group-leaf-res512`" not in whole and "`group-leaf-nokv`" not in whole, row
         assert ram.endswith("GiB") or "GiB (its host's)" in ram, row
         assert grade in ("measured", "emulated", "derived", "assumed"), row
     # The opening's answers all name a host RAM size beside what runs.

@@ -141,7 +141,9 @@ def answer(card: CardFigures, host_ram_mib: int, count: int,
         return Answer(card.name, host_ram_mib, count, MARGIN, chosen.profile,
                       gpu[chosen.profile].margin_mib, None, chosen.gives_up,
                       chosen.host.peak_mib, _assumptions(card, chosen))
-    measured = [c for c in on_gpu if c.host is not None]
+    # The GPU takes it (or nearly) and the host does not: the host is why nothing runs.
+    measured = [c for c in candidates if gpu[c.profile].reading in (RUNS, MARGIN)
+                and c.host is not None]
     if measured:
         least = min(measured, key=lambda c: (max(c.host.peak_mib, c.host.pinned_mib), c.profile))
         return Answer(card.name, host_ram_mib, count, HOST_SHORT, least.profile,

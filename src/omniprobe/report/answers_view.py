@@ -46,31 +46,36 @@ def card_figures(card: Card) -> CardFigures:
 
 
 def group_text(answers: list[Answer]) -> str:
-    """One run of counts with the same status and profile, in words: the least margin over them,
-    the largest relative time."""
+    """One run of counts with the same answer, in words (spare in MiB, as the table's header
+    says): the least margin over them, the largest relative time; where nothing runs, the least
+    host need or the least shortfall over them."""
     first, counts = answers[0], count_range([a.count for a in answers])
     p = f"`{first.profile}`"
     if first.status == RUNS:
         spare = min(a.margin_mib for a in answers)
         slow = max((a.relative_speed or 1.0) for a in answers)
-        return (f"{counts}: {p}, {spare:,} MiB spare"
+        return (f"{counts}: {p}, {spare:,} spare"
                 + (f", {slow:g}× the fastest GPU fit's time" if slow > 1.0 else ""))
     if first.status == MARGIN:
         return f"{counts}: {p} at the margin"
     if first.status == HOST_SHORT:
         need = max(a.host_need_mib for a in answers)
-        return f"{counts}: none; the least host need is {need / 1024:.1f} GiB ({p})"
+        return f"{counts}: none, each needs {need / 1024:.1f} GiB host RAM or more"
     if first.status == HOST_UNKNOWN:
         return f"{counts}: {p} fits the GPU, its host need not measured"
     if first.status == NO_FIT:
         short = [-a.margin_mib for a in answers if a.margin_mib is not None]
-        return f"{counts}: none" + (f"; {p} is {max(short):,} MiB short of A" if short else "")
+        return f"{counts}: none" + (f", {min(short):,} or more short of A" if short else "")
     return f"{counts}: {NOT_SEARCHED}"
 
 
+def _same_answer(a: Answer) -> tuple:
+    """What a run of counts shares: where something runs, the profile; where nothing does, why."""
+    return (a.status, a.profile if a.status in (RUNS, MARGIN, HOST_UNKNOWN) else None)
+
+
 def row_text(answers: list[Answer]) -> str:
-    return "; ".join(group_text(list(g)) for _, g in
-                     groupby(answers, key=lambda a: (a.status, a.profile)))
+    return "; ".join(group_text(list(g)) for _, g in groupby(answers, key=_same_answer))
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class AnswerRow:
     card: str
     host_ram: str  # "30 GiB (its host's)" or "16 or 32 GiB"
     what_runs: str
+    giving_nothing_up: str  # the same, of the profiles that give nothing up
     grade: str
     assumptions: list[str]
     answers: tuple[Answer, ...]
@@ -179,12 +185,18 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
         stated = host_ram_of.get(key)
         rams = [stated] if stated else [g * 1024 for g in hosts.probe.answer_host_ram_gib]
         by_ram = {ram: tuple(answer(figures, ram, n, at[n]) for n in counts) for ram in rams}
-        # Host RAM sizes with the same answer share a row.
-        for texts, group in groupby(rams, key=lambda r: row_text(list(by_ram[r]))):
+        # The same question asked of the profiles that give nothing up (full-size references,
+        # the cache on, nothing quantised or tiled): what a user keeps everything with.
+        whole = {ram: tuple(answer(figures, ram, n, [c for c in at[n] if not c.gives_up])
+                            for n in counts) for ram in rams}
+        # Host RAM sizes with the same answers share a row.
+        for (texts, kept), group in groupby(rams, key=lambda r: (row_text(list(by_ram[r])),
+                                                                  row_text(list(whole[r])))):
             group = tuple(group)
             answers = by_ram[group[-1]]
-            assumptions = list(dict.fromkeys(x for a in answers for x in a.assumptions))
-            row = AnswerRow(card.name, _ram_text(list(group), bool(stated)), texts,
+            assumptions = list(dict.fromkeys(
+                x for a in (*answers, *whole[group[-1]]) for x in a.assumptions))
+            row = AnswerRow(card.name, _ram_text(list(group), bool(stated)), texts, kept,
                             "assumed" if assumptions else "derived", assumptions, answers,
                             group, bool(stated))
             rows.append(row)
