@@ -25,6 +25,10 @@ def test_the_diffusers_env_plan_resolves_with_its_pins(tmp_path):
     project = Project(REPO_ROOT)
     cfg = load_hosts(project.hosts_file)
     steps = install_steps(cfg, project.hosts_file, "diffusers")
+    # The pins the committed evidence records: checked whether or not the indexes answer.
+    assert {step.name: step.pin for step in steps} == {
+        "torch": "2.11.0+cu130", "torchvision": "0.26.0+cu130", "transformers": "5.17.0",
+        "diffusers": "0.42.1", "accelerate": "1.15.0", "torchao": "0.18.0"}
     paths = env_paths(cfg, project, "any-gpu-diffusers", tmp_path / "venv", "diffusers")
     said: list[str] = []
     # The interpreter running the tests stands for the env's: the pins name no Python version.
@@ -35,6 +39,3 @@ def test_the_diffusers_env_plan_resolves_with_its_pins(tmp_path):
         pytest.skip(str(offline).splitlines()[0])
     assert said[-1].startswith("# the install plan resolves:"), said
     assert not (tmp_path / "venv").exists()  # resolved, nothing installed
-    assert {step.name: step.pin for step in steps} == {
-        "torch": "2.11.0+cu130", "torchvision": "0.26.0+cu130", "transformers": "5.17.0",
-        "diffusers": "0.42.1", "accelerate": "1.15.0", "torchao": "0.18.0"}
