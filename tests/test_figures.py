@@ -143,6 +143,11 @@ def test_the_pool_figure_labels_its_rows_with_the_bands_tables_cells(repo):
     assert view is not None and view.rows
     for row in view.rows:
         assert row_cells(view.figure_svg, row.profile) == row.cells, row.profile
+    # A band is shaded only where its B was tried: `group-leaf-nokv`'s counts 1-4 take the
+    # previous count's B, so its one band is count 0's.
+    nokv = re.search(r'<g data-series="group-leaf-nokv".*?</g>', view.figure_svg).group(0)
+    leaf = re.search(r'<g data-series="group-leaf".*?</g>', view.figure_svg).group(0)
+    assert nokv.count("<polygon") == 1 and leaf.count("<polygon") == 1  # leaf: one run, 0-4
 
 
 # --- what the sweep measured, in words ----------------------------------------------------------

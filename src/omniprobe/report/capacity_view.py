@@ -161,7 +161,10 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
     first = next(iter(searches.values())).search
     grid = first.search
     svg = render_pool_svg(
-        [PoolLine(p, tuple((b.reference_count, b.fails_at_mib, b.fits_at_mib)
+        # A B not tried at its count (the previous count's) is no band to draw: the table's
+        # parentheses say it; the figure shades only what was measured there.
+        [PoolLine(p, tuple((b.reference_count, None if b.fails_at_inferred else b.fails_at_mib,
+                            b.fits_at_mib)
                            for b in searches[p].search.bands if b.stopped is None), tuple(cells[p]))
          for p in order],
         [CardLine(c.name, c.usable_pool_mib, any(
