@@ -34,8 +34,8 @@ _EDGE, _TOP_GAP, _PLOT_H = 8, 18, 260
 _MIN_PLOT_W, _MIN_COLUMN_W = 480, 90
 _NOTATION = ("B–A (MiB): the count failed at every trial at or below B and fit at every trial at "
              "or above A; a B in parentheses was not tried at that count, it is the previous "
-             f"count's, and no band is shaded there. {ASSUMED} after a card: its pool rests on a figure hosts.toml [cards] marks "
-             "assumed.")
+             f"count's, and no band is shaded there. {ASSUMED} after a card: its pool rests on a "
+             "figure hosts.toml [cards] marks assumed.")
 
 
 @dataclass(frozen=True)
