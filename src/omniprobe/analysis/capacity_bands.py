@@ -161,11 +161,6 @@ class CardProfile:
     def fitting(self) -> tuple[int, ...]:
         return tuple(n for n, v in self.verdicts.items() if v.verdict == "fits")
 
-    @property
-    def fits_card(self) -> bool:
-        """The GPU fits and, where the card's host RAM is stated, the host does too."""
-        return bool(self.fitting) and self.host_ram in (None, "within")
-
 
 def host_ram_reading(runs: list[ProfileRun], profile: str, host_ram_mib: int | None) -> str | None:
     """What the card's host RAM says of a profile: None where it is not stated; "within" where a

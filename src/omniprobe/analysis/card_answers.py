@@ -25,6 +25,7 @@ from omniprobe.analysis.capacity_bands import Searched
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.evidence.models.capacity import CapacityBand
+from omniprobe_engine.knobs import GROUP_OFFLOADS
 
 RUNS, MARGIN, HOST_SHORT, HOST_UNKNOWN, NO_FIT, NOT_SEARCHED = (
     "runs", "at the margin", "host too small", "host need not measured", "does not fit",
@@ -39,6 +40,11 @@ class HostNeed:
     pinned_mib: float
     measured_under: str  # the profile whose run recorded it
     same_placement: bool = False  # measured under another profile of the same placement
+
+    @property
+    def most_mib(self) -> float:
+        """What the host must hold: the peak, or the page-locked bytes where they were more."""
+        return max(self.peak_mib, self.pinned_mib)
 
 
 @dataclass(frozen=True)
@@ -85,7 +91,7 @@ def host_fits(need: HostNeed | None, host_ram_mib: int) -> bool | None:
     """Whether the host's RAM holds the profile's need; None where the need is not measured."""
     if need is None:
         return None
-    return max(need.peak_mib, need.pinned_mib) <= host_ram_mib
+    return need.most_mib <= host_ram_mib
 
 
 @dataclass(frozen=True)
@@ -133,21 +139,21 @@ def answer(card: CardFigures, host_ram_mib: int, count: int,
                  if chosen.wall_s and fastest.wall_s else None)
         return Answer(card.name, host_ram_mib, count, RUNS, chosen.profile,
                       gpu[chosen.profile].margin_mib, speed, chosen.gives_up,
-                      chosen.host.peak_mib, _assumptions(card, chosen))
+                      chosen.host.most_mib, _assumptions(card, chosen))
     marginal = [c for c in candidates
                 if gpu[c.profile].reading == MARGIN and host_fits(c.host, host_ram_mib)]
     if marginal:
         chosen = max(marginal, key=lambda c: (gpu[c.profile].margin_mib or 0, c.profile))
         return Answer(card.name, host_ram_mib, count, MARGIN, chosen.profile,
                       gpu[chosen.profile].margin_mib, None, chosen.gives_up,
-                      chosen.host.peak_mib, _assumptions(card, chosen))
+                      chosen.host.most_mib, _assumptions(card, chosen))
     # The GPU takes it (or nearly) and the host does not: the host is why nothing runs.
     measured = [c for c in candidates if gpu[c.profile].reading in (RUNS, MARGIN)
                 and c.host is not None]
     if measured:
-        least = min(measured, key=lambda c: (max(c.host.peak_mib, c.host.pinned_mib), c.profile))
+        least = min(measured, key=lambda c: (c.host.most_mib, c.profile))
         return Answer(card.name, host_ram_mib, count, HOST_SHORT, least.profile,
-                      host_need_mib=max(least.host.peak_mib, least.host.pinned_mib),
+                      host_need_mib=least.host.most_mib,
                       assumptions=_assumptions(card, least))
     if on_gpu:
         return Answer(card.name, host_ram_mib, count, HOST_UNKNOWN, _fastest(on_gpu).profile,
@@ -183,7 +189,7 @@ OFFLOAD_WORDS = {"none": "everything on the GPU", "model-cpu": "model CPU offloa
 def settings_words(profile: DiffusersProfile, default_resolution: int) -> str:
     """A profile's settings in plain words: where the weights live, then what it gives up."""
     where = OFFLOAD_WORDS[profile.offload]
-    if profile.offload in ("group-leaf", "group-block") and not profile.use_stream:
+    if profile.offload in GROUP_OFFLOADS and not profile.use_stream:
         where += " without streams"
     return ", ".join((where, *gives_up(profile, default_resolution)))
 

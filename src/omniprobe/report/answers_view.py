@@ -225,5 +225,5 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
         [(", ".join(cards), line) for line, cards in others.items()],
         [f"with {' or '.join(f'{r / 1024:g}' for r in ram)} GiB RAM nothing searched runs on "
          "them" for ram in short],
-        min((max(n.peak_mib, n.pinned_mib) for p, n in needs.items() if p in searches),
+        min((n.most_mib for p, n in needs.items() if p in searches),
             default=None))
