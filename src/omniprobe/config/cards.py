@@ -45,6 +45,15 @@ class Card(HostsTable):
     def usable_pool_mib(self) -> int:
         return self.memory_total_mib - self.overhead_mib - self.other_processes_mib
 
+    @property
+    def assumed(self) -> tuple[str, ...]:
+        """Each figure of the usable pool whose source is omniprobe's assumption, with its
+        value (e.g. 'overhead 512 MiB')."""
+        return tuple(f"{label} {getattr(self, f'{key}_mib'):,} MiB" for label, key in (
+            ("memory.total", "memory_total"), ("overhead", "overhead"),
+            ("other processes", "other_processes"))
+            if getattr(self, f"{key}_source").kind == "assumed")
+
     @field_validator("name")
     @classmethod
     def _one_printable_line(cls, name: str) -> str:

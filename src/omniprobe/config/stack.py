@@ -32,6 +32,11 @@ class Stack(HostsTable):
         return self.model_snapshot.split("@", 1)[0]
 
     @property
+    def model_name(self) -> str:
+        """The model's own name: its repo without the owner (e.g. 'Qwen-Image-2.1')."""
+        return self.model_repo.split("/")[-1]
+
+    @property
     def model_revision(self) -> str:
         return self.model_snapshot.split("@", 1)[1]
 

@@ -37,12 +37,7 @@ GRADES = {
 
 
 def card_figures(card: Card) -> CardFigures:
-    """The card's usable pool, with each figure hosts.toml marks as assumed, and its value."""
-    assumed = tuple(f"{label} {getattr(card, field):,} MiB" for label, field in (
-        ("memory.total", "memory_total_mib"), ("overhead", "overhead_mib"),
-        ("other processes", "other_processes_mib"))
-        if getattr(card, field.replace("_mib", "_source")).kind == "assumed")
-    return CardFigures(card.name, card.usable_pool_mib, assumed)
+    return CardFigures(card.name, card.usable_pool_mib, card.assumed)
 
 
 def group_text(answers: list[Answer]) -> str:

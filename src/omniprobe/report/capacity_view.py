@@ -167,10 +167,8 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
                             b.fits_at_mib)
                            for b in searches[p].search.bands if b.stopped is None), tuple(cells[p]))
          for p in order],
-        [CardLine(c.name, c.usable_pool_mib, any(
-            getattr(c, f).kind == "assumed" for f in ("memory_total_source", "overhead_source",
-                                                     "other_processes_source")))
-         for c in hosts.cards.values()], counts,
+        [CardLine(c.name, c.usable_pool_mib, bool(c.assumed)) for c in hosts.cards.values()],
+        counts,
         title=f"{model} in Diffusers, random weights: the smallest torch pool (A, and "
               "B to A uncertain)")
     return CapacitySearchView(

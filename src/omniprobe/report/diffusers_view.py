@@ -157,12 +157,7 @@ class DiffusersSection:
     capacity: CapacitySearchView | None  # the capacity search's bands, cards and figure
     answers: AnswerTable | None  # what runs on each card and host
     outside_pool: str | None  # the measuring GPU's own memory outside torch's pool, in words
-
-    @property
-    def kv_counted(self) -> str | None:
-        """Diffusers' own count per reference at the default size, where a comparison has it."""
-        return next((f"{c.measured} {c.what}" for c in self.comparisons
-                     if c.what.startswith("per ") and c.what.endswith("reference")), None)
+    kv_counted: str | None  # Diffusers' own count per reference at the default condition size
 
 
 def _gib(mib: int) -> str:
@@ -317,9 +312,11 @@ def build_note(run: ProfileRun) -> str:
     return f"build: {run.init_outcome}"
 
 
-def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
+def diffusers_section(loaded: Loaded, root: Path,
+                      seed_cards: frozenset[str] = frozenset()) -> DiffusersSection | None:
     """The section, or None where hosts.toml has no Diffusers host; `root`: the project's, where
-    the committed model configs are."""
+    the committed model configs are; `seed_cards`: the cards of the seed's probed hosts, whose
+    answers the opening gives in their verdicts."""
     hosts: HostsConfig = loaded.hosts
     # A host whose evidence is only a capacity search shows in the search's part, not as a host.
     keys = [k for k, h in hosts.hosts.items() if h.diffusers is not None and not (
@@ -371,7 +368,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     arch = None
     configs_folder = next((hosts.host(v.key).diffusers.configs for v in full), None)
     unconfirmed: list[str] = []
-    model = hosts.stack.model_repo.split("/")[-1]  # the seed's, where no folder names it
+    model = hosts.stack.model_name  # the seed's, where no folder names it
     if configs_folder is not None:
         configs = load_model_configs(root, configs_folder)
         model = configs.manifest.model
@@ -397,9 +394,7 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
     searches = newest_searches(loaded.evidence, model_configs) if model_configs else {}
     capacity = capacity_search_view(loaded, all_runs, host_ram_of, searches, model)
     answers = answer_table(model, hosts,
-                           searches, all_runs, host_ram_of, default_size,
-                           {h.card for h in hosts.hosts.values() if h.card and h.diffusers is None
-                            and h.emulation is None and not h.simulated})
+                           searches, all_runs, host_ram_of, default_size, seed_cards)
     return DiffusersSection(
         views, columns, [f"{n} ref{'' if n == 1 else 's'}" for n in columns], columns[0], target,
         model, [v.emulates for v in full if v.emulates],
@@ -407,7 +402,9 @@ def diffusers_section(loaded: Loaded, root: Path) -> DiffusersSection | None:
         next(iter(hosts.diffusers_profiles.values())).pipeline, "bfloat16",
         DTYPE_BYTES["bfloat16"], arch, kv, [_size_row(z) for z in sizes],
         compared, unconfirmed, steps, sweep, calibrations,
-        capacity, answers, outside_pool_text(all_runs, loaded.evidence))
+        capacity, answers, outside_pool_text(all_runs, loaded.evidence),
+        next((f"{c.measured} {c.what}" for c in compared
+              if c.what == per_reference(default_size)), None))
 
 
 def outside_pool_text(runs: list[ProfileRun], evidence: Evidence) -> str | None:

@@ -9,7 +9,7 @@ from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.report_settings import ReportSettings
 from omniprobe.evidence.models.statements import CodeLocation
 from omniprobe.report import verdict_lines as vl
-from omniprobe.report.filters import figure_text, names, refs, span
+from omniprobe.report.filters import count_range, figure_text, names, refs, span
 
 if TYPE_CHECKING:
     from omniprobe.report.host_section import HostSection
@@ -82,7 +82,7 @@ def _candidacy(s: HostSection) -> str:
         if c is not None and c.wall_s and c.structure == "sound" and 0 < count <= v.highest_served_refs
         for x in (c.wall_s.min, c.wall_s.max)
     ]
-    counts = "–".join(dict.fromkeys(["1", str(v.highest_served_refs)]))
+    counts = count_range(list(range(1, v.highest_served_refs + 1)))
     text = f"the vLLM-Omni path serves {counts} reference{'s' if v.highest_served_refs > 1 else ''}"
     if walls:
         text += f" at {int(min(walls))}–{-int(-max(walls) // 1)} s/image"

@@ -162,6 +162,8 @@ def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
     emulated = [s for s in study if s.host.emulation is not None]
     real = [s for s in study if not s.host.simulated and s.host.emulation is None]
     diffusers = {s.key for s in sections if s.host.diffusers is not None}
+    # The seed's cards: their answers in Diffusers go in their own verdicts.
+    real_cards = frozenset(s.host.card for s in real if s.has_evidence and s.host.card)
     baselines = [a for a in loaded.evidence.attempts if a.baseline is not None]
     attempts = loaded.evidence.attempts
     study_attempts = [a for a in attempts
@@ -180,7 +182,7 @@ def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
         "edit_counts": count_range(list(range(1, hosts.probe.target_reference_count + 1))),
         "sections": sections,
         "real": [s for s in real if s.has_evidence],
-        "real_cards": {s.host.card for s in real if s.has_evidence and s.host.card},
+        "real_cards": real_cards,
         "unprobed": [s for s in study if not s.has_evidence and not s.host.simulated],
         # An emulated simulated host is simulated: it goes to HARNESS.md with the others.
         "simulated": [s for s in sections if s.host.simulated and s.has_evidence],
@@ -194,7 +196,7 @@ def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
             [a for a in attempts if a.host in diffusers and not is_harness_attempt(a, hosts)
              and (hosts.host(a.host).emulation is not None or a.capacity)],
             hosts),
-        "diffusers": diffusers_section(loaded, root),
+        "diffusers": diffusers_section(loaded, root, real_cards),
         "follow": follow_through([s for s in real if s.has_evidence], hosts, settings),
         "upstream": newest_upstream(attempts),
         "contract": contract(newest_upstream(attempts)),
