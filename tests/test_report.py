@@ -806,6 +806,9 @@ def test_no_cell_says_a_card_runs_without_its_host_need(repo):
     text = render_report(repo)
     table = text[text.index("### What runs on each card"):]
     rows = [line for line in table.splitlines() if line.startswith("| RTX")]
+    legend = next(line for line in table.splitlines() if line.startswith("The profiles named:"))
+    named = set(re.findall(r"`([^`]+)`", "\n".join(rows)))
+    assert named and named == set(re.findall(r"`([^`]+)`,", legend))  # each, in words, once
     assert ("| RTX 3090 | 64 GiB | 0: `seed-baseline-capacity`, 15,872 spare; 1–4: "
             "`group-leaf-res512`, 12,800 spare | 0–4: `group-leaf`, 5,888 spare | assumed |") in rows
     for row in rows:

@@ -187,11 +187,13 @@ OFFLOAD_WORDS = {"none": "everything on the GPU", "model-cpu": "model CPU offloa
 
 
 def settings_words(profile: DiffusersProfile, default_resolution: int) -> str:
-    """A profile's settings in plain words: where the weights live, then what it gives up."""
+    """A profile's settings in plain words: where the weights live and how torch allocates,
+    then what it gives up."""
     where = OFFLOAD_WORDS[profile.offload]
     if profile.offload in GROUP_OFFLOADS and not profile.use_stream:
         where += " without streams"
-    return ", ".join((where, *gives_up(profile, default_resolution)))
+    allocator = (f"allocator {profile.allocator}",) if profile.allocator else ()
+    return ", ".join((where, *allocator, *gives_up(profile, default_resolution)))
 
 
 def host_needs(runs: list[ProfileRun], profiles: dict[str, DiffusersProfile]

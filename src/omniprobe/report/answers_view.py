@@ -73,17 +73,61 @@ def row_text(answers: list[Answer]) -> str:
     return "; ".join(group_text(list(g)) for _, g in groupby(answers, key=_same_answer))
 
 
+def _gib(rams: tuple[int, ...]) -> str:
+    return " or ".join(f"{r / 1024:g}" for r in rams) + " GiB"
+
+
+# The answers whose profile a cell names (where nothing runs it names the reason instead).
+NAMES_ITS_PROFILE = (RUNS, MARGIN, HOST_UNKNOWN)
+
+
 @dataclass(frozen=True)
 class AnswerRow:
+    """One card at one or more host RAM sizes that answer alike: the answers by count, and the
+    same asked of the profiles that give nothing up."""
+
     card: str
-    host_ram: str  # "30 GiB (its host's)" or "16 or 32 GiB"
-    what_runs: str
-    giving_nothing_up: str  # the same, of the profiles that give nothing up
-    grade: str
-    assumptions: list[str]
-    answers: tuple[Answer, ...]
     ram_mib: tuple[int, ...]
     stated: bool  # the card's own host's RAM, not a size chosen by omniprobe
+    answers: tuple[Answer, ...]
+    whole: tuple[Answer, ...]
+
+    @property
+    def host_ram(self) -> str:
+        return f"{_gib(self.ram_mib)} (its host's)" if self.stated else _gib(self.ram_mib)
+
+    @property
+    def what_runs(self) -> str:
+        return row_text(list(self.answers))
+
+    @property
+    def giving_nothing_up(self) -> str:
+        return row_text(list(self.whole))
+
+    @property
+    def assumptions(self) -> list[str]:
+        return list(dict.fromkeys(x for a in (*self.answers, *self.whole)
+                                  for x in a.assumptions))
+
+    @property
+    def grade(self) -> str:
+        return "assumed" if self.assumptions else "derived"
+
+    @property
+    def profiles(self) -> set[str]:
+        return {a.profile for a in (*self.answers, *self.whole)
+                if a.status in NAMES_ITS_PROFILE}
+
+    def said(self, words: dict[str, str]) -> str:
+        """The row's answer in the opening's words."""
+        ram = f"its host's {_gib(self.ram_mib)}" if self.stated else _gib(self.ram_mib)
+        return f"with {ram} RAM, {plain_answer(list(self.answers), words)}"
+
+    @property
+    def host_short_everywhere(self) -> bool:
+        """No count from one reference on runs, each for want of host RAM."""
+        edits = [a for a in self.answers if a.count > 0]
+        return bool(edits) and all(a.status == HOST_SHORT for a in edits)
 
 
 @dataclass(frozen=True)
@@ -118,18 +162,14 @@ class AnswerTable:
                 for x, on in held.items()]
 
 
-def _ram_text(rams: list[int], stated: bool) -> str:
-    gib = [f"{r / 1024:g}" for r in rams]
-    return f"{gib[0]} GiB (its host's)" if stated else " or ".join(gib) + " GiB"
-
-
 def plain_answer(answers: list[Answer], words: dict[str, str]) -> str:
     """A row's answer for the opening, from one reference on: each run of counts in words with
     the profile's id after it, its speed against the fastest GPU fit, and its grade."""
     parts = []
     edits = [a for a in answers if a.count > 0]
-    for (status, profile), group in groupby(edits, key=lambda a: (a.status, a.profile)):
+    for (status, _), group in groupby(edits, key=_same_answer):
         group = list(group)
+        profile = group[0].profile
         counts = count_range([a.count for a in group])
         refs = "reference" if counts == "1" else "references"
         grade = "assumed" if any(a.assumptions for a in group) else "derived"
@@ -145,19 +185,6 @@ def plain_answer(answers: list[Answer], words: dict[str, str]) -> str:
         else:
             parts.append(f"{counts} {refs}: nothing searched fits the GPU")
     return "; ".join(parts)
-
-
-def _short_everywhere(row: AnswerRow) -> float | None:
-    """The least host need where no count from one reference on runs for want of host RAM."""
-    edits = [a for a in row.answers if a.count > 0]
-    if edits and all(a.status == HOST_SHORT for a in edits):
-        return max(a.host_need_mib for a in edits)
-    return None
-
-
-def _ram_words(row: AnswerRow) -> str:
-    gib = " or ".join(f"{r / 1024:g}" for r in row.ram_mib)
-    return f"its host's {gib} GiB" if row.stated else f"{gib} GiB"
 
 
 def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
@@ -185,40 +212,28 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
         whole = {ram: tuple(answer(figures, ram, n, [c for c in at[n] if not c.gives_up])
                             for n in counts) for ram in rams}
         # Host RAM sizes with the same answers share a row.
-        for (texts, kept), group in groupby(rams, key=lambda r: (row_text(list(by_ram[r])),
-                                                                  row_text(list(whole[r])))):
+        for _, group in groupby(rams, key=lambda r: (row_text(list(by_ram[r])),
+                                                     row_text(list(whole[r])))):
             group = tuple(group)
-            answers = by_ram[group[-1]]
-            assumptions = list(dict.fromkeys(
-                x for a in (*answers, *whole[group[-1]]) for x in a.assumptions))
-            row = AnswerRow(card.name, _ram_text(list(group), bool(stated)), texts, kept,
-                            "assumed" if assumptions else "derived", assumptions, answers,
-                            group, bool(stated))
+            row = AnswerRow(card.name, group, bool(stated), by_ram[group[-1]], whole[group[-1]])
             rows.append(row)
             by_card.setdefault(key, []).append(row)
-    seed = {key: "; ".join(f"with {_ram_words(r)} RAM, {plain_answer(list(r.answers), words)}"
-                           for r in mine)
+    seed = {key: "; ".join(r.said(words) for r in mine)
             for key, mine in by_card.items() if key in seed_cards}
     others: dict[str, list[str]] = {}
-    short: dict[tuple[int, ...], float] = {}  # RAM sizes -> the least need there
+    short: dict[tuple[int, ...], None] = {}  # RAM sizes where nothing runs on a card, in order
     for key, mine in by_card.items():
         if key in seed_cards:
             continue
-        said = []
-        for r in mine:
-            need = _short_everywhere(r)
-            if need is None:
-                said.append(f"with {_ram_words(r)} RAM, {plain_answer(list(r.answers), words)}")
-            else:
-                short[r.ram_mib] = max(short.get(r.ram_mib, 0.0), need)
+        said = [r.said(words) for r in mine if not r.host_short_everywhere]
+        short.update(dict.fromkeys(r.ram_mib for r in mine if r.host_short_everywhere))
         if said:
             others.setdefault("; ".join(said), []).append(hosts.cards[key].name)
-    named = {a.profile for r in rows for a in r.answers if a.profile}
+    named = set().union(*(r.profiles for r in rows))
     return AnswerTable(
         model, counts, next(iter(searches.values())).search.num_inference_steps, rows,
         [(p, words[p]) for p in searches if p in named], GRADES, seed,
         [(", ".join(cards), line) for line, cards in others.items()],
-        [f"with {' or '.join(f'{r / 1024:g}' for r in ram)} GiB RAM nothing searched runs on "
-         "them" for ram in short],
+        [f"with {_gib(ram)} RAM nothing searched runs on them" for ram in short],
         min((n.most_mib for p, n in needs.items() if p in searches),
             default=None))
