@@ -159,10 +159,10 @@ def machine_refusal(cfg: HostsConfig, project: Project, host_name: str,
     facts = host_facts(nvml)
     checks = [host_name_check(cfg, host_name, facts.hostname),
               *gpu_checks(host, facts, env_config(cfg, project.hosts_file).checks.vram_tolerance)]
-    failed = [c for c in checks if c.status == "fail"]
+    failed = failure_lines(checks)
     if not failed:
         return None
-    lines = "\n".join(f"  {line}" for line in failure_lines(failed))
+    lines = "\n".join(f"  {line}" for line in failed)
     if host.gpu_minimum is not None or host.emulation is not None or host.diffusers is not None:
         remedy = (f"no build can change a machine: run it where NVML reads {host.gpu}")
     else:

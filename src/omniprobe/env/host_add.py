@@ -146,7 +146,7 @@ def card_block(cfg: HostsConfig, name: str, like: str, gpu: GpuFacts, reading: s
     """The [cards.<name>] table alone, from a saved nvidia-smi reading (`reading`: where it
     comes from), its assumptions copied from host `like`'s card: what belongs to the machine
     (hostname, Python, host RAM) is not known from the file and not written."""
-    card, copied = _model_card(cfg, name, like)
+    _, card, copied = _model_card(cfg, name, like)
     lines, unknown = _card_lines(name, gpu, reading, card, copied, like)
     return HostBlock("\n".join([f"# Written by `omniprobe host add {name} --like {like} "
                                 "--nvidia-smi` from a saved nvidia-smi reading.", *lines]) + "\n",
@@ -156,7 +156,7 @@ def card_block(cfg: HostsConfig, name: str, like: str, gpu: GpuFacts, reading: s
 
 
 def _model_card(cfg: HostsConfig, name: str, like: str):
-    """The card of host `like`, whose assumptions a new card copies; HostAddRefused where the
+    """Host `like` and its card, whose assumptions a new card copies; HostAddRefused where the
     name is taken or `like` has no real card to copy."""
     if name in cfg.hosts or name in cfg.cards:
         taken = "[hosts]" if name in cfg.hosts else "[cards]"
@@ -170,13 +170,18 @@ def _model_card(cfg: HostsConfig, name: str, like: str):
     if model.card is None or model.card not in cfg.cards:
         raise HostAddRefused(f"host add --like {like}: that host names no [cards] entry to take "
                              "the overhead and other-processes assumptions from; nothing written")
-    return cfg.cards[model.card], (f"copied by omniprobe host add from the card of host {like} "
-                                   f"({model.card}), ")
+    return model, cfg.cards[model.card], (f"copied by omniprobe host add from the card of "
+                                          f"host {like} ({model.card}), ")
+
+
+def _vram_gb(gpu: GpuFacts) -> int:
+    """A card's marketed size, as host add writes it: NVML's memory.total rounded to GiB."""
+    return max(1, round(gpu.memory_total_mib / 1024))
 
 
 def _card_lines(name: str, gpu: GpuFacts, reading: str, card, copied: str,
                 like: str) -> tuple[list[str], list[str]]:
-    vram_gb = max(1, round(gpu.memory_total_mib / 1024))
+    vram_gb = _vram_gb(gpu)
     lines = [
         f"[cards.{name}]",
         _line("name", gpu.name),
@@ -200,10 +205,9 @@ def _card_lines(name: str, gpu: GpuFacts, reading: str, card, copied: str,
 def host_block(cfg: HostsConfig, name: str, like: str, facts: MachineFacts) -> HostBlock:
     """The [hosts.<name>] and [cards.<name>] tables for this machine, like host `like`;
     HostAddRefused where the name is taken or `like` has nothing to copy."""
-    card, copied = _model_card(cfg, name, like)
-    model = cfg.host(like, "host add --like")
+    model, card, copied = _model_card(cfg, name, like)
     gpu = facts.gpu
-    vram_gb = max(1, round(gpu.memory_total_mib / 1024))
+    vram_gb = _vram_gb(gpu)
     reading = (f"NVML on {facts.hostname}, GPU {gpu.index} of {gpu.device_count}: "
                f"memory.total {gpu.memory_total_mib} MiB (driver {gpu.driver_version})")
     lines = [

@@ -75,11 +75,15 @@ def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]
         return [env_check("gpu.nvml", "fail", f"NVML cannot read a GPU: {facts.nvml_error}",
                           expected=host.gpu)]
     gib = gpu.memory_total_mib / 1024
+    found = env_check("gpu.nvml", "pass", f"{gpu.device_count} device(s); checked index {gpu.index}")
+    driver = env_check("gpu.driver", "pass",
+                       f"recorded; driver supports CUDA {gpu.cuda_driver_version}",
+                       actual=gpu.driver_version)
     if host.gpu_minimum is not None:
-        return _minimum_checks(host, gpu, gib)
+        return [found, *_minimum_checks(host, gpu, gib), driver]
     off = abs(gib - host.vram_gb) / host.vram_gb
     return [
-        env_check("gpu.nvml", "pass", f"{gpu.device_count} device(s); checked index {gpu.index}"),
+        found,
         env_check("gpu.name", "pass" if gpu.name == host.gpu else "fail",
                   "NVML's device name against hosts.toml gpu", host.gpu, gpu.name),
         env_check("gpu.compute_capability",
@@ -90,8 +94,7 @@ def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]
                   f"NVML total {gpu.memory_total_mib} MiB is {off:.1%} from the nominal "
                   f"{host.vram_gb} GB (tolerance {tolerance:.0%})",
                   f"{host.vram_gb} GiB", f"{gib:.2f} GiB"),
-        env_check("gpu.driver", "pass", f"recorded; driver supports CUDA {gpu.cuda_driver_version}",
-                  actual=gpu.driver_version),
+        driver,
     ]
 
 
@@ -99,7 +102,6 @@ def _minimum_checks(host: Host, gpu, gib: float) -> list[EnvCheck]:
     """A host that is any machine with a GPU of at least its minimums: those, not a name."""
     least = host.gpu_minimum
     return [
-        env_check("gpu.nvml", "pass", f"{gpu.device_count} device(s); checked index {gpu.index}"),
         env_check("gpu.name", "skip", f"any GPU of at least {least.memory_gib} GiB and "
                   f"compute capability {least.compute_capability} runs it", host.gpu, gpu.name),
         env_check("gpu.compute_capability",
@@ -109,8 +111,6 @@ def _minimum_checks(host: Host, gpu, gib: float) -> list[EnvCheck]:
         env_check("gpu.memory", "pass" if gib >= least.memory_gib else "fail",
                   f"NVML total {gpu.memory_total_mib} MiB against hosts.toml's minimum",
                   f">= {least.memory_gib} GiB", f"{gib:.2f} GiB"),
-        env_check("gpu.driver", "pass", f"recorded; driver supports CUDA {gpu.cuda_driver_version}",
-                  actual=gpu.driver_version),
     ]
 
 

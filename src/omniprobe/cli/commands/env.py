@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.env is None:  # the env the host's runs need: its runner's, where that is the Diffusers env
         from omniprobe.harness.offline.env import runner_env_name
 
-        args.env = "diffusers" if runner_env_name(host) == "diffusers" else "probe"
+        args.env = runner_env_name(host) or "probe"
     select = args.select and not args.dry_run
     if args.select and args.dry_run:
         record_env_failure(project, args.host, "it was a dry run (--dry-run): nothing was built "
