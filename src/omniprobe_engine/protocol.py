@@ -173,12 +173,7 @@ class Measures:
 
 
 MEASURES = tuple(f.name for f in fields(Measures))
-# A capacity trial keeps these of its Measures (capacity-trials.json)...
-TRIAL_CARRIES = ("peak_allocated_mib", "start_allocated_mib", "start_reserved_mib",
-                 "kv_cache_bytes", "kv_cache_host_bytes", "max_rss_mib",
-                 "host_peak_mib", "host_end_mib", "pinned_host_peak_mib", "process_mib",
-                 "outside_pool_mib")
-# ...and drops these, each for its reason.
+# A capacity trial (capacity-trials.json) drops these of its Measures, each for its reason...
 TRIAL_DROPS = {
     "kv_cache_layers": "the cache's shape is the count's, the same at every limit: "
                        "probe-offline records it per request; a trial keeps its bytes",
@@ -186,6 +181,8 @@ TRIAL_DROPS = {
     "prefix_tokens": "the same request at every limit of a count: probe-offline records it",
     "prompt_text_tokens": "the same prompt at every limit of a count: probe-offline records it",
 }
+# ...and keeps the rest.
+TRIAL_CARRIES = tuple(m for m in MEASURES if m not in TRIAL_DROPS)
 
 
 @dataclass(frozen=True)

@@ -118,7 +118,7 @@ def search(run: TrialRunner, grid: Grid, repeats: int, *, fail_hint_mib: int | N
     hint = None if fail_hint_mib is None else grid.index_at_or_below(fail_hint_mib)
     lo, hi = -1, grid.last + 1  # -1, last + 1: not tried
     probe = None if first_guess_mib is None else grid.index_at_or_above(first_guess_mib)
-    step = 1 if probe is None else max(1, probe - max(hint or 0, 0))
+    step = 1 if probe is None else max(1, probe - (hint or 0))
     while hi - lo > 1:
         galloping = probe is not None
         if galloping:

@@ -30,7 +30,11 @@ from omniprobe.evidence.models.offline import INIT_FAILED
 from omniprobe.harness.common.progress import Progress
 from omniprobe.harness.offline.matrix import OfflineEntry
 from omniprobe.harness.offline.plan import PlannedRequest
-from omniprobe.harness.offline.runner_events import RunnerProtocolError, protocol_broken
+from omniprobe.harness.offline.runner_events import (
+    RunnerProtocolError,
+    closed_reason,
+    protocol_broken,
+)
 from omniprobe.harness.offline.runner_lifetime import RunnerSupervisor
 from omniprobe.harness.offline.state import EntryState
 from omniprobe.redaction import redact_text
@@ -88,20 +92,15 @@ class CapacityProbe:
         each lifetime's log, timeline and host RAM kept, and why it closed."""
         steps, guidance, _ = entry.sampling(self.runner.suite.sampling)
         seed = (entry.seeds or tuple(self.runner.suite.sampling.seeds))[0]
-        search = self._search_of(entry.name)
-        if search is None:  # on record before its first trial: a resume is held to what it ran
-            search = ProfileSearch(
+        if self._search_of(entry.name) is None:  # on record before its first trial: a resume
+            self.store.put_search(ProfileSearch(  # is held to what it ran
                 profile=entry.name, settings=entry.kwargs["profile"], search=plan.settings,
                 num_inference_steps=steps, true_cfg_scale=guidance, seed=seed,
-                sizes={f.id: f"{f.width}×{f.height}" for f in plan.fixtures.values()})
-            self.store.put_search(search)
+                sizes={f.id: f"{f.width}×{f.height}" for f in plan.fixtures.values()}))
         for _ in range(self.runner.settings.max_restarts + 1):
-            closed = self._lifetime(label, entry, plan, seed, search, progress)
+            closed = self._lifetime(label, entry, plan, seed, progress)
             if closed is None:
                 return
-            search = self._search_of(entry.name)
-            search = replaced(search, restarts=[*search.restarts, closed])
-            self.store.put_search(search)
             progress.say(f"[{label}] the runner closed ({closed}): a fresh runner takes the search "
                          "up")
         self.unfinished.append(f"{entry.name}: the search's runner closed "
@@ -109,8 +108,10 @@ class CapacityProbe:
                                "it")
 
     def _lifetime(self, label: str, entry: OfflineEntry, plan: SearchPlan, seed: int,
-                  search: ProfileSearch, progress: Progress) -> str | None:
-        """One runner over what is left of the search; why it closed early, or None."""
+                  progress: Progress) -> str | None:
+        """One runner over what is left of the search (as recorded); why it closed early, or
+        None. What it kept, and why it closed, go on record as it ends."""
+        search = self._search_of(entry.name)
         state = EntryState(build=search.build)  # the lifetimes of this search's runner only
         index = len(search.logs)
         # A runner interrupted before its logs were kept left its folder: never write into it.
@@ -124,14 +125,14 @@ class CapacityProbe:
         try:
             with self.runner.running(label, entry, index, folder, args, state, progress) as running:
                 if running is not None:
-                    search, closed = self._events(entry.name, plan, running, index, label,
-                                                  progress, search, gpu_s)
+                    closed = self._events(entry.name, plan, running, index, label, progress,
+                                          search, gpu_s)
         finally:  # an interrupt too keeps what the runner built and left
-            search = self._search_of(entry.name) or search
+            search = self._search_of(entry.name)
             failure = state.failure
             lifetimes = state.lifetimes
             self.store.put_search(replaced(
-                search, build=state.build,
+                search, build=state.build, restarts=[*search.restarts, *([closed] if closed else [])],
                 logs=[*search.logs, *(lt.log for lt in lifetimes if lt.log)],
                 timelines=[*search.timelines, *(lt.timeline for lt in lifetimes if lt.timeline)],
                 host_ram=[*search.host_ram, *(lt.host_ram for lt in lifetimes if lt.host_ram)],
@@ -140,8 +141,7 @@ class CapacityProbe:
         return closed
 
     def _events(self, profile: str, plan: SearchPlan, running, index: int, label: str,
-                progress: Progress, search: ProfileSearch, gpu_s: float
-                ) -> tuple[ProfileSearch, str | None]:
+                progress: Progress, search: ProfileSearch, gpu_s: float) -> str | None:
         """The runner's events until it is done or closes (and why), each recorded as it
         arrives."""
         runner, events = running[0], running[1]
@@ -154,14 +154,12 @@ class CapacityProbe:
             if event is None:
                 self.unfinished.append(f"{profile}: the runner {why} during the search; "
                                        "re-run to resume it")
-                return search, None
+                return None
             if event["event"] in ("done", "closed"):
                 runner.wait_exit(self.runner.settings.grace_s)
                 search = replaced(search, gpu_s=round(gpu_s + time.monotonic() - runner.started, 1))
                 self.store.put_search(search)
-                if event["event"] == "done":
-                    return search, None
-                return search, event.get("reason") or f"closed after {event['after']}"
+                return closed_reason(event) if event["event"] == "closed" else None
             if event["event"] == "trial":
                 self._trial(profile, plan, event, index, label, progress)
             elif event["event"] == "band":

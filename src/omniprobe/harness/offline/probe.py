@@ -51,6 +51,7 @@ from omniprobe.harness.offline.runner_events import (
     RunnerProtocolError,
     after_last_event,
     check_result,
+    closed_reason,
 )
 from omniprobe.harness.offline.runner_lifetime import RunnerSupervisor
 from omniprobe.harness.offline.state import EntryState, init_failure
@@ -177,7 +178,7 @@ class OfflineProbe:
                 event, why = self.runner.next_event(runner, events, self.settings.request_timeout_s)
                 if event is not None and event["event"] == "closed":
                     # A Diffusers engine that did not recover from the last failure: by plan.
-                    state.closed = event.get("reason") or f"closed after {event['after']}"
+                    state.closed = closed_reason(event)
                     progress.say(f"[{label}] the runner closed ({state.closed}): a fresh runner "
                                  f"for the {len(pending)} left")
                     runner.wait_exit(self.settings.grace_s)

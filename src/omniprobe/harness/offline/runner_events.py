@@ -136,6 +136,11 @@ class RunnerEvents:
             self._queue.append(event)
 
 
+def closed_reason(event: dict) -> str:
+    """Why a runner's engine closed ('closed' event): its own words, else after what."""
+    return event.get("reason") or f"closed after {event['after']}"
+
+
 def check_result(event: dict, planned: PlannedRequest, path: Path) -> None:
     """A request result (validated_event checked its fields) for the request expected next."""
     if event["event"] != "request" or event["id"] != planned.id:
