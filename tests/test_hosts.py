@@ -116,6 +116,19 @@ def test_bad_hosts_name_file_table_and_key(repo_copy, old, new, expected):
     assert any(str(repo_copy.hosts_file) in e and expected in e for e in errors), errors
 
 
+@pytest.mark.parametrize(("old", "new"), [
+    # a named list's repeat, not again at each host that takes the list
+    ('card-emulations = ["model-cpu", ', 'card-emulations = ["model-cpu", "model-cpu", '),
+    # a flag set repeated by a real host, not again at the host that emulates its card
+    ('serve_flag_sets = [', 'serve_flag_sets = ["cpuoff", '),
+])
+def test_a_repeat_is_named_once_where_it_is_written(repo_copy, old, new):
+    text = repo_copy.hosts_file.read_text()
+    repo_copy.hosts_file.write_text(text.replace(old, new, 1))
+    errors = [e for e in _errors(repo_copy.hosts_file) if "is named 2 times" in e]
+    assert len(errors) == 1, errors
+
+
 def test_invalid_toml_is_named(repo_copy):
     repo_copy.hosts_file.write_text("[stack\n")
     errors = _errors(repo_copy.hosts_file)

@@ -159,6 +159,11 @@ class HostsConfig(HostsTable):
         own = self.diffusers_profiles[profile].output_resolution
         return own if own is not None else self.diffusers_profile_defaults.output_resolution
 
+    @property
+    def vram_tolerance(self) -> float:
+        """[env.checks] vram_tolerance, its default where hosts.toml has no [env]."""
+        return (self.env.checks if self.env else EnvChecks()).vram_tolerance
+
     def emulated_cap_mib(self, name: str) -> int | None:
         """The capacity an emulated host imposes (MiB); None for a host that is not emulated."""
         emulation = self.host(name).emulation
@@ -256,9 +261,9 @@ def _cards_as_their_hosts_say(cfg: HostsConfig, file: str) -> list[Problem]:
     """A card's total is a reading of its marketed size, and a host that names a card names its
     GPU: the same marketed size, and the card's name within the GPU the host names (a card
     renamed, or another card named, would read the host's evidence as another GPU's)."""
-    tolerance = (cfg.env.checks if cfg.env else EnvChecks()).vram_tolerance
     problems = [Problem(file, f"[cards.{key}] key 'memory_total_mib'", why)
-                for key, card in cfg.cards.items() if (why := card.total_problem(tolerance))]
+                for key, card in cfg.cards.items()
+                if (why := card.total_problem(cfg.vram_tolerance))]
     for name, host in cfg.hosts.items():
         card = cfg.cards.get(host.card) if host.emulation is None else None
         if card is None:
@@ -295,8 +300,14 @@ def _named_twice(cfg: HostsConfig, file: str) -> list[Problem]:
     lists = [(f"[diffusers_profile_lists] key '{name}'", names)
              for name, names in cfg.diffusers_profile_lists.items()]
     for name, host in cfg.hosts.items():
+        # Only the lists a host states: one it took from a named list or from the host it
+        # emulates is said once, where it is written.
+        emulated = cfg.hosts.get(host.emulation.emulates) if host.emulation else None
         lists += [(f"[hosts.{name}] key '{key}'", getattr(host, key)) for key in
-                  ("serve_flag_sets", "offline_kwarg_sets", "diffusers_profiles")]
+                  ("serve_flag_sets", "offline_kwarg_sets", "diffusers_profiles")
+                  if not (key == "diffusers_profiles" and host.diffusers_profile_list)
+                  and not (emulated is not None
+                           and getattr(host, key) == getattr(emulated, key))]
     return [Problem(file, where, f"{item!r} is named {names.count(item)} times: name it once")
             for where, names in lists for item in dict.fromkeys(names) if names.count(item) > 1]
 
