@@ -39,9 +39,9 @@ def test_the_pinned_cache_of_the_seeds_dit(resolution, references, gib):
     assert pinned_cache_bytes(QWEN, "bfloat16", resolution, references) == gib * GIB
 
 
-def profile(placement, use_kv_cache=True):
+def profile(placement):
     return DiffusersProfile(description="d", offload="group-leaf", use_stream=True,
-                            use_kv_cache=use_kv_cache, kv_placement=placement)
+                            use_kv_cache=True, kv_placement=placement)
 
 
 @pytest.mark.parametrize("placement, ram_gib, refused", [

@@ -28,6 +28,12 @@ class FigureSource(HostsTable):
                                                  "reasoning.")
 
 
+def vram_off(total_mib: float, vram_gb: float) -> float:
+    """How far a memory.total reading (MiB) lies from a marketed size (GB, read as GiB), as a
+    fraction of that size: what [env.checks] vram_tolerance bounds."""
+    return abs(total_mib / 1024 - vram_gb) / vram_gb
+
+
 class Card(HostsTable):
     name: str = Field(min_length=1, max_length=NAME_CHARS,
                       description="e.g. 'RTX 3090'; one printable line.")
@@ -81,10 +87,10 @@ class Card(HostsTable):
         """Why memory_total_mib is not this card's vram_gb, or None. The range is the one the
         env check holds NVML's reading of a host's GPU to ([env.checks] vram_tolerance of
         vram_gb read as GiB): a card's total is such a reading."""
-        nominal = self.vram_gb * 1024
-        if abs(self.memory_total_mib - nominal) <= tolerance * nominal:
+        off = vram_off(self.memory_total_mib, self.vram_gb)
+        if off <= tolerance:
             return None
-        return (f"{self.memory_total_mib:,} MiB is {abs(self.memory_total_mib - nominal) / nominal:.0%} "
-                f"from vram_gb {self.vram_gb} ({nominal:,} MiB): expected within "
+        return (f"{self.memory_total_mib:,} MiB is {off:.0%} from vram_gb {self.vram_gb} "
+                f"({self.vram_gb * 1024:,} MiB): expected within "
                 f"{tolerance:.0%} ([env.checks] vram_tolerance, as the env check holds NVML's "
                 "total)")

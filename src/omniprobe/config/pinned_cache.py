@@ -54,7 +54,7 @@ def pinned_cache_problems(profiles: dict[str, DiffusersProfile], transformer: di
     cap = host_ram_gib * 2**30
     out = []
     for name, profile in profiles.items():
-        if profile.kv_placement != PINNED or not profile.use_kv_cache:
+        if profile.kv_placement != PINNED:  # a host placement implies the cache (DiffusersProfile)
             continue
         need = pinned_cache_bytes(transformer, profile.dtype, resolution_of[name], references)
         if need > cap:

@@ -10,6 +10,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from omniprobe.config.cards import vram_off
 from omniprobe.config.host_entry import Host
 from omniprobe.env.check_record import env_check
 from omniprobe.evidence.models.environment import EnvCheck, GpuFacts, HostFacts
@@ -81,7 +82,7 @@ def gpu_checks(host: Host, facts: HostFacts, tolerance: float) -> list[EnvCheck]
                        actual=gpu.driver_version)
     if host.gpu_minimum is not None:
         return [found, *_minimum_checks(host, gpu, gib), driver]
-    off = abs(gib - host.vram_gb) / host.vram_gb
+    off = vram_off(gpu.memory_total_mib, host.vram_gb)
     return [
         found,
         env_check("gpu.name", "pass" if gpu.name == host.gpu else "fail",

@@ -21,7 +21,6 @@ import omniprobe
 from omniprobe import __version__
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.project import Project
-from omniprobe.config.stack import EnvChecks
 from omniprobe.digests import sha256_bytes, sha256_json
 from omniprobe.env.check_record import describe_checks, failure_lines
 from omniprobe.env.nvml_facts import emulation_check, gpu_checks, host_facts
@@ -79,8 +78,7 @@ def check_sim_env(cfg: HostsConfig, project: Project, host: str, *, python: str 
     emulation = cfg.host(host).emulation
     if emulation is not None and emulation.mechanism == "memory-fraction":
         facts = host_facts(nvml)
-        tolerance = (cfg.env.checks if cfg.env else EnvChecks()).vram_tolerance
-        checks += [*gpu_checks(cfg.host(host), facts, tolerance),
+        checks += [*gpu_checks(cfg.host(host), facts, cfg.vram_tolerance),
                    emulation_check(cfg.emulated_cap_mib(host), facts)]
     return SimEnv(host, python, checks)
 
