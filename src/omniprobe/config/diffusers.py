@@ -310,8 +310,7 @@ class ComponentConfig(_Input):
     @field_validator("class_")
     @classmethod
     def _a_class(cls, value: str) -> str:
-        library, _, name = value.split(" ")[0].partition(".")
-        why = class_problem(library, name)
+        why = class_problem(*_library_class(value))
         if why is not None:
             raise ValueError(why)
         return value
@@ -319,8 +318,7 @@ class ComponentConfig(_Input):
     @property
     def library_class(self) -> tuple[str, str]:
         """(library, class), as the manifest names it: the class without its note."""
-        library, _, name = self.class_.split(" ")[0].partition(".")
-        return library, name
+        return _library_class(self.class_)
 
     @model_validator(mode="after")
     def _every_value_sourced(self) -> ComponentConfig:
@@ -332,9 +330,15 @@ class ComponentConfig(_Input):
         # A processor is made from its image processor's settings (the adapter reads them).
         if (self.library_class[1].endswith("Processor")
                 and not isinstance(self.config.get("image_processor"), dict)):
-            raise ValueError(f"{self.class_.split(' ')[0]} is a processor: its config needs its "
+            raise ValueError(f"{'.'.join(self.library_class)} is a processor: its config needs its "
                              "image processor's settings, an 'image_processor' table")
         return self
+
+
+def _library_class(text: str) -> tuple[str, str]:
+    """'diffusers.X (a note)' as ('diffusers', 'X'): the class a component config names."""
+    library, _, name = text.split(" ")[0].partition(".")
+    return library, name
 
 
 class ModelConfigs(_Input):
@@ -409,7 +413,7 @@ def load_model_configs(root: Path, folder: str) -> ModelConfigs:
         raise InputError(problems)
     manifest, _, found = _read_model(manifest_path, ModelManifest)
     problems += found
-    if manifest is not None and not found:
+    if manifest is not None:
         problems += manifest_problems(
             manifest, {name: c.library_class for name, c in components.items()}, base,
             manifest_path)
