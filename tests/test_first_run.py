@@ -47,7 +47,7 @@ def test_probe_capacity_takes_build_env_as_probe_baseline_does():
 
     args = build_parser().parse_args(["probe-capacity", "--build-env", "--profile", "p"])
     options = options_from(args)
-    assert options.build_env and options.profiles == ("p",)
+    assert options.build_env and options.configurations == ("p",)
 
 
 def test_an_env_build_on_another_machine_stops_before_any_download(tmp_path):

@@ -192,7 +192,7 @@ class CapacityOptions(SessionOptions):
     """probe-capacity's command line: the profiles (empty: all), the fixtures (default: the
     first the host serves at each reference count) and the search's grid."""
 
-    profiles: tuple[str, ...] = option(PROFILES)  # a Diffusers host's profiles
+    configurations: tuple[str, ...] = option(PROFILES)  # a Diffusers host's profiles
     build_env: bool = option(BUILD_ENV)  # first build (or verify) the host's Diffusers env
     fixtures: tuple[str, ...] = option(FIXTURES)
     fresh: bool = option(FRESH)

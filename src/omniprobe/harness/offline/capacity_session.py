@@ -68,9 +68,6 @@ class CapacitySession(OfflineSession):
                  readers: ReaderFactory | None = None, nvml=None):
         super().__init__(options, command, readers=readers, nvml=nvml)
 
-    def asked_configurations(self) -> tuple[str, ...]:
-        return self.options.profiles
-
     def prepare(self, ctx: Context) -> None:
         if ctx.host.diffusers is None:
             raise NotASearchHost(f"host {ctx.host_name!r} has no [hosts.{ctx.host_name}.diffusers]"
@@ -83,8 +80,7 @@ class CapacitySession(OfflineSession):
         self.search_plan_settings = search_settings(self.options)
         super().prepare(ctx)
         self.settings = settings_of(CapacitySettings, self.options, ctx.cfg,
-                                    model=self.settings.model,
-                                    configurations=self.asked_configurations())
+                                    model=self.settings.model)
         by_count = {}
         for plans in self.plans.values():
             for planned in plans:

@@ -45,13 +45,8 @@ class OfflineSession(Session):
         self.options, self.command, self.readers, self.nvml = options, command, readers, nvml
         self.cap_mib = cap_mib
 
-    def asked_configurations(self) -> tuple[str, ...]:
-        """The kwarg sets or profiles the command line asks for (empty: every one)."""
-        return self.options.configurations
-
     def prepare(self, ctx: Context) -> None:
         self.settings = settings = settings_of(OfflineSettings, self.options, ctx.cfg,
-                                               configurations=self.asked_configurations(),
                                                cap_mib=self.cap_mib,
                                                host_ram_mib=host_ram_mib(ctx.host))
         try:  # the input's refusals first: they hold on any machine
