@@ -601,12 +601,30 @@ def test_the_capacity_search_bands_every_count_in_one_runner_and_resumes_nothing
     assert [b.reference_count for b in search.bands] == [0, 1, 2, 3, 4]
     assert sum(b.requests_saved for b in search.bands[1:]) > 0  # the earlier bands bound later
     assert search.gpu_s is not None and search.gpu_s > 0
+    assert search.timed == []  # none asked
+    # Every trial is timed at its steps' ends: the capacity profiles' 2 steps give one step after
+    # the first.
+    assert all(t.first_step_end_s > 0 and t.step_after_first_s > 0 and t.decode_s >= 0
+               for t in attempt.capacity_trials if t.outcome == "fit")
     # Nothing left to search: a re-run runs no trial.
     before = len(attempt.capacity_trials)
     code, out = capacity(project)
     assert code == 0 and "searched already" in out, out
     _, [again] = attempts(project)
     assert len(again.capacity_trials) == before
+    # A timed request asked after the bands: one runner runs it alone, at the largest count with
+    # the pool at the ceiling, no trial again; asked again, it is on record.
+    code, out = capacity(project, "--speed-steps", "3")
+    assert code == 0 and "timed: 4 ref(s), 3 steps: fit" in out, out
+    _, [again] = attempts(project)
+    [timed] = again.capacity[0].timed
+    assert (timed.reference_count, timed.num_inference_steps, timed.limit_mib, timed.outcome,
+            timed.lifetime) == (4, 3, 12288, "fit", 1)
+    assert timed.step_after_first_s > 0 and timed.first_step_end_s > 0
+    assert timed.wall_s >= timed.first_step_end_s + 2 * timed.step_after_first_s
+    assert len(again.capacity_trials) == before
+    code, out = capacity(project, "--speed-steps", "3")
+    assert code == 0 and "searched already" in out, out
     # Another profile setting or grid: the attempt's bands would mean two things, so the resume
     # is refused, naming each difference, before any runner starts; the evidence stays as it was.
     recorded = {p: p.read_bytes() for p in (project.evidence_dir / HOST).rglob("*") if p.is_file()}

@@ -194,14 +194,17 @@ class DiffusersEngine:
         start, start_reserved = held_mib(torch, self.device)
         images = [open_reference(path) for path in request["reference_paths"]]
         host = HostSampler()
+        clock = StepClock(torch, self.device)
         try:
             with host:
                 out = self.pipe(
                     prompt=request["prompt"], image=images or None, height=request["height"],
                     width=request["width"], num_inference_steps=request["num_inference_steps"],
                     generator=torch.Generator("cpu").manual_seed(request["seed"]),
-                    output_type="pil", **self._release_kv(request["num_inference_steps"]),
+                    output_type="pil",
+                    **self._at_step_end(request["num_inference_steps"], clock),
                     **self.adapter.call_arguments(self.pipe, self.profile, request, self.sizing))
+            clock.ended()
         finally:
             allocated, reserved = self._peaks()
             self.last = {"peak_mib": reserved, "peak_allocated_mib": allocated,
@@ -210,18 +213,19 @@ class DiffusersEngine:
                          "max_rss_mib": max_rss_mib(), "host_peak_mib": host.peak_mib,
                          "host_end_mib": host.end_mib,
                          "pinned_host_peak_mib": pinned_mib(torch, "allocated_bytes.peak"),
-                         **self._outside_pool()}
+                         **self._outside_pool(), **clock.figures()}
         save_png(out.images[0], request["output"])
         return self.last
 
-    def _release_kv(self, steps: int) -> dict:
-        """release_kv_before_decode: the call's callback that, after the last denoising step,
-        has the recorder count the conditioning cache, then free it before the decode."""
-        if not setting(self.profile, "release_kv_before_decode"):
-            return {}
+    def _at_step_end(self, steps: int, clock: StepClock) -> dict:
+        """The call's callback: each denoising step's end on the clock; with
+        release_kv_before_decode, after the last step, the recorder counts the conditioning cache,
+        then frees it before the decode."""
+        release = setting(self.profile, "release_kv_before_decode")
 
         def at_step_end(pipe, step: int, timestep, tensors: dict) -> dict:
-            if step == steps - 1:
+            clock.step_ended()
+            if release and step == steps - 1:
                 self.kv.release()
             return {}
 
@@ -288,6 +292,42 @@ class DiffusersEngine:
             return None
         return (f"torch holds {allocated_mib:,.0f} MiB allocated, {over:,.0f} MiB over the "
                 f"{self.resident_mib:,.0f} MiB the build left (tolerance {CLEAN_TOLERANCE_MIB} MiB)")
+
+
+class StepClock:
+    """Where a request's time goes, read at each denoising step's end (the GPU synchronized
+    first, so a step's queued kernels count in it): to the first step's end (the prompt and the
+    references encoded, and step 0, which writes the conditioning cache), each later step (reading
+    it), and from the last step's end to the image (the decode). The measuring GPU's seconds."""
+
+    def __init__(self, torch, device: str):
+        self.torch, self.device = torch, device
+        self.started = time.perf_counter()
+        self.step_ends: list[float] = []
+        self.end: float | None = None
+
+    def _now(self) -> float:
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+        return time.perf_counter() - self.started
+
+    def step_ended(self) -> None:
+        self.step_ends.append(self._now())
+
+    def ended(self) -> None:
+        self.end = self._now()
+
+    def figures(self) -> dict:
+        """The figures this request reached (none of a step it never finished)."""
+        ends = self.step_ends
+        found = {}
+        if ends:
+            found["first_step_end_s"] = round(ends[0], 3)
+        if len(ends) > 1:
+            found["step_after_first_s"] = round((ends[-1] - ends[0]) / (len(ends) - 1), 4)
+        if ends and self.end is not None:
+            found["decode_s"] = round(self.end - ends[-1], 3)
+        return found
 
 
 def held_mib(torch, device: str) -> tuple[float | None, float | None]:

@@ -122,19 +122,36 @@ class SearchCount:
 
 
 @dataclass(frozen=True)
+class SpeedSpec:
+    """After the bands, one request timed (Measures' seconds) with the pool at `limit_mib`: its
+    own steps, at one count."""
+
+    reference_count: int
+    request: RequestSpec
+    limit_mib: int
+
+    @classmethod
+    def of(cls, data: Any) -> SpeedSpec:
+        return cls(**{**_checked(cls, data), "request": RequestSpec.of(data["request"])})
+
+
+@dataclass(frozen=True)
 class SearchSpec:
-    """A capacity search: the grid, the repeats, and the counts in ascending order."""
+    """A capacity search: the grid, the repeats, the counts in ascending order, and the timed
+    request after them (None: none)."""
 
     floor_mib: int
     ceiling_mib: int
     resolution_mib: int
     repeats: int
     counts: list[SearchCount]
+    speed: SpeedSpec | None = None
 
     @classmethod
     def of(cls, data: Any) -> SearchSpec:
-        return cls(**{**_checked(cls, data),
-                      "counts": [SearchCount.of(c) for c in data["counts"]]})
+        speed = _checked(cls, data).get("speed")
+        return cls(**{**data, "counts": [SearchCount.of(c) for c in data["counts"]],
+                      "speed": None if speed is None else SpeedSpec.of(speed)})
 
 
 def as_json(spec: Any) -> dict:
@@ -166,6 +183,9 @@ class Measures:
     pinned_host_peak_mib: float | None = None
     process_mib: float | None = None  # NVML's figure for the runner
     outside_pool_mib: float | None = None  # process_mib less torch's reserved pool
+    first_step_end_s: float | None = None  # the encodes and step 0 (diffusers_engine.StepClock)
+    step_after_first_s: float | None = None  # each later step, their mean
+    decode_s: float | None = None  # the last step's end to the image
 
     def figures(self) -> dict[str, float | int]:
         """The figures measured, by name."""
@@ -232,6 +252,15 @@ class TrialEvent(_Result):
     event: Literal["trial"] = "trial"
 
 
+@dataclass(frozen=True, kw_only=True)
+class SpeedEvent(_Result):
+    reference_count: int
+    fixture: str
+    limit_mib: int
+    num_inference_steps: int
+    event: Literal["speed"] = "speed"
+
+
 @dataclass(frozen=True)
 class BandEvent:
     reference_count: int
@@ -259,7 +288,7 @@ class DoneEvent:
 
 
 EVENTS = {"init": InitEvent, "request": RequestEvent, "trial": TrialEvent, "band": BandEvent,
-          "closed": ClosedEvent, "done": DoneEvent}
+          "speed": SpeedEvent, "closed": ClosedEvent, "done": DoneEvent}
 
 
 # --- `--versions` -----------------------------------------------------------------------------------

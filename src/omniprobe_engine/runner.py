@@ -15,7 +15,8 @@ offline`, which calls `main` with an engine of its own.
 The requests file is {"requests": [RequestSpec, ...]}, the search file a SearchSpec; the results
 file gets the events, JSON lines each flushed as it happens (and echoed to stdout): protocol.py
 declares them all. A request run writes init, then a request event per request, then done; a
-search writes init, then per count each trial it ran and its band, then done.
+search writes init, then per count each trial it ran and its band, then its timed request
+(speed, where the spec asks for one), then done.
 
 After a failed init nothing else is written and the exit status is 1. Whether a failed request
 ends the runner is the engine's `survives_failure`: upstream's `Omni.generate` shuts its engine
@@ -49,6 +50,8 @@ from omniprobe_engine.protocol import (
     SearchCount,
     SearchSpec,
     SpecError,
+    SpeedEvent,
+    SpeedSpec,
     TrialEvent,
     VersionsAnswer,
     as_json,
@@ -213,8 +216,22 @@ def run_search(make_engine: Callable[[], Engine], spec: SearchSpec, results: Res
             found.append(band.fits_at_mib)
         if band.fails_at_mib is not None:
             hint = band.fails_at_mib
+    if spec.speed is not None:
+        _timed(engine, spec.speed, results, t0)
     results.emit(DoneEvent())
     return 0
+
+
+def _timed(engine: Engine, speed: SpeedSpec, results: Results, t0: float) -> None:
+    """The search's timed request, its pool at the spec's limit, as a speed event."""
+    engine.set_pool_limit(speed.limit_mib)
+    started = time.monotonic()
+    done = _attempt(engine, as_json(speed.request), survives=True)
+    results.emit(SpeedEvent(reference_count=speed.reference_count,
+                            fixture=speed.request.fixture, limit_mib=speed.limit_mib,
+                            num_inference_steps=speed.request.num_inference_steps,
+                            started_s=round(started - t0, 3), wall_s=_seconds(started, 4),
+                            **done))
 
 
 class _LastTrial:

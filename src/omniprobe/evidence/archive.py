@@ -286,7 +286,7 @@ def only_adds(here, carried) -> bool:
 SUMMARIES = {"runs.json": (("flag_set",), ("lifetimes",), ()),
              "offline.json": (("kwarg_set", "profile"), ("lifetimes",), ()),
              "capacity.json": (("profile",), ("bands", "logs", "timelines", "host_ram",
-                                              "restarts"),
+                                              "restarts", "timed"),
                                ("settings", "search", "num_inference_steps", "true_cfg_scale",
                                 "seed", "sizes"))}
 

@@ -64,6 +64,9 @@ class CapacityTrial(EvidenceModel):
     host_peak_mib: float | None = measure("host_peak_mib")
     host_end_mib: float | None = measure("host_end_mib")
     pinned_host_peak_mib: float | None = measure("pinned_host_peak_mib")
+    first_step_end_s: float | None = measure("first_step_end_s")
+    step_after_first_s: float | None = measure("step_after_first_s")
+    decode_s: float | None = measure("decode_s")
     oom: OomSignature | None = None
     error: str | None = None
     cause: FailureCause | None = None
@@ -90,6 +93,38 @@ class CapacityTrial(EvidenceModel):
     def _oom_has_its_signature(self):
         if self.outcome == "fit" and (self.oom is not None or self.error is not None):
             raise ValueError("a trial that fit carries no OOM or error")
+        return self
+
+
+class TimedRequest(EvidenceModel):
+    """A search's timed request (probe-capacity --speed-steps): after the bands, one request at
+    its own steps at one count, the pool at `limit_mib`; its seconds are the measuring GPU's,
+    read at each denoising step's end."""
+
+    reference_count: int = Field(ge=0)
+    fixture: str
+    num_inference_steps: int = Field(ge=1)
+    limit_mib: int = Field(gt=0, le=MAX_MIB)
+    outcome: Literal["fit", "oom", "error"]
+    wall_s: float = Field(ge=0, description="The request's wall, the references' files read "
+                                            "and the image written included.")
+    peak_mib: float | None = Field(default=None, ge=0)
+    peak_allocated_mib: float | None = Field(default=None, ge=0)
+    start_allocated_mib: float | None = measure("start_allocated_mib")
+    first_step_end_s: float | None = measure("first_step_end_s")
+    step_after_first_s: float | None = measure("step_after_first_s")
+    decode_s: float | None = measure("decode_s")
+    kv_cache_bytes: int | None = Field(default=None, ge=0)
+    kv_cache_host_bytes: int | None = Field(default=None, ge=0)
+    pinned_host_peak_mib: float | None = measure("pinned_host_peak_mib")
+    host_peak_mib: float | None = measure("host_peak_mib")
+    error: str | None = None
+    lifetime: int = Field(ge=0, description="Which runner process ran it (0-based).")
+
+    @model_validator(mode="after")
+    def _a_fit_has_no_error(self):
+        if self.outcome == "fit" and self.error is not None:
+            raise ValueError("a timed request that fit carries no error")
         return self
 
 
@@ -197,6 +232,14 @@ class SearchSettings(EvidenceModel):
 class ProfileSearch(EvidenceModel):
     """One profile's search in one runner: what it ran, under which settings, and its bands."""
 
+    def done(self, counts: set[int], speed_steps: int) -> bool:
+        """Nothing left to run for `counts` and a timed request at `speed_steps` (0: none): its
+        build failed, or it has every band and that request."""
+        return self.init_outcome != "ready" or (
+            {b.reference_count for b in self.bands} >= counts
+            and (not speed_steps or any(t.num_inference_steps == speed_steps
+                                        for t in self.timed)))
+
     profile: str
     settings: dict[str, JsonValue] = Field(
         description="The profile's settings in full, as hosts.toml held them when it ran.")
@@ -215,6 +258,8 @@ class ProfileSearch(EvidenceModel):
     host_ram: list[HostRamCheck] = []
     init_outcome: Literal["ready", "init-oom", "init-error", "timeout"] = "ready"
     note: str | None = None
+    timed: list[TimedRequest] = Field(
+        default=[], description="Its timed requests (--speed-steps), one per step count asked.")
     restarts: list[str] = Field(
         default=[], description="Why each runner after the first took the search up: the one "
                                 "before closed (its engine did not recover from a failure, or "

@@ -132,11 +132,19 @@ _MEASURE_TEXT = {
     "pinned_host_peak_mib": "torch's pinned host allocator at its highest during the request "
                             "(page-locked, its blocks rounded up to powers of two); null: no "
                             "CUDA, nothing pinned.",
+    # Seconds, read at each denoising step's end with the GPU synchronized: the measuring GPU's.
+    "first_step_end_s": "Seconds from the pipeline's call to its first denoising step's end: the "
+                        "prompt and the references encoded, and step 0, which writes the "
+                        "conditioning cache.",
+    "step_after_first_s": "Seconds per denoising step after the first (reading the cache), their "
+                          "mean; null: one step, or the request failed before its second.",
+    "decode_s": "Seconds from the last denoising step's end to the image: the VAE decode.",
 }
 
 
 def measure(name: str) -> Any:
-    """The field of one of the runner's figures (MiB, from 0; null: not measured)."""
+    """The field of one of the runner's figures (MiB or seconds as its name says, from 0; null:
+    not measured)."""
     return Field(default=None, ge=0, description=_MEASURE_TEXT[name])
 
 
@@ -212,6 +220,9 @@ class OfflineRequest(Measurement, Configured):
     host_peak_mib: float | None = measure("host_peak_mib")
     host_end_mib: float | None = measure("host_end_mib")
     pinned_host_peak_mib: float | None = measure("pinned_host_peak_mib")
+    first_step_end_s: float | None = measure("first_step_end_s")
+    step_after_first_s: float | None = measure("step_after_first_s")
+    decode_s: float | None = measure("decode_s")
     num_inference_steps: int | None = Field(default=None, ge=1)
     true_cfg_scale: float | None = None
     sampling_from: Literal["fixtures", "profile"] | None = Field(

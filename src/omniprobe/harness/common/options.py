@@ -43,6 +43,7 @@ INDEX = Bounds("index", int, 0, 1023, "an index from 0")
 SEED = Bounds("seed", int, 0, MAX_SEED, f"a seed from 0 to {MAX_SEED} (2**32-1)")
 POOL_MIB = Bounds("pool_mib", int, 1, MAX_MIB, f"a memory pool in MiB from 1 to {MAX_MIB}")
 REPEAT_COUNT = Bounds("repeat_count", int, 0, 10, "a number of repeats from 0 to 10")
+STEP_COUNT = Bounds("step_count", int, 0, 1000, "a number of denoising steps from 0 to 1000")
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,9 @@ RESOLUTION = Option("--resolution-mib", "the search's step between two pool limi
                     default=256, bounds=POOL_MIB)
 REPEATS = Option("--repeats", "trials beyond the first at each side of a band, which widens "
                  "until they hold", default=2, bounds=REPEAT_COUNT)
+SPEED_STEPS = Option("--speed-steps", "after each profile's bands, time one request at this many "
+                     "denoising steps at the largest reference count, the pool at the ceiling "
+                     "(the seed ran 20; 0: none)", default=0, bounds=STEP_COUNT)
 BUILD_ENV = Option("--build-env", "first build (or, when nothing changed, only verify) the host's "
                    "Diffusers env, where its runner runs in one (`env build --env diffusers`); "
                    "without it, a Diffusers env not built is refused", switch=True)
@@ -201,6 +205,7 @@ class CapacityOptions(SessionOptions):
     ceiling_mib: int = option(CEILING)
     resolution_mib: int = option(RESOLUTION)
     repeats: int = option(REPEATS)
+    speed_steps: int = option(SPEED_STEPS)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ which the search replays before it runs anything new.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -24,6 +25,7 @@ from omniprobe.evidence.models.capacity import (
     CapacityTrial,
     ProfileSearch,
     SearchSettings,
+    TimedRequest,
 )
 from omniprobe.evidence.models.common import replaced
 from omniprobe.evidence.models.offline import INIT_FAILED
@@ -44,6 +46,7 @@ from omniprobe_engine.protocol import (
     RecordedTrial,
     SearchCount,
     SearchSpec,
+    SpeedSpec,
     as_json,
 )
 
@@ -54,6 +57,7 @@ ATTEMPT_SUFFIX = "-capacity"
 class SearchPlan:
     settings: SearchSettings
     fixtures: dict[int, Fixture]  # reference count -> the fixture its trials run
+    speed_steps: int = 0  # the timed request's steps, after the bands (0: none)
 
 
 class CapacityProbe:
@@ -74,8 +78,7 @@ class CapacityProbe:
                      f"each side; attempt {self.store.meta.id}")
         for number, entry in enumerate(entries, 1):
             done = self._search_of(entry.name)
-            if done is not None and (done.init_outcome != "ready" or
-                                     {b.reference_count for b in done.bands} >= set(counts)):
+            if done is not None and done.done(set(counts), plan.speed_steps):
                 progress.say(f"[{entry.name}] searched already: "
                              + (done.init_outcome if done.init_outcome != "ready"
                                 else f"{len(done.bands)} band(s)"))
@@ -162,6 +165,11 @@ class CapacityProbe:
                 return closed_reason(event) if event["event"] == "closed" else None
             if event["event"] == "trial":
                 self._trial(profile, plan, event, index, label, progress)
+            elif event["event"] == "speed":
+                timed = timed_record(event, index)
+                search = replaced(search, timed=[*search.timed, timed])
+                self.store.put_search(search)
+                progress.say(f"[{label}] timed: {timed_text(timed)}")
             elif event["event"] == "band":
                 band = self._band(plan, event, events.path)
                 search = search.model_copy(update={
@@ -203,8 +211,15 @@ class CapacityProbe:
                     RecordedTrial(t.limit_mib, t.outcome) for t in self.store.capacity_trials
                     if t.profile == entry.name and t.reference_count == refs and t.counts]))
         settings = plan.settings
+        speed = None
+        if plan.speed_steps and not search.done(set(plan.fixtures), plan.speed_steps):
+            refs, fixture = max(plan.fixtures.items())
+            request = self.runner.request_spec(entry, PlannedRequest(fixture, seed),
+                                               folder / "timed.png")
+            speed = SpeedSpec(refs, dataclasses.replace(
+                request, num_inference_steps=plan.speed_steps), settings.ceiling_mib)
         return as_json(SearchSpec(settings.floor_mib, settings.ceiling_mib,
-                                  settings.resolution_mib, settings.repeats, counts))
+                                  settings.resolution_mib, settings.repeats, counts, speed))
 
     def _trial(self, profile: str, plan: SearchPlan, event: dict, index: int, label: str,
                progress: Progress) -> None:
@@ -242,6 +257,25 @@ def trial_record(profile: str, fixture: Fixture, event: dict, lifetime: int,
             fields["oom"] = parse_oom(text, "request", model_code)
         fields["cause"] = classify_failure(text, model_code)
     return CapacityTrial.model_validate(fields)
+
+
+def timed_record(event: dict, lifetime: int) -> TimedRequest:
+    """A speed event (its fields validated on arrival) as the timed request it records."""
+    measured = event.get("measured") or {}
+    return TimedRequest.model_validate({
+        "outcome": {"ok": "fit"}.get(event["outcome"], event["outcome"]), "lifetime": lifetime,
+        **{k: event.get(k) for k in ("reference_count", "fixture", "num_inference_steps",
+                                      "limit_mib", "wall_s", "peak_mib")},
+        **{k: measured.get(k) for k in TimedRequest.model_fields if k in measured},
+        "error": (None if event["outcome"] == "ok"
+                  else redact_text((event.get("error") or "no message")[:500]))})
+
+
+def timed_text(timed: TimedRequest) -> str:
+    per_step = (f", {timed.step_after_first_s:.2f} s a step after the first"
+                if timed.step_after_first_s is not None else "")
+    return (f"{timed.reference_count} ref(s), {timed.num_inference_steps} steps: {timed.outcome} "
+            f"in {timed.wall_s:.1f} s{per_step} (the measuring GPU's)")
 
 
 def band_text(band: CapacityBand) -> str:

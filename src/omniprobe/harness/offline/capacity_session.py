@@ -85,17 +85,17 @@ class CapacitySession(OfflineSession):
         for plans in self.plans.values():
             for planned in plans:
                 by_count.setdefault(planned.fixture.reference_count, planned.fixture)
-        self.search_plan = SearchPlan(self.search_plan_settings, dict(sorted(by_count.items())))
+        self.search_plan = SearchPlan(self.search_plan_settings, dict(sorted(by_count.items())),
+                                      self.options.speed_steps)
 
     def open_attempt(self, ctx: Context) -> AttemptStore:
         counts = set(self.search_plan.fixtures)
 
         def complete(found: AttemptStore) -> bool:
             searched = {s.profile: s for s in found.capacity}
-            return all(e.name in searched and (
-                searched[e.name].init_outcome != "ready"
-                or {b.reference_count for b in searched[e.name].bands} >= counts)
-                for e in self.entries)
+            return all(e.name in searched
+                       and searched[e.name].done(counts, self.search_plan.speed_steps)
+                       for e in self.entries)
 
         store, self.attempt_reason = open_probe_attempt(
             ctx.project, ctx.host_name, ctx.host, self.command, environment=self.environment,

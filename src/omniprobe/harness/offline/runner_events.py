@@ -69,6 +69,8 @@ _BOUNDS: dict[str, dict[str, Any]] = {
     "init": {"wall_s": Seconds, "error": Text, "traceback": Text},
     "request": {**_RESULT, "seed": Annotated[int, Field(ge=0, le=2**32 - 1)]},
     "trial": {**_RESULT, "reference_count": Count, "limit_mib": PoolMib},
+    "speed": {**_RESULT, "reference_count": Count, "limit_mib": PoolMib,
+              "num_inference_steps": Annotated[int, Field(ge=1, le=1000)]},
     "band": {"reference_count": Count, "fits_at_mib": PoolMib | None,
              "fails_at_mib": PoolMib | None, "trials": Count},
     "closed": {},
