@@ -1,0 +1,115 @@
+"""What one setting buys, read off the searches: a searched profile whose base (hosts.toml's
+`base`) was searched too, and whose recorded settings differ from the base's in exactly one
+setting, is that setting turned on the base. Per reference count, the pool it saves is the base's A less its own, good to within the
+two bands' widths; where both ran a timed request at the same count and steps, its cost in time
+is given as ratios to the base (per step after the first, the decode, the request), since the
+seconds are the measuring GPU's, never a card's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import JsonValue
+
+from omniprobe.analysis.capacity_bands import Searched
+from omniprobe.evidence.models.capacity import CapacityBand, TimedRequest
+
+# Recorded settings that say what a profile is for, not what it runs.
+NOT_RUN = ("description", "chosen_by_omniprobe", "seed_says")
+
+
+@dataclass(frozen=True)
+class PoolSaved:
+    reference_count: int
+    saved_mib: int  # the base's A less the profile's: below 0, the setting costs pool
+    within_mib: int  # the two bands' widths together: how far the true saving may lie from it
+
+
+@dataclass(frozen=True)
+class TimeCost:
+    """The profile's timed request against its base's, at the same count and steps."""
+
+    reference_count: int
+    steps: int
+    step_ratio: float | None  # per step after the first (None: a side has one step or failed)
+    decode_ratio: float | None
+    wall_ratio: float
+
+
+@dataclass(frozen=True)
+class KnobDelta:
+    profile: str
+    base: str
+    knob: str
+    value: JsonValue
+    pool: tuple[PoolSaved, ...]
+    time: TimeCost | None
+
+
+def run_settings(search_settings: dict) -> dict:
+    return {k: v for k, v in search_settings.items() if k not in NOT_RUN}
+
+
+def one_setting_apart(mine: dict, theirs: dict) -> str | None:
+    """The one setting `mine` and `theirs` differ in, or None (none, or more than one)."""
+    a, b = run_settings(mine), run_settings(theirs)
+    differ = [k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
+    return differ[0] if len(differ) == 1 else None
+
+
+def _width(band: CapacityBand) -> int | None:
+    if band.fits_at_mib is None or band.fails_at_mib is None:
+        return None
+    return band.fits_at_mib - band.fails_at_mib
+
+
+def pool_saved(base: Searched, mine: Searched) -> tuple[PoolSaved, ...]:
+    """Per count both banded with an A and a B: the base's A less this one's."""
+    found = []
+    for band in mine.search.bands:
+        theirs = base.band(band.reference_count)
+        if theirs is None or band.fits_at_mib is None or theirs.fits_at_mib is None:
+            continue
+        widths = (_width(band), _width(theirs))
+        if None in widths:
+            continue
+        found.append(PoolSaved(band.reference_count, theirs.fits_at_mib - band.fits_at_mib,
+                               sum(widths)))
+    return tuple(sorted(found, key=lambda p: p.reference_count))
+
+
+def _ratio(mine: float | None, theirs: float | None) -> float | None:
+    return None if mine is None or not theirs else mine / theirs
+
+
+def time_cost(base: Searched, mine: Searched) -> TimeCost | None:
+    """The two timed requests that fit at the same count and steps (the most steps first)."""
+    def fits(found: Searched) -> dict[tuple[int, int], TimedRequest]:
+        return {(t.num_inference_steps, t.reference_count): t for t in found.search.timed
+                if t.outcome == "fit"}
+
+    mine_fits, base_fits = fits(mine), fits(base)
+    shared = sorted(mine_fits.keys() & base_fits.keys(), reverse=True)
+    if not shared:
+        return None
+    steps, refs = shared[0]
+    a, b = mine_fits[steps, refs], base_fits[steps, refs]
+    return TimeCost(refs, steps, _ratio(a.step_after_first_s, b.step_after_first_s),
+                    _ratio(a.decode_s, b.decode_s), a.wall_s / b.wall_s)
+
+
+def knob_deltas(searches: dict[str, Searched], bases: dict[str, str | None]) -> list[KnobDelta]:
+    """Each searched profile whose base (hosts.toml's `base`, by profile) was searched too and
+    whose recorded settings differ from the base's in one setting: that setting's saving and
+    cost, in the profiles' order."""
+    found = []
+    for name, mine in searches.items():
+        base = searches.get(bases.get(name) or "")
+        if base is None:
+            continue
+        knob = one_setting_apart(mine.search.settings, base.search.settings)
+        if knob is not None:
+            found.append(KnobDelta(name, base.search.profile, knob,
+                                   mine.search.settings.get(knob), pool_saved(base, mine),
+                                   time_cost(base, mine)))
+    return found
