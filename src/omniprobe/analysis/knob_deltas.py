@@ -1,9 +1,9 @@
 """What one setting buys, read off the searches: a searched profile whose base (hosts.toml's
 `base`) was searched too, and whose recorded settings differ from the base's in exactly one
-setting, is that setting turned on the base. Per reference count, the pool it saves is the base's A less its own, good to within the
-two bands' widths; where both ran a timed request at the same count and steps, its cost in time
-is given as ratios to the base (per step after the first, the decode, the request), since the
-seconds are the measuring GPU's, never a card's."""
+setting, is that setting turned on the base. Per reference count, the pool it saves is the base's
+A less its own, good to within the two bands' widths; where both ran a timed request at the same
+count and steps, its cost in time is given as ratios to the base (per step after the first, the
+decode, the request), since the seconds are the measuring GPU's, never a card's."""
 
 from __future__ import annotations
 
