@@ -18,8 +18,9 @@ from omniprobe.evidence.models.capacity import (
     TimedRequest,
 )
 
-LEAF = {"description": "leaf", "offload": "group-leaf", "use_kv_cache": True,
-        "vae_tiling": False, "kv_placement": "gpu", "chosen_by_omniprobe": ["offload"]}
+# A recorded setting missing (recorded before it existed) reads as its default.
+LEAF = {"description": "leaf", "offload": "group-leaf", "use_stream": True, "use_kv_cache": True,
+        "vae_tiling": False, "chosen_by_omniprobe": ["offload", "use_stream"]}
 
 
 def searched(name, settings, bands, timed=()):
@@ -40,15 +41,16 @@ BASE = searched("group-leaf", LEAF, {0: (7936, 8192), 4: (17920, 18176)},
                 [(20, 60.0, 2.0, 4.0)])
 TILED = searched("group-leaf-tiled", {**LEAF, "description": "tiled", "vae_tiling": True},
                  {0: (3840, 4096), 4: (16896, 17408)}, [(20, 66.0, 2.0, 10.0)])
-HOST = searched("group-leaf-kv-host-pinned", {**LEAF, "kv_placement": "host-pinned"},
+HOST = searched("group-leaf-kv-host-pinned", {**LEAF, "kv_placement": "host-pinned",
+                                               "description": "host"},
                 {0: (7936, 8192), 4: (9984, 10240)}, [(20, 90.0, 3.5, 4.0), (2, 9.0, 3.5, 4.0)])
 TWO_APART = searched("two", {**LEAF, "vae_tiling": True, "kv_placement": "host-pinned"},
                      {0: (3840, 4096)})
 
 
 @pytest.mark.parametrize("mine, theirs, knob", [
-    (TILED, BASE, "vae_tiling"),
-    (HOST, BASE, "kv_placement"),
+    (TILED, BASE, ("vae_tiling", True)),
+    (HOST, BASE, ("kv_placement", "host-pinned")),
     (BASE, BASE, None),                      # no setting apart
     (TWO_APART, BASE, None),                 # two settings apart: not one knob's doing
 ])

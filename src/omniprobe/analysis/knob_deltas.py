@@ -12,11 +12,8 @@ from dataclasses import dataclass
 from pydantic import JsonValue
 
 from omniprobe.analysis.capacity_bands import Searched
+from omniprobe.config.diffusers import setting_changes
 from omniprobe.evidence.models.capacity import CapacityBand, TimedRequest
-
-# Recorded settings that say what a profile is for, not what it runs.
-NOT_RUN = ("description", "chosen_by_omniprobe", "seed_says")
-
 
 @dataclass(frozen=True)
 class PoolSaved:
@@ -46,15 +43,14 @@ class KnobDelta:
     time: TimeCost | None
 
 
-def run_settings(search_settings: dict) -> dict:
-    return {k: v for k, v in search_settings.items() if k not in NOT_RUN}
-
-
-def one_setting_apart(mine: dict, theirs: dict) -> str | None:
-    """The one setting `mine` and `theirs` differ in, or None (none, or more than one)."""
-    a, b = run_settings(mine), run_settings(theirs)
-    differ = [k for k in sorted(a.keys() | b.keys()) if a.get(k) != b.get(k)]
-    return differ[0] if len(differ) == 1 else None
+def one_setting_apart(mine: dict, theirs: dict) -> tuple[str, JsonValue] | None:
+    """The one setting `mine` and `theirs` differ in, with `mine`'s value, or None (none, or more
+    than one)."""
+    changes = setting_changes(theirs, mine)
+    if len(changes) != 1:
+        return None
+    [(knob, (_, value))] = changes.items()
+    return knob, value
 
 
 def _width(band: CapacityBand) -> int | None:
@@ -107,9 +103,8 @@ def knob_deltas(searches: dict[str, Searched], bases: dict[str, str | None]) -> 
         base = searches.get(bases.get(name) or "")
         if base is None:
             continue
-        knob = one_setting_apart(mine.search.settings, base.search.settings)
-        if knob is not None:
-            found.append(KnobDelta(name, base.search.profile, knob,
-                                   mine.search.settings.get(knob), pool_saved(base, mine),
+        apart = one_setting_apart(mine.search.settings, base.search.settings)
+        if apart is not None:
+            found.append(KnobDelta(name, base.search.profile, *apart, pool_saved(base, mine),
                                    time_cost(base, mine)))
     return found

@@ -144,13 +144,20 @@ def _resolved(settings: dict) -> dict:
         return dict(settings)
 
 
+def setting_changes(before: dict, after: dict) -> dict[str, tuple]:
+    """Each setting that differs between two profiles' settings (recorded or hosts.toml's), by
+    name, as (before, after), both read as today's model reads them; their words aside."""
+    before, after = _resolved(before), _resolved(after)
+    return {key: (before.get(key, "(unset)"), after.get(key, "(unset)"))
+            for key in sorted(set(before) | set(after))
+            if key not in PROSE_KEYS and before.get(key) != after.get(key)}
+
+
 def profile_differences(recorded: dict, current: dict) -> list[str]:
     """Each setting of a profile that differs between an attempt's record of it and hosts.toml
-    now, as `key: recorded -> now`, both read as today's model reads them; its words aside."""
-    before, now = _resolved(recorded), _resolved(current)
-    return [f"{key}: {before.get(key, '(unset)')!r} -> {now.get(key, '(unset)')!r}"
-            for key in sorted(set(before) | set(now))
-            if key not in PROSE_KEYS and before.get(key) != now.get(key)]
+    now, as `key: recorded -> now`."""
+    return [f"{key}: {was!r} -> {now!r}"
+            for key, (was, now) in setting_changes(recorded, current).items()]
 
 
 def offload_setting_problems(offload: str, use_stream: bool, low_cpu_mem_usage: bool,
