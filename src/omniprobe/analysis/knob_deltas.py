@@ -15,6 +15,7 @@ from omniprobe.analysis.capacity_bands import Searched
 from omniprobe.config.diffusers import setting_changes
 from omniprobe.evidence.models.capacity import CapacityBand, TimedRequest
 
+
 @dataclass(frozen=True)
 class PoolSaved:
     reference_count: int
