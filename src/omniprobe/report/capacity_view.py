@@ -21,6 +21,7 @@ from omniprobe.config.cards import Card
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.models.capacity import GRID_FLAGS, CapacityBand, given_grid_flags
 from omniprobe.evidence.validate import Loaded
+from omniprobe.report.knobs_view import KnobRow, knob_rows
 from omniprobe.report.paths import CAPACITY_DIR
 from omniprobe.report.pool_svg import CardLine, PoolLine, render_pool_svg
 
@@ -82,6 +83,7 @@ class CapacitySearchView:
     contradicting_trials: int  # how many trials those are (repeats at one limit included)
     noise: list[str]  # bands wider than two steps of the grid, with their trials
     spans: list[str]  # profiles whose curve took more than one runner
+    knobs: list[KnobRow]  # what each setting buys against its searched base
     figure_path: str
     figure_svg: str
 
@@ -182,6 +184,8 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         list(dict.fromkeys(contradicting)), len(contradicting),
         [line for p in order for line in noisy_bands(searches[p])],
         [f"`{p}` ({searches[p].runners})" for p in order if searches[p].runners > 1],
+        knob_rows({p: searches[p] for p in order},
+                  {p: hosts.diffusers_profiles[p].base for p in order}, counts),
         FIGURE.as_posix(), svg)
 
 
