@@ -251,6 +251,23 @@ def test_a_real_host_needs_its_built_env(project, tmp_path_factory, monkeypatch)
                                                         "offline"]
 
 
+def test_the_runners_recorded_command_names_no_folder_of_one_process(project):
+    """The machine's own Python runs the runner from a folder each process makes anew: the
+    command an environment's digest reads holds `{runner}`, so a later process on the same
+    machine resumes the attempt rather than starting one (seen on the H200: three runs, three
+    attempts)."""
+    from omniprobe_engine.launch import runner_folder
+
+    cfg = load_hosts(project.hosts_file)
+    host = next(name for name, h in cfg.hosts.items()
+                if h.diffusers is not None and h.diffusers.runner_env == "own")
+    first = runner_command(cfg, project, host)
+    runner_folder.cache_clear()
+    second = runner_command(cfg, project, host)
+    assert first.argv != second.argv
+    assert first.recorded_argv == second.recorded_argv == [sys.executable, "{runner}"]
+
+
 @pytest.mark.parametrize(("fault", "outcomes", "detail"), [
     ("crash@2", [("ok", 0), ("error", 0), ("ok", 1)], "illegal memory access"),
     ("malformed@2", [("ok", 0), ("error", 0), ("ok", 0)], "the runner's image is unreadable"),

@@ -41,6 +41,9 @@ class RunnerCommand:
     argv: list[str]
     env: EnvName | None = None
     verification: Verification | None = None
+    # argv as an environment's digest reads it: `{runner}` unfilled, since its folder is made
+    # anew by each process (launch.py) while what it runs is the same.
+    recorded_argv: list[str] | None = None
 
 
 def runner_env_name(host: Host) -> EnvName | None:
@@ -78,11 +81,13 @@ def runner_command(cfg: HostsConfig, project: Project, host_name: str,
         verification = require_env_ok(host_name, project=project, venv=venv, nvml=nvml, out=out,
                                       which=which)
         python = str(verification.paths.python)
-    fill = {"python": python, "runner": str(runner_folder()), "hosts_file": str(project.hosts_file),
-            "host": host_name}
-    argv = [_PLACEHOLDER.sub(lambda m: fill[m[1]], part)
-            for part in host.offline_command or ["{python}", "{runner}"]]
-    return RunnerCommand(argv, which, verification)
+    fill = {"python": python, "hosts_file": str(project.hosts_file), "host": host_name}
+
+    def filled(runner: str) -> list[str]:
+        return [_PLACEHOLDER.sub(lambda m: {**fill, "runner": runner}[m[1]], part)
+                for part in host.offline_command or ["{python}", "{runner}"]]
+
+    return RunnerCommand(filled(str(runner_folder())), which, verification, filled("{runner}"))
 
 
 def runner_env(cfg: HostsConfig, entry: OfflineEntry, base: dict[str, str],
@@ -119,7 +124,7 @@ def offline_environment(ctx: Context, options: OfflineOptions, runner: RunnerCom
             configs.engine_components() if configs is not None else None)
         packages, manifest = facts["packages"], None
         digest = sha256_json({"python": facts.get("python"), "packages": packages,
-                              "runner": command})
+                              "runner": runner.recorded_argv or command})
     else:  # the Diffusers env: its verified pins and checks, as the probe env's record has them
         v, facts, packages = runner.verification, {}, {}
         digest = env_digest(v.pins, v.checks, str(v.paths.venv))
