@@ -810,7 +810,8 @@ def test_no_cell_says_a_card_runs_without_its_host_need(repo):
     named = set(re.findall(r"`([^`]+)`", "\n".join(rows)))
     assert named and named == set(re.findall(r"`([^`]+)`,", legend))  # each, in words, once
     assert ("| RTX 3090 | 64 GiB | 0: `seed-baseline-capacity`, 15,872 spare; 1–4: "
-            "`group-leaf-res512`, 12,800 spare | 0–4: `group-leaf`, 5,888 spare | assumed |") in rows
+            "`group-leaf-res512`, 12,800 spare | 0–2: `group-leaf`, 10,496 spare; 3–4: "
+            "`group-leaf-expandable`, 8,704 spare | assumed |") in rows
     for row in rows:
         card, ram, what, whole, grade = (c.strip() for c in row.strip("|").split("|"))
         assert "`group-leaf-res512`" not in whole and "`group-leaf-nokv`" not in whole, row
@@ -832,7 +833,12 @@ def test_each_measured_part_names_its_stack_attempts_dates_and_machine(repo):
             "`122b1e11`, vLLM-Omni 0.31.0 at `8484d85d1` (hosts.toml [stack]) |") in study
     row = next(line for line in new.splitlines() if line.startswith("| rtx3090-on-h200-diffusers |"))
     assert "| NVIDIA H200 (`vm`) | torch 2.11.0, transformers 5.17.0, diffusers 0.42.1" in row
-    assert f"`{KV_ATTEMPT.rsplit('/', 1)[1]}`" in row and "2026-12-02" in row
+    assert "2026-12-02" in row
+    # Its attempts are DETAILS.md's, one row each (the report names the file beside the table).
+    assert "raw cache counts and each attempt: [report/DETAILS.md]" in new
+    details_row = next(line for line in render_details(repo).splitlines()
+                       if line.startswith("| rtx3090-on-h200-diffusers |"))
+    assert f"`{KV_ATTEMPT.rsplit('/', 1)[1]}`" in details_row
     # The sealed Diffusers baseline the seed transcribes ran on a stack the seed does not state.
     assert "| not stated | `2026-10-07T170729Z-q3-4r` |" in study
 
@@ -850,10 +856,14 @@ def test_each_grid_setting_says_whether_the_command_gave_it(command, given):
 
 def test_the_committed_search_says_which_grid_settings_were_given(repo):
     text = render_report(repo)
+    # Two grids, each with its profiles and who chose its settings (its attempt's command).
+    assert ("1,024–32,768 MiB every 256 MiB, 2 repeat(s) at each side for `group-leaf`, "
+            "`group-leaf-tiled`, `group-leaf-kv-host-pinned` (floor, ceiling, step, repeats "
+            "omniprobe's defaults); 4,096–32,768 MiB every 256 MiB") in text
     assert "(floor, ceiling given on the command line; step, repeats omniprobe's defaults)" in text
     # The measuring GPU's own overhead is said where the emulation is described, from evidence.
     assert ("The measuring GPU's own memory outside torch's pool (612 MiB at a runner's start and "
-            "up to 764 MiB during a search's requests) counts against an emulated cap, never "
+            "up to 766 MiB during a search's requests) counts against an emulated cap, never "
             "against a card") in text
 
 

@@ -48,10 +48,12 @@ def test_a_profiles_settings_differ_only_where_todays_model_reads_them_apart(rec
 
 
 def test_the_committed_capacity_attempt_resumes_under_todays_profiles():
-    [path] = REPO.glob("evidence/h200-diffusers/*-capacity/capacity.json")
-    for search in json.loads(path.read_text())["capacity"]:
-        today = CFG.diffusers_profiles[search["profile"]].model_dump(mode="json")
-        assert profile_differences(search["settings"], today) == [], search["profile"]
+    paths = sorted(REPO.glob("evidence/h200-diffusers/*-capacity/capacity.json"))
+    assert paths
+    for path in paths:
+        for search in json.loads(path.read_text())["capacity"]:
+            today = CFG.diffusers_profiles[search["profile"]].model_dump(mode="json")
+            assert profile_differences(search["settings"], today) == [], search["profile"]
 
 
 def _store(*searches: ProfileSearch):

@@ -170,6 +170,8 @@ def gives_up(profile: DiffusersProfile, default_resolution: int) -> tuple[str, .
     out = []
     if not profile.use_kv_cache:
         out.append("KV cache off")
+    elif profile.kv_placement != "gpu":  # each step reads it across the bus
+        out.append(f"KV cache in {profile.kv_placement.removeprefix('host-')} host memory")
     if profile.vae_tiling:
         out.append("VAE tiled")
     if profile.quantize_dit:
@@ -193,23 +195,46 @@ def settings_words(profile: DiffusersProfile, default_resolution: int) -> str:
     if profile.offload in GROUP_OFFLOADS and not profile.use_stream:
         where += " without streams"
     allocator = (f"allocator {profile.allocator}",) if profile.allocator else ()
-    return ", ".join((where, *allocator, *gives_up(profile, default_resolution)))
+    release = ("cache freed before the decode",) if profile.release_kv_before_decode else ()
+    return ", ".join((where, *allocator, *release, *gives_up(profile, default_resolution)))
 
 
-def host_needs(runs: list[ProfileRun], profiles: dict[str, DiffusersProfile]
-               ) -> dict[str, HostNeed]:
-    """Each profile's host need: the most a run of it held (its own runs first, else the runs of
-    another profile of the same placement), over runs whose build finished by the load path's
-    streamed build and recorded its page-locked bytes. A run killed at a cap held at least the
+def search_host_figures(found: Searched) -> tuple[float, float] | None:
+    """The most a profile's search runner held in host memory and, of it, page-locked: its build
+    (by the streamed load path) and every trial and timed request after it; None where the
+    build recorded no page-locked bytes."""
+    build = found.search.build
+    if build is None or build.build_path is None or build.pinned_host_mib is None:
+        return None
+    requests = (*found.trials, *found.set_aside, *found.search.timed)
+    peak = max((build.build_host_peak_mib or 0.0, build.steady_host_mib or 0.0,
+                *(r.host_peak_mib or 0.0 for r in requests)))
+    pinned = max((build.pinned_host_mib, *(r.pinned_host_peak_mib or 0.0 for r in requests)))
+    return peak, pinned
+
+
+def host_needs(runs: list[ProfileRun], profiles: dict[str, DiffusersProfile],
+               searches: dict[str, Searched] | None = None) -> dict[str, HostNeed]:
+    """Each profile's host need: the most a run or its search held (its own first, else those of
+    another profile of the same placement). Runs count whose build finished by the load path's
+    streamed build and recorded its page-locked bytes: a run killed at a cap held at least the
     cap and recorded no need; a build that held the whole bf16 model at once is the harness's."""
     measured: dict[str, tuple[float, float]] = {}
+
+    def add(profile: str, peak_mib: float, pinned_mib: float) -> None:
+        old = measured.get(profile, (0.0, 0.0))
+        measured[profile] = (max(old[0], peak_mib), max(old[1], pinned_mib))
+
     for run in runs:
         ram = run.host_ram
         if (run.init_outcome != "ready" or ram.killed or run.build_path is None
                 or ram.peak_mib is None or ram.pinned_mib is None):
             continue
-        old = measured.get(run.profile, (0.0, 0.0))
-        measured[run.profile] = (max(old[0], ram.peak_mib), max(old[1], ram.pinned_mib))
+        add(run.profile, ram.peak_mib, ram.pinned_mib)
+    for name, found in (searches or {}).items():
+        figures = search_host_figures(found)
+        if figures is not None:
+            add(name, *figures)
     out = {}
     for name, profile in profiles.items():
         if name in measured:

@@ -31,6 +31,8 @@ class ReportSettings(BaseModel):
     retention_issue: Issue
     upstream_issue: Issue
     earlier_probe_issue: Issue
+    # Upstream requests for a host-memory spill path of the conditioning KV, as owner/repo#N.
+    spill_requests: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+#[0-9]+$")]]
 
 
 

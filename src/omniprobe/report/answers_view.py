@@ -196,7 +196,7 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
     if not searches:
         return None
     profiles = hosts.diffusers_profiles
-    needs = host_needs(runs, profiles)
+    needs = host_needs(runs, profiles, searches)
     counts = sorted({b.reference_count for s in searches.values() for b in s.search.bands})
     at = {n: candidates_at(n, searches, profiles, needs, default_resolution) for n in counts}
     words = {p: settings_words(profiles[p], default_resolution) for p in searches}

@@ -21,7 +21,7 @@ from omniprobe.config.cards import Card
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.models.capacity import GRID_FLAGS, CapacityBand, given_grid_flags
 from omniprobe.evidence.validate import Loaded
-from omniprobe.report.knobs_view import KnobRow, knob_rows
+from omniprobe.report.knobs_view import KnobRow, SpillLine, knob_rows, spill_line
 from omniprobe.report.paths import CAPACITY_DIR
 from omniprobe.report.pool_svg import CardLine, PoolLine, render_pool_svg
 
@@ -84,6 +84,7 @@ class CapacitySearchView:
     noise: list[str]  # bands wider than two steps of the grid, with their trials
     spans: list[str]  # profiles whose curve took more than one runner
     knobs: list[KnobRow]  # what each setting buys against its searched base
+    spill: SpillLine | None  # the cache in pinned host memory against it on the GPU
     figure_path: str
     figure_svg: str
 
@@ -156,12 +157,13 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
             card.usable_pool_mib,
             host_ram_words(list(found.values()), None if ram is None else f"{ram / 1024:g}"),
             [card_cell(found[p]) for p in order]))
+    ordered = {p: searches[p] for p in order}
+    bases = {p: hosts.diffusers_profiles[p].base for p in order}
     contradicting = [line for p in order for line in reference_contradictions(searches[p])]
     checks = sweep_checks(runs, searches)
     readings = {r: sum(c.reading == r for c in checks)
                 for r in ("agrees", "uncertain", "contradicts")}
     first = next(iter(searches.values())).search
-    grid = first.search
     svg = render_pool_svg(
         # A B not tried at its count (the previous count's) is no band to draw: the table's
         # parentheses say it; the figure shades only what was measured there.
@@ -176,22 +178,35 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
     return CapacitySearchView(
         sorted({s.attempt for s in searches.values()}),
         hosts.host(first_host(searches)).gpu,
-        f"{grid.floor_mib:,}–{grid.ceiling_mib:,} MiB every {grid.resolution_mib} MiB, "
-        f"{grid.repeats} repeat(s) at each side ({grid_provenance(loaded, searches)})",
+        grids_text(loaded, {p: searches[p] for p in order}),
         first.num_inference_steps, ", ".join(sorted(set(first.sizes.values()))),
         [f"{n} ref{'' if n == 1 else 's'}" for n in counts], order, rows, cards, len(checks),
         readings, [c.text() + f": {c.reading}" for c in checks if c.reading != "agrees"],
         list(dict.fromkeys(contradicting)), len(contradicting),
         [line for p in order for line in noisy_bands(searches[p])],
         [f"`{p}` ({searches[p].runners})" for p in order if searches[p].runners > 1],
-        knob_rows({p: searches[p] for p in order},
-                  {p: hosts.diffusers_profiles[p].base for p in order}, counts),
+        knob_rows(ordered, bases, counts), spill_line(ordered, bases),
         FIGURE.as_posix(), svg)
 
 
 # Each grid flag by the setting the report names.
 GRID_WORDS = {"--floor-mib": "floor", "--ceiling-mib": "ceiling", "--resolution-mib": "step",
               "--repeats": "repeats"}
+
+
+def grids_text(loaded: Loaded, searches: dict[str, Searched]) -> str:
+    """Each grid the searches ran, with who chose its settings; where they ran more than one,
+    each names its profiles."""
+    by_grid: dict[tuple, dict[str, Searched]] = {}
+    for name, found in searches.items():
+        g = found.search.search
+        by_grid.setdefault((g.floor_mib, g.ceiling_mib, g.resolution_mib, g.repeats), {})[
+            name] = found
+    return "; ".join(
+        f"{floor:,}–{ceiling:,} MiB every {step} MiB, {repeats} repeat(s) at each side"
+        + (f" for {', '.join(f'`{p}`' for p in group)}" if len(by_grid) > 1 else "")
+        + f" ({grid_provenance(loaded, group)})"
+        for (floor, ceiling, step, repeats), group in by_grid.items())
 
 
 def grid_provenance(loaded: Loaded, searches: dict[str, Searched]) -> str:

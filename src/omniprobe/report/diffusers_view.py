@@ -224,10 +224,10 @@ def ratio_reading(ratio: CrossRatio, basis: str) -> str:
     """A ratio between two methods, with what they are (`basis`) in the same words: never a
     check."""
     if ratio.overlaps:
-        return f"overlaps the seed's figure ({basis})"
+        return f"overlaps ({basis})"
     r = ratio.ratio
     times = f"{r.min:.1f}×" if f"{r.min:.1f}" == f"{r.max:.1f}" else f"{r.min:.1f}–{r.max:.1f}×"
-    return f"{times} the seed's figure ({basis})"
+    return f"{times} ({basis})"
 
 
 OTHER_ENGINE = "different engine and method"

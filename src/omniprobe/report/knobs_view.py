@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 
 from omniprobe.analysis.capacity_bands import Searched
+from omniprobe.analysis.card_answers import search_host_figures
 from omniprobe.analysis.knob_deltas import KnobDelta, TimeCost, knob_deltas
 
 
@@ -44,3 +45,49 @@ def knob_row(delta: KnobDelta, counts: list[int]) -> KnobRow:
 def knob_rows(searches: dict[str, Searched], bases: dict[str, str | None],
               counts: list[int]) -> list[KnobRow]:
     return [knob_row(d, counts) for d in knob_deltas(searches, bases)]
+
+
+@dataclass(frozen=True)
+class SpillLine:
+    """The seed's missing spill path, as Diffusers measured it: the conditioning KV in pinned
+    host memory against the cache on the GPU, at the largest count both banded."""
+
+    references: int
+    pool_mib: int  # A with the cache in host memory
+    base_pool_mib: int  # A with it on the GPU
+    saved_mib: int
+    step_ratio: float | None  # per denoising step after the first, against the base
+    steps: int | None  # the timed requests' steps
+    pinned_more_gib: float | None  # page-locked host memory beyond the base's
+    most: list[str]  # the settings that save the most at that count, each `knob` = value
+    most_at_zero: list[str]  # and at no reference
+    most_at_zero_mib: int | None
+
+
+def _most(deltas: list[KnobDelta], count: int) -> tuple[list[str], int | None]:
+    saved = {f"`{d.knob}` = {json.dumps(d.value)}": p.saved_mib
+             for d in deltas for p in d.pool if p.reference_count == count}
+    if not saved:
+        return [], None
+    best = max(saved.values())
+    return [k for k, v in saved.items() if v == best], best
+
+
+def spill_line(searches: dict[str, Searched], bases: dict[str, str | None]) -> SpillLine | None:
+    """None where no profile with the cache in pinned host memory was searched beside its base."""
+    deltas = knob_deltas(searches, bases)
+    spill = next((d for d in deltas if d.knob == "kv_placement" and d.value == "host-pinned"
+                  and d.pool), None)
+    if spill is None:
+        return None
+    saved = spill.pool[-1]
+    mine, base = searches[spill.profile], searches[spill.base]
+    figures = search_host_figures(mine), search_host_figures(base)
+    most, _ = _most(deltas, saved.reference_count)
+    zero, zero_mib = _most(deltas, 0)
+    return SpillLine(
+        saved.reference_count, mine.band(saved.reference_count).fits_at_mib,
+        base.band(saved.reference_count).fits_at_mib, saved.saved_mib,
+        spill.time.step_ratio if spill.time else None, spill.time.steps if spill.time else None,
+        None if None in figures else (figures[0][1] - figures[1][1]) / 1024,
+        most, zero, zero_mib)
