@@ -90,3 +90,19 @@ def test_each_searched_profile_is_held_against_its_searched_base_only():
         ("group-leaf-kv-host-pinned", "group-leaf", "kv_placement", "host-pinned")]
     # The base not searched: nothing to hold the profile against.
     assert knob_deltas({"group-leaf-tiled": TILED}, bases) == []
+
+
+def test_the_spill_line_reads_the_host_placement_against_its_base_and_names_the_best_savers():
+    from omniprobe.report.knobs_view import spill_line
+
+    searches = {s.search.profile: s for s in (BASE, TILED, HOST)}
+    bases = {"group-leaf-tiled": "group-leaf", "group-leaf-kv-host-pinned": "group-leaf"}
+    line = spill_line(searches, bases)
+    assert (line.references, line.pool_mib, line.base_pool_mib, line.saved_mib) == (
+        4, 10240, 18176, 7936)
+    assert (line.step_ratio, line.steps) == (1.75, 20)
+    assert line.pinned_more_gib is None  # no build on record: no host figures to hold
+    assert line.most == ['`kv_placement` = "host-pinned"']
+    assert (line.most_at_zero, line.most_at_zero_mib) == (["`vae_tiling` = true"], 4096)
+    # No host placement searched beside its base: nothing to say.
+    assert spill_line({"group-leaf": BASE, "group-leaf-tiled": TILED}, bases) is None
