@@ -19,7 +19,12 @@ from omniprobe.analysis.capacity_bands import (
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.cards import Card
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.evidence.models.capacity import GRID_FLAGS, CapacityBand, given_grid_flags
+from omniprobe.evidence.models.capacity import (
+    GRID_FLAGS,
+    CapacityBand,
+    TimedRequest,
+    given_grid_flags,
+)
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report.knobs_view import KnobRow, SpillLine, knob_rows, spill_line
 from omniprobe.report.paths import CAPACITY_DIR
@@ -51,6 +56,23 @@ class PoolRow:
     runners: int
     saved: int
     gpu_s: str  # the curve's GPU seconds, the build included
+    timed: str  # its timed requests (the measuring GPU's seconds), or "—"
+
+
+def timed_cell(timed: list[TimedRequest]) -> str:
+    """Each timed request: its steps and count, then its wall and where it went (the encodes and
+    the first step, each later step, the decode), in the measuring GPU's seconds."""
+    def one(t: TimedRequest) -> str:
+        head = (f"{t.num_inference_steps} steps, {t.reference_count} "
+                f"ref{'' if t.reference_count == 1 else 's'}: ")
+        if t.outcome != "fit":
+            return head + t.outcome
+        parts = [f"{s:.2f} s {what}" for what, s in (
+            ("to step 1's end", t.first_step_end_s), ("a step after", t.step_after_first_s),
+            ("decode", t.decode_s)) if s is not None]
+        return head + f"{t.wall_s:.1f} s" + (f" ({', '.join(parts)})" if parts else "")
+
+    return "; ".join(one(t) for t in timed) or "—"
 
 
 @dataclass(frozen=True)
@@ -144,7 +166,8 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
                     sum(b.trials for b in searches[p].search.bands),
                     len(searches[p].set_aside), searches[p].start_figures(), searches[p].runners,
                     sum(b.requests_saved for b in searches[p].search.bands),
-                    f"{searches[p].search.gpu_s:.0f}" if searches[p].search.gpu_s else "—")
+                    f"{searches[p].search.gpu_s:.0f}" if searches[p].search.gpu_s else "—",
+                    timed_cell(searches[p].search.timed))
             for p in order]
     cards = []
     for key, card in hosts.cards.items():
