@@ -106,3 +106,18 @@ def test_the_spill_line_reads_the_host_placement_against_its_base_and_names_the_
     assert (line.most_at_zero, line.most_at_zero_mib) == (["`vae_tiling` = true"], 4096)
     # No host placement searched beside its base: nothing to say.
     assert spill_line({"group-leaf": BASE, "group-leaf-tiled": TILED}, bases) is None
+
+
+@pytest.mark.parametrize("figures, words", [
+    ({"p": "recorded", "b": "recorded"}, "both recorded"),
+    ({"p": "recorded", "b": "not recorded"}, "not recorded: `b`"),
+    ({"p": "3 of 9 recorded", "b": "not recorded"}, "not recorded: `p`, `b`"),
+])
+def test_a_saving_says_whether_both_sides_trials_showed_a_clean_start(figures, words):
+    from types import SimpleNamespace
+
+    from omniprobe.analysis.knob_deltas import KnobDelta
+    from omniprobe.report.knobs_view import starts_words
+
+    searches = {name: SimpleNamespace(start_figures=lambda f=f: f) for name, f in figures.items()}
+    assert starts_words(searches, KnobDelta("p", "b", "vae_tiling", True, (), None)) == words

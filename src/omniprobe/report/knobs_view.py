@@ -18,6 +18,7 @@ class KnobRow:
     base: str
     saved: list[str]  # by reference count: MiB saved, ± both bands' widths
     time: str
+    starts: str  # whether both searches' trials recorded what they started with
 
 
 def saved_cell(saved_mib: int, within_mib: int) -> str:
@@ -34,17 +35,25 @@ def ratio_words(cost: TimeCost | None) -> str:
             f"{'' if cost.reference_count == 1 else 's'}, {cost.steps} steps)")
 
 
-def knob_row(delta: KnobDelta, counts: list[int]) -> KnobRow:
+def starts_words(searches: dict[str, Searched], delta: KnobDelta) -> str:
+    """Whether both bands rest on trials that recorded their start (a clean start shown), else
+    which side's did not: a saving across the two is then partly the harness's."""
+    unshown = [f"`{p}`" for p in (delta.profile, delta.base)
+               if searches[p].start_figures() != "recorded"]
+    return "both recorded" if not unshown else "not recorded: " + ", ".join(unshown)
+
+
+def knob_row(delta: KnobDelta, counts: list[int], searches: dict[str, Searched]) -> KnobRow:
     by_count = {p.reference_count: p for p in delta.pool}
     return KnobRow(f"`{delta.knob}` = {json.dumps(delta.value)}", delta.profile, delta.base,
                    [saved_cell(by_count[n].saved_mib, by_count[n].within_mib)
                     if n in by_count else "—" for n in counts],
-                   ratio_words(delta.time))
+                   ratio_words(delta.time), starts_words(searches, delta))
 
 
 def knob_rows(searches: dict[str, Searched], bases: dict[str, str | None],
               counts: list[int]) -> list[KnobRow]:
-    return [knob_row(d, counts) for d in knob_deltas(searches, bases)]
+    return [knob_row(d, counts, searches) for d in knob_deltas(searches, bases)]
 
 
 @dataclass(frozen=True)
