@@ -44,13 +44,20 @@ def _stand_ins(folder: Path, failing: str) -> Path:
     return bin_dir
 
 
-def test_every_step_runs_after_one_fails_and_a_summary_line_each_ends_it(tmp_path):
+def _run_clone(tmp_path, failing: str) -> tuple:
+    """.ci/run in a clone of its own, nox and python3 stood in for, `failing` failing: the run and
+    the clone."""
     clone = tmp_path / "clone"
     (clone / ".ci").mkdir(parents=True)
     shutil.copy2(CI, clone / ".ci" / "run")
-    bin_dir = _stand_ins(tmp_path, failing="lint")
+    bin_dir = _stand_ins(tmp_path, failing=failing)
     done = subprocess.run([str(clone / ".ci" / "run")], capture_output=True, text=True,
                           env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=60)
+    return done, clone
+
+
+def test_every_step_runs_after_one_fails_and_a_summary_line_each_ends_it(tmp_path):
+    done, clone = _run_clone(tmp_path, failing="lint")
     setup, *steps = dry_run()
     assert done.returncode == 1, done.stdout + done.stderr
     assert (tmp_path / "nox-calls").read_text().splitlines() == [s[len("nox "):] for s in steps]
@@ -63,11 +70,6 @@ def test_every_step_runs_after_one_fails_and_a_summary_line_each_ends_it(tmp_pat
 
 
 def test_a_run_whose_steps_all_pass_exits_0(tmp_path):
-    clone = tmp_path / "clone"
-    (clone / ".ci").mkdir(parents=True)
-    shutil.copy2(CI, clone / ".ci" / "run")
-    bin_dir = _stand_ins(tmp_path, failing="no-session-is-named-so")
-    done = subprocess.run([str(clone / ".ci" / "run")], capture_output=True, text=True,
-                          env={"PATH": f"{bin_dir}:/usr/bin:/bin"}, timeout=60)
+    done, _ = _run_clone(tmp_path, failing="no-session-is-named-so")
     assert done.returncode == 0, done.stdout + done.stderr
     assert " fail " not in done.stdout[done.stdout.index("CI summary"):]

@@ -97,7 +97,7 @@ def test_the_spill_line_reads_the_host_placement_against_its_base_and_names_the_
 
     searches = {s.search.profile: s for s in (BASE, TILED, HOST)}
     bases = {"group-leaf-tiled": "group-leaf", "group-leaf-kv-host-pinned": "group-leaf"}
-    line = spill_line(searches, bases)
+    line = spill_line(knob_deltas(searches, bases), searches)
     assert (line.references, line.pool_mib, line.base_pool_mib, line.saved_mib) == (
         4, 10240, 18176, 7936)
     assert (line.step_ratio, line.steps) == (1.75, 20)
@@ -105,7 +105,8 @@ def test_the_spill_line_reads_the_host_placement_against_its_base_and_names_the_
     assert line.most == ['`kv_placement` = "host-pinned"']
     assert (line.most_at_zero, line.most_at_zero_mib) == (["`vae_tiling` = true"], 4096)
     # No host placement searched beside its base: nothing to say.
-    assert spill_line({"group-leaf": BASE, "group-leaf-tiled": TILED}, bases) is None
+    without = {"group-leaf": BASE, "group-leaf-tiled": TILED}
+    assert spill_line(knob_deltas(without, bases), without) is None
 
 
 @pytest.mark.parametrize("figures, words", [

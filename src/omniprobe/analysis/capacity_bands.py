@@ -86,10 +86,8 @@ def noisy_bands(found: Searched) -> list[str]:
     step = found.search.search.resolution_mib
     out = []
     for band in sorted(found.search.bands, key=lambda b: b.reference_count):
-        if band.fits_at_mib is None or band.fails_at_mib is None:
-            continue
-        width = band.fits_at_mib - band.fails_at_mib
-        if width <= NOISE_STEPS * step:
+        width = band.width_mib
+        if width is None or width <= NOISE_STEPS * step:
             continue
         inside = [t for t in found.trials if t.reference_count == band.reference_count
                   and band.fails_at_mib <= t.limit_mib <= band.fits_at_mib]

@@ -78,7 +78,7 @@ def gpu_fit(band: CapacityBand, usable_mib: int, resolution_mib: int) -> GpuFit:
     a, b = band.fits_at_mib, band.fails_at_mib
     if band.stopped or a is None:
         return GpuFit(NO_FIT, None)
-    width = a - b if b is not None else resolution_mib
+    width = band.width_mib if b is not None else resolution_mib
     margin = usable_mib - a
     if margin >= width:
         return GpuFit(RUNS, margin)

@@ -13,7 +13,7 @@ from pydantic import JsonValue
 
 from omniprobe.analysis.capacity_bands import Searched
 from omniprobe.config.diffusers import setting_changes
-from omniprobe.evidence.models.capacity import CapacityBand, TimedRequest
+from omniprobe.evidence.models.capacity import TimedRequest
 
 
 @dataclass(frozen=True)
@@ -54,21 +54,13 @@ def one_setting_apart(mine: dict, theirs: dict) -> tuple[str, JsonValue] | None:
     return knob, value
 
 
-def _width(band: CapacityBand) -> int | None:
-    if band.fits_at_mib is None or band.fails_at_mib is None:
-        return None
-    return band.fits_at_mib - band.fails_at_mib
-
-
 def pool_saved(base: Searched, mine: Searched) -> tuple[PoolSaved, ...]:
     """Per count both banded with an A and a B: the base's A less this one's."""
     found = []
     for band in mine.search.bands:
         theirs = base.band(band.reference_count)
-        if theirs is None or band.fits_at_mib is None or theirs.fits_at_mib is None:
-            continue
-        widths = (_width(band), _width(theirs))
-        if None in widths:
+        widths = (band.width_mib, None if theirs is None else theirs.width_mib)
+        if None in widths:  # a width needs both edges: A is there too
             continue
         found.append(PoolSaved(band.reference_count, theirs.fits_at_mib - band.fits_at_mib,
                                sum(widths)))

@@ -17,6 +17,7 @@ from omniprobe.analysis.capacity_bands import (
     sweep_checks,
 )
 from omniprobe.analysis.diffusers_capacity import ProfileRun
+from omniprobe.analysis.knob_deltas import knob_deltas
 from omniprobe.config.cards import Card
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.models.capacity import (
@@ -181,7 +182,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
             host_ram_words(list(found.values()), None if ram is None else f"{ram / 1024:g}"),
             [card_cell(found[p]) for p in order]))
     ordered = {p: searches[p] for p in order}
-    bases = {p: hosts.diffusers_profiles[p].base for p in order}
+    deltas = knob_deltas(ordered, {p: hosts.diffusers_profiles[p].base for p in order})
     contradicting = [line for p in order for line in reference_contradictions(searches[p])]
     checks = sweep_checks(runs, searches)
     readings = {r: sum(c.reading == r for c in checks)
@@ -201,14 +202,14 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
     return CapacitySearchView(
         sorted({s.attempt for s in searches.values()}),
         hosts.host(first_host(searches)).gpu,
-        grids_text(loaded, {p: searches[p] for p in order}),
+        grids_text(loaded, ordered),
         first.num_inference_steps, ", ".join(sorted(set(first.sizes.values()))),
         [f"{n} ref{'' if n == 1 else 's'}" for n in counts], order, rows, cards, len(checks),
         readings, [c.text() + f": {c.reading}" for c in checks if c.reading != "agrees"],
         list(dict.fromkeys(contradicting)), len(contradicting),
         [line for p in order for line in noisy_bands(searches[p])],
         [f"`{p}` ({searches[p].runners})" for p in order if searches[p].runners > 1],
-        knob_rows(ordered, bases, counts), spill_line(ordered, bases),
+        knob_rows(deltas, ordered, counts), spill_line(deltas, ordered),
         FIGURE.as_posix(), svg)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from omniprobe.analysis.capacity_bands import Searched
 from omniprobe.analysis.card_answers import search_host_figures
-from omniprobe.analysis.knob_deltas import KnobDelta, TimeCost, knob_deltas
+from omniprobe.analysis.knob_deltas import KnobDelta, TimeCost
 
 
 @dataclass(frozen=True)
@@ -43,17 +43,21 @@ def starts_words(searches: dict[str, Searched], delta: KnobDelta) -> str:
     return "both recorded" if not unshown else "not recorded: " + ", ".join(unshown)
 
 
+def setting_words(delta: KnobDelta) -> str:
+    return f"`{delta.knob}` = {json.dumps(delta.value)}"
+
+
 def knob_row(delta: KnobDelta, counts: list[int], searches: dict[str, Searched]) -> KnobRow:
     by_count = {p.reference_count: p for p in delta.pool}
-    return KnobRow(f"`{delta.knob}` = {json.dumps(delta.value)}", delta.profile, delta.base,
+    return KnobRow(setting_words(delta), delta.profile, delta.base,
                    [saved_cell(by_count[n].saved_mib, by_count[n].within_mib)
                     if n in by_count else "—" for n in counts],
                    ratio_words(delta.time), starts_words(searches, delta))
 
 
-def knob_rows(searches: dict[str, Searched], bases: dict[str, str | None],
+def knob_rows(deltas: list[KnobDelta], searches: dict[str, Searched],
               counts: list[int]) -> list[KnobRow]:
-    return [knob_row(d, counts, searches) for d in knob_deltas(searches, bases)]
+    return [knob_row(d, counts, searches) for d in deltas]
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,7 @@ class SpillLine:
 
 
 def _most(deltas: list[KnobDelta], count: int) -> tuple[list[str], int | None]:
-    saved = {f"`{d.knob}` = {json.dumps(d.value)}": p.saved_mib
+    saved = {setting_words(d): p.saved_mib
              for d in deltas for p in d.pool if p.reference_count == count}
     if not saved:
         return [], None
@@ -82,9 +86,9 @@ def _most(deltas: list[KnobDelta], count: int) -> tuple[list[str], int | None]:
     return [k for k, v in saved.items() if v == best], best
 
 
-def spill_line(searches: dict[str, Searched], bases: dict[str, str | None]) -> SpillLine | None:
-    """None where no profile with the cache in pinned host memory was searched beside its base."""
-    deltas = knob_deltas(searches, bases)
+def spill_line(deltas: list[KnobDelta], searches: dict[str, Searched]) -> SpillLine | None:
+    """None where no profile with the cache in pinned host memory was searched beside its base
+    (`deltas`: knob_deltas of `searches`)."""
     spill = next((d for d in deltas if d.knob == "kv_placement" and d.value == "host-pinned"
                   and d.pool), None)
     if spill is None:

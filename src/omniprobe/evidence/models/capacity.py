@@ -148,6 +148,13 @@ class CapacityBand(EvidenceModel):
     stopped: Literal["error"] | None = Field(
         default=None, description="Why no band was found: a trial ended in an error.")
 
+    @property
+    def width_mib(self) -> int | None:
+        """A less B: how far apart the band's edges lie; None where either was not found."""
+        if self.fits_at_mib is None or self.fails_at_mib is None:
+            return None
+        return self.fits_at_mib - self.fails_at_mib
+
     def disagreements(self, counted: list[CapacityTrial]) -> list[str]:
         """How the band disagrees with its count's counted trials: A is a fit seen at A and
         nothing at or above it failed; B a failure seen at B (unless it was the neighbour's,

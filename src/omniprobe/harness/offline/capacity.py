@@ -237,6 +237,16 @@ class CapacityProbe:
                      + (f" (set aside: {trial.set_aside})" if trial.set_aside else ""))
 
 
+def outcome_word(event: dict) -> str:
+    """A trial's or timed request's outcome in the record's word: the runner's ok is a fit."""
+    return {"ok": "fit"}.get(event["outcome"], event["outcome"])
+
+
+def error_words(event: dict) -> str:
+    """A failure's message as recorded: its head, redacted."""
+    return redact_text((event.get("error") or "no message")[:500])
+
+
 def trial_record(profile: str, fixture: Fixture, event: dict, lifetime: int,
                  model_code: tuple[str, ...]) -> CapacityTrial:
     """A trial event (its fields validated on arrival) as the trial it records: the figures of
@@ -244,7 +254,7 @@ def trial_record(profile: str, fixture: Fixture, event: dict, lifetime: int,
     measured = event.get("measured") or {}
     fields = {"profile": profile, "reference_count": event["reference_count"],
               "fixture": fixture.id, "inputs": fixture.inputs, "lifetime": lifetime,
-              "outcome": {"ok": "fit"}.get(event["outcome"], event["outcome"]),
+              "outcome": outcome_word(event),
               **{k: event.get(k) for k in ("limit_mib", "phase", "repeat", "wall_s",
                                             "started_s", "peak_mib", "peak_source", "set_aside")},
               **{k: measured.get(k) for k in TRIAL_CARRIES},
@@ -252,7 +262,7 @@ def trial_record(profile: str, fixture: Fixture, event: dict, lifetime: int,
                                          if event.get("peak_mib") is not None else None)}
     if fields["outcome"] != "fit":
         text = event.get("traceback") or event.get("error") or ""
-        fields["error"] = redact_text((event.get("error") or "no message")[:500])
+        fields["error"] = error_words(event)
         if fields["outcome"] == "oom":
             fields["oom"] = parse_oom(text, "request", model_code)
         fields["cause"] = classify_failure(text, model_code)
@@ -263,12 +273,11 @@ def timed_record(event: dict, lifetime: int) -> TimedRequest:
     """A speed event (its fields validated on arrival) as the timed request it records."""
     measured = event.get("measured") or {}
     return TimedRequest.model_validate({
-        "outcome": {"ok": "fit"}.get(event["outcome"], event["outcome"]), "lifetime": lifetime,
+        "outcome": outcome_word(event), "lifetime": lifetime,
         **{k: event.get(k) for k in ("reference_count", "fixture", "num_inference_steps",
                                       "limit_mib", "wall_s", "peak_mib")},
         **{k: measured.get(k) for k in TimedRequest.model_fields if k in measured},
-        "error": (None if event["outcome"] == "ok"
-                  else redact_text((event.get("error") or "no message")[:500]))})
+        "error": None if event["outcome"] == "ok" else error_words(event)})
 
 
 def timed_text(timed: TimedRequest) -> str:

@@ -39,11 +39,11 @@ class RunnerCommand:
     Python running omniprobe)."""
 
     argv: list[str]
-    env: EnvName | None = None
-    verification: Verification | None = None
     # argv as an environment's digest reads it: `{runner}` unfilled, since its folder is made
     # anew by each process (launch.py) while what it runs is the same.
-    recorded_argv: list[str] | None = None
+    recorded_argv: list[str]
+    env: EnvName | None = None
+    verification: Verification | None = None
 
 
 def runner_env_name(host: Host) -> EnvName | None:
@@ -87,7 +87,7 @@ def runner_command(cfg: HostsConfig, project: Project, host_name: str,
         return [_PLACEHOLDER.sub(lambda m: {**fill, "runner": runner}[m[1]], part)
                 for part in host.offline_command or ["{python}", "{runner}"]]
 
-    return RunnerCommand(filled(str(runner_folder())), which, verification, filled("{runner}"))
+    return RunnerCommand(filled(str(runner_folder())), filled("{runner}"), which, verification)
 
 
 def runner_env(cfg: HostsConfig, entry: OfflineEntry, base: dict[str, str],
@@ -124,7 +124,7 @@ def offline_environment(ctx: Context, options: OfflineOptions, runner: RunnerCom
             configs.engine_components() if configs is not None else None)
         packages, manifest = facts["packages"], None
         digest = sha256_json({"python": facts.get("python"), "packages": packages,
-                              "runner": runner.recorded_argv or command})
+                              "runner": runner.recorded_argv})
     else:  # the Diffusers env: its verified pins and checks, as the probe env's record has them
         v, facts, packages = runner.verification, {}, {}
         digest = env_digest(v.pins, v.checks, str(v.paths.venv))
