@@ -159,3 +159,40 @@ def test_a_gpu_at_the_margin_under_a_short_host_is_the_hosts_answer():
     got = answer(CardFigures("RTX 5070", 11715), 32 * GIB, 2, [at_margin])
     assert (got.status, got.profile) == (HOST_SHORT, "expandable")
     assert answer(CardFigures("RTX 5070", 11715), 64 * GIB, 2, [at_margin]).status == MARGIN
+
+
+def test_speed_ranks_by_timed_requests_only_where_every_profile_has_one_at_the_same_point():
+    from types import SimpleNamespace
+
+    from omniprobe.analysis.capacity_bands import Searched
+    from omniprobe.analysis.card_answers import candidates_at, timed_basis
+    from omniprobe.config.diffusers import DiffusersProfile
+    from tests.test_knob_deltas import LEAF as SETTINGS
+    from tests.test_knob_deltas import searched
+
+    def search(name, trial_wall, timed):
+        found = searched(name, SETTINGS, {4: (7936, 8192)}, timed)
+        # a fitting 2-step trial at 4 references: the fields the trials' ranking reads
+        trial = SimpleNamespace(reference_count=4, outcome="fit", wall_s=trial_wall)
+        return Searched(found.attempt, found.host, found.search, trials=(trial,))
+
+    # (steps, wall, step after the first, decode): the 2-step trials say fast is faster; the
+    # 20-step requests say the opposite
+    fast = search("fast", 3.0, [(20, 90.0, 4.0, 1.0), (2, 9.0, 4.0, 1.0)])
+    slow = search("slow", 4.0, [(20, 60.0, 2.5, 1.0)])
+    leaf = DiffusersProfile(description="leaf", offload="group-leaf", use_stream=True,
+                            use_kv_cache=True)
+    profiles = {"fast": leaf, "slow": leaf}
+    assert timed_basis({"fast": fast, "slow": slow}) == (20, 4)
+    walls = {c.profile: c.wall_s for c in candidates_at(
+        4, {"fast": fast, "slow": slow}, profiles, {}, 1024, (20, 4))}
+    assert walls == {"fast": 90.0, "slow": 60.0}
+    # one profile without a timed request: the trials rank, every profile alike
+    untimed = search("slow", 4.0, [])
+    assert timed_basis({"fast": fast, "slow": untimed}) is None
+    walls = {c.profile: c.wall_s for c in candidates_at(
+        4, {"fast": fast, "slow": untimed}, profiles, {}, 1024, None)}
+    assert walls == {"fast": 3.0, "slow": 4.0}
+    # timed at different points only (20 steps against 2): no shared point, the trials rank
+    assert timed_basis({"fast": search("fast", 3.0, [(2, 9.0, 4.0, 1.0)]),
+                        "slow": slow}) is None

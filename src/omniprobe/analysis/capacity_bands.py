@@ -15,7 +15,12 @@ from dataclasses import dataclass
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.cards import Card
 from omniprobe.evidence.load import Evidence
-from omniprobe.evidence.models.capacity import CapacityBand, CapacityTrial, ProfileSearch
+from omniprobe.evidence.models.capacity import (
+    CapacityBand,
+    CapacityTrial,
+    ProfileSearch,
+    TimedRequest,
+)
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,11 @@ class Searched:
 
     def band(self, refs: int) -> CapacityBand | None:
         return next((b for b in self.search.bands if b.reference_count == refs), None)
+
+    def timed_fits(self) -> dict[tuple[int, int], TimedRequest]:
+        """Its timed requests that fit, by (steps, reference count); the newest where repeated."""
+        return {(t.num_inference_steps, t.reference_count): t for t in self.search.timed
+                if t.outcome == "fit"}
 
 
 def newest_searches(evidence: Evidence, configs: str) -> dict[str, Searched]:

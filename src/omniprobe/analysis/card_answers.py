@@ -12,8 +12,10 @@ A profile runs on a card where both hold:
 
 Every cell carries a grade: "derived" from a band and the card's sourced figures, or "assumed",
 naming each assumption it rests on (a card figure hosts.toml marks assumed, a host need taken
-from another profile of the same placement). Relative speed is the H200's, from the search's own
-trials: never seconds for a card.
+from another profile of the same placement). Relative speed is the H200's, never seconds for a
+card: from one timed request per profile at the same steps and count where every searched
+profile has one (`probe-capacity --speed-steps`), else from the search's own fitting trials at
+each count.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class Candidate:
     profile: str
     band: CapacityBand
     resolution_mib: int  # the search's grid step
-    wall_s: float | None  # the fastest fitting trial at this count (the H200's, the search's steps)
+    wall_s: float | None  # the H200's: its timed request, or its fastest fitting trial here
     host: HostNeed | None
     gives_up: tuple[str, ...] = ()
 
@@ -254,15 +256,30 @@ def fastest_fit_s(found: Searched, count: int) -> float | None:
                 and t.outcome == "fit" and t.wall_s is not None), default=None)
 
 
+def timed_basis(searches: dict[str, Searched]) -> tuple[int, int] | None:
+    """The (steps, reference count) at which every searched profile has a timed request that
+    fit, the most steps first: one request each, so their walls compare; None where any lacks
+    one, and the trials' walls rank instead."""
+    shared = None
+    for found in searches.values():
+        keys = found.timed_fits().keys()
+        shared = set(keys) if shared is None else shared & keys
+    return max(shared) if shared else None
+
+
 def candidates_at(count: int, searches: dict[str, Searched],
                   profiles: dict[str, DiffusersProfile], needs: dict[str, HostNeed],
-                  default_resolution: int) -> list[Candidate]:
+                  default_resolution: int,
+                  timed: tuple[int, int] | None = None) -> list[Candidate]:
+    """The searched profiles banded at this count; their walls from the timed requests at
+    `timed` (steps, count) where given, else from their fitting trials at this count."""
     out = []
     for name, found in searches.items():
         band = found.band(count)
         if band is None or name not in profiles:
             continue
-        out.append(Candidate(name, band, found.search.search.resolution_mib,
-                             fastest_fit_s(found, count), needs.get(name),
-                             gives_up(profiles[name], default_resolution)))
+        wall = (found.timed_fits()[timed].wall_s if timed is not None
+                else fastest_fit_s(found, count))
+        out.append(Candidate(name, band, found.search.search.resolution_mib, wall,
+                             needs.get(name), gives_up(profiles[name], default_resolution)))
     return out

@@ -13,7 +13,6 @@ from pydantic import JsonValue
 
 from omniprobe.analysis.capacity_bands import Searched
 from omniprobe.config.diffusers import setting_changes
-from omniprobe.evidence.models.capacity import TimedRequest
 
 
 @dataclass(frozen=True)
@@ -73,11 +72,7 @@ def _ratio(mine: float | None, theirs: float | None) -> float | None:
 
 def time_cost(base: Searched, mine: Searched) -> TimeCost | None:
     """The two timed requests that fit at the same count and steps (the most steps first)."""
-    def fits(found: Searched) -> dict[tuple[int, int], TimedRequest]:
-        return {(t.num_inference_steps, t.reference_count): t for t in found.search.timed
-                if t.outcome == "fit"}
-
-    mine_fits, base_fits = fits(mine), fits(base)
+    mine_fits, base_fits = mine.timed_fits(), base.timed_fits()
     shared = sorted(mine_fits.keys() & base_fits.keys(), reverse=True)
     if not shared:
         return None

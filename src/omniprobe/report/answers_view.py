@@ -22,6 +22,7 @@ from omniprobe.analysis.card_answers import (
     candidates_at,
     host_needs,
     settings_words,
+    timed_basis,
 )
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.cards import Card
@@ -134,7 +135,7 @@ class AnswerRow:
 class AnswerTable:
     model: str
     counts: list[int]
-    steps: int  # the search's steps a request: what the relative times ran at
+    speed_basis: str  # what the relative times ran at, in words
     rows: list[AnswerRow]
     profiles: list[tuple[str, str]]  # each profile the table names, with its settings in words
     grades: dict[str, str]
@@ -198,7 +199,15 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
     profiles = hosts.diffusers_profiles
     needs = host_needs(runs, profiles, searches)
     counts = sorted({b.reference_count for s in searches.values() for b in s.search.bands})
-    at = {n: candidates_at(n, searches, profiles, needs, default_resolution) for n in counts}
+    timed = timed_basis(searches)
+    at = {n: candidates_at(n, searches, profiles, needs, default_resolution, timed)
+          for n in counts}
+    if timed is None:
+        steps = next(iter(searches.values())).search.num_inference_steps
+        speed_basis = f"each profile's fastest {steps}-step trial per count"
+    else:
+        speed_basis = (f"one request per profile at {timed[0]} steps, {timed[1]} "
+                       f"reference{'' if timed[1] == 1 else 's'}")
     words = {p: settings_words(profiles[p], default_resolution) for p in searches}
     rows: list[AnswerRow] = []
     by_card: dict[str, list[AnswerRow]] = {}
@@ -231,7 +240,7 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
             others.setdefault("; ".join(said), []).append(hosts.cards[key].name)
     named = set().union(*(r.profiles for r in rows))
     return AnswerTable(
-        model, counts, next(iter(searches.values())).search.num_inference_steps, rows,
+        model, counts, speed_basis, rows,
         [(p, words[p]) for p in searches if p in named], GRADES, seed,
         [(", ".join(cards), line) for line, cards in others.items()],
         [f"with {_gib(ram)} RAM nothing searched runs on them" for ram in short],
