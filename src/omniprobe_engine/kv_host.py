@@ -33,5 +33,7 @@ def host_placed(layer_base: type, *, pinned: bool, compute_device=None) -> type:
 
 
 def _to_host(tensor, pinned: bool):
-    copy = tensor.detach().to("cpu", copy=True)
-    return copy.pin_memory() if pinned else copy
+    # One copy, from the device straight into the host buffer: `.to("cpu").pin_memory()` staged
+    # each layer in pageable memory first and copied it twice.
+    host = tensor.new_empty(tensor.shape, device="cpu", pin_memory=pinned)
+    return host.copy_(tensor.detach())
