@@ -27,7 +27,8 @@ def test_committed_project_is_valid(repo):
                      ("sim-emulated", "emulated"), ("sim-on-h200", "emulated"),
                      ("upstream", "measured"), ("diffusers-tiny-cpu", "measured"),
                      ("rtx3090-on-h200-diffusers", "emulated"),
-                     ("rtx5080-on-h200-diffusers", "emulated"), ("h200-diffusers", "measured")}
+                     ("rtx5080-on-h200-diffusers", "emulated"), ("h200-diffusers", "measured"),
+                     ("h200-klein-diffusers", "measured")}
     # Every Diffusers attempt of random weights says so, and no record of it claims structure.
     random = [a for a in loaded.evidence.attempts if a.host.endswith("diffusers")
               or a.host == "diffusers-tiny-cpu"]
