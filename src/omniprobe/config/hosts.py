@@ -20,6 +20,7 @@ from omniprobe.config.host_entry import Host, model_folders
 from omniprobe.config.host_kinds import KIND_KEYS, kind_problems
 from omniprobe.config.hosts_common import HostsTable
 from omniprobe.config.names import Name
+from omniprobe.config.published import PublishedFigure
 from omniprobe.config.report_settings import ProbeSettings, QualitySettings, StructureChecks
 from omniprobe.config.sim_config import capacity_problems, model_owners, parse_sim_config
 from omniprobe.config.stack import DiffusersEnv, EnvChecks, EnvConfig, Stack, UpstreamPin
@@ -51,6 +52,9 @@ class HostsConfig(HostsTable):
         default={}, description="GPUs a user may own, each by its usable memory pool's figures "
                                 "and their sources; a capacity search's bands are judged against "
                                 "each.")
+    published_figures: dict[Name, PublishedFigure] = Field(
+        default={}, description="What others publish of a model's GPU memory, shown beside its "
+                                "bands, never counted as a measurement.")
     calibrations: dict[Name, Calibration] = Field(
         default={}, description="Real Diffusers runs the seed reports, each held against the "
                                 "emulation of its card.")

@@ -68,8 +68,9 @@ def config_problems(attempt: LoadedAttempt, project: Project) -> list[Problem]:
 
 
 def model_folder_problems(hosts: HostsConfig, project: Project) -> list[Problem]:
-    """Each random-weight host's model folder that does not load, and each of its profiles that
-    names another pipeline than the folder's (each folder read once)."""
+    """Each random-weight host's model folder that does not load, each of its profiles that
+    names another pipeline than the folder's (each folder read once), and each published figure
+    of a model no host builds."""
     problems: list[Problem] = []
     loaded: dict[str, ModelConfigs | None] = {}
     for name, host in hosts.hosts.items():
@@ -87,4 +88,11 @@ def model_folder_problems(hosts: HostsConfig, project: Project) -> list[Problem]
             profiles = {p: hosts.diffusers_profiles[p] for p in host.diffusers_profiles
                         if p in hosts.diffusers_profiles}
             problems.extend(pipeline_problems(profiles, configs, str(project.hosts_file), name))
+    models = {c.manifest.model for c in loaded.values() if c is not None}
+    problems.extend(
+        Problem(str(project.hosts_file), f"[published_figures.{key}] key 'model'",
+                f"{figure.model!r} is no model a host builds; expected one of "
+                f"{', '.join(sorted(map(repr, models))) or '(none)'}, as a model folder's "
+                "model.json names it")
+        for key, figure in hosts.published_figures.items() if figure.model not in models)
     return problems
