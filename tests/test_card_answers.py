@@ -193,6 +193,9 @@ def test_speed_ranks_by_timed_requests_only_where_every_profile_has_one_at_the_s
     walls = {c.profile: c.wall_s for c in candidates_at(
         4, {"fast": fast, "slow": untimed}, profiles, {}, 1024, None)}
     assert walls == {"fast": 3.0, "slow": 4.0}
+    # a search cut before its first band ranks nowhere, so it keeps no one from the timed basis
+    cut = searched("cut", SETTINGS, {})
+    assert timed_basis({"fast": fast, "slow": slow, "cut": cut}) == (20, 4)
     # timed at different points only (20 steps against 2): no shared point, the trials rank
     assert timed_basis({"fast": search("fast", 3.0, [(2, 9.0, 4.0, 1.0)]),
                         "slow": slow}) is None

@@ -27,6 +27,7 @@ from omniprobe.analysis.capacity_bands import Searched
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.evidence.models.capacity import CapacityBand
+from omniprobe_engine.adapters import adapter_for
 from omniprobe_engine.knobs import GROUP_OFFLOADS
 
 RUNS, MARGIN, HOST_SHORT, HOST_UNKNOWN, NO_FIT, NOT_SEARCHED = (
@@ -170,7 +171,8 @@ def answer(card: CardFigures, host_ram_mib: int, count: int,
 # (where the weights live) is what it is, not what it gives up.
 def gives_up(profile: DiffusersProfile, default_resolution: int) -> tuple[str, ...]:
     out = []
-    if not profile.use_kv_cache:
+    # A pipeline that keeps no conditioning cache gives none up by running without one.
+    if not profile.use_kv_cache and adapter_for(profile.pipeline).keeps_conditioning_cache:
         out.append("KV cache off")
     elif profile.kv_placement != "gpu":  # each step reads it across the bus
         out.append(f"KV cache in {profile.kv_placement.removeprefix('host-')} host memory")
@@ -257,11 +259,13 @@ def fastest_fit_s(found: Searched, count: int) -> float | None:
 
 
 def timed_basis(searches: dict[str, Searched]) -> tuple[int, int] | None:
-    """The (steps, reference count) at which every searched profile has a timed request that
+    """The (steps, reference count) at which every profile with a band has a timed request that
     fit, the most steps first: one request each, so their walls compare; None where any lacks
-    one, and the trials' walls rank instead."""
+    one, and the trials' walls rank instead. A search cut before its first band ranks nowhere."""
     shared = None
     for found in searches.values():
+        if not found.search.bands:
+            continue
         keys = found.timed_fits().keys()
         shared = set(keys) if shared is None else shared & keys
     return max(shared) if shared else None

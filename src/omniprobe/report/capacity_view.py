@@ -6,6 +6,7 @@ made in analysis/capacity_bands.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from omniprobe.analysis.capacity_bands import (
     BandVerdict,
@@ -154,9 +155,11 @@ def _source(mib: int, card: Card, field: str) -> str:
 
 def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
                          host_ram_of: dict[str, int | None],
-                         searches: dict[str, Searched], model: str) -> CapacitySearchView | None:
+                         searches: dict[str, Searched], model: str,
+                         figure: Path = FIGURE) -> CapacitySearchView | None:
     """None where no capacity search is on record. `runs`: the emulated cards' sweep runs;
-    `host_ram_of`: a card's host RAM (MiB) where its host states it."""
+    `host_ram_of`: a card's host RAM (MiB) where its host states it; `figure`: where its figure
+    goes (one per model)."""
     hosts: HostsConfig = loaded.hosts
     if not searches:
         return None
@@ -210,7 +213,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         [line for p in order for line in noisy_bands(searches[p])],
         [f"`{p}` ({searches[p].runners})" for p in order if searches[p].runners > 1],
         knob_rows(deltas, ordered, counts), spill_line(deltas, ordered),
-        FIGURE.as_posix(), svg)
+        figure.as_posix(), svg)
 
 
 # Each grid flag by the setting the report names.

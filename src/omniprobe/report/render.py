@@ -41,8 +41,9 @@ def render_outputs(project: Project) -> dict[Path, str]:
     outputs.update({Path(e.figure.path): e.figure.svg for e in context["emulations"].values()
                     if e.figure})
     diffusers = context["diffusers"]
-    if diffusers is not None and diffusers.capacity is not None:
-        outputs[Path(diffusers.capacity.figure_path)] = diffusers.capacity.figure_svg
+    if diffusers is not None:
+        searched = [diffusers.capacity, *(m.capacity for m in diffusers.other_models)]
+        outputs.update({Path(c.figure_path): c.figure_svg for c in searched if c is not None})
     return outputs
 
 
