@@ -45,7 +45,7 @@ def test_the_second_model_has_its_bands_answers_and_published_figures_from_their
             "2,560–2,816 |") in section
     assert "(report/capacity/flux2-klein-4b-min-pool.svg)" in section
     # the seed model's section and figure keep their own profiles only
-    assert "`klein-" not in text[:text.index(HEADING)]
+    assert "`klein-" not in text[text.index("## Qwen-Image-2.1 in Diffusers"):text.index(HEADING)]
     klein = details[details.index("## FLUX.2 [klein] 4B in Diffusers: what its search cost"):]
     # its answer: the RTX 5080's 30 GiB host holds what Qwen-Image-2.1's searches never fit
     assert "| RTX 5080 | 30 GiB (its host's) | 0–4: `klein-group-leaf`, 12,800 spare |" in klein
@@ -59,3 +59,27 @@ def test_the_second_model_has_its_bands_answers_and_published_figures_from_their
     shutil.rmtree(repo_copy.root / KLEIN)
     assert HEADING not in render_report(repo_copy)
     assert "FLUX.2 [klein] 4B in Diffusers" not in render_details(repo_copy)
+
+
+def test_a_models_opening_line_groups_cards_by_answer_at_the_least_host_ram_that_holds_it():
+    from omniprobe.analysis.card_answers import HOST_SHORT, RUNS, Answer
+    from omniprobe.report.answers_view import AnswerRow, model_line
+
+    def row(card, rams, status, stated=False):
+        answers = tuple(Answer(card, rams[-1] * 1024, n, status, "leaf", 512, 1.0)
+                        for n in range(3))
+        return AnswerRow(card, tuple(r * 1024 for r in rams), stated, answers, answers)
+
+    words = {"leaf": "leaf offload"}
+    rows = [row("A", (16,), HOST_SHORT), row("A", (32, 64), RUNS),
+            row("B", (30,), RUNS, stated=True),
+            row("C", (16,), HOST_SHORT), row("C", (32, 64), RUNS),
+            row("D", (16, 32, 64), HOST_SHORT)]
+    assert model_line(rows, words) == (
+        "1–2 references with leaf offload (`leaf`; derived) on the A and C with 32 GiB RAM, and "
+        "the B with its host's 30 GiB; nothing searched runs on the D with any host RAM asked")
+    # a larger host on A: its least RAM moves, and its line with it
+    rows[1] = row("A", (64,), RUNS)
+    assert model_line(rows, words).startswith(
+        "1–2 references with leaf offload (`leaf`; derived) on the A with 64 GiB RAM, and the B "
+        "with its host's 30 GiB, and the C with 32 GiB RAM;")

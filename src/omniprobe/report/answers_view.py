@@ -142,7 +142,7 @@ class AnswerTable:
     seed_cards: dict[str, str]  # by card key: a seed card's answer in one line of plain words
     other_cards: list[tuple[str, str]]  # the other cards, those that read alike together
     nothing_runs: list[str]  # host RAM sizes where nothing runs on any other card
-    least_host_need_mib: float | None  # the least any searched profile holds in host RAM
+    model_line: str  # the opening's one line for a model beside the seed's
 
     @property
     def grades_in_use(self) -> dict[str, str]:
@@ -185,6 +185,31 @@ def plain_answer(answers: list[Answer], words: dict[str, str]) -> str:
             parts.append(f"{counts} {refs} only at the margin")
         else:
             parts.append(f"{counts} {refs}: nothing searched fits the GPU")
+    return "; ".join(parts)
+
+
+def model_line(rows: list[AnswerRow], words: dict[str, str]) -> str:
+    """A model's answer on every card in one line, for the opening: each answer from one
+    reference on, with the cards it holds for, each at the least host RAM it holds with (a card
+    whose larger host runs more says so in the table, not here); the cards where nothing runs."""
+    by_answer: dict[str, dict[str, list[str]]] = {}
+    nowhere = []
+    for card in dict.fromkeys(r.card for r in rows):
+        runs = [r for r in rows if r.card == card and not r.host_short_everywhere]
+        if not runs:
+            nowhere.append(card)
+            continue
+        least = runs[0]
+        ram = (f"its host's {_gib(least.ram_mib)}" if least.stated
+               else f"{_gib(least.ram_mib[:1])} RAM")
+        said = plain_answer(list(least.answers), words)
+        by_answer.setdefault(said, {}).setdefault(ram, []).append(card)
+    parts = [f"{said} on the " + ", and the ".join(
+        f"{' and '.join(cards) if len(cards) < 3 else ', '.join(cards[:-1]) + ' and ' + cards[-1]}"
+        f" with {ram}" for ram, cards in by_ram.items())
+        for said, by_ram in by_answer.items()]
+    if nowhere:
+        parts.append(f"nothing searched runs on the {', '.join(nowhere)} with any host RAM asked")
     return "; ".join(parts)
 
 
@@ -244,5 +269,4 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
         [(p, words[p]) for p in searches if p in named], GRADES, seed,
         [(", ".join(cards), line) for line, cards in others.items()],
         [f"with {_gib(ram)} RAM nothing searched runs on them" for ram in short],
-        min((n.most_mib for p, n in needs.items() if p in searches),
-            default=None))
+        model_line(rows, words))
