@@ -137,9 +137,9 @@ def test_each_curve_figure_labels_its_rows_with_its_tables_cells(repo):
 
 def test_the_pool_figure_labels_its_rows_with_the_bands_tables_cells(repo):
     loaded = load_valid_project(repo)
-    view = capacity_search_view(loaded, [], {},
-                                newest_searches(loaded.evidence, "models/qwen-image-2.1/full"),
-                                "Qwen-Image-2.1")
+    folder = "models/qwen-image-2.1/full"
+    view = capacity_search_view(loaded, [], {}, newest_searches(loaded.evidence, folder),
+                                "Qwen-Image-2.1", folder)
     assert view is not None and view.rows
     for row in view.rows:
         assert row_cells(view.figure_svg, row.profile) == row.cells, row.profile

@@ -51,6 +51,10 @@ def test_the_second_model_has_its_bands_answers_and_published_figures_from_their
     assert "| RTX 5080 | 30 GiB (its host's) | 0–4: `klein-group-leaf`, 12,800 spare |" in klein
     assert "| sglang | 13,180 MB | measured in continuous integration |" in klein
     assert "| Black Forest Labs | ~8 GB | a claim, its method not given |" in klein
+    # a search stopped before its first band is said, with what it tried
+    assert ("Stopped before their first band, never banded since: `klein-group-leaf-nostream` in "
+            "2026-12-05T041410Z-h200-klein-diffusers-capacity: 7 trial(s) at 0 reference(s), "
+            "15–20 s each.") in klein
     # a published figure follows hosts.toml
     hosts = repo_copy.hosts_file
     hosts.write_text(hosts.read_text().replace("value = 13180\n", "value = 13200\n"))

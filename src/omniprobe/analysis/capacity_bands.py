@@ -82,6 +82,29 @@ def newest_searches(evidence: Evidence, configs: str) -> dict[str, Searched]:
     return found
 
 
+def cut_searches(evidence: Evidence, configs: str) -> list[str]:
+    """The searches of the model built from `configs` that were cut before their first band and
+    never banded since, in words: what they tried, so a stopped run is said, not lost."""
+    banded = newest_searches(evidence, configs)
+    out = []
+    for attempt in sorted(evidence.attempts, key=lambda a: a.id):
+        served = attempt.meta.environment.served if attempt.meta.environment else None
+        if attempt.simulated or served is None or served.configs != configs:
+            continue
+        for search in attempt.capacity:
+            if search.bands or search.profile in banded:
+                continue
+            mine = [t for t in attempt.capacity_trials if t.profile == search.profile]
+            if not mine:
+                continue
+            counts = sorted({t.reference_count for t in mine})
+            walls = [t.wall_s for t in mine]
+            out.append(f"`{search.profile}` in {attempt.id}: {len(mine)} trial(s) at "
+                       f"{', '.join(map(str, counts))} reference(s), "
+                       f"{min(walls):.0f}–{max(walls):.0f} s each")
+    return out
+
+
 def _counts(search: ProfileSearch) -> set[int]:
     return {b.reference_count for b in search.bands if b.stopped is None}
 

@@ -13,6 +13,7 @@ from omniprobe.analysis.capacity_bands import (
     CardProfile,
     Searched,
     card_profiles,
+    cut_searches,
     noisy_bands,
     reference_contradictions,
     sweep_checks,
@@ -107,6 +108,7 @@ class CapacitySearchView:
     contradicting_trials: int  # how many trials those are (repeats at one limit included)
     noise: list[str]  # bands wider than two steps of the grid, with their trials
     spans: list[str]  # profiles whose curve took more than one runner
+    cut: list[str]  # searches stopped before their first band, with what they tried
     knobs: list[KnobRow]  # what each setting buys against its searched base
     spill: SpillLine | None  # the cache in pinned host memory against it on the GPU
     figure_path: str
@@ -155,11 +157,11 @@ def _source(mib: int, card: Card, field: str) -> str:
 
 def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
                          host_ram_of: dict[str, int | None],
-                         searches: dict[str, Searched], model: str,
+                         searches: dict[str, Searched], model: str, configs: str,
                          figure: Path = FIGURE) -> CapacitySearchView | None:
     """None where no capacity search is on record. `runs`: the emulated cards' sweep runs;
-    `host_ram_of`: a card's host RAM (MiB) where its host states it; `figure`: where its figure
-    goes (one per model)."""
+    `host_ram_of`: a card's host RAM (MiB) where its host states it; `configs`: the model's
+    folder; `figure`: where its figure goes (one per model)."""
     hosts: HostsConfig = loaded.hosts
     if not searches:
         return None
@@ -212,6 +214,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         list(dict.fromkeys(contradicting)), len(contradicting),
         [line for p in order for line in noisy_bands(searches[p])],
         [f"`{p}` ({searches[p].runners})" for p in order if searches[p].runners > 1],
+        cut_searches(loaded.evidence, configs),
         knob_rows(deltas, ordered, counts), spill_line(deltas, ordered),
         figure.as_posix(), svg)
 

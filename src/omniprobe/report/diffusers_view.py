@@ -394,7 +394,8 @@ def diffusers_section(loaded: Loaded, root: Path,
         (hosts.host(a.host).diffusers.configs for a in loaded.evidence.attempts
          if a.capacity and hosts.host(a.host).diffusers is not None), None)
     searches = newest_searches(loaded.evidence, model_configs) if model_configs else {}
-    capacity = capacity_search_view(loaded, all_runs, host_ram_of, searches, model)
+    capacity = capacity_search_view(loaded, all_runs, host_ram_of, searches, model,
+                                    model_configs)
     answers = answer_table(model, hosts,
                            searches, all_runs, host_ram_of, default_size, seed_cards)
     return DiffusersSection(

@@ -83,7 +83,7 @@ def model_search_views(loaded: Loaded, root, seed_folder: str | None,
         if not searches:
             continue
         model = load_model_configs(root, folder).manifest.model
-        capacity = capacity_search_view(loaded, [], host_ram_of, searches, model,
+        capacity = capacity_search_view(loaded, [], host_ram_of, searches, model, folder,
                                         figure_path(folder))
         out.append(ModelSearchView(
             model, folder, capacity,
