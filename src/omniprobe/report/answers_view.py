@@ -188,6 +188,11 @@ def plain_answer(answers: list[Answer], words: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
+def _and(names: list[str]) -> str:
+    """'A', 'A and B', 'A, B and C'."""
+    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def model_line(rows: list[AnswerRow], words: dict[str, str]) -> str:
     """A model's answer on every card in one line, for the opening: each answer from one
     reference on, with the cards it holds for, each at the least host RAM it holds with (a card
@@ -204,10 +209,9 @@ def model_line(rows: list[AnswerRow], words: dict[str, str]) -> str:
                else f"{_gib(least.ram_mib[:1])} RAM")
         said = plain_answer(list(least.answers), words)
         by_answer.setdefault(said, {}).setdefault(ram, []).append(card)
-    parts = [f"{said} on the " + ", and the ".join(
-        f"{' and '.join(cards) if len(cards) < 3 else ', '.join(cards[:-1]) + ' and ' + cards[-1]}"
-        f" with {ram}" for ram, cards in by_ram.items())
-        for said, by_ram in by_answer.items()]
+    parts = [f"{said} on the " + ", and the ".join(f"{_and(cards)} with {ram}"
+                                                   for ram, cards in by_ram.items())
+             for said, by_ram in by_answer.items()]
     if nowhere:
         parts.append(f"nothing searched runs on the {', '.join(nowhere)} with any host RAM asked")
     return "; ".join(parts)

@@ -6,6 +6,7 @@ from evidence and hosts.toml; every decision analysis/'s."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from omniprobe.analysis.capacity_bands import Searched, newest_searches
 from omniprobe.config.diffusers import load_model_configs
@@ -46,7 +47,7 @@ def searched_folders(loaded: Loaded) -> list[str]:
     return list(dict.fromkeys(f for f in folders if f is not None))
 
 
-def figure_path(folder: str):
+def figure_path(folder: str) -> Path:
     """models/flux2-klein/4b -> report/capacity/flux2-klein-4b-min-pool.svg"""
     return CAPACITY_DIR / f"{'-'.join(folder.split('/')[1:])}-min-pool.svg"
 
@@ -70,7 +71,7 @@ def least_pools(searches: dict[str, Searched]) -> list[str]:
     return out
 
 
-def model_search_views(loaded: Loaded, root, seed_folder: str | None,
+def model_search_views(loaded: Loaded, root: Path, seed_folder: str | None,
                        host_ram_of: dict[str, int | None],
                        default_resolution: int) -> list[ModelSearchView]:
     """One view per model searched other than the seed's (`seed_folder`), in the order first
