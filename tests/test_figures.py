@@ -283,3 +283,14 @@ def test_the_pool_figure_has_one_unit_and_marks_the_cards_resting_on_an_assumpti
     axis = [t for t in labels if re.fullmatch(r"[\d,]+ \w+", t)]
     assert axis and all(t.endswith(" MiB") for t in axis)
     assert "<polygon" in svg and "GiB" not in svg
+
+
+def test_a_profile_searched_at_one_count_is_a_larger_ringed_point():
+    svg = render_pool_svg([PoolLine("curve", ((0, 7936, 8192), (4, 17920, 18176)), ("a", "b")),
+                           PoolLine("lone", ((4, 7936, 8192),), ("—", "c"))],
+                          [CardLine("card", 16000)], [0, 4], title="t")
+    groups = {g.get("data-series") or g.get("id"): g for g in ET.fromstring(svg).iter()
+              if g.tag.endswith("g")}
+    radii = {name: {c.get("r") for c in g.iter() if c.tag.endswith("circle")}
+             for name, g in groups.items() if name in ("curve", "lone")}
+    assert radii == {"curve": {"3"}, "lone": {"5"}}

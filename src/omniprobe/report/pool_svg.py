@@ -128,12 +128,16 @@ def render_pool_svg(lines: list[PoolLine], cards: list[CardLine], counts: list[i
     for i, line in enumerate(lines):
         stroke, dash = series_style(i)
         points, marks = [], []
+        # A profile searched at one count only has no line to show it: its point is drawn
+        # larger, ringed, so it is not lost among the lines through the same height.
+        lone = sum(a is not None for _, _, a in line.bands) == 1
+        ring = 'r="5" stroke="#ffffff" stroke-width="1.5"' if lone else 'r="3" stroke="none"'
         for count, _, a in line.bands:
             if a is not None:
                 py = y(a) + straddle(fits[count], i)
                 points.append((x(count), py))
-                marks.append(f'<circle cx="{x(count):.1f}" cy="{py:.1f}" r="3" fill="{stroke}" '
-                             'stroke="none"/>')
+                marks.append(f'<circle cx="{x(count):.1f}" cy="{py:.1f}" {ring} '
+                             f'fill="{stroke}"/>')
         shapes = band_polygons([(x(n), None if b is None else y(b), None if a is None else y(a))
                                 for n, b, a in line.bands])
         for shape in shapes:
