@@ -47,6 +47,9 @@ def test_the_second_model_has_its_bands_answers_and_published_figures_from_their
     # the seed model's section and figure keep their own profiles only
     assert "`klein-" not in text[text.index("## Qwen-Image-2.1 in Diffusers"):text.index(HEADING)]
     klein = details[details.index("## FLUX.2 [klein] 4B in Diffusers: what its search cost"):]
+    # more references fitting in less is said for this model too
+    assert ("- `klein-group-leaf`: 4 reference(s) fit at 2,816 MiB, where 3 failed at 2,816"
+            in klein)
     # its answer: the RTX 5080's 30 GiB host holds what Qwen-Image-2.1's searches never fit
     assert "| RTX 5080 | 30 GiB (its host's) | 0–4: `klein-group-leaf`, 12,800 spare |" in klein
     assert "| sglang | 13,180 MB | measured in continuous integration |" in klein
