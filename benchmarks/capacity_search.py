@@ -53,7 +53,8 @@ def main() -> int:
     searches = {f"{profile} ({folder})" if len(folders) > 1 else profile: found
                 for folder in folders
                 for profile, found in newest_searches(loaded.evidence, folder).items()}
-    print(f"{'profile':<26} {'GPU s':>6} {'trials':>6} {'s/trial':>7} {'rule':>5} "
+    name_w = max((len(p) for p in searches), default=7)
+    print(f"{'profile':<{name_w}} {'GPU s':>6} {'trials':>6} {'s/trial':>7} {'rule':>5} "
           f"{'alone':>5}  within {TARGET_S} s")
     for profile, found in searches.items():
         s = found.search
@@ -64,7 +65,7 @@ def main() -> int:
         bounded = rule_trials(grid, s.search.repeats, needs, True)
         alone = rule_trials(grid, s.search.repeats, needs, False)
         rule_ms = (time.perf_counter() - started) * 1000
-        print(f"{profile:<26} {s.gpu_s or 0:>6.0f} {len(walls):>6} "
+        print(f"{profile:<{name_w}} {s.gpu_s or 0:>6.0f} {len(walls):>6} "
               f"{statistics.mean(walls) if walls else 0:>7.2f} {bounded:>5} {alone:>5}  "
               f"{'yes' if s.gpu_s and s.gpu_s <= TARGET_S else 'no'} (rule {rule_ms:.1f} ms)")
     return 0
