@@ -101,3 +101,36 @@ def test_a_cut_series_is_recorded_as_incomplete_before_the_lifetime_fails_for_it
     [end] = kept
     assert end.timeline.state == "incomplete" and end.idle.first_idle == 0
     assert end.ended == "stopped"
+
+
+def test_a_stop_asked_before_the_server_exists_reaches_it(tmp_path):
+    """The keeper ignores the group's SIGTERM for itself; one that comes while it is still
+    starting the server (before the server is in the group) is passed on, so the server stops
+    at once instead of after the harness's grace and a SIGKILL. The keeper runs in a session of
+    its own, with the stop sent to it just before it starts the server."""
+    import os
+    import signal
+    import subprocess
+
+    keeper = (
+        "import os, signal, sys\n"
+        "from omniprobe.harness.common import supervise\n"
+        "real = supervise.subprocess.Popen\n"
+        "def stop_asked_first(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return real(*args, **kwargs)\n"
+        "supervise.subprocess.Popen = stop_asked_first\n"
+        "sys.exit(supervise.main(sys.argv[1:]))\n")
+    read_end, write_end = os.pipe()
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", keeper, "--lifeline", str(read_end), "--grace", "2", "--",
+             sys.executable, "-c", "import time; time.sleep(30)"],
+            pass_fds=(read_end,), start_new_session=True, timeout=60,
+            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert done.returncode == 128 + signal.SIGTERM
+    assert time.monotonic() - started < 10  # not the server's 30 s

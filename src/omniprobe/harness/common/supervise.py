@@ -53,14 +53,21 @@ def main(argv: list[str] | None = None) -> int:
     if not command:
         parser.error("no command to supervise")
     # The group's SIGTERM/SIGINT are for the server; the keeper stays to reap it and report.
-    # A no-op handler, not SIG_IGN: exec resets handlers but would pass SIG_IGN to the server.
+    # A handler, not SIG_IGN: exec resets handlers but would pass SIG_IGN to the server. It notes
+    # each signal, for one that comes before the server exists.
+    asked: list[int] = []
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: None)
+        signal.signal(sig, lambda signum, _frame: asked.append(signum))
     try:
         child = subprocess.Popen(command, preexec_fn=_die_with_parent)
     except OSError as exc:
         print(f"omniprobe.harness.common.supervise: cannot start {command[0]}: {exc}", file=sys.stderr)
         return 127
+    # A stop asked while the server was being started reached the group before it joined (or in
+    # the forked child before its exec, where this keeper's handler took it): pass it on, or the
+    # server runs until the harness's grace ends in SIGKILL. Later ones reach the server directly.
+    for sig in dict.fromkeys(asked):
+        child.send_signal(sig)
     threading.Thread(target=_watch, args=(args.lifeline, child, args.grace), daemon=True).start()
     code = child.wait()
     return 128 - code if code < 0 else code
