@@ -18,7 +18,7 @@ import statistics
 import time
 from pathlib import Path
 
-from omniprobe.analysis.capacity_bands import newest_searches
+from omniprobe.analysis.capacity_bands import newest_searches, searched_configs
 from omniprobe.config.project import Project
 from omniprobe.evidence.validate import load_valid_project
 from omniprobe_engine.search import FIT, OOM, Grid, next_guess_mib, search
@@ -47,9 +47,7 @@ def rule_trials(grid: Grid, repeats: int, needs: list[int | None], bounded: bool
 def main() -> int:
     loaded = load_valid_project(Project(Path(__file__).resolve().parents[1]))
     # Each model the searches built (an attempt records its configs folder), its profiles apart.
-    folders = sorted({a.meta.environment.served.configs for a in loaded.evidence.attempts
-                      if a.capacity and a.meta.environment and a.meta.environment.served
-                      and a.meta.environment.served.configs})
+    folders = searched_configs(loaded.evidence)
     searches = {f"{profile} ({folder})" if len(folders) > 1 else profile: found
                 for folder in folders
                 for profile, found in newest_searches(loaded.evidence, folder).items()}

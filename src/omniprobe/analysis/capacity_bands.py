@@ -58,6 +58,33 @@ class Searched:
                 if t.outcome == "fit"}
 
 
+def _measured_attempts(evidence: Evidence):
+    """The measured attempts, oldest first, each with the model folder it records (None where it
+    records none)."""
+    for attempt in sorted(evidence.attempts, key=lambda a: a.id):
+        served = attempt.meta.environment.served if attempt.meta.environment else None
+        if not attempt.simulated:
+            yield attempt, served.configs if served is not None else None
+
+
+def searched_configs(evidence: Evidence) -> list[str]:
+    """The model folders the measured capacity searches were built from, in the order first
+    searched."""
+    return list(dict.fromkeys(configs for attempt, configs in _measured_attempts(evidence)
+                              if attempt.capacity and configs is not None))
+
+
+def _searches_of(evidence: Evidence, configs: str):
+    """Each search of the model built from `configs`, oldest first, with its attempt and
+    trials."""
+    for attempt, built_from in _measured_attempts(evidence):
+        if built_from != configs:
+            continue
+        for search in attempt.capacity:
+            yield attempt, search, [t for t in attempt.capacity_trials
+                                    if t.profile == search.profile]
+
+
 def newest_searches(evidence: Evidence, configs: str) -> dict[str, Searched]:
     """Profile -> its newest search of the model built from `configs` (the committed folder its
     attempt records), over every measured attempt. A search whose trials set no pool limit (on
@@ -65,43 +92,31 @@ def newest_searches(evidence: Evidence, configs: str) -> dict[str, Searched]:
     older one only where it banded every count the older one did, so a partial re-run never
     hides a complete search."""
     found: dict[str, Searched] = {}
-    for attempt in sorted(evidence.attempts, key=lambda a: a.id):
-        served = attempt.meta.environment.served if attempt.meta.environment else None
-        if attempt.simulated or served is None or served.configs != configs:
+    for attempt, search, mine in _searches_of(evidence, configs):
+        if not search.bands or all(t.mem_get_info_total_mib is None for t in mine):
             continue
-        for search in attempt.capacity:
-            mine = [t for t in attempt.capacity_trials if t.profile == search.profile]
-            if not search.bands or all(t.mem_get_info_total_mib is None for t in mine):
-                continue
-            older = found.get(search.profile)
-            if older is not None and not _counts(older.search) <= _counts(search):
-                continue
-            found[search.profile] = Searched(attempt.id, attempt.host, search,
-                                             tuple(t for t in mine if t.counts),
-                                             tuple(t for t in mine if not t.counts))
+        older = found.get(search.profile)
+        if older is not None and not _counts(older.search) <= _counts(search):
+            continue
+        found[search.profile] = Searched(attempt.id, attempt.host, search,
+                                         tuple(t for t in mine if t.counts),
+                                         tuple(t for t in mine if not t.counts))
     return found
 
 
-def cut_searches(evidence: Evidence, configs: str) -> list[str]:
+def cut_searches(evidence: Evidence, configs: str, banded: set[str]) -> list[str]:
     """The searches of the model built from `configs` that were cut before their first band and
-    never banded since, in words: what they tried, so a stopped run is said, not lost."""
-    banded = newest_searches(evidence, configs)
+    never banded since (`banded`: the profiles newest_searches found), in words: what they
+    tried, so a stopped run is said, not lost."""
     out = []
-    for attempt in sorted(evidence.attempts, key=lambda a: a.id):
-        served = attempt.meta.environment.served if attempt.meta.environment else None
-        if attempt.simulated or served is None or served.configs != configs:
+    for attempt, search, mine in _searches_of(evidence, configs):
+        if search.bands or search.profile in banded or not mine:
             continue
-        for search in attempt.capacity:
-            if search.bands or search.profile in banded:
-                continue
-            mine = [t for t in attempt.capacity_trials if t.profile == search.profile]
-            if not mine:
-                continue
-            counts = sorted({t.reference_count for t in mine})
-            walls = [t.wall_s for t in mine]
-            out.append(f"`{search.profile}` in {attempt.id}: {len(mine)} trial(s) at "
-                       f"{', '.join(map(str, counts))} reference(s), "
-                       f"{min(walls):.0f}–{max(walls):.0f} s each")
+        counts = sorted({t.reference_count for t in mine})
+        walls = [t.wall_s for t in mine]
+        out.append(f"`{search.profile}` in {attempt.id}: {len(mine)} trial(s) at "
+                   f"{', '.join(map(str, counts))} reference(s), "
+                   f"{min(walls):.0f}–{max(walls):.0f} s each")
     return out
 
 

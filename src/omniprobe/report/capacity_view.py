@@ -214,7 +214,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         list(dict.fromkeys(contradicting)), len(contradicting),
         [line for p in order for line in noisy_bands(searches[p])],
         [f"`{p}` ({searches[p].runners})" for p in order if searches[p].runners > 1],
-        cut_searches(loaded.evidence, configs),
+        cut_searches(loaded.evidence, configs, set(searches)),
         knob_rows(deltas, ordered, counts), spill_line(deltas, ordered),
         figure.as_posix(), svg)
 

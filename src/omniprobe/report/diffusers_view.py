@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from omniprobe.analysis.capacity_bands import newest_searches
+from omniprobe.analysis.capacity_bands import newest_searches, searched_configs
 from omniprobe.analysis.diffusers_capacity import (
     CapacityCell,
     CardCapacity,
@@ -31,11 +31,7 @@ from omniprobe.evidence.validate import Loaded
 from omniprobe.report.answers_view import AnswerTable, answer_table
 from omniprobe.report.calibration_view import CalibrationView, calibration_views, card_host_ram_mib
 from omniprobe.report.capacity_view import CapacitySearchView, capacity_search_view
-from omniprobe.report.model_search_view import (
-    ModelSearchView,
-    model_search_views,
-    searched_folders,
-)
+from omniprobe.report.model_search_view import ModelSearchView, model_search_views
 
 GIB = 2**30
 
@@ -394,7 +390,7 @@ def diffusers_section(loaded: Loaded, root: Path,
     host_ram_of = {key: card_host_ram_mib(card, None) for key, card in
                    ((h.card, h) for h in hosts.hosts.values() if h.card is not None)}
     # The seed's model: the emulations' configs, else those of the first host searched.
-    model_configs = configs_folder or next(iter(searched_folders(loaded)), None)
+    model_configs = configs_folder or next(iter(searched_configs(loaded.evidence)), None)
     searches = newest_searches(loaded.evidence, model_configs) if model_configs else {}
     capacity = capacity_search_view(loaded, all_runs, host_ram_of, searches, model,
                                     model_configs)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from omniprobe.analysis.capacity_bands import Searched, newest_searches
+from omniprobe.analysis.capacity_bands import Searched, newest_searches, searched_configs
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.published import OBTAINED
@@ -36,15 +36,6 @@ class ModelSearchView:
     answers: AnswerTable | None
     published: list[PublishedRow]
     least: list[str]  # the least A the search found at its first and last count, in words
-
-
-def searched_folders(loaded: Loaded) -> list[str]:
-    """The model folders of the measured capacity searches on record, in attempt order."""
-    hosts: HostsConfig = loaded.hosts
-    folders = (hosts.host(a.host).diffusers.configs for a in sorted(
-        loaded.evidence.attempts, key=lambda a: a.id)
-        if a.capacity and not a.simulated and hosts.host(a.host).diffusers is not None)
-    return list(dict.fromkeys(f for f in folders if f is not None))
 
 
 def figure_path(folder: str) -> Path:
@@ -77,7 +68,7 @@ def model_search_views(loaded: Loaded, root: Path, seed_folder: str | None,
     """One view per model searched other than the seed's (`seed_folder`), in the order first
     searched; its cards' answers are judged as the seed model's are."""
     out = []
-    for folder in searched_folders(loaded):
+    for folder in searched_configs(loaded.evidence):
         if folder == seed_folder:
             continue
         searches = newest_searches(loaded.evidence, folder)
