@@ -259,10 +259,10 @@ def test_trials_without_start_figures_are_read_as_before_and_said_so(starts, wor
 QWEN, KLEIN = "models/qwen-image-2.1/full", "models/flux2-klein/4b"
 
 
-def _attempt(attempt_id, configs, searches, trials, simulated=False):
+def _attempt(attempt_id, configs, searches, trials, simulated=False, host="h"):
     """An attempt as newest_searches reads one: its id, host, model folder, searches, trials."""
     served = SimpleNamespace(configs=configs)
-    return SimpleNamespace(id=attempt_id, host="h", simulated=simulated, capacity=searches,
+    return SimpleNamespace(id=attempt_id, host=host, simulated=simulated, capacity=searches,
                            capacity_trials=trials,
                            meta=SimpleNamespace(environment=SimpleNamespace(served=served)))
 
@@ -291,3 +291,29 @@ def test_the_newest_search_per_profile_is_this_models_limited_and_complete(repo,
                                          later(search, trials)])
     assert newest_searches(evidence, QWEN)["group-leaf"].attempt == kept
     assert newest_searches(evidence, "models/other") == {}
+
+
+def test_a_search_on_another_machine_is_kept_beside_the_newest_and_held_against_it(repo):
+    from omniprobe.analysis.capacity_bands import machine_agreement
+
+    search, trials = _committed_search(repo)
+    # the same search again on another machine, its A at 1 reference one grid step higher
+    moved = [b.model_copy(update={"fits_at_mib": b.fits_at_mib + 256})
+             if b.reference_count == 1 else b for b in search.bands]
+    evidence = SimpleNamespace(attempts=[
+        _attempt("1", QWEN, [search], trials, host="h200"),
+        _attempt("2", QWEN, [search.model_copy(update={"bands": moved})], trials, host="h100")])
+    found = newest_searches(evidence, QWEN)["group-leaf"]
+    assert (found.attempt, found.host) == ("2", "h100")
+    assert [(s.attempt, s.host) for s in found.elsewhere] == [("1", "h200")]
+    assert found.on("h200").attempt == "1" and found.on("h300") is None
+    # every timed request of the profile, each with the machine it ran on
+    assert [host for host, _ in found.timed] == ["h200"] * len(search.timed) + [
+        "h100"] * len(search.timed)
+    [agreement] = machine_agreement({"group-leaf": found})
+    counts = tuple(sorted(b.reference_count for b in search.bands))
+    assert (agreement.hosts, agreement.counts, agreement.apart_mib) == (
+        ("h100", "h200"), counts, {1: 256})
+    # one machine only: nothing to hold against
+    alone = newest_searches(SimpleNamespace(attempts=evidence.attempts[:1]), QWEN)
+    assert machine_agreement(alone) == []

@@ -161,41 +161,58 @@ def test_a_gpu_at_the_margin_under_a_short_host_is_the_hosts_answer():
     assert answer(CardFigures("RTX 5070", 11715), 64 * GIB, 2, [at_margin]).status == MARGIN
 
 
-def test_speed_ranks_by_timed_requests_only_where_every_profile_has_one_at_the_same_point():
+def test_speed_ranks_by_the_timed_point_most_profiles_share_on_one_machine():
+    from dataclasses import replace
     from types import SimpleNamespace
 
     from omniprobe.analysis.capacity_bands import Searched
-    from omniprobe.analysis.card_answers import candidates_at, timed_basis
+    from omniprobe.analysis.card_answers import candidates_at, timed_basis, untimed_at
     from omniprobe.config.diffusers import DiffusersProfile
     from tests.test_knob_deltas import LEAF as SETTINGS
     from tests.test_knob_deltas import searched
 
-    def search(name, trial_wall, timed):
+    def search(name, trial_wall, timed, host="h200-diffusers"):
         found = searched(name, SETTINGS, {4: (7936, 8192)}, timed)
         # a fitting 2-step trial at 4 references: the fields the trials' ranking reads
         trial = SimpleNamespace(reference_count=4, outcome="fit", wall_s=trial_wall)
-        return Searched(found.attempt, found.host, found.search, trials=(trial,))
+        return Searched(found.attempt, host, found.search, trials=(trial,))
 
+    H200 = "h200-diffusers"
     # (steps, wall, step after the first, decode): the 2-step trials say fast is faster; the
     # 20-step requests say the opposite
     fast = search("fast", 3.0, [(20, 90.0, 4.0, 1.0), (2, 9.0, 4.0, 1.0)])
     slow = search("slow", 4.0, [(20, 60.0, 2.5, 1.0)])
     leaf = DiffusersProfile(description="leaf", offload="group-leaf", use_stream=True,
                             use_kv_cache=True)
-    profiles = {"fast": leaf, "slow": leaf}
-    assert timed_basis({"fast": fast, "slow": slow}) == (20, 4)
+    profiles = {"fast": leaf, "slow": leaf, "new": leaf}
+    assert timed_basis({"fast": fast, "slow": slow}) == (H200, 20, 4)
     walls = {c.profile: c.wall_s for c in candidates_at(
-        4, {"fast": fast, "slow": slow}, profiles, {}, 1024, (20, 4))}
+        4, {"fast": fast, "slow": slow}, profiles, {}, 1024, (H200, 20, 4))}
     assert walls == {"fast": 90.0, "slow": 60.0}
-    # one profile without a timed request: the trials rank, every profile alike
-    untimed = search("slow", 4.0, [])
-    assert timed_basis({"fast": fast, "slow": untimed}) is None
-    walls = {c.profile: c.wall_s for c in candidates_at(
-        4, {"fast": fast, "slow": untimed}, profiles, {}, 1024, None)}
+    # one profile without a timed request there: the rest still rank by theirs, it after them
+    untimed = search("new", 4.0, [])
+    three = {"fast": fast, "slow": slow, "new": untimed}
+    assert timed_basis(three) == (H200, 20, 4)
+    assert untimed_at((H200, 20, 4), three) == ["new"]
+    walls = {c.profile: c.wall_s for c in candidates_at(4, three, profiles, {}, 1024,
+                                                        (H200, 20, 4))}
+    assert walls == {"fast": 90.0, "slow": 60.0, "new": None}
+    # timed on another machine only: its wall never ranks against the H200's
+    elsewhere = search("new", 4.0, [(20, 30.0, 1.0, 1.0)], host="h100-diffusers")
+    assert timed_basis({**three, "new": elsewhere}) == (H200, 20, 4)
+    assert untimed_at((H200, 20, 4), {**three, "new": elsewhere}) == ["new"]
+    # ... unless the profile was timed there as well, in an older search of it
+    both = replace(elsewhere, timed=(*elsewhere.timed, (H200, slow.search.timed[0])))
+    assert untimed_at((H200, 20, 4), {**three, "new": both}) == []
+    # no timed request anywhere: the trials rank, every profile alike
+    bare = {"fast": search("fast", 3.0, []), "slow": search("slow", 4.0, [])}
+    assert timed_basis(bare) is None
+    walls = {c.profile: c.wall_s for c in candidates_at(4, bare, profiles, {}, 1024, None)}
     assert walls == {"fast": 3.0, "slow": 4.0}
     # a search cut before its first band ranks nowhere, so it keeps no one from the timed basis
     cut = searched("cut", SETTINGS, {})
-    assert timed_basis({"fast": fast, "slow": slow, "cut": cut}) == (20, 4)
-    # timed at different points only (20 steps against 2): no shared point, the trials rank
+    assert timed_basis({"fast": fast, "slow": slow, "cut": cut}) == (H200, 20, 4)
+    # timed at different points only (20 steps against 2): each point held once, the most
+    # steps first
     assert timed_basis({"fast": search("fast", 3.0, [(2, 9.0, 4.0, 1.0)]),
-                        "slow": slow}) is None
+                        "slow": slow}) == (H200, 20, 4)

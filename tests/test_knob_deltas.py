@@ -97,16 +97,17 @@ def test_the_spill_line_reads_the_host_placement_against_its_base_and_names_the_
 
     searches = {s.search.profile: s for s in (BASE, TILED, HOST)}
     bases = {"group-leaf-tiled": "group-leaf", "group-leaf-kv-host-pinned": "group-leaf"}
-    line = spill_line(knob_deltas(searches, bases), searches)
+    gpus = {"h200-diffusers": "NVIDIA H200"}
+    line = spill_line(knob_deltas(searches, bases), searches, gpus)
     assert (line.references, line.pool_mib, line.base_pool_mib, line.saved_mib) == (
         4, 10240, 18176, 7936)
-    assert (line.step_ratio, line.steps) == (1.75, 20)
+    assert (line.step_ratio, line.steps, line.gpu) == (1.75, 20, "NVIDIA H200")
     assert line.pinned_more_gib is None  # no build on record: no host figures to hold
     assert line.most == ['`kv_placement` = "host-pinned"']
     assert (line.most_at_zero, line.most_at_zero_mib) == (["`vae_tiling` = true"], 4096)
     # No host placement searched beside its base: nothing to say.
     without = {"group-leaf": BASE, "group-leaf-tiled": TILED}
-    assert spill_line(knob_deltas(without, bases), without) is None
+    assert spill_line(knob_deltas(without, bases), without, gpus) is None
 
 
 @pytest.mark.parametrize("figures, words", [
@@ -121,4 +122,70 @@ def test_a_saving_says_whether_both_sides_trials_showed_a_clean_start(figures, w
     from omniprobe.report.knobs_view import starts_words
 
     searches = {name: SimpleNamespace(start_figures=lambda f=f: f) for name, f in figures.items()}
-    assert starts_words(searches, KnobDelta("p", "b", "vae_tiling", True, (), None)) == words
+    assert starts_words(searches, KnobDelta("p", "b", None, "vae_tiling", True, (), None)) == words
+
+
+def _on(found, host):
+    from dataclasses import replace
+
+    return replace(found, host=host, timed=tuple((host, t) for _, t in found.timed))
+
+
+def test_a_knob_is_held_against_its_base_on_the_same_machine_where_the_base_ran_there():
+    from dataclasses import replace
+
+    # the base on two machines: its H100 search banded 4 references one step higher
+    h100_base = _on(searched("group-leaf", LEAF, {0: (7936, 8192), 4: (17920, 18432)},
+                             [(20, 64.0, 2.2, 4.0)]), "h100-diffusers")
+    base = replace(BASE, elsewhere=(h100_base,),
+                   timed=(*BASE.timed, *h100_base.timed))
+    host = _on(HOST, "h100-diffusers")
+    bases = {"group-leaf-kv-host-pinned": "group-leaf"}
+    [delta] = knob_deltas({"group-leaf": base, "group-leaf-kv-host-pinned": host}, bases)
+    assert delta.base_host is None  # its own machine's base
+    assert [p.saved_mib for p in delta.pool] == [0, 18432 - 10240]
+    # walls from one machine only: the H100's, never the H100's against the H200's
+    assert (delta.time.host, delta.time.wall_ratio) == ("h100-diffusers", 90.0 / 64.0)
+    # a base never searched on the profile's machine: its newest bands, and said so
+    [far] = knob_deltas({"group-leaf": BASE, "group-leaf-kv-host-pinned": host}, bases)
+    assert far.base_host == "h200-diffusers" and far.pool[-1].saved_mib == 18176 - 10240
+    assert far.time is None  # timed on different machines: no ratio
+
+
+def test_the_pinned_bytes_of_a_count_are_read_where_it_came_first_in_its_runner():
+    """torch keeps freed pinned blocks: a runner that ran smaller counts first holds more at 4
+    references than one whose first request was the 4-reference one (its timed request, in a
+    runner of its own)."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from omniprobe.report.knobs_view import first_request_pinned_mib
+
+    trial = SimpleNamespace(lifetime=0)
+    timed = HOST.search.timed[0]
+    own_runner = timed.model_copy(update={"lifetime": 1, "pinned_host_peak_mib": 56471.3})
+    shared = timed.model_copy(update={"lifetime": 0, "pinned_host_peak_mib": 68775.3})
+    for requests, expected in [([own_runner], 56471.3), ([shared], None),
+                               ([shared, own_runner], 56471.3)]:
+        found = replace(HOST, search=HOST.search.model_copy(update={"timed": requests}),
+                        trials=(trial,))
+        assert first_request_pinned_mib(found, 4) == expected
+        assert first_request_pinned_mib(found, 3) is None
+
+
+@pytest.mark.parametrize("apart, words", [
+    ({}, "`p`, the GPU A (`a`) against the GPU B (`b`): A the same at 0, 1, 4 reference(s)"),
+    ({1: 256, 4: 256}, "`p`, the GPU A (`a`) against the GPU B (`b`): A the same at 0 "
+                       "reference(s); +256 MiB at 1 and 4"),
+    ({0: -256, 1: 256, 4: 512}, "`p`, the GPU A (`a`) against the GPU B (`b`): -256 MiB at 0; "
+                                "+256 MiB at 1; +512 MiB at 4"),
+])
+def test_a_profile_on_two_machines_reads_where_its_bands_agree_and_by_how_much_not(apart, words):
+    from types import SimpleNamespace
+
+    from omniprobe.analysis.capacity_bands import MachineAgreement
+    from omniprobe.report.capacity_view import agreement_words
+
+    gpus = {"a": "GPU A", "b": "GPU B"}
+    hosts = SimpleNamespace(host=lambda name: SimpleNamespace(gpu=gpus[name]))
+    assert agreement_words(MachineAgreement("p", ("a", "b"), (0, 1, 4), apart), hosts) == words

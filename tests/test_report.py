@@ -833,7 +833,9 @@ def test_each_measured_part_names_its_stack_attempts_dates_and_machine(repo):
     assert ("| rtx3090 | transcribed | 2026-10-07/08 | `cachyos-alexander` (RTX 3090, compute "
             "capability 8.6; Python 3.13 venv) | torch 2.13.0+cu130, transformers 5.14.1, diffusers "
             "`122b1e11`, vLLM-Omni 0.31.0 at `8484d85d1` (hosts.toml [stack]) |") in study
-    row = next(line for line in new.splitlines() if line.startswith("| rtx3090-on-h200-diffusers |"))
+    # The report's table joins the hosts of one kind, machine and stack in one row.
+    row = next(line for line in new.splitlines() if line.startswith("| rtx3090-on-h200-diffusers"))
+    assert row.startswith("| rtx3090-on-h200-diffusers, rtx5080-on-h200-diffusers | emulated |")
     assert "| NVIDIA H200 (`vm`) | torch 2.11.0, transformers 5.17.0, diffusers 0.42.1" in row
     assert "2026-12-02" in row
     # Its attempts are DETAILS.md's, one row each (the report names the file beside the table).
@@ -901,3 +903,18 @@ def test_the_emulations_own_answer_is_in_details_graded_emulated(repo):
             "cap, never the card's answer): 4 references fit under `int8-block-nostream-te8`, "
             "`int8-leaf-nostream`, `int8-leaf-nostream-te8`, `seed-baseline-te8`.") in details
     assert "graded emulated" not in render_report(repo)  # the card's answer is the table's
+
+
+def test_the_reports_short_provenance_table_joins_the_hosts_of_one_machine_and_stack():
+    from omniprobe.report.provenance_view import ProvenanceRow, hosts_together
+
+    rows = [ProvenanceRow("h200-diffusers", "measured", ["a1"], "2026-12-01, 2026-12-05", "`vm`",
+                          "torch 2.11.0"),
+            ProvenanceRow("h100-diffusers", "measured", ["a2"], "2026-12-05", "`vm`",
+                          "torch 2.11.0"),
+            ProvenanceRow("rtx3090-on-h200-diffusers", "emulated", ["a3"], "2026-12-02",
+                          "NVIDIA H200 (`vm`)", "torch 2.11.0")]
+    assert hosts_together(rows) == [
+        ProvenanceRow("h200-diffusers, h100-diffusers", "measured", ["a1", "a2"],
+                      "2026-12-01, 2026-12-05", "`vm`", "torch 2.11.0"),
+        rows[2]]

@@ -28,7 +28,7 @@ def test_committed_project_is_valid(repo):
                      ("upstream", "measured"), ("diffusers-tiny-cpu", "measured"),
                      ("rtx3090-on-h200-diffusers", "emulated"),
                      ("rtx5080-on-h200-diffusers", "emulated"), ("h200-diffusers", "measured"),
-                     ("h200-klein-diffusers", "measured")}
+                     ("h200-klein-diffusers", "measured"), ("h100-diffusers", "measured")}
     # Every Diffusers attempt of random weights says so, and no record of it claims structure.
     random = [a for a in loaded.evidence.attempts if a.host.endswith("diffusers")
               or a.host == "diffusers-tiny-cpu"]

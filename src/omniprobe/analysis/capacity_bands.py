@@ -6,11 +6,15 @@ at or below B. A card whose usable pool is at or above A fits, with its margin; 
 does not, with its shortfall; in between it is at the margin. A fit is judged on torch's pool
 against the card's usable pool (memory.total less its own overhead and its host's other
 processes), never on the measuring machine's process tree. Random weights: capacity only.
+
+Bands set torch's own pool limit, so a profile searched on two machines should band alike; where
+it was, `machine_agreement` says how far apart they came. Walls are the measuring machine's:
+each timed request keeps its host, and walls compare only on one host.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.cards import Card
@@ -22,17 +26,27 @@ from omniprobe.evidence.models.capacity import (
     TimedRequest,
 )
 
+TimedKey = tuple[str, int, int]  # (host, steps, reference count)
+
 
 @dataclass(frozen=True)
 class Searched:
     """A profile's newest search, with the attempt that holds it, its counted trials and those
-    set aside (recorded, never counted toward a band)."""
+    set aside (recorded, never counted toward a band), the timed requests of every search of the
+    profile, each with its host, oldest first (None: the newest search's own), and the newest
+    search on each other host."""
 
     attempt: str
     host: str
     search: ProfileSearch
     trials: tuple[CapacityTrial, ...] = ()
     set_aside: tuple[CapacityTrial, ...] = ()
+    timed: tuple[tuple[str, TimedRequest], ...] | None = None
+    elsewhere: tuple[Searched, ...] = ()  # the newest search on each other host
+
+    def __post_init__(self):
+        if self.timed is None:
+            object.__setattr__(self, "timed", tuple((self.host, t) for t in self.search.timed))
 
     @property
     def runners(self) -> int:
@@ -49,12 +63,17 @@ class Searched:
             return "recorded"
         return "not recorded" if not recorded else f"{recorded} of {len(every)} recorded"
 
+    def on(self, host: str) -> Searched | None:
+        """This profile's newest search on `host`, if any."""
+        return next((s for s in (self, *self.elsewhere) if s.host == host), None)
+
     def band(self, refs: int) -> CapacityBand | None:
         return next((b for b in self.search.bands if b.reference_count == refs), None)
 
-    def timed_fits(self) -> dict[tuple[int, int], TimedRequest]:
-        """Its timed requests that fit, by (steps, reference count); the newest where repeated."""
-        return {(t.num_inference_steps, t.reference_count): t for t in self.search.timed
+    def timed_fits(self) -> dict[TimedKey, TimedRequest]:
+        """Its timed requests that fit, by (host, steps, reference count); the newest where
+        repeated."""
+        return {(host, t.num_inference_steps, t.reference_count): t for host, t in self.timed
                 if t.outcome == "fit"}
 
 
@@ -87,21 +106,56 @@ def _searches_of(evidence: Evidence, configs: str):
 
 def newest_searches(evidence: Evidence, configs: str) -> dict[str, Searched]:
     """Profile -> its newest search of the model built from `configs` (the committed folder its
-    attempt records), over every measured attempt. A search whose trials set no pool limit (on
-    the CPU there is none) answers for no card and is left out; a newer search supersedes an
-    older one only where it banded every count the older one did, so a partial re-run never
-    hides a complete search."""
+    attempt records), over every measured attempt, with the newest on each other host beside it
+    (`elsewhere`). A search whose trials set no pool limit (on the CPU there is none) answers
+    for no card and is left out; a newer search supersedes an older one only where it banded
+    every count the older one did, so a partial re-run never hides a complete search."""
     found: dict[str, Searched] = {}
+    on_host: dict[tuple[str, str], Searched] = {}
+    timed: dict[str, list[tuple[str, TimedRequest]]] = {}
     for attempt, search, mine in _searches_of(evidence, configs):
+        timed.setdefault(search.profile, []).extend((attempt.host, t) for t in search.timed)
         if not search.bands or all(t.mem_get_info_total_mib is None for t in mine):
             continue
-        older = found.get(search.profile)
-        if older is not None and not _counts(older.search) <= _counts(search):
-            continue
-        found[search.profile] = Searched(attempt.id, attempt.host, search,
-                                         tuple(t for t in mine if t.counts),
-                                         tuple(t for t in mine if not t.counts))
-    return found
+        one = Searched(attempt.id, attempt.host, search, tuple(t for t in mine if t.counts),
+                       tuple(t for t in mine if not t.counts))
+        for table, key in ((found, search.profile), (on_host, (search.profile, attempt.host))):
+            older = table.get(key)
+            if older is None or _counts(older.search) <= _counts(search):
+                table[key] = one
+    return {name: replace(one, timed=tuple(timed[name]), elsewhere=tuple(
+                other for (profile, host), other in on_host.items()
+                if profile == name and host != one.host))
+            for name, one in found.items()}
+
+
+@dataclass(frozen=True)
+class MachineAgreement:
+    """One profile searched on two hosts: where their bands' A differ, by count."""
+
+    profile: str
+    hosts: tuple[str, str]  # the newest search's host first
+    counts: tuple[int, ...]  # the counts both banded with an A
+    apart_mib: dict[int, int]  # count -> the newest's A less the other's, where not 0
+
+
+def machine_agreement(searches: dict[str, Searched]) -> list[MachineAgreement]:
+    """Each profile banded on more than one host: its newest search against the newest on each
+    other host, count by count. A pool limit is torch's own, so the bands should agree; how far
+    they do not is the machine's share."""
+    out = []
+    for profile, found in searches.items():
+        mine = {b.reference_count: b.fits_at_mib for b in found.search.bands
+                if b.fits_at_mib is not None}
+        for other in found.elsewhere:
+            theirs = {b.reference_count: b.fits_at_mib for b in other.search.bands
+                      if b.fits_at_mib is not None}
+            shared = tuple(sorted(mine.keys() & theirs.keys()))
+            if shared:
+                out.append(MachineAgreement(
+                    profile, (found.host, other.host), shared,
+                    {n: mine[n] - theirs[n] for n in shared if mine[n] != theirs[n]}))
+    return out
 
 
 def cut_searches(evidence: Evidence, configs: str, banded: set[str]) -> list[str]:

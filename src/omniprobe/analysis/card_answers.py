@@ -12,10 +12,10 @@ A profile runs on a card where both hold:
 
 Every cell carries a grade: "derived" from a band and the card's sourced figures, or "assumed",
 naming each assumption it rests on (a card figure hosts.toml marks assumed, a host need taken
-from another profile of the same placement). Relative speed is the H200's, never seconds for a
-card: from one timed request per profile at the same steps and count where every searched
-profile has one (`probe-capacity --speed-steps`), else from the search's own fitting trials at
-each count.
+from another profile of the same placement). Relative speed is the measuring machine's, never
+seconds for a card: from one timed request per profile at the same steps and count on one host,
+where most searched profiles have one (`probe-capacity --speed-steps`; one without it ranks after
+them), else from the search's own fitting trials at each count.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from omniprobe.analysis.calibration import placement
-from omniprobe.analysis.capacity_bands import Searched
+from omniprobe.analysis.capacity_bands import Searched, TimedKey
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.evidence.models.capacity import CapacityBand
@@ -57,7 +57,7 @@ class Candidate:
     profile: str
     band: CapacityBand
     resolution_mib: int  # the search's grid step
-    wall_s: float | None  # the H200's: its timed request, or its fastest fitting trial here
+    wall_s: float | None  # the measuring machine's: its timed request, or its fastest fitting trial
     host: HostNeed | None
     gives_up: tuple[str, ...] = ()
 
@@ -258,32 +258,43 @@ def fastest_fit_s(found: Searched, count: int) -> float | None:
                 and t.outcome == "fit" and t.wall_s is not None), default=None)
 
 
-def timed_basis(searches: dict[str, Searched]) -> tuple[int, int] | None:
-    """The (steps, reference count) at which every profile with a band has a timed request that
-    fit, the most steps first: one request each, so their walls compare; None where any lacks
-    one, and the trials' walls rank instead. A search cut before its first band ranks nowhere."""
-    shared = None
+def timed_basis(searches: dict[str, Searched]) -> TimedKey | None:
+    """The (host, steps, reference count) at which the most profiles with a band have a timed
+    request that fit, then the most steps: one request each on one machine, so their walls
+    compare (a wall is its machine's); a profile without one there ranks after every timed one.
+    None where no profile has one, and the trials' walls rank instead. A search cut before its
+    first band ranks nowhere."""
+    held: dict[TimedKey, int] = {}
     for found in searches.values():
-        if not found.search.bands:
-            continue
-        keys = found.timed_fits().keys()
-        shared = set(keys) if shared is None else shared & keys
-    return max(shared) if shared else None
+        if found.search.bands:
+            for key in found.timed_fits():
+                held[key] = held.get(key, 0) + 1
+    return max(held, key=lambda k: (held[k], k[1], k[2], k[0])) if held else None
+
+
+def untimed_at(basis: TimedKey, searches: dict[str, Searched]) -> list[str]:
+    """The profiles with a band that have no timed request at `basis`."""
+    return [name for name, found in searches.items()
+            if found.search.bands and basis not in found.timed_fits()]
 
 
 def candidates_at(count: int, searches: dict[str, Searched],
                   profiles: dict[str, DiffusersProfile], needs: dict[str, HostNeed],
                   default_resolution: int,
-                  timed: tuple[int, int] | None = None) -> list[Candidate]:
+                  timed: TimedKey | None = None) -> list[Candidate]:
     """The searched profiles banded at this count; their walls from the timed requests at
-    `timed` (steps, count) where given, else from their fitting trials at this count."""
+    `timed` (host, steps, count) where given (None for a profile without one), else from their
+    fitting trials at this count."""
     out = []
     for name, found in searches.items():
         band = found.band(count)
         if band is None or name not in profiles:
             continue
-        wall = (found.timed_fits()[timed].wall_s if timed is not None
-                else fastest_fit_s(found, count))
+        if timed is None:
+            wall = fastest_fit_s(found, count)
+        else:
+            request = found.timed_fits().get(timed)
+            wall = None if request is None else request.wall_s
         out.append(Candidate(name, band, found.search.search.resolution_mib, wall,
                              needs.get(name), gives_up(profiles[name], default_resolution)))
     return out

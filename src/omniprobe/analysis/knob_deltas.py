@@ -2,8 +2,8 @@
 `base`) was searched too, and whose recorded settings differ from the base's in exactly one
 setting, is that setting turned on the base. Per reference count, the pool it saves is the base's
 A less its own, good to within the two bands' widths; where both ran a timed request at the same
-count and steps, its cost in time is given as ratios to the base (per step after the first, the
-decode, the request), since the seconds are the measuring GPU's, never a card's."""
+count and steps on one host, its cost in time is given as ratios to the base (per step after the
+first, the decode, the request), since the seconds are the measuring machine's, never a card's."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ class PoolSaved:
 
 @dataclass(frozen=True)
 class TimeCost:
-    """The profile's timed request against its base's, at the same count and steps."""
+    """The profile's timed request against its base's, at the same count and steps on one host."""
 
+    host: str
     reference_count: int
     steps: int
     step_ratio: float | None  # per step after the first (None: a side has one step or failed)
@@ -37,6 +38,7 @@ class TimeCost:
 class KnobDelta:
     profile: str
     base: str
+    base_host: str | None  # where the base's bands came from, when not the profile's host
     knob: str
     value: JsonValue
     pool: tuple[PoolSaved, ...]
@@ -71,28 +73,32 @@ def _ratio(mine: float | None, theirs: float | None) -> float | None:
 
 
 def time_cost(base: Searched, mine: Searched) -> TimeCost | None:
-    """The two timed requests that fit at the same count and steps (the most steps first)."""
+    """The two timed requests that fit at the same count and steps on one host: the most steps
+    first, then the host of the profile's newest search (its newest code)."""
     mine_fits, base_fits = mine.timed_fits(), base.timed_fits()
-    shared = sorted(mine_fits.keys() & base_fits.keys(), reverse=True)
+    shared = mine_fits.keys() & base_fits.keys()
     if not shared:
         return None
-    steps, refs = shared[0]
-    a, b = mine_fits[steps, refs], base_fits[steps, refs]
-    return TimeCost(refs, steps, _ratio(a.step_after_first_s, b.step_after_first_s),
+    key = max(shared, key=lambda k: (k[1], k[2], k[0] == mine.host, k[0]))
+    a, b = mine_fits[key], base_fits[key]
+    return TimeCost(key[0], key[2], key[1], _ratio(a.step_after_first_s, b.step_after_first_s),
                     _ratio(a.decode_s, b.decode_s), a.wall_s / b.wall_s)
 
 
 def knob_deltas(searches: dict[str, Searched], bases: dict[str, str | None]) -> list[KnobDelta]:
     """Each searched profile whose base (hosts.toml's `base`, by profile) was searched too and
     whose recorded settings differ from the base's in one setting: that setting's saving and
-    cost, in the profiles' order."""
+    cost, in the profiles' order. The base's bands are its search on the profile's own host
+    where it has one (a band may move a grid step between machines), else its newest."""
     found = []
     for name, mine in searches.items():
-        base = searches.get(bases.get(name) or "")
-        if base is None:
+        newest = searches.get(bases.get(name) or "")
+        if newest is None:
             continue
+        base = newest.on(mine.host) or newest
         apart = one_setting_apart(mine.search.settings, base.search.settings)
         if apart is not None:
-            found.append(KnobDelta(name, base.search.profile, *apart, pool_saved(base, mine),
-                                   time_cost(base, mine)))
+            found.append(KnobDelta(name, base.search.profile,
+                                   None if base.host == mine.host else base.host, *apart,
+                                   pool_saved(base, mine), time_cost(newest, mine)))
     return found

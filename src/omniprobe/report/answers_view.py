@@ -23,6 +23,7 @@ from omniprobe.analysis.card_answers import (
     host_needs,
     settings_words,
     timed_basis,
+    untimed_at,
 )
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.cards import Card
@@ -235,8 +236,12 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
         steps = next(iter(searches.values())).search.num_inference_steps
         speed_basis = f"each profile's fastest {steps}-step trial per count"
     else:
-        speed_basis = (f"one request per profile at {timed[0]} steps, {timed[1]} "
-                       f"reference{'' if timed[1] == 1 else 's'}")
+        host, steps, refs = timed
+        untimed = untimed_at(timed, searches)
+        speed_basis = (f"one request per profile at {steps} steps, {refs} "
+                       f"reference{'' if refs == 1 else 's'} on the {hosts.host(host).gpu}"
+                       + (f" ({', '.join(f'`{p}`' for p in untimed)} untimed: ranked last)"
+                          if untimed else ""))
     words = {p: settings_words(profiles[p], default_resolution) for p in searches}
     rows: list[AnswerRow] = []
     by_card: dict[str, list[AnswerRow]] = {}

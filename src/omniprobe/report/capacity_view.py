@@ -5,15 +5,18 @@ made in analysis/capacity_bands.py."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from omniprobe.analysis.capacity_bands import (
     BandVerdict,
     CardProfile,
+    MachineAgreement,
     Searched,
     card_profiles,
     cut_searches,
+    machine_agreement,
     noisy_bands,
     reference_contradictions,
     sweep_checks,
@@ -93,7 +96,7 @@ class CardRow:
 @dataclass(frozen=True)
 class CapacitySearchView:
     attempts: list[str]
-    host: str  # the host the search ran on, e.g. its GPU
+    host: str  # the GPUs the searches ran on, e.g. "NVIDIA H200"
     grid: str  # "4,096–32,768 MiB every 256 MiB, 2 repeat(s) at each side"
     steps: int
     sizes: str
@@ -107,7 +110,7 @@ class CapacitySearchView:
     contradictions: list[str]  # trials where more references fit in less, each said once
     contradicting_trials: int  # how many trials those are (repeats at one limit included)
     noise: list[str]  # bands wider than two steps of the grid, with their trials
-    spans: list[str]  # profiles whose curve took more than one runner
+    machines: list[str]  # profiles searched on two machines: how far their bands came apart
     cut: list[str]  # searches stopped before their first band, with what they tried
     knobs: list[KnobRow]  # what each setting buys against its searched base
     spill: SpillLine | None  # the cache in pinned host memory against it on the GPU
@@ -187,6 +190,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
             host_ram_words(list(found.values()), None if ram is None else f"{ram / 1024:g}"),
             [card_cell(found[p]) for p in order]))
     ordered = {p: searches[p] for p in order}
+    gpu_of = {name: host.gpu for name, host in hosts.hosts.items()}
     deltas = knob_deltas(ordered, {p: hosts.diffusers_profiles[p].base for p in order})
     contradicting = [line for p in order for line in reference_contradictions(searches[p])]
     checks = sweep_checks(runs, searches)
@@ -206,16 +210,16 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
               "B to A uncertain)")
     return CapacitySearchView(
         sorted({s.attempt for s in searches.values()}),
-        hosts.host(first_host(searches)).gpu,
+        searched_on(hosts, searches),
         grids_text(loaded, ordered),
         first.num_inference_steps, ", ".join(sorted(set(first.sizes.values()))),
         [f"{n} ref{'' if n == 1 else 's'}" for n in counts], order, rows, cards, len(checks),
         readings, [c.text() + f": {c.reading}" for c in checks if c.reading != "agrees"],
         list(dict.fromkeys(contradicting)), len(contradicting),
         [line for p in order for line in noisy_bands(searches[p])],
-        [f"`{p}` ({searches[p].runners})" for p in order if searches[p].runners > 1],
+        [agreement_words(a, hosts) for a in machine_agreement(ordered)],
         cut_searches(loaded.evidence, configs, set(searches)),
-        knob_rows(deltas, ordered, counts), spill_line(deltas, ordered),
+        knob_rows(deltas, ordered, counts, gpu_of), spill_line(deltas, ordered, gpu_of),
         figure.as_posix(), svg)
 
 
@@ -253,5 +257,19 @@ def grid_provenance(loaded: Loaded, searches: dict[str, Searched]) -> str:
         if default else "") if part)
 
 
-def first_host(searches: dict[str, Searched]) -> str:
-    return next(iter(searches.values())).host
+def searched_on(hosts: HostsConfig, searches: dict[str, Searched]) -> str:
+    """The GPUs the newest searches ran on, each once, the most used first."""
+    used = Counter(hosts.host(s.host).gpu for s in searches.values())
+    return " and the ".join(gpu for gpu, _ in used.most_common())
+
+
+def agreement_words(found: MachineAgreement, hosts: HostsConfig) -> str:
+    """One profile's bands on two machines, in words: where A agrees, and where not by how much."""
+    newer, older = (f"the {hosts.host(h).gpu} (`{h}`)" for h in found.hosts)
+    same = [n for n in found.counts if n not in found.apart_mib]
+    apart = {}
+    for n, mib in found.apart_mib.items():
+        apart.setdefault(mib, []).append(str(n))
+    parts = ([f"A the same at {', '.join(map(str, same))} reference(s)"] if same else []) + [
+        f"{mib:+,} MiB at {' and '.join(counts)}" for mib, counts in apart.items()]
+    return f"`{found.profile}`, {newer} against {older}: " + "; ".join(parts)

@@ -16,6 +16,7 @@ class KnobRow:
     setting: str  # `knob` = value
     profile: str
     base: str
+    base_where: str  # "" where the base's bands are from the profile's host, else ", on the GPU"
     saved: list[str]  # by reference count: MiB saved, ± both bands' widths
     time: str
     starts: str  # whether both searches' trials recorded what they started with
@@ -25,14 +26,16 @@ def saved_cell(saved_mib: int, within_mib: int) -> str:
     return f"{saved_mib:,} ± {within_mib:,}"
 
 
-def ratio_words(cost: TimeCost | None) -> str:
+def ratio_words(cost: TimeCost | None, gpu: str | None = None) -> str:
+    """The ratios, with the count, the steps and the GPU (`gpu`) they were timed at."""
     if cost is None:
-        return "not timed on both"
+        return "not timed on one machine for both"
     parts = [f"{what} ×{ratio:.2f}" for what, ratio in (
         ("a step after the first", cost.step_ratio), ("the decode", cost.decode_ratio),
         ("the request", cost.wall_ratio)) if ratio is not None]
     return (", ".join(parts) + f" ({cost.reference_count} ref"
-            f"{'' if cost.reference_count == 1 else 's'}, {cost.steps} steps)")
+            f"{'' if cost.reference_count == 1 else 's'}, {cost.steps} steps"
+            + (f", {gpu})" if gpu else ")"))
 
 
 def starts_words(searches: dict[str, Searched], delta: KnobDelta) -> str:
@@ -47,17 +50,21 @@ def setting_words(delta: KnobDelta) -> str:
     return f"`{delta.knob}` = {json.dumps(delta.value)}"
 
 
-def knob_row(delta: KnobDelta, counts: list[int], searches: dict[str, Searched]) -> KnobRow:
+def knob_row(delta: KnobDelta, counts: list[int], searches: dict[str, Searched],
+             gpu_of: dict[str, str]) -> KnobRow:
     by_count = {p.reference_count: p for p in delta.pool}
-    return KnobRow(setting_words(delta), delta.profile, delta.base,
+    where = "" if delta.base_host is None else f", on the {gpu_of.get(delta.base_host)}"
+    return KnobRow(setting_words(delta), delta.profile, delta.base, where,
                    [saved_cell(by_count[n].saved_mib, by_count[n].within_mib)
                     if n in by_count else "—" for n in counts],
-                   ratio_words(delta.time), starts_words(searches, delta))
+                   ratio_words(delta.time, delta.time and gpu_of.get(delta.time.host)),
+                   starts_words(searches, delta))
 
 
-def knob_rows(deltas: list[KnobDelta], searches: dict[str, Searched],
-              counts: list[int]) -> list[KnobRow]:
-    return [knob_row(d, counts, searches) for d in deltas]
+def knob_rows(deltas: list[KnobDelta], searches: dict[str, Searched], counts: list[int],
+              gpu_of: dict[str, str]) -> list[KnobRow]:
+    """`gpu_of`: each host's GPU, by host name."""
+    return [knob_row(d, counts, searches, gpu_of) for d in deltas]
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,10 @@ class SpillLine:
     saved_mib: int
     step_ratio: float | None  # per denoising step after the first, against the base
     steps: int | None  # the timed requests' steps
-    pinned_more_gib: float | None  # page-locked host memory beyond the base's
+    gpu: str | None  # the GPU they were timed on
+    pinned_more_gib: float | None  # page-locked host memory beyond the base's, the search's most
+    fresh_pinned_more_gib: float | None  # the same where that count came first in its runner,
+    # where that differs
     most: list[str]  # the settings that save the most at that count, each `knob` = value
     most_at_zero: list[str]  # and at no reference
     most_at_zero_mib: int | None
@@ -86,9 +96,21 @@ def _most(deltas: list[KnobDelta], count: int) -> tuple[list[str], int | None]:
     return [k for k, v in saved.items() if v == best], best
 
 
-def spill_line(deltas: list[KnobDelta], searches: dict[str, Searched]) -> SpillLine | None:
+def first_request_pinned_mib(found: Searched, count: int) -> float | None:
+    """The page-locked bytes of a timed request at `count` made first in its runner (no trial of
+    the search shares its lifetime): torch keeps the pinned blocks of earlier requests cached,
+    so a runner that ran smaller counts first holds more than the count needs."""
+    lifetimes = {t.lifetime for t in (*found.trials, *found.set_aside)}
+    first = [t.pinned_host_peak_mib for t in found.search.timed
+             if t.reference_count == count and t.lifetime not in lifetimes
+             and t.pinned_host_peak_mib is not None]
+    return max(first, default=None)
+
+
+def spill_line(deltas: list[KnobDelta], searches: dict[str, Searched],
+               gpu_of: dict[str, str]) -> SpillLine | None:
     """None where no profile with the cache in pinned host memory was searched beside its base
-    (`deltas`: knob_deltas of `searches`)."""
+    (`deltas`: knob_deltas of `searches`; `gpu_of`: each host's GPU)."""
     spill = next((d for d in deltas if d.knob == "kv_placement" and d.value == "host-pinned"
                   and d.pool), None)
     if spill is None:
@@ -96,11 +118,15 @@ def spill_line(deltas: list[KnobDelta], searches: dict[str, Searched]) -> SpillL
     saved = spill.pool[-1]
     mine, base = searches[spill.profile], searches[spill.base]
     figures = search_host_figures(mine), search_host_figures(base)
+    fresh = first_request_pinned_mib(mine, saved.reference_count)
     most, _ = _most(deltas, saved.reference_count)
     zero, zero_mib = _most(deltas, 0)
+    time = spill.time
+    more = None if None in figures else (figures[0][1] - figures[1][1]) / 1024
+    fresh_more = None if None in (fresh, figures[1]) else (fresh - figures[1][1]) / 1024
     return SpillLine(
         saved.reference_count, mine.band(saved.reference_count).fits_at_mib,
         base.band(saved.reference_count).fits_at_mib, saved.saved_mib,
-        spill.time.step_ratio if spill.time else None, spill.time.steps if spill.time else None,
-        None if None in figures else (figures[0][1] - figures[1][1]) / 1024,
-        most, zero, zero_mib)
+        time.step_ratio if time else None, time.steps if time else None,
+        gpu_of.get(time.host) if time else None,
+        more, None if fresh_more == more else fresh_more, most, zero, zero_mib)

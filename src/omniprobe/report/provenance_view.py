@@ -124,3 +124,16 @@ def provenance_rows(attempts: list[LoadedAttempt], hosts: HostsConfig) -> list[P
     return [ProvenanceRow(host, kind, [a.id for a in group],
                           ", ".join(dict.fromkeys(a.meta.date for a in group)), machine, stack)
             for (host, kind, machine, stack), group in groups.items()]
+
+
+def hosts_together(rows: list[ProvenanceRow]) -> list[ProvenanceRow]:
+    """The rows of one kind, machine and stack as one, their hosts and dates joined: the short
+    table, where a reader wants where evidence came from rather than which attempt."""
+    groups: dict[tuple[str, str, str], list[ProvenanceRow]] = {}
+    for row in rows:
+        groups.setdefault((row.kind, row.machine, row.stack), []).append(row)
+    return [ProvenanceRow(", ".join(r.host for r in group), kind,
+                          [a for r in group for a in r.attempts],
+                          ", ".join(sorted({d for r in group for d in r.dates.split(", ")})),
+                          machine, stack)
+            for (kind, machine, stack), group in groups.items()]
