@@ -149,3 +149,17 @@ def test_a_search_spec_round_trips_through_json(tmp_path):
         SearchCount(0, _request(tmp_path), protocol.KnownBand(2048, 1792)),
         SearchCount(1, _request(tmp_path, 1, 1), None, [protocol.RecordedTrial(4096, "fit")])])
     assert SearchSpec.of(json.loads(json.dumps(protocol.as_json(spec)))) == spec
+
+
+def test_pinned_blocks_cached_from_earlier_requests_are_given_back_once_the_gpu_is_idle():
+    """A request's page-locked figure must not hold what ran before it: torch keeps freed pinned
+    blocks cached, so before each request the engine synchronizes, then gives them back."""
+    from types import SimpleNamespace
+
+    from omniprobe_engine.diffusers_build import release_pinned_cache
+
+    calls = []
+    torch = SimpleNamespace(cuda=SimpleNamespace(synchronize=lambda: calls.append("synchronize")),
+                            _C=SimpleNamespace(_host_emptyCache=lambda: calls.append("empty")))
+    release_pinned_cache(torch)
+    assert calls == ["synchronize", "empty"]

@@ -245,6 +245,15 @@ def pinned_mib(torch, stat: str = "allocated_bytes.current") -> float | None:
     return round(torch.cuda.host_memory_stats().get(stat, 0) / MIB, 1)
 
 
+def release_pinned_cache(torch) -> None:
+    """Give back the page-locked blocks torch's pinned allocator keeps cached once freed (an
+    earlier request's host-placed KV cache): kept, they count in every later request's figure,
+    so a runner that served smaller counts first would hold more at a larger one than it needs.
+    The GPU is synchronized first, so no copy still reads a block."""
+    torch.cuda.synchronize()
+    torch._C._host_emptyCache()
+
+
 def placed_host_figures(torch, modules) -> dict:
     """The host once the pipeline is placed: the build's peak (ru_maxrss: nothing ran before
     it), the resident memory now, of it page-locked and pageable, and the weight bytes the

@@ -36,6 +36,7 @@ from omniprobe_engine.diffusers_build import (
     parameters_b,
     pinned_mib,
     placed_host_figures,
+    release_pinned_cache,
 )
 from omniprobe_engine.images import open_reference, save_png
 from omniprobe_engine.knobs import GROUP_OFFLOADS, INT8, OFFLOADS, setting
@@ -187,11 +188,14 @@ class DiffusersEngine:
     def generate(self, request: dict) -> dict:
         torch = self.torch
         if self.device == "cuda":
-            # The pool the last request left cached would count in this one's reserved peak.
+            # The pool the last request left cached would count in this one's reserved peak, and
+            # the pinned blocks it left cached in its page-locked peak.
             torch.cuda.empty_cache()
+            release_pinned_cache(torch)
             torch.cuda.reset_peak_memory_stats()
             torch.cuda.reset_peak_host_memory_stats()
         start, start_reserved = held_mib(torch, self.device)
+        pinned_start = pinned_mib(torch)
         images = [open_reference(path) for path in request["reference_paths"]]
         host = HostSampler()
         clock = StepClock(torch, self.device)
@@ -213,6 +217,7 @@ class DiffusersEngine:
                          "max_rss_mib": max_rss_mib(), "host_peak_mib": host.peak_mib,
                          "host_end_mib": host.end_mib,
                          "pinned_host_peak_mib": pinned_mib(torch, "allocated_bytes.peak"),
+                         "pinned_host_start_mib": pinned_start,
                          **self._outside_pool(), **clock.figures()}
         save_png(out.images[0], request["output"])
         return self.last

@@ -181,6 +181,7 @@ class Measures:
     host_peak_mib: float | None = None
     host_end_mib: float | None = None
     pinned_host_peak_mib: float | None = None
+    pinned_host_start_mib: float | None = None  # when it began, earlier requests' blocks released
     process_mib: float | None = None  # NVML's figure for the runner
     outside_pool_mib: float | None = None  # process_mib less torch's reserved pool
     first_step_end_s: float | None = None  # the encodes and step 0 (diffusers_engine.StepClock)

@@ -64,6 +64,7 @@ class CapacityTrial(EvidenceModel):
     host_peak_mib: float | None = measure("host_peak_mib")
     host_end_mib: float | None = measure("host_end_mib")
     pinned_host_peak_mib: float | None = measure("pinned_host_peak_mib")
+    pinned_host_start_mib: float | None = measure("pinned_host_start_mib")
     first_step_end_s: float | None = measure("first_step_end_s")
     step_after_first_s: float | None = measure("step_after_first_s")
     decode_s: float | None = measure("decode_s")
@@ -117,6 +118,7 @@ class TimedRequest(EvidenceModel):
     kv_cache_bytes: int | None = Field(default=None, ge=0)
     kv_cache_host_bytes: int | None = Field(default=None, ge=0)
     pinned_host_peak_mib: float | None = measure("pinned_host_peak_mib")
+    pinned_host_start_mib: float | None = measure("pinned_host_start_mib")
     host_peak_mib: float | None = measure("host_peak_mib")
     error: str | None = None
     lifetime: int = Field(ge=0, description="Which runner process ran it (0-based).")

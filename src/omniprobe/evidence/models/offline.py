@@ -129,6 +129,9 @@ _MEASURE_TEXT = {
                      "beside it (max_rss_mib and a cgroup's memory.peak are lifetime peaks, the "
                      "build's included).",
     "host_end_mib": "The runner's resident memory when the request ended.",
+    "pinned_host_start_mib": "torch's pinned host allocator when the request began, the blocks it "
+                             "kept cached from earlier requests given back first (null: not "
+                             "recorded, or no CUDA): what the request's page-locked peak adds to.",
     "pinned_host_peak_mib": "torch's pinned host allocator at its highest during the request "
                             "(page-locked, its blocks rounded up to powers of two); null: no "
                             "CUDA, nothing pinned.",
@@ -220,6 +223,7 @@ class OfflineRequest(Measurement, Configured):
     host_peak_mib: float | None = measure("host_peak_mib")
     host_end_mib: float | None = measure("host_end_mib")
     pinned_host_peak_mib: float | None = measure("pinned_host_peak_mib")
+    pinned_host_start_mib: float | None = measure("pinned_host_start_mib")
     first_step_end_s: float | None = measure("first_step_end_s")
     step_after_first_s: float | None = measure("step_after_first_s")
     decode_s: float | None = measure("decode_s")
