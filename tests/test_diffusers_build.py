@@ -286,6 +286,9 @@ def test_tiling_a_vae_that_cannot_tile_is_refused_before_any_build():
     cannot = {**TINY, "vae": {**TINY["vae"], "class": "transformers.CLIPTextModel"}}
     assert profile_refusal(profile, False, cannot) == (
         "vae_tiling = true: the VAE class transformers.CLIPTextModel has no enable_tiling")
+    missing = {**TINY, "vae": {**TINY["vae"], "class": "diffusers.NoSuchVae"}}
+    assert profile_refusal(profile, False, missing) == (
+        "vae_tiling = true: class 'diffusers.NoSuchVae': the installed diffusers has no NoSuchVae")
 
 
 def test_a_layer_cache_in_host_memory_stores_host_tensors_and_hands_compute_device_ones():

@@ -37,6 +37,7 @@ from omniprobe_engine.diffusers_build import (
     pinned_mib,
     placed_host_figures,
     release_pinned_cache,
+    resolve_class,
 )
 from omniprobe_engine.images import open_reference, save_png
 from omniprobe_engine.knobs import GROUP_OFFLOADS, INT8, OFFLOADS, setting
@@ -392,19 +393,14 @@ def profile_refusal(profile: dict, cuda: bool, components: dict | None = None) -
     if not cuda and setting(profile, "kv_placement") == "host-pinned":
         return "kv_placement 'host-pinned' needs a CUDA device to pin memory; this machine has none"
     vae = (components or {}).get("vae", {}).get("class", "")
-    if setting(profile, "vae_tiling") and vae and not hasattr(_component_class(vae),
-                                                              "enable_tiling"):
-        return f"vae_tiling = true: the VAE class {vae} has no enable_tiling"
+    if setting(profile, "vae_tiling") and vae:
+        try:
+            tiles = hasattr(resolve_class(vae), "enable_tiling")
+        except ValueError as exc:
+            return f"vae_tiling = true: {exc}"
+        if not tiles:
+            return f"vae_tiling = true: the VAE class {vae} has no enable_tiling"
     return adapter.refusal(profile)
-
-
-def _component_class(name: str):
-    """A committed config's class, 'diffusers.<Class>' or 'transformers.<Class>' (a note may
-    follow after a space)."""
-    import importlib
-
-    library, _, cls = name.split(" ")[0].partition(".")
-    return getattr(importlib.import_module(library), cls, None)
 
 
 def asked_facts(profiles: dict[str, dict], components: dict | None) -> dict:
