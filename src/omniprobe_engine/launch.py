@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
-MAIN = "from omniprobe_engine.runner import main\n\nraise SystemExit(main())\n"
 
 
 @functools.cache
@@ -27,5 +26,6 @@ def runner_folder() -> Path:
     folder = Path(tempfile.mkdtemp(prefix="omniprobe-engine-"))
     atexit.register(shutil.rmtree, folder, ignore_errors=True)
     os.symlink(PACKAGE, folder / PACKAGE.name, target_is_directory=True)
-    (folder / "__main__.py").write_text(MAIN, encoding="utf-8")
+    # The package's own `python -m` entry, so the two ways in start the runner alike.
+    shutil.copyfile(PACKAGE / "__main__.py", folder / "__main__.py")
     return folder
