@@ -189,3 +189,16 @@ def test_a_profile_on_two_machines_reads_where_its_bands_agree_and_by_how_much_n
     gpus = {"a": "GPU A", "b": "GPU B"}
     hosts = SimpleNamespace(host=lambda name: SimpleNamespace(gpu=gpus[name]))
     assert agreement_words(MachineAgreement("p", ("a", "b"), (0, 1, 4), apart), hosts) == words
+
+
+@pytest.mark.parametrize("aparts, words", [
+    ([], None),
+    ([{}], "A the same where a profile ran on two"),
+    ([{1: 256, 4: 256}, {4: -512}], "A within 512 MiB where a profile ran on two"),
+])
+def test_the_report_says_in_a_few_words_how_far_a_moved_between_machines(aparts, words):
+    from omniprobe.analysis.capacity_bands import MachineAgreement
+    from omniprobe.report.capacity_view import agreement_brief
+
+    found = [MachineAgreement("p", ("a", "b"), (0, 1, 4), apart) for apart in aparts]
+    assert agreement_brief(found) == words

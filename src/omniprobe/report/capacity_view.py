@@ -111,6 +111,8 @@ class CapacitySearchView:
     contradicting_trials: int  # how many trials those are (repeats at one limit included)
     noise: list[str]  # bands wider than two steps of the grid, with their trials
     machines: list[str]  # profiles searched on two machines: how far their bands came apart
+    machines_brief: str | None  # the same in a few words; None: every profile on one machine
+    inferred_b: bool  # some band's B is the previous count's (shown in parentheses)
     cut: list[str]  # searches stopped before their first band, with what they tried
     knobs: list[KnobRow]  # what each setting buys against its searched base
     spill: SpillLine | None  # the cache in pinned host memory against it on the GPU
@@ -191,6 +193,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
             [card_cell(found[p]) for p in order]))
     ordered = {p: searches[p] for p in order}
     gpu_of = {name: host.gpu for name, host in hosts.hosts.items()}
+    agreements = machine_agreement(ordered)
     deltas = knob_deltas(ordered, {p: hosts.diffusers_profiles[p].base for p in order})
     contradicting = [line for p in order for line in reference_contradictions(searches[p])]
     checks = sweep_checks(runs, searches)
@@ -217,7 +220,8 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         readings, [c.text() + f": {c.reading}" for c in checks if c.reading != "agrees"],
         list(dict.fromkeys(contradicting)), len(contradicting),
         [line for p in order for line in noisy_bands(searches[p])],
-        [agreement_words(a, hosts) for a in machine_agreement(ordered)],
+        [agreement_words(a, hosts) for a in agreements], agreement_brief(agreements),
+        any(b.fails_at_inferred for s in ordered.values() for b in s.search.bands),
         cut_searches(loaded.evidence, configs, set(searches)),
         knob_rows(deltas, ordered, counts, gpu_of), spill_line(deltas, ordered, gpu_of),
         figure.as_posix(), svg)
@@ -261,6 +265,15 @@ def searched_on(hosts: HostsConfig, searches: dict[str, Searched]) -> str:
     """The GPUs the newest searches ran on, each once, the most used first."""
     used = Counter(hosts.host(s.host).gpu for s in searches.values())
     return " and the ".join(gpu for gpu, _ in used.most_common())
+
+
+def agreement_brief(found: list[MachineAgreement]) -> str | None:
+    """How far A moved between machines, over every profile searched on two, in a few words."""
+    if not found:
+        return None
+    apart = max((abs(mib) for a in found for mib in a.apart_mib.values()), default=0)
+    return (f"A within {apart:,} MiB where a profile ran on two" if apart
+            else "A the same where a profile ran on two")
 
 
 def agreement_words(found: MachineAgreement, hosts: HostsConfig) -> str:
