@@ -905,16 +905,18 @@ def test_the_emulations_own_answer_is_in_details_graded_emulated(repo):
     assert "graded emulated" not in render_report(repo)  # the card's answer is the table's
 
 
-def test_the_reports_short_provenance_table_joins_the_hosts_of_one_machine_and_stack():
-    from omniprobe.report.provenance_view import ProvenanceRow, hosts_together
+def test_the_reports_short_provenance_table_joins_the_hosts_of_one_machine_and_stack(repo):
+    from omniprobe.evidence.validate import load_valid_project
+    from omniprobe.report.provenance_view import provenance_rows
 
-    rows = [ProvenanceRow("h200-diffusers", "measured", ["a1"], "2026-12-01, 2026-12-05", "`vm`",
-                          "torch 2.11.0"),
-            ProvenanceRow("h100-diffusers", "measured", ["a2"], "2026-12-05", "`vm`",
-                          "torch 2.11.0"),
-            ProvenanceRow("rtx3090-on-h200-diffusers", "emulated", ["a3"], "2026-12-02",
-                          "NVIDIA H200 (`vm`)", "torch 2.11.0")]
-    assert hosts_together(rows) == [
-        ProvenanceRow("h200-diffusers, h100-diffusers", "measured", ["a1", "a2"],
-                      "2026-12-01, 2026-12-05", "`vm`", "torch 2.11.0"),
-        rows[2]]
+    loaded = load_valid_project(repo)
+    searches = [a for a in loaded.evidence.attempts
+                if a.capacity and a.host in ("h100-diffusers", "h200-diffusers")]
+    apart = provenance_rows(searches, loaded.hosts)
+    [together] = provenance_rows(searches, loaded.hosts, per_host=False)
+    assert sorted(r.host for r in apart) == ["h100-diffusers", "h200-diffusers"]
+    assert sorted(together.host.split(", ")) == ["h100-diffusers", "h200-diffusers"]
+    assert together.attempts == [a for r in apart for a in r.attempts]
+    assert together.dates == "2026-12-01, 2026-12-05"
+    assert (together.kind, together.machine, together.stack) == (
+        apart[0].kind, apart[0].machine, apart[0].stack)

@@ -115,25 +115,17 @@ def _machine(a: LoadedAttempt, hosts: HostsConfig) -> str:
             f"{host.python_provider})" if host is not None else a.host)
 
 
-def provenance_rows(attempts: list[LoadedAttempt], hosts: HostsConfig) -> list[ProvenanceRow]:
-    """The attempts grouped by host, kind, machine and stack, in the order they come."""
+def provenance_rows(attempts: list[LoadedAttempt], hosts: HostsConfig, *,
+                    per_host: bool = True) -> list[ProvenanceRow]:
+    """The attempts grouped by host, kind, machine and stack, in the order they come; without
+    `per_host`, the hosts of one kind, machine and stack share a row (the short table, where a
+    reader wants where evidence came from rather than which attempt)."""
     groups: dict[tuple[str, str, str, str], list[LoadedAttempt]] = {}
     for a in attempts:
-        key = (a.host, a.meta.provenance.kind, _machine(a, hosts), _stack(a, hosts))
+        key = (a.host if per_host else "", a.meta.provenance.kind, _machine(a, hosts),
+               _stack(a, hosts))
         groups.setdefault(key, []).append(a)
-    return [ProvenanceRow(host, kind, [a.id for a in group],
-                          ", ".join(dict.fromkeys(a.meta.date for a in group)), machine, stack)
-            for (host, kind, machine, stack), group in groups.items()]
-
-
-def hosts_together(rows: list[ProvenanceRow]) -> list[ProvenanceRow]:
-    """The rows of one kind, machine and stack as one, their hosts and dates joined: the short
-    table, where a reader wants where evidence came from rather than which attempt."""
-    groups: dict[tuple[str, str, str], list[ProvenanceRow]] = {}
-    for row in rows:
-        groups.setdefault((row.kind, row.machine, row.stack), []).append(row)
-    return [ProvenanceRow(", ".join(r.host for r in group), kind,
-                          [a for r in group for a in r.attempts],
-                          ", ".join(sorted({d for r in group for d in r.dates.split(", ")})),
-                          machine, stack)
-            for (kind, machine, stack), group in groups.items()]
+    return [ProvenanceRow(", ".join(dict.fromkeys(a.host for a in group)), kind,
+                          [a.id for a in group],
+                          ", ".join(sorted({a.meta.date for a in group})), machine, stack)
+            for (_, kind, machine, stack), group in groups.items()]

@@ -39,7 +39,6 @@ from omniprobe.report.host_section import HostSection, ServeRunRow, TimelineFigu
 from omniprobe.report.paths import DETAILS_FILE, HARNESS_FILE, TIMELINES_DIR
 from omniprobe.report.provenance_view import (
     contract,
-    hosts_together,
     is_harness_attempt,
     newest_upstream,
     provenance_rows,
@@ -170,9 +169,9 @@ def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
     study_attempts = [a for a in attempts
                       if not is_harness_attempt(a, hosts) and a.host not in diffusers]
     fixtures = loaded.fixtures
-    diffusers_provenance = provenance_rows(
-        [a for a in attempts if a.host in diffusers and not is_harness_attempt(a, hosts)
-         and (hosts.host(a.host).emulation is not None or a.capacity)], hosts)
+    diffusers_attempts = [a for a in attempts
+                          if a.host in diffusers and not is_harness_attempt(a, hosts)
+                          and (hosts.host(a.host).emulation is not None or a.capacity)]
     return {
         "report": settings,
         # The cards come from the hosts: the title's words from templates/report.toml.
@@ -196,8 +195,8 @@ def build_context(loaded: Loaded, settings: ReportSettings, root: Path) -> dict:
         "attempts": study_attempts,
         "harness_attempts": [a for a in attempts if is_harness_attempt(a, hosts)],
         "study_provenance": provenance_rows(study_attempts, hosts),
-        "diffusers_provenance": diffusers_provenance,
-        "diffusers_provenance_brief": hosts_together(diffusers_provenance),
+        "diffusers_provenance": provenance_rows(diffusers_attempts, hosts),
+        "diffusers_provenance_brief": provenance_rows(diffusers_attempts, hosts, per_host=False),
         "diffusers": diffusers_section(loaded, root, real_cards),
         "follow": follow_through([s for s in real if s.has_evidence], hosts, settings),
         "upstream": newest_upstream(attempts),
