@@ -159,7 +159,7 @@ def test_the_pinned_bytes_of_a_count_are_read_where_it_came_first_in_its_runner(
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from omniprobe.report.knobs_view import first_request_pinned_mib
+    from omniprobe.analysis.card_answers import first_request_pinned_mib
 
     trial = SimpleNamespace(lifetime=0)
     timed = HOST.search.timed[0]
@@ -202,3 +202,20 @@ def test_the_report_says_in_a_few_words_how_far_a_moved_between_machines(aparts,
 
     found = [MachineAgreement("p", ("a", "b"), (0, 1, 4), apart) for apart in aparts]
     assert agreement_brief(found) == words
+
+
+def test_the_spill_line_holds_the_host_placement_against_the_same_base_its_saving_came_from():
+    """The base banded on two machines: the line's base pool is the one on the profile's own
+    machine, so its pool, the base's and the saving agree with each other."""
+    from dataclasses import replace
+
+    from omniprobe.report.knobs_view import spill_line
+
+    h100_base = _on(searched("group-leaf", LEAF, {0: (7936, 8192), 4: (17920, 18432)}),
+                    "h100-diffusers")
+    base = replace(BASE, elsewhere=(h100_base,))
+    host = _on(HOST, "h100-diffusers")
+    searches = {"group-leaf": base, "group-leaf-kv-host-pinned": host}
+    bases = {"group-leaf-kv-host-pinned": "group-leaf"}
+    line = spill_line(knob_deltas(searches, bases), searches, {})
+    assert (line.pool_mib, line.base_pool_mib, line.saved_mib) == (10240, 18432, 18432 - 10240)

@@ -217,6 +217,17 @@ def search_host_figures(found: Searched) -> tuple[float, float] | None:
     return peak, pinned
 
 
+def first_request_pinned_mib(found: Searched, count: int) -> float | None:
+    """The page-locked bytes of a timed request at `count` made first in its runner (no trial of
+    the search shares its lifetime): torch keeps the pinned blocks of earlier requests cached,
+    so a runner that ran smaller counts first holds more than the count needs."""
+    lifetimes = {t.lifetime for t in (*found.trials, *found.set_aside)}
+    first = [t.pinned_host_peak_mib for t in found.search.timed
+             if t.reference_count == count and t.lifetime not in lifetimes
+             and t.pinned_host_peak_mib is not None]
+    return max(first, default=None)
+
+
 def host_needs(runs: list[ProfileRun], profiles: dict[str, DiffusersProfile],
                searches: dict[str, Searched] | None = None) -> dict[str, HostNeed]:
     """Each profile's host need: the most a run or its search held (its own first, else those of

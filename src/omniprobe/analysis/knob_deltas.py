@@ -85,17 +85,22 @@ def time_cost(base: Searched, mine: Searched) -> TimeCost | None:
                     _ratio(a.decode_s, b.decode_s), a.wall_s / b.wall_s)
 
 
+def paired_base(newest: Searched, mine: Searched) -> Searched:
+    """The base's search a profile's bands are held against: the base's on the profile's own
+    host where it has one (a band may move a grid step between machines), else its newest."""
+    return newest.on(mine.host) or newest
+
+
 def knob_deltas(searches: dict[str, Searched], bases: dict[str, str | None]) -> list[KnobDelta]:
     """Each searched profile whose base (hosts.toml's `base`, by profile) was searched too and
     whose recorded settings differ from the base's in one setting: that setting's saving and
-    cost, in the profiles' order. The base's bands are its search on the profile's own host
-    where it has one (a band may move a grid step between machines), else its newest."""
+    cost, in the profiles' order, against the base's `paired_base`."""
     found = []
     for name, mine in searches.items():
         newest = searches.get(bases.get(name) or "")
         if newest is None:
             continue
-        base = newest.on(mine.host) or newest
+        base = paired_base(newest, mine)
         apart = one_setting_apart(mine.search.settings, base.search.settings)
         if apart is not None:
             found.append(KnobDelta(name, base.search.profile,

@@ -7,8 +7,8 @@ import json
 from dataclasses import dataclass
 
 from omniprobe.analysis.capacity_bands import Searched
-from omniprobe.analysis.card_answers import search_host_figures
-from omniprobe.analysis.knob_deltas import KnobDelta, TimeCost
+from omniprobe.analysis.card_answers import first_request_pinned_mib, search_host_figures
+from omniprobe.analysis.knob_deltas import KnobDelta, TimeCost, paired_base
 
 
 @dataclass(frozen=True)
@@ -96,17 +96,6 @@ def _most(deltas: list[KnobDelta], count: int) -> tuple[list[str], int | None]:
     return [k for k, v in saved.items() if v == best], best
 
 
-def first_request_pinned_mib(found: Searched, count: int) -> float | None:
-    """The page-locked bytes of a timed request at `count` made first in its runner (no trial of
-    the search shares its lifetime): torch keeps the pinned blocks of earlier requests cached,
-    so a runner that ran smaller counts first holds more than the count needs."""
-    lifetimes = {t.lifetime for t in (*found.trials, *found.set_aside)}
-    first = [t.pinned_host_peak_mib for t in found.search.timed
-             if t.reference_count == count and t.lifetime not in lifetimes
-             and t.pinned_host_peak_mib is not None]
-    return max(first, default=None)
-
-
 def spill_line(deltas: list[KnobDelta], searches: dict[str, Searched],
                gpu_of: dict[str, str]) -> SpillLine | None:
     """None where no profile with the cache in pinned host memory was searched beside its base
@@ -116,7 +105,8 @@ def spill_line(deltas: list[KnobDelta], searches: dict[str, Searched],
     if spill is None:
         return None
     saved = spill.pool[-1]
-    mine, base = searches[spill.profile], searches[spill.base]
+    mine = searches[spill.profile]
+    base = paired_base(searches[spill.base], mine)
     figures = search_host_figures(mine), search_host_figures(base)
     fresh = first_request_pinned_mib(mine, saved.reference_count)
     most, _ = _most(deltas, saved.reference_count)
