@@ -294,3 +294,12 @@ def test_a_profile_searched_at_one_count_is_a_larger_ringed_point():
     radii = {name: {c.get("r") for c in g.iter() if c.tag.endswith("circle")}
              for name, g in groups.items() if name in ("curve", "lone")}
     assert radii == {"curve": {"3"}, "lone": {"5"}}
+
+
+@pytest.mark.parametrize("b_inferred, said", [(True, True), (False, False)])
+def test_the_pool_figure_explains_a_parenthesised_b_only_where_a_cell_has_one(b_inferred, said):
+    svg = render_pool_svg([PoolLine("p", ((0, 7936, 8448), (1, None, 9000)), ("a", "(8,448)–9,000"))],
+                          [CardLine("card", 16000)], [0, 1], title="t", b_inferred=b_inferred)
+    text = " ".join(re.findall(r">([^<]*)</text>", svg))
+    assert ("a B in parentheses" in text) is said
+    assert "B–A (MiB): the count failed" in text

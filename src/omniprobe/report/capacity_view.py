@@ -112,7 +112,7 @@ class CapacitySearchView:
     noise: list[str]  # bands wider than two steps of the grid, with their trials
     machines: list[str]  # profiles searched on two machines: how far their bands came apart
     machines_brief: str | None  # the same in a few words; None: every profile on one machine
-    inferred_b: bool  # some band's B is the previous count's (shown in parentheses)
+    b_inferred: bool  # some band's B is the previous count's (shown in parentheses)
     cut: list[str]  # searches stopped before their first band, with what they tried
     knobs: list[KnobRow]  # what each setting buys against its searched base
     spill: SpillLine | None  # the cache in pinned host memory against it on the GPU
@@ -194,6 +194,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
     ordered = {p: searches[p] for p in order}
     gpu_of = {name: host.gpu for name, host in hosts.hosts.items()}
     agreements = machine_agreement(ordered)
+    b_inferred = any(b.fails_at_inferred for s in ordered.values() for b in s.search.bands)
     deltas = knob_deltas(ordered, {p: hosts.diffusers_profiles[p].base for p in order})
     contradicting = [line for p in order for line in reference_contradictions(searches[p])]
     checks = sweep_checks(runs, searches)
@@ -210,7 +211,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         [CardLine(c.name, c.usable_pool_mib, bool(c.assumed)) for c in hosts.cards.values()],
         counts,
         title=f"{model} in Diffusers, random weights: the smallest torch pool (A, and "
-              "B to A uncertain)")
+              "B to A uncertain)", b_inferred=b_inferred)
     return CapacitySearchView(
         sorted({s.attempt for s in searches.values()}),
         searched_on(hosts, searches),
@@ -221,7 +222,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         list(dict.fromkeys(contradicting)), len(contradicting),
         [line for p in order for line in noisy_bands(searches[p])],
         [agreement_words(a, hosts) for a in agreements], agreement_brief(agreements),
-        any(b.fails_at_inferred for s in ordered.values() for b in s.search.bands),
+        b_inferred,
         cut_searches(loaded.evidence, configs, set(searches)),
         knob_rows(deltas, ordered, counts, gpu_of), spill_line(deltas, ordered, gpu_of),
         figure.as_posix(), svg)

@@ -32,10 +32,15 @@ CARDS = "a card's usable pool"  # the card lines' series, each line named at its
 ASSUMED = "*"  # after a card's label: a figure its pool comes from is assumed
 _EDGE, _TOP_GAP, _PLOT_H = 8, 18, 260
 _MIN_PLOT_W, _MIN_COLUMN_W = 480, 90
-_NOTATION = ("B–A (MiB): the count failed at every trial at or below B and fit at every trial at "
-             "or above A; a B in parentheses was not tried at that count, it is the previous "
-             f"count's, and no band is shaded there. {ASSUMED} after a card: its pool rests on a "
-             "figure hosts.toml [cards] marks assumed.")
+_INFERRED = ("; a B in parentheses was not tried at that count, it is the previous count's, and "
+             "no band is shaded there")
+
+
+def notation(b_inferred: bool) -> str:
+    """The key's words under the table; the parentheses explained only where a cell has them."""
+    return ("B–A (MiB): the count failed at every trial at or below B and fit at every trial at "
+            f"or above A{_INFERRED if b_inferred else ''}. {ASSUMED} after a card: its pool "
+            "rests on a figure hosts.toml [cards] marks assumed.")
 
 
 @dataclass(frozen=True)
@@ -96,9 +101,10 @@ def band_polygons(points: list[tuple[float, float | None, float | None]]) -> lis
 
 
 def render_pool_svg(lines: list[PoolLine], cards: list[CardLine], counts: list[int], *,
-                    title: str) -> str:
+                    title: str, b_inferred: bool = False) -> str:
     """Each profile's line has a colour of its own; where two have the same A at a count they lie
-    side by side there (straddle), and their B–A bars stand side by side at every count."""
+    side by side there (straddle), and their B–A bars stand side by side at every count.
+    `b_inferred`: some cell gives the previous count's B in parentheses, and the key says so."""
     frame = count_frame(counts, [p.profile for p in lines], [c for p in lines for c in p.cells],
                         edge=_EDGE, min_plot_w=_MIN_PLOT_W, min_column_w=_MIN_COLUMN_W)
     left, plot_w, x = frame.left, frame.plot_w, frame.x
@@ -154,5 +160,5 @@ def render_pool_svg(lines: list[PoolLine], cards: list[CardLine], counts: list[i
     return finish(parts, [(CARDS, lambda kx, ky: swatch(kx, ky, CARDS, CARD_COLOUR, CARD_DASH, 1.2)),
                           ("a point: A", lambda kx, ky: dot_sample(kx, ky, "#555")),
                           ("a shaded band: B up to A, uncertain", _band_sample)],
-                  _NOTATION, width=width, edge=_EDGE,
+                  notation(b_inferred), width=width, edge=_EDGE,
                   key_top=table + ROW_PX * (len(lines) + 1) + 6)

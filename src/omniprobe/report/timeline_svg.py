@@ -21,8 +21,9 @@ FONT_PX = 11  # every figure's font size, set once on its <svg>
 CHAR_EM = 0.6  # an estimated glyph width, in font sizes: sans-serif averages about that
 # Okabe and Ito's eight colours, told apart by most colour-blind readers; yellow last, as it
 # is faint on white.
+# Okabe and Ito's eight, then a brown and an indigo: the Qwen pool figure has nine profiles.
 SERIES_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
-                  "#F0E442")
+                  "#F0E442", "#8C510A", "#332288")
 _W, _PLOT_H = 720, 192
 _LEFT, _RIGHT = 64, 24  # the right margin holds half the last time tick's label
 _TITLE_ROW = 14  # one more line of a wrapped title
@@ -51,7 +52,7 @@ def wrap(text: str, width_px: float) -> list[str]:
 def series_style(index: int) -> tuple[str, str | None]:
     """The stroke colour and dash pattern of a figure's index-th series: a colour each while the
     palette lasts, then the colours again with a longer dash each round, so no two series share
-    a look and, up to eight, none shares a colour."""
+    a look and, while the palette lasts, none shares a colour."""
     rounds, colour = divmod(index, len(SERIES_COLOURS))
     return SERIES_COLOURS[colour], (f"{3 * rounds + 3} 3" if rounds else None)
 
