@@ -138,11 +138,13 @@ def test_each_curve_figure_labels_its_rows_with_its_tables_cells(repo):
 def test_the_pool_figure_labels_its_rows_with_the_bands_tables_cells(repo):
     loaded = load_valid_project(repo)
     folder = "models/qwen-image-2.1/full"
-    view = capacity_search_view(loaded, [], {}, newest_searches(loaded.evidence, folder),
-                                "Qwen-Image-2.1", folder)
+    searches = newest_searches(loaded.evidence, folder)
+    view = capacity_search_view(loaded, [], {}, searches, "Qwen-Image-2.1", folder)
     assert view is not None and view.rows
     for row in view.rows:
         assert row_cells(view.figure_svg, row.profile) == row.cells, row.profile
+        # the cost table names the machine whose seconds its row gives
+        assert row.gpu == loaded.hosts.host(searches[row.profile].host).gpu, row.profile
     # A band is shaded only where its B was tried: `group-leaf-nokv`'s counts 1-4 take the
     # previous count's B, so its one band is count 0's.
     nokv = re.search(r'<g data-series="group-leaf-nokv".*?</g>', view.figure_svg).group(0)

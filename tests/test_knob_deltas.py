@@ -181,14 +181,11 @@ def test_the_pinned_bytes_of_a_count_are_read_where_it_came_first_in_its_runner(
                                 "+256 MiB at 1; +512 MiB at 4"),
 ])
 def test_a_profile_on_two_machines_reads_where_its_bands_agree_and_by_how_much_not(apart, words):
-    from types import SimpleNamespace
-
     from omniprobe.analysis.capacity_bands import MachineAgreement
     from omniprobe.report.capacity_view import agreement_words
 
     gpus = {"a": "GPU A", "b": "GPU B"}
-    hosts = SimpleNamespace(host=lambda name: SimpleNamespace(gpu=gpus[name]))
-    assert agreement_words(MachineAgreement("p", ("a", "b"), (0, 1, 4), apart), hosts) == words
+    assert agreement_words(MachineAgreement("p", ("a", "b"), (0, 1, 4), apart), gpus) == words
 
 
 @pytest.mark.parametrize("aparts, words", [

@@ -55,6 +55,7 @@ def band_cell(band: CapacityBand | None) -> str:
 @dataclass(frozen=True)
 class PoolRow:
     profile: str
+    gpu: str  # the GPU its newest search ran on: its trials' and timed requests' machine
     cells: list[str]  # by reference count
     trials: int  # counted toward its bands
     set_aside: int  # recorded, never counted (started dirty, or an error right after a failure)
@@ -173,7 +174,8 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
     order = [p for p in hosts.diffusers_profiles if p in searches]
     counts = sorted({b.reference_count for s in searches.values() for b in s.search.bands})
     cells = {p: [band_cell(searches[p].band(n)) for n in counts] for p in order}  # table, figure
-    rows = [PoolRow(p, cells[p],
+    gpu_of = {name: host.gpu for name, host in hosts.hosts.items()}
+    rows = [PoolRow(p, gpu_of[searches[p].host], cells[p],
                     sum(b.trials for b in searches[p].search.bands),
                     len(searches[p].set_aside), searches[p].start_figures(), searches[p].runners,
                     sum(b.requests_saved for b in searches[p].search.bands),
@@ -192,7 +194,6 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
             host_ram_words(list(found.values()), None if ram is None else f"{ram / 1024:g}"),
             [card_cell(found[p]) for p in order]))
     ordered = {p: searches[p] for p in order}
-    gpu_of = {name: host.gpu for name, host in hosts.hosts.items()}
     agreements = machine_agreement(ordered)
     b_inferred = any(b.fails_at_inferred for s in ordered.values() for b in s.search.bands)
     deltas = knob_deltas(ordered, {p: hosts.diffusers_profiles[p].base for p in order})
@@ -214,14 +215,14 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
               "B to A uncertain)", b_inferred=b_inferred)
     return CapacitySearchView(
         sorted({s.attempt for s in searches.values()}),
-        searched_on(hosts, searches),
+        searched_on(gpu_of, searches),
         grids_text(loaded, ordered),
         first.num_inference_steps, ", ".join(sorted(set(first.sizes.values()))),
         [f"{n} ref{'' if n == 1 else 's'}" for n in counts], order, rows, cards, len(checks),
         readings, [c.text() + f": {c.reading}" for c in checks if c.reading != "agrees"],
         list(dict.fromkeys(contradicting)), len(contradicting),
         [line for p in order for line in noisy_bands(searches[p])],
-        [agreement_words(a, hosts) for a in agreements], agreement_brief(agreements),
+        [agreement_words(a, gpu_of) for a in agreements], agreement_brief(agreements),
         b_inferred,
         cut_searches(loaded.evidence, configs, set(searches)),
         knob_rows(deltas, ordered, counts, gpu_of), spill_line(deltas, ordered, gpu_of),
@@ -262,9 +263,10 @@ def grid_provenance(loaded: Loaded, searches: dict[str, Searched]) -> str:
         if default else "") if part)
 
 
-def searched_on(hosts: HostsConfig, searches: dict[str, Searched]) -> str:
-    """The GPUs the newest searches ran on, each once, the most used first."""
-    used = Counter(hosts.host(s.host).gpu for s in searches.values())
+def searched_on(gpu_of: dict[str, str], searches: dict[str, Searched]) -> str:
+    """The GPUs the newest searches ran on, each once, the most used first (`gpu_of`: each
+    host's GPU, by host name)."""
+    used = Counter(gpu_of[s.host] for s in searches.values())
     return " and the ".join(gpu for gpu, _ in used.most_common())
 
 
@@ -277,9 +279,10 @@ def agreement_brief(found: list[MachineAgreement]) -> str | None:
             else "A the same where a profile ran on two")
 
 
-def agreement_words(found: MachineAgreement, hosts: HostsConfig) -> str:
-    """One profile's bands on two machines, in words: where A agrees, and where not by how much."""
-    newer, older = (f"the {hosts.host(h).gpu} (`{h}`)" for h in found.hosts)
+def agreement_words(found: MachineAgreement, gpu_of: dict[str, str]) -> str:
+    """One profile's bands on two machines, in words: where A agrees, and where not by how much
+    (`gpu_of`: each host's GPU, by host name)."""
+    newer, older = (f"the {gpu_of[h]} (`{h}`)" for h in found.hosts)
     same = [n for n in found.counts if n not in found.apart_mib]
     apart = {}
     for n, mib in found.apart_mib.items():
