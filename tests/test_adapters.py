@@ -94,6 +94,10 @@ def test_a_refusal_falls_out_of_the_capabilities(adapter, settings, expected):
      "offload 'disk': expected one of none, model-cpu, group-leaf, group-block"),
     (full(QWEN, use_kv_cache=True, kv_placement="host-pinned"), False,
      "kv_placement 'host-pinned' needs a CUDA device to pin memory; this machine has none"),
+    (full(QWEN, use_kv_cache=True, kv_placement="host-pinned-packed"), False,
+     "kv_placement 'host-pinned-packed' needs a CUDA device to pin memory; this machine has "
+     "none"),
+    (full(QWEN, use_kv_cache=True, kv_placement="host-pinned-packed"), True, None),
     (full(QWEN, use_kv_cache=True, kv_placement="host-pageable"), False, None),
     (full(KLEIN, use_kv_cache=True, offload="model-cpu"), False,
      "offload 'model-cpu' needs a CUDA device; this machine has none"),

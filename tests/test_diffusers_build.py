@@ -310,9 +310,52 @@ def test_a_layer_cache_in_host_memory_stores_host_tensors_and_hands_compute_devi
         host_placed(QwenImage21KVLayerCache, pinned=False)().get()
 
 
-def test_the_tiny_model_runs_with_its_cache_in_host_memory_and_records_it_so(tmp_path):
+def test_packed_layers_carve_their_k_and_v_out_of_shared_slabs():
+    """kv_host.Slabs: every layer's K and V in one slab where the rule says one holds them, each
+    at an aligned offset, the values those stored; a tensor past the expected count gets its own
+    slab. Pageable here (pinning needs CUDA); the GPU test pins them."""
+    from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVLayerCache
 
+    from omniprobe_engine.kv_host import ALIGN_BYTES, Slabs, aligned, host_placed, packed_bytes
+
+    layers, shape = 4, (1, 7, 2, 4)  # 112 bytes a bfloat16 tensor, 512 aligned
+    slabs = Slabs(2 * layers, pinned=False)
+    cls = host_placed(QwenImage21KVLayerCache, pinned=False, compute_device="meta")
+    caches = [cls(slabs) for _ in range(layers)]
+    stored = [(torch.randn(shape, dtype=torch.bfloat16), torch.randn(shape, dtype=torch.bfloat16))
+              for _ in caches]
+    for cache, (k, v) in zip(caches, stored, strict=True):
+        cache.store(k, v)
+    assert aligned(7 * 2 * 4 * 2) == ALIGN_BYTES
+    assert slabs.nbytes == packed_bytes(112, 2 * layers) == 4096  # 8 x 512 in one 4 KiB slab
+    assert len(slabs.slabs) == 1
+    base = slabs.slabs[0].data_ptr()
+    for cache, (k, v) in zip(caches, stored, strict=True):
+        for host, original in ((cache.k, k), (cache.v, v)):
+            assert host.device.type == "cpu" and host.shape == original.shape
+            assert host.dtype == original.dtype and torch.equal(host, original)
+            assert host.untyped_storage().data_ptr() == base  # carved, not a block of its own
+            assert (host.data_ptr() - base) % ALIGN_BYTES == 0
+        assert cache.get()[0].device.type == "meta"
+    caches[0].store(*stored[0])  # past the expected eight: K and V, a slab each
+    assert len(slabs.slabs) == 3 and slabs.nbytes == 4096 + 2 * 512
+
+
+def test_the_tiny_model_runs_with_its_cache_in_host_memory_and_records_it_so(tmp_path,
+                                                                            monkeypatch):
+    """Each host placement draws the image the cache on the device draws, pixel for pixel: the
+    same K and V, kept elsewhere. Packing pins on a GPU only; here its slabs are pageable."""
+    from PIL import Image
+
+    from omniprobe_engine import kv_host
     from omniprobe_engine.diffusers_engine import DiffusersEngine
+
+    monkeypatch.setitem(kv_host.HOST_PLACEMENTS, "host-pinned-packed",
+                        kv_host.HostMemory(pinned=False, packed=True))
+    carved = []
+    empty_like = kv_host.Slabs.empty_like
+    monkeypatch.setattr(kv_host.Slabs, "empty_like",
+                        lambda self, t: carved.append(t.shape) or empty_like(self, t))
 
     def engine(placement):
         return DiffusersEngine("random", {
@@ -324,6 +367,13 @@ def test_the_tiny_model_runs_with_its_cache_in_host_memory_and_records_it_so(tmp
     request = one_reference_request(tmp_path, steps=2)
     host = engine("host-pageable").generate(request)
     assert host["kv_cache_host_bytes"] == host["kv_cache_bytes"] > 0
+    packed = engine("host-pinned-packed").generate({**request,
+                                                   "output": str(tmp_path / "packed.png")})
+    assert packed["kv_cache_host_bytes"] == packed["kv_cache_bytes"] == host["kv_cache_bytes"]
+    assert len(carved) == 2 * packed["kv_cache_layers"]  # every layer's K and V, and only packed
     on_device = engine("gpu").generate({**request, "output": str(tmp_path / "gpu.png")})
     assert on_device["kv_cache_host_bytes"] == 0
     assert on_device["kv_cache_bytes"] == host["kv_cache_bytes"]  # the same cache, elsewhere
+    drawn = {name: Image.open(tmp_path / name).tobytes()
+             for name in ("out.png", "packed.png", "gpu.png")}
+    assert drawn["out.png"] == drawn["packed.png"] == drawn["gpu.png"]

@@ -192,27 +192,30 @@ def test_a_failed_decode_leaves_nothing_once_the_engine_recovers(tmp_path):
 
 
 def test_the_cache_in_host_memory_frees_the_gpu_of_it_between_blocks(tmp_path):
-    """Issue 49 on the GPU: with kv_placement host-pinned the conditioning cache stays in host
-    memory, so what torch holds between transformer blocks at a cached step is lower than with
-    the cache on the GPU, by about the cache's bytes; both record the same cache. A smaller
-    request before it leaves no pinned blocks behind (torch's cache of them is given back)."""
+    """Issue 49 on the GPU: with kv_placement host-pinned (and -packed) the conditioning cache
+    stays in host memory, so what torch holds between transformer blocks at a cached step is
+    lower than with the cache on the GPU, by about the cache's bytes; all record the same cache.
+    A smaller request before it leaves no pinned blocks behind (torch's cache of them is given
+    back), and packed, the cache pins little more than its own bytes."""
     refs = _four_references(tmp_path)
     request = {"prompt": "compose the four subjects in one scene", "reference_paths": refs,
                "height": 832, "width": 1248, "num_inference_steps": 2, "true_cfg_scale": 1.0,
                "seed": 2301, "output": str(tmp_path / "out.png")}
     between = {}
-    for placement in ("gpu", "host-pinned"):
+    # pinned, each tensor a block rounded up to a power of two; packed, carved out of slabs
+    added_at_most = {"host-pinned": 2.0, "host-pinned-packed": 1.1}
+    for placement in ("gpu", *added_at_most):
         engine = _engine({"offload": "group-leaf", "use_stream": True, "use_kv_cache": True,
                           "kv_placement": placement})
         held: list[int] = []
         for block in engine.pipe.transformer.transformer_blocks:
             block.register_forward_hook(
                 lambda *args, held=held: held.append(torch.cuda.memory_allocated()))
-        if placement == "host-pinned":  # a smaller request first: its pinned blocks must not stay
+        if placement in added_at_most:  # a smaller request first: its pinned blocks must not stay
             smaller = engine.generate({**request, "reference_paths": refs[:1]})
             held.clear()
         measured = engine.generate(request)
-        if placement == "host-pinned":
+        if placement in added_at_most:
             print("after one reference", json.dumps(smaller))
             # torch's cached pinned blocks were given back before the request: it starts where
             # the smaller one did, and holds its own cache's blocks, not those on top
@@ -221,12 +224,16 @@ def test_the_cache_in_host_memory_frees_the_gpu_of_it_between_blocks(tmp_path):
             # (on the H100 in one search runner, 1-3 references first: 3.4 times the cache's bytes;
             # in a runner of its own, 2.0 times: its blocks rounded up to powers of two)
             added_mib = measured["pinned_host_peak_mib"] - measured["pinned_host_start_mib"]
-            assert added_mib <= 2 * measured["kv_cache_bytes"] / 2**20
+            print(placement, "pinned added", added_mib, "MiB for a cache of",
+                  measured["kv_cache_bytes"] / 2**20)
+            assert added_mib <= added_at_most[placement] * measured["kv_cache_bytes"] / 2**20
         blocks = len(engine.pipe.transformer.transformer_blocks)
         between[placement] = (max(held[blocks:2 * blocks]), measured)  # the second step: cached
         print(placement, between[placement][0] / 2**20, json.dumps(measured))
         del engine
         torch.cuda.empty_cache()
-    (on_gpu, gpu), (in_host, host) = between["gpu"], between["host-pinned"]
-    assert host["kv_cache_host_bytes"] == host["kv_cache_bytes"] == gpu["kv_cache_bytes"] > 0
-    assert on_gpu - in_host >= 0.8 * gpu["kv_cache_bytes"]
+    on_gpu, gpu = between["gpu"]
+    for placement in added_at_most:
+        in_host, host = between[placement]
+        assert host["kv_cache_host_bytes"] == host["kv_cache_bytes"] == gpu["kv_cache_bytes"] > 0
+        assert on_gpu - in_host >= 0.8 * gpu["kv_cache_bytes"]

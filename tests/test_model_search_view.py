@@ -37,6 +37,15 @@ def test_running_without_a_cache_gives_nothing_up_where_the_pipeline_keeps_none(
     assert gives_up(qwen, 1024) == ("KV cache off",)
 
 
+def test_where_the_cache_lives_is_what_a_host_placement_gives_up():
+    leaf = DiffusersProfile(description="q", pipeline="QwenImage21Pipeline", offload="group-leaf",
+                            use_stream=True, use_kv_cache=True)
+    for placement, words in (("gpu", ()), ("host-pinned", ("KV cache in pinned host memory",)),
+                             ("host-pinned-packed", ("KV cache in packed pinned host memory",)),
+                             ("host-pageable", ("KV cache in pageable host memory",))):
+        assert gives_up(leaf.model_copy(update={"kv_placement": placement}), 1024) == words
+
+
 def test_the_second_model_has_its_bands_answers_and_published_figures_from_their_files(
         repo_copy):
     text, details = render_report(repo_copy), render_details(repo_copy)

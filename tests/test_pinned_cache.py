@@ -9,12 +9,12 @@ from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.config.hosts import load_hosts
 from omniprobe.config.pinned_cache import (
     architecture_bytes_per_token,
-    pinned_block_bytes,
     pinned_cache_bytes,
     pinned_cache_problems,
 )
 from omniprobe.errors import InputError
 from omniprobe.harness.offline.matrix import offline_matrix
+from omniprobe_engine.kv_host import packed_bytes, power_of_two_ceil, slab_bytes
 
 from .conftest import REPO, in_process, make_project
 
@@ -25,18 +25,46 @@ GIB = 2**30
 @pytest.mark.parametrize("size, block", [(1, 1), (2, 2), (3, 4), (128 * 2**20, 128 * 2**20),
                                          (128 * 2**20 + 1, 256 * 2**20)])
 def test_a_pinned_block_rounds_up_to_a_power_of_two(size, block):
-    assert pinned_block_bytes(size) == block
+    assert power_of_two_ceil(size) == block
 
 
-@pytest.mark.parametrize("resolution, references, gib", [
-    # 1024²: 4,096 tokens a reference, 8 KiB per token per tensor; 64 tensors
-    (1024, 1, 2.0), (1024, 4, 8.0),
-    (1024, 3, 8.0),   # 96 MiB a tensor rounds to 128 MiB
-    (512, 4, 2.0),
+MIB = 2**20
+MEASURED_4_REFS = 8_740_405_248 // 64  # bytes a tensor: the H100's cache at 4 references
+
+
+@pytest.mark.parametrize("tensor_bytes, to_come, slab", [
+    (128 * MIB, 64, 8 * GIB),                 # the cache exactly a power of two: one slab
+    (96 * MIB, 64, 4 * GIB),                  # 6 GiB to come: the 4 GiB it fills, not 8
+    (96 * MIB, 1, 128 * MIB),                 # the last tensor: its own block
+    (MEASURED_4_REFS, 64, 8 * GIB),           # 8.14 GiB to come: 8 GiB holds 62 of them
+    (MEASURED_4_REFS, 2, 256 * MIB),          # 260 MiB: 512 wastes more than a tensor
+    (MEASURED_4_REFS, 1, 256 * MIB),
 ])
-def test_the_pinned_cache_of_the_seeds_dit(resolution, references, gib):
+def test_a_slab_is_the_power_of_two_the_tensors_to_come_fill(tensor_bytes, to_come, slab):
+    assert slab_bytes(tensor_bytes, to_come) == slab
+
+
+@pytest.mark.parametrize("tensor_bytes, tensors, blocks_gib, packed_gib", [
+    (128 * MIB, 64, 8.0, 8.0),            # a power of two a tensor: packing changes nothing
+    (96 * MIB, 64, 8.0, 6.125),           # 3 references: 4 GiB + 2 GiB + 128 MiB
+    (MEASURED_4_REFS, 64, 16.0, 8.5),     # the H100's 16.0 GiB, against 8 GiB + 2 x 256 MiB
+])
+def test_packed_the_cache_pins_about_its_own_bytes(tensor_bytes, tensors, blocks_gib, packed_gib):
+    assert tensors * power_of_two_ceil(tensor_bytes) == blocks_gib * GIB
+    assert packed_bytes(tensor_bytes, tensors) == packed_gib * GIB
+
+
+@pytest.mark.parametrize("resolution, references, gib, packed_gib", [
+    # 1024²: 4,096 tokens a reference, 8 KiB per token per tensor; 64 tensors
+    (1024, 1, 2.0, 2.0), (1024, 4, 8.0, 8.0),
+    (1024, 3, 8.0, 6.125),  # 96 MiB a tensor rounds to 128 MiB; packed, 4 + 2 GiB + 128 MiB
+    (512, 4, 2.0, 2.0),
+])
+def test_the_pinned_cache_of_the_seeds_dit(resolution, references, gib, packed_gib):
     assert architecture_bytes_per_token(QWEN) == 512 * 1024  # the report's 512 KiB per token
     assert pinned_cache_bytes(QWEN, "bfloat16", resolution, references) == gib * GIB
+    assert pinned_cache_bytes(QWEN, "bfloat16", resolution, references, packed=True) == (
+        packed_gib * GIB)
 
 
 def profile(placement):
@@ -44,21 +72,24 @@ def profile(placement):
                             use_kv_cache=True, kv_placement=placement)
 
 
-@pytest.mark.parametrize("placement, ram_gib, refused", [
-    ("host-pinned", 6, True),      # 8 GiB pinned at 4 references under a 6 GiB cap
-    ("host-pinned", 8, False),     # exactly the cap: no refusal on the cache alone
-    ("host-pageable", 6, False),   # pageable memory can page
-    ("gpu", 6, False),
-    ("host-pinned", None, False),  # no cap: nothing to hold it against
+@pytest.mark.parametrize("placement, references, ram_gib, refused", [
+    ("host-pinned", 4, 6, "8.0"),          # 8 GiB pinned at 4 references under a 6 GiB cap
+    ("host-pinned", 4, 8, None),           # exactly the cap: no refusal on the cache alone
+    ("host-pinned", 3, 7, "8.0"),          # 3 references: 64 blocks rounded to 128 MiB
+    ("host-pinned-packed", 3, 7, None),    # packed: 6.1 GiB
+    ("host-pinned-packed", 4, 6, "8.0"),
+    ("host-pageable", 4, 6, None),         # pageable memory can page
+    ("gpu", 4, 6, None),
+    ("host-pinned", 4, None, None),        # no cap: nothing to hold it against
 ])
-def test_pinned_cache_over_a_host_ram_cap_is_refused(placement, ram_gib, refused):
-    problems = pinned_cache_problems({"p": profile(placement)}, QWEN, {"p": 1024}, 4, ram_gib,
-                                     "h", "hosts.toml")
-    assert bool(problems) is refused
+def test_pinned_cache_over_a_host_ram_cap_is_refused(placement, references, ram_gib, refused):
+    problems = pinned_cache_problems({"p": profile(placement)}, QWEN, {"p": 1024}, references,
+                                     ram_gib, "h", "hosts.toml")
+    assert bool(problems) is bool(refused)
     if refused:
         (p,) = problems
         assert (p.file, p.path) == ("hosts.toml", "[diffusers_profiles.p] key 'kv_placement'")
-        assert "at least 8.0 GiB, more than host h's 6 GiB RAM cap" in p.message
+        assert f"at least {refused} GiB, more than host h's {ram_gib} GiB RAM cap" in p.message
         assert "expected 'host-pageable'" in p.message
 
 

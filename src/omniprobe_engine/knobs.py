@@ -86,14 +86,18 @@ KNOBS: tuple[Knob, ...] = (
          description="The pipeline's conditioning KV cache (use_kv_cache).",
          applied="the call's use_kv_cache", affects=(GPU_MEMORY, SPEED),
          refused="true for a pipeline that keeps no conditioning cache"),
-    Knob("kv_placement", str, default="gpu", choices=("gpu", "host-pinned", "host-pageable"),
+    Knob("kv_placement", str, default="gpu",
+         choices=("gpu", "host-pinned", "host-pinned-packed", "host-pageable"),
          description="Where the conditioning KV cache lives between steps, where use_kv_cache "
                      "keeps one: gpu, the pipeline's own; host-pinned or host-pageable, host "
-                     "copies each step copies back to the GPU one layer at a time (kv_host.py).",
+                     "copies each step copies back to the GPU one layer at a time (kv_host.py); "
+                     "host-pinned-packed, pinned, each layer's K and V carved out of a few "
+                     "slabs sized to the cache instead of a block each rounded up to a power of "
+                     "two.",
          applied="the pipeline's layer cache class replaced by one that stores K and V in host "
                  "memory and hands each use a temporary device copy",
          affects=(GPU_MEMORY, HOST_MEMORY, SPEED),
-         refused="a host placement without use_kv_cache; host-pinned without CUDA"),
+         refused="a host placement without use_kv_cache; a pinned one without CUDA"),
     Knob("release_kv_before_decode", bool, default=False,
          description="Free the conditioning KV cache's tensors after the last denoising step, "
                      "once the recorder has counted them, so the decode's peak does not come on "

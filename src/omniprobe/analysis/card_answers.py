@@ -29,6 +29,7 @@ from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.evidence.models.capacity import CapacityBand
 from omniprobe_engine.adapters import adapter_for
 from omniprobe_engine.knobs import GROUP_OFFLOADS
+from omniprobe_engine.kv_host import HOST_PLACEMENTS
 
 RUNS, MARGIN, HOST_SHORT, HOST_UNKNOWN, NO_FIT, NOT_SEARCHED = (
     "runs", "at the margin", "host too small", "host need not measured", "does not fit",
@@ -174,8 +175,10 @@ def gives_up(profile: DiffusersProfile, default_resolution: int) -> tuple[str, .
     # A pipeline that keeps no conditioning cache gives none up by running without one.
     if not profile.use_kv_cache and adapter_for(profile.pipeline).keeps_conditioning_cache:
         out.append("KV cache off")
-    elif profile.kv_placement != "gpu":  # each step reads it across the bus
-        out.append(f"KV cache in {profile.kv_placement.removeprefix('host-')} host memory")
+    elif profile.kv_placement in HOST_PLACEMENTS:  # each step reads it across the bus
+        memory = HOST_PLACEMENTS[profile.kv_placement]
+        out.append(f"KV cache in {'packed ' if memory.packed else ''}"
+                   f"{'pinned' if memory.pinned else 'pageable'} host memory")
     if profile.vae_tiling:
         out.append("VAE tiled")
     if profile.quantize_dit:

@@ -7,22 +7,19 @@ The cache's size is a lower bound from the DiT's config: every block keeps K and
 dimension elements of the dtype per prefix token, and a reference of side S brings (S / 16)²
 prefix tokens (QwenImage21Pipeline packs 2×2 patches of the VAE's 8× downsampled latents;
 omniprobe counted 4,144 at 1024², this 4,096 and the condition's own tokens). Each layer's K and
-V is one pinned block, and torch's pinned host allocator rounds a block up to a power of two.
+V is one pinned block, and torch's pinned host allocator rounds a block up to a power of two;
+packed (kv_placement = "host-pinned-packed"), they are carved out of slabs by the engine's own
+rule (omniprobe_engine.kv_host), which this reads rather than restates.
 """
 
 from __future__ import annotations
 
 from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.errors import Problem
+from omniprobe_engine.kv_host import HOST_PLACEMENTS, packed_bytes, power_of_two_ceil
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 PIXELS_PER_TOKEN_SIDE = 16  # the VAE's 8x downsampling, then 2x2 latent patches
-PINNED = "host-pinned"
-
-
-def pinned_block_bytes(size: int) -> int:
-    """A pinned host block's size: the request rounded up to a power of two."""
-    return 1 << max(size - 1, 0).bit_length()
 
 
 def architecture_bytes_per_token(transformer: dict, dtype: str = "bfloat16") -> int:
@@ -36,12 +33,14 @@ def _tensor_bytes_per_token(transformer: dict, dtype: str) -> int:
             * DTYPE_BYTES[dtype])
 
 
-def pinned_cache_bytes(transformer: dict, dtype: str, resolution: int, references: int) -> int:
+def pinned_cache_bytes(transformer: dict, dtype: str, resolution: int, references: int,
+                       packed: bool = False) -> int:
     """At least what the cache of `references` condition images of side `resolution` pins: one
-    block per layer's K and per its V."""
+    block per layer's K and per its V, or, `packed`, the slabs they are carved out of."""
     tokens = (resolution // PIXELS_PER_TOKEN_SIDE) ** 2 * references
     per_tensor = tokens * _tensor_bytes_per_token(transformer, dtype)
-    return transformer["num_layers"] * 2 * pinned_block_bytes(per_tensor)
+    tensors = transformer["num_layers"] * 2
+    return packed_bytes(per_tensor, tensors) if packed else tensors * power_of_two_ceil(per_tensor)
 
 
 def pinned_cache_problems(profiles: dict[str, DiffusersProfile], transformer: dict,
@@ -54,9 +53,11 @@ def pinned_cache_problems(profiles: dict[str, DiffusersProfile], transformer: di
     cap = host_ram_gib * 2**30
     out = []
     for name, profile in profiles.items():
-        if profile.kv_placement != PINNED:  # a host placement implies the cache (DiffusersProfile)
+        memory = HOST_PLACEMENTS.get(profile.kv_placement)
+        if memory is None or not memory.pinned:  # a host placement implies the cache (its check)
             continue
-        need = pinned_cache_bytes(transformer, profile.dtype, resolution_of[name], references)
+        need = pinned_cache_bytes(transformer, profile.dtype, resolution_of[name], references,
+                                  memory.packed)
         if need > cap:
             out.append(Problem(hosts_file, f"[diffusers_profiles.{name}] key 'kv_placement'",
                                f"the cache pinned on the host at {references} references holds "

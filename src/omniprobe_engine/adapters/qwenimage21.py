@@ -5,7 +5,7 @@ the recorder of the conditioning KV caches the pipeline makes per call."""
 from __future__ import annotations
 
 from omniprobe_engine.knobs import setting
-from omniprobe_engine.kv_host import HOST_PLACEMENTS, host_placed
+from omniprobe_engine.kv_host import HOST_PLACEMENTS, HostMemory, Slabs, host_placed
 
 from .base import DiffusersAdapter
 from .synthetic_tokenizer import synthetic_tokenizer
@@ -64,16 +64,18 @@ class QwenImage21Adapter(DiffusersAdapter):
         return KvCacheRecorder(pipe, kv_placement)
 
 
-def _placed_in_host(base: type, pinned: bool) -> type:
-    """The pipeline's cache class, its layer caches those of kv_host.host_placed."""
+def _placed_in_host(base: type, memory: HostMemory) -> type:
+    """The pipeline's cache class, its layer caches those of kv_host.host_placed; packed, each
+    cache's layers share one Slabs, sized for every layer's K and V."""
     from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVLayerCache
 
-    layer = host_placed(QwenImage21KVLayerCache, pinned=pinned)
+    layer = host_placed(QwenImage21KVLayerCache, pinned=memory.pinned)
 
     class InHost(base):
         def __init__(self, num_layers: int):
             super().__init__(num_layers)
-            self.layer_caches = [layer() for _ in range(num_layers)]
+            slabs = Slabs(2 * num_layers, pinned=memory.pinned) if memory.packed else None
+            self.layer_caches = [layer(slabs) for _ in range(num_layers)]
 
     return InHost
 
