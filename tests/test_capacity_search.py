@@ -317,3 +317,18 @@ def test_a_search_on_another_machine_is_kept_beside_the_newest_and_held_against_
     # one machine only: nothing to hold against
     alone = newest_searches(SimpleNamespace(attempts=evidence.attempts[:1]), QWEN)
     assert machine_agreement(alone) == []
+
+
+def test_a_profile_set_up_and_never_searched_is_named_until_a_search_records_it(repo):
+    from omniprobe.analysis.capacity_bands import never_searched
+
+    search, trials = _committed_search(repo)
+    listed = ["group-leaf", "group-leaf-kv-host-packed", "model-cpu"]
+    evidence = SimpleNamespace(attempts=[_attempt("1", QWEN, [search], trials)])
+    assert never_searched(evidence, QWEN, listed) == ["group-leaf-kv-host-packed", "model-cpu"]
+    # a search cut before its first band is a record: it is said among the cut, not here
+    cut = search.model_copy(update={"profile": "model-cpu", "bands": []})
+    evidence.attempts.append(_attempt("2", QWEN, [cut], []))
+    assert never_searched(evidence, QWEN, listed) == ["group-leaf-kv-host-packed"]
+    # another model's searches are not this model's
+    assert never_searched(evidence, KLEIN, listed) == listed

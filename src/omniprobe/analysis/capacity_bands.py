@@ -174,6 +174,13 @@ def cut_searches(evidence: Evidence, configs: str, banded: set[str]) -> list[str
     return out
 
 
+def never_searched(evidence: Evidence, configs: str, listed: list[str]) -> list[str]:
+    """The profiles of `listed` (those of the hosts the model was searched on) that no search of
+    the model built from `configs` has a record of: what is set up and not yet measured."""
+    tried = {search.profile for _, search, _ in _searches_of(evidence, configs)}
+    return [p for p in listed if p not in tried]
+
+
 def _counts(search: ProfileSearch) -> set[int]:
     return {b.reference_count for b in search.bands if b.stopped is None}
 

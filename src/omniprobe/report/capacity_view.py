@@ -17,6 +17,7 @@ from omniprobe.analysis.capacity_bands import (
     card_profiles,
     cut_searches,
     machine_agreement,
+    never_searched,
     noisy_bands,
     reference_contradictions,
     sweep_checks,
@@ -115,6 +116,8 @@ class CapacitySearchView:
     machines_brief: str | None  # the same in a few words; None: every profile on one machine
     b_inferred: bool  # some band's B is the previous count's (shown in parentheses)
     cut: list[str]  # searches stopped before their first band, with what they tried
+    unsearched: list[str]  # profiles of the searching hosts no search has a record of
+    unsearched_swept: list[str]  # those of them the emulated cards' sweeps ran
     knobs: list[KnobRow]  # what each setting buys against its searched base
     spill: SpillLine | None  # the cache in pinned host memory against it on the GPU
     figure_path: str
@@ -202,6 +205,10 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
     readings = {r: sum(c.reading == r for c in checks)
                 for r in ("agrees", "uncertain", "contradicts")}
     first = next(iter(searches.values())).search
+    unsearched = never_searched(loaded.evidence, configs, list(dict.fromkeys(
+        p for host in sorted({s.host for found in searches.values()
+                              for s in (found, *found.elsewhere)})
+        for p in hosts.host(host).diffusers_profiles)))
     svg = render_pool_svg(
         # A B not tried at its count (the previous count's) is no band to draw: the table's
         # parentheses say it; the figure shades only what was measured there.
@@ -225,6 +232,7 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         [agreement_words(a, gpu_of) for a in agreements], agreement_brief(agreements),
         b_inferred,
         cut_searches(loaded.evidence, configs, set(searches)),
+        unsearched, [p for p in unsearched if p in {r.profile for r in runs}],
         knob_rows(deltas, ordered, counts, gpu_of), spill_line(deltas, ordered, gpu_of),
         figure.as_posix(), svg)
 
