@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from omniprobe_engine.kv_host import HOST_PLACEMENTS
+
 GPU_MEMORY, HOST_MEMORY, SPEED = "gpu-memory", "host-memory", "speed"
 REQUIRED = object()  # a profile must state it
 OFFLOADS = ("none", "model-cpu", "group-leaf", "group-block")
@@ -87,7 +89,7 @@ KNOBS: tuple[Knob, ...] = (
          applied="the call's use_kv_cache", affects=(GPU_MEMORY, SPEED),
          refused="true for a pipeline that keeps no conditioning cache"),
     Knob("kv_placement", str, default="gpu",
-         choices=("gpu", "host-pinned", "host-pinned-packed", "host-pageable"),
+         choices=("gpu", *HOST_PLACEMENTS),
          description="Where the conditioning KV cache lives between steps, where use_kv_cache "
                      "keeps one: gpu, the pipeline's own; host-pinned or host-pageable, host "
                      "copies each step copies back to the GPU one layer at a time (kv_host.py); "
