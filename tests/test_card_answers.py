@@ -1,6 +1,8 @@
 """The answer per card and host (analysis/card_answers.py), as tables that read like the report's:
 a card, its host's RAM, the searched profiles' bands and host needs, and what runs."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from omniprobe.analysis.card_answers import (
@@ -17,6 +19,8 @@ from omniprobe.analysis.card_answers import (
     answer,
     gpu_fit,
     host_fits,
+    host_needs,
+    search_host_figures,
 )
 from omniprobe.evidence.models.capacity import CapacityBand
 
@@ -216,3 +220,28 @@ def test_speed_ranks_by_the_timed_point_most_profiles_share_on_one_machine():
     # steps first
     assert timed_basis({"fast": search("fast", 3.0, [(2, 9.0, 4.0, 1.0)]),
                         "slow": slow}) == (H200, 20, 4)
+
+
+def test_a_host_need_is_what_was_held_up_to_the_count_asked():
+    """A search's runner grows with the count (a cache in host memory): a host that serves up to
+    N references needs the most held by requests of up to N, and the build's, never a larger
+    request's."""
+    from omniprobe.config.diffusers import DiffusersProfile
+
+    def request(refs, peak_gib, pinned_gib):
+        return SimpleNamespace(reference_count=refs, host_peak_mib=peak_gib * 1024,
+                               pinned_host_peak_mib=pinned_gib * 1024)
+
+    build = SimpleNamespace(build_path="streamed", pinned_host_mib=39 * 1024,
+                            build_host_peak_mib=41 * 1024, steady_host_mib=41 * 1024)
+    found = SimpleNamespace(
+        trials=(request(0, 41, 39), request(1, 45, 43), request(4, 69, 67)), set_aside=(),
+        search=SimpleNamespace(build=build, timed=(request(4, 57, 55),)))
+    gib = {n: tuple(f / 1024 for f in search_host_figures(found, n)) for n in (0, 1, 3, 4)}
+    assert gib == {0: (41, 39), 1: (45, 43), 3: (45, 43), 4: (69, 67)}
+    assert search_host_figures(found) == search_host_figures(found, 4)
+    leaf = DiffusersProfile(description="leaf", offload="group-leaf", use_stream=True,
+                            use_kv_cache=True, kv_placement="host-pinned")
+    at_one = host_needs([], {"p": leaf}, {"p": found}, up_to=1)["p"]
+    assert at_one.most_mib == 45 * 1024
+    assert host_needs([], {"p": leaf}, {"p": found})["p"].most_mib == 69 * 1024

@@ -6,9 +6,9 @@ A profile runs on a card where both hold:
 - the GPU: the card's usable pool is at or above the band's A by at least the band's own width
   (A less B; one grid step where nothing failed below A). Trials have moved by a band's width,
   so a pool nearer A than that is "at the margin", never a fit.
-- the host: the profile's host need (the most its runner held, its page-locked bytes among them)
-  is at most the host's RAM. Swap and zram are never counted: page-locked memory cannot go there,
-  and the rest would page at every step.
+- the host: the profile's host need (the most its runner held at up to that many references,
+  its page-locked bytes among them) is at most the host's RAM. Swap and zram are never counted:
+  page-locked memory cannot go there, and the rest would page at every step.
 
 Every cell carries a grade: "derived" from a band and the card's sourced figures, or "assumed",
 naming each assumption it rests on (a card figure hosts.toml marks assumed, a host need taken
@@ -206,14 +206,16 @@ def settings_words(profile: DiffusersProfile, default_resolution: int) -> str:
     return ", ".join((where, *allocator, *release, *gives_up(profile, default_resolution)))
 
 
-def search_host_figures(found: Searched) -> tuple[float, float] | None:
+def search_host_figures(found: Searched, up_to: int | None = None) -> tuple[float, float] | None:
     """The most a profile's search runner held in host memory and, of it, page-locked: its build
-    (by the streamed load path) and every trial and timed request after it; None where the
-    build recorded no page-locked bytes."""
+    (by the streamed load path) and every trial and timed request after it, or those of up to
+    `up_to` references (a host serving that many never meets a larger request's cache); None
+    where the build recorded no page-locked bytes."""
     build = found.search.build
     if build is None or build.build_path is None or build.pinned_host_mib is None:
         return None
-    requests = (*found.trials, *found.set_aside, *found.search.timed)
+    requests = [r for r in (*found.trials, *found.set_aside, *found.search.timed)
+                if up_to is None or r.reference_count <= up_to]
     peak = max((build.build_host_peak_mib or 0.0, build.steady_host_mib or 0.0,
                 *(r.host_peak_mib or 0.0 for r in requests)))
     pinned = max((build.pinned_host_mib, *(r.pinned_host_peak_mib or 0.0 for r in requests)))
@@ -232,11 +234,14 @@ def first_request_pinned_mib(found: Searched, count: int) -> float | None:
 
 
 def host_needs(runs: list[ProfileRun], profiles: dict[str, DiffusersProfile],
-               searches: dict[str, Searched] | None = None) -> dict[str, HostNeed]:
+               searches: dict[str, Searched] | None = None,
+               up_to: int | None = None) -> dict[str, HostNeed]:
     """Each profile's host need: the most a run or its search held (its own first, else those of
-    another profile of the same placement). Runs count whose build finished by the load path's
-    streamed build and recorded its page-locked bytes: a run killed at a cap held at least the
-    cap and recorded no need; a build that held the whole bf16 model at once is the harness's."""
+    another profile of the same placement); a search's, at up to `up_to` references where given
+    (a sweep run's figures span its counts, so they count whole). Runs count whose build
+    finished by the load path's streamed build and recorded its page-locked bytes: a run killed
+    at a cap held at least the cap and recorded no need; a build that held the whole bf16 model
+    at once is the harness's."""
     measured: dict[str, tuple[float, float]] = {}
 
     def add(profile: str, peak_mib: float, pinned_mib: float) -> None:
@@ -250,7 +255,7 @@ def host_needs(runs: list[ProfileRun], profiles: dict[str, DiffusersProfile],
             continue
         add(run.profile, ram.peak_mib, ram.pinned_mib)
     for name, found in (searches or {}).items():
-        figures = search_host_figures(found)
+        figures = search_host_figures(found, up_to)
         if figures is not None:
             add(name, *figures)
     out = {}

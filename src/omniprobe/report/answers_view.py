@@ -227,10 +227,10 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
     if not searches:
         return None
     profiles = hosts.diffusers_profiles
-    needs = host_needs(runs, profiles, searches)
     counts = sorted({b.reference_count for s in searches.values() for b in s.search.bands})
     timed = timed_basis(searches)
-    at = {n: candidates_at(n, searches, profiles, needs, default_resolution, timed)
+    at = {n: candidates_at(n, searches, profiles, host_needs(runs, profiles, searches, up_to=n),
+                           default_resolution, timed)
           for n in counts}
     if timed is None:
         steps = next(iter(searches.values())).search.num_inference_steps
