@@ -102,6 +102,16 @@ def report(session: nox.Session) -> None:
 
 
 @nox.session
+def answer(session: nox.Session) -> None:
+    """Which searched profile runs each reference count on a card with a host RAM.
+
+    `-- --card rtx3090 --host-ram-gib 64`, from the committed evidence, as the report answers
+    its cards; `--usable-mib` for a card not in hosts.toml, `--model-folder` for one model."""
+    _install(session)
+    _omniprobe(session, "answer", *_args(session))
+
+
+@nox.session
 def schema(session: nox.Session) -> None:
     """Regenerate the JSON Schema files in schemas/ from the pydantic models (-- --check).
 

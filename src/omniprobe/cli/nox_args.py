@@ -27,6 +27,7 @@ class Route:
 ROUTES: dict[str, Route] = {
     "validate": Route(("validate",)),
     "report": Route(("report",)),
+    "answer": Route(("answer",)),
     "schema": Route(("schema",)),
     "standins": Route(("standins",)),
     "quality": Route(("quality",)),

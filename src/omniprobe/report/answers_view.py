@@ -17,6 +17,7 @@ from omniprobe.analysis.card_answers import (
     NOT_SEARCHED,
     RUNS,
     Answer,
+    Candidate,
     CardFigures,
     answer,
     candidates_at,
@@ -218,14 +219,29 @@ def model_line(rows: list[AnswerRow], words: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
-def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
-                 runs: list[ProfileRun], host_ram_of: dict[str, int | None],
-                 default_resolution: int, seed_cards: set[str]) -> AnswerTable | None:
-    """The table for one model's searched profiles, and the opening's lines: each of the seed's
-    cards in full; the other cards grouped where their answers read alike, with the host RAM
-    sizes where nothing runs on any of them said once. None where nothing was searched."""
-    if not searches:
-        return None
+@dataclass(frozen=True)
+class AnswerBasis:
+    """What every answer of one model's searched profiles is judged from."""
+
+    counts: list[int]
+    at: dict[int, list[Candidate]]  # the candidates at each reference count
+    speed_basis: str  # what the relative times ran at, in words
+    words: dict[str, str]  # each searched profile's settings in words
+
+    def answers(self, figures: CardFigures, ram_mib: int) -> tuple[tuple[Answer, ...],
+                                                                   tuple[Answer, ...]]:
+        """The answers by count for one card and host RAM, and the same asked of the profiles
+        that give nothing up (full-size references, the cache on the GPU, nothing quantised or
+        tiled): what a user keeps everything with."""
+        return (tuple(answer(figures, ram_mib, n, self.at[n]) for n in self.counts),
+                tuple(answer(figures, ram_mib, n, [c for c in self.at[n] if not c.gives_up])
+                      for n in self.counts))
+
+
+def answer_basis(hosts: HostsConfig, searches: dict[str, Searched], runs: list[ProfileRun],
+                 default_resolution: int) -> AnswerBasis:
+    """The candidates at each count of `searches` (host needs from them and the sweep `runs`),
+    ranked by the timed requests most of them share, else by their trials."""
     profiles = hosts.diffusers_profiles
     counts = sorted({b.reference_count for s in searches.values() for b in s.search.bands})
     timed = timed_basis(searches)
@@ -242,23 +258,31 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
                        f"reference{'' if refs == 1 else 's'} on the {hosts.host(host).gpu}"
                        + (f" ({', '.join(f'`{p}`' for p in untimed)} untimed: ranked last)"
                           if untimed else ""))
-    words = {p: settings_words(profiles[p], default_resolution) for p in searches}
+    return AnswerBasis(counts, at, speed_basis,
+                       {p: settings_words(profiles[p], default_resolution) for p in searches})
+
+
+def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
+                 runs: list[ProfileRun], host_ram_of: dict[str, int | None],
+                 default_resolution: int, seed_cards: set[str]) -> AnswerTable | None:
+    """The table for one model's searched profiles, and the opening's lines: each of the seed's
+    cards in full; the other cards grouped where their answers read alike, with the host RAM
+    sizes where nothing runs on any of them said once. None where nothing was searched."""
+    if not searches:
+        return None
+    basis = answer_basis(hosts, searches, runs, default_resolution)
+    counts, words = basis.counts, basis.words
     rows: list[AnswerRow] = []
     by_card: dict[str, list[AnswerRow]] = {}
     for key, card in hosts.cards.items():
         figures = card_figures(card)
         stated = host_ram_of.get(key)
         rams = [stated] if stated else [g * 1024 for g in hosts.probe.answer_host_ram_gib]
-        by_ram = {ram: tuple(answer(figures, ram, n, at[n]) for n in counts) for ram in rams}
-        # The same question asked of the profiles that give nothing up (full-size references,
-        # the cache on, nothing quantised or tiled): what a user keeps everything with.
-        whole = {ram: tuple(answer(figures, ram, n, [c for c in at[n] if not c.gives_up])
-                            for n in counts) for ram in rams}
+        asked = {ram: basis.answers(figures, ram) for ram in rams}
         # Host RAM sizes with the same answers share a row.
-        for _, group in groupby(rams, key=lambda r: (row_text(list(by_ram[r])),
-                                                     row_text(list(whole[r])))):
+        for _, group in groupby(rams, key=lambda r: tuple(row_text(list(a)) for a in asked[r])):
             group = tuple(group)
-            row = AnswerRow(card.name, group, bool(stated), by_ram[group[-1]], whole[group[-1]])
+            row = AnswerRow(card.name, group, bool(stated), *asked[group[-1]])
             rows.append(row)
             by_card.setdefault(key, []).append(row)
     seed = {key: "; ".join(r.said(words) for r in mine)
@@ -274,7 +298,7 @@ def answer_table(model: str, hosts: HostsConfig, searches: dict[str, Searched],
             others.setdefault("; ".join(said), []).append(hosts.cards[key].name)
     named = set().union(*(r.profiles for r in rows))
     return AnswerTable(
-        model, counts, speed_basis, rows,
+        model, counts, basis.speed_basis, rows,
         [(p, words[p]) for p in searches if p in named], GRADES, seed,
         [(", ".join(cards), line) for line, cards in others.items()],
         [f"with {_gib(ram)} RAM nothing searched runs on them" for ram in short],

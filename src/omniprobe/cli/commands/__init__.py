@@ -2,6 +2,7 @@
 `omniprobe --help` lists them."""
 
 from omniprobe.cli.commands import (
+    answer,
     env,
     evidence,
     host,
@@ -23,8 +24,8 @@ from omniprobe.cli.commands import (
     wheels,
 )
 
-# What a user runs first (render, check, add a card, build, probe, search), then the tools, then
+# What a user runs first (render, ask, check, add a card, build, probe, search), then the tools, then
 # what the noxfile and the other commands call (nox-args, timeline).
-COMMANDS = (report, validate, host, env, probe, probe_offline, probe_capacity, probe_baseline,
+COMMANDS = (report, answer, validate, host, env, probe, probe_offline, probe_capacity, probe_baseline,
             quality, image_check, evidence, wheels, propagation, upstream, standins, schema,
             select_host, nox_args, timeline)

@@ -1,0 +1,69 @@
+"""The answer for one card and host RAM asked on the command line (`omniprobe answer`): the
+report's answer per card and host, for a card of hosts.toml or a usable pool the user gives, at
+any host RAM, from the committed evidence. Every decision is analysis/card_answers.py's and every
+phrase the report's answer table's, so the two never disagree."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from omniprobe.analysis.capacity_bands import newest_searches, searched_configs
+from omniprobe.analysis.card_answers import CardFigures
+from omniprobe.analysis.diffusers_capacity import gpu_runs, host_runs
+from omniprobe.config.diffusers import load_model_configs
+from omniprobe.config.hosts import HostsConfig
+from omniprobe.errors import InputError, Problem
+from omniprobe.evidence.validate import Loaded
+from omniprobe.report.answers_view import AnswerBasis, AnswerRow, answer_basis, card_figures
+
+
+@dataclass(frozen=True)
+class AskedAnswer:
+    """One model's answer for the card and host RAM asked."""
+
+    model: str
+    folder: str
+    row: AnswerRow
+    basis: AnswerBasis
+
+
+def asked_card(hosts: HostsConfig, hosts_file: Path, card: str | None,
+               usable_mib: int | None) -> CardFigures:
+    """The card asked: hosts.toml's [cards] `card`, or a pool of `usable_mib` the user gives (an
+    assumption the answer names, since omniprobe has no source for it)."""
+    if usable_mib is not None:
+        return CardFigures("card given", usable_mib, (f"usable pool {usable_mib:,} MiB as given",))
+    cards = hosts.cards
+    if card not in cards:
+        raise InputError([Problem(str(hosts_file), "[cards]",
+                                  f"no card {card!r}; expected one of {', '.join(cards)}, or "
+                                  "--usable-mib for a card not listed")])
+    return card_figures(cards[card])
+
+
+def asked_answers(loaded: Loaded, root: Path, figures: CardFigures, ram_mib: int,
+                  folder: str | None = None) -> list[AskedAnswer]:
+    """The answer of each searched model (or of the model folder `folder`) for the card
+    `figures` with `ram_mib` of host RAM; the emulated cards' sweeps count toward the host needs
+    of the model they ran, as they do in the report."""
+    folders = searched_configs(loaded.evidence)
+    if folder is not None and folder not in folders:
+        raise InputError([Problem(folder, "", "no capacity search of this model folder is on "
+                                              "record; expected one of " + ", ".join(folders))])
+    hosts = loaded.hosts
+    default_resolution = hosts.diffusers_profile_defaults.output_resolution
+    out = []
+    for searched in [folder] if folder is not None else folders:
+        searches = newest_searches(loaded.evidence, searched)
+        if not searches:
+            continue
+        runs = gpu_runs([run for key, host in hosts.hosts.items()
+                         if host.emulation is not None and host.diffusers is not None
+                         and host.diffusers.configs == searched
+                         for run in host_runs(key, loaded.evidence, loaded.fixtures)])
+        basis = answer_basis(hosts, searches, runs, default_resolution)
+        row = AnswerRow(figures.name, (ram_mib,), False, *basis.answers(figures, ram_mib))
+        out.append(AskedAnswer(load_model_configs(root, searched).manifest.model, searched, row,
+                               basis))
+    return out
