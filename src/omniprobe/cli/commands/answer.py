@@ -58,6 +58,7 @@ def add_parser(sub) -> None:
                            "CUDA context and other processes' (MiB)")
     p.add_argument("--host-ram-gib", type=parser_of(HOST_RAM_GIB), required=True,
                    help="the host's RAM in GiB (swap never counts)")
-    p.add_argument("--model-folder", help="a model folder searched (e.g. models/flux2-klein/4b); "
-                                   "default: every model searched")
+    p.add_argument("--model-folder",
+                   help="a model folder searched (e.g. models/flux2-klein/4b); default: every "
+                        "model searched")
     p.set_defaults(func=run)
