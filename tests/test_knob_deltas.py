@@ -216,3 +216,35 @@ def test_the_spill_line_holds_the_host_placement_against_the_same_base_its_savin
     bases = {"group-leaf-kv-host-pinned": "group-leaf"}
     line = spill_line(knob_deltas(searches, bases), searches, {})
     assert (line.pool_mib, line.base_pool_mib, line.saved_mib) == (10240, 18432, 18432 - 10240)
+
+
+def test_of_two_pinned_placements_the_spill_line_reads_the_one_that_pins_less():
+    """Pinned one block per tensor and packed into slabs: the line says the placement that needs
+    the less page-locked memory beyond its base's, in its own words; without host figures, by
+    name (the unpacked one, as before packing existed)."""
+    from dataclasses import replace
+
+    from omniprobe.evidence.models.offline import DiffusersBuild
+    from omniprobe.report.knobs_view import spill_line
+
+    def built(found, pinned_gib):
+        build = DiffusersBuild(parameters_b={}, build_s=1.0, build_path="random-streamed",
+                               build_host_peak_mib=pinned_gib * 1024 + 2048,
+                               steady_host_mib=pinned_gib * 1024 + 2048,
+                               pinned_host_mib=pinned_gib * 1024)
+        return replace(found, search=found.search.model_copy(update={"build": build}))
+
+    packed = searched("group-leaf-kv-host-packed",
+                      {**LEAF, "kv_placement": "host-pinned-packed", "description": "packed"},
+                      {0: (7936, 8192), 4: (9984, 10240)}, [(20, 92.0, 3.6, 4.0)])
+    bases = {"group-leaf-kv-host-pinned": "group-leaf", "group-leaf-kv-host-packed": "group-leaf"}
+    unmeasured = {s.search.profile: s for s in (BASE, HOST, packed)}
+    line = spill_line(knob_deltas(unmeasured, bases), unmeasured, {})
+    assert line.where == "pinned host memory"
+    measured = {"group-leaf": built(BASE, 39), "group-leaf-kv-host-pinned": built(HOST, 67),
+                "group-leaf-kv-host-packed": built(packed, 48)}
+    line = spill_line(knob_deltas(measured, bases), measured, {})
+    assert (line.where, line.pinned_more_gib) == ("packed pinned host memory", 9.0)
+    measured["group-leaf-kv-host-packed"] = built(packed, 70)
+    line = spill_line(knob_deltas(measured, bases), measured, {})
+    assert (line.where, line.pinned_more_gib) == ("pinned host memory", 28.0)

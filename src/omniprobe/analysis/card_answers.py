@@ -168,6 +168,13 @@ def answer(card: CardFigures, host_ram_mib: int, count: int,
                   gpu[nearest.profile].margin_mib, assumptions=tuple(card.assumed))
 
 
+def host_memory_words(placement: str) -> str:
+    """A host placement of the cache in words: 'packed pinned host memory'."""
+    memory = HOST_PLACEMENTS[placement]
+    return (f"{'packed ' if memory.packed else ''}{'pinned' if memory.pinned else 'pageable'} "
+            "host memory")
+
+
 # What a profile trades for its memory, in the words the answer gives; a profile's placement
 # (where the weights live) is what it is, not what it gives up.
 def gives_up(profile: DiffusersProfile, default_resolution: int) -> tuple[str, ...]:
@@ -176,9 +183,7 @@ def gives_up(profile: DiffusersProfile, default_resolution: int) -> tuple[str, .
     if not profile.use_kv_cache and adapter_for(profile.pipeline).keeps_conditioning_cache:
         out.append("KV cache off")
     elif profile.kv_placement in HOST_PLACEMENTS:  # each step reads it across the bus
-        memory = HOST_PLACEMENTS[profile.kv_placement]
-        out.append(f"KV cache in {'packed ' if memory.packed else ''}"
-                   f"{'pinned' if memory.pinned else 'pageable'} host memory")
+        out.append(f"KV cache in {host_memory_words(profile.kv_placement)}")
     if profile.vae_tiling:
         out.append("VAE tiled")
     if profile.quantize_dit:

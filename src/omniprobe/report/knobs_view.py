@@ -7,8 +7,13 @@ import json
 from dataclasses import dataclass
 
 from omniprobe.analysis.capacity_bands import Searched
-from omniprobe.analysis.card_answers import first_request_pinned_mib, search_host_figures
+from omniprobe.analysis.card_answers import (
+    first_request_pinned_mib,
+    host_memory_words,
+    search_host_figures,
+)
 from omniprobe.analysis.knob_deltas import KnobDelta, TimeCost, paired_base
+from omniprobe_engine.kv_host import HOST_PLACEMENTS
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,7 @@ class SpillLine:
     """The seed's missing spill path, as Diffusers measured it: the conditioning KV in pinned
     host memory against the cache on the GPU, at the largest count both banded."""
 
+    where: str  # the placement in words: "pinned host memory"
     references: int
     pool_mib: int  # A with the cache in host memory
     base_pool_mib: int  # A with it on the GPU
@@ -99,23 +105,33 @@ def _most(deltas: list[KnobDelta], count: int) -> tuple[list[str], int | None]:
 def spill_line(deltas: list[KnobDelta], searches: dict[str, Searched],
                gpu_of: dict[str, str]) -> SpillLine | None:
     """None where no profile with the cache in pinned host memory was searched beside its base
-    (`deltas`: knob_deltas of `searches`; `gpu_of`: each host's GPU)."""
-    spill = next((d for d in deltas if d.knob == "kv_placement" and d.value == "host-pinned"
-                  and d.pool), None)
-    if spill is None:
+    (`deltas`: knob_deltas of `searches`; `gpu_of`: each host's GPU). Of several pinned
+    placements, the one that pins the least more than its base (packed or not), then by name."""
+    def pinned_more_gib(delta: KnobDelta) -> float | None:
+        mine, base = searches[delta.profile], paired_base(searches[delta.base],
+                                                          searches[delta.profile])
+        figures = search_host_figures(mine), search_host_figures(base)
+        return None if None in figures else (figures[0][1] - figures[1][1]) / 1024
+
+    pinned = {d: pinned_more_gib(d) for d in deltas if d.knob == "kv_placement" and d.pool
+              and d.value in HOST_PLACEMENTS and HOST_PLACEMENTS[d.value].pinned}
+    if not pinned:
         return None
+    spill = min(pinned, key=lambda d: (pinned[d] is None, pinned[d] or 0.0, d.value))
     saved = spill.pool[-1]
     mine = searches[spill.profile]
     base = paired_base(searches[spill.base], mine)
-    figures = search_host_figures(mine), search_host_figures(base)
     fresh = first_request_pinned_mib(mine, saved.reference_count)
+    base_figures = search_host_figures(base)
     most, _ = _most(deltas, saved.reference_count)
     zero, zero_mib = _most(deltas, 0)
     time = spill.time
-    more = None if None in figures else (figures[0][1] - figures[1][1]) / 1024
-    fresh_more = None if None in (fresh, figures[1]) else (fresh - figures[1][1]) / 1024
+    more = pinned[spill]
+    fresh_more = (None if None in (fresh, base_figures)
+                  else (fresh - base_figures[1]) / 1024)
     return SpillLine(
-        saved.reference_count, mine.band(saved.reference_count).fits_at_mib,
+        host_memory_words(spill.value), saved.reference_count,
+        mine.band(saved.reference_count).fits_at_mib,
         base.band(saved.reference_count).fits_at_mib, saved.saved_mib,
         time.step_ratio if time else None, time.steps if time else None,
         gpu_of.get(time.host) if time else None,
