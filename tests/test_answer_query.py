@@ -86,3 +86,14 @@ def test_a_bad_question_is_refused_in_words(repo, monkeypatch, capsys, argv, wor
         code = exc.code
     err = capsys.readouterr().err
     assert code == 2 and words in err and "Traceback" not in err, err
+
+
+def test_with_no_search_on_record_the_command_says_what_makes_one(tmp_path, monkeypatch, capsys):
+    from tests.conftest import make_project
+
+    project = make_project(tmp_path)  # hosts.toml and fixtures
+    project.evidence_dir.mkdir()  # and no evidence in it
+    monkeypatch.setenv("OMNIPROBE_ROOT", str(project.root))
+    assert main(["answer", "--card", "rtx3090", "--host-ram-gib", "64"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip() == "no capacity search is on record: `omniprobe probe-capacity` makes one"
