@@ -97,3 +97,17 @@ def test_with_no_search_on_record_the_command_says_what_makes_one(tmp_path, monk
     assert main(["answer", "--card", "rtx3090", "--host-ram-gib", "64"]) == 0
     out = capsys.readouterr().out
     assert out.strip() == "no capacity search is on record: `omniprobe probe-capacity` makes one"
+
+
+def test_the_host_ram_each_running_answer_needs_reads_by_count():
+    from omniprobe.analysis.card_answers import HOST_SHORT, RUNS, Answer
+    from omniprobe.report.answer_query import host_need_words
+
+    def one(n, status, gib):
+        return Answer("c", 65536, n, status, "p", host_need_mib=None if gib is None else gib * 1024)
+
+    assert host_need_words((one(0, RUNS, 41.6), one(1, RUNS, 41.6), one(2, RUNS, 41.7),
+                            one(3, HOST_SHORT, 70.0), one(4, RUNS, 41.9))) == (
+        "0–1: 41.6 GiB; 2: 41.7 GiB; 4: 41.9 GiB")
+    assert host_need_words((one(0, HOST_SHORT, 34.2),)) == "—"
+    assert host_need_words((one(0, RUNS, None),)) == "—"  # a need not measured says nothing

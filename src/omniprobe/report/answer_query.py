@@ -6,16 +6,18 @@ phrase the report's answer table's, so the two never disagree."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import Path
 
 from omniprobe.analysis.capacity_bands import newest_searches, searched_configs
-from omniprobe.analysis.card_answers import CardFigures
+from omniprobe.analysis.card_answers import RUNS, Answer, CardFigures
 from omniprobe.analysis.diffusers_capacity import gpu_runs, host_runs
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.errors import InputError, Problem
 from omniprobe.evidence.validate import Loaded
 from omniprobe.report.answers_view import AnswerBasis, AnswerRow, answer_basis, card_figures
+from omniprobe.report.filters import count_range
 
 
 @dataclass(frozen=True)
@@ -67,3 +69,13 @@ def asked_answers(loaded: Loaded, root: Path, figures: CardFigures, ram_mib: int
         out.append(AskedAnswer(load_model_configs(root, searched).manifest.model, searched, row,
                                basis))
     return out
+
+
+def host_need_words(answers: tuple[Answer, ...]) -> str:
+    """The host RAM each running answer's profile needs, counts that need the same together
+    ('0–2: 41.6 GiB; 3–4: 41.9 GiB'); "—" where nothing runs."""
+    running = [a for a in answers if a.status == RUNS and a.host_need_mib is not None]
+    return "; ".join(f"{count_range([a.count for a in group])}: {gib:.1f} GiB"
+                     for gib, group in groupby(running,
+                                               key=lambda a: round(a.host_need_mib / 1024, 1))
+                     ) or "—"

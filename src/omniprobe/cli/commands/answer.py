@@ -16,7 +16,7 @@ HOST_RAM_GIB = Bounds("host_ram_gib", float, 0, 4096,
 
 def run(args: argparse.Namespace) -> int:
     from omniprobe.evidence.validate import load_valid_project
-    from omniprobe.report.answer_query import asked_answers, asked_card
+    from omniprobe.report.answer_query import asked_answers, asked_card, host_need_words
 
     project = find_project()
     loaded = load_valid_project(project)
@@ -31,6 +31,8 @@ def run(args: argparse.Namespace) -> int:
               f"{figures.usable_mib:,} MiB, with {args.host_ram_gib:g} GiB host RAM:")
         print(f"  {row.said(basis.words)}")
         print(f"  what runs, by reference count: {row.what_runs}")
+        print(f"  host RAM it needs (the most its runs held, page-locked included): "
+              f"{host_need_words(row.answers)}")
         print(f"  giving nothing up: {row.giving_nothing_up}")
         print(f"  grade: {row.grade}" + (f" ({'; '.join(row.assumptions)})"
                                           if row.assumptions else ""))
