@@ -332,3 +332,16 @@ def test_a_profile_set_up_and_never_searched_is_named_until_a_search_records_it(
     assert never_searched(evidence, QWEN, listed) == ["group-leaf-kv-host-packed"]
     # another model's searches are not this model's
     assert never_searched(evidence, KLEIN, listed) == listed
+
+
+def test_a_models_sweep_runs_are_its_own_emulated_cards_only(repo):
+    from omniprobe.analysis.diffusers_capacity import model_sweep_runs
+
+    loaded = load_valid_project(repo)
+    qwen = model_sweep_runs(loaded.hosts, loaded.evidence, loaded.fixtures, QWEN)
+    assert qwen and {r.host for r in qwen} == {
+        key for key, host in loaded.hosts.hosts.items()
+        if host.emulation is not None and host.diffusers is not None
+        and host.diffusers.configs == QWEN}
+    # klein has no emulated card: its answers are held to no other model's sweeps
+    assert model_sweep_runs(loaded.hosts, loaded.evidence, loaded.fixtures, KLEIN) == []

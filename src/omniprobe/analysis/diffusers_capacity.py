@@ -19,6 +19,7 @@ from omniprobe.classify.failure_cause import effective_cause
 from omniprobe.classify.host_ram import HostRamFit, host_ram_fit
 from omniprobe.classify.outcome import cell_outcome
 from omniprobe.config.fixtures import FixtureSuite
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.load import Evidence, LoadedAttempt
 from omniprobe.evidence.models.offline import OfflineRequest, OfflineRun
 from omniprobe.evidence.repeats import standing
@@ -191,6 +192,16 @@ def gpu_runs(runs: list[ProfileRun]) -> list[ProfileRun]:
     """The runs that say something of the GPU's memory: a run the kernel killed at the host's
     RAM before any request measured anything answers for the host, not the card."""
     return [r for r in runs if r.cells or not r.host_ram.killed]
+
+
+def model_sweep_runs(hosts: HostsConfig, evidence: Evidence, fixtures: FixtureSuite,
+                     configs: str) -> list[ProfileRun]:
+    """The emulated cards' sweep runs of the model built from `configs` (its hosts' committed
+    folder) that say something of the GPU: what its capacity search and answers are held to."""
+    return gpu_runs([run for key, host in hosts.hosts.items()
+                     if host.emulation is not None and host.diffusers is not None
+                     and host.diffusers.configs == configs
+                     for run in host_runs(key, evidence, fixtures)])
 
 
 @dataclass(frozen=True)

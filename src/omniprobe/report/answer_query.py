@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omniprobe.analysis.capacity_bands import newest_searches, searched_configs
 from omniprobe.analysis.card_answers import RUNS, Answer, CardFigures
-from omniprobe.analysis.diffusers_capacity import gpu_runs, host_runs
+from omniprobe.analysis.diffusers_capacity import model_sweep_runs
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.errors import InputError, Problem
@@ -60,10 +60,7 @@ def asked_answers(loaded: Loaded, root: Path, figures: CardFigures, ram_mib: int
         searches = newest_searches(loaded.evidence, searched)
         if not searches:
             continue
-        runs = gpu_runs([run for key, host in hosts.hosts.items()
-                         if host.emulation is not None and host.diffusers is not None
-                         and host.diffusers.configs == searched
-                         for run in host_runs(key, loaded.evidence, loaded.fixtures)])
+        runs = model_sweep_runs(hosts, loaded.evidence, loaded.fixtures, searched)
         basis = answer_basis(hosts, searches, runs, default_resolution)
         row = AnswerRow(figures.name, (ram_mib,), False, *basis.answers(figures, ram_mib))
         out.append(AskedAnswer(load_model_configs(root, searched).manifest.model, searched, row,

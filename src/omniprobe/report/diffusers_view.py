@@ -17,6 +17,7 @@ from omniprobe.analysis.diffusers_capacity import (
     kv_measures,
     kv_per_reference,
     min_caps,
+    model_sweep_runs,
 )
 from omniprobe.analysis.estimates import stated_range
 from omniprobe.analysis.kv_compare import CrossRatio, KvBySize, cross_ratio, kv_by_size
@@ -392,10 +393,12 @@ def diffusers_section(loaded: Loaded, root: Path,
     # The seed's model: the emulations' configs, else those of the first host searched.
     model_configs = configs_folder or next(iter(searched_configs(loaded.evidence)), None)
     searches = newest_searches(loaded.evidence, model_configs) if model_configs else {}
-    capacity = capacity_search_view(loaded, all_runs, host_ram_of, searches, model,
+    model_runs = (model_sweep_runs(hosts, loaded.evidence, loaded.fixtures, model_configs)
+                  if model_configs else [])
+    capacity = capacity_search_view(loaded, model_runs, host_ram_of, searches, model,
                                     model_configs)
     answers = answer_table(model, hosts,
-                           searches, all_runs, host_ram_of, default_size, seed_cards)
+                           searches, model_runs, host_ram_of, default_size, seed_cards)
     return DiffusersSection(
         views, columns, [f"{n} ref{'' if n == 1 else 's'}" for n in columns], columns[0], target,
         model, [v.emulates for v in full if v.emulates],

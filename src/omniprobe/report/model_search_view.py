@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from omniprobe.analysis.capacity_bands import Searched, newest_searches, searched_configs
+from omniprobe.analysis.diffusers_capacity import model_sweep_runs
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.hosts import HostsConfig
 from omniprobe.config.published import OBTAINED
@@ -75,11 +76,12 @@ def model_search_views(loaded: Loaded, root: Path, seed_folder: str | None,
         if not searches:
             continue
         model = load_model_configs(root, folder).manifest.model
-        capacity = capacity_search_view(loaded, [], host_ram_of, searches, model, folder,
+        runs = model_sweep_runs(loaded.hosts, loaded.evidence, loaded.fixtures, folder)
+        capacity = capacity_search_view(loaded, runs, host_ram_of, searches, model, folder,
                                         figure_path(folder))
         out.append(ModelSearchView(
             model, folder, capacity,
-            answer_table(model, loaded.hosts, searches, [], host_ram_of, default_resolution,
+            answer_table(model, loaded.hosts, searches, runs, host_ram_of, default_resolution,
                          frozenset()),
             published_rows(loaded.hosts, model), least_pools(searches)))
     return out
