@@ -29,7 +29,7 @@ from omniprobe.analysis.card_answers import (
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.cards import Card
 from omniprobe.config.hosts import HostsConfig
-from omniprobe.report.filters import count_range
+from omniprobe.report.filters import count_range, names
 
 GRADES = {
     "measured": "measured on the card itself",
@@ -190,11 +190,6 @@ def plain_answer(answers: list[Answer], words: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
-def _and(names: list[str]) -> str:
-    """'A', 'A and B', 'A, B and C'."""
-    return " and ".join(names) if len(names) < 3 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
 def model_line(rows: list[AnswerRow], words: dict[str, str]) -> str:
     """A model's answer on every card in one line, for the opening: each answer from one
     reference on, with the cards it holds for, each at the least host RAM it holds with (a card
@@ -211,7 +206,7 @@ def model_line(rows: list[AnswerRow], words: dict[str, str]) -> str:
                else f"{_gib(least.ram_mib[:1])} RAM")
         said = plain_answer(list(least.answers), words)
         by_answer.setdefault(said, {}).setdefault(ram, []).append(card)
-    parts = [f"{said} on the " + ", and the ".join(f"{_and(cards)} with {ram}"
+    parts = [f"{said} on the " + ", and the ".join(f"{names(cards)} with {ram}"
                                                    for ram, cards in by_ram.items())
              for said, by_ram in by_answer.items()]
     if nowhere:

@@ -19,9 +19,8 @@ from omniprobe.evidence.models.runs import TimelinePoint
 
 FONT_PX = 11  # every figure's font size, set once on its <svg>
 CHAR_EM = 0.6  # an estimated glyph width, in font sizes: sans-serif averages about that
-# Okabe and Ito's eight colours, told apart by most colour-blind readers; yellow last, as it
-# is faint on white.
-# Okabe and Ito's eight, then a brown and an indigo: the Qwen pool figure has nine profiles.
+# Okabe and Ito's eight colours, told apart by most colour-blind readers, yellow last as it is
+# faint on white; then a brown and an indigo, so each of the Qwen pool figure's profiles has one.
 SERIES_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
                   "#F0E442", "#8C510A", "#332288")
 _W, _PLOT_H = 720, 192
