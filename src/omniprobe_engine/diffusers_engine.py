@@ -41,7 +41,7 @@ from omniprobe_engine.diffusers_build import (
 )
 from omniprobe_engine.images import open_reference, save_png
 from omniprobe_engine.knobs import GROUP_OFFLOADS, INT8, OFFLOADS, setting
-from omniprobe_engine.kv_host import HOST_PLACEMENTS
+from omniprobe_engine.kv_host import is_pinned
 from omniprobe_engine.protocol import CLEAN_TOLERANCE_MIB, POOL_LIMIT_ENV
 
 QUANTISED_BY = {"text_encoder": "quantize_text_encoder", "transformer": "quantize_dit"}
@@ -392,7 +392,7 @@ def profile_refusal(profile: dict, cuda: bool, components: dict | None = None) -
     if not cuda and offload != "none":
         return f"offload {offload!r} needs a CUDA device; this machine has none"
     placement = setting(profile, "kv_placement")
-    if not cuda and placement in HOST_PLACEMENTS and HOST_PLACEMENTS[placement].pinned:
+    if not cuda and is_pinned(placement):
         return (f"kv_placement {placement!r} needs a CUDA device to pin memory; this machine "
                 "has none")
     vae = (components or {}).get("vae", {}).get("class", "")

@@ -28,6 +28,12 @@ HOST_PLACEMENTS = {"host-pinned": HostMemory(pinned=True),
 ALIGN_BYTES = 512  # each carved tensor starts on it: any dtype's element, and DMA-friendly
 
 
+def is_pinned(placement: str) -> bool:
+    """Whether `placement` keeps the cache in page-locked host memory."""
+    memory = HOST_PLACEMENTS.get(placement)
+    return memory is not None and memory.pinned
+
+
 def power_of_two_ceil(size: int) -> int:
     """What torch's pinned host allocator makes of a block of `size` bytes."""
     return 1 << max(size - 1, 0).bit_length()

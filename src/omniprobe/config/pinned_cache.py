@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.errors import Problem
-from omniprobe_engine.kv_host import HOST_PLACEMENTS, packed_bytes, power_of_two_ceil
+from omniprobe_engine.kv_host import HOST_PLACEMENTS, is_pinned, packed_bytes, power_of_two_ceil
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 PIXELS_PER_TOKEN_SIDE = 16  # the VAE's 8x downsampling, then 2x2 latent patches
@@ -53,11 +53,11 @@ def pinned_cache_problems(profiles: dict[str, DiffusersProfile], transformer: di
     cap = host_ram_gib * 2**30
     out = []
     for name, profile in profiles.items():
-        memory = HOST_PLACEMENTS.get(profile.kv_placement)
-        if memory is None or not memory.pinned:  # a host placement implies the cache (its check)
+        # a host placement implies the cache (DiffusersProfile's own check)
+        if not is_pinned(profile.kv_placement):
             continue
         need = pinned_cache_bytes(transformer, profile.dtype, resolution_of[name], references,
-                                  memory.packed)
+                                  HOST_PLACEMENTS[profile.kv_placement].packed)
         if need > cap:
             out.append(Problem(hosts_file, f"[diffusers_profiles.{name}] key 'kv_placement'",
                                f"the cache pinned on the host at {references} references holds "

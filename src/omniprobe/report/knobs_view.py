@@ -13,7 +13,7 @@ from omniprobe.analysis.card_answers import (
     search_host_figures,
 )
 from omniprobe.analysis.knob_deltas import KnobDelta, TimeCost, paired_base
-from omniprobe_engine.kv_host import HOST_PLACEMENTS
+from omniprobe_engine.kv_host import is_pinned
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,7 @@ def spill_line(deltas: list[KnobDelta], searches: dict[str, Searched],
         return None if None in figures else (figures[0][1] - figures[1][1]) / 1024
 
     pinned = {d: pinned_more_gib(d) for d in deltas if d.knob == "kv_placement" and d.pool
-              and d.value in HOST_PLACEMENTS and HOST_PLACEMENTS[d.value].pinned}
+              and is_pinned(d.value)}
     if not pinned:
         return None
     spill = min(pinned, key=lambda d: (pinned[d] is None, pinned[d] or 0.0, d.value))
