@@ -70,6 +70,9 @@ def test_the_command_prints_each_models_answer(repo, monkeypatch, capsys):
     (["--card", "rtx3090", "--host-ram-gib", "32", "--model-folder", "models/none"],
      "models/none: no capacity search of this model folder is on record; expected one of "
      "models/qwen-image-2.1/full, models/flux2-klein/4b"),
+    (["--card", "rtx3090", "--host-ram-gib", "32", "--model-folder", "models/flux2-klein/9b"],
+     "models/flux2-klein/9b: set up on h200-klein9b-diffusers, h100-klein9b-diffusers and not "
+     "searched yet: `omniprobe probe-capacity --host h200-klein9b-diffusers` searches it"),
     (["--card", "rtx3090", "--host-ram-gib", "nan"],
      "argument --host-ram-gib: expected a host RAM in GiB above 0 and at most 4096, got 'nan'"),
     (["--card", "rtx3090", "--host-ram-gib", "0"], "above 0 and at most 4096, got '0'"),

@@ -334,6 +334,24 @@ def test_a_profile_set_up_and_never_searched_is_named_until_a_search_records_it(
     assert never_searched(evidence, KLEIN, listed) == listed
 
 
+def test_a_model_set_up_on_a_gpu_host_and_never_searched_is_named_with_its_hosts(repo):
+    from omniprobe.analysis.capacity_bands import unsearched_models
+
+    hosts = load_valid_project(repo).hosts
+    search, trials = _committed_search(repo)
+    klein_9b = "models/flux2-klein/9b"
+    evidence = SimpleNamespace(attempts=[_attempt("1", QWEN, [search], trials),
+                                         _attempt("2", KLEIN, [search], trials)])
+    assert unsearched_models(evidence, hosts) == {
+        klein_9b: ["h200-klein9b-diffusers", "h100-klein9b-diffusers"]}
+    # a search of it, even cut before its first band, is a record: it leaves the list
+    evidence.attempts.append(_attempt("3", klein_9b, [search.model_copy(update={"bands": []})],
+                                      []))
+    assert unsearched_models(evidence, hosts) == {}
+    # nothing searched: every model a GPU host builds, never the tiny ones only the CPU runs
+    assert set(unsearched_models(SimpleNamespace(attempts=[]), hosts)) == {QWEN, KLEIN, klein_9b}
+
+
 def test_a_models_sweep_runs_are_its_own_emulated_cards_only(repo):
     from omniprobe.analysis.diffusers_capacity import model_sweep_runs
 

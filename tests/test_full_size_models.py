@@ -32,7 +32,7 @@ from omniprobe_engine.diffusers_build import (  # noqa: E402  (needs torch, skip
 
 FOLDERS = sorted(str(p.parent.relative_to(REPO)) for p in REPO.glob(f"models/*/*/{MANIFEST_FILE}"))
 FULL = [f for f in FOLDERS if not f.endswith("/tiny")]
-KLEIN_4B = "models/flux2-klein/4b"
+KLEIN_4B, KLEIN_9B = "models/flux2-klein/4b", "models/flux2-klein/9b"
 
 
 def _kind(cls) -> str | None:
@@ -113,3 +113,25 @@ def test_klein_4b_is_built_at_the_figures_its_sources_cross_check():
     assert transformer["joint_attention_dim"] == 3 * text["hidden_size"] == 7680
     assert transformer["in_channels"] == resolve_class(
         configs.components["vae"].class_)().config.latent_channels * 4
+
+
+def test_klein_9b_is_built_at_the_figures_its_sources_cross_check():
+    """The converter's klein-9b transformer 9.08 B ("9B"), Qwen3-8B 8.19 B with 6.95 B outside
+    its two (untied) embeddings, the card's 8.2 B and 6.95 B; the joint attention takes three
+    stacked 4,096-wide encoder states. The spec page's 40 layers and 64 heads would build
+    10.30 B, which the card refutes."""
+    configs = load_model_configs(REPO, KLEIN_9B)
+    counts = parameter_counts(configs.engine_components())
+    assert {k: round(v / 1e9, 3) for k, v in counts.items()} == {
+        "text_encoder": 8.191, "transformer": 9.079, "vae": 0.084}
+    text = configs.components["text_encoder"].config
+    embeddings = 2 * text["vocab_size"] * text["hidden_size"]
+    assert round((counts["text_encoder"] - embeddings) / 1e9, 2) == 6.95
+    assert configs.components["transformer"].config["joint_attention_dim"] == (
+        3 * text["hidden_size"]) == 12288
+    spec_page = {**text, "num_hidden_layers": 40, "num_attention_heads": 64}
+    wrong = parameter_counts({"text_encoder": {
+        "class": configs.components["text_encoder"].class_, "config": spec_page}}
+    )["text_encoder"] / 1e9
+    expected = configs.components["text_encoder"].expected_parameters_b
+    assert abs(wrong - expected.value) > expected.tolerance * expected.value

@@ -157,9 +157,9 @@ def test_a_published_figure_of_a_model_no_host_builds_is_named(repo_copy):
     hosts = repo_copy.hosts_file
     old = '[published_figures.bfl-readme]\nmodel = "FLUX.2 [klein] 4B"'
     assert old in hosts.read_text()
-    hosts.write_text(hosts.read_text().replace(old, old.replace("4B", "9B")))
+    hosts.write_text(hosts.read_text().replace(old, old.replace("4B", "12B")))
     _, problems = load_project(repo_copy)
     assert [(p.path, p.message.split(";")[0]) for p in problems] == [
         ("[published_figures.bfl-readme] key 'model'",
-         "'FLUX.2 [klein] 9B' is no model a host builds")]
+         "'FLUX.2 [klein] 12B' is no model a host builds")]
     assert "'FLUX.2 [klein] 4B'" in problems[0].message and "'Qwen-Image-2.1'" in problems[0].message

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.config.cards import Card
+from omniprobe.config.hosts import HostsConfig
 from omniprobe.evidence.load import Evidence
 from omniprobe.evidence.models.capacity import (
     CapacityBand,
@@ -91,6 +92,18 @@ def searched_configs(evidence: Evidence) -> list[str]:
     searched."""
     return list(dict.fromkeys(configs for attempt, configs in _measured_attempts(evidence)
                               if attempt.capacity and configs is not None))
+
+
+def unsearched_models(evidence: Evidence, hosts: HostsConfig) -> dict[str, list[str]]:
+    """Each model folder a GPU host is built from that no measured capacity search is of, with
+    those hosts: a model set up and not measured yet."""
+    searched = set(searched_configs(evidence))
+    out: dict[str, list[str]] = {}
+    for name, host in hosts.hosts.items():
+        folder = host.diffusers.configs if host.diffusers else None
+        if folder is not None and folder not in searched and host.has_gpu:
+            out.setdefault(folder, []).append(name)
+    return out
 
 
 def _searches_of(evidence: Evidence, configs: str):

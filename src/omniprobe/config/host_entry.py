@@ -84,7 +84,8 @@ class Host(HostsTable):
     name: str = Field(description="Human name of the host, e.g. 'RTX 3090'.")
     hostname: str
     gpu: str
-    compute_capability: str = Field(pattern=r"^\d+\.\d+$")
+    compute_capability: str = Field(pattern=r"^\d+\.\d+$",
+                                    description="As major.minor; 0.0: no GPU (the CPU).")
     vram_gb: int = Field(gt=0, le=MAX_VRAM_GB, description="Nominal VRAM as marketed (GB).")
     host_ram_gib: float | None = Field(default=None, gt=0, le=MAX_MIB,
                                        description="null: not stated.")
@@ -149,6 +150,10 @@ class Host(HostsTable):
                     "the file to publish its memory in, where NVML cannot see it (a simulated "
                     "host); the sampler reads that file instead of NVML. null: NVML.",
     )
+
+    @property
+    def has_gpu(self) -> bool:
+        return _version(self.compute_capability) > (0, 0)
 
     @field_validator("serve_command")
     @classmethod

@@ -9,7 +9,11 @@ from dataclasses import dataclass
 from itertools import groupby
 from pathlib import Path
 
-from omniprobe.analysis.capacity_bands import newest_searches, searched_configs
+from omniprobe.analysis.capacity_bands import (
+    newest_searches,
+    searched_configs,
+    unsearched_models,
+)
 from omniprobe.analysis.card_answers import RUNS, Answer, CardFigures
 from omniprobe.analysis.diffusers_capacity import model_sweep_runs
 from omniprobe.config.diffusers import load_model_configs
@@ -51,8 +55,12 @@ def asked_answers(loaded: Loaded, root: Path, figures: CardFigures, ram_mib: int
     of the model they ran, as they do in the report."""
     folders = searched_configs(loaded.evidence)
     if folder is not None and folder not in folders:
-        raise InputError([Problem(folder, "", "no capacity search of this model folder is on "
-                                              "record; expected one of " + ", ".join(folders))])
+        set_up = unsearched_models(loaded.evidence, loaded.hosts).get(folder)
+        raise InputError([Problem(folder, "", (
+            f"set up on {', '.join(set_up)} and not searched yet: `omniprobe probe-capacity "
+            f"--host {set_up[0]}` searches it" if set_up else
+            "no capacity search of this model folder is on record") + "; expected one of "
+            + ", ".join(folders))])
     hosts = loaded.hosts
     default_resolution = hosts.diffusers_profile_defaults.output_resolution
     out = []

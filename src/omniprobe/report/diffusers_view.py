@@ -32,7 +32,12 @@ from omniprobe.evidence.validate import Loaded
 from omniprobe.report.answers_view import AnswerTable, answer_table
 from omniprobe.report.calibration_view import CalibrationView, calibration_views, card_host_ram_mib
 from omniprobe.report.capacity_view import CapacitySearchView, capacity_search_view
-from omniprobe.report.model_search_view import ModelSearchView, model_search_views
+from omniprobe.report.model_search_view import (
+    ModelSearchView,
+    UnsearchedModel,
+    model_search_views,
+    unsearched_model_views,
+)
 
 GIB = 2**30
 
@@ -161,6 +166,7 @@ class DiffusersSection:
     outside_pool: str | None  # the measuring GPU's own memory outside torch's pool, in words
     kv_counted: str | None  # Diffusers' own count per reference at the default condition size
     other_models: list[ModelSearchView]  # each model searched beside the seed's
+    unsearched_models: list[UnsearchedModel]  # set up on a GPU host, not searched yet
 
 
 def _gib(mib: int) -> str:
@@ -409,7 +415,8 @@ def diffusers_section(loaded: Loaded, root: Path,
         capacity, answers, outside_pool_text(all_runs, loaded.evidence),
         next((f"{c.measured} {c.what}" for c in compared
               if c.what == per_reference(default_size)), None),
-        model_search_views(loaded, root, model_configs, host_ram_of, default_size))
+        model_search_views(loaded, root, model_configs, host_ram_of, default_size),
+        unsearched_model_views(loaded, root))
 
 
 def outside_pool_text(runs: list[ProfileRun], evidence: Evidence) -> str | None:

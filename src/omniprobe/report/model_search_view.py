@@ -8,7 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from omniprobe.analysis.capacity_bands import Searched, newest_searches, searched_configs
+from omniprobe.analysis.capacity_bands import (
+    Searched,
+    newest_searches,
+    searched_configs,
+    unsearched_models,
+)
 from omniprobe.analysis.diffusers_capacity import model_sweep_runs
 from omniprobe.config.diffusers import load_model_configs
 from omniprobe.config.hosts import HostsConfig
@@ -37,6 +42,20 @@ class ModelSearchView:
     answers: AnswerTable | None
     published: list[PublishedRow]
     least: list[str]  # the least A the search found at its first and last count, in words
+
+
+@dataclass(frozen=True)
+class UnsearchedModel:
+    model: str
+    configs: str  # its committed model folder
+    hosts: list[str]  # the GPU hosts built from it
+
+
+def unsearched_model_views(loaded: Loaded, root: Path) -> list[UnsearchedModel]:
+    """Each model set up on a GPU host and not searched yet, so the report says it is ready
+    rather than leaving it out."""
+    return [UnsearchedModel(load_model_configs(root, folder).manifest.model, folder, hosts)
+            for folder, hosts in unsearched_models(loaded.evidence, loaded.hosts).items()]
 
 
 def figure_path(folder: str) -> Path:
