@@ -18,7 +18,7 @@ import sys
 import time
 
 from omniprobe_engine.diffusers_build import pinned_mib, release_pinned_cache
-from omniprobe_engine.kv_host import HOST_PLACEMENTS, Slabs, host_placed
+from omniprobe_engine.kv_host import HOST_PLACEMENTS, cache_slabs, host_placed
 
 TARGET_PACKED = 1.1
 H100_CACHE_BYTES = 8_740_405_248  # 4 references, 32 layers, K and V each
@@ -35,7 +35,7 @@ def one_placement(torch, placement: str, layers: int, tensor_bytes: int) -> dict
     memory = HOST_PLACEMENTS[placement]
     release_pinned_cache(torch)  # the blocks of the placement before it go back, as per request
     before = pinned_mib(torch)
-    slabs = Slabs(2 * layers, pinned=memory.pinned) if memory.packed else None
+    slabs = cache_slabs(memory, layers)
     cls = host_placed(StandInLayer, pinned=memory.pinned)
     caches = [cls(slabs) for _ in range(layers)]
     source = torch.empty(tensor_bytes // 2, dtype=torch.bfloat16, device="cuda")

@@ -311,15 +311,16 @@ def test_a_layer_cache_in_host_memory_stores_host_tensors_and_hands_compute_devi
 
 
 def test_packed_layers_carve_their_k_and_v_out_of_shared_slabs():
-    """kv_host.Slabs: every layer's K and V in one slab where the rule says one holds them, each
+    """pinned_slabs.Slabs: every layer's K and V in one slab where the rule says one holds them, each
     at an aligned offset, the values those stored; a tensor past the expected count gets its own
     slab. Pageable here (pinning needs CUDA); the GPU test pins them."""
     from diffusers.models.transformers.transformer_qwenimage21 import QwenImage21KVLayerCache
 
-    from omniprobe_engine.kv_host import ALIGN_BYTES, Slabs, aligned, host_placed, packed_bytes
+    from omniprobe_engine.kv_host import host_placed
+    from omniprobe_engine.pinned_slabs import ALIGN_BYTES, Slabs, aligned, packed_bytes
 
     layers, shape = 4, (1, 7, 2, 4)  # 112 bytes a bfloat16 tensor, 512 aligned
-    slabs = Slabs(2 * layers, pinned=False)
+    slabs = Slabs(pinned=False, expected_tensors=2 * layers)
     cls = host_placed(QwenImage21KVLayerCache, pinned=False, compute_device="meta")
     caches = [cls(slabs) for _ in range(layers)]
     stored = [(torch.randn(shape, dtype=torch.bfloat16), torch.randn(shape, dtype=torch.bfloat16))
@@ -377,3 +378,48 @@ def test_the_tiny_model_runs_with_its_cache_in_host_memory_and_records_it_so(tmp
     drawn = {name: Image.open(tmp_path / name).tobytes()
              for name in ("out.png", "packed.png", "gpu.png")}
     assert drawn["out.png"] == drawn["packed.png"] == drawn["gpu.png"]
+
+
+def test_packed_pinning_carves_group_offloads_copies_out_of_slabs():
+    """pinned_weights.packed_pinning around diffusers' own ModuleGroup: every page-locked copy it
+    keeps (a stream, low_cpu_mem_usage off) is a carve of the slabs, at an aligned offset, with
+    the weight's values; a torchao int8 weight's inner tensors are carved each; the slabs hold
+    the module's carved bytes exactly here (five 512-byte carves: 2 KiB + 512); the class's own
+    _to_cpu is back after. Pageable here (pinning needs CUDA); the GPU test pins them."""
+    from diffusers.hooks.group_offloading import ModuleGroup
+    from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+    from omniprobe_engine.pinned_slabs import ALIGN_BYTES
+    from omniprobe_engine.pinned_weights import carved_bytes, packed_pinning, plain_tensors
+
+    module = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16),
+                                 torch.nn.Linear(16, 4, bias=False)).to(torch.bfloat16)
+    original = ModuleGroup.__dict__["_to_cpu"]
+    with packed_pinning(module, pinned=False) as slabs:
+        group = ModuleGroup(modules=list(module), offload_device=torch.device("cpu"),
+                            onload_device=torch.device("cpu"), offload_leader=module[0],
+                            stream=object())  # any stream: the copies are made at init
+    assert ModuleGroup.__dict__["_to_cpu"] is original
+    assert slabs.nbytes == slabs.stored_bytes == carved_bytes(module) == 5 * ALIGN_BYTES
+    assert [s.numel() for s in slabs.slabs] == [2048, 512]
+    bases = {s.untyped_storage().data_ptr() for s in slabs.slabs}
+    assert len(group.cpu_param_dict) == 5
+    for param, copy in group.cpu_param_dict.items():
+        assert torch.equal(copy, param.data) and copy.data_ptr() != param.data_ptr()
+        assert copy.untyped_storage().data_ptr() in bases
+        assert (copy.data_ptr() - copy.untyped_storage().data_ptr()) % ALIGN_BYTES == 0
+
+    quantised = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False)).to(torch.bfloat16)
+    quantize_(quantised, Int8WeightOnlyConfig())
+    weight = quantised[0].weight
+    with packed_pinning(quantised, pinned=False) as slabs:
+        group = ModuleGroup(modules=list(quantised), offload_device=torch.device("cpu"),
+                            onload_device=torch.device("cpu"), offload_leader=quantised[0],
+                            stream=object())
+    [copy] = group.cpu_param_dict.values()
+    assert type(copy) is type(weight) and torch.equal(copy.dequantize(), weight.dequantize())
+    inner = plain_tensors(copy)
+    assert len(inner) == len(plain_tensors(weight)) > 1  # its qdata, scale, ...
+    assert {t.untyped_storage().data_ptr() for t in inner} <= {
+        s.untyped_storage().data_ptr() for s in slabs.slabs}
+    assert slabs.stored_bytes == carved_bytes(quantised)

@@ -48,6 +48,25 @@ def test_stream_settings_are_checked_against_the_offload_mode(offload, use_strea
     assert all(p.startswith(e) for p, e in zip(problems, expected, strict=True)), problems
 
 
+@pytest.mark.parametrize(("offload", "use_stream", "low_cpu_mem_usage", "expected"), [
+    # packed needs the page-locked copies group offload with streams keeps
+    ("group-leaf", True, False, []),
+    ("group-block", True, False, []),
+    ("group-leaf", True, True, ['pinned_weights = "packed" needs use_stream = true and '
+                                "low_cpu_mem_usage = false"]),
+    ("group-leaf", False, False, ['pinned_weights = "packed" needs use_stream = true']),
+    ("model-cpu", False, False, ["pinned_weights: offload 'model-cpu' ignores it"]),
+    ("none", False, False, ["pinned_weights: offload 'none' ignores it"]),
+])
+def test_packed_pinned_weights_need_the_copies_streams_keep(offload, use_stream,
+                                                            low_cpu_mem_usage, expected):
+    problems = offload_setting_problems(offload, use_stream, low_cpu_mem_usage, False, "packed")
+    assert len(problems) == len(expected)
+    assert all(p.startswith(e) for p, e in zip(problems, expected, strict=True)), problems
+    assert offload_setting_problems(offload, use_stream, low_cpu_mem_usage, False, "blocks") == (
+        offload_setting_problems(offload, use_stream, low_cpu_mem_usage, False))
+
+
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
@@ -147,6 +166,8 @@ def test_an_int8_text_encoder_on_a_text_encoder_that_cannot_take_it_is_refused_b
      "group-leaf with streams, low_cpu_mem_usage"),
     ({"offload": "group-block", "use_stream": True, "record_stream": True},
      "group-block with streams, record_stream"),
+    ({"offload": "group-leaf", "use_stream": True, "pinned_weights": "packed"},
+     "group-leaf with streams, weights pinned packed"),
     ({"offload": "model-cpu"}, "model-cpu"),
 ])
 def test_the_report_names_the_offload_with_its_stream_settings(settings, label):

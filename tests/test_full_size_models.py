@@ -135,3 +135,27 @@ def test_klein_9b_is_built_at_the_figures_its_sources_cross_check():
     )["text_encoder"] / 1e9
     expected = configs.components["text_encoder"].expected_parameters_b
     assert abs(wrong - expected.value) > expected.tolerance * expected.value
+
+
+@pytest.mark.parametrize(("folder", "profile"), [
+    ("models/qwen-image-2.1/full", "group-leaf"), (KLEIN_4B, "klein-group-leaf")])
+def test_leaf_offloads_page_locked_bytes_are_each_weight_rounded_up_to_a_power_of_two(
+        repo, folder, profile):
+    """What DETAILS says of the committed builds' page-locked figure: group offload with streams
+    pins every bfloat16 weight as a block of its own, rounded up to a power of two, so the
+    configs, counted on the meta device, give the pinned MiB the GPU machine measured (39.1 GiB
+    for Qwen-Image-2.1, 21.9 for klein 4B), and their own aligned bytes the weights' MiB on the
+    host: the ×1.30 and ×1.48 are torch's rounding, which packing leaves out."""
+    from omniprobe.analysis.capacity_bands import newest_searches
+    from omniprobe.analysis.card_answers import pinned_weights_mib
+    from omniprobe.evidence.validate import load_valid_project
+    from omniprobe_engine.pinned_slabs import aligned, power_of_two_ceil
+
+    pinned, weights = pinned_weights_mib(newest_searches(load_valid_project(repo).evidence,
+                                                         folder)[profile])
+    built = empty_components({name: c for name, c in load_model_configs(
+        REPO, folder).engine_components().items() if name not in ("tokenizer", "processor")})
+    sizes = [t.numel() * 2 for module in built.values()
+             for t in [*module.parameters(), *module.buffers()]]  # bfloat16
+    assert sum(power_of_two_ceil(s) for s in sizes) / 2**20 == pytest.approx(pinned, rel=0.002)
+    assert sum(aligned(s) for s in sizes) / 2**20 == pytest.approx(weights, rel=0.002)

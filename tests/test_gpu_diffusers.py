@@ -11,6 +11,7 @@ Each test prints what it measured, for the closing note of the run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
@@ -237,3 +238,52 @@ def test_the_cache_in_host_memory_frees_the_gpu_of_it_between_blocks(tmp_path):
         in_host, host = between[placement]
         assert host["kv_cache_host_bytes"] == host["kv_cache_bytes"] == gpu["kv_cache_bytes"] > 0
         assert on_gpu - in_host >= 0.8 * gpu["kv_cache_bytes"]
+
+
+def test_packed_pinned_weights_pin_about_their_own_bytes_and_compute_the_same():
+    """pinned_weights = "packed" on the GPU: leaf offload with streams over 32 layers whose
+    tensors are no power of two (3,000 x 3,000 bfloat16, 17.2 MiB: a 32 MiB block each, 1 GiB
+    in all) pins about their carved bytes (549 MiB: slabs of 512 and 64 MiB), where blocks pin
+    the powers of two; every copy is page-locked (so diffusers never pins it again per onload),
+    and the output is the blocks' output."""
+    from diffusers.hooks import apply_group_offloading
+    from diffusers.hooks.group_offloading import ModuleGroup
+
+    from omniprobe_engine.diffusers_build import pinned_mib, release_pinned_cache
+    from omniprobe_engine.pinned_slabs import power_of_two_ceil
+    from omniprobe_engine.pinned_weights import carved_bytes, packed_pinning
+
+    def layers():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(*[torch.nn.Linear(3000, 3000, bias=False)
+                                     for _ in range(32)]).to(torch.bfloat16)
+
+    x = torch.randn(4, 3000, dtype=torch.bfloat16, device="cuda")
+    pinned, out = {}, {}
+    for packing in ("blocks", "packed"):
+        module = layers()
+        release_pinned_cache(torch)
+        before = pinned_mib(torch)
+        with packed_pinning(module) if packing == "packed" else contextlib.nullcontext():
+            apply_group_offloading(module, onload_device=torch.device("cuda"),
+                                   offload_device=torch.device("cpu"), offload_type="leaf_level",
+                                   use_stream=True)
+        pinned[packing] = pinned_mib(torch) - before
+        with torch.no_grad():
+            out[packing] = module(x)
+        torch.cuda.synchronize()
+        copies = [h.group.cpu_param_dict for m in module.modules()
+                  if (h := getattr(m, "_diffusers_hook", None)) is not None
+                  and (h := h.get_hook("group_offloading")) is not None]
+        assert copies and all(t.is_pinned() for d in copies for t in d.values())
+        expected_mib = (sum(power_of_two_ceil(p.numel() * 2) for p in module.parameters())
+                        if packing == "blocks" else carved_bytes(module)) / 2**20
+        print(packing, "pinned", pinned[packing], "MiB; expected", expected_mib)
+        if packing == "blocks":
+            assert pinned[packing] == pytest.approx(expected_mib, rel=0.01)
+        else:
+            assert pinned[packing] <= 1.1 * expected_mib
+        del module, copies
+        assert isinstance(ModuleGroup.__dict__["_to_cpu"], staticmethod)
+    assert torch.equal(out["blocks"], out["packed"])
+    assert pinned["packed"] < 0.6 * pinned["blocks"]

@@ -121,7 +121,7 @@ PROFILES = load_hosts(REPO / "hosts.toml").diffusers_profiles
 
 def test_the_analysis_groups_profiles_by_what_their_knobs_affect():
     assert set(host_footprint_knobs()) == {"dtype", "offload", "use_stream", "low_cpu_mem_usage",
-                                           "kv_placement", "quantize_dit",
+                                           "pinned_weights", "kv_placement", "quantize_dit",
                                            "quantize_text_encoder"}
     assert placement(PROFILES["group-leaf-nokv"]) == placement(PROFILES["group-leaf"])
     assert placement(PROFILES["seed-baseline-te8"]) != placement(PROFILES["seed-baseline-capacity"])

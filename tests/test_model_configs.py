@@ -187,27 +187,29 @@ def test_a_component_class_that_is_a_module_is_an_input_error_not_an_init_failur
 
 # --- FLUX.2 [klein] 4B's H200 host ------------------------------------------------------------
 
-KLEIN_H200 = "h200-klein-diffusers"
-
-
-def test_klein_4bs_h200_host_plans_its_profiles_from_its_own_folder():
-    """What `probe-capacity --host h200-klein-diffusers` would run, planned on the CPU: each
-    profile through Flux2KleinPipeline, built from models/flux2-klein/4b, each published count
-    held to the build."""
+@pytest.mark.parametrize(("host", "folder", "published"), [
+    ("h200-klein-diffusers", "models/flux2-klein/4b",
+     {"text_encoder": (4.0, 0.0125), "transformer": (4.0, 0.125)}),
+    ("h100-klein9b-diffusers", "models/flux2-klein/9b",
+     {"text_encoder": (8.2, 0.0061), "transformer": (9.0, 0.0556)}),
+])
+def test_each_klein_host_plans_its_profiles_from_its_own_folder(host, folder, published):
+    """What `probe-capacity --host <klein host>` would run, planned on the CPU: each profile
+    through Flux2KleinPipeline, built from the host's own folder, each published count held to
+    the build."""
     from omniprobe.config.hosts import load_hosts
     from omniprobe.config.project import Project
     from omniprobe.harness.offline.matrix import offline_matrix
 
     cfg = load_hosts(REPO / "hosts.toml")
-    entries, refused, configs = offline_matrix(cfg, Project(REPO), KLEIN_H200,
-                                               cfg.hosts[KLEIN_H200], ())
-    assert refused == [] and configs.folder == "models/flux2-klein/4b"
+    entries, refused, configs = offline_matrix(cfg, Project(REPO), host, cfg.hosts[host], ())
+    assert refused == [] and configs.folder == folder
     assert [e.name for e in entries] == ["klein-group-leaf", "klein-group-leaf-nostream",
-                                         "klein-model-cpu", "klein-group-leaf-tiled"]
+                                         "klein-model-cpu", "klein-group-leaf-tiled",
+                                         "klein-group-leaf-packed"]
     assert {e.kwargs["profile"]["pipeline"] for e in entries} == {"Flux2KleinPipeline"}
     assert {e.kwargs["profile"]["use_kv_cache"] for e in entries} == {False}
-    assert entries[0].expected_parameters == {"text_encoder": (4.0, 0.0125),
-                                              "transformer": (4.0, 0.125)}
+    assert entries[0].expected_parameters == published
     assert set(entries[0].kwargs["weights"]["components"]) == {"text_encoder", "tokenizer",
                                                                 "transformer", "vae"}
 

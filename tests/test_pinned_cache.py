@@ -14,7 +14,7 @@ from omniprobe.config.pinned_cache import (
 )
 from omniprobe.errors import InputError
 from omniprobe.harness.offline.matrix import offline_matrix
-from omniprobe_engine.kv_host import packed_bytes, power_of_two_ceil, slab_bytes
+from omniprobe_engine.pinned_slabs import packed_bytes, power_of_two_ceil, slab_bytes
 
 from .conftest import REPO, in_process, make_project
 
@@ -41,7 +41,7 @@ MEASURED_4_REFS = 8_740_405_248 // 64  # bytes a tensor: the H100's cache at 4 r
     (MEASURED_4_REFS, 1, 256 * MIB),
 ])
 def test_a_slab_is_the_power_of_two_the_tensors_to_come_fill(tensor_bytes, to_come, slab):
-    assert slab_bytes(tensor_bytes, to_come) == slab
+    assert slab_bytes(tensor_bytes, to_come * tensor_bytes) == slab
 
 
 @pytest.mark.parametrize("tensor_bytes, tensors, blocks_gib, packed_gib", [

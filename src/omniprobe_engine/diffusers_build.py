@@ -22,6 +22,8 @@ import os
 import resource
 from typing import Any
 
+from omniprobe_engine.pinned_weights import plain_tensors
+
 MIB = 1024**2
 POOL_ELEMENTS = 1 << 26  # random values drawn per component: 128 MiB in bf16, under one block
 RSS_SAMPLE_S = 0.02  # the request-time host sampler's period: a request runs for seconds
@@ -58,10 +60,7 @@ def parameters_b(module) -> float:
 
 def tensor_bytes(tensor) -> int:
     """Bytes a tensor holds: a torchao quantised tensor's are its inner tensors'."""
-    if hasattr(tensor, "__tensor_flatten__"):
-        names, _ = tensor.__tensor_flatten__()
-        return sum(tensor_bytes(getattr(tensor, name)) for name in names)
-    return tensor.numel() * tensor.element_size()
+    return sum(t.numel() * t.element_size() for t in plain_tensors(tensor))
 
 
 class BuildObserver:

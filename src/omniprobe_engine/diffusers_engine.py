@@ -25,6 +25,7 @@ import gc
 import os
 import sys
 import time
+from contextlib import nullcontext
 
 from omniprobe_engine.adapters import adapter_for
 from omniprobe_engine.diffusers_build import (
@@ -42,6 +43,7 @@ from omniprobe_engine.diffusers_build import (
 from omniprobe_engine.images import open_reference, save_png
 from omniprobe_engine.knobs import GROUP_OFFLOADS, INT8, OFFLOADS, setting
 from omniprobe_engine.kv_host import is_pinned
+from omniprobe_engine.pinned_weights import packed_pinning
 from omniprobe_engine.protocol import CLEAN_TOLERANCE_MIB, POOL_LIMIT_ENV
 
 QUANTISED_BY = {"text_encoder": "quantize_text_encoder", "transformer": "quantize_dit"}
@@ -156,12 +158,14 @@ class DiffusersEngine:
         torch = self.torch
         extra = ({} if offload == "group-leaf"
                  else {"num_blocks_per_group": 1})  # the knob table's group-block: one block
-        apply_group_offloading(
-            module, onload_device=torch.device("cuda"), offload_device=torch.device("cpu"),
-            offload_type="leaf_level" if offload == "group-leaf" else "block_level",
-            use_stream=setting(self.profile, "use_stream"),
-            record_stream=setting(self.profile, "record_stream"),
-            low_cpu_mem_usage=setting(self.profile, "low_cpu_mem_usage"), **extra)
+        with (packed_pinning(module) if setting(self.profile, "pinned_weights") == "packed"
+              else nullcontext()):
+            apply_group_offloading(
+                module, onload_device=torch.device("cuda"), offload_device=torch.device("cpu"),
+                offload_type="leaf_level" if offload == "group-leaf" else "block_level",
+                use_stream=setting(self.profile, "use_stream"),
+                record_stream=setting(self.profile, "record_stream"),
+                low_cpu_mem_usage=setting(self.profile, "low_cpu_mem_usage"), **extra)
 
     def _place_pipeline(self, offload: str) -> None:
         pipe, torch = self.pipe, self.torch

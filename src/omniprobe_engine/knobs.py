@@ -19,6 +19,7 @@ REQUIRED = object()  # a profile must state it
 OFFLOADS = ("none", "model-cpu", "group-leaf", "group-block")
 GROUP_OFFLOADS = ("group-leaf", "group-block")
 INT8 = "int8-weight-only"
+PINNED_WEIGHTS = ("blocks", "packed")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,17 @@ KNOBS: tuple[Knob, ...] = (
          description="Group offload with streams only: apply_group_offloading's record_stream.",
          applied="apply_group_offloading(record_stream=...)", affects=(GPU_MEMORY, SPEED),
          refused="set without group offload with streams"),
+    Knob("pinned_weights", str, default="blocks", choices=PINNED_WEIGHTS,
+         description="Group offload with streams that keeps page-locked copies "
+                     "(low_cpu_mem_usage false) only: blocks, each offloaded tensor pinned as a "
+                     "block of its own, which torch's pinned allocator rounds up to a power of "
+                     "two; packed, each component's copies carved out of a few page-locked slabs "
+                     "sized to its bytes (pinned_weights.py), so the host holds about the "
+                     "weights' own bytes.",
+         applied="diffusers' ModuleGroup._to_cpu replaced while apply_group_offloading runs on "
+                 "each component",
+         affects=(HOST_MEMORY,),
+         refused="packed without group offload with streams and low_cpu_mem_usage false"),
     Knob("allocator", str, default=None, nullable=True,
          bounds={"pattern": r"^[a-z_]+:[A-Za-z0-9_.]+(,[a-z_]+:[A-Za-z0-9_.]+)*$"},
          description="PyTorch's allocator setting (e.g. 'expandable_segments:True'), written in "

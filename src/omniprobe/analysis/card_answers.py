@@ -227,6 +227,17 @@ def search_host_figures(found: Searched, up_to: int | None = None) -> tuple[floa
     return peak, pinned
 
 
+def pinned_weights_mib(found: Searched) -> tuple[float, float] | None:
+    """What a profile's build held page-locked and its weights' own bytes on the host, in MiB:
+    group offload with streams keeps a pinned copy of every weight, so their ratio is how much
+    each pinned block was rounded up (or, packed, what the slabs added). None where the build
+    pinned nothing or did not count its weights."""
+    build = found.search.build
+    if build is None or not build.pinned_host_mib or not build.host_weights_mib:
+        return None
+    return build.pinned_host_mib, build.host_weights_mib
+
+
 def first_request_pinned_mib(found: Searched, count: int) -> float | None:
     """The page-locked bytes of a timed request at `count` made first in its runner (no trial of
     the search shares its lifetime): torch keeps the pinned blocks of earlier requests cached,

@@ -75,7 +75,8 @@ class _Profile(_Input):
         if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
             raise ValueError("seeds: each seed once")
         problems = offload_setting_problems(self.offload, self.use_stream,
-                                            self.low_cpu_mem_usage, self.record_stream)
+                                            self.low_cpu_mem_usage, self.record_stream,
+                                            self.pinned_weights)
         if self.kv_placement != "gpu" and not self.use_kv_cache:
             problems.append(f"kv_placement = {self.kv_placement!r} needs use_kv_cache = true: "
                             "without the cache there is nothing to place")
@@ -97,6 +98,7 @@ class _Profile(_Input):
         if not self.use_stream:
             return f"{self.offload} without streams"
         extra = [k for k in ("low_cpu_mem_usage", "record_stream") if getattr(self, k)]
+        extra += ["weights pinned packed"] if self.pinned_weights == "packed" else []
         return f"{self.offload} with streams" + "".join(f", {k}" for k in extra)
 
     @property
@@ -161,13 +163,15 @@ def profile_differences(recorded: dict, current: dict) -> list[str]:
 
 
 def offload_setting_problems(offload: str, use_stream: bool, low_cpu_mem_usage: bool,
-                             record_stream: bool) -> list[str]:
+                             record_stream: bool, pinned_weights: str = "blocks") -> list[str]:
     """What is wrong with a profile's stream settings for its offload mode (apply_group_offloading
-    reads them only at group offload, low_cpu_mem_usage and record_stream only with streams)."""
+    reads them only at group offload, low_cpu_mem_usage and record_stream only with streams, and
+    keeps the page-locked copies pinned_weights packs only without low_cpu_mem_usage)."""
     problems = []
+    packed = pinned_weights == "packed"
     if offload not in GROUP_OFFLOADS:
         set_ = [k for k, v in (("use_stream", use_stream), ("low_cpu_mem_usage", low_cpu_mem_usage),
-                               ("record_stream", record_stream)) if v]
+                               ("record_stream", record_stream), ("pinned_weights", packed)) if v]
         if set_:
             problems.append(f"{', '.join(set_)}: offload {offload!r} ignores it; only group "
                             f"offload ({', '.join(GROUP_OFFLOADS)}) takes stream settings")
@@ -178,6 +182,10 @@ def offload_setting_problems(offload: str, use_stream: bool, low_cpu_mem_usage: 
     if low_cpu_mem_usage and not use_stream:
         problems.append("low_cpu_mem_usage = true needs use_stream = true: without streams "
                         "group offload pins nothing, so the setting is ignored")
+    if packed and (low_cpu_mem_usage or not use_stream):
+        problems.append('pinned_weights = "packed" needs use_stream = true and '
+                        "low_cpu_mem_usage = false: only then does group offload keep "
+                        "page-locked copies to pack")
     return problems
 
 

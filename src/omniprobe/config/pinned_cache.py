@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from omniprobe.config.diffusers import DiffusersProfile
 from omniprobe.errors import Problem
-from omniprobe_engine.kv_host import HOST_PLACEMENTS, is_pinned, packed_bytes, power_of_two_ceil
+from omniprobe_engine.kv_host import HOST_PLACEMENTS, is_pinned
+from omniprobe_engine.pinned_slabs import packed_bytes, power_of_two_ceil
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 PIXELS_PER_TOKEN_SIDE = 16  # the VAE's 8x downsampling, then 2x2 latent patches

@@ -22,6 +22,7 @@ from omniprobe.analysis.capacity_bands import (
     reference_contradictions,
     sweep_checks,
 )
+from omniprobe.analysis.card_answers import pinned_weights_mib
 from omniprobe.analysis.diffusers_capacity import ProfileRun
 from omniprobe.analysis.knob_deltas import knob_deltas
 from omniprobe.config.cards import Card
@@ -33,6 +34,7 @@ from omniprobe.evidence.models.capacity import (
     given_grid_flags,
 )
 from omniprobe.evidence.validate import Loaded
+from omniprobe.report.filters import names
 from omniprobe.report.knobs_view import KnobRow, SpillLine, knob_rows, spill_line
 from omniprobe.report.paths import CAPACITY_DIR
 from omniprobe.report.pool_svg import CardLine, PoolLine, render_pool_svg
@@ -118,6 +120,7 @@ class CapacitySearchView:
     cut: list[str]  # searches stopped before their first band, with what they tried
     unsearched: list[str]  # profiles of the searching hosts no search has a record of
     unsearched_swept: list[str]  # those of them the emulated cards' sweeps ran
+    pinned_weights: list[str]  # page-locked at build against the weights' bytes, in words
     knobs: list[KnobRow]  # what each setting buys against its searched base
     spill: SpillLine | None  # the cache in pinned host memory against it on the GPU
     figure_path: str
@@ -233,8 +236,21 @@ def capacity_search_view(loaded: Loaded, runs: list[ProfileRun],
         b_inferred,
         cut_searches(loaded.evidence, configs, set(searches)),
         unsearched, [p for p in unsearched if p in {r.profile for r in runs}],
+        pinned_weight_words(ordered),
         knob_rows(deltas, ordered, counts, gpu_of), spill_line(deltas, ordered, gpu_of),
         figure.as_posix(), svg)
+
+
+def pinned_weight_words(searches: dict[str, Searched]) -> list[str]:
+    """Each build's page-locked bytes against its weights' own, profiles that pinned alike
+    together: "`a` and `b`: 39.1 GiB for 30.2 GiB of weights (×1.30)"."""
+    alike: dict[tuple[float, float], list[str]] = {}
+    for name, found in searches.items():
+        if (figures := pinned_weights_mib(found)) is not None:
+            alike.setdefault(figures, []).append(f"`{name}`")
+    return [f"{names(profiles)}: {pinned / 1024:.1f} GiB for {weights / 1024:.1f} GiB of "
+            f"weights (×{pinned / weights:.2f})"
+            for (pinned, weights), profiles in alike.items()]
 
 
 # Each grid flag by the setting the report names.

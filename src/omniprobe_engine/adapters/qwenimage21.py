@@ -5,7 +5,7 @@ the recorder of the conditioning KV caches the pipeline makes per call."""
 from __future__ import annotations
 
 from omniprobe_engine.knobs import setting
-from omniprobe_engine.kv_host import HOST_PLACEMENTS, HostMemory, Slabs, host_placed
+from omniprobe_engine.kv_host import HOST_PLACEMENTS, HostMemory, cache_slabs, host_placed
 
 from .base import DiffusersAdapter
 from .synthetic_tokenizer import synthetic_tokenizer
@@ -74,7 +74,7 @@ def _placed_in_host(base: type, memory: HostMemory) -> type:
     class InHost(base):
         def __init__(self, num_layers: int):
             super().__init__(num_layers)
-            slabs = Slabs(2 * num_layers, pinned=memory.pinned) if memory.packed else None
+            slabs = cache_slabs(memory, num_layers)
             self.layer_caches = [layer(slabs) for _ in range(num_layers)]
 
     return InHost
