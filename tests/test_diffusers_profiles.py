@@ -79,6 +79,11 @@ def test_packed_pinned_weights_need_the_copies_streams_keep(offload, use_stream,
         ('offload = "group-leaf-stream"\nuse_stream = false',
          "offload 'group-leaf-stream' means use_stream = true"),
         ('offload = "group-leaf-nostream"', "[diffusers_profiles.bad] key 'offload'"),
+        ('offload = "group-leaf"\nuse_stream = true\nlow_cpu_mem_usage = true\n'
+         'pinned_weights = "packed"',
+         'pinned_weights = "packed" needs use_stream = true and low_cpu_mem_usage = false'),
+        ('offload = "group-leaf"\nuse_stream = true\npinned_weights = "tight"',
+         "[diffusers_profiles.bad] key 'pinned_weights'"),
     ],
 )
 def test_a_bad_profile_is_named_by_its_table_in_hosts_toml(repo_copy, settings, expected):
