@@ -10,11 +10,11 @@ import pytest
 
 from omniprobe_engine.adapters import adapter_for, known_pipelines, registry
 from omniprobe_engine.adapters.base import OFFLOADS, DiffusersAdapter
-from omniprobe_engine.adapters.flux2klein import Flux2KleinAdapter
+from omniprobe_engine.adapters.flux2klein import Flux2KleinAdapter, Flux2KleinKVAdapter
 from omniprobe_engine.adapters.qwenimage21 import QwenImage21Adapter
 from omniprobe_engine.diffusers_engine import DiffusersEngine, profile_refusal
 
-QWEN, KLEIN = "QwenImage21Pipeline", "Flux2KleinPipeline"
+QWEN, KLEIN, KLEIN_KV = "QwenImage21Pipeline", "Flux2KleinPipeline", "Flux2KleinKVPipeline"
 KLEIN_NO_CACHE = "use_kv_cache = true: Flux2KleinPipeline has no conditioning KV cache"
 KLEIN_NO_SIZE = ("output_resolution: Flux2KleinPipeline sizes condition images itself (up to "
                  "1024² pixels), it takes no output_resolution")
@@ -31,9 +31,10 @@ class Untouchable:
 
 
 def test_every_family_is_found_once_by_its_pipelines():
-    assert known_pipelines() == (KLEIN, QWEN)
+    assert known_pipelines() == (KLEIN_KV, KLEIN, QWEN)
     assert type(adapter_for(QWEN)) is QwenImage21Adapter
     assert type(adapter_for(KLEIN)) is Flux2KleinAdapter
+    assert type(adapter_for(KLEIN_KV)) is Flux2KleinKVAdapter
     assert adapter_for(QWEN) is adapter_for(QWEN)  # one instance a process
 
 
@@ -41,17 +42,24 @@ def test_a_pipeline_no_adapter_serves_is_a_key_error_naming_those_that_are_serve
     with pytest.raises(KeyError) as caught:
         adapter_for("NoSuchPipeline")
     assert caught.value.args[0] == ("no Diffusers adapter serves pipeline 'NoSuchPipeline' "
-                                    f"(adapters exist for {KLEIN}, {QWEN})")
+                                    f"(adapters exist for {KLEIN_KV}, {KLEIN}, {QWEN})")
 
 
-@pytest.mark.parametrize(("pipeline", "cache", "resolution", "placements", "scheduler"), [
-    (QWEN, True, True, OFFLOADS, "FlowMatchEulerDiscreteScheduler"),
-    (KLEIN, False, False, OFFLOADS, "FlowMatchEulerDiscreteScheduler"),
+@pytest.mark.parametrize(("pipeline", "cache", "cache_always", "frees_it", "guidance",
+                          "resolution"), [
+    (QWEN, True, False, False, True, True),
+    (KLEIN, False, False, False, True, False),
+    # the KV release: a cache always kept with references, freed before its decode, no guidance
+    (KLEIN_KV, True, True, True, False, False),
 ])
-def test_each_family_states_its_capabilities(pipeline, cache, resolution, placements, scheduler):
+def test_each_family_states_its_capabilities(pipeline, cache, cache_always, frees_it, guidance,
+                                             resolution):
     adapter = adapter_for(pipeline)
-    assert (adapter.keeps_conditioning_cache, adapter.takes_output_resolution, adapter.placements,
-            adapter.scheduler) == (cache, resolution, placements, scheduler)
+    assert (adapter.keeps_conditioning_cache, not adapter.cache_optional,
+            adapter.frees_cache_before_decode, adapter.takes_guidance,
+            adapter.takes_output_resolution) == (cache, cache_always, frees_it, guidance,
+                                                 resolution)
+    assert (adapter.placements, adapter.scheduler) == (OFFLOADS, "FlowMatchEulerDiscreteScheduler")
 
 
 def full(pipeline: str, **settings) -> dict:
@@ -73,6 +81,18 @@ class OnDeviceOnly(DiffusersAdapter):
     (adapter_for(QWEN), {"output_resolution": 512}, None),
     (adapter_for(KLEIN), {"use_kv_cache": True, "output_resolution": 512}, KLEIN_NO_CACHE),
     (adapter_for(QWEN), {"offload": "group-block"}, None),
+    (adapter_for(KLEIN_KV), {"use_kv_cache": True}, None),
+    (adapter_for(KLEIN_KV), {"use_kv_cache": True, "kv_placement": "host-pinned-packed"}, None),
+    (adapter_for(KLEIN_KV), {"use_kv_cache": False},
+     "use_kv_cache = false: Flux2KleinKVPipeline always keeps its conditioning KV cache"),
+    (adapter_for(KLEIN_KV), {"use_kv_cache": True, "release_kv_before_decode": True},
+     "release_kv_before_decode = true: Flux2KleinKVPipeline frees its conditioning cache before "
+     "the decode itself"),
+    (adapter_for(QWEN), {"use_kv_cache": True, "release_kv_before_decode": True}, None),
+    (adapter_for(KLEIN_KV), {"use_kv_cache": True, "true_cfg_scale": 4.0},
+     "true_cfg_scale = 4.0: Flux2KleinKVPipeline runs no classifier-free guidance"),
+    (adapter_for(KLEIN_KV), {"use_kv_cache": True, "true_cfg_scale": 1.0}, None),
+    (adapter_for(KLEIN), {"true_cfg_scale": 4.0}, None),
     (OnDeviceOnly(), {"offload": "model-cpu"}, "offload 'model-cpu': OnDevicePipeline allows only none"),
     (OnDeviceOnly(), {}, None),
     # The base's defaults: neither a cache nor a condition size.
@@ -114,6 +134,8 @@ def test_the_engine_refuses_in_its_words_then_the_adapters(profile, cuda, expect
     # klein sizes its condition images itself, and stacks a quarter, half and three quarters of
     # its text encoder's layers.
     (KLEIN, {}, {"guidance_scale": 4.0, "text_encoder_out_layers": (2, 4, 6)}),
+    # the KV release takes no guidance (a true_cfg_scale but 1.0 is refused before any run)
+    (KLEIN_KV, {"use_kv_cache": True}, {"text_encoder_out_layers": (2, 4, 6)}),
 ])
 def test_each_family_adds_its_call_arguments(pipeline, profile, expected):
     pipe = SimpleNamespace(text_encoder=SimpleNamespace(config=SimpleNamespace(num_hidden_layers=8)))
@@ -129,6 +151,8 @@ def test_each_family_adds_its_call_arguments(pipeline, profile, expected):
                          "makes only its tokenizer"),
     (adapter_for(QWEN), "component 'tokenizer' (SomeProcessor): QwenImage21Pipeline's adapter "
                         "makes only its processor"),
+    (adapter_for(KLEIN_KV), "component 'processor' (SomeProcessor): Flux2KleinKVPipeline's "
+                            "adapter makes only its tokenizer"),
 ])
 def test_a_component_the_adapter_does_not_make_is_refused_naming_it(adapter, words):
     name = "tokenizer" if isinstance(adapter, QwenImage21Adapter) else "processor"

@@ -237,6 +237,28 @@ def test_a_second_family_runs_through_the_same_engine_from_its_configs_and_adapt
     # own reference path, its VAE encoding them, and came back ok.)
 
 
+def test_klein_kvs_reference_cache_is_recorded_through_the_offline_path(project):
+    """FLUX.2 [klein]'s KV release at a tiny size (models/flux2-klein-kv/tiny,
+    Flux2KleinKVPipeline): the offline path records its reference tokens' cache per request,
+    reference tokens only (no prompt text among them), none without references, and each
+    reference adds the same tokens and bytes."""
+    host = "diffusers-klein-kv-tiny-cpu"
+    code, out = in_process(project, ["probe-offline", "--host", host])
+    assert code == 0, out
+    loaded, [attempt] = attempts(project, host)
+    [run] = attempt.offline
+    assert (run.profile, run.settings["pipeline"]) == ("klein-kv-tiny-cpu", "Flux2KleinKVPipeline")
+    records = attempt.offline_requests
+    counts = [loaded.fixtures.get(r.fixture).reference_count for r in records]
+    assert counts == [0, 1, 2, 3, 4] and all(r.outcome == "ok" for r in records)
+    assert records[0].kv_cache_bytes is None and records[0].prefix_tokens is None
+    cached = records[1:]
+    assert all(r.prompt_text_tokens == 0 and r.kv_cache_host_bytes == 0 for r in cached)
+    per_reference = {(r.kv_cache_bytes // n, r.prefix_tokens // n)
+                     for r, n in zip(cached, counts[1:], strict=True)}
+    assert len(per_reference) == 1 and min(per_reference.pop()) > 0
+
+
 def test_a_profile_naming_a_pipeline_no_adapter_serves_is_refused_before_any_attempt(project):
     hosts = project.hosts_file.read_text()
     project.hosts_file.write_text(hosts.replace('pipeline = "Flux2KleinPipeline"',

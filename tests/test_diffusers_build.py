@@ -423,3 +423,50 @@ def test_packed_pinning_carves_group_offloads_copies_out_of_slabs():
     assert {t.untyped_storage().data_ptr() for t in inner} <= {
         s.untyped_storage().data_ptr() for s in slabs.slabs}
     assert slabs.stored_bytes == carved_bytes(quantised)
+
+
+KLEIN_KV_TINY = load_model_configs(REPO, "models/flux2-klein-kv/tiny").engine_components()
+
+
+def test_klein_kv_keeps_its_reference_cache_where_placed_and_records_it(tmp_path, monkeypatch):
+    """Flux2KleinKVPipeline at a tiny size (its adapter, flux2klein.py): the reference tokens'
+    K and V, kept from step 0, give the same latents on the device, in pageable host memory and
+    packed (its slabs pageable here: pinning needs CUDA), and latents that differ with the
+    references, so the sameness says something. Each cache is counted as the pipeline clears
+    it before its decode: reference tokens only, every layer, twice the bytes for twice the
+    references, in host memory where placed there."""
+    from PIL import Image
+
+    from omniprobe_engine import kv_host
+    from omniprobe_engine.diffusers_engine import DiffusersEngine
+
+    monkeypatch.setitem(kv_host.HOST_PLACEMENTS, "host-pinned-packed",
+                        kv_host.HostMemory(pinned=False, packed=True))
+    reference = tmp_path / "ref.png"
+    Image.new("RGB", (64, 96), (120, 30, 200)).save(reference)
+
+    def latents_and_cache(placement: str, references: int):
+        engine = DiffusersEngine("random", {
+            "profile": {"pipeline": "Flux2KleinKVPipeline", "offload": "none", "dtype": "float32",
+                        "use_kv_cache": True, "kv_placement": placement},
+            "weights": {"kind": "random", "seed": 0, "components": KLEIN_KV_TINY}})
+        out = engine.pipe(prompt="a red shop", image=[Image.open(reference)] * references or None,
+                          height=96, width=64, num_inference_steps=2, output_type="latent",
+                          generator=torch.Generator("cpu").manual_seed(1),
+                          **engine.adapter.call_arguments(engine.pipe, engine.profile, {}, {}))
+        return out.images, engine.kv.take()
+
+    one, cache = latents_and_cache("gpu", 1)
+    layers = cache["kv_cache_layers_total"]
+    assert cache["kv_cache_layers"] == layers > 0 and cache["kv_cache_host_bytes"] == 0
+    assert cache["prompt_text_tokens"] == 0 and cache["prefix_tokens"] > 0
+    for placement in ("host-pageable", "host-pinned-packed"):
+        latents, placed = latents_and_cache(placement, 1)
+        assert torch.equal(latents, one)
+        assert placed["kv_cache_host_bytes"] == placed["kv_cache_bytes"] == cache["kv_cache_bytes"]
+    two, doubled = latents_and_cache("gpu", 2)
+    assert not torch.equal(two, one)
+    assert doubled["kv_cache_bytes"] == 2 * cache["kv_cache_bytes"]
+    assert doubled["prefix_tokens"] == 2 * cache["prefix_tokens"]
+    _, none = latents_and_cache("gpu", 0)
+    assert none == {}  # no reference image: the pipeline makes no cache

@@ -40,10 +40,29 @@ def cache_slabs(memory: HostMemory, num_layers: int) -> Slabs | None:
     return Slabs(pinned=memory.pinned, expected_tensors=2 * num_layers) if memory.packed else None
 
 
-def host_placed(layer_base: type, *, pinned: bool, compute_device=None) -> type:
-    """A subclass of the pipeline's layer cache `layer_base` that keeps K and V in host memory.
-    `compute_device`: where `get` hands them (None: where `store` got them). Made with a `Slabs`,
-    a layer carves its K and V out of it; without, each is a block of its own."""
+def layer_figures(layers: list, names: tuple[str, str] = ("k", "v")) -> dict:
+    """What a cache's layer caches hold (their K and V under `names`): the bytes of the layers
+    filled, of them in host memory, and those layers of how many; a request that failed during
+    the first step filled only some."""
+    key, value = names
+    filled = [(getattr(layer, key), getattr(layer, value), getattr(layer, "host_placed", False))
+              for layer in layers]
+    filled = [(k, v, host) for k, v, host in filled if k is not None and v is not None]
+    if not filled:
+        return {"kv_cache_layers": 0, "kv_cache_layers_total": len(layers)}
+    held = [(sum(t.numel() * t.element_size() for t in (k, v)), host) for k, v, host in filled]
+    return {"kv_cache_bytes": sum(b for b, _ in held),
+            "kv_cache_host_bytes": sum(b for b, host in held if host),
+            "kv_cache_layers": len(filled), "kv_cache_layers_total": len(layers)}
+
+
+def host_placed(layer_base: type, *, pinned: bool, compute_device=None,
+                names: tuple[str, str] = ("k", "v")) -> type:
+    """A subclass of the pipeline's layer cache `layer_base` that keeps K and V (its attributes
+    `names`) in host memory. `compute_device`: where `get` hands them (None: where `store` got
+    them). Made with a `Slabs`, a layer carves its K and V out of it; without, each is a block of
+    its own."""
+    key, value = names
 
     class HostPlaced(layer_base):
         host_placed = True
@@ -54,13 +73,14 @@ def host_placed(layer_base: type, *, pinned: bool, compute_device=None) -> type:
 
         def store(self, k, v):
             self.device = compute_device if compute_device is not None else k.device
-            self.k, self.v = self._to_host(k), self._to_host(v)
+            setattr(self, key, self._to_host(k))
+            setattr(self, value, self._to_host(v))
 
         def get(self):
-            if self.k is None:
+            k, v = getattr(self, key), getattr(self, value)
+            if k is None:
                 raise RuntimeError("KV cache has not been populated yet.")
-            return (self.k.to(self.device, non_blocking=pinned),
-                    self.v.to(self.device, non_blocking=pinned))
+            return k.to(self.device, non_blocking=pinned), v.to(self.device, non_blocking=pinned)
 
         def _to_host(self, tensor):
             # One copy, from the device straight into the host buffer: `.to("cpu").pin_memory()`

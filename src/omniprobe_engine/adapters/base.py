@@ -28,6 +28,9 @@ class DiffusersAdapter:
     components: tuple[str, ...] = ()
     scheduler = "FlowMatchEulerDiscreteScheduler"  # the diffusers scheduler class it is built with
     keeps_conditioning_cache = False  # a conditioning KV cache that `use_kv_cache` turns on
+    cache_optional = True  # with a cache: use_kv_cache = false runs without it
+    frees_cache_before_decode = False  # with a cache: the pipeline frees it before decoding
+    takes_guidance = True  # a classifier-free guidance scale (true_cfg_scale) to set
     takes_output_resolution = False  # a condition size that `output_resolution` sets
     own_condition_sizing = "itself"  # how it sizes condition images when it takes no size
     placements: tuple[str, ...] = OFFLOADS  # the offload placements the pipeline allows
@@ -50,6 +53,15 @@ class DiffusersAdapter:
                       ] if setting(profile, "release_kv_before_decode") else []
             return (f"use_kv_cache = true{''.join(f', {a}' for a in asked)}: {pipeline} has no "
                     "conditioning KV cache")
+        if self.keeps_conditioning_cache and not self.cache_optional and not setting(
+                profile, "use_kv_cache"):
+            return f"use_kv_cache = false: {pipeline} always keeps its conditioning KV cache"
+        if self.frees_cache_before_decode and setting(profile, "release_kv_before_decode"):
+            return (f"release_kv_before_decode = true: {pipeline} frees its conditioning cache "
+                    "before the decode itself")
+        guidance = setting(profile, "true_cfg_scale")
+        if guidance not in (None, 1.0) and not self.takes_guidance:
+            return f"true_cfg_scale = {guidance}: {pipeline} runs no classifier-free guidance"
         if setting(profile, "output_resolution") is not None and not self.takes_output_resolution:
             return (f"output_resolution: {pipeline} sizes condition images "
                     f"{self.own_condition_sizing}, it takes no output_resolution")

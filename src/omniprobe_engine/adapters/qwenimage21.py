@@ -5,7 +5,13 @@ the recorder of the conditioning KV caches the pipeline makes per call."""
 from __future__ import annotations
 
 from omniprobe_engine.knobs import setting
-from omniprobe_engine.kv_host import HOST_PLACEMENTS, HostMemory, cache_slabs, host_placed
+from omniprobe_engine.kv_host import (
+    HOST_PLACEMENTS,
+    HostMemory,
+    cache_slabs,
+    host_placed,
+    layer_figures,
+)
 
 from .base import DiffusersAdapter
 from .synthetic_tokenizer import synthetic_tokenizer
@@ -142,14 +148,10 @@ class KvCacheRecorder:
         if not caches:
             return {}
         layers = caches[0].layer_caches
-        filled = [layer for layer in layers if layer.k is not None and layer.v is not None]
-        if not filled:
-            return {"kv_cache_layers": 0, "kv_cache_layers_total": len(layers)}
-        total = sum(t.numel() * t.element_size() for layer in filled for t in (layer.k, layer.v))
-        host = sum(t.numel() * t.element_size() for layer in filled
-                   if getattr(layer, "host_placed", False) for t in (layer.k, layer.v))
-        return {"kv_cache_bytes": total, "kv_cache_host_bytes": host,
-                "kv_cache_layers": len(filled),
-                "kv_cache_layers_total": len(layers), "prefix_tokens": int(filled[0].k.shape[1]),
+        figures = layer_figures(layers)
+        if not figures["kv_cache_layers"]:
+            return figures
+        first = next(layer for layer in layers if layer.k is not None)
+        return {**figures, "prefix_tokens": int(first.k.shape[1]),
                 "prompt_text_tokens": text[0] if text else None}
 
