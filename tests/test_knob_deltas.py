@@ -248,3 +248,33 @@ def test_of_two_pinned_placements_the_spill_line_reads_the_one_that_pins_less():
     measured["group-leaf-kv-host-packed"] = built(packed, 70)
     line = spill_line(knob_deltas(measured, bases), measured, {})
     assert (line.where, line.pinned_more_gib) == ("pinned host memory", 28.0)
+
+
+@pytest.mark.parametrize("base_gib, mine_gib, words", [
+    (None, 67, "—"),                                        # a side without host figures
+    (39, 67, "+28.0 GiB (+28.0 page-locked)"),              # the cache pinned on the host
+    (39, 39, "0.0 GiB (0.0 page-locked)"),                  # a setting of the GPU's alone
+    (39, 31.6, "-7.4 GiB (-7.4 page-locked)"),              # weights packed: less pinned
+])
+def test_what_a_setting_costs_in_host_ram_is_its_searchs_most_less_the_bases(base_gib, mine_gib,
+                                                                             words):
+    """The knob table's host column: the most each search's runner held (build, trials, timed),
+    the profile's less its base's, with the page-locked part beside it; never "-0.0"."""
+    from dataclasses import replace
+
+    from omniprobe.evidence.models.offline import DiffusersBuild
+    from omniprobe.report.knobs_view import host_more_mib, host_more_words
+
+    def built(found, pinned_gib):
+        if pinned_gib is None:
+            return found
+        build = DiffusersBuild(parameters_b={}, build_s=1.0, build_path="random-streamed",
+                               build_host_peak_mib=pinned_gib * 1024 + 2048,
+                               steady_host_mib=pinned_gib * 1024 + 2048,
+                               pinned_host_mib=pinned_gib * 1024)
+        return replace(found, search=found.search.model_copy(update={"build": build}))
+
+    searches = {"group-leaf": built(BASE, base_gib), "group-leaf-kv-host-pinned": built(HOST,
+                                                                                        mine_gib)}
+    [delta] = knob_deltas(searches, {"group-leaf-kv-host-pinned": "group-leaf"})
+    assert host_more_words(host_more_mib(delta, searches)) == words

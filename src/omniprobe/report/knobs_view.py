@@ -24,6 +24,7 @@ class KnobRow:
     base_where: str  # "" where the base's bands are from the profile's host, else ", on the GPU"
     saved: list[str]  # by reference count: MiB saved, ± both bands' widths
     time: str
+    host: str  # the host memory its search held against the base's, "—" where either lacks it
     starts: str  # whether both searches' trials recorded what they started with
 
 
@@ -51,6 +52,30 @@ def starts_words(searches: dict[str, Searched], delta: KnobDelta) -> str:
     return "both recorded" if not unshown else "not recorded: " + ", ".join(unshown)
 
 
+def host_more_mib(delta: KnobDelta, searches: dict[str, Searched]) -> tuple[float, float] | None:
+    """The most the profile's search held in host memory, and of it page-locked, less its paired
+    base's (MiB); None where either build recorded no page-locked figure."""
+    mine = searches[delta.profile]
+    figures = search_host_figures(mine), search_host_figures(paired_base(searches[delta.base],
+                                                                         mine))
+    if None in figures:
+        return None
+    (peak, pinned), (base_peak, base_pinned) = figures
+    return peak - base_peak, pinned - base_pinned
+
+
+def signed_gib(mib: float) -> str:
+    """+27.9, -0.3, and 0.0 where it rounds to nothing (never "-0.0")."""
+    gib = round(mib / 1024, 1)
+    return f"{gib:+.1f}" if gib else "0.0"
+
+
+def host_more_words(more: tuple[float, float] | None) -> str:
+    if more is None:
+        return "—"
+    return f"{signed_gib(more[0])} GiB ({signed_gib(more[1])} page-locked)"
+
+
 def setting_words(delta: KnobDelta) -> str:
     return f"`{delta.knob}` = {json.dumps(delta.value)}"
 
@@ -63,6 +88,7 @@ def knob_row(delta: KnobDelta, counts: list[int], searches: dict[str, Searched],
                    [saved_cell(by_count[n].saved_mib, by_count[n].within_mib)
                     if n in by_count else "—" for n in counts],
                    ratio_words(delta.time, delta.time and gpu_of.get(delta.time.host)),
+                   host_more_words(host_more_mib(delta, searches)),
                    starts_words(searches, delta))
 
 
@@ -108,10 +134,8 @@ def spill_line(deltas: list[KnobDelta], searches: dict[str, Searched],
     (`deltas`: knob_deltas of `searches`; `gpu_of`: each host's GPU). Of several pinned
     placements, the one that pins the least more than its base (packed or not), then by name."""
     def pinned_more_gib(delta: KnobDelta) -> float | None:
-        mine, base = searches[delta.profile], paired_base(searches[delta.base],
-                                                          searches[delta.profile])
-        figures = search_host_figures(mine), search_host_figures(base)
-        return None if None in figures else (figures[0][1] - figures[1][1]) / 1024
+        more = host_more_mib(delta, searches)
+        return None if more is None else more[1] / 1024
 
     pinned = {d: pinned_more_gib(d) for d in deltas if d.knob == "kv_placement" and d.pool
               and is_pinned(d.value)}
