@@ -339,17 +339,19 @@ def test_a_model_set_up_on_a_gpu_host_and_never_searched_is_named_with_its_hosts
 
     hosts = load_valid_project(repo).hosts
     search, trials = _committed_search(repo)
-    klein_9b = "models/flux2-klein/9b"
+    klein_9b, klein_kv = "models/flux2-klein/9b", "models/flux2-klein-kv/9b"
     evidence = SimpleNamespace(attempts=[_attempt("1", QWEN, [search], trials),
                                          _attempt("2", KLEIN, [search], trials)])
     assert unsearched_models(evidence, hosts) == {
-        klein_9b: ["h200-klein9b-diffusers", "h100-klein9b-diffusers"]}
+        klein_9b: ["h200-klein9b-diffusers", "h100-klein9b-diffusers"],
+        klein_kv: ["h200-klein9b-kv-diffusers", "h100-klein9b-kv-diffusers"]}
     # a search of it, even cut before its first band, is a record: it leaves the list
     evidence.attempts.append(_attempt("3", klein_9b, [search.model_copy(update={"bands": []})],
                                       []))
-    assert unsearched_models(evidence, hosts) == {}
+    assert set(unsearched_models(evidence, hosts)) == {klein_kv}
     # nothing searched: every model a GPU host builds, never the tiny ones only the CPU runs
-    assert set(unsearched_models(SimpleNamespace(attempts=[]), hosts)) == {QWEN, KLEIN, klein_9b}
+    assert set(unsearched_models(SimpleNamespace(attempts=[]), hosts)) == {
+        QWEN, KLEIN, klein_9b, klein_kv}
 
 
 def test_a_models_sweep_runs_are_its_own_emulated_cards_only(repo):

@@ -129,8 +129,8 @@ def test_the_diffusers_env_dry_run_is_its_own_plan_and_shows_every_chosen_pin(tm
         assert (f"# pin: {step.name} {step.pin}, chosen by omniprobe: {step.chosen.reason}\n"
                 in out), step.name
     # It runs no server: the pipeline is checked, not the serve preflight or the clone.
-    assert ("#   diffusers.pipeline: the venv's diffusers holds Flux2KleinPipeline, "
-            "QwenImage21Pipeline\n") in out
+    assert ("#   diffusers.pipeline: the venv's diffusers holds Flux2KleinKVPipeline, "
+            "Flux2KleinPipeline, QwenImage21Pipeline\n") in out
     assert "serve." not in out and "upstream contract" not in out and "vllm" not in out
 
 
