@@ -62,6 +62,14 @@ def test_the_command_prints_each_models_answer(repo, monkeypatch, capsys):
     assert "FLUX.2 [klein] 4B (models/flux2-klein/4b) on the RTX 5080" in out
     assert "what runs, by reference count: 0–4: `klein-group-leaf`" in out
     assert "never seconds for this card" in out
+    # the models set up and not searched are named with the command that searches them
+    assert ("FLUX.2 [klein] 9B (models/flux2-klein/9b): set up, not searched yet; `omniprobe "
+            "probe-capacity --host h200-klein9b-diffusers` searches it") in out
+    assert "FLUX.2 [klein] 9B KV (models/flux2-klein-kv/9b): set up, not searched yet" in out
+    # asked of one model, the others are not listed
+    assert main(["answer", "--card", "rtx5080", "--host-ram-gib", "30", "--model-folder",
+                 "models/flux2-klein/4b"]) == 0
+    assert "not searched yet" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -99,7 +107,11 @@ def test_with_no_search_on_record_the_command_says_what_makes_one(tmp_path, monk
     monkeypatch.setenv("OMNIPROBE_ROOT", str(project.root))
     assert main(["answer", "--card", "rtx3090", "--host-ram-gib", "64"]) == 0
     out = capsys.readouterr().out
-    assert out.strip() == "no capacity search is on record: `omniprobe probe-capacity` makes one"
+    assert out.startswith("no capacity search is on record: `omniprobe probe-capacity` makes one")
+    # each model set up, with a host that searches it (never one capped like a card)
+    assert ("Qwen-Image-2.1 (models/qwen-image-2.1/full): set up, not searched yet; `omniprobe "
+            "probe-capacity --host h200-diffusers` searches it") in out
+    assert "-on-h200-" not in out
 
 
 def test_the_host_ram_each_running_answer_needs_reads_by_count():

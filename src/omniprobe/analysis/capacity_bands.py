@@ -96,12 +96,13 @@ def searched_configs(evidence: Evidence) -> list[str]:
 
 def unsearched_models(evidence: Evidence, hosts: HostsConfig) -> dict[str, list[str]]:
     """Each model folder a GPU host is built from that no measured capacity search is of, with
-    those hosts: a model set up and not measured yet."""
+    the hosts that would search it (not capped like a card): a model set up, not measured yet."""
     searched = set(searched_configs(evidence))
     out: dict[str, list[str]] = {}
     for name, host in hosts.hosts.items():
         folder = host.diffusers.configs if host.diffusers else None
-        if folder is not None and folder not in searched and host.has_gpu:
+        if (folder is not None and folder not in searched and host.has_gpu
+                and host.emulation is None):
             out.setdefault(folder, []).append(name)
     return out
 

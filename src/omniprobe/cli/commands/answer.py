@@ -17,6 +17,7 @@ HOST_RAM_GIB = Bounds("host_ram_gib", float, 0, 4096,
 def run(args: argparse.Namespace) -> int:
     from omniprobe.evidence.validate import load_valid_project
     from omniprobe.report.answer_query import asked_answers, asked_card, host_need_words
+    from omniprobe.report.model_search_view import unsearched_model_views
 
     project = find_project()
     loaded = load_valid_project(project)
@@ -47,6 +48,10 @@ def run(args: argparse.Namespace) -> int:
               "band is of random weights: capacity, not quality.")
     else:
         print("no capacity search is on record: `omniprobe probe-capacity` makes one")
+    if args.model_folder is None:
+        for model in unsearched_model_views(loaded, project.root):
+            print(f"\n{model.model} ({model.configs}): set up, not searched yet; "
+                  f"`omniprobe probe-capacity --host {model.hosts[0]}` searches it")
     return 0
 
 
