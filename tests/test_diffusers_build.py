@@ -342,6 +342,27 @@ def test_packed_layers_carve_their_k_and_v_out_of_shared_slabs():
     assert len(slabs.slabs) == 3 and slabs.nbytes == 4096 + 2 * 512
 
 
+@pytest.mark.parametrize("sizes, cap, slabs", [
+    # twenty tensors of 1,000 bytes (1 KiB carved) under a 4 KiB cap: five 4 KiB slabs
+    ([1000] * 20, 4096, [4096] * 5),
+    # the same uncapped: the rule's 16 KiB they fill, then the 4 KiB left
+    ([1000] * 20, None, [16384, 4096]),
+    # a tensor over the cap takes its own block's size, and a later small one its hole
+    ([10_000, 1000], 4096, [16384]),
+])
+def test_a_capped_slab_is_never_larger_but_for_a_tensor_larger_itself(sizes, cap, slabs):
+    """pinned_weights' slabs are capped (MAX_SLAB_BYTES): group offload frees a group's pageable
+    weights only once its copies are made, so an uncapped slab would be page-locked long before
+    the weights it holds are freed."""
+    from omniprobe_engine.pinned_slabs import Slabs, aligned
+
+    carved = Slabs(pinned=False, expected_bytes=sum(aligned(n) for n in sizes),
+                   max_slab_bytes=cap)
+    for n in sizes:
+        carved.empty_like(torch.empty(n, dtype=torch.uint8))
+    assert [s.numel() for s in carved.slabs] == slabs
+
+
 def test_the_tiny_model_runs_with_its_cache_in_host_memory_and_records_it_so(tmp_path,
                                                                             monkeypatch):
     """Each host placement draws the image the cache on the device draws, pixel for pixel: the

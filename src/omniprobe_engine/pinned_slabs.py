@@ -51,14 +51,16 @@ class Slabs:
     slab with room for it, else in a new one sized to the bytes still expected. What is expected
     is given as bytes (`expected_bytes`: a component's weights, known before the first) or as a
     count of tensors all of one size (`expected_tensors`: a cache's K and V, sized by the first);
-    a tensor past it gets a slab of its own."""
+    a tensor past it gets a slab of its own. `max_slab_bytes`: no slab larger, but for a tensor
+    larger itself (its own block's size)."""
 
     def __init__(self, *, pinned: bool, expected_bytes: int | None = None,
-                 expected_tensors: int | None = None):
+                 expected_tensors: int | None = None, max_slab_bytes: int | None = None):
         if (expected_bytes is None) == (expected_tensors is None):
             raise ValueError("Slabs: give expected_bytes or expected_tensors, one of them")
         self.pinned, self.expected_bytes, self.expected_tensors = (pinned, expected_bytes,
                                                                    expected_tensors)
+        self.max_slab_bytes = max_slab_bytes
         self.stored_bytes = 0
         self.slabs: list = []  # the host buffers, uint8
         self.free_from: list[int] = []  # per slab, its first free byte
@@ -77,6 +79,8 @@ class Slabs:
             if self.expected_bytes is None:
                 self.expected_bytes = self.expected_tensors * size
             slab = slab_bytes(size, self.expected_bytes - self.stored_bytes)
+            if self.max_slab_bytes is not None:
+                slab = min(slab, max(self.max_slab_bytes, power_of_two_ceil(size)))
             self.slabs.append(torch.empty(slab, dtype=torch.uint8, pin_memory=self.pinned))
             self.free_from.append(0)
             index = len(self.slabs) - 1

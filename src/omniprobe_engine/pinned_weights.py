@@ -6,8 +6,8 @@ offloaded tensor, each pinned as a block of its own (diffusers 0.42.1, ModuleGro
 offload pinned 39.1 GiB for Qwen-Image-2.1's 30.2 GiB of weights, and 21.9 GiB for FLUX.2
 [klein] 4B's 14.9 (committed build figures). While apply_group_offloading runs on a component,
 `packed_pinning` makes each copy a carve of slabs sized to the component's bytes
-(pinned_slabs.Slabs) instead. A torchao tensor's inner tensors are carved each, as its own
-pin_memory pins each.
+(pinned_slabs.Slabs, none over MAX_SLAB_BYTES) instead. A torchao tensor's inner tensors are
+carved each, as its own pin_memory pins each.
 """
 
 from __future__ import annotations
@@ -16,6 +16,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from omniprobe_engine.pinned_slabs import Slabs, aligned
+
+# apply_group_offloading frees a group's pageable weights once its copies are made, group by
+# group: a slab is page-locked before the weights it will hold are freed, so the build holds up
+# to one slab beyond the weights. A power of two, so torch's rounding adds nothing to it.
+MAX_SLAB_BYTES = 1 << 30
 
 
 def plain_tensors(tensor) -> list:
@@ -50,7 +55,8 @@ def packed_pinning(module, *, pinned: bool = True) -> Iterator[Slabs]:
     from diffusers.hooks.group_offloading import ModuleGroup
 
     original = ModuleGroup.__dict__["_to_cpu"]
-    slabs = Slabs(pinned=pinned, expected_bytes=carved_bytes(module))
+    slabs = Slabs(pinned=pinned, expected_bytes=carved_bytes(module),
+                  max_slab_bytes=MAX_SLAB_BYTES)
 
     def to_cpu(tensor, low_cpu_mem_usage):
         if low_cpu_mem_usage:
