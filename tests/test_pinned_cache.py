@@ -19,6 +19,7 @@ from omniprobe_engine.pinned_slabs import packed_bytes, power_of_two_ceil, slab_
 from .conftest import REPO, in_process, make_project
 
 QWEN = json.loads((REPO / "models/qwen-image-2.1/full/transformer.json").read_text())["config"]
+KLEIN_KV = json.loads((REPO / "models/flux2-klein-kv/9b/transformer.json").read_text())["config"]
 GIB = 2**30
 
 
@@ -62,6 +63,9 @@ def test_packed_the_cache_pins_about_its_own_bytes(tensor_bytes, tensors, blocks
 ])
 def test_the_pinned_cache_of_the_seeds_dit(resolution, references, gib, packed_gib):
     assert architecture_bytes_per_token(QWEN) == 512 * 1024  # the report's 512 KiB per token
+    # klein 9B KV's cache spans its 8 double- and 24 single-stream blocks: the same 512 KiB
+    assert architecture_bytes_per_token(KLEIN_KV) == 512 * 1024
+    assert pinned_cache_bytes(KLEIN_KV, "bfloat16", resolution, references) == gib * GIB
     assert pinned_cache_bytes(QWEN, "bfloat16", resolution, references) == gib * GIB
     assert pinned_cache_bytes(QWEN, "bfloat16", resolution, references, packed=True) == (
         packed_gib * GIB)

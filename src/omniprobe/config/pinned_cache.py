@@ -23,10 +23,15 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 PIXELS_PER_TOKEN_SIDE = 16  # the VAE's 8x downsampling, then 2x2 latent patches
 
 
+def cached_layers(transformer: dict) -> int:
+    """The blocks that keep K and V: every one, FLUX.2's single-stream blocks too."""
+    return transformer["num_layers"] + transformer.get("num_single_layers", 0)
+
+
 def architecture_bytes_per_token(transformer: dict, dtype: str = "bfloat16") -> int:
     """What the DiT's config implies the cache holds per prefix token: every block keeps K and V,
     each heads × head dimension elements."""
-    return transformer["num_layers"] * 2 * _tensor_bytes_per_token(transformer, dtype)
+    return cached_layers(transformer) * 2 * _tensor_bytes_per_token(transformer, dtype)
 
 
 def _tensor_bytes_per_token(transformer: dict, dtype: str) -> int:
@@ -40,7 +45,7 @@ def pinned_cache_bytes(transformer: dict, dtype: str, resolution: int, reference
     block per layer's K and per its V, or, `packed`, the slabs they are carved out of."""
     tokens = (resolution // PIXELS_PER_TOKEN_SIDE) ** 2 * references
     per_tensor = tokens * _tensor_bytes_per_token(transformer, dtype)
-    tensors = transformer["num_layers"] * 2
+    tensors = cached_layers(transformer) * 2
     return packed_bytes(per_tensor, tensors) if packed else tensors * power_of_two_ceil(per_tensor)
 
 
