@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import groupby
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from omniprobe.analysis.capacity_bands import (
     newest_searches,
@@ -54,6 +54,8 @@ def asked_answers(loaded: Loaded, root: Path, figures: CardFigures, ram_mib: int
     `figures` with `ram_mib` of host RAM; the emulated cards' sweeps count toward the host needs
     of the model they ran, as they do in the report."""
     folders = searched_configs(loaded.evidence)
+    if folder is not None:  # as a folder is written: "./models/x/" is "models/x"
+        folder = PurePosixPath(folder).as_posix()
     if folder is not None and folder not in folders:
         set_up = unsearched_models(loaded.evidence, loaded.hosts).get(folder)
         raise InputError([Problem(folder, "", (
