@@ -159,3 +159,28 @@ def test_leaf_offloads_page_locked_bytes_are_each_weight_rounded_up_to_a_power_o
              for t in [*module.parameters(), *module.buffers()]]  # bfloat16
     assert sum(power_of_two_ceil(s) for s in sizes) / 2**20 == pytest.approx(pinned, rel=0.002)
     assert sum(aligned(s) for s in sizes) / 2**20 == pytest.approx(weights, rel=0.002)
+
+
+def test_every_profile_planned_on_a_gpu_host_is_one_its_engine_would_build():
+    """The GPU machine's preflight, asked here: each profile every GPU host plans (the card
+    emulations' too), with that host's own components, passes the engine's refusals as the
+    runner's `--versions` answers them on a machine with CUDA, so no device time goes to a plan
+    the engine would refuse."""
+    from omniprobe.config.hosts import load_hosts
+    from omniprobe.config.project import Project
+    from omniprobe.harness.offline.matrix import offline_matrix
+    from omniprobe_engine.diffusers_engine import profile_refusal
+
+    cfg = load_hosts(REPO / "hosts.toml")
+    planned = 0
+    for name, host in cfg.hosts.items():
+        if host.diffusers is None or not host.has_gpu:
+            continue
+        entries, refused, _ = offline_matrix(cfg, Project(REPO), name, host, ())
+        assert refused == [], name
+        for entry in entries:
+            profile = entry.kwargs["profile"]
+            components = entry.kwargs["weights"]["components"]
+            assert profile_refusal(profile, True, components) is None, (name, entry.name)
+            planned += 1
+    assert planned > 100  # every GPU host's profiles (131 today), not a few

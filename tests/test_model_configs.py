@@ -187,16 +187,26 @@ def test_a_component_class_that_is_a_module_is_an_input_error_not_an_init_failur
 
 # --- FLUX.2 [klein] 4B's H200 host ------------------------------------------------------------
 
-@pytest.mark.parametrize(("host", "folder", "published"), [
-    ("h200-klein-diffusers", "models/flux2-klein/4b",
-     {"text_encoder": (4.0, 0.0125), "transformer": (4.0, 0.125)}),
-    ("h100-klein9b-diffusers", "models/flux2-klein/9b",
-     {"text_encoder": (8.2, 0.0061), "transformer": (9.0, 0.0556)}),
+KLEIN_PROFILES = ["klein-group-leaf", "klein-group-leaf-nostream", "klein-model-cpu",
+                  "klein-group-leaf-tiled", "klein-group-leaf-packed"]
+KLEIN_KV_PROFILES = ["klein-kv-group-leaf", "klein-kv-group-leaf-kv-host-packed",
+                     "klein-kv-group-leaf-kv-host-pageable", "klein-kv-group-leaf-packed"]
+KLEIN_9B = {"text_encoder": (8.2, 0.0061), "transformer": (9.0, 0.0556)}
+
+
+@pytest.mark.parametrize(("host", "folder", "profiles", "pipeline", "cache", "published"), [
+    ("h200-klein-diffusers", "models/flux2-klein/4b", KLEIN_PROFILES, "Flux2KleinPipeline",
+     False, {"text_encoder": (4.0, 0.0125), "transformer": (4.0, 0.125)}),
+    ("h100-klein9b-diffusers", "models/flux2-klein/9b", KLEIN_PROFILES, "Flux2KleinPipeline",
+     False, KLEIN_9B),
+    ("h100-klein9b-kv-diffusers", "models/flux2-klein-kv/9b", KLEIN_KV_PROFILES,
+     "Flux2KleinKVPipeline", True, KLEIN_9B),
 ])
-def test_each_klein_host_plans_its_profiles_from_its_own_folder(host, folder, published):
+def test_each_klein_host_plans_its_profiles_from_its_own_folder(host, folder, profiles, pipeline,
+                                                                cache, published):
     """What `probe-capacity --host <klein host>` would run, planned on the CPU: each profile
-    through Flux2KleinPipeline, built from the host's own folder, each published count held to
-    the build."""
+    through its pipeline (the KV release's with its cache, which it always keeps), built from
+    the host's own folder, nothing refused, each published count held to the build."""
     from omniprobe.config.hosts import load_hosts
     from omniprobe.config.project import Project
     from omniprobe.harness.offline.matrix import offline_matrix
@@ -204,11 +214,9 @@ def test_each_klein_host_plans_its_profiles_from_its_own_folder(host, folder, pu
     cfg = load_hosts(REPO / "hosts.toml")
     entries, refused, configs = offline_matrix(cfg, Project(REPO), host, cfg.hosts[host], ())
     assert refused == [] and configs.folder == folder
-    assert [e.name for e in entries] == ["klein-group-leaf", "klein-group-leaf-nostream",
-                                         "klein-model-cpu", "klein-group-leaf-tiled",
-                                         "klein-group-leaf-packed"]
-    assert {e.kwargs["profile"]["pipeline"] for e in entries} == {"Flux2KleinPipeline"}
-    assert {e.kwargs["profile"]["use_kv_cache"] for e in entries} == {False}
+    assert [e.name for e in entries] == profiles
+    assert {e.kwargs["profile"]["pipeline"] for e in entries} == {pipeline}
+    assert {e.kwargs["profile"]["use_kv_cache"] for e in entries} == {cache}
     assert entries[0].expected_parameters == published
     assert set(entries[0].kwargs["weights"]["components"]) == {"text_encoder", "tokenizer",
                                                                 "transformer", "vae"}
