@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from math import prod
 from pathlib import Path
 
 from omniprobe.config.diffusers import load_model_configs
@@ -45,7 +46,7 @@ def pin_all(torch, shapes: dict[str, list[tuple[int, ...]]], packed: bool) -> di
     start = time.perf_counter()
     for component in shapes.values():
         slabs = (Slabs(pinned=True, max_slab_bytes=MAX_SLAB_BYTES,
-                       expected_bytes=sum(aligned(2 * _numel(s)) for s in component))
+                       expected_bytes=sum(aligned(2 * prod(s)) for s in component))
                  if packed else None)
         for shape in component:
             like = torch.empty(shape, dtype=torch.bfloat16, device="meta")
@@ -58,13 +59,6 @@ def pin_all(torch, shapes: dict[str, list[tuple[int, ...]]], packed: bool) -> di
             "pin_s": took_s}
 
 
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for side in shape:
-        n *= side
-    return n
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model-folder", default="models/qwen-image-2.1/full")
@@ -75,7 +69,7 @@ def main() -> int:
         print("needs CUDA: page-locked host memory is a GPU's", file=sys.stderr)
         return 2
     shapes = tensor_shapes(args.model_folder)
-    weights_gib = sum(2 * _numel(s) for c in shapes.values() for s in c) / 2**30
+    weights_gib = sum(2 * prod(s) for c in shapes.values() for s in c) / 2**30
     print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}; {args.model_folder}: "
           f"{sum(len(c) for c in shapes.values())} tensors, {weights_gib:.2f} GiB in bfloat16")
     print(f"{'way':<8} {'pinned GiB':>10} {'x weights':>9} {'pin s':>7}")

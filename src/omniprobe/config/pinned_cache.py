@@ -9,7 +9,7 @@ prefix tokens (QwenImage21Pipeline packs 2×2 patches of the VAE's 8× downsampl
 omniprobe counted 4,144 at 1024², this 4,096 and the condition's own tokens). Each layer's K and
 V is one pinned block, and torch's pinned host allocator rounds a block up to a power of two;
 packed (kv_placement = "host-pinned-packed"), they are carved out of slabs by the engine's own
-rule (omniprobe_engine.kv_host), which this reads rather than restates.
+rule (omniprobe_engine.pinned_slabs), which this reads rather than restates.
 """
 
 from __future__ import annotations

@@ -54,15 +54,15 @@ def asked_answers(loaded: Loaded, root: Path, figures: CardFigures, ram_mib: int
     `figures` with `ram_mib` of host RAM; the emulated cards' sweeps count toward the host needs
     of the model they ran, as they do in the report."""
     folders = searched_configs(loaded.evidence)
-    if folder is not None:  # as a folder is written: "./models/x/" is "models/x"
-        folder = PurePosixPath(folder).as_posix()
-    if folder is not None and folder not in folders:
-        set_up = unsearched_models(loaded.evidence, loaded.hosts).get(folder)
-        raise InputError([Problem(folder, "", (
-            f"set up on {', '.join(set_up)} and not searched yet: `omniprobe probe-capacity "
-            f"--host {set_up[0]}` searches it" if set_up else
-            "no capacity search of this model folder is on record") + "; expected one of "
-            + ", ".join(folders))])
+    if folder is not None:
+        folder = PurePosixPath(folder).as_posix()  # as written: "./models/x/" is "models/x"
+        if folder not in folders:
+            set_up = unsearched_models(loaded.evidence, loaded.hosts).get(folder)
+            raise InputError([Problem(folder, "", (
+                f"set up on {', '.join(set_up)} and not searched yet: `omniprobe "
+                f"probe-capacity --host {set_up[0]}` searches it" if set_up else
+                "no capacity search of this model folder is on record") + "; expected one of "
+                + ", ".join(folders))])
     hosts = loaded.hosts
     default_resolution = hosts.diffusers_profile_defaults.output_resolution
     out = []
